@@ -12,7 +12,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     let descriptors = protox::compile(PROTOS, ["."])?;
     let descriptor_path = out.join("chorus_descriptor.bin");
-    std::fs::write(&descriptor_path, prost::Message::encode_to_vec(&descriptors))?;
+    std::fs::write(
+        &descriptor_path,
+        prost::Message::encode_to_vec(&descriptors),
+    )?;
 
     tonic_prost_build::configure()
         .client_mod_attribute(".", r#"#[cfg(feature = "client")]"#)

@@ -38,14 +38,19 @@ pub fn from_value(value: Value) -> Json {
         Some(Kind::BoolValue(b)) => Json::Bool(b),
         Some(Kind::NumberValue(n)) => number(n),
         Some(Kind::StringValue(s)) => Json::String(s),
-        Some(Kind::ListValue(list)) => Json::Array(list.values.into_iter().map(from_value).collect()),
+        Some(Kind::ListValue(list)) => {
+            Json::Array(list.values.into_iter().map(from_value).collect())
+        }
         Some(Kind::StructValue(s)) => Json::Object(from_struct(s)),
     }
 }
 
 /// Converts a protobuf `Struct` into a JSON object.
 pub fn from_struct(s: Struct) -> Map<String, Json> {
-    s.fields.into_iter().map(|(k, v)| (k, from_value(v))).collect()
+    s.fields
+        .into_iter()
+        .map(|(k, v)| (k, from_value(v)))
+        .collect()
 }
 
 // Largest magnitude at which every integer is exactly representable as f64.
@@ -67,7 +72,8 @@ mod tests {
 
     #[test]
     fn integers_survive_the_round_trip_as_integers() {
-        let original = json!({"offset": 10, "limit": -3, "ratio": 0.5, "big": 1_700_000_000_000_i64});
+        let original =
+            json!({"offset": 10, "limit": -3, "ratio": 0.5, "big": 1_700_000_000_000_i64});
         let back = from_value(to_value(original.clone()));
         assert_eq!(back, original);
         assert!(back["offset"].is_i64());
@@ -81,7 +87,9 @@ mod tests {
 
     #[test]
     fn non_finite_numbers_become_null() {
-        let v = Value { kind: Some(Kind::NumberValue(f64::NAN)) };
+        let v = Value {
+            kind: Some(Kind::NumberValue(f64::NAN)),
+        };
         assert_eq!(from_value(v), Json::Null);
     }
 }

@@ -9,13 +9,19 @@ use crate::{TOOLS, ToolSpec};
 pub fn help_tool(spec: &ToolSpec) -> HelpTool {
     let schema = spec.input_schema();
     let empty = Map::new();
-    let properties = schema.get("properties").and_then(Value::as_object).unwrap_or(&empty);
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
     let required: Vec<&str> = schema
         .get("required")
         .and_then(Value::as_array)
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let defs = schema.get("$defs").and_then(Value::as_object).unwrap_or(&empty);
+    let defs = schema
+        .get("$defs")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
 
     let mut arguments: Vec<HelpArgument> = properties
         .iter()
@@ -23,7 +29,11 @@ pub fn help_tool(spec: &ToolSpec) -> HelpTool {
             name: name.clone(),
             kind: json_type(prop, defs),
             required: required.contains(&name.as_str()),
-            description: prop.get("description").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            description: prop
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
         })
         .collect();
     // Required arguments first, each group in schema order.
@@ -36,7 +46,10 @@ pub fn help_tool(spec: &ToolSpec) -> HelpTool {
         example.insert("questions".to_owned(), json!(["<question>"]));
     }
     for arg in arguments.iter().filter(|a| a.required) {
-        example.insert(arg.name.clone(), placeholder(&arg.name, &arg.kind, properties.get(&arg.name), defs));
+        example.insert(
+            arg.name.clone(),
+            placeholder(&arg.name, &arg.kind, properties.get(&arg.name), defs),
+        );
     }
     HelpTool {
         name: spec.name.to_owned(),
@@ -69,11 +82,17 @@ fn json_type(prop: &Value, defs: &Map<String, Value>) -> String {
             .find(|t| *t != "null")
             .unwrap_or("null")
             .to_owned(),
-        _ if resolved.get("enum").is_some() || resolved.get("oneOf").is_some() => "string".to_owned(),
+        _ if resolved.get("enum").is_some() || resolved.get("oneOf").is_some() => {
+            "string".to_owned()
+        }
         _ => resolved
             .get("anyOf")
             .and_then(Value::as_array)
-            .and_then(|alts| alts.iter().map(|alt| json_type(alt, defs)).find(|t| t != "null"))
+            .and_then(|alts| {
+                alts.iter()
+                    .map(|alt| json_type(alt, defs))
+                    .find(|t| t != "null")
+            })
             .unwrap_or_else(|| "object".to_owned()),
     }
 }
@@ -95,7 +114,10 @@ fn placeholder(name: &str, kind: &str, prop: Option<&Value>, defs: &Map<String, 
                 p.get("oneOf")
                     .and_then(Value::as_array)
                     .and_then(|alts| alts.first())
-                    .and_then(|alt| alt.get("const").or_else(|| alt.get("enum").and_then(|e| e.get(0))))
+                    .and_then(|alt| {
+                        alt.get("const")
+                            .or_else(|| alt.get("enum").and_then(|e| e.get(0)))
+                    })
                     .cloned()
             })
     });

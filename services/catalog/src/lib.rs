@@ -102,48 +102,195 @@ use outputs as o;
 
 /// Every tool, in the order they are documented.
 pub static TOOLS: &[ToolSpec] = &[
-    tool!("file.read", File, ToolExec, false, a::FileRead, o::FileRead,
-        "Read a text file as numbered lines; page through long files with offset and limit."),
-    tool!("file.create", File, ToolExec, false, a::FileCreate, o::FileWritten,
-        "Create a new file with the given content (parent directories are created); fails if the file exists."),
-    tool!("file.write", File, ToolExec, false, a::FileWrite, o::FileWritten,
-        "Replace the whole content of an existing file; fails if the file does not exist."),
-    tool!("file.patch", File, ToolExec, false, a::FilePatch, o::FilePatched,
-        "Edit a file with literal find/replace patches applied in order; each find must match exactly once; all patches apply or none."),
-    tool!("file.delete", File, ToolExec, false, a::FileDelete, o::FileDeleted,
-        "Delete a file (directories are refused)."),
-    tool!("file.list", File, ToolExec, false, a::FileList, o::FileList,
-        "List a directory with size, modification time and kind of each entry; recursive with a glob pattern."),
-    tool!("file.search", File, ToolExec, false, a::FileSearch, o::FileSearch,
-        "Search file contents with a regular expression, respecting .gitignore; returns matching lines with optional context."),
-    tool!("bash", Dev, ToolExec, false, a::Bash, o::Bash,
-        "Run a bash command in the workspace root with a timeout; returns stdout, stderr and the exit code."),
-    tool!("git.status", Git, ToolExec, false, a::GitStatus, o::GitStatus,
-        "Show the branch and the changed, staged and untracked files."),
-    tool!("git.diff", Git, ToolExec, false, a::GitDiff, o::GitDiff,
-        "Show unstaged, staged or revision-relative changes as a unified diff."),
-    tool!("git.commit", Git, ToolExec, false, a::GitCommit, o::GitCommit,
-        "Commit staged changes, optionally staging given paths or all changes first."),
-    tool!("git.push", Git, ToolExec, false, a::GitPush, o::GitPush,
-        "Push the current branch to one of the repository's configured remotes."),
-    tool!("handoff", Orchestration, Orchestrator, false, a::Handoff, o::Handoff,
-        "Hand part of the work to another agent and wait for its output and completion report."),
-    tool!("task.get", Orchestration, Orchestrator, false, a::TaskGet, o::TaskGet,
-        "Read a task of this workspace (default: the current task)."),
-    tool!("task.list", Orchestration, Orchestrator, false, a::TaskList, o::TaskList,
-        "List the tasks of this workspace, optionally by status."),
-    tool!("task.update_stage", Orchestration, Orchestrator, false, a::TaskUpdateStage, o::TaskStage,
-        "Move the current task to another stage (backlog, research, plan_approval, in_progress, verification, done)."),
-    tool!("task.comment", Orchestration, Orchestrator, false, a::TaskComment, o::TaskComment,
-        "Add a comment to the current task's history."),
-    tool!("help", Orchestration, ToolExec, true, a::Help, o::Help,
-        "List the tools this run may use, with their arguments."),
-    tool!("completion-report", Orchestration, Orchestrator, true, a::CompletionReport, o::CompletionReportAccepted,
-        "Finish the run with a status (complete, blocked, failed), a summary and the output. Call it exactly once, last."),
-    tool!("planner-output", Orchestration, Orchestrator, true, a::PlannerOutput, o::PlannerOutputAccepted,
-        "Submit the planner's verdict: a plan, questions for the user, or an error. Call it exactly once."),
-    tool!("web.search", Native, AgentCli, false, a::WebSearch, o::WebSearch,
-        "Search the web. Native to the agent CLI: use it directly, not through chorus-tools."),
+    tool!(
+        "file.read",
+        File,
+        ToolExec,
+        false,
+        a::FileRead,
+        o::FileRead,
+        "Read a text file as numbered lines; page through long files with offset and limit."
+    ),
+    tool!(
+        "file.create",
+        File,
+        ToolExec,
+        false,
+        a::FileCreate,
+        o::FileWritten,
+        "Create a new file with the given content (parent directories are created); fails if the file exists."
+    ),
+    tool!(
+        "file.write",
+        File,
+        ToolExec,
+        false,
+        a::FileWrite,
+        o::FileWritten,
+        "Replace the whole content of an existing file; fails if the file does not exist."
+    ),
+    tool!(
+        "file.patch",
+        File,
+        ToolExec,
+        false,
+        a::FilePatch,
+        o::FilePatched,
+        "Edit a file with literal find/replace patches applied in order; each find must match exactly once; all patches apply or none."
+    ),
+    tool!(
+        "file.delete",
+        File,
+        ToolExec,
+        false,
+        a::FileDelete,
+        o::FileDeleted,
+        "Delete a file (directories are refused)."
+    ),
+    tool!(
+        "file.list",
+        File,
+        ToolExec,
+        false,
+        a::FileList,
+        o::FileList,
+        "List a directory with size, modification time and kind of each entry; recursive with a glob pattern."
+    ),
+    tool!(
+        "file.search",
+        File,
+        ToolExec,
+        false,
+        a::FileSearch,
+        o::FileSearch,
+        "Search file contents with a regular expression, respecting .gitignore; returns matching lines with optional context."
+    ),
+    tool!(
+        "bash",
+        Dev,
+        ToolExec,
+        false,
+        a::Bash,
+        o::Bash,
+        "Run a bash command in the workspace root with a timeout; returns stdout, stderr and the exit code."
+    ),
+    tool!(
+        "git.status",
+        Git,
+        ToolExec,
+        false,
+        a::GitStatus,
+        o::GitStatus,
+        "Show the branch and the changed, staged and untracked files."
+    ),
+    tool!(
+        "git.diff",
+        Git,
+        ToolExec,
+        false,
+        a::GitDiff,
+        o::GitDiff,
+        "Show unstaged, staged or revision-relative changes as a unified diff."
+    ),
+    tool!(
+        "git.commit",
+        Git,
+        ToolExec,
+        false,
+        a::GitCommit,
+        o::GitCommit,
+        "Commit staged changes, optionally staging given paths or all changes first."
+    ),
+    tool!(
+        "git.push",
+        Git,
+        ToolExec,
+        false,
+        a::GitPush,
+        o::GitPush,
+        "Push the current branch to one of the repository's configured remotes."
+    ),
+    tool!(
+        "handoff",
+        Orchestration,
+        Orchestrator,
+        false,
+        a::Handoff,
+        o::Handoff,
+        "Hand part of the work to another agent and wait for its output and completion report."
+    ),
+    tool!(
+        "task.get",
+        Orchestration,
+        Orchestrator,
+        false,
+        a::TaskGet,
+        o::TaskGet,
+        "Read a task of this workspace (default: the current task)."
+    ),
+    tool!(
+        "task.list",
+        Orchestration,
+        Orchestrator,
+        false,
+        a::TaskList,
+        o::TaskList,
+        "List the tasks of this workspace, optionally by status."
+    ),
+    tool!(
+        "task.update_stage",
+        Orchestration,
+        Orchestrator,
+        false,
+        a::TaskUpdateStage,
+        o::TaskStage,
+        "Move the current task to another stage (backlog, research, plan_approval, in_progress, verification, done)."
+    ),
+    tool!(
+        "task.comment",
+        Orchestration,
+        Orchestrator,
+        false,
+        a::TaskComment,
+        o::TaskComment,
+        "Add a comment to the current task's history."
+    ),
+    tool!(
+        "help",
+        Orchestration,
+        ToolExec,
+        true,
+        a::Help,
+        o::Help,
+        "List the tools this run may use, with their arguments."
+    ),
+    tool!(
+        "completion-report",
+        Orchestration,
+        Orchestrator,
+        true,
+        a::CompletionReport,
+        o::CompletionReportAccepted,
+        "Finish the run with a status (complete, blocked, failed), a summary and the output. Call it exactly once, last."
+    ),
+    tool!(
+        "planner-output",
+        Orchestration,
+        Orchestrator,
+        true,
+        a::PlannerOutput,
+        o::PlannerOutputAccepted,
+        "Submit the planner's verdict: a plan, questions for the user, or an error. Call it exactly once."
+    ),
+    tool!(
+        "web.search",
+        Native,
+        AgentCli,
+        false,
+        a::WebSearch,
+        o::WebSearch,
+        "Search the web. Native to the agent CLI: use it directly, not through chorus-tools."
+    ),
 ];
 
 /// Looks a tool up by its exact catalog name.
@@ -165,18 +312,28 @@ fn known_tools() -> String {
 }
 
 fn known_profiles() -> String {
-    PROFILES.iter().map(|p| format!("@{}", p.name)).collect::<Vec<_>>().join(", ")
+    PROFILES
+        .iter()
+        .map(|p| format!("@{}", p.name))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Expands an allow-list (tool names and `@profile` references) into the set of
 /// tool names it grants, always-granted tools included. Unknown names are errors.
-pub fn expand_allow_list<S: AsRef<str>>(entries: &[S]) -> Result<BTreeSet<&'static str>, AllowListError> {
-    let mut granted: BTreeSet<&'static str> =
-        TOOLS.iter().filter(|t| t.always_granted).map(|t| t.name).collect();
+pub fn expand_allow_list<S: AsRef<str>>(
+    entries: &[S],
+) -> Result<BTreeSet<&'static str>, AllowListError> {
+    let mut granted: BTreeSet<&'static str> = TOOLS
+        .iter()
+        .filter(|t| t.always_granted)
+        .map(|t| t.name)
+        .collect();
     for entry in entries {
         let entry = entry.as_ref().trim();
         if let Some(profile) = entry.strip_prefix('@') {
-            let profile = profiles::get(profile).ok_or_else(|| AllowListError::UnknownProfile(profile.to_owned()))?;
+            let profile = profiles::get(profile)
+                .ok_or_else(|| AllowListError::UnknownProfile(profile.to_owned()))?;
             granted.extend(profile.tools.iter().copied());
         } else {
             let tool = get(entry).ok_or_else(|| AllowListError::UnknownTool(entry.to_owned()))?;

@@ -6,16 +6,38 @@ fn every_tool_has_a_unique_name_and_a_description() {
     let mut names = HashSet::new();
     for tool in TOOLS {
         assert!(names.insert(tool.name), "duplicate tool {}", tool.name);
-        assert!(!tool.description.is_empty(), "{} has no description", tool.name);
+        assert!(
+            !tool.description.is_empty(),
+            "{} has no description",
+            tool.name
+        );
     }
 }
 
 #[test]
 fn the_catalog_covers_every_tool_the_system_knows() {
     let expected = [
-        "file.read", "file.create", "file.write", "file.patch", "file.delete", "file.list", "file.search",
-        "bash", "git.status", "git.diff", "git.commit", "git.push", "handoff", "task.get", "task.list",
-        "task.update_stage", "task.comment", "help", "completion-report", "planner-output", "web.search",
+        "file.read",
+        "file.create",
+        "file.write",
+        "file.patch",
+        "file.delete",
+        "file.list",
+        "file.search",
+        "bash",
+        "git.status",
+        "git.diff",
+        "git.commit",
+        "git.push",
+        "handoff",
+        "task.get",
+        "task.list",
+        "task.update_stage",
+        "task.comment",
+        "help",
+        "completion-report",
+        "planner-output",
+        "web.search",
     ];
     let names: Vec<&str> = TOOLS.iter().map(|t| t.name).collect();
     assert_eq!(names, expected);
@@ -24,22 +46,36 @@ fn the_catalog_covers_every_tool_the_system_knows() {
 #[test]
 fn every_schema_is_a_valid_self_contained_object_schema() {
     for tool in TOOLS {
-        for (which, schema) in [("input", tool.input_schema()), ("output", tool.output_schema())] {
+        for (which, schema) in [
+            ("input", tool.input_schema()),
+            ("output", tool.output_schema()),
+        ] {
             assert_eq!(
                 schema["$schema"], "https://json-schema.org/draft/2020-12/schema",
-                "{} {which} schema has no draft marker", tool.name
+                "{} {which} schema has no draft marker",
+                tool.name
             );
             let text = schema.to_string();
             // Every $ref must point into the schema's own $defs.
             for piece in text.split("\"$ref\":\"").skip(1) {
                 let target = piece.split('"').next().unwrap_or_default();
-                let name = target.strip_prefix("#/$defs/").unwrap_or_else(|| panic!("{} {which}: foreign $ref {target}", tool.name));
-                assert!(schema["$defs"].get(name).is_some(), "{} {which}: dangling $ref {target}", tool.name);
+                let name = target
+                    .strip_prefix("#/$defs/")
+                    .unwrap_or_else(|| panic!("{} {which}: foreign $ref {target}", tool.name));
+                assert!(
+                    schema["$defs"].get(name).is_some(),
+                    "{} {which}: dangling $ref {target}",
+                    tool.name
+                );
             }
         }
         let input = tool.input_schema();
         let is_object = input["type"] == "object" || input.get("oneOf").is_some();
-        assert!(is_object, "{} input schema is not an object schema: {input}", tool.name);
+        assert!(
+            is_object,
+            "{} input schema is not an object schema: {input}",
+            tool.name
+        );
     }
 }
 
@@ -47,9 +83,17 @@ fn every_schema_is_a_valid_self_contained_object_schema() {
 fn required_arguments_come_from_the_rust_types() {
     let read = get("file.read").expect("file.read").input_schema();
     assert_eq!(read["required"], serde_json::json!(["path"]));
-    assert_eq!(read["additionalProperties"], false, "unknown arguments must be refused");
+    assert_eq!(
+        read["additionalProperties"], false,
+        "unknown arguments must be refused"
+    );
     let patch = get("file.patch").expect("file.patch").input_schema();
-    let mut required: Vec<&str> = patch["required"].as_array().expect("required").iter().filter_map(|v| v.as_str()).collect();
+    let mut required: Vec<&str> = patch["required"]
+        .as_array()
+        .expect("required")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
     required.sort_unstable();
     assert_eq!(required, ["patches", "path"]);
 }
@@ -58,7 +102,11 @@ fn required_arguments_come_from_the_rust_types() {
 fn profiles_name_only_catalog_tools() {
     for profile in PROFILES {
         for tool in profile.tools {
-            assert!(get(tool).is_some(), "profile {} names unknown tool {tool}", profile.name);
+            assert!(
+                get(tool).is_some(),
+                "profile {} names unknown tool {tool}",
+                profile.name
+            );
         }
     }
 }
@@ -66,13 +114,28 @@ fn profiles_name_only_catalog_tools() {
 #[test]
 fn profiles_grant_what_they_promise() {
     let researcher = expand_allow_list(&["@researcher"]).expect("expands");
-    assert!(researcher.contains("file.read") && researcher.contains("bash") && researcher.contains("task.comment"));
-    assert!(!researcher.contains("file.write") && !researcher.contains("git.commit") && !researcher.contains("task.update_stage"));
+    assert!(
+        researcher.contains("file.read")
+            && researcher.contains("bash")
+            && researcher.contains("task.comment")
+    );
+    assert!(
+        !researcher.contains("file.write")
+            && !researcher.contains("git.commit")
+            && !researcher.contains("task.update_stage")
+    );
     let reviewer = expand_allow_list(&["@reviewer"]).expect("expands");
     assert!(reviewer.contains("task.update_stage") && !reviewer.contains("file.patch"));
     let developer = expand_allow_list(&["@developer"]).expect("expands");
-    for tool in TOOLS.iter().filter(|t| matches!(t.category, Category::File | Category::Git)) {
-        assert!(developer.contains(tool.name), "developer lacks {}", tool.name);
+    for tool in TOOLS
+        .iter()
+        .filter(|t| matches!(t.category, Category::File | Category::Git))
+    {
+        assert!(
+            developer.contains(tool.name),
+            "developer lacks {}",
+            tool.name
+        );
     }
     assert!(developer.contains("task.list") && !developer.contains("handoff"));
 }
@@ -80,13 +143,19 @@ fn profiles_grant_what_they_promise() {
 #[test]
 fn every_allow_list_reaches_the_reporting_tools() {
     let nothing = expand_allow_list::<&str>(&[]).expect("expands");
-    assert!(nothing.contains("completion-report") && nothing.contains("planner-output") && nothing.contains("help"));
+    assert!(
+        nothing.contains("completion-report")
+            && nothing.contains("planner-output")
+            && nothing.contains("help")
+    );
 }
 
 #[test]
 fn unknown_names_in_allow_lists_are_errors_that_list_the_choices() {
     let err = expand_allow_list(&["Read"]).expect_err("unknown tool");
-    assert!(err.to_string().contains("unknown tool 'Read'") && err.to_string().contains("file.read"));
+    assert!(
+        err.to_string().contains("unknown tool 'Read'") && err.to_string().contains("file.read")
+    );
     let err = expand_allow_list(&["@admin"]).expect_err("unknown profile");
     assert!(err.to_string().contains("@researcher"));
 }
@@ -94,27 +163,54 @@ fn unknown_names_in_allow_lists_are_errors_that_list_the_choices() {
 #[test]
 fn help_lists_required_and_optional_arguments_with_a_runnable_example() {
     let read = help_tool(get("file.read").expect("file.read"));
-    let names: Vec<(&str, bool, &str)> = read.arguments.iter().map(|a| (a.name.as_str(), a.required, a.kind.as_str())).collect();
-    assert_eq!(names, [("path", true, "string"), ("offset", false, "integer"), ("limit", false, "integer")]);
-    assert!(read.arguments[0].description.contains("relative to the workspace root"));
-    assert_eq!(read.example, r#"chorus-tools '{"tool":"file.read","path":"<path>"}'"#);
+    let names: Vec<(&str, bool, &str)> = read
+        .arguments
+        .iter()
+        .map(|a| (a.name.as_str(), a.required, a.kind.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("path", true, "string"),
+            ("offset", false, "integer"),
+            ("limit", false, "integer")
+        ]
+    );
+    assert!(
+        read.arguments[0]
+            .description
+            .contains("relative to the workspace root")
+    );
+    assert_eq!(
+        read.example,
+        r#"chorus-tools '{"tool":"file.read","path":"<path>"}'"#
+    );
 
     let stage = help_tool(get("task.update_stage").expect("stage"));
     assert_eq!(stage.arguments[0].kind, "string");
-    assert!(stage.example.contains(r#""stage":"backlog""#), "{}", stage.example);
+    assert!(
+        stage.example.contains(r#""stage":"backlog""#),
+        "{}",
+        stage.example
+    );
 }
 
 #[test]
 fn every_example_parses_into_the_tools_own_arguments() {
     for tool in TOOLS {
         let help = help_tool(tool);
-        let json = help.example.trim_start_matches("chorus-tools '").trim_end_matches('\'');
+        let json = help
+            .example
+            .trim_start_matches("chorus-tools '")
+            .trim_end_matches('\'');
         let mut value: serde_json::Value = serde_json::from_str(json).expect("example is JSON");
         value.as_object_mut().expect("object").remove("tool");
         let parsed = match tool.name {
             "file.read" => serde_json::from_value::<args::FileRead>(value).map(drop),
             "file.patch" => serde_json::from_value::<args::FilePatch>(value).map(drop),
-            "completion-report" => serde_json::from_value::<args::CompletionReport>(value).map(drop),
+            "completion-report" => {
+                serde_json::from_value::<args::CompletionReport>(value).map(drop)
+            }
             "planner-output" => serde_json::from_value::<args::PlannerOutput>(value).map(drop),
             "task.update_stage" => serde_json::from_value::<args::TaskUpdateStage>(value).map(drop),
             "git.commit" => serde_json::from_value::<args::GitCommit>(value).map(drop),
@@ -129,7 +225,10 @@ fn help_is_filtered_to_the_granted_tools() {
     let granted = expand_allow_list(&["file.read"]).expect("expands");
     let help = help_for(granted.iter().copied(), None);
     let names: Vec<&str> = help.tools.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, ["file.read", "help", "completion-report", "planner-output"]);
+    assert_eq!(
+        names,
+        ["file.read", "help", "completion-report", "planner-output"]
+    );
     let one = help_for(granted.iter().copied(), Some("file.read"));
     assert_eq!(one.tools.len(), 1);
 }

@@ -22,9 +22,15 @@ pub enum KeyError {
     #[error("invalid run-token key: {0}")]
     Invalid(String),
     #[error("cannot read run-token key {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot write run-token key {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 pub(crate) fn generate() -> RunTokenSigner {
@@ -33,12 +39,15 @@ pub(crate) fn generate() -> RunTokenSigner {
 }
 
 pub(crate) fn signer_from_pem(pem: &str) -> Result<RunTokenSigner, KeyError> {
-    let key = SigningKey::from_pkcs8_pem(pem).map_err(|e| KeyError::Invalid(format!("not an Ed25519 PKCS#8 PEM private key: {e}")))?;
+    let key = SigningKey::from_pkcs8_pem(pem)
+        .map_err(|e| KeyError::Invalid(format!("not an Ed25519 PKCS#8 PEM private key: {e}")))?;
     from_key(&key)
 }
 
 fn from_key(key: &SigningKey) -> Result<RunTokenSigner, KeyError> {
-    let private_pem = key.to_pkcs8_pem(LineEnding::LF).map_err(|e| KeyError::Invalid(e.to_string()))?;
+    let private_pem = key
+        .to_pkcs8_pem(LineEnding::LF)
+        .map_err(|e| KeyError::Invalid(e.to_string()))?;
     let public_pem = key
         .verifying_key()
         .to_public_key_pem(LineEnding::LF)
@@ -52,23 +61,37 @@ pub fn load_or_create_signer(dir: &Path) -> Result<RunTokenSigner, KeyError> {
     match fs::read_to_string(&private_path) {
         Ok(pem) => {
             let signer = signer_from_pem(&pem)?;
-            write_file(&dir.join(PUBLIC_KEY_FILE), signer.public_pem(), 0o644, false)?;
+            write_file(
+                &dir.join(PUBLIC_KEY_FILE),
+                signer.public_pem(),
+                0o644,
+                false,
+            )?;
             Ok(signer)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            fs::create_dir_all(dir).map_err(|source| KeyError::Write { path: dir.to_owned(), source })?;
+            fs::create_dir_all(dir).map_err(|source| KeyError::Write {
+                path: dir.to_owned(),
+                source,
+            })?;
             let signer = generate();
             write_file(&private_path, signer.private_pem(), 0o600, true)?;
             write_file(&dir.join(PUBLIC_KEY_FILE), signer.public_pem(), 0o644, true)?;
             Ok(signer)
         }
-        Err(source) => Err(KeyError::Read { path: private_path, source }),
+        Err(source) => Err(KeyError::Read {
+            path: private_path,
+            source,
+        }),
     }
 }
 
 /// Loads a verifier from a public key PEM file.
 pub fn load_verifier(path: &Path) -> Result<RunTokenVerifier, KeyError> {
-    let pem = fs::read_to_string(path).map_err(|source| KeyError::Read { path: path.to_owned(), source })?;
+    let pem = fs::read_to_string(path).map_err(|source| KeyError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
     RunTokenVerifier::from_public_pem(&pem)
 }
 
@@ -82,6 +105,13 @@ fn write_file(path: &Path, content: &str, mode: u32, replace: bool) -> Result<()
         .truncate(true)
         .mode(mode)
         .open(path)
-        .map_err(|source| KeyError::Write { path: path.to_owned(), source })?;
-    file.write_all(content.as_bytes()).map_err(|source| KeyError::Write { path: path.to_owned(), source })
+        .map_err(|source| KeyError::Write {
+            path: path.to_owned(),
+            source,
+        })?;
+    file.write_all(content.as_bytes())
+        .map_err(|source| KeyError::Write {
+            path: path.to_owned(),
+            source,
+        })
 }

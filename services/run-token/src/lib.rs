@@ -54,7 +54,9 @@ struct Claims {
 /// Why a token was refused. Every variant means "unauthenticated".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
-    #[error("no run token: pass it as 'authorization: Bearer <token>' (chorus-tools reads CHORUS_RUN_TOKEN)")]
+    #[error(
+        "no run token: pass it as 'authorization: Bearer <token>' (chorus-tools reads CHORUS_RUN_TOKEN)"
+    )]
     Missing,
     #[error("run token expired; the run has ended or the token is stale")]
     Expired,
@@ -91,8 +93,13 @@ impl RunTokenSigner {
     }
 
     fn from_parts(private_pem: String, public_pem: String) -> Result<Self, KeyError> {
-        let encoding = EncodingKey::from_ed_pem(private_pem.as_bytes()).map_err(|e| KeyError::Invalid(e.to_string()))?;
-        Ok(Self { encoding, private_pem, public_pem })
+        let encoding = EncodingKey::from_ed_pem(private_pem.as_bytes())
+            .map_err(|e| KeyError::Invalid(e.to_string()))?;
+        Ok(Self {
+            encoding,
+            private_pem,
+            public_pem,
+        })
     }
 
     pub fn private_pem(&self) -> &str {
@@ -106,7 +113,8 @@ impl RunTokenSigner {
 
     /// A verifier for this signer's tokens.
     pub fn verifier(&self) -> RunTokenVerifier {
-        RunTokenVerifier::from_public_pem(&self.public_pem).expect("a signer's own public key is valid PEM")
+        RunTokenVerifier::from_public_pem(&self.public_pem)
+            .expect("a signer's own public key is valid PEM")
     }
 
     /// Mints a token for `grant` that expires after `ttl`.
@@ -140,13 +148,17 @@ impl std::fmt::Debug for RunTokenVerifier {
 impl RunTokenVerifier {
     /// A verifier from an SPKI PEM public key.
     pub fn from_public_pem(pem: &str) -> Result<Self, KeyError> {
-        let decoding = DecodingKey::from_ed_pem(pem.as_bytes()).map_err(|e| KeyError::Invalid(e.to_string()))?;
+        let decoding = DecodingKey::from_ed_pem(pem.as_bytes())
+            .map_err(|e| KeyError::Invalid(e.to_string()))?;
         let mut validation = Validation::new(Algorithm::EdDSA);
         validation.leeway = 0;
         validation.set_issuer(&[ISSUER]);
         validation.set_audience(&[AUDIENCE]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        Ok(Self { decoding, validation })
+        Ok(Self {
+            decoding,
+            validation,
+        })
     }
 
     /// Checks signature, expiry, issuer and audience, and returns the grant.
@@ -155,23 +167,31 @@ impl RunTokenVerifier {
         if token.is_empty() {
             return Err(TokenError::Missing);
         }
-        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation).map_err(|e| match e.kind() {
-            ErrorKind::ExpiredSignature => TokenError::Expired,
-            ErrorKind::InvalidSignature | ErrorKind::InvalidAlgorithm | ErrorKind::InvalidKeyFormat => TokenError::BadSignature,
-            ErrorKind::InvalidToken | ErrorKind::Base64(_) | ErrorKind::Json(_) | ErrorKind::Utf8(_) => {
-                TokenError::Malformed(e.to_string())
-            }
-            _ => TokenError::Invalid(e.to_string()),
-        })?;
+        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
+            .map_err(|e| match e.kind() {
+                ErrorKind::ExpiredSignature => TokenError::Expired,
+                ErrorKind::InvalidSignature
+                | ErrorKind::InvalidAlgorithm
+                | ErrorKind::InvalidKeyFormat => TokenError::BadSignature,
+                ErrorKind::InvalidToken
+                | ErrorKind::Base64(_)
+                | ErrorKind::Json(_)
+                | ErrorKind::Utf8(_) => TokenError::Malformed(e.to_string()),
+                _ => TokenError::Invalid(e.to_string()),
+            })?;
         if !data.claims.grant.root.is_absolute() {
-            return Err(TokenError::Invalid("workspace root in the token is not an absolute path".to_owned()));
+            return Err(TokenError::Invalid(
+                "workspace root in the token is not an absolute path".to_owned(),
+            ));
         }
         Ok(data.claims.grant)
     }
 }
 
 fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]

@@ -1,1 +1,17 @@
+//! chorus-tool-exec: executes workspace tools (files, search, bash, git) for agent
+//! runs, confined to each run's workspace and checked against its run token.
+#![forbid(unsafe_code)]
 
+pub mod config;
+pub mod context;
+pub mod error;
+pub mod grpc;
+pub mod runner;
+pub mod sandbox;
+pub mod server;
+pub mod tools;
+
+pub use config::{Limits, ToolExecConfig};
+pub use error::ToolError;
+pub use runner::ToolRunner;
+pub use server::run;

@@ -1,0 +1,132 @@
+//! The gRPC adapter: metadata and proto types in, domain calls, Status out.
+
+use chorus_catalog::{Category, Executor, PROFILES, TOOLS};
+use chorus_proto::json;
+use chorus_proto::tools::v1 as pb;
+use chorus_run_token::{RunTokenVerifier, TokenError};
+use serde_json::Value;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status};
+use tracing::{info, warn};
+
+use crate::context::ToolOutcome;
+use crate::error::ToolError;
+use crate::runner::ToolRunner;
+
+/// Implements `chorus.tools.v1.ToolExec`.
+#[derive(Debug, Clone)]
+pub struct ToolExecService {
+    runner: ToolRunner,
+    verifier: RunTokenVerifier,
+}
+
+impl ToolExecService {
+    pub fn new(runner: ToolRunner, verifier: RunTokenVerifier) -> Self {
+        Self { runner, verifier }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::tool_exec_server::ToolExec for ToolExecService {
+    async fn execute_tool(
+        &self,
+        request: Request<pb::ExecuteToolRequest>,
+    ) -> Result<Response<pb::ExecuteToolResponse>, Status> {
+        let grant = self
+            .verifier
+            .verify(bearer_token(request.metadata())?)
+            .map_err(ToolError::from)?;
+        let pb::ExecuteToolRequest { tool, arguments } = request.into_inner();
+        let arguments = arguments.map_or(Value::Null, |s| Value::Object(json::from_struct(s)));
+        let (run_id, agent) = (grant.run_id.clone(), grant.agent.clone());
+        match self.runner.execute(grant, &tool, arguments).await {
+            Ok(outcome) => {
+                info!(run_id = %run_id, agent = %agent, tool = %tool, failed = outcome.error.is_some(), "tool executed");
+                Ok(Response::new(outcome.into()))
+            }
+            Err(err) => {
+                warn!(run_id = %run_id, agent = %agent, tool = %tool, code = ?err.code(), error = %err, "tool refused");
+                Err(err.into())
+            }
+        }
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Request<pb::ListToolsRequest>,
+    ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let tools = TOOLS
+            .iter()
+            .map(|t| pb::ToolDescriptor {
+                name: t.name.to_owned(),
+                description: t.description.to_owned(),
+                input_schema: object_struct(t.input_schema()),
+                output_schema: object_struct(t.output_schema()),
+                category: category(t.category) as i32,
+                executor: executor(t.executor) as i32,
+                always_granted: t.always_granted,
+            })
+            .collect();
+        let profiles = PROFILES
+            .iter()
+            .map(|p| pb::Profile {
+                name: p.name.to_owned(),
+                tools: p.tools.iter().map(|t| (*t).to_owned()).collect(),
+            })
+            .collect();
+        Ok(Response::new(pb::ListToolsResponse { tools, profiles }))
+    }
+}
+
+/// The token from `authorization: Bearer <token>`.
+fn bearer_token(metadata: &MetadataMap) -> Result<&str, ToolError> {
+    let value = metadata.get("authorization").ok_or(TokenError::Missing)?;
+    let value = value
+        .to_str()
+        .map_err(|_| TokenError::Malformed("the authorization header is not ASCII".to_owned()))?;
+    let token = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))
+        .ok_or_else(|| {
+            TokenError::Malformed("the authorization header must be 'Bearer <token>'".to_owned())
+        })?;
+    Ok(token)
+}
+
+fn object_struct(schema: Value) -> Option<prost_types::Struct> {
+    match schema {
+        Value::Object(map) => Some(json::to_struct(map)),
+        _ => None,
+    }
+}
+
+fn category(c: Category) -> pb::ToolCategory {
+    match c {
+        Category::File => pb::ToolCategory::File,
+        Category::Dev => pb::ToolCategory::Dev,
+        Category::Git => pb::ToolCategory::Git,
+        Category::Orchestration => pb::ToolCategory::Orchestration,
+        Category::Native => pb::ToolCategory::Native,
+    }
+}
+
+fn executor(e: Executor) -> pb::Executor {
+    match e {
+        Executor::ToolExec => pb::Executor::ToolExec,
+        Executor::Orchestrator => pb::Executor::Orchestrator,
+        Executor::AgentCli => pb::Executor::AgentCli,
+    }
+}
+
+impl From<ToolOutcome> for pb::ExecuteToolResponse {
+    fn from(outcome: ToolOutcome) -> Self {
+        Self {
+            output: Some(json::to_value(outcome.output)),
+            error: outcome.error.map(|e| pb::ToolError {
+                code: e.code,
+                message: e.message,
+            }),
+            metadata: Some(json::to_struct(outcome.metadata)),
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! `chorus-tool-exec`: the tool execution service, plus development helpers to
+//! create a key pair and mint run tokens.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use chorus_run_token::{
+    PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, RunGrant, load_or_create_signer, load_verifier,
+};
+use chorus_tool_exec::{Limits, ToolExecConfig};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tracing::{info, warn};
+
+/// Chorus tool-exec: runs file, search, bash and git tools for agent runs, inside
+/// each run's workspace, checked against its signed run token.
+#[derive(Debug, Parser)]
+#[command(
+    name = "chorus-tool-exec",
+    version,
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(flatten)]
+    serve: ServeArgs,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Development helpers: key pairs and run tokens for local use and tests.
+    #[command(subcommand)]
+    Dev(DevCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum DevCommand {
+    /// Create the run-token key pair in the data directory (kept if it exists) and print the public key path.
+    Keygen {
+        #[arg(long, env = "CHORUS_DATA_DIR", default_value = ".chorus")]
+        data_dir: PathBuf,
+    },
+    /// Mint a run token signed with the data directory's private key and print it.
+    MintToken(MintArgs),
+}
+
+#[derive(Debug, Args)]
+struct MintArgs {
+    #[arg(long, env = "CHORUS_DATA_DIR", default_value = ".chorus")]
+    data_dir: PathBuf,
+    /// Workspace root the token confines tools to (made absolute).
+    #[arg(long)]
+    root: PathBuf,
+    /// Allowed tools: names and @profile references, comma separated (e.g. "@developer,file.read").
+    #[arg(long, value_delimiter = ',', default_value = "@developer")]
+    tools: Vec<String>,
+    #[arg(long, default_value = "dev-run")]
+    run_id: String,
+    #[arg(long, default_value = "dev-task")]
+    task_id: String,
+    #[arg(long, default_value = "dev-agent")]
+    agent: String,
+    /// Lifetime of the token in seconds.
+    #[arg(long, default_value_t = 3600)]
+    ttl_secs: u64,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to serve gRPC on.
+    #[arg(
+        long,
+        env = "CHORUS_TOOL_EXEC_LISTEN",
+        default_value = "127.0.0.1:50052"
+    )]
+    listen: SocketAddr,
+    /// Directory holding the run-token public key when --public-key is not given.
+    /// If it has no key pair yet, a development pair is created there.
+    #[arg(long, env = "CHORUS_DATA_DIR", default_value = ".chorus")]
+    data_dir: PathBuf,
+    /// PEM file with the orchestrator's run-token public key (Ed25519, SPKI).
+    #[arg(long, env = "CHORUS_RUN_TOKEN_PUBLIC_KEY")]
+    public_key: Option<PathBuf>,
+    /// Largest file (bytes) tools will read.
+    #[arg(long, env = "CHORUS_MAX_FILE_BYTES", default_value_t = Limits::default().max_file_bytes)]
+    max_file_bytes: u64,
+    /// Largest content (bytes) tools will write.
+    #[arg(long, env = "CHORUS_MAX_WRITE_BYTES", default_value_t = Limits::default().max_write_bytes)]
+    max_write_bytes: u64,
+    /// Largest tool output (bytes): read content, each bash stream, diff text.
+    #[arg(long, env = "CHORUS_MAX_OUTPUT_BYTES", default_value_t = Limits::default().max_output_bytes)]
+    max_output_bytes: usize,
+    /// Default bash timeout in seconds.
+    #[arg(long, env = "CHORUS_BASH_TIMEOUT_SECS", default_value_t = Limits::default().bash_default_timeout.as_secs())]
+    bash_timeout_secs: u64,
+    /// Largest bash timeout a call may ask for, in seconds.
+    #[arg(long, env = "CHORUS_BASH_MAX_TIMEOUT_SECS", default_value_t = Limits::default().bash_max_timeout.as_secs())]
+    bash_max_timeout_secs: u64,
+    /// Log format.
+    #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Dev(DevCommand::Keygen { data_dir })) => {
+            load_or_create_signer(&data_dir)
+                .with_context(|| format!("creating a key pair in {}", data_dir.display()))?;
+            println!("{}", data_dir.join(PUBLIC_KEY_FILE).display());
+            Ok(())
+        }
+        Some(Command::Dev(DevCommand::MintToken(args))) => mint(args),
+        None => serve(cli.serve),
+    }
+}
+
+fn mint(args: MintArgs) -> anyhow::Result<()> {
+    let tools = chorus_catalog::expand_allow_list(&args.tools)?;
+    let root = std::path::absolute(&args.root)
+        .with_context(|| format!("resolving {}", args.root.display()))?;
+    if !root.is_dir() {
+        bail!("workspace root {} is not a directory", root.display());
+    }
+    let signer = load_or_create_signer(&args.data_dir)?;
+    let grant = RunGrant {
+        run_id: args.run_id,
+        task_id: args.task_id,
+        agent: args.agent,
+        tools: tools.into_iter().map(str::to_owned).collect(),
+        root,
+    };
+    println!(
+        "{}",
+        signer.mint(&grant, Duration::from_secs(args.ttl_secs))
+    );
+    Ok(())
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format);
+    let verifier = match &args.public_key {
+        Some(path) => load_verifier(path)?,
+        None => dev_verifier(&args.data_dir)?,
+    };
+    let limits = Limits {
+        max_file_bytes: args.max_file_bytes,
+        max_write_bytes: args.max_write_bytes,
+        max_output_bytes: args.max_output_bytes,
+        bash_default_timeout: Duration::from_secs(args.bash_timeout_secs),
+        bash_max_timeout: Duration::from_secs(args.bash_max_timeout_secs),
+        ..Limits::default()
+    };
+    if limits.bash_default_timeout > limits.bash_max_timeout {
+        bail!(
+            "--bash-timeout-secs ({}) is larger than --bash-max-timeout-secs ({})",
+            args.bash_timeout_secs,
+            args.bash_max_timeout_secs
+        );
+    }
+    let config = ToolExecConfig {
+        limits,
+        ..ToolExecConfig::new(verifier)
+    };
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("binding {}", args.listen))?;
+        chorus_tool_exec::run(listener, config, shutdown_signal()).await
+    })
+}
+
+/// The public key from the data directory, creating a development key pair there
+/// on first use so that one command starts a working service.
+fn dev_verifier(data_dir: &Path) -> anyhow::Result<chorus_run_token::RunTokenVerifier> {
+    let public = data_dir.join(PUBLIC_KEY_FILE);
+    if !public.exists() {
+        warn!(dir = %data_dir.display(), "no run-token key pair found; creating a development pair (use --public-key in production)");
+        load_or_create_signer(data_dir)?;
+        info!(private_key = %data_dir.join(PRIVATE_KEY_FILE).display(), "mint tokens with `chorus-tool-exec dev mint-token --root <dir>`");
+    }
+    Ok(load_verifier(&public)?)
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the service");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
