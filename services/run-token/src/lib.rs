@@ -176,7 +176,9 @@ impl RunTokenVerifier {
                 ErrorKind::InvalidToken
                 | ErrorKind::Base64(_)
                 | ErrorKind::Json(_)
-                | ErrorKind::Utf8(_) => TokenError::Malformed(e.to_string()),
+                | ErrorKind::Utf8(_) => {
+                    TokenError::Malformed(format!("not a JWT with valid claims ({e})"))
+                }
                 _ => TokenError::Invalid(e.to_string()),
             })?;
         if !data.claims.grant.root.is_absolute() {

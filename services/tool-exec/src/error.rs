@@ -60,6 +60,8 @@ pub enum ToolError {
     FailedPrecondition(String),
     #[error("workspace root {root} is not usable: {reason}")]
     WorkspaceUnavailable { root: PathBuf, reason: String },
+    #[error("workspace root '{given}' does not match this run's workspace '{expected}'")]
+    RootMismatch { given: String, expected: String },
     #[error("tool-exec is shutting down; retry on another instance")]
     ShuttingDown,
     #[error("{context}: {source}")]
@@ -84,7 +86,8 @@ impl ToolError {
             | Self::InvalidPath { .. }
             | Self::IsDirectory { .. }
             | Self::NotADirectory { .. }
-            | Self::NotAFile { .. } => Code::InvalidArgument,
+            | Self::NotAFile { .. }
+            | Self::RootMismatch { .. } => Code::InvalidArgument,
             Self::NotFound { .. } => Code::NotFound,
             Self::AlreadyExists { .. } => Code::AlreadyExists,
             Self::WrongService { .. }

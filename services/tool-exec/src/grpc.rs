@@ -1,5 +1,7 @@
 //! The gRPC adapter: metadata and proto types in, domain calls, Status out.
 
+use std::path::Path;
+
 use chorus_catalog::{Category, Executor, PROFILES, TOOLS};
 use chorus_proto::json;
 use chorus_proto::tools::v1 as pb;
@@ -36,6 +38,7 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
             .verifier
             .verify(bearer_token(request.metadata())?)
             .map_err(ToolError::from)?;
+        check_workspace_root(request.metadata(), &grant.root)?;
         let pb::ExecuteToolRequest { tool, arguments } = request.into_inner();
         let arguments = arguments.map_or(Value::Null, |s| Value::Object(json::from_struct(s)));
         let (run_id, agent) = (grant.run_id.clone(), grant.agent.clone());
@@ -91,6 +94,30 @@ fn bearer_token(metadata: &MetadataMap) -> Result<&str, ToolError> {
             TokenError::Malformed("the authorization header must be 'Bearer <token>'".to_owned())
         })?;
     Ok(token)
+}
+
+/// Metadata key with the workspace root an agent named on chorus-tools' command line.
+pub const WORKSPACE_ROOT_METADATA: &str = "chorus-workspace-root";
+
+/// An agent may name its workspace root (`chorus-tools <root> '<json>'`); it must be
+/// the run's own root, so a confused agent learns it is in the wrong place.
+fn check_workspace_root(metadata: &MetadataMap, root: &Path) -> Result<(), ToolError> {
+    let Some(given) = metadata.get(WORKSPACE_ROOT_METADATA) else {
+        return Ok(());
+    };
+    let given = given.to_str().unwrap_or_default();
+    let same = |a: &Path, b: &Path| {
+        a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+    };
+    if same(Path::new(given.trim_end_matches('/')), root)
+        || (given == "/" && root == Path::new("/"))
+    {
+        return Ok(());
+    }
+    Err(ToolError::RootMismatch {
+        given: given.to_owned(),
+        expected: root.display().to_string(),
+    })
 }
 
 fn object_struct(schema: Value) -> Option<prost_types::Struct> {

@@ -1,0 +1,62 @@
+//! `chorus-tools`: how an agent uses Chorus tools.
+//!
+//! ```text
+//! chorus-tools '{"tool":"file.read","path":"src/main.rs"}'
+//! chorus-tools /path/to/workspace '{"tool":"file.read","path":"src/main.rs"}'
+//! ```
+//!
+//! It is a pure proxy: it reads the run token and service addresses from the
+//! environment, sends workspace tools to tool-exec and orchestration tools to the
+//! orchestrator, prints the JSON result on stdout and exits 0, or prints a JSON
+//! error `{code, message}` on stderr and exits with a code that says what kind of
+//! failure it was (see [`Exit`]). It is spawned once per tool call, so it does the
+//! least work it can: one connection, one request, no background threads.
+#![forbid(unsafe_code)]
+
+mod call;
+mod exit;
+mod usage;
+
+use std::process::ExitCode;
+
+use crate::exit::{Exit, Failure};
+
+/// Environment variable holding the run token.
+pub const ENV_RUN_TOKEN: &str = "CHORUS_RUN_TOKEN";
+/// Environment variable with tool-exec's address.
+pub const ENV_TOOLS_ADDR: &str = "CHORUS_TOOLS_ADDR";
+/// Environment variable with the orchestrator's address.
+pub const ENV_ORCHESTRATOR_ADDR: &str = "CHORUS_ORCHESTRATOR_ADDR";
+/// tool-exec's address when CHORUS_TOOLS_ADDR is not set.
+pub const DEFAULT_TOOLS_ADDR: &str = "http://127.0.0.1:50052";
+
+fn main() -> ExitCode {
+    let cli = match usage::Cli::try_parse_with_catalog() {
+        Ok(cli) => cli,
+        Err(e) => return usage::clap_exit(&e),
+    };
+    let result = usage::Request::from_cli(cli).and_then(|request| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| {
+                Failure::new(
+                    Exit::Unavailable,
+                    "internal",
+                    format!("cannot start the async runtime: {e}"),
+                )
+            })?;
+        runtime.block_on(call::send(request))
+    });
+    match result {
+        Ok(answer) => {
+            println!("{}", answer.stdout);
+            match answer.error {
+                None => ExitCode::SUCCESS,
+                Some(failure) => failure.report(),
+            }
+        }
+        Err(failure) => failure.report(),
+    }
+}

@@ -1,0 +1,200 @@
+//! Command line: `chorus-tools [WORKSPACE_ROOT] '<JSON>'`, and the help text that
+//! lists every tool from the catalog.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use chorus_catalog::{Executor, TOOLS, help_tool};
+use clap::{CommandFactory, FromArgMatches, Parser};
+use serde_json::{Map, Value};
+
+use crate::exit::{Exit, Failure};
+use crate::{DEFAULT_TOOLS_ADDR, ENV_ORCHESTRATOR_ADDR, ENV_RUN_TOKEN, ENV_TOOLS_ADDR};
+
+/// Call a Chorus tool on behalf of the agent run named by CHORUS_RUN_TOKEN.
+#[derive(Debug, Parser)]
+#[command(
+    name = "chorus-tools",
+    version,
+    override_usage = "chorus-tools [WORKSPACE_ROOT] '<JSON>'\n       chorus-tools '{\"tool\":\"file.read\",\"path\":\"README.md\"}'"
+)]
+pub struct Cli {
+    /// Optional workspace root (must be the run's own), then the tool call as one JSON
+    /// object: {"tool": "<name>", ...arguments}.
+    #[arg(required = true, num_args = 1..=2, value_name = "ARGS", allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+impl Cli {
+    /// Parses the command line; `--help` lists the tools from the catalog.
+    pub fn try_parse_with_catalog() -> Result<Self, clap::Error> {
+        let matches = Self::command()
+            .after_help(catalog_help())
+            .try_get_matches()?;
+        Self::from_arg_matches(&matches)
+    }
+}
+
+/// Prints clap's help or version (exit 0), or a usage error as JSON (exit 2).
+pub fn clap_exit(err: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = err.print();
+            ExitCode::SUCCESS
+        }
+        _ => Failure::usage(format!(
+            "{}; usage: chorus-tools [WORKSPACE_ROOT] '<JSON>' (see chorus-tools --help)",
+            first_line(&err.render().to_string())
+        ))
+        .report(),
+    }
+}
+
+fn first_line(text: &str) -> String {
+    text.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("invalid arguments")
+        .trim()
+        .trim_start_matches("error: ")
+        .to_owned()
+}
+
+/// Where a call goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    ToolExec { addr: String },
+}
+
+/// A validated tool call, ready to send.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub tool: String,
+    pub arguments: Map<String, Value>,
+    pub token: String,
+    pub workspace_root: Option<String>,
+    pub route: Route,
+}
+
+impl Request {
+    /// Validates the command line and environment and picks the service.
+    pub fn from_cli(cli: Cli) -> Result<Self, Failure> {
+        let mut args = cli.args;
+        let json = args.pop().unwrap_or_default();
+        let workspace_root = args.pop();
+        let mut call = match serde_json::from_str::<Value>(&json) {
+            Ok(Value::Object(call)) => call,
+            Ok(_) => {
+                return Err(invalid(
+                    "the tool call must be a JSON object like {\"tool\":\"file.read\",\"path\":\"README.md\"}",
+                ));
+            }
+            Err(e) => {
+                return Err(invalid(format!(
+                    "the tool call is not valid JSON ({e}); expected {{\"tool\":\"<name>\", ...arguments}}"
+                )));
+            }
+        };
+        let tool = match call.remove("tool") {
+            Some(Value::String(tool)) => tool,
+            Some(_) => {
+                return Err(invalid(
+                    "\"tool\" must be a string naming the tool, e.g. \"file.read\"",
+                ));
+            }
+            None => {
+                return Err(invalid(
+                    "the tool call has no \"tool\" field; expected {\"tool\":\"<name>\", ...arguments}",
+                ));
+            }
+        };
+        let spec = chorus_catalog::get(&tool).ok_or_else(|| {
+            invalid(format!(
+                "unknown tool '{tool}'; run chorus-tools --help to list the tools"
+            ))
+        })?;
+        let token = std::env::var(ENV_RUN_TOKEN).ok().filter(|t| !t.trim().is_empty()).ok_or_else(|| {
+            Failure::usage(format!("{ENV_RUN_TOKEN} is not set: chorus-tools only works inside an agent run started by Chorus"))
+        })?;
+        let route = match spec.executor {
+            Executor::ToolExec => Route::ToolExec {
+                addr: with_scheme(
+                    &std::env::var(ENV_TOOLS_ADDR)
+                        .unwrap_or_else(|_| DEFAULT_TOOLS_ADDR.to_owned()),
+                ),
+            },
+            Executor::Orchestrator => {
+                return Err(Failure::new(
+                    Exit::Unavailable,
+                    "unavailable",
+                    format!(
+                        "orchestrator not configured: '{tool}' is executed by chorus-orchestrator, which this deployment does not provide yet ({ENV_ORCHESTRATOR_ADDR} is {})",
+                        if std::env::var_os(ENV_ORCHESTRATOR_ADDR).is_some() {
+                            "set but unused"
+                        } else {
+                            "not set"
+                        }
+                    ),
+                ));
+            }
+            Executor::AgentCli => {
+                return Err(invalid(format!(
+                    "'{tool}' is native to your agent CLI: use its own tool directly, not chorus-tools"
+                )));
+            }
+        };
+        Ok(Self {
+            tool,
+            arguments: call,
+            token,
+            workspace_root,
+            route,
+        })
+    }
+}
+
+fn invalid(message: impl Into<String>) -> Failure {
+    Failure::new(Exit::InvalidArguments, "invalid_argument", message)
+}
+
+fn with_scheme(addr: &str) -> String {
+    if addr.contains("://") {
+        addr.to_owned()
+    } else {
+        format!("http://{addr}")
+    }
+}
+
+/// The tool list shown by --help, from the catalog.
+fn catalog_help() -> String {
+    let mut out = String::from("Tools:\n");
+    for spec in TOOLS {
+        let help = help_tool(spec);
+        let where_ = match spec.executor {
+            Executor::ToolExec => "",
+            Executor::Orchestrator => " [orchestrator]",
+            Executor::AgentCli => " [native to the agent CLI, not through chorus-tools]",
+        };
+        let _ = writeln!(out, "  {}{where_}\n      {}", help.name, help.description);
+        for arg in &help.arguments {
+            let need = if arg.required { "required" } else { "optional" };
+            let _ = writeln!(
+                out,
+                "      - {} ({}, {need}): {}",
+                arg.name,
+                arg.kind,
+                arg.description.replace('\n', " ")
+            );
+        }
+        if spec.executor != Executor::AgentCli {
+            let _ = writeln!(out, "      e.g. {}", help.example);
+        }
+    }
+    let _ = write!(
+        out,
+        "\nEnvironment:\n  {ENV_RUN_TOKEN}         the run's token (required)\n  {ENV_TOOLS_ADDR}         tool-exec address (default {DEFAULT_TOOLS_ADDR})\n  {ENV_ORCHESTRATOR_ADDR}  orchestrator address\n\
+         \nOutput: the result {{\"output\", \"metadata\", \"error\"?}} as JSON on stdout; on failure {{\"code\",\"message\"}} on stderr.\n\
+         Exit codes: 0 ok, 1 tool failed, 2 usage, 3 denied, 4 invalid arguments, 5 unavailable.\n"
+    );
+    out
+}
