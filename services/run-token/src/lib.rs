@@ -119,13 +119,18 @@ impl RunTokenSigner {
 
     /// Mints a token for `grant` that expires after `ttl`.
     pub fn mint(&self, grant: &RunGrant, ttl: Duration) -> String {
-        let now = unix_now();
+        self.mint_until(grant, SystemTime::now() + ttl.max(Duration::from_secs(1)))
+    }
+
+    /// Mints a token for `grant` that expires at `expires_at` (whole seconds; a
+    /// time in the past gives a token every verifier refuses as expired).
+    pub fn mint_until(&self, grant: &RunGrant, expires_at: SystemTime) -> String {
         let claims = Claims {
             grant: grant.clone(),
             iss: ISSUER.to_owned(),
             aud: AUDIENCE.to_owned(),
-            iat: now,
-            exp: now.saturating_add(ttl.as_secs().max(1)),
+            iat: unix_now(),
+            exp: expires_at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         };
         jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &self.encoding)
             .expect("signing serializable claims with a valid Ed25519 key cannot fail")
