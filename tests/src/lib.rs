@@ -5,6 +5,8 @@
 //! service's gRPC health says SERVING.
 #![forbid(unsafe_code)]
 
+pub mod stats;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -40,10 +42,15 @@ impl ToolExec {
 
     /// Starts tool-exec with the given limits and waits until it is SERVING.
     pub async fn start_with(limits: Limits) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
         let signer = RunTokenSigner::generate();
-        let config = ToolExecConfig { limits, ..ToolExecConfig::new(signer.verifier()) };
+        let config = ToolExecConfig {
+            limits,
+            ..ToolExecConfig::new(signer.verifier())
+        };
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             chorus_tool_exec::run(listener, config, async move {
@@ -53,7 +60,12 @@ impl ToolExec {
             .expect("tool-exec ran");
         });
         wait_serving(addr, TOOL_EXEC_SERVICE).await;
-        Self { addr, signer, stop: Some(stop), task: Some(task) }
+        Self {
+            addr,
+            signer,
+            stop: Some(stop),
+            task: Some(task),
+        }
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -63,12 +75,16 @@ impl ToolExec {
 
     /// A run token for `root` granting `tools` (names or @profiles), valid for an hour.
     pub fn token(&self, root: &Path, tools: &[&str]) -> String {
-        self.signer.mint(&grant(root, tools), Duration::from_secs(3600))
+        self.signer
+            .mint(&grant(root, tools), Duration::from_secs(3600))
     }
 
     /// A run token that expired a minute ago.
     pub fn expired_token(&self, root: &Path, tools: &[&str]) -> String {
-        self.signer.mint_until(&grant(root, tools), SystemTime::now() - Duration::from_secs(60))
+        self.signer.mint_until(
+            &grant(root, tools),
+            SystemTime::now() - Duration::from_secs(60),
+        )
     }
 
     /// Stops the service and waits for it to finish.
@@ -115,7 +131,9 @@ pub async fn wait_serving(addr: SocketAddr, service: &str) {
         .expect("connect health");
     let mut client = HealthClient::new(channel);
     let mut updates = client
-        .watch(HealthCheckRequest { service: service.to_owned() })
+        .watch(HealthCheckRequest {
+            service: service.to_owned(),
+        })
         .await
         .expect("health watch")
         .into_inner();
@@ -134,7 +152,10 @@ pub fn chorus_tools_bin() -> PathBuf {
     }
     // Test executables live in target/<profile>/deps; binaries one level up.
     let exe = std::env::current_exe().expect("current exe");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target profile dir");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target profile dir");
     let bin = profile_dir.join("chorus-tools");
     assert!(
         bin.exists(),
@@ -155,7 +176,8 @@ pub struct ToolsRun {
 impl ToolsRun {
     /// stdout parsed as JSON.
     pub fn json(&self) -> Value {
-        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
+        serde_json::from_str(self.stdout.trim())
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
     }
 
     /// The tool's output field.
@@ -166,7 +188,8 @@ impl ToolsRun {
 
     /// stderr parsed as the JSON error `{code, message}`.
     pub fn error(&self) -> Value {
-        serde_json::from_str(self.stderr.trim()).unwrap_or_else(|e| panic!("stderr is not JSON ({e}): {self:?}"))
+        serde_json::from_str(self.stderr.trim())
+            .unwrap_or_else(|e| panic!("stderr is not JSON ({e}): {self:?}"))
     }
 
     /// Asserts a failure with exit code `exit` and error code `code`; returns the message.
@@ -189,7 +212,10 @@ pub struct ToolsEnv {
 /// Runs the real chorus-tools binary with `args` and the given environment only.
 pub async fn chorus_tools(env: &ToolsEnv, args: &[&str]) -> ToolsRun {
     let mut command = tokio::process::Command::new(chorus_tools_bin());
-    command.args(args).env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    command
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
     if let Some(token) = &env.token {
         command.env("CHORUS_RUN_TOKEN", token);
     }
@@ -199,7 +225,11 @@ pub async fn chorus_tools(env: &ToolsEnv, args: &[&str]) -> ToolsRun {
     if let Some(addr) = &env.orchestrator_addr {
         command.env("CHORUS_ORCHESTRATOR_ADDR", addr);
     }
-    let Output { status, stdout, stderr } = command.output().await.expect("run chorus-tools");
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = command.output().await.expect("run chorus-tools");
     ToolsRun {
         code: status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&stdout).into_owned(),

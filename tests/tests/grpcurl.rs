@@ -21,7 +21,11 @@ async fn grpcurl(args: &[&str]) -> Output {
 }
 
 fn stdout(out: &Output) -> String {
-    assert!(out.status.success(), "grpcurl failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "grpcurl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -36,33 +40,83 @@ async fn grpcurl_lists_describes_calls_and_checks_health() {
     assert!(services.contains("chorus.tools.v1.ToolExec"), "{services}");
     assert!(services.contains("grpc.health.v1.Health"), "{services}");
 
-    let methods = stdout(&grpcurl(&["-plaintext", &addr, "describe", "chorus.tools.v1.ToolExec"]).await);
-    assert!(methods.contains("rpc ExecuteTool") && methods.contains("rpc ListTools"), "{methods}");
-    let request = stdout(&grpcurl(&["-plaintext", &addr, "describe", "chorus.tools.v1.ExecuteToolRequest"]).await);
-    assert!(request.contains("google.protobuf.Struct arguments"), "{request}");
+    let methods =
+        stdout(&grpcurl(&["-plaintext", &addr, "describe", "chorus.tools.v1.ToolExec"]).await);
+    assert!(
+        methods.contains("rpc ExecuteTool") && methods.contains("rpc ListTools"),
+        "{methods}"
+    );
+    let request = stdout(
+        &grpcurl(&[
+            "-plaintext",
+            &addr,
+            "describe",
+            "chorus.tools.v1.ExecuteToolRequest",
+        ])
+        .await,
+    );
+    assert!(
+        request.contains("google.protobuf.Struct arguments"),
+        "{request}"
+    );
 
     let token = service.token(workspace.path(), &["file.read"]);
     let auth = format!("authorization: Bearer {token}");
     let call = r#"{"tool":"file.read","arguments":{"path":"hello.txt"}}"#;
     let answer: Value = serde_json::from_str(&stdout(
-        &grpcurl(&["-plaintext", "-H", &auth, "-d", call, &addr, "chorus.tools.v1.ToolExec/ExecuteTool"]).await,
+        &grpcurl(&[
+            "-plaintext",
+            "-H",
+            &auth,
+            "-d",
+            call,
+            &addr,
+            "chorus.tools.v1.ToolExec/ExecuteTool",
+        ])
+        .await,
     ))
     .expect("json answer");
     assert_eq!(answer["output"]["content"], "     1\thello grpcurl\n");
     assert_eq!(answer["output"]["total_lines"], 1);
 
-    let denied = grpcurl(&["-plaintext", "-d", call, &addr, "chorus.tools.v1.ToolExec/ExecuteTool"]).await;
+    let denied = grpcurl(&[
+        "-plaintext",
+        "-d",
+        call,
+        &addr,
+        "chorus.tools.v1.ToolExec/ExecuteTool",
+    ])
+    .await;
     assert!(!denied.status.success());
     let err = String::from_utf8_lossy(&denied.stderr);
-    assert!(err.contains("Unauthenticated") && err.contains("no run token"), "{err}");
+    assert!(
+        err.contains("Unauthenticated") && err.contains("no run token"),
+        "{err}"
+    );
 
-    let tools: Value = serde_json::from_str(&stdout(&grpcurl(&["-plaintext", &addr, "chorus.tools.v1.ToolExec/ListTools"]).await))
-        .expect("json tools");
-    let read = tools["tools"].as_array().expect("tools").iter().find(|t| t["name"] == "file.read").expect("file.read listed");
+    let tools: Value = serde_json::from_str(&stdout(
+        &grpcurl(&["-plaintext", &addr, "chorus.tools.v1.ToolExec/ListTools"]).await,
+    ))
+    .expect("json tools");
+    let read = tools["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .find(|t| t["name"] == "file.read")
+        .expect("file.read listed");
     assert_eq!(read["inputSchema"]["required"][0], "path");
     assert_eq!(read["executor"], "EXECUTOR_TOOL_EXEC");
 
-    let health = stdout(&grpcurl(&["-plaintext", "-d", r#"{"service":"chorus.tools.v1.ToolExec"}"#, &addr, "grpc.health.v1.Health/Check"]).await);
+    let health = stdout(
+        &grpcurl(&[
+            "-plaintext",
+            "-d",
+            r#"{"service":"chorus.tools.v1.ToolExec"}"#,
+            &addr,
+            "grpc.health.v1.Health/Check",
+        ])
+        .await,
+    );
     assert!(health.contains("SERVING"), "{health}");
     service.stop().await;
 }

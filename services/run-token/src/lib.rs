@@ -130,7 +130,9 @@ impl RunTokenSigner {
             iss: ISSUER.to_owned(),
             aud: AUDIENCE.to_owned(),
             iat: unix_now(),
-            exp: expires_at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            exp: expires_at
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
         };
         jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &self.encoding)
             .expect("signing serializable claims with a valid Ed25519 key cannot fail")

@@ -1,0 +1,164 @@
+//! ExecuteTool throughput with concurrent clients, against a bare tonic unary
+//! RPC (gRPC health Check on a server with nothing else) as the baseline for
+//! RPC overhead, both served in this process on loopback.
+//!
+//! `cargo bench -p chorus-tests --bench rpc_throughput`
+//! (CHORUS_BENCH_RPC_CALLS sets calls per row, default 20000).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use chorus_proto::json;
+use chorus_proto::tools::v1::ExecuteToolRequest;
+use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
+use chorus_tests::ToolExec;
+use chorus_tests::stats::{Samples, ms};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::Mutex;
+use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+const CONCURRENCY: [usize; 4] = [1, 8, 32, 128];
+
+async fn channel(addr: &str) -> Channel {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// Runs `total` calls spread over `concurrency` tasks; returns calls/s and latencies.
+async fn drive<F, Fut>(total: usize, concurrency: usize, call: F) -> (f64, Samples)
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let call = Arc::new(call);
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(total)));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..concurrency {
+        let call = Arc::clone(&call);
+        let latencies = Arc::clone(&latencies);
+        let share = total / concurrency + usize::from(worker < total % concurrency);
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::with_capacity(share);
+            for _ in 0..share {
+                let t = Instant::now();
+                call(worker).await;
+                mine.push(t.elapsed());
+            }
+            latencies.lock().await.extend(mine);
+        }));
+    }
+    for task in tasks {
+        task.await.expect("worker");
+    }
+    let elapsed = started.elapsed();
+    let samples = Samples::new(std::mem::take(&mut *latencies.lock().await));
+    (total as f64 / elapsed.as_secs_f64(), samples)
+}
+
+fn main() {
+    let total: usize = std::env::var("CHORUS_BENCH_RPC_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async move {
+        let service = ToolExec::start().await;
+        let workspace = tempfile::tempdir().expect("workspace");
+        std::fs::write(
+            workspace.path().join("small.txt"),
+            "a small file\n".repeat(40),
+        )
+        .expect("seed");
+        let token = format!("Bearer {}", service.token(workspace.path(), &["file.read"]));
+
+        // The baseline: a tonic server with only the health service.
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let bare_addr = listener.local_addr().expect("addr").to_string();
+        let (_reporter, health) = tonic_health::server::health_reporter();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(health)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+
+        println!(
+            "calls per row: {total}; server and clients share this process's 2 worker threads"
+        );
+        println!("| rpc | concurrency | calls/s | p50 ms | p99 ms |");
+        println!("|---|---|---|---|---|");
+        for concurrency in CONCURRENCY {
+            // One HTTP/2 connection per 8 concurrent callers.
+            let channels = concurrency.div_ceil(8);
+
+            let mut bare = Vec::new();
+            for _ in 0..channels {
+                bare.push(HealthClient::new(channel(&bare_addr).await));
+            }
+            let bare = Arc::new(bare);
+            let (rate, lat) = drive(total, concurrency, move |w| {
+                let mut client = bare[w % bare.len()].clone();
+                async move {
+                    client
+                        .check(HealthCheckRequest {
+                            service: String::new(),
+                        })
+                        .await
+                        .expect("check");
+                }
+            })
+            .await;
+            println!(
+                "| bare tonic (health Check) | {concurrency} | {rate:.0} | {} | {} |",
+                ms(lat.median()),
+                ms(lat.percentile(99.0))
+            );
+
+            for (tool, args) in [
+                ("help", json!({"tool": "file.read"})),
+                ("file.read", json!({"path": "small.txt"})),
+            ] {
+                let mut clients = Vec::new();
+                for _ in 0..channels {
+                    clients.push(ToolExecClient::new(
+                        channel(&service.addr.to_string()).await,
+                    ));
+                }
+                let clients = Arc::new(clients);
+                let token = token.clone();
+                let arguments = json::to_struct(args.as_object().cloned().unwrap_or_default());
+                let (rate, lat) = drive(total, concurrency, move |w| {
+                    let mut client = clients[w % clients.len()].clone();
+                    let mut request = tonic::Request::new(ExecuteToolRequest {
+                        tool: tool.to_owned(),
+                        arguments: Some(arguments.clone()),
+                    });
+                    request
+                        .metadata_mut()
+                        .insert("authorization", token.parse().expect("ascii token"));
+                    async move {
+                        client.execute_tool(request).await.expect("execute");
+                    }
+                })
+                .await;
+                println!(
+                    "| ExecuteTool {tool} | {concurrency} | {rate:.0} | {} | {} |",
+                    ms(lat.median()),
+                    ms(lat.percentile(99.0))
+                );
+            }
+        }
+        service.stop().await;
+    });
+}

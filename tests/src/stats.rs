@@ -1,0 +1,61 @@
+//! Small timing statistics for the bench binaries.
+
+use std::time::Duration;
+
+/// Sorted samples with percentile helpers.
+#[derive(Debug, Clone)]
+pub struct Samples(Vec<Duration>);
+
+impl Samples {
+    pub fn new(mut samples: Vec<Duration>) -> Self {
+        samples.sort_unstable();
+        Self(samples)
+    }
+
+    /// The p-th percentile (0..=100), nearest rank.
+    pub fn percentile(&self, p: f64) -> Duration {
+        if self.0.is_empty() {
+            return Duration::ZERO;
+        }
+        let rank = ((p / 100.0) * self.0.len() as f64).ceil() as usize;
+        self.0[rank.clamp(1, self.0.len()) - 1]
+    }
+
+    pub fn median(&self) -> Duration {
+        self.percentile(50.0)
+    }
+
+    pub fn mean(&self) -> Duration {
+        if self.0.is_empty() {
+            return Duration::ZERO;
+        }
+        self.0.iter().sum::<Duration>() / u32::try_from(self.0.len()).unwrap_or(u32::MAX)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Milliseconds with two decimals.
+pub fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let s = Samples::new((1..=100).rev().map(Duration::from_millis).collect());
+        assert_eq!(s.median(), Duration::from_millis(50));
+        assert_eq!(s.percentile(99.0), Duration::from_millis(99));
+        assert_eq!(s.percentile(100.0), Duration::from_millis(100));
+        assert_eq!(s.mean(), Duration::from_micros(50_500));
+    }
+}
