@@ -60,6 +60,9 @@ pub enum ToolError {
     FailedPrecondition(String),
     #[error("workspace root {root} is not usable: {reason}")]
     WorkspaceUnavailable { root: PathBuf, reason: String },
+    /// A bounded operation (e.g. a git command) ran past its time limit and was killed.
+    #[error("{0}")]
+    DeadlineExceeded(String),
     #[error("tool-exec is shutting down; retry on another instance")]
     ShuttingDown,
     #[error("{context}: {source}")]
@@ -94,6 +97,7 @@ impl ToolError {
             | Self::PatchFailed { .. }
             | Self::FailedPrecondition(_)
             | Self::WorkspaceUnavailable { .. } => Code::FailedPrecondition,
+            Self::DeadlineExceeded(_) => Code::DeadlineExceeded,
             Self::ShuttingDown => Code::Unavailable,
             Self::Io { .. } | Self::Internal(_) => Code::Internal,
         }
