@@ -121,3 +121,62 @@ async fn a_missing_program_is_a_start_error() {
 fn libc_sigkill() -> i32 {
     Signal::SIGKILL as i32
 }
+
+fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+}
+
+#[tokio::test]
+async fn dropping_a_run_midway_kills_its_group() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("held.fifo");
+    mkfifo(&fifo);
+    let mut cmd = command("sh", dir.path());
+    // The background sleep holds the fifo open for writing until it dies.
+    cmd.arg("-c").arg("sleep 1000 > held.fifo & wait");
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn(async move { run(cmd, limits(600, 1024), &cancel).await });
+
+    let (opened_tx, opened_rx) = tokio::sync::oneshot::channel();
+    let reader = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        // Returns once the sleep has opened its end.
+        let mut file = std::fs::File::open(fifo).expect("opens the fifo");
+        let _ = opened_tx.send(());
+        let mut rest = Vec::new();
+        // Returns at end of file: when the last writer, the sleep, is gone.
+        file.read_to_end(&mut rest).expect("reads")
+    });
+    opened_rx.await.expect("the command opened the fifo");
+    run.abort();
+    assert!(run.await.expect_err("aborted").is_cancelled());
+    assert_eq!(reader.await.expect("reader"), 0);
+}
+
+#[tokio::test]
+async fn a_process_that_left_the_group_cannot_hold_the_call_open() {
+    // setsid puts the sleep in a session of its own: the group kill misses it
+    // (documented), but reading its inherited stdout stops after PIPE_GRACE.
+    let started = Instant::now();
+    let out = run(
+        // Waits until the sleep runs in its own session (field 6 of stat).
+        sh(r#"setsid sleep 1000 & p=$!
+              until [ "$(cut -d' ' -f6 /proc/$p/stat)" = "$p" ]; do :; done
+              echo $p"#),
+        limits(600, 1024),
+        &CancellationToken::new(),
+    )
+    .await
+    .expect("runs");
+    let elapsed = started.elapsed();
+    assert!(elapsed >= PIPE_GRACE, "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(30), "{elapsed:?}");
+    assert!(out.success());
+    let pid: i32 = out.stdout.text().trim().parse().expect("a pid");
+    // Clean up the escaped process this test started.
+    let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+}
