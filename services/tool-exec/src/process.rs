@@ -17,6 +17,11 @@
 //! midway (the gRPC call went away), a guard sends the group SIGKILL and tokio's
 //! `kill_on_drop` reaps the leader.
 //!
+//! After a normal exit the group is signalled once the leader has been reaped, so
+//! in principle its id could have been reused by then; that needs a new process to
+//! get that very pid and make itself a group leader within microseconds, and is
+//! accepted (tokio offers no wait that leaves the child unreaped).
+//!
 //! Limits: a process that leaves the group (`setsid`, a daemon) escapes the kill.
 //! If it still holds stdout or stderr, reading stops [`PIPE_GRACE`] after the
 //! group is gone. Killing those needs a cgroup or a subreaper per run, which is the
@@ -66,9 +71,10 @@ pub fn command(program: impl AsRef<OsStr>, cwd: &Path) -> Command {
 pub fn inherited_env(
     parent: impl IntoIterator<Item = (OsString, OsString)>,
 ) -> impl Iterator<Item = (OsString, OsString)> {
-    parent
-        .into_iter()
-        .filter(|(key, _)| !key.as_encoded_bytes().starts_with(PRIVATE_ENV_PREFIX.as_bytes()))
+    parent.into_iter().filter(|(key, _)| {
+        !key.as_encoded_bytes()
+            .starts_with(PRIVATE_ENV_PREFIX.as_bytes())
+    })
 }
 
 /// Limits of one process run.
@@ -264,7 +270,10 @@ impl GroupKiller {
             match running_members(self.pgid) {
                 Some(0) | None => return,
                 Some(_) if started.elapsed() >= DEATH_WAIT => {
-                    warn!(pgid = self.pgid.as_raw(), "processes of a tool call are still running after SIGKILL");
+                    warn!(
+                        pgid = self.pgid.as_raw(),
+                        "processes of a tool call are still running after SIGKILL"
+                    );
                     return;
                 }
                 Some(_) => {
@@ -295,7 +304,9 @@ impl Drop for GroupKiller {
 fn kill_group(pgid: Pid) {
     match killpg(pgid, Signal::SIGKILL) {
         Ok(()) | Err(Errno::ESRCH) => {}
-        Err(e) => warn!(pgid = pgid.as_raw(), error = %e, "could not kill a tool call's process group"),
+        Err(e) => {
+            warn!(pgid = pgid.as_raw(), error = %e, "could not kill a tool call's process group")
+        }
     }
 }
 
@@ -305,7 +316,12 @@ fn running_members(pgid: Pid) -> Option<usize> {
     let entries = std::fs::read_dir("/proc").ok()?;
     let count = entries
         .filter_map(Result::ok)
-        .filter(|e| e.file_name().as_encoded_bytes().iter().all(u8::is_ascii_digit))
+        .filter(|e| {
+            e.file_name()
+                .as_encoded_bytes()
+                .iter()
+                .all(u8::is_ascii_digit)
+        })
         .filter_map(|e| std::fs::read(e.path().join("stat")).ok())
         .filter_map(|stat| parse_stat(&stat))
         .filter(|(state, pgrp)| *pgrp == pgid.as_raw() && !matches!(state, b'Z' | b'X' | b'x'))

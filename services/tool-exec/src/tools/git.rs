@@ -347,7 +347,13 @@ impl<'a> Git<'a> {
         cmd.args(["rev-parse", "--show-prefix"]);
         let out = self.run("rev-parse", cmd).await?;
         if out.success() {
-            return Ok(out.stdout.text().lines().next().unwrap_or_default().to_owned());
+            return Ok(out
+                .stdout
+                .text()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned());
         }
         let stderr = out.stderr.text();
         if stderr.contains("not a git repository") {
@@ -391,7 +397,15 @@ impl<'a> Git<'a> {
     /// True when the index differs from HEAD below the root.
     async fn has_staged_changes(&self) -> Result<bool, ToolError> {
         let mut cmd = self.command();
-        cmd.args(["diff", "--cached", "--quiet", "--no-ext-diff", "--", "."]);
+        cmd.args([
+            "diff",
+            "--cached",
+            "--quiet",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--",
+            ".",
+        ]);
         let out = self.run("diff", cmd).await?;
         match out.status.code() {
             Some(0) => Ok(false),
@@ -409,7 +423,15 @@ impl<'a> Git<'a> {
         let names = self
             .stdout_text(
                 "diff",
-                ["diff", "--cached", "--name-only", "-z", "--no-ext-diff"],
+                // No rename pairing: a file moved in from outside shows its source.
+                [
+                    "diff",
+                    "--cached",
+                    "--name-only",
+                    "-z",
+                    "--no-renames",
+                    "--no-ext-diff",
+                ],
             )
             .await?;
         if let Some(outside) = names
@@ -439,8 +461,7 @@ impl<'a> Git<'a> {
 
     /// True when the environment or the configuration already says how to run ssh.
     async fn has_ssh_command(&self) -> Result<bool, ToolError> {
-        if std::env::var_os("GIT_SSH_COMMAND").is_some() || std::env::var_os("GIT_SSH").is_some()
-        {
+        if std::env::var_os("GIT_SSH_COMMAND").is_some() || std::env::var_os("GIT_SSH").is_some() {
             return Ok(true);
         }
         let mut cmd = self.command();
@@ -514,7 +535,10 @@ fn fallback_identity(agent: &str) -> (String, String) {
         .collect();
     let local = local.trim_matches(|c| c == '.' || c == '-');
     let local = if local.is_empty() { "agent" } else { local };
-    (format!("{name} (chorus)"), format!("{local}@chorus.invalid"))
+    (
+        format!("{name} (chorus)"),
+        format!("{local}@chorus.invalid"),
+    )
 }
 
 /// git's message in one line, without hints, shortened.

@@ -24,7 +24,10 @@ async fn commands_run_in_the_workspace_root() {
 async fn a_non_zero_exit_is_a_result_not_an_error() {
     let h = Harness::new();
     let outcome = h
-        .ok("bash", json!({"command": "echo partial; echo oops >&2; exit 7"}))
+        .ok(
+            "bash",
+            json!({"command": "echo partial; echo oops >&2; exit 7"}),
+        )
         .await;
     assert_eq!(outcome.error, None);
     assert_eq!(outcome.metadata["exit_code"], json!(7));
@@ -48,7 +51,10 @@ async fn a_command_killed_by_a_signal_reports_the_signal() {
 #[tokio::test]
 async fn stdin_is_closed() {
     let h = Harness::new();
-    let out = output(&h.ok("bash", json!({"command": "cat; echo after-cat"})).await);
+    let out = output(
+        &h.ok("bash", json!({"command": "cat; echo after-cat"}))
+            .await,
+    );
     assert_eq!(out.stdout, "after-cat\n");
     assert_eq!(out.exit_code, Some(0));
 }
@@ -123,7 +129,10 @@ async fn a_timeout_kills_the_whole_group_even_processes_that_ignore_sigterm() {
     assert_eq!(in_band_code(&outcome), Some("deadline_exceeded"));
     let message = &outcome.error.as_ref().expect("error").message;
     assert!(message.contains("timed out after 1 s"), "{message}");
-    assert!(message.contains("every process it started were killed"), "{message}");
+    assert!(
+        message.contains("every process it started were killed"),
+        "{message}"
+    );
     assert_eq!(outcome.metadata["timed_out"], json!(true));
     let out = output(&outcome);
     assert!(out.timed_out);

@@ -66,9 +66,15 @@ async fn status_reports_modified_staged_untracked_and_renamed_files() {
     let a = entry(&status, "a.txt");
     assert_eq!((a.index.as_str(), a.worktree.as_str()), (" ", "M"));
     let staged = entry(&status, "staged.txt");
-    assert_eq!((staged.index.as_str(), staged.worktree.as_str()), ("A", " "));
+    assert_eq!(
+        (staged.index.as_str(), staged.worktree.as_str()),
+        ("A", " ")
+    );
     let untracked = entry(&status, "untracked file.txt");
-    assert_eq!((untracked.index.as_str(), untracked.worktree.as_str()), ("?", "?"));
+    assert_eq!(
+        (untracked.index.as_str(), untracked.worktree.as_str()),
+        ("?", "?")
+    );
     let renamed = entry(&status, "new.txt");
     assert_eq!(renamed.index, "R");
     assert_eq!(renamed.orig_path.as_deref(), Some("old.txt"));
@@ -104,7 +110,11 @@ async fn diff_shows_unstaged_staged_base_and_path_limited_changes() {
     git(&h.root, &["add", "b.txt"]);
 
     let unstaged: outputs::GitDiff = parse(&h.ok("git.diff", json!({})).await);
-    assert!(unstaged.diff.contains("+alpha unstaged"), "{}", unstaged.diff);
+    assert!(
+        unstaged.diff.contains("+alpha unstaged"),
+        "{}",
+        unstaged.diff
+    );
     assert!(!unstaged.diff.contains("b.txt"));
     assert!(!unstaged.truncated);
 
@@ -113,8 +123,7 @@ async fn diff_shows_unstaged_staged_base_and_path_limited_changes() {
     assert!(!staged.diff.contains("a.txt"));
 
     git(&h.root, &["commit", "-q", "-m", "second"]);
-    let since_first: outputs::GitDiff =
-        parse(&h.ok("git.diff", json!({"base": first})).await);
+    let since_first: outputs::GitDiff = parse(&h.ok("git.diff", json!({"base": first})).await);
     assert!(since_first.diff.contains("+beta staged"));
     assert!(since_first.diff.contains("+alpha unstaged"));
     let by_name: outputs::GitDiff = parse(&h.ok("git.diff", json!({"base": "HEAD~1"})).await);
@@ -150,7 +159,10 @@ async fn diff_bases_that_look_like_options_or_name_nothing_are_refused() {
             .call("git.diff", json!({ "base": base }))
             .await
             .expect_err("refused");
-        assert!(matches!(err, ToolError::InvalidArguments { .. }), "{base}: {err}");
+        assert!(
+            matches!(err, ToolError::InvalidArguments { .. }),
+            "{base}: {err}"
+        );
     }
     assert!(!marker.exists());
     let err = h
@@ -166,7 +178,10 @@ async fn commit_stages_the_given_paths_only() {
     h.write("a.txt", "alpha 2\n");
     h.write("b.txt", "beta 2\n");
     let outcome = h
-        .ok("git.commit", json!({"message": "change a", "paths": ["a.txt"]}))
+        .ok(
+            "git.commit",
+            json!({"message": "change a", "paths": ["a.txt"]}),
+        )
         .await;
     let commit: outputs::GitCommit = parse(&outcome);
     assert_eq!(commit.commit, head(&h.root));
@@ -192,10 +207,7 @@ async fn commit_all_stages_new_modified_and_deleted_files() {
     h.ok("git.commit", json!({"message": message, "all": true}))
         .await;
     assert_eq!(git(&h.root, &["status", "--porcelain"]), "");
-    assert_eq!(
-        git(&h.root, &["log", "-1", "--format=%s"]).trim(),
-        message
-    );
+    assert_eq!(git(&h.root, &["log", "-1", "--format=%s"]).trim(), message);
     assert_eq!(git(&h.root, &["rev-list", "--count", "HEAD"]).trim(), "2");
 }
 
@@ -206,14 +218,20 @@ async fn committing_nothing_is_a_failed_precondition() {
         .call("git.commit", json!({"message": "nothing", "all": true}))
         .await
         .expect_err("refused");
-    assert!(failed_precondition(&err).contains("nothing to commit"), "{err}");
+    assert!(
+        failed_precondition(&err).contains("nothing to commit"),
+        "{err}"
+    );
 
     h.write("a.txt", "changed but not staged\n");
     let err = h
         .call("git.commit", json!({"message": "nothing staged"}))
         .await
         .expect_err("refused");
-    assert!(failed_precondition(&err).contains("nothing to commit"), "{err}");
+    assert!(
+        failed_precondition(&err).contains("nothing to commit"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -226,7 +244,10 @@ async fn commit_arguments_are_checked() {
         .expect_err("empty message");
     assert!(matches!(err, ToolError::InvalidArguments { .. }), "{err}");
     let err = h
-        .call("git.commit", json!({"message": "m", "paths": [".git/config"]}))
+        .call(
+            "git.commit",
+            json!({"message": "m", "paths": [".git/config"]}),
+        )
         .await
         .expect_err(".git");
     assert!(matches!(err, ToolError::ProtectedPath { .. }), "{err}");
@@ -257,16 +278,25 @@ async fn hooks_never_run() {
         }
     }
     h.write("a.txt", "changed\n");
-    h.ok("git.commit", json!({"message": "no hooks", "paths": ["a.txt"]}))
-        .await;
+    h.ok(
+        "git.commit",
+        json!({"message": "no hooks", "paths": ["a.txt"]}),
+    )
+    .await;
     git(&h.root, &["config", "core.hooksPath", "my-hooks"]);
     h.write("a.txt", "changed again\n");
-    h.ok("git.commit", json!({"message": "still no hooks", "all": true}))
-        .await;
+    h.ok(
+        "git.commit",
+        json!({"message": "still no hooks", "all": true}),
+    )
+    .await;
     assert!(!marker.exists(), "a hook ran");
 
     // The hooks are real: git on its own runs them.
-    git(&h.root, &["commit", "-q", "--allow-empty", "-m", "with hooks"]);
+    git(
+        &h.root,
+        &["commit", "-q", "--allow-empty", "-m", "with hooks"],
+    );
     assert!(marker.exists());
 }
 
@@ -277,8 +307,11 @@ async fn without_an_identity_the_agent_commits_as_itself() {
     git(&h.root, &["config", "user.name", ""]);
     git(&h.root, &["config", "user.email", ""]);
     h.write("a.txt", "by the agent\n");
-    h.ok("git.commit", json!({"message": "agent commit", "all": true}))
-        .await;
+    h.ok(
+        "git.commit",
+        json!({"message": "agent commit", "all": true}),
+    )
+    .await;
     assert_eq!(
         git(&h.root, &["log", "-1", "--format=%an <%ae>|%cn <%ce>"]).trim(),
         "coder (chorus) <coder@chorus.invalid>|coder (chorus) <coder@chorus.invalid>"
@@ -340,13 +373,19 @@ async fn push_only_goes_to_configured_remotes_and_existing_branches() {
     for (args, expected) in [
         (json!({"remote": "upstream"}), "configured remotes: origin"),
         (json!({"remote": url}), "configured remotes: origin"),
-        (json!({"remote": "--receive-pack=touch x"}), "must not start with '-'"),
+        (
+            json!({"remote": "--receive-pack=touch x"}),
+            "must not start with '-'",
+        ),
         (json!({"branch": "no-such-branch"}), "no local branch"),
         (json!({"branch": "bad..name"}), "not a valid branch name"),
         (json!({"branch": "+main"}), "no local branch"),
     ] {
         let err = h.call("git.push", args.clone()).await.expect_err("refused");
-        assert!(matches!(err, ToolError::InvalidArguments { .. }), "{args}: {err}");
+        assert!(
+            matches!(err, ToolError::InvalidArguments { .. }),
+            "{args}: {err}"
+        );
         assert!(err.to_string().contains(expected), "{args}: {err}");
     }
     // Nothing reached the remote.

@@ -106,7 +106,11 @@ fn entry(xy: &str, path: &str, orig: Option<&str>, prefix: &str) -> GitStatusEnt
 
 /// v2 writes '.' for "unchanged"; the output schema uses ' ' as v1 does.
 fn unchanged(c: char) -> String {
-    if c == '.' { " ".to_owned() } else { c.to_string() }
+    if c == '.' {
+        " ".to_owned()
+    } else {
+        c.to_string()
+    }
 }
 
 /// Maps a path relative to the repository's top level to one relative to the
@@ -206,7 +210,10 @@ mod tests {
         ]);
         let status = parse(&out, "sub/", false);
         assert_eq!(status.entries[0].path, "new.rs");
-        assert_eq!(status.entries[0].orig_path.as_deref(), Some("../other/old.rs"));
+        assert_eq!(
+            status.entries[0].orig_path.as_deref(),
+            Some("../other/old.rs")
+        );
         assert_eq!(status.entries[1].path, "x");
         assert_eq!(to_root_relative("a/b/", "a/b/"), ".");
         assert_eq!(to_root_relative("c", "a/b/"), "../../c");
