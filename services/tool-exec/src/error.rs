@@ -62,6 +62,9 @@ pub enum ToolError {
     WorkspaceUnavailable { root: PathBuf, reason: String },
     #[error("workspace root '{given}' does not match this run's workspace '{expected}'")]
     RootMismatch { given: String, expected: String },
+    /// A bounded operation (e.g. a git command) ran past its time limit and was killed.
+    #[error("{0}")]
+    DeadlineExceeded(String),
     #[error("tool-exec is shutting down; retry on another instance")]
     ShuttingDown,
     #[error("{context}: {source}")]
@@ -97,6 +100,7 @@ impl ToolError {
             | Self::PatchFailed { .. }
             | Self::FailedPrecondition(_)
             | Self::WorkspaceUnavailable { .. } => Code::FailedPrecondition,
+            Self::DeadlineExceeded(_) => Code::DeadlineExceeded,
             Self::ShuttingDown => Code::Unavailable,
             Self::Io { .. } | Self::Internal(_) => Code::Internal,
         }

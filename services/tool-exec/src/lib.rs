@@ -6,6 +6,7 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod grpc;
+pub mod process;
 pub mod runner;
 pub mod sandbox;
 pub mod server;

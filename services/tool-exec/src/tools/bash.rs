@@ -1,10 +1,145 @@
-//! PLACEHOLDER: being built.
+//! bash: runs `bash -c <command>` in the workspace root.
+//!
+//! The command runs with stdin closed, in its own process group, with the service's
+//! environment minus its `CHORUS_*` variables plus `CHORUS_WORKSPACE_ROOT` (the
+//! root). stdout and stderr are kept up to `max_output_bytes` each. When the
+//! command returns, the timeout passes or the service shuts down, the whole process
+//! group is killed: nothing the command started outlives the call (see
+//! [`crate::process`]).
+//!
+//! A non-zero exit is a result, not an error (`exit_code` tells it). A timeout and a
+//! shutdown are reported in-band, alongside the partial output: `deadline_exceeded`
+//! and `cancelled`. The latter deliberately is not UNAVAILABLE: the command may have
+//! done part of its work, so it must not be retried blindly elsewhere.
 
-use chorus_catalog::args;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::time::Duration;
 
+use chorus_catalog::{args, outputs};
+
+use crate::config::Limits;
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
+use crate::process::{self, Ending, RunLimits};
 
-pub async fn run(_ctx: &ToolContext, _args: args::Bash) -> Result<ToolOutcome, ToolError> {
-    Err(ToolError::Internal("PLACEHOLDER".to_owned()))
+const TOOL: &str = "bash";
+
+/// The variable that tells a command where the workspace root is.
+pub const WORKSPACE_ROOT_ENV: &str = "CHORUS_WORKSPACE_ROOT";
+
+pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, ToolError> {
+    if args.command.trim().is_empty() {
+        return Err(invalid("command is empty"));
+    }
+    if args.command.contains('\0') {
+        return Err(invalid("command contains a NUL byte"));
+    }
+    let timeout = timeout(&ctx.limits, args.timeout_secs)?;
+    let root = ctx.sandbox.canonical_root();
+
+    let mut cmd = process::command(bash_program(), root);
+    cmd.arg("-c")
+        .arg(&args.command)
+        .env(WORKSPACE_ROOT_ENV, root);
+    let limits = RunLimits {
+        timeout,
+        max_output_bytes: ctx.limits.max_output_bytes,
+    };
+    let finished = process::run(cmd, limits, &ctx.cancel)
+        .await
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => ToolError::FailedPrecondition(
+                "bash is not installed on the tool-exec host (not found at /bin/bash or on PATH)"
+                    .to_owned(),
+            ),
+            _ => ToolError::io("starting bash", e),
+        })?;
+
+    let timed_out = finished.ending == Ending::TimedOut;
+    let output = outputs::Bash {
+        stdout: finished.stdout.text(),
+        stderr: finished.stderr.text(),
+        exit_code: finished.status.code(),
+        signal: finished.status.signal(),
+        timed_out,
+        truncated: finished.stdout.truncated || finished.stderr.truncated,
+    };
+    let outcome = ToolOutcome::ok(&output)
+        .with_metadata("exit_code", output.exit_code)
+        .with_metadata("timed_out", timed_out);
+    Ok(match finished.ending {
+        Ending::Exited => outcome,
+        Ending::TimedOut => outcome.with_error(
+            "deadline_exceeded",
+            format!(
+                "command timed out after {} s; it and every process it started were killed",
+                timeout.as_secs()
+            ),
+        ),
+        Ending::Cancelled => outcome.with_error(
+            "cancelled",
+            "tool-exec is shutting down; the command and every process it started were killed; \
+             check what it already changed before running it again",
+        ),
+    })
+}
+
+/// The call's timeout: `timeout_secs` or the default, within `1..=bash_max_timeout`.
+fn timeout(limits: &Limits, timeout_secs: Option<u64>) -> Result<Duration, ToolError> {
+    let max = limits.bash_max_timeout.as_secs();
+    match timeout_secs {
+        None => Ok(limits.bash_default_timeout),
+        Some(secs) if (1..=max).contains(&secs) => Ok(Duration::from_secs(secs)),
+        Some(secs) => Err(invalid(&format!(
+            "timeout_secs is {secs}; it must be between 1 and {max}"
+        ))),
+    }
+}
+
+/// `/bin/bash` when present, else `bash` from PATH.
+fn bash_program() -> &'static str {
+    const STANDARD: &str = "/bin/bash";
+    if Path::new(STANDARD).is_file() {
+        STANDARD
+    } else {
+        "bash"
+    }
+}
+
+fn invalid(message: &str) -> ToolError {
+    ToolError::InvalidArguments {
+        tool: TOOL.to_owned(),
+        message: message.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_defaults_and_stays_within_bounds() {
+        let limits = Limits::default();
+        assert_eq!(
+            timeout(&limits, None).expect("default"),
+            limits.bash_default_timeout
+        );
+        assert_eq!(
+            timeout(&limits, Some(1)).expect("one second"),
+            Duration::from_secs(1)
+        );
+        let max = limits.bash_max_timeout.as_secs();
+        assert_eq!(
+            timeout(&limits, Some(max)).expect("the maximum"),
+            limits.bash_max_timeout
+        );
+        for refused in [0, max + 1, u64::MAX] {
+            let err = timeout(&limits, Some(refused)).expect_err("out of bounds");
+            assert!(
+                matches!(err, ToolError::InvalidArguments { .. }),
+                "{refused}: {err}"
+            );
+        }
+    }
 }
