@@ -361,7 +361,15 @@ impl Sandbox {
                 if !parent.is_root() {
                     self.dir
                         .create_dir_all(parent.as_path())
-                        .map_err(|e| self.fs_error(&parent, e))?;
+                        .map_err(|e| match e.kind() {
+                            // Something that is not a directory (a broken symlink, or
+                            // an entry swapped in meanwhile) holds a parent's name.
+                            io::ErrorKind::AlreadyExists => ToolError::InvalidPath {
+                                path: path.display(),
+                                reason: "a parent in it exists but is not a directory".to_owned(),
+                            },
+                            _ => self.fs_error(&parent, e),
+                        })?;
                 }
                 (path.clone(), None)
             }

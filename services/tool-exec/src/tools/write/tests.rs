@@ -205,3 +205,15 @@ async fn write_refuses_a_symlink_that_leads_outside() {
     assert!(matches!(err, ToolError::OutsideWorkspace { .. }), "{err}");
     assert_eq!(std::fs::read_to_string(&secret).expect("read"), "secret");
 }
+
+#[tokio::test]
+async fn create_under_a_broken_symlink_says_the_parent_is_not_a_directory() {
+    let ws = Workspace::new();
+    ws.symlink("missing-dir", "broken");
+    let err = create_file(&ws, "broken/new.txt", "x")
+        .await
+        .expect_err("broken parent");
+    assert!(matches!(err, ToolError::InvalidPath { .. }), "{err}");
+    assert!(err.to_string().contains("not a directory"), "{err}");
+    assert!(!ws.exists("missing-dir"));
+}
