@@ -463,7 +463,11 @@ impl Sandbox {
     /// Refuses to change `path` when `dir`, the directory that holds it (or its
     /// nearest existing ancestor), is really inside `.git` once symlinks are
     /// followed, e.g. `g/hooks/pre-commit` with `g -> .git`.
-    fn refuse_git_target(&self, path: &WorkspacePath, dir: &WorkspacePath) -> Result<(), ToolError> {
+    fn refuse_git_target(
+        &self,
+        path: &WorkspacePath,
+        dir: &WorkspacePath,
+    ) -> Result<(), ToolError> {
         let mut probe = dir.clone();
         loop {
             match self.dir.canonicalize(probe.as_path()) {

@@ -115,10 +115,7 @@ impl Arena {
         link(&outside.join("private"), "ln_dir_abs");
         link(Path::new("../outside/private"), "ln_dir_rel");
         link(Path::new("../../../../outside/private"), "deep/a/b/ln_up");
-        link(
-            &outside.join("created-by-attack.txt"),
-            "ln_dangling_out",
-        );
+        link(&outside.join("created-by-attack.txt"), "ln_dangling_out");
         link(Path::new(".git"), "ln_git");
         link(Path::new("loop_b"), "loop_a");
         link(Path::new("loop_a"), "loop_b");
@@ -212,10 +209,20 @@ impl Arena {
                 assert!(!err.to_string().contains(SECRET), "{tool} {args}: {err}");
             }
             Ok(outcome) => {
-                assert!(may_succeed, "{tool} {args}: expected a refusal, got {:?}", outcome.output);
+                assert!(
+                    may_succeed,
+                    "{tool} {args}: expected a refusal, got {:?}",
+                    outcome.output
+                );
                 let shown = outcome.output.to_string();
-                assert!(!shown.contains(SECRET), "{tool} {args}: leaks content: {shown}");
-                assert!(!shown.contains(OUTSIDE_NAME), "{tool} {args}: leaks names: {shown}");
+                assert!(
+                    !shown.contains(SECRET),
+                    "{tool} {args}: leaks content: {shown}"
+                );
+                assert!(
+                    !shown.contains(OUTSIDE_NAME),
+                    "{tool} {args}: leaks names: {shown}"
+                );
             }
         }
     }
@@ -445,6 +452,52 @@ async fn deleting_a_file_through_a_symlinked_directory_outside_is_refused() {
     }
 }
 
+#[tokio::test]
+async fn symlink_chains_that_end_outside_are_refused() {
+    let a = Arena::new();
+    // chain_a -> chain_b -> ln_secret_rel -> ../outside/...; dir_chain -> ln_dir_rel -> ../outside/private
+    symlink("chain_b", a.root.join("chain_a")).expect("symlink");
+    symlink("ln_secret_rel", a.root.join("chain_b")).expect("symlink");
+    symlink("dir/../ln_dir_rel", a.root.join("dir_chain")).expect("symlink");
+    a.refused("file.read", read("chain_a"), Code::PermissionDenied)
+        .await;
+    a.refused("file.write", content("chain_a"), Code::PermissionDenied)
+        .await;
+    a.refused("file.patch", patch("chain_b"), Code::PermissionDenied)
+        .await;
+    a.refused("file.delete", read("chain_a/x"), Code::PermissionDenied)
+        .await;
+    a.refused(
+        "file.read",
+        read("dir_chain/outside-hidden.txt"),
+        Code::PermissionDenied,
+    )
+    .await;
+    a.refused(
+        "file.create",
+        content("dir_chain/nested/new.txt"),
+        Code::PermissionDenied,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn absolute_symlinks_are_refused_even_when_they_point_inside() {
+    // The directory handle never follows an absolute target: where it lands
+    // depends on the host's filesystem, not the workspace.
+    let a = Arena::new();
+    symlink(a.root.join("file.txt"), a.root.join("ln_inside_abs")).expect("symlink");
+    a.refused("file.read", read("ln_inside_abs"), Code::PermissionDenied)
+        .await;
+    a.refused(
+        "file.write",
+        content("ln_inside_abs"),
+        Code::PermissionDenied,
+    )
+    .await;
+    assert_eq!(a.read_root("file.txt"), b"inside\n");
+}
+
 // ---- loops ----------------------------------------------------------------------
 
 #[tokio::test]
@@ -458,8 +511,12 @@ async fn a_symlink_loop_is_an_invalid_path_for_every_tool() {
         a.refused("file.patch", patch(path), Code::InvalidArgument)
             .await;
     }
-    a.refused("file.create", content("loop_a/x.txt"), Code::InvalidArgument)
-        .await;
+    a.refused(
+        "file.create",
+        content("loop_a/x.txt"),
+        Code::InvalidArgument,
+    )
+    .await;
     a.refused("file.delete", read("loop_a"), Code::InvalidArgument)
         .await;
 }
@@ -488,7 +545,11 @@ async fn a_self_loop_is_an_invalid_path_for_every_tool() {
 #[tokio::test]
 async fn nul_bytes_in_a_path_are_refused() {
     let a = Arena::new();
-    for path in ["file.txt\0", "file.txt\0../../outside/outside-secret.txt", "\0"] {
+    for path in [
+        "file.txt\0",
+        "file.txt\0../../outside/outside-secret.txt",
+        "\0",
+    ] {
         a.refused("file.read", read(path), Code::InvalidArgument)
             .await;
         a.refused("file.create", content(path), Code::InvalidArgument)
@@ -650,7 +711,11 @@ async fn writes_into_git_are_refused_for_every_writing_tool() {
         a.refused("file.delete", read(path), Code::PermissionDenied)
             .await;
     }
-    assert_eq!(git_before, snapshot_of(&a.root.join(".git")), ".git is unchanged");
+    assert_eq!(
+        git_before,
+        snapshot_of(&a.root.join(".git")),
+        ".git is unchanged"
+    );
     assert!(!a.root.join("sub").exists());
 }
 
@@ -859,7 +924,10 @@ async fn a_directory_swapped_for_an_outside_symlink_mid_call_never_lets_a_write_
                 Ok(outcome) => {
                     ok += 1;
                     let shown = outcome.output.to_string();
-                    assert!(!shown.contains(SECRET), "{tool} {args} read outside: {shown}");
+                    assert!(
+                        !shown.contains(SECRET),
+                        "{tool} {args} read outside: {shown}"
+                    );
                 }
                 Err(err) => {
                     *refused.entry(format!("{:?}", err.code())).or_default() += 1;

@@ -98,7 +98,10 @@ fn symlinks_leading_out_are_refused_when_used() {
     for rel in ["out/secret.txt", "up/passwd"] {
         let path = sandbox.resolve(rel).expect("resolves lexically");
         let err = sandbox.read_file(&path, 1024).expect_err(rel);
-        assert!(matches!(err, ToolError::OutsideWorkspace { .. }), "{rel}: {err}");
+        assert!(
+            matches!(err, ToolError::OutsideWorkspace { .. }),
+            "{rel}: {err}"
+        );
     }
 }
 
@@ -165,7 +168,9 @@ fn the_git_directory_is_protected_under_any_name() {
         .write_atomic(&path, b"x", WriteMode::Replace)
         .expect_err("through link");
     assert!(protected(err));
-    let path = sandbox.resolve_for_write("g/config").expect("not .git by name");
+    let path = sandbox
+        .resolve_for_write("g/config")
+        .expect("not .git by name");
     assert!(protected(sandbox.remove_file(&path).expect_err("remove")));
 
     assert!(!dir.path().join(".git/a").exists(), "no directory was made");
@@ -190,7 +195,9 @@ fn create_new_refuses_a_parent_that_leads_outside() {
     let (dir, sandbox) = sandbox();
     let outside = tempfile::tempdir().expect("tempdir");
     symlink(outside.path(), dir.path().join("out"));
-    let path = sandbox.resolve_for_write("out/new/file.txt").expect("resolves");
+    let path = sandbox
+        .resolve_for_write("out/new/file.txt")
+        .expect("resolves");
     let err = sandbox
         .write_atomic(&path, b"x", WriteMode::CreateNew)
         .expect_err("outside");

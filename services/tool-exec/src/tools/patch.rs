@@ -155,7 +155,12 @@ fn not_unique(text: &str, start: usize, find: &str, count: usize) -> String {
     )
 }
 
-fn not_found(text: &str, start: usize, patch: &args::Patch, before_earlier: Option<&str>) -> String {
+fn not_found(
+    text: &str,
+    start: usize,
+    patch: &args::Patch,
+    before_earlier: Option<&str>,
+) -> String {
     let find = patch.find.as_str();
     let scope = &text[start..];
     let mut reason = format!(

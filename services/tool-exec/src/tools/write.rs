@@ -10,13 +10,27 @@ use crate::sandbox::WriteMode;
 /// Creates a new file (and its missing parent directories); refuses to replace
 /// anything that exists, even a dangling symlink.
 pub async fn create(ctx: &ToolContext, args: args::FileCreate) -> Result<ToolOutcome, ToolError> {
-    write_whole(ctx, "file.create", args.path, args.content, WriteMode::CreateNew).await
+    write_whole(
+        ctx,
+        "file.create",
+        args.path,
+        args.content,
+        WriteMode::CreateNew,
+    )
+    .await
 }
 
 /// Replaces the content of an existing file, keeping its permissions. A symlink to
 /// a file inside the workspace is written through and stays a symlink.
 pub async fn write(ctx: &ToolContext, args: args::FileWrite) -> Result<ToolOutcome, ToolError> {
-    write_whole(ctx, "file.write", args.path, args.content, WriteMode::Replace).await
+    write_whole(
+        ctx,
+        "file.write",
+        args.path,
+        args.content,
+        WriteMode::Replace,
+    )
+    .await
 }
 
 async fn write_whole(

@@ -29,7 +29,9 @@ async fn deletes_a_symlink_itself_not_its_target() {
     delete(&ws, "link.txt").await.expect("deletes the link");
     assert!(!ws.exists("link.txt"));
     assert_eq!(ws.text("target.txt"), "keep");
-    delete(&ws, "dangling.txt").await.expect("deletes a dangling link");
+    delete(&ws, "dangling.txt")
+        .await
+        .expect("deletes a dangling link");
     assert!(!ws.exists("dangling.txt"));
 }
 
@@ -40,7 +42,10 @@ async fn refuses_directories_and_symlinks_to_directories() {
     ws.symlink("dir", "dirlink");
     for path in ["dir", "dirlink", "."] {
         let err = delete(&ws, path).await.expect_err(path);
-        assert!(matches!(err, ToolError::IsDirectory { .. }), "{path}: {err}");
+        assert!(
+            matches!(err, ToolError::IsDirectory { .. }),
+            "{path}: {err}"
+        );
     }
     assert!(ws.exists("dir/inner.txt"));
     assert!(ws.exists("dirlink"));
@@ -79,7 +84,10 @@ async fn refuses_the_git_directory_even_through_a_symlink() {
     ws.symlink(".git", "g");
     for path in [".git/config", "sub/.git/HEAD", "g/config"] {
         let err = delete(&ws, path).await.expect_err(path);
-        assert!(matches!(err, ToolError::ProtectedPath { .. }), "{path}: {err}");
+        assert!(
+            matches!(err, ToolError::ProtectedPath { .. }),
+            "{path}: {err}"
+        );
     }
     assert!(ws.exists(".git/config"));
     assert!(ws.exists("sub/.git/HEAD"));

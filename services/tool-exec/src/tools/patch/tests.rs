@@ -33,7 +33,11 @@ async fn patch(
 
 /// Runs a patch that must fail, checks nothing was written, and returns
 /// (index, total, reason).
-async fn failing(ws: &Workspace, content: &str, patches: Vec<args::Patch>) -> (usize, usize, String) {
+async fn failing(
+    ws: &Workspace,
+    content: &str,
+    patches: Vec<args::Patch>,
+) -> (usize, usize, String) {
     ws.put("f.txt", content);
     let err = patch(ws, "f.txt", patches).await.expect_err("fails");
     assert_eq!(ws.text("f.txt"), content, "no change was written");
@@ -74,7 +78,11 @@ async fn each_patch_sees_the_text_the_previous_ones_left() {
     let out = patch(
         &ws,
         "f.txt",
-        vec![edit("one", "uno"), edit("uno\ntwo", "uno\ndos"), edit("dos\n", "")],
+        vec![
+            edit("one", "uno"),
+            edit("uno\ntwo", "uno\ndos"),
+            edit("dos\n", ""),
+        ],
     )
     .await
     .expect("patches");
@@ -101,7 +109,8 @@ async fn start_line_limits_the_search_to_that_line_onward() {
 #[tokio::test]
 async fn start_line_zero_or_past_the_end_fails_with_a_reason() {
     let ws = Workspace::new();
-    let (index, total, reason) = failing(&ws, "a\nb\n", vec![edit("a", "A"), edit_from(0, "b", "B")]).await;
+    let (index, total, reason) =
+        failing(&ws, "a\nb\n", vec![edit("a", "A"), edit_from(0, "b", "B")]).await;
     assert_eq!((index, total), (2, 2));
     assert!(reason.contains("start_line must be 1 or more"), "{reason}");
 
@@ -121,14 +130,20 @@ async fn missing_find_text_is_quoted_shortened() {
     assert_eq!((index, total), (1, 1));
     assert!(reason.starts_with("find text \"zzz"), "{reason}");
     assert!(reason.contains("... (105 bytes) not found"), "{reason}");
-    assert!(!reason.contains("more"), "quoted text is shortened: {reason}");
+    assert!(
+        !reason.contains("more"),
+        "quoted text is shortened: {reason}"
+    );
 }
 
 #[tokio::test]
 async fn missing_find_text_gets_a_hint_when_the_cause_is_likely() {
     let ws = Workspace::new();
     let (_, _, reason) = failing(&ws, "let  X = 1;\n", vec![edit("let x = 1;", "")]).await;
-    assert!(reason.contains("differing only in whitespace or letter case"), "{reason}");
+    assert!(
+        reason.contains("differing only in whitespace or letter case"),
+        "{reason}"
+    );
 
     let (_, _, reason) = failing(&ws, "alpha\n", vec![edit("     1\talpha", "")]).await;
     assert!(reason.contains("line-number prefixes"), "{reason}");
@@ -136,7 +151,8 @@ async fn missing_find_text_gets_a_hint_when_the_cause_is_likely() {
     let (_, _, reason) = failing(&ws, "a\r\nb\r\n", vec![edit("a\nb", "")]).await;
     assert!(reason.contains("CRLF"), "{reason}");
 
-    let (index, _, reason) = failing(&ws, "old\n", vec![edit("old", "new"), edit("old", "x")]).await;
+    let (index, _, reason) =
+        failing(&ws, "old\n", vec![edit("old", "new"), edit("old", "x")]).await;
     assert_eq!(index, 2);
     assert!(reason.contains("earlier patch of this call"), "{reason}");
 
@@ -152,20 +168,29 @@ async fn missing_find_text_gets_a_hint_when_the_cause_is_likely() {
 async fn find_text_that_occurs_more_than_once_fails_and_says_where() {
     let ws = Workspace::new();
     let (_, _, reason) = failing(&ws, "x\ny\nx\nx\n", vec![edit("x", "z")]).await;
-    assert!(reason.contains("occurs 3 times (at lines 1, 3, 4)"), "{reason}");
+    assert!(
+        reason.contains("occurs 3 times (at lines 1, 3, 4)"),
+        "{reason}"
+    );
     assert!(
         reason.contains("add surrounding lines to make it unique or give start_line"),
         "{reason}"
     );
     let (_, _, reason) = failing(&ws, "x\ny\nx\nx\n", vec![edit_from(2, "x", "z")]).await;
-    assert!(reason.contains("occurs 2 times from line 2 on (at lines 3, 4)"), "{reason}");
+    assert!(
+        reason.contains("occurs 2 times from line 2 on (at lines 3, 4)"),
+        "{reason}"
+    );
 }
 
 #[tokio::test]
 async fn overlapping_occurrences_are_ambiguous_too() {
     let ws = Workspace::new();
     let (_, _, reason) = failing(&ws, "aaa\n", vec![edit("aa", "b")]).await;
-    assert!(reason.contains("more than once (the occurrences overlap"), "{reason}");
+    assert!(
+        reason.contains("more than once (the occurrences overlap"),
+        "{reason}"
+    );
 }
 
 #[tokio::test]
@@ -214,15 +239,20 @@ async fn refuses_files_that_are_not_editable_text() {
     ws.put("latin1.txt", b"caf\xe9");
     ws.put("big.txt", "x".repeat(17));
     ws.put("dir/inner.txt", "x");
-    let cases: [(&str, fn(&ToolError) -> bool); 5] = [
+    type Expected = fn(&ToolError) -> bool;
+    let cases: [(&str, Expected); 5] = [
         ("bin", |e| matches!(e, ToolError::Binary { .. })),
-        ("latin1.txt", |e| matches!(e, ToolError::NotUtf8 { offset: 3, .. })),
+        ("latin1.txt", |e| {
+            matches!(e, ToolError::NotUtf8 { offset: 3, .. })
+        }),
         ("big.txt", |e| matches!(e, ToolError::TooLarge { .. })),
         ("dir", |e| matches!(e, ToolError::IsDirectory { .. })),
         ("missing.txt", |e| matches!(e, ToolError::NotFound { .. })),
     ];
     for (path, expected) in cases {
-        let err = patch(&ws, path, vec![edit("a", "b")]).await.expect_err(path);
+        let err = patch(&ws, path, vec![edit("a", "b")])
+            .await
+            .expect_err(path);
         assert!(expected(&err), "{path}: {err:?}");
     }
     assert_eq!(ws.get("bin"), b"ab\0cd");
@@ -239,7 +269,10 @@ async fn a_result_over_the_write_limit_is_refused() {
         .await
         .expect_err("too big");
     assert!(matches!(err, ToolError::InvalidArguments { .. }), "{err}");
-    assert!(err.to_string().contains("the patched file is 12 bytes"), "{err}");
+    assert!(
+        err.to_string().contains("the patched file is 12 bytes"),
+        "{err}"
+    );
     assert_eq!(ws.text("f.txt"), "abc");
 }
 
@@ -252,7 +285,10 @@ async fn refuses_the_git_directory_even_through_a_symlink() {
         let err = patch(&ws, path, vec![edit("core", "x")])
             .await
             .expect_err(path);
-        assert!(matches!(err, ToolError::ProtectedPath { .. }), "{path}: {err}");
+        assert!(
+            matches!(err, ToolError::ProtectedPath { .. }),
+            "{path}: {err}"
+        );
     }
     assert_eq!(ws.text(".git/config"), "[core]\n");
 }

@@ -30,9 +30,15 @@ impl Workspace {
             run_id: "run-1".to_owned(),
             task_id: "task-1".to_owned(),
             agent: "tester".to_owned(),
-            tools: ["file.read", "file.create", "file.write", "file.patch", "file.delete"]
-                .map(str::to_owned)
-                .to_vec(),
+            tools: [
+                "file.read",
+                "file.create",
+                "file.write",
+                "file.patch",
+                "file.delete",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
             root,
         };
         let ctx = ToolContext {

@@ -22,7 +22,9 @@ async fn read_page(
     offset: Option<u64>,
     limit: Option<u64>,
 ) -> Result<outputs::FileRead, ToolError> {
-    run(&ws.ctx, read_args(path, offset, limit)).await.map(output)
+    run(&ws.ctx, read_args(path, offset, limit))
+        .await
+        .map(output)
 }
 
 #[tokio::test]
@@ -139,7 +141,10 @@ async fn a_zero_limit_is_refused() {
         .await
         .expect_err("limit 0");
     assert!(matches!(err, ToolError::InvalidArguments { .. }), "{err}");
-    assert!(err.to_string().contains("limit must be at least 1"), "{err}");
+    assert!(
+        err.to_string().contains("limit must be at least 1"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -221,7 +226,14 @@ async fn files_over_the_read_limit_are_refused() {
     ws.put("big.txt", "0123456789A");
     let err = read(&ws, "big.txt").await.expect_err("too large");
     assert!(
-        matches!(err, ToolError::TooLarge { size: 11, limit: 10, .. }),
+        matches!(
+            err,
+            ToolError::TooLarge {
+                size: 11,
+                limit: 10,
+                ..
+            }
+        ),
         "{err:?}"
     );
     ws.put("fits.txt", "0123456789");

@@ -44,7 +44,11 @@ async fn create_makes_the_file_and_its_parents_and_counts_utf8_bytes() {
         }
     );
     assert_eq!(ws.text("docs/notes/café.md"), "é\n");
-    assert_eq!(ws.names("docs/notes"), ["café.md"], "no temporary file left");
+    assert_eq!(
+        ws.names("docs/notes"),
+        ["café.md"],
+        "no temporary file left"
+    );
 }
 
 #[tokio::test]
@@ -66,10 +70,16 @@ async fn create_refuses_anything_already_at_the_path() {
     ws.symlink("nowhere.txt", "dangling.txt");
     for path in ["file.txt", "dir", "link.txt", "dangling.txt"] {
         let err = create_file(&ws, path, "new").await.expect_err(path);
-        assert!(matches!(err, ToolError::AlreadyExists { .. }), "{path}: {err}");
+        assert!(
+            matches!(err, ToolError::AlreadyExists { .. }),
+            "{path}: {err}"
+        );
     }
     assert_eq!(ws.text("file.txt"), "old");
-    assert!(!ws.exists("nowhere.txt"), "the dangling link was not followed");
+    assert!(
+        !ws.exists("nowhere.txt"),
+        "the dangling link was not followed"
+    );
     assert!(
         ws.path("dangling.txt")
             .symlink_metadata()
@@ -84,7 +94,9 @@ async fn create_goes_through_a_symlinked_directory_inside_the_root() {
     let ws = Workspace::new();
     ws.put("real/keep.txt", "");
     ws.symlink("real", "alias");
-    create_file(&ws, "alias/new.txt", "hi").await.expect("creates");
+    create_file(&ws, "alias/new.txt", "hi")
+        .await
+        .expect("creates");
     assert_eq!(ws.text("real/new.txt"), "hi");
 }
 
@@ -112,7 +124,9 @@ async fn create_and_write_refuse_content_over_the_write_limit() {
     assert!(matches!(err, ToolError::InvalidArguments { .. }), "{err}");
     assert!(err.to_string().contains("over the 4-byte limit"), "{err}");
     assert!(!ws.exists("big.txt"));
-    create_file(&ws, "ok.txt", "1234").await.expect("at the limit");
+    create_file(&ws, "ok.txt", "1234")
+        .await
+        .expect("at the limit");
 
     let err = write_file(&ws, "ok.txt", "12345")
         .await
@@ -128,18 +142,27 @@ async fn create_and_write_refuse_the_git_directory_even_through_a_symlink() {
     ws.put(".git/hooks/README", "");
     ws.symlink(".git", "g");
     ws.symlink(".git/config", "cfg");
-    for path in [".git/hooks/pre-commit", "sub/.git/x", "g/hooks/pre-commit", "g/new/deep"] {
-        let err = create_file(&ws, path, "#!/bin/sh\n")
-            .await
-            .expect_err(path);
-        assert!(matches!(err, ToolError::ProtectedPath { .. }), "{path}: {err}");
+    for path in [
+        ".git/hooks/pre-commit",
+        "sub/.git/x",
+        "g/hooks/pre-commit",
+        "g/new/deep",
+    ] {
+        let err = create_file(&ws, path, "#!/bin/sh\n").await.expect_err(path);
+        assert!(
+            matches!(err, ToolError::ProtectedPath { .. }),
+            "{path}: {err}"
+        );
     }
     assert_eq!(ws.names(".git/hooks"), ["README"]);
     assert!(!ws.exists("sub"));
     assert_eq!(ws.names(".git"), ["config", "hooks"]);
     for path in [".git/config", "g/config", "cfg"] {
         let err = write_file(&ws, path, "pwned").await.expect_err(path);
-        assert!(matches!(err, ToolError::ProtectedPath { .. }), "{path}: {err}");
+        assert!(
+            matches!(err, ToolError::ProtectedPath { .. }),
+            "{path}: {err}"
+        );
     }
     assert_eq!(ws.text(".git/config"), "[core]\n");
 }
@@ -156,7 +179,12 @@ async fn write_replaces_the_content_and_keeps_the_permissions() {
     assert_eq!(out.bytes_written, 9);
     assert_eq!(out.path, "run.sh");
     assert_eq!(ws.text("run.sh"), "echo new\n");
-    let mode = ws.path("run.sh").metadata().expect("meta").permissions().mode();
+    let mode = ws
+        .path("run.sh")
+        .metadata()
+        .expect("meta")
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o751);
     assert_eq!(ws.names("."), ["run.sh"], "no temporary file left");
 }
