@@ -228,6 +228,19 @@ impl Sandbox {
 
     /// Opens a regular file for reading.
     pub fn open_file(&self, path: &WorkspacePath) -> Result<File, ToolError> {
+        // Look before opening: opening a FIFO for reading would block until a
+        // writer appears. The check after opening covers an entry swapped meanwhile.
+        let meta = self.metadata(path)?;
+        if meta.is_dir() {
+            return Err(ToolError::IsDirectory {
+                path: path.display(),
+            });
+        }
+        if !meta.is_file() {
+            return Err(ToolError::NotAFile {
+                path: path.display(),
+            });
+        }
         let file = self
             .dir
             .open(path.as_path())
@@ -324,7 +337,14 @@ impl Sandbox {
                     .dir
                     .canonicalize(path.as_path())
                     .map_err(|e| self.fs_error(path, e))?;
-                (WorkspacePath(real), Some(meta.permissions()))
+                let real = WorkspacePath(real);
+                // A symlink may lead into .git under another name.
+                if real.is_in_git_dir() {
+                    return Err(ToolError::ProtectedPath {
+                        path: path.display(),
+                    });
+                }
+                (real, Some(meta.permissions()))
             }
             WriteMode::CreateNew => {
                 match self.dir.symlink_metadata(path.as_path()) {
@@ -337,10 +357,19 @@ impl Sandbox {
                     Err(e) => return Err(self.fs_error(path, e)),
                 }
                 let parent = path.parent();
+                self.refuse_git_target(path, &parent)?;
                 if !parent.is_root() {
                     self.dir
                         .create_dir_all(parent.as_path())
-                        .map_err(|e| self.fs_error(&parent, e))?;
+                        .map_err(|e| match e.kind() {
+                            // Something that is not a directory (a broken symlink, or
+                            // an entry swapped in meanwhile) holds a parent's name.
+                            io::ErrorKind::AlreadyExists => ToolError::InvalidPath {
+                                path: path.display(),
+                                reason: "a parent in it exists but is not a directory".to_owned(),
+                            },
+                            _ => self.fs_error(&parent, e),
+                        })?;
                 }
                 (path.clone(), None)
             }
@@ -348,7 +377,7 @@ impl Sandbox {
         let parent = target.parent();
         let tmp = parent.join(format!(
             ".{}.chorus-{}.tmp",
-            name.to_string_lossy(),
+            prefix_of(&name.to_string_lossy(), TEMP_NAME_PREFIX_BYTES),
             uuid::Uuid::new_v4().simple()
         ));
         let result = self
@@ -408,6 +437,7 @@ impl Sandbox {
                 path: path.display(),
             });
         }
+        self.refuse_git_target(path, &path.parent())?;
         if meta.file_type().is_symlink() {
             match self.dir.metadata(path.as_path()) {
                 Ok(target) if target.is_dir() => {
@@ -428,6 +458,31 @@ impl Sandbox {
         self.dir
             .remove_file(path.as_path())
             .map_err(|e| self.fs_error(path, e))
+    }
+
+    /// Refuses to change `path` when `dir`, the directory that holds it (or its
+    /// nearest existing ancestor), is really inside `.git` once symlinks are
+    /// followed, e.g. `g/hooks/pre-commit` with `g -> .git`.
+    fn refuse_git_target(
+        &self,
+        path: &WorkspacePath,
+        dir: &WorkspacePath,
+    ) -> Result<(), ToolError> {
+        let mut probe = dir.clone();
+        loop {
+            match self.dir.canonicalize(probe.as_path()) {
+                Ok(real) if real.components().any(|c| c.as_os_str() == ".git") => {
+                    return Err(ToolError::ProtectedPath {
+                        path: path.display(),
+                    });
+                }
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound && !probe.is_root() => {
+                    probe = probe.parent();
+                }
+                Err(e) => return Err(self.fs_error(&probe, e)),
+            }
+        }
     }
 
     /// The workspace-relative form of a real path found by a directory walk under
@@ -488,6 +543,19 @@ mod libc_errno {
     pub const ENAMETOOLONG: i32 = nix::errno::Errno::ENAMETOOLONG as i32;
     pub const ENOTDIR: i32 = nix::errno::Errno::ENOTDIR as i32;
     pub const EISDIR: i32 = nix::errno::Errno::EISDIR as i32;
+}
+
+/// How much of a file's name its temporary sibling keeps, so that the temporary
+/// name stays under NAME_MAX even for a 255-byte file name.
+const TEMP_NAME_PREFIX_BYTES: usize = 100;
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
+fn prefix_of(s: &str, max: usize) -> &str {
+    let cut = (0..=max.min(s.len()))
+        .rev()
+        .find(|i| s.is_char_boundary(*i))
+        .unwrap_or(0);
+    &s[..cut]
 }
 
 fn shorten(input: &str) -> String {

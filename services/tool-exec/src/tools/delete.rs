@@ -1,10 +1,23 @@
-//! PLACEHOLDER: being built.
+//! file.delete: removes one file or symlink, never a directory.
 
-use chorus_catalog::args;
+use chorus_catalog::{args, outputs};
 
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
 
-pub async fn run(_ctx: &ToolContext, _args: args::FileDelete) -> Result<ToolOutcome, ToolError> {
-    Err(ToolError::Internal("PLACEHOLDER".to_owned()))
+/// Removes a file, or a symlink itself (not what it points to). Directories,
+/// `.git` and symlinks that lead outside the workspace are refused by the sandbox.
+pub async fn run(ctx: &ToolContext, args: args::FileDelete) -> Result<ToolOutcome, ToolError> {
+    let path = ctx.sandbox.resolve_for_write(&args.path)?;
+    {
+        let path = path.clone();
+        ctx.blocking(move |sandbox| sandbox.remove_file(&path))
+            .await?;
+    }
+    Ok(ToolOutcome::ok(&outputs::FileDeleted {
+        path: path.display(),
+    }))
 }
+
+#[cfg(test)]
+mod tests;
