@@ -1,0 +1,33 @@
+//! Attacks on the workspace sandbox, made the way an agent would make them: tool
+//! calls through `ToolRunner::execute`, the path the gRPC server takes.
+//!
+//! Layout of every arena (a fresh temporary directory):
+//!
+//! ```text
+//! outside/outside-secret.txt          TOPSECRET ...
+//! outside/private/outside-hidden.txt  TOPSECRET ...
+//! outside/private/f.txt               TOPSECRET ... (same name as the race target)
+//! outside/private/nested/outside-deep.txt
+//! root/                               the workspace
+//!   file.txt, dir/inner.txt, .git/{config,HEAD,hooks/}
+//!   ln_secret_abs  -> <abs>/outside/outside-secret.txt
+//!   ln_secret_rel  -> ../outside/outside-secret.txt
+//!   ln_dir_abs     -> <abs>/outside/private
+//!   ln_dir_rel     -> ../outside/private
+//!   deep/a/b/ln_up -> ../../../../outside/private
+//!   ln_dangling_out -> <abs>/outside/created-by-attack.txt (does not exist)
+//!   ln_git         -> .git
+//!   loop_a -> loop_b -> loop_a, self_loop -> self_loop
+//!   "bad\xff.txt"  (a file name that is not UTF-8)
+//! stash/                              the race's parking place (neither inside nor watched)
+//! ```
+//!
+//! Every case asserts the exact gRPC code and that nothing outside the root changed
+//! (names, kinds, link targets and bytes of everything next to `root/`).
+
+mod arena;
+mod kinds;
+mod paths;
+mod race;
+mod symlinks;
+mod walks;
