@@ -71,10 +71,10 @@ fn schema_value(make: fn(&mut SchemaGenerator) -> Schema) -> Value {
     let mut value = schema.to_value();
     // Inline-able definitions are kept under $defs so every schema stands alone.
     let defs = generator.take_definitions(true);
-    if !defs.is_empty() {
-        if let Some(obj) = value.as_object_mut() {
-            obj.insert("$defs".to_owned(), Value::Object(defs));
-        }
+    if !defs.is_empty()
+        && let Some(obj) = value.as_object_mut()
+    {
+        obj.insert("$defs".to_owned(), Value::Object(defs));
     }
     value
 }

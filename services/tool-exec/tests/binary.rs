@@ -127,10 +127,10 @@ fn wait_for_log(
     message: &str,
 ) -> serde_json::Value {
     for line in lines.by_ref() {
-        if let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line) {
-            if entry["fields"]["message"] == message {
-                return entry;
-            }
+        if let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line)
+            && entry["fields"]["message"] == message
+        {
+            return entry;
         }
     }
     let _ = child.kill();
