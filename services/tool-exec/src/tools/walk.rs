@@ -88,7 +88,10 @@ impl Walk {
 
     /// The entry's path relative to the walked directory, for glob matching.
     pub(crate) fn below<'a>(&self, entry: &'a DirEntry) -> &'a Path {
-        entry.path().strip_prefix(&self.root).unwrap_or(entry.path())
+        entry
+            .path()
+            .strip_prefix(&self.root)
+            .unwrap_or(entry.path())
     }
 }
 

@@ -280,7 +280,11 @@ async fn symlinks_are_reported_but_never_followed() {
         }
     }
     let with_pattern = list(&ws, matching(".", "*")).await;
-    assert_eq!(paths(&with_pattern), ["in.txt"], "a pattern keeps files only");
+    assert_eq!(
+        paths(&with_pattern),
+        ["in.txt"],
+        "a pattern keeps files only"
+    );
 }
 
 #[tokio::test]
@@ -288,7 +292,13 @@ async fn listing_outside_the_workspace_is_permission_denied() {
     let ws = Workspace::new();
     ws.symlink(ws.outside(), "escape");
     let outside = ws.outside();
-    for path in ["..", "../outside", "escape", "escape/", outside.to_str().expect("utf-8")] {
+    for path in [
+        "..",
+        "../outside",
+        "escape",
+        "escape/",
+        outside.to_str().expect("utf-8"),
+    ] {
         for args in [list_args(path), recursive(path)] {
             let err = run(&ws.ctx, args).await.expect_err(path);
             assert!(
@@ -304,9 +314,7 @@ async fn listing_outside_the_workspace_is_permission_denied() {
 async fn listing_a_file_or_a_missing_path_fails_clearly() {
     let ws = Workspace::new();
     ws.write("a.txt", "");
-    let err = run(&ws.ctx, list_args("a.txt"))
-        .await
-        .expect_err("a file");
+    let err = run(&ws.ctx, list_args("a.txt")).await.expect_err("a file");
     assert!(matches!(err, ToolError::NotADirectory { .. }), "{err}");
     let err = run(&ws.ctx, recursive("missing"))
         .await
