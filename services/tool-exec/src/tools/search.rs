@@ -14,6 +14,7 @@
 //! (component by component) and line. When the answer is truncated, which files
 //! contributed depends on the order the threads reached them.
 
+mod answer;
 mod collect;
 
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
@@ -21,7 +22,7 @@ use grep_searcher::{BinaryDetection, SearcherBuilder};
 use ignore::WalkState;
 use tokio_util::sync::CancellationToken;
 
-use chorus_catalog::{args, outputs};
+use chorus_catalog::args;
 
 use self::collect::{Shared, Worker};
 use super::walk::{PathGlob, Walk};
@@ -59,8 +60,13 @@ pub async fn run(ctx: &ToolContext, args: args::FileSearch) -> Result<ToolOutcom
         }
         let stats = shared.stats();
         let (found, stopped) = shared.into_found();
-        let output = assemble(found, &query, stopped);
-        Ok(ToolOutcome::ok(&output)
+        let output = answer::assemble(found, query.max_results, query.max_output_bytes, stopped);
+        let outcome = ToolOutcome {
+            output,
+            error: None,
+            metadata: serde_json::Map::new(),
+        };
+        Ok(outcome
             .with_metadata("files_searched", stats.files_searched)
             .with_metadata("binary_files_skipped", stats.binary_skipped)
             .with_metadata("large_files_skipped", stats.large_skipped))
@@ -190,34 +196,6 @@ fn search_one(
     }
     Worker::new(sandbox, query, shared).search(path.clone(), file);
     Ok(())
-}
-
-/// Builds the answer: matches sorted by path and line, cut at `max_results` and
-/// at the output budget.
-fn assemble(
-    mut found: Vec<collect::FileMatches>,
-    query: &Query,
-    stopped: bool,
-) -> outputs::FileSearch {
-    found.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-    let total: usize = found.iter().map(|file| file.matches.len()).sum();
-    let mut matches = Vec::with_capacity(total.min(query.max_results));
-    let mut bytes = 0usize;
-    let mut truncated = stopped;
-    'files: for file in found {
-        let shown = file.path.display();
-        for mut found_match in file.matches {
-            let cost = collect::match_cost(shown.len(), &found_match);
-            if matches.len() == query.max_results || bytes + cost > query.max_output_bytes {
-                truncated = true;
-                break 'files;
-            }
-            bytes += cost;
-            found_match.path.clone_from(&shown);
-            matches.push(found_match);
-        }
-    }
-    outputs::FileSearch { matches, truncated }
 }
 
 #[cfg(test)]

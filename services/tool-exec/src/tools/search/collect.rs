@@ -1,6 +1,9 @@
 //! Collecting matches: one [`Worker`] per search thread (its own searcher and
 //! matcher, reused for every file), one [`FileSink`] per file, and the [`Shared`]
 //! counters that stop every thread once enough has been found.
+//!
+//! Threads may together collect more than `max_results` matches before they all
+//! see the stop; the answer is cut to the first ones by path when it is built.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -10,6 +13,9 @@ use chorus_catalog::outputs::{ContextLine, SearchMatch};
 use grep_regex::RegexMatcher;
 use grep_searcher::{Searcher, Sink, SinkContext, SinkContextKind, SinkMatch};
 
+use serde_json::Value;
+
+use super::answer::match_value;
 use super::{MAX_LINE_BYTES, Query};
 use crate::sandbox::{Sandbox, WorkspacePath};
 
@@ -17,21 +23,30 @@ use crate::sandbox::{Sandbox, WorkspacePath};
 const MATCH_OVERHEAD: usize = 48;
 const CONTEXT_OVERHEAD: usize = 32;
 
-/// The matches of one file, in line order. Their `path` is filled in last.
+/// The matches of one file, in line order, already in their JSON form (built
+/// on the search threads, in parallel).
 #[derive(Debug)]
 pub(crate) struct FileMatches {
     pub(crate) path: WorkspacePath,
-    pub(crate) matches: Vec<SearchMatch>,
+    pub(crate) matches: Vec<PreparedMatch>,
 }
 
-/// What every search thread sees.
+/// One match as JSON, with its estimated size in the answer.
+#[derive(Debug)]
+pub(crate) struct PreparedMatch {
+    pub(crate) cost: usize,
+    pub(crate) json: Value,
+}
+
+/// What every search thread sees. Threads count a file's matches locally and
+/// add them here when the file is done, so the hot path only reads these.
 #[derive(Debug)]
 pub(crate) struct Shared {
     max_results: usize,
     max_output_bytes: usize,
-    /// Matches recorded so far, all files together.
+    /// Matches of the files searched so far, all files together.
     matches: AtomicUsize,
-    /// Estimated output bytes recorded so far.
+    /// Estimated output bytes of those matches.
     bytes: AtomicUsize,
     /// Set once more than `max_results` matches or more than the output budget
     /// were found: every thread stops, and the answer is truncated.
@@ -77,7 +92,8 @@ impl Shared {
         }
     }
 
-    /// The matches of every file, and whether the search stopped early.
+    /// The matches of every file, and whether the search stopped early because
+    /// more was found than fits in the answer.
     pub(crate) fn into_found(self) -> (Vec<FileMatches>, bool) {
         let stopped = self.stop.into_inner();
         let found = self
@@ -87,29 +103,22 @@ impl Shared {
         (found, stopped)
     }
 
-    /// Counts one more match costing `cost` bytes; false (and everyone stops)
-    /// when it is one too many.
-    fn admit(&self, cost: usize) -> bool {
-        let count = self.matches.fetch_add(1, Ordering::Relaxed) + 1;
-        let bytes = self.bytes.fetch_add(cost, Ordering::Relaxed) + cost;
-        if count > self.max_results || bytes > self.max_output_bytes {
+    /// True when the files done so far plus `count` matches costing `bytes` are
+    /// more than the answer can hold: then everyone stops.
+    fn exceeded_with(&self, count: usize, bytes: usize) -> bool {
+        let exceeded = self.matches.load(Ordering::Relaxed) + count > self.max_results
+            || self.bytes.load(Ordering::Relaxed) + bytes > self.max_output_bytes;
+        if exceeded {
             self.stop.store(true, Ordering::Relaxed);
-            return false;
         }
-        true
+        exceeded
     }
 
-    /// Takes back what a file admitted (it turned out to be binary).
-    fn retract(&self, count: usize, bytes: usize) {
-        self.matches.fetch_sub(count, Ordering::Relaxed);
-        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
-    }
-
-    fn add_bytes(&self, cost: usize) {
-        self.bytes.fetch_add(cost, Ordering::Relaxed);
-    }
-
-    fn keep(&self, file: FileMatches) {
+    /// Adds a finished file's matches.
+    fn keep(&self, file: FileMatches, bytes: usize) {
+        let count = file.matches.len();
+        self.matches.fetch_add(count, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
         self.found
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -125,6 +134,8 @@ pub(crate) struct Worker<'a> {
     shared: &'a Shared,
     searcher: Searcher,
     matcher: RegexMatcher,
+    /// The current file's matches; reused from file to file.
+    matches: Vec<SearchMatch>,
 }
 
 impl<'a> Worker<'a> {
@@ -136,6 +147,7 @@ impl<'a> Worker<'a> {
             searcher: query.searcher.build(),
             // A clone per thread: each gets its own regex caches.
             matcher: query.matcher.clone(),
+            matches: Vec::new(),
         }
     }
 
@@ -156,13 +168,14 @@ impl<'a> Worker<'a> {
     pub(crate) fn search(&mut self, path: WorkspacePath, file: File) {
         self.shared.files_searched.fetch_add(1, Ordering::Relaxed);
         let path_len = path.as_path().as_os_str().len();
+        self.matches.clear();
         let mut sink = FileSink {
             shared: self.shared,
             path_len,
             after_context: self.query.context_lines,
-            matches: Vec::new(),
+            matches: &mut self.matches,
             before: Vec::new(),
-            admitted_bytes: 0,
+            bytes: 0,
             binary: false,
         };
         let file = file.into_std();
@@ -170,15 +183,22 @@ impl<'a> Worker<'a> {
         let _ = self.searcher.search_file(&self.matcher, &file, &mut sink);
         if sink.binary {
             self.shared.binary_skipped.fetch_add(1, Ordering::Relaxed);
-            self.shared.retract(sink.matches.len(), sink.admitted_bytes);
             return;
         }
-        if !sink.matches.is_empty() {
-            self.shared.keep(FileMatches {
-                path,
-                matches: sink.matches,
-            });
+        if sink.matches.is_empty() {
+            return;
         }
+        let bytes = sink.bytes;
+        let shown = path.display();
+        let matches = self
+            .matches
+            .drain(..)
+            .map(|found| PreparedMatch {
+                cost: match_cost(shown.len(), &found),
+                json: match_value(&shown, found),
+            })
+            .collect();
+        self.shared.keep(FileMatches { path, matches }, bytes);
     }
 }
 
@@ -187,10 +207,11 @@ struct FileSink<'a> {
     shared: &'a Shared,
     path_len: usize,
     after_context: usize,
-    matches: Vec<SearchMatch>,
+    matches: &'a mut Vec<SearchMatch>,
     /// Context lines waiting for the match they come before.
     before: Vec<ContextLine>,
-    admitted_bytes: usize,
+    /// Estimated output bytes of `matches`.
+    bytes: usize,
     binary: bool,
 }
 
@@ -209,10 +230,13 @@ impl Sink for FileSink<'_> {
             after: Vec::new(),
         };
         let cost = match_cost(self.path_len, &found);
-        if !self.shared.admit(cost) {
+        if self
+            .shared
+            .exceeded_with(self.matches.len() + 1, self.bytes + cost)
+        {
             return Ok(false);
         }
-        self.admitted_bytes += cost;
+        self.bytes += cost;
         self.matches.push(found);
         Ok(true)
     }
@@ -231,11 +255,9 @@ impl Sink for FileSink<'_> {
                 self.before.push(line);
             }
             SinkContextKind::After => {
-                let cost = CONTEXT_OVERHEAD + line.content.len();
                 if let Some(last) = self.matches.last_mut() {
+                    self.bytes += CONTEXT_OVERHEAD + line.content.len();
                     last.after.push(line);
-                    self.shared.add_bytes(cost);
-                    self.admitted_bytes += cost;
                     // Stopping: finish the last match's context, then stop.
                     if self.shared.is_stopped() && last.after.len() >= self.after_context {
                         return Ok(false);
