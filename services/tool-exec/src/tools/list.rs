@@ -12,6 +12,7 @@
 //! entry limit and still return the first entries of the full listing.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use cap_std::fs::{Dir, Metadata};
@@ -37,6 +38,7 @@ pub async fn run(ctx: &ToolContext, args: args::FileList) -> Result<ToolOutcome,
         .transpose()?;
     let limit = ctx.limits.max_list_entries;
     let cancel = ctx.cancel.clone();
+    let shared_sandbox = Arc::clone(&ctx.sandbox);
     ctx.blocking(move |sandbox| {
         let dir = sandbox.resolve(&args.path)?;
         let handle = sandbox.open_dir(&dir)?;
@@ -44,7 +46,7 @@ pub async fn run(ctx: &ToolContext, args: args::FileList) -> Result<ToolOutcome,
             list_entries(&dir, &handle, limit)?
         } else {
             drop(handle);
-            let walk = Walk::new(sandbox, &dir, args.include_ignored);
+            let walk = Walk::new(&shared_sandbox, &dir, args.include_ignored);
             list_walk(sandbox, &walk, glob.as_ref(), limit, &cancel)?
         };
         let count = listing.entries.len();

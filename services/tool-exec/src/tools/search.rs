@@ -17,6 +17,8 @@
 mod answer;
 mod collect;
 
+use std::sync::Arc;
+
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, SearcherBuilder};
 use ignore::WalkState;
@@ -43,6 +45,7 @@ const MAX_LINE_BYTES: usize = 2000;
 pub async fn run(ctx: &ToolContext, args: args::FileSearch) -> Result<ToolOutcome, ToolError> {
     let query = Query::new(&args, &ctx.limits)?;
     let cancel = ctx.cancel.clone();
+    let shared_sandbox = Arc::clone(&ctx.sandbox);
     ctx.blocking(move |sandbox| {
         let target = sandbox.resolve(&args.path)?;
         let meta = sandbox.metadata(&target)?;
@@ -50,10 +53,15 @@ pub async fn run(ctx: &ToolContext, args: args::FileSearch) -> Result<ToolOutcom
         if meta.is_dir() {
             // Re-checked through the handle: the directory exists inside the root.
             drop(sandbox.open_dir(&target)?);
-            let walk = Walk::new(sandbox, &target, args.include_ignored);
+            let walk = Walk::new(&shared_sandbox, &target, args.include_ignored);
             search_walk(sandbox, &walk, &query, &shared, &cancel);
-        } else {
+        } else if meta.is_file() {
             search_one(sandbox, &target, &query, &shared)?;
+        } else {
+            // Opening a FIFO would wait for a writer.
+            return Err(ToolError::NotAFile {
+                path: target.display(),
+            });
         }
         if cancel.is_cancelled() {
             return Err(ToolError::ShuttingDown);

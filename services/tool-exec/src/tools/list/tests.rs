@@ -232,6 +232,52 @@ async fn ignore_files_above_the_workspace_root_do_not_hide_its_files() {
 }
 
 #[tokio::test]
+async fn a_subdirectory_whitelist_beats_a_parent_rule_in_any_listing() {
+    let ws = Workspace::new();
+    ws.write(".gitignore", "*.log\n");
+    ws.write("sub/.gitignore", "!keep.log\n");
+    ws.write("sub/keep.log", "");
+    ws.write("sub/drop.log", "");
+
+    let from_root = list(&ws, matching(".", "*.log")).await;
+    assert_eq!(paths(&from_root), ["sub/keep.log"]);
+    let from_sub = list(&ws, matching("sub", "*.log")).await;
+    assert_eq!(paths(&from_sub), ["sub/keep.log"]);
+}
+
+#[tokio::test]
+async fn dot_ignore_beats_gitignore_and_git_info_exclude_applies() {
+    let ws = Workspace::new();
+    ws.write(".gitignore", "*.tmp\n");
+    ws.write(".ignore", "!important.tmp\n");
+    ws.write(".git/info/exclude", "local.env\n");
+    ws.write("important.tmp", "");
+    ws.write("scratch.tmp", "");
+    ws.write("local.env", "");
+
+    let listing = list(&ws, matching(".", "*.*")).await;
+    assert_eq!(paths(&listing), [".gitignore", ".ignore", "important.tmp"]);
+}
+
+#[tokio::test]
+async fn ignore_files_are_read_through_the_sandbox_only() {
+    let ws = Workspace::new();
+    // Rules linked from outside would hint at the outside file's lines: not read.
+    write_file(&ws.outside().join("rules"), "guess-1\n");
+    ws.symlink(ws.outside().join("rules"), ".gitignore");
+    ws.write("guess-1", "");
+    // A FIFO where an ignore file should be must not hang the walk.
+    let made = std::process::Command::new("mkfifo")
+        .arg(ws.root().join(".ignore"))
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success());
+
+    let listing = list(&ws, matching(".", "guess-*")).await;
+    assert_eq!(paths(&listing), ["guess-1"]);
+}
+
+#[tokio::test]
 async fn the_git_directory_is_never_listed() {
     let ws = Workspace::new();
     ws.write(".git/config", "");

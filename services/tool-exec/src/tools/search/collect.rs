@@ -114,11 +114,16 @@ impl Shared {
         exceeded
     }
 
-    /// Adds a finished file's matches.
+    /// Adds a finished file's matches. Threads count their own files' matches
+    /// without seeing each other's, so together they may pass the limits here:
+    /// then everyone stops.
     fn keep(&self, file: FileMatches, bytes: usize) {
         let count = file.matches.len();
-        self.matches.fetch_add(count, Ordering::Relaxed);
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let total = self.matches.fetch_add(count, Ordering::Relaxed) + count;
+        let total_bytes = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if total > self.max_results || total_bytes > self.max_output_bytes {
+            self.stop.store(true, Ordering::Relaxed);
+        }
         self.found
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

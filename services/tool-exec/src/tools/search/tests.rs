@@ -591,3 +591,49 @@ async fn the_runner_serves_search_and_list_with_default_arguments() {
     assert_eq!(listed.output["entries"][0]["path"], "src");
     assert_eq!(listed.output["entries"][0]["kind"], "directory");
 }
+
+#[tokio::test]
+async fn a_symlink_named_as_the_search_path_is_followed_inside_the_workspace() {
+    let ws = Workspace::new();
+    ws.write("src/a.rs", "needle\n");
+    ws.symlink("src", "alias");
+
+    let found = search(
+        &ws,
+        args::FileSearch {
+            path: "alias".to_owned(),
+            ..search_args("needle")
+        },
+    )
+    .await;
+    assert_eq!(
+        hits(&found),
+        ["alias/a.rs:1"],
+        "paths as the caller named them"
+    );
+}
+
+#[tokio::test]
+async fn fifos_neither_block_nor_get_searched() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "needle\n");
+    let made = std::process::Command::new("mkfifo")
+        .arg(ws.root().join("pipe"))
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success());
+
+    let found = search(&ws, search_args("needle")).await;
+    assert_eq!(hits(&found), ["a.txt:1"]);
+
+    let err = run(
+        &ws.ctx,
+        args::FileSearch {
+            path: "pipe".to_owned(),
+            ..search_args("needle")
+        },
+    )
+    .await
+    .expect_err("a fifo is not a file");
+    assert!(matches!(err, ToolError::NotAFile { .. }), "{err}");
+}
