@@ -173,12 +173,19 @@ fn run() -> Result<bool, BoxError> {
         let rg_expected = rg_lines()?.0;
         let rg_json_expected = rg_json()?.0;
         let mut times = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+        // Ratios of runs made back to back: steadier than a ratio of medians when
+        // other work on the machine comes and goes.
+        let mut ratios = [Vec::new(), Vec::new()];
         for _ in 0..iterations {
             let (answer, with_drop) = timed(&ours, expected)?;
+            let lines = timed(&rg_lines, rg_expected)?.0;
+            let json = timed(&rg_json, rg_json_expected)?.0;
+            ratios[0].push(answer.as_secs_f64() / lines.as_secs_f64());
+            ratios[1].push(answer.as_secs_f64() / json.as_secs_f64());
             times[0].push(answer);
             times[1].push(with_drop);
-            times[2].push(timed(&rg_lines, rg_expected)?.0);
-            times[3].push(timed(&rg_json, rg_json_expected)?.0);
+            times[2].push(lines);
+            times[3].push(json);
         }
         let equal = expected == rg_expected && expected == rg_json_expected;
         all_equal &= equal;
@@ -189,6 +196,8 @@ fn run() -> Result<bool, BoxError> {
             ours_with_drop: median(&mut times[1]),
             rg: median(&mut times[2]),
             rg_json: median(&mut times[3]),
+            ratio_lines: median_f64(&mut ratios[0]),
+            ratio_json: median_f64(&mut ratios[1]),
             ours_count: expected,
             rg_count: rg_expected,
             rg_json_count: rg_json_expected,
@@ -213,6 +222,9 @@ struct Row {
     ours_with_drop: Duration,
     rg: Duration,
     rg_json: Duration,
+    /// Median of the per-iteration ratios ours / rg.
+    ratio_lines: f64,
+    ratio_json: f64,
     ours_count: usize,
     rg_count: usize,
     rg_json_count: usize,
@@ -243,11 +255,16 @@ fn print_table(rows: &[Row]) {
             ms(row.ours),
             ms(row.ours_with_drop),
             ms(row.rg),
-            ms(row.ours) / ms(row.rg),
+            row.ratio_lines,
             ms(row.rg_json),
-            ms(row.ours) / ms(row.rg_json),
+            row.ratio_json,
         );
     }
+    let _ = writeln!(
+        out,
+        "\nms: medians. ratio: median of the ratios of back-to-back runs. \"ours\": until \
+         ToolRunner::execute returns the answer; \"incl. free\": also dropping it."
+    );
     let _ = writeln!(
         out,
         "\nrg flags per query (after `-n --no-heading --color never` or `--json`; path `.`):"
@@ -278,6 +295,11 @@ fn timed(
 fn median(times: &mut [Duration]) -> Duration {
     times.sort();
     times[times.len() / 2]
+}
+
+fn median_f64(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 /// rg flags that give file.search's rules: hidden files searched, .git skipped,

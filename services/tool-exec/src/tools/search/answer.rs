@@ -47,7 +47,8 @@ pub(crate) fn assemble(
 /// A `SearchMatch` found in `path` as its serde form (empty context lists are
 /// left out).
 pub(crate) fn match_value(path: &str, found: SearchMatch) -> Value {
-    let mut map = Map::with_capacity(5);
+    let fields = 3 + usize::from(!found.before.is_empty()) + usize::from(!found.after.is_empty());
+    let mut map = Map::with_capacity(fields);
     map.insert("path".to_owned(), Value::String(path.to_owned()));
     map.insert("line".to_owned(), Value::from(found.line));
     map.insert("content".to_owned(), Value::String(found.content));
