@@ -38,6 +38,7 @@ pub async fn run(ctx: &ToolContext, args: args::FileList) -> Result<ToolOutcome,
         .transpose()?;
     let limit = ctx.limits.max_list_entries;
     let cancel = ctx.cancel.clone();
+    // The walk's ignore-rule cache needs a sandbox it can own.
     let shared_sandbox = Arc::clone(&ctx.sandbox);
     ctx.blocking(move |sandbox| {
         let dir = sandbox.resolve(&args.path)?;
@@ -73,7 +74,7 @@ fn list_entries(dir: &WorkspacePath, handle: &Dir, limit: usize) -> Result<Listi
         .filter_map(Result::ok)
         .filter(|entry| entry.file_name() != ".git")
         .collect();
-    found.sort_by_key(cap_std::fs::DirEntry::file_name);
+    found.sort_by_cached_key(cap_std::fs::DirEntry::file_name);
     let mut listing = Listing::default();
     for entry in found {
         // The entry may have gone since the directory was read.

@@ -45,6 +45,7 @@ const MAX_LINE_BYTES: usize = 2000;
 pub async fn run(ctx: &ToolContext, args: args::FileSearch) -> Result<ToolOutcome, ToolError> {
     let query = Query::new(&args, &ctx.limits)?;
     let cancel = ctx.cancel.clone();
+    // The walk's ignore-rule cache needs a sandbox it can own.
     let shared_sandbox = Arc::clone(&ctx.sandbox);
     ctx.blocking(move |sandbox| {
         let target = sandbox.resolve(&args.path)?;

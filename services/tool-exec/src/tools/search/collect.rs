@@ -12,7 +12,6 @@ use cap_std::fs::File;
 use chorus_catalog::outputs::{ContextLine, SearchMatch};
 use grep_regex::RegexMatcher;
 use grep_searcher::{Searcher, Sink, SinkContext, SinkContextKind, SinkMatch};
-
 use serde_json::Value;
 
 use super::answer::match_value;
