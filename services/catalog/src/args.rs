@@ -74,44 +74,52 @@ pub struct FileDelete {
     pub path: String,
 }
 
-/// Lists a directory: its entries, or with `pattern`/`recursive` every file below it.
+/// Lists a directory: its entries, or with `pattern`/`recursive` every entry below
+/// it. Symlinks are listed as symlinks and never followed; `.git` is never listed.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileList {
     /// Directory to list (default: the workspace root).
     #[serde(default = "default_dot")]
     pub path: String,
-    /// Glob that entries must match, e.g. "*.rs" (matched against the file name) or
-    /// "src/**/*.rs" (matched against the path relative to `path`). Implies recursive.
+    /// Glob that files must match, e.g. "*.rs" (matched against the file name) or
+    /// "src/**/*.rs" (matched against the path relative to `path`; `*` stays within
+    /// one directory, `**` crosses them). Implies recursive and lists regular files only.
     #[serde(default)]
     pub pattern: Option<String>,
-    /// Walk subdirectories too.
+    /// Walk subdirectories too, skipping what .gitignore/.ignore files exclude.
     #[serde(default)]
     pub recursive: bool,
-    /// Include entries ignored by .gitignore files when walking recursively.
+    /// Include entries ignored by .gitignore/.ignore files when walking recursively.
     #[serde(default)]
     pub include_ignored: bool,
 }
 
-/// Searches file contents with a regular expression (ripgrep's engine and rules).
+/// Searches file contents with a regular expression (ripgrep's engine and rules):
+/// .gitignore/.ignore rules apply, hidden files are searched, `.git`, binary files
+/// (with a NUL byte) and symlinks met while walking are not.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileSearch {
-    /// Regular expression (Rust regex syntax). A pattern starting with '-' is fine.
+    /// Regular expression (Rust regex syntax), matched line by line. A pattern
+    /// starting with '-' is fine.
     pub pattern: String,
-    /// File or directory to search (default: the workspace root).
+    /// File or directory to search (default: the workspace root). A file named
+    /// here is searched even if ignore rules would skip it.
     #[serde(default = "default_dot")]
     pub path: String,
-    /// Only search files whose path matches this glob, e.g. "*.md".
+    /// Only search files matching this glob: "*.md" matches file names, "docs/**/*.md"
+    /// matches paths relative to `path`.
     #[serde(default)]
     pub glob: Option<String>,
     /// Match case exactly (default true).
     #[serde(default)]
     pub case_sensitive: Option<bool>,
-    /// Lines of context to return before and after each match.
+    /// Lines of context to return before and after each match (at most 50).
     #[serde(default)]
     pub context_lines: Option<u32>,
-    /// Maximum number of matches to return in total (default 100).
+    /// Maximum number of matching lines to return, counted across all files
+    /// (default 100; the service caps it).
     #[serde(default)]
     pub max_results: Option<u32>,
     /// Treat the pattern as a literal string, not a regex.

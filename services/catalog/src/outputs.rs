@@ -77,7 +77,7 @@ pub struct ListEntry {
 pub struct FileList {
     /// The listed directory, relative to the workspace root.
     pub path: String,
-    /// Entries sorted by path.
+    /// Entries sorted by path, component by component (a directory's entries follow it).
     pub entries: Vec<ListEntry>,
     /// True when the entry limit cut the listing short.
     pub truncated: bool,
@@ -97,7 +97,8 @@ pub struct SearchMatch {
     pub path: String,
     /// 1-based line number.
     pub line: u64,
-    /// The line, without its line terminator.
+    /// The line, without its line terminator (invalid UTF-8 shown as U+FFFD; lines
+    /// over 2000 bytes are cut and end in "…").
     pub content: String,
     /// Context lines before the match (when context_lines > 0).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -112,7 +113,8 @@ pub struct SearchMatch {
 pub struct FileSearch {
     /// Matches sorted by path, then line.
     pub matches: Vec<SearchMatch>,
-    /// True when more matches existed than max_results.
+    /// True when more matches existed than max_results, or than fit in the output
+    /// limit: narrow the search (path, glob, pattern) to see the rest.
     pub truncated: bool,
 }
 

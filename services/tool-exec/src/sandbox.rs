@@ -259,6 +259,27 @@ impl Sandbox {
         Ok(file)
     }
 
+    /// Opens a regular file found by a directory walk, for reading: a symlink in
+    /// the last component is not followed and a FIFO or device cannot block the
+    /// caller. Returns the file with the metadata of the open handle, so the
+    /// size and type checked are those of the file actually read.
+    pub fn open_walked_file(&self, path: &WorkspacePath) -> Result<(File, Metadata), ToolError> {
+        use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt, OpenOptionsSyncExt};
+        let mut options = OpenOptions::new();
+        options.read(true).follow(FollowSymlinks::No).nonblock(true);
+        let file = self
+            .dir
+            .open_with(path.as_path(), &options)
+            .map_err(|e| self.fs_error(path, e))?;
+        let meta = file.metadata().map_err(|e| self.fs_error(path, e))?;
+        if !meta.is_file() {
+            return Err(ToolError::NotAFile {
+                path: path.display(),
+            });
+        }
+        Ok((file, meta))
+    }
+
     /// Opens a directory below the root as its own handle.
     pub fn open_dir(&self, path: &WorkspacePath) -> Result<Dir, ToolError> {
         if path.is_root() {

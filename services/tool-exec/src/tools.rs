@@ -13,4 +13,7 @@ pub mod list;
 pub mod patch;
 pub mod read;
 pub mod search;
+#[cfg(test)]
+mod test_support;
+mod walk;
 pub mod write;

@@ -1,0 +1,80 @@
+//! A workspace in a temporary directory and a [`ToolContext`] for it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use chorus_run_token::RunGrant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Limits;
+use crate::context::ToolContext;
+use crate::sandbox::Sandbox;
+
+#[derive(Debug)]
+pub(crate) struct Workspace {
+    /// Holds the directory: the workspace is `<dir>/ws`, so tests can put things
+    /// next to it (outside the root) in `<dir>/outside`.
+    dir: tempfile::TempDir,
+    pub(crate) ctx: ToolContext,
+}
+
+impl Workspace {
+    pub(crate) fn new() -> Self {
+        Self::with_limits(Limits::default())
+    }
+
+    pub(crate) fn with_limits(limits: Limits) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("ws");
+        std::fs::create_dir_all(&root).expect("create the workspace");
+        std::fs::create_dir_all(dir.path().join("outside")).expect("create outside");
+        let sandbox = Sandbox::open(&root).expect("open the sandbox");
+        let grant = RunGrant {
+            run_id: "run-1".to_owned(),
+            task_id: "task-1".to_owned(),
+            agent: "tester".to_owned(),
+            tools: vec!["file.list".to_owned(), "file.search".to_owned()],
+            root,
+        };
+        let ctx = ToolContext {
+            sandbox: Arc::new(sandbox),
+            grant: Arc::new(grant),
+            limits,
+            cancel: CancellationToken::new(),
+        };
+        Self { dir, ctx }
+    }
+
+    /// The workspace root.
+    pub(crate) fn root(&self) -> PathBuf {
+        self.dir.path().join("ws")
+    }
+
+    /// A directory next to the workspace, outside its root.
+    pub(crate) fn outside(&self) -> PathBuf {
+        self.dir.path().join("outside")
+    }
+
+    /// Writes a file below the root, creating its parents.
+    pub(crate) fn write(&self, rel: impl AsRef<Path>, content: impl AsRef<[u8]>) {
+        write_file(&self.root().join(rel), content);
+    }
+
+    /// Creates a directory below the root.
+    pub(crate) fn mkdir(&self, rel: impl AsRef<Path>) {
+        std::fs::create_dir_all(self.root().join(rel)).expect("create dir");
+    }
+
+    /// Creates a symlink at `rel` below the root pointing at `target`.
+    pub(crate) fn symlink(&self, target: impl AsRef<Path>, rel: impl AsRef<Path>) {
+        std::os::unix::fs::symlink(target, self.root().join(rel)).expect("symlink");
+    }
+}
+
+/// Writes a file, creating its parents.
+pub(crate) fn write_file(path: &Path, content: impl AsRef<[u8]>) {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).expect("create parents");
+    }
+    std::fs::write(path, content).expect("write file");
+}
