@@ -44,7 +44,8 @@ impl WorkspacePath {
     }
 
     /// Builds a workspace path from a path already known to be relative and
-    /// normalised (e.g. one produced by a walk below a resolved directory).
+    /// normalised (tests only: real paths come from [`Sandbox::resolve`]).
+    #[cfg(test)]
     pub(crate) fn from_relative(rel: PathBuf) -> Self {
         Self(rel)
     }
