@@ -157,10 +157,6 @@ impl Arena {
     /// A file.list or file.search attack: refused with PermissionDenied or
     /// InvalidArgument, or, for a call that may succeed, an answer that shows no
     /// outside name or content. Nothing outside may change either way.
-    ///
-    /// Until the list and search tools are merged into this branch they answer
-    /// `internal error: PLACEHOLDER`; that answer alone is let through, so these
-    /// cases only check the real tools once they exist.
     pub(crate) async fn list_or_search(&self, tool: &str, args: Value, may_succeed: bool) {
         let before = self.outside_snapshot();
         let result = self.call(tool, args.clone()).await;
@@ -170,9 +166,6 @@ impl Arena {
             "{tool} {args}: the outside tree changed"
         );
         match result {
-            Err(ToolError::Internal(message)) if message == "PLACEHOLDER" => {
-                eprintln!("{tool} is still a placeholder; checked only that nothing changed");
-            }
             Err(err) => {
                 assert!(
                     matches!(err.code(), Code::PermissionDenied | Code::InvalidArgument),
