@@ -90,7 +90,9 @@ fn main() {
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(health)
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+                .serve_with_incoming(
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                ),
         );
 
         println!(

@@ -7,7 +7,11 @@ use crate::{TOOLS, ToolSpec};
 
 /// Describes one tool: its arguments (from the schema) and an example invocation.
 pub fn help_tool(spec: &ToolSpec) -> HelpTool {
-    let schema = spec.input_schema();
+    spec.help().clone()
+}
+
+/// Derives the help of a tool from its input schema.
+pub(crate) fn describe(spec: &ToolSpec, schema: &Value) -> HelpTool {
     let empty = Map::new();
     let properties = schema
         .get("properties")

@@ -12,6 +12,7 @@ pub mod outputs;
 mod profiles;
 
 use std::collections::BTreeSet;
+use std::sync::LazyLock;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, generate::SchemaSettings};
 use serde_json::Value;
@@ -55,15 +56,50 @@ pub struct ToolSpec {
 
 impl ToolSpec {
     /// JSON Schema (draft 2020-12) of the tool's arguments, self-contained.
-    pub fn input_schema(&self) -> Value {
-        schema_value(self.input)
+    pub fn input_schema(&self) -> &'static Value {
+        &self.derived().input
     }
 
     /// JSON Schema (draft 2020-12) of the tool's output, self-contained.
-    pub fn output_schema(&self) -> Value {
-        schema_value(self.output)
+    pub fn output_schema(&self) -> &'static Value {
+        &self.derived().output
+    }
+
+    /// What `help` says about the tool.
+    pub fn help(&self) -> &'static outputs::HelpTool {
+        &self.derived().help
+    }
+
+    fn derived(&self) -> &'static Derived {
+        let index = TOOLS
+            .iter()
+            .position(|t| t.name == self.name)
+            .expect("every ToolSpec is one of TOOLS");
+        &DERIVED[index]
     }
 }
+
+/// Schemas and help derived once per process from the types, in TOOLS order.
+struct Derived {
+    input: Value,
+    output: Value,
+    help: outputs::HelpTool,
+}
+
+static DERIVED: LazyLock<Vec<Derived>> = LazyLock::new(|| {
+    TOOLS
+        .iter()
+        .map(|spec| {
+            let input = schema_value(spec.input);
+            let help = help::describe(spec, &input);
+            Derived {
+                output: schema_value(spec.output),
+                input,
+                help,
+            }
+        })
+        .collect()
+});
 
 fn schema_value(make: fn(&mut SchemaGenerator) -> Schema) -> Value {
     let mut generator = SchemaSettings::draft2020_12().into_generator();

@@ -47,8 +47,8 @@ fn the_catalog_covers_every_tool_the_system_knows() {
 fn every_schema_is_a_valid_self_contained_object_schema() {
     for tool in TOOLS {
         for (which, schema) in [
-            ("input", tool.input_schema()),
-            ("output", tool.output_schema()),
+            ("input", tool.input_schema().clone()),
+            ("output", tool.output_schema().clone()),
         ] {
             assert_eq!(
                 schema["$schema"], "https://json-schema.org/draft/2020-12/schema",

@@ -63,8 +63,8 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
             .map(|t| pb::ToolDescriptor {
                 name: t.name.to_owned(),
                 description: t.description.to_owned(),
-                input_schema: object_struct(t.input_schema()),
-                output_schema: object_struct(t.output_schema()),
+                input_schema: object_struct(t.input_schema().clone()),
+                output_schema: object_struct(t.output_schema().clone()),
                 category: category(t.category) as i32,
                 executor: executor(t.executor) as i32,
                 always_granted: t.always_granted,

@@ -4,8 +4,8 @@ use std::future::Future;
 
 use chorus_proto::tools::v1::tool_exec_server::ToolExecServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
 use tracing::{info, info_span, warn};
 
 use crate::config::ToolExecConfig;
@@ -49,9 +49,10 @@ pub async fn run(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-            serve_stop.cancelled().await
-        });
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async move { serve_stop.cancelled().await },
+        );
     let mut server = std::pin::pin!(server);
 
     info!(%addr, "tool-exec serving");
