@@ -148,6 +148,4 @@ pub(crate) fn prefix_at_char_boundary(s: &str, max: usize) -> &str {
 }
 
 #[cfg(test)]
-pub(crate) mod test_support;
-#[cfg(test)]
 mod tests;

@@ -33,7 +33,17 @@ impl Workspace {
             run_id: "run-1".to_owned(),
             task_id: "task-1".to_owned(),
             agent: "tester".to_owned(),
-            tools: vec!["file.list".to_owned(), "file.search".to_owned()],
+            tools: [
+                "file.read",
+                "file.create",
+                "file.write",
+                "file.patch",
+                "file.delete",
+                "file.list",
+                "file.search",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
             root,
         };
         let ctx = ToolContext {
@@ -60,6 +70,36 @@ impl Workspace {
         write_file(&self.root().join(rel), content);
     }
 
+    /// The real path of `rel` under the root, for setting up and checking with std::fs.
+    pub(crate) fn path(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.root().join(rel)
+    }
+
+    /// Reads a file below the root with std::fs.
+    pub(crate) fn get(&self, rel: &str) -> Vec<u8> {
+        std::fs::read(self.path(rel)).expect("read fixture")
+    }
+
+    /// Reads a file below the root with std::fs, as text.
+    pub(crate) fn text(&self, rel: &str) -> String {
+        String::from_utf8(self.get(rel)).expect("utf8 fixture")
+    }
+
+    /// True when anything (a dangling symlink included) is at `rel`.
+    pub(crate) fn exists(&self, rel: &str) -> bool {
+        self.path(rel).symlink_metadata().is_ok()
+    }
+
+    /// Names in the directory `rel`, sorted (temporary files would show up here).
+    pub(crate) fn names(&self, rel: &str) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.path(rel))
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Creates a directory below the root.
     pub(crate) fn mkdir(&self, rel: impl AsRef<Path>) {
         std::fs::create_dir_all(self.root().join(rel)).expect("create dir");
@@ -69,6 +109,11 @@ impl Workspace {
     pub(crate) fn symlink(&self, target: impl AsRef<Path>, rel: impl AsRef<Path>) {
         std::os::unix::fs::symlink(target, self.root().join(rel)).expect("symlink");
     }
+}
+
+/// The typed output of a successful outcome.
+pub(crate) fn output<T: serde::de::DeserializeOwned>(outcome: crate::context::ToolOutcome) -> T {
+    serde_json::from_value(outcome.output).expect("output has the catalog type")
 }
 
 /// Writes a file, creating its parents.

@@ -1,7 +1,7 @@
 use chorus_catalog::{args, outputs};
 
 use super::*;
-use crate::tools::read::test_support::{Workspace, output};
+use crate::tools::test_support::{Workspace, output};
 
 async fn delete(ws: &Workspace, path: &str) -> Result<outputs::FileDeleted, ToolError> {
     let args = args::FileDelete {
@@ -13,7 +13,7 @@ async fn delete(ws: &Workspace, path: &str) -> Result<outputs::FileDeleted, Tool
 #[tokio::test]
 async fn deletes_a_file() {
     let ws = Workspace::new();
-    ws.put("sub/a.txt", "x");
+    ws.write("sub/a.txt", "x");
     let out = delete(&ws, "./sub/a.txt").await.expect("deletes");
     assert_eq!(out.path, "sub/a.txt");
     assert!(!ws.exists("sub/a.txt"));
@@ -23,7 +23,7 @@ async fn deletes_a_file() {
 #[tokio::test]
 async fn deletes_a_symlink_itself_not_its_target() {
     let ws = Workspace::new();
-    ws.put("target.txt", "keep");
+    ws.write("target.txt", "keep");
     ws.symlink("target.txt", "link.txt");
     ws.symlink("nowhere.txt", "dangling.txt");
     delete(&ws, "link.txt").await.expect("deletes the link");
@@ -38,7 +38,7 @@ async fn deletes_a_symlink_itself_not_its_target() {
 #[tokio::test]
 async fn refuses_directories_and_symlinks_to_directories() {
     let ws = Workspace::new();
-    ws.put("dir/inner.txt", "x");
+    ws.write("dir/inner.txt", "x");
     ws.symlink("dir", "dirlink");
     for path in ["dir", "dirlink", "."] {
         let err = delete(&ws, path).await.expect_err(path);
@@ -79,8 +79,8 @@ async fn refuses_symlinks_that_lead_outside_and_keeps_their_targets() {
 #[tokio::test]
 async fn refuses_the_git_directory_even_through_a_symlink() {
     let ws = Workspace::new();
-    ws.put(".git/config", "[core]\n");
-    ws.put("sub/.git/HEAD", "ref\n");
+    ws.write(".git/config", "[core]\n");
+    ws.write("sub/.git/HEAD", "ref\n");
     ws.symlink(".git", "g");
     for path in [".git/config", "sub/.git/HEAD", "g/config"] {
         let err = delete(&ws, path).await.expect_err(path);

@@ -2,7 +2,7 @@ use chorus_catalog::{args, outputs};
 
 use super::*;
 use crate::config::Limits;
-use crate::tools::read::test_support::{Workspace, output};
+use crate::tools::test_support::{Workspace, output};
 
 fn edit(find: &str, replace: &str) -> args::Patch {
     args::Patch {
@@ -38,7 +38,7 @@ async fn failing(
     content: &str,
     patches: Vec<args::Patch>,
 ) -> (usize, usize, String) {
-    ws.put("f.txt", content);
+    ws.write("f.txt", content);
     let err = patch(ws, "f.txt", patches).await.expect_err("fails");
     assert_eq!(ws.text("f.txt"), content, "no change was written");
     assert_eq!(ws.names("."), ["f.txt"], "no temporary file left");
@@ -55,7 +55,7 @@ async fn failing(
 #[tokio::test]
 async fn applies_a_literal_replacement() {
     let ws = Workspace::new();
-    ws.put("src/lib.rs", "fn main() {\n    println!(\"hi (x)\");\n}\n");
+    ws.write("src/lib.rs", "fn main() {\n    println!(\"hi (x)\");\n}\n");
     let out = patch(&ws, "src/lib.rs", vec![edit("hi (x)", "hello [y]")])
         .await
         .expect("patches");
@@ -74,7 +74,7 @@ async fn applies_a_literal_replacement() {
 #[tokio::test]
 async fn each_patch_sees_the_text_the_previous_ones_left() {
     let ws = Workspace::new();
-    ws.put("f.txt", "one\ntwo\n");
+    ws.write("f.txt", "one\ntwo\n");
     let out = patch(
         &ws,
         "f.txt",
@@ -94,7 +94,7 @@ async fn each_patch_sees_the_text_the_previous_ones_left() {
 #[tokio::test]
 async fn start_line_limits_the_search_to_that_line_onward() {
     let ws = Workspace::new();
-    ws.put("f.txt", "x = 1\ny = 2\nx = 1\n");
+    ws.write("f.txt", "x = 1\ny = 2\nx = 1\n");
     patch(&ws, "f.txt", vec![edit_from(2, "x = 1", "x = 3")])
         .await
         .expect("patches");
@@ -203,7 +203,7 @@ async fn an_empty_find_fails() {
 #[tokio::test]
 async fn an_empty_patch_list_is_an_invalid_argument() {
     let ws = Workspace::new();
-    ws.put("f.txt", "a");
+    ws.write("f.txt", "a");
     let err = patch(&ws, "f.txt", vec![]).await.expect_err("empty");
     assert!(matches!(err, ToolError::InvalidArguments { .. }), "{err}");
 }
@@ -235,10 +235,10 @@ async fn refuses_files_that_are_not_editable_text() {
         max_file_bytes: 16,
         ..Limits::default()
     });
-    ws.put("bin", b"ab\0cd");
-    ws.put("latin1.txt", b"caf\xe9");
-    ws.put("big.txt", "x".repeat(17));
-    ws.put("dir/inner.txt", "x");
+    ws.write("bin", b"ab\0cd");
+    ws.write("latin1.txt", b"caf\xe9");
+    ws.write("big.txt", "x".repeat(17));
+    ws.write("dir/inner.txt", "x");
     type Expected = fn(&ToolError) -> bool;
     let cases: [(&str, Expected); 5] = [
         ("bin", |e| matches!(e, ToolError::Binary { .. })),
@@ -264,7 +264,7 @@ async fn a_result_over_the_write_limit_is_refused() {
         max_write_bytes: 8,
         ..Limits::default()
     });
-    ws.put("f.txt", "abc");
+    ws.write("f.txt", "abc");
     let err = patch(&ws, "f.txt", vec![edit("b", "bbbbbbbbbb")])
         .await
         .expect_err("too big");
@@ -279,7 +279,7 @@ async fn a_result_over_the_write_limit_is_refused() {
 #[tokio::test]
 async fn refuses_the_git_directory_even_through_a_symlink() {
     let ws = Workspace::new();
-    ws.put(".git/config", "[core]\n");
+    ws.write(".git/config", "[core]\n");
     ws.symlink(".git", "g");
     for path in [".git/config", "g/config"] {
         let err = patch(&ws, path, vec![edit("core", "x")])
@@ -296,7 +296,7 @@ async fn refuses_the_git_directory_even_through_a_symlink() {
 #[tokio::test]
 async fn patches_through_a_symlink_inside_the_root() {
     let ws = Workspace::new();
-    ws.put("real.txt", "héllo wörld\n");
+    ws.write("real.txt", "héllo wörld\n");
     ws.symlink("real.txt", "link.txt");
     patch(&ws, "link.txt", vec![edit("wörld", "wørld")])
         .await

@@ -1,6 +1,6 @@
 use chorus_catalog::{args, outputs};
 
-use super::test_support::{Workspace, output};
+use crate::tools::test_support::{Workspace, output};
 use super::*;
 use crate::config::Limits;
 
@@ -30,7 +30,7 @@ async fn read_page(
 #[tokio::test]
 async fn lines_are_numbered_to_six_columns_and_a_trailing_newline_adds_no_line() {
     let ws = Workspace::new();
-    ws.put("a.txt", "alpha\nbeta\n");
+    ws.write("a.txt", "alpha\nbeta\n");
     let out = read(&ws, "a.txt").await.expect("reads");
     assert_eq!(
         out,
@@ -48,7 +48,7 @@ async fn lines_are_numbered_to_six_columns_and_a_trailing_newline_adds_no_line()
 #[tokio::test]
 async fn a_last_line_without_newline_counts_and_blank_lines_are_kept() {
     let ws = Workspace::new();
-    ws.put("a.txt", "one\n\nthree");
+    ws.write("a.txt", "one\n\nthree");
     let out = read(&ws, "a.txt").await.expect("reads");
     assert_eq!(out.content, "     1\tone\n     2\t\n     3\tthree\n");
     assert_eq!(out.total_lines, 3);
@@ -57,7 +57,7 @@ async fn a_last_line_without_newline_counts_and_blank_lines_are_kept() {
 #[tokio::test]
 async fn carriage_returns_before_newlines_are_not_part_of_lines() {
     let ws = Workspace::new();
-    ws.put("dos.txt", "one\r\ntwo\r\nthree\r");
+    ws.write("dos.txt", "one\r\ntwo\r\nthree\r");
     let out = read(&ws, "dos.txt").await.expect("reads");
     assert_eq!(out.content, "     1\tone\n     2\ttwo\n     3\tthree\n");
     assert_eq!(out.total_lines, 3);
@@ -66,7 +66,7 @@ async fn carriage_returns_before_newlines_are_not_part_of_lines() {
 #[tokio::test]
 async fn an_empty_file_has_no_lines() {
     let ws = Workspace::new();
-    ws.put("empty.txt", "");
+    ws.write("empty.txt", "");
     let out = read(&ws, "empty.txt").await.expect("reads");
     assert_eq!(out.content, "");
     assert_eq!(out.total_lines, 0);
@@ -78,7 +78,7 @@ async fn an_empty_file_has_no_lines() {
 #[tokio::test]
 async fn a_file_of_one_newline_has_one_empty_line() {
     let ws = Workspace::new();
-    ws.put("nl.txt", "\n");
+    ws.write("nl.txt", "\n");
     let out = read(&ws, "nl.txt").await.expect("reads");
     assert_eq!(out.content, "     1\t\n");
     assert_eq!(out.total_lines, 1);
@@ -87,7 +87,7 @@ async fn a_file_of_one_newline_has_one_empty_line() {
 #[tokio::test]
 async fn offset_and_limit_page_through_the_file() {
     let ws = Workspace::new();
-    ws.put("five.txt", "1\n2\n3\n4\n5\n");
+    ws.write("five.txt", "1\n2\n3\n4\n5\n");
     let first = read_page(&ws, "five.txt", Some(1), Some(2))
         .await
         .expect("reads");
@@ -108,7 +108,7 @@ async fn offset_and_limit_page_through_the_file() {
 #[tokio::test]
 async fn a_limit_that_reaches_the_end_is_not_truncated() {
     let ws = Workspace::new();
-    ws.put("three.txt", "a\nb\nc\n");
+    ws.write("three.txt", "a\nb\nc\n");
     let out = read_page(&ws, "three.txt", Some(0), Some(3))
         .await
         .expect("reads");
@@ -120,7 +120,7 @@ async fn a_limit_that_reaches_the_end_is_not_truncated() {
 #[tokio::test]
 async fn an_offset_at_or_past_the_end_returns_no_lines() {
     let ws = Workspace::new();
-    ws.put("two.txt", "a\nb\n");
+    ws.write("two.txt", "a\nb\n");
     for offset in [2, 3, u64::MAX] {
         let out = read_page(&ws, "two.txt", Some(offset), None)
             .await
@@ -136,7 +136,7 @@ async fn an_offset_at_or_past_the_end_returns_no_lines() {
 #[tokio::test]
 async fn a_zero_limit_is_refused() {
     let ws = Workspace::new();
-    ws.put("a.txt", "a\n");
+    ws.write("a.txt", "a\n");
     let err = read_page(&ws, "a.txt", None, Some(0))
         .await
         .expect_err("limit 0");
@@ -154,7 +154,7 @@ async fn the_output_limit_stops_at_a_line_boundary_and_says_where_to_go_on() {
         max_output_bytes: 40,
         ..Limits::default()
     });
-    ws.put("lines.txt", "xxxxxxxxx\n".repeat(5));
+    ws.write("lines.txt", "xxxxxxxxx\n".repeat(5));
     let out = read(&ws, "lines.txt").await.expect("reads");
     assert_eq!(out.lines_returned, 2);
     assert_eq!(out.content.len(), 34);
@@ -176,7 +176,7 @@ async fn a_single_line_over_the_output_limit_is_cut_at_a_char_boundary() {
         ..Limits::default()
     });
     // 300 three-byte chars on line 1, then a short line 2.
-    ws.put("wide.txt", format!("{}\nshort\n", "€".repeat(300)));
+    ws.write("wide.txt", format!("{}\nshort\n", "€".repeat(300)));
     let outcome = run(&ws.ctx, read_args("wide.txt", None, None))
         .await
         .expect("reads");
@@ -194,14 +194,14 @@ async fn a_single_line_over_the_output_limit_is_cut_at_a_char_boundary() {
 #[tokio::test]
 async fn nul_bytes_in_the_first_8_kib_make_a_file_binary() {
     let ws = Workspace::new();
-    ws.put("image.png", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR");
+    ws.write("image.png", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR");
     let err = read(&ws, "image.png").await.expect_err("binary");
     assert!(matches!(err, ToolError::Binary { .. }), "{err}");
 
     // A NUL far into a text file is just a character.
     let mut late = "a\n".repeat(5000).into_bytes();
     late.push(0);
-    ws.put("late.txt", late);
+    ws.write("late.txt", late);
     let out = read(&ws, "late.txt").await.expect("text");
     assert_eq!(out.total_lines, 5001);
 }
@@ -209,7 +209,7 @@ async fn nul_bytes_in_the_first_8_kib_make_a_file_binary() {
 #[tokio::test]
 async fn invalid_utf8_names_the_offset_of_the_first_bad_byte() {
     let ws = Workspace::new();
-    ws.put("latin1.txt", b"caf\xe9 au lait\n");
+    ws.write("latin1.txt", b"caf\xe9 au lait\n");
     let err = read(&ws, "latin1.txt").await.expect_err("not utf-8");
     assert!(
         matches!(err, ToolError::NotUtf8 { offset: 3, .. }),
@@ -223,7 +223,7 @@ async fn files_over_the_read_limit_are_refused() {
         max_file_bytes: 10,
         ..Limits::default()
     });
-    ws.put("big.txt", "0123456789A");
+    ws.write("big.txt", "0123456789A");
     let err = read(&ws, "big.txt").await.expect_err("too large");
     assert!(
         matches!(
@@ -236,14 +236,14 @@ async fn files_over_the_read_limit_are_refused() {
         ),
         "{err:?}"
     );
-    ws.put("fits.txt", "0123456789");
+    ws.write("fits.txt", "0123456789");
     read(&ws, "fits.txt").await.expect("at the limit");
 }
 
 #[tokio::test]
 async fn directories_missing_files_and_special_files_are_refused() {
     let ws = Workspace::new();
-    ws.put("dir/inner.txt", "x");
+    ws.write("dir/inner.txt", "x");
     let err = read(&ws, "dir").await.expect_err("dir");
     assert!(matches!(err, ToolError::IsDirectory { .. }), "{err}");
     let err = read(&ws, ".").await.expect_err("root");
@@ -268,7 +268,7 @@ async fn symlinks_inside_the_root_are_followed_and_ones_leading_out_are_refused(
     let ws = Workspace::new();
     let outside = tempfile::tempdir().expect("tempdir");
     std::fs::write(outside.path().join("secret.txt"), "secret\n").expect("write");
-    ws.put("real/file.txt", "inside\n");
+    ws.write("real/file.txt", "inside\n");
     ws.symlink("real/file.txt", "link.txt");
     ws.symlink(outside.path().join("secret.txt"), "out.txt");
 
@@ -282,7 +282,7 @@ async fn symlinks_inside_the_root_are_followed_and_ones_leading_out_are_refused(
 #[tokio::test]
 async fn absolute_paths_inside_the_root_are_shown_relative() {
     let ws = Workspace::new();
-    ws.put("sub/a.txt", "a\n");
+    ws.write("sub/a.txt", "a\n");
     let abs = ws.path("sub/a.txt");
     let out = read(&ws, abs.to_str().expect("utf8 path"))
         .await

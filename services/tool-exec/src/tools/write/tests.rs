@@ -4,7 +4,7 @@ use chorus_catalog::{args, outputs};
 
 use super::*;
 use crate::config::Limits;
-use crate::tools::read::test_support::{Workspace, output};
+use crate::tools::test_support::{Workspace, output};
 
 async fn create_file(
     ws: &Workspace,
@@ -64,8 +64,8 @@ async fn create_accepts_empty_content_and_the_longest_file_name() {
 #[tokio::test]
 async fn create_refuses_anything_already_at_the_path() {
     let ws = Workspace::new();
-    ws.put("file.txt", "old");
-    ws.put("dir/inner.txt", "x");
+    ws.write("file.txt", "old");
+    ws.write("dir/inner.txt", "x");
     ws.symlink("file.txt", "link.txt");
     ws.symlink("nowhere.txt", "dangling.txt");
     for path in ["file.txt", "dir", "link.txt", "dangling.txt"] {
@@ -92,7 +92,7 @@ async fn create_refuses_anything_already_at_the_path() {
 #[tokio::test]
 async fn create_goes_through_a_symlinked_directory_inside_the_root() {
     let ws = Workspace::new();
-    ws.put("real/keep.txt", "");
+    ws.write("real/keep.txt", "");
     ws.symlink("real", "alias");
     create_file(&ws, "alias/new.txt", "hi")
         .await
@@ -103,7 +103,7 @@ async fn create_goes_through_a_symlinked_directory_inside_the_root() {
 #[tokio::test]
 async fn create_refuses_the_root_and_paths_under_a_file() {
     let ws = Workspace::new();
-    ws.put("file.txt", "x");
+    ws.write("file.txt", "x");
     let err = create_file(&ws, ".", "x").await.expect_err("root");
     assert!(matches!(err, ToolError::IsDirectory { .. }), "{err}");
     let err = create_file(&ws, "file.txt/x", "x")
@@ -138,8 +138,8 @@ async fn create_and_write_refuse_content_over_the_write_limit() {
 #[tokio::test]
 async fn create_and_write_refuse_the_git_directory_even_through_a_symlink() {
     let ws = Workspace::new();
-    ws.put(".git/config", "[core]\n");
-    ws.put(".git/hooks/README", "");
+    ws.write(".git/config", "[core]\n");
+    ws.write(".git/hooks/README", "");
     ws.symlink(".git", "g");
     ws.symlink(".git/config", "cfg");
     for path in [
@@ -170,7 +170,7 @@ async fn create_and_write_refuse_the_git_directory_even_through_a_symlink() {
 #[tokio::test]
 async fn write_replaces_the_content_and_keeps_the_permissions() {
     let ws = Workspace::new();
-    ws.put("run.sh", "echo old\n");
+    ws.write("run.sh", "echo old\n");
     std::fs::set_permissions(ws.path("run.sh"), std::fs::Permissions::from_mode(0o751))
         .expect("chmod");
     let out = write_file(&ws, "run.sh", "echo new\n")
@@ -192,7 +192,7 @@ async fn write_replaces_the_content_and_keeps_the_permissions() {
 #[tokio::test]
 async fn write_needs_an_existing_regular_file() {
     let ws = Workspace::new();
-    ws.put("dir/inner.txt", "x");
+    ws.write("dir/inner.txt", "x");
     ws.symlink("nowhere.txt", "dangling.txt");
     let err = write_file(&ws, "new.txt", "x").await.expect_err("missing");
     assert!(matches!(err, ToolError::NotFound { .. }), "{err}");
@@ -211,7 +211,7 @@ async fn write_needs_an_existing_regular_file() {
 #[tokio::test]
 async fn write_through_a_symlink_changes_its_target_and_keeps_the_link() {
     let ws = Workspace::new();
-    ws.put("real/target.txt", "old");
+    ws.write("real/target.txt", "old");
     ws.symlink("real/target.txt", "link.txt");
     write_file(&ws, "link.txt", "new").await.expect("writes");
     assert_eq!(ws.text("real/target.txt"), "new");
