@@ -1,8 +1,8 @@
 use chorus_catalog::{args, outputs};
 
-use crate::tools::test_support::{Workspace, output};
 use super::*;
 use crate::config::Limits;
+use crate::tools::test_support::{Workspace, output};
 
 fn read_args(path: &str, offset: Option<u64>, limit: Option<u64>) -> args::FileRead {
     args::FileRead {
