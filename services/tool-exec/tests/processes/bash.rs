@@ -1,7 +1,6 @@
 //! bash: cwd, exit codes, streams, stdin, environment, output cap, timeouts,
 //! cancellation, and that no process a command starts outlives the call.
 
-
 use chorus_tool_exec::{Limits, ToolError};
 use serde_json::{Value, json};
 
