@@ -1,0 +1,184 @@
+//! Agents: who does the work, with which instructions and tools.
+
+use super::{DomainError, Name};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentKind {
+    /// Defined by the user: instructions, tools, provider.
+    UserDefined,
+    /// Part of Chorus (the planner): runs on the workspace's system provider and
+    /// uses only the always-granted tools.
+    Internal,
+}
+
+impl AgentKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::UserDefined => "user_defined",
+            Self::Internal => "internal",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, DomainError> {
+        match s {
+            "user_defined" => Ok(Self::UserDefined),
+            "internal" => Ok(Self::Internal),
+            _ => Err(DomainError::invalid(
+                "agent kind",
+                format!("unknown kind '{s}'; one of: user_defined, internal"),
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Agent {
+    pub name: Name,
+    pub kind: AgentKind,
+    pub instructions: String,
+    /// Tool names and `@profile` references, as the user wrote them.
+    pub allowed_tools: Vec<String>,
+    /// Provider that runs the agent (user-defined agents; internal agents use the
+    /// workspace's system provider).
+    pub provider: Option<Name>,
+    /// Model, overriding the provider's default.
+    pub model: Option<String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+impl Agent {
+    /// Checks an allow-list: every entry a catalog tool or a `@profile`. Returns
+    /// the tool names it grants (always-granted tools included).
+    pub fn check_allowed_tools(entries: &[String]) -> Result<Vec<String>, DomainError> {
+        chorus_catalog::expand_allow_list(entries)
+            .map(|tools| tools.into_iter().map(str::to_owned).collect())
+            .map_err(|e| DomainError::invalid("allowed_tools", e.to_string()))
+    }
+
+    /// The tool names a run of this agent may call. Internal agents get only the
+    /// always-granted tools.
+    pub fn granted_tools(&self) -> Result<Vec<String>, DomainError> {
+        match self.kind {
+            AgentKind::UserDefined => Self::check_allowed_tools(&self.allowed_tools),
+            AgentKind::Internal => Self::check_allowed_tools(&[]),
+        }
+    }
+}
+
+/// Name of the internal planning agent.
+pub const TASK_VALIDATOR: &str = "task-validator";
+
+/// The agents a new workspace starts with: (name, kind, allowed tools, instructions).
+pub fn default_agents() -> Vec<(&'static str, AgentKind, Vec<&'static str>, &'static str)> {
+    const READ: [&str; 3] = ["file.read", "file.list", "file.search"];
+    const EDIT: [&str; 6] = [
+        "file.read",
+        "file.create",
+        "file.write",
+        "file.patch",
+        "file.list",
+        "file.search",
+    ];
+    vec![
+        (
+            "researcher",
+            AgentKind::UserDefined,
+            [&["web.search"][..], &READ].concat(),
+            "You research a topic. Break it into concrete questions, gather sources (the web and the \
+             workspace's files), weigh them, and report structured findings with a citation for every \
+             claim. Say what you could not establish; never invent a source.",
+        ),
+        (
+            "planner",
+            AgentKind::UserDefined,
+            EDIT.to_vec(),
+            "You turn a goal into a plan: the goal, the scope and what is out of it, constraints, \
+             success criteria, and ordered steps. Note every unknown and the assumption you made about it. \
+             Write the plan to a file when the task asks for one.",
+        ),
+        (
+            "writer-workflow",
+            AgentKind::UserDefined,
+            [&["handoff"][..], &READ].concat(),
+            "You coordinate a writing workflow and never write content yourself. Hand off in order: \
+             researcher when facts are needed, then writer, then editor, then fact-checker. When the editor \
+             says CHANGES REQUESTED or the fact-checker says FAIL, hand back to writer with their findings, \
+             then edit again. Stop after 5 rounds and report where things stand.",
+        ),
+        (
+            "writer",
+            AgentKind::UserDefined,
+            EDIT.to_vec(),
+            "You write or revise content in the workspace's files. Fix every MUST FIX item and every failed \
+             fact check you are given, keep what already works, and end with a short self-assessment.",
+        ),
+        (
+            "editor",
+            AgentKind::UserDefined,
+            READ.to_vec(),
+            "You review written content for clarity, structure and correctness. Decide APPROVED or CHANGES \
+             REQUESTED, and list findings as MUST FIX or SUGGESTION, each with where and why.",
+        ),
+        (
+            "fact-checker",
+            AgentKind::UserDefined,
+            [&READ[..], &["web.search"]].concat(),
+            "You verify every factual claim in the content against sources. Rate each problem HIGH, MEDIUM \
+             or LOW; any HIGH problem means FAIL, otherwise PASS. Cite what you checked.",
+        ),
+        (
+            TASK_VALIDATOR,
+            AgentKind::Internal,
+            vec![],
+            "You are Chorus's planner. Read the task and decide: if it is clear, produce a plan with a \
+             summary, requirements, acceptance criteria, ordered steps and the best agent of this \
+             workspace to carry it out; if it is not, ask the user precise questions. Submit exactly one \
+             planner-output.",
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_agent_has_a_valid_name_and_allow_list_that_reaches_the_report() {
+        let agents = default_agents();
+        assert_eq!(agents.len(), 7);
+        for (name, kind, tools, instructions) in agents {
+            Name::parse("agent name", name).expect(name);
+            assert!(!instructions.is_empty());
+            let entries: Vec<String> = tools.iter().map(|t| (*t).to_owned()).collect();
+            let granted = Agent::check_allowed_tools(&entries).expect(name);
+            assert!(granted.iter().any(|t| t == "completion-report"), "{name}");
+            if kind == AgentKind::UserDefined {
+                // Every user agent can reach chorus-tools with at least one workspace tool.
+                assert!(
+                    granted
+                        .iter()
+                        .any(|t| t.starts_with("file.") || t == "handoff"),
+                    "{name}: {granted:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_tools_in_an_allow_list_are_refused() {
+        let err = Agent::check_allowed_tools(&["Read".to_owned()])
+            .expect_err("unknown")
+            .to_string();
+        assert!(
+            err.starts_with("invalid allowed_tools: unknown tool 'Read'"),
+            "{err}"
+        );
+        assert!(
+            Agent::check_allowed_tools(&["@developer".to_owned()])
+                .expect("profile")
+                .contains(&"git.push".to_owned())
+        );
+    }
+}

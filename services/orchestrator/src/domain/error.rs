@@ -1,0 +1,19 @@
+/// A domain rule was broken. Each variant maps to one gRPC code in the adapter.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DomainError {
+    /// A value that does not satisfy its rule (INVALID_ARGUMENT).
+    #[error("invalid {field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+    /// A transition the state machine does not allow (FAILED_PRECONDITION).
+    #[error("{0}")]
+    Transition(String),
+}
+
+impl DomainError {
+    pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Self::Invalid {
+            field,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Runs: one agent execution each, with a typed state.
+
+use chorus_catalog::args::{CompletionReport, PlannerOutput};
+
+use super::{DomainError, Name, TaskId};
+
+/// Identifies a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
+pub struct RunId(pub uuid::Uuid);
+
+impl RunId {
+    pub fn new() -> Self {
+        Self(uuid::Uuid::new_v4())
+    }
+
+    pub fn parse(value: &str) -> Result<Self, DomainError> {
+        uuid::Uuid::parse_str(value)
+            .map(Self)
+            .map_err(|_| DomainError::invalid("run id", format!("'{value}' is not a UUID")))
+    }
+}
+
+impl Default for RunId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Display for RunId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Where a run is. Tool calls reach only Active runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Being started: no process or API session yet. Tool calls get "agent is still starting".
+    Spawning,
+    /// Working: tool calls are routed to it.
+    Active,
+    /// Waiting for a child run it handed off to.
+    AwaitingHandoff,
+    /// Ended. Nothing it does is accepted any more.
+    Finished,
+}
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Spawning => "spawning",
+            Self::Active => "active",
+            Self::AwaitingHandoff => "awaiting_handoff",
+            Self::Finished => "finished",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, DomainError> {
+        [
+            Self::Spawning,
+            Self::Active,
+            Self::AwaitingHandoff,
+            Self::Finished,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == s)
+        .ok_or_else(|| DomainError::invalid("run state", format!("unknown run state '{s}'")))
+    }
+
+    /// Checks a state change: Spawning → Active → (AwaitingHandoff ⇄ Active) →
+    /// Finished; any state may finish.
+    pub fn check_transition(self, to: RunState) -> Result<(), DomainError> {
+        let ok = matches!(
+            (self, to),
+            (Self::Spawning, Self::Active)
+                | (Self::Active, Self::AwaitingHandoff)
+                | (Self::AwaitingHandoff, Self::Active)
+                | (
+                    Self::Spawning | Self::Active | Self::AwaitingHandoff,
+                    Self::Finished
+                )
+        );
+        if ok {
+            Ok(())
+        } else {
+            Err(DomainError::Transition(format!(
+                "a run cannot go from {} to {}",
+                self.as_str(),
+                to.as_str()
+            )))
+        }
+    }
+}
+
+/// One agent execution on a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub id: RunId,
+    pub task_id: TaskId,
+    pub agent: Name,
+    /// The run that handed off to this one.
+    pub parent: Option<RunId>,
+    pub state: RunState,
+    /// Tool names granted to the run (profiles expanded).
+    pub tools: Vec<String>,
+    pub started_ms: i64,
+    pub finished_ms: Option<i64>,
+    /// Why the run ended (finished normally, failed: ..., canceled, interrupted).
+    pub end_reason: Option<String>,
+    pub completion_report: Option<CompletionReport>,
+    pub planner_output: Option<PlannerOutput>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_states_move_forward_only() {
+        use RunState::*;
+        assert!(Spawning.check_transition(Active).is_ok());
+        assert!(Active.check_transition(AwaitingHandoff).is_ok());
+        assert!(AwaitingHandoff.check_transition(Active).is_ok());
+        for from in [Spawning, Active, AwaitingHandoff] {
+            assert!(from.check_transition(Finished).is_ok());
+        }
+        for to in [Spawning, Active, AwaitingHandoff, Finished] {
+            assert!(Finished.check_transition(to).is_err(), "finished -> {to:?}");
+        }
+        assert!(Spawning.check_transition(AwaitingHandoff).is_err());
+        assert!(Active.check_transition(Spawning).is_err());
+    }
+}

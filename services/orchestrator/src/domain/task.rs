@@ -1,0 +1,94 @@
+//! Tasks: what the user asked for, its planning and where it stands.
+
+use super::{DomainError, Name, Stage, TaskStatus, WorkspaceId};
+
+/// Identifies a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
+pub struct TaskId(pub uuid::Uuid);
+
+impl TaskId {
+    pub fn new() -> Self {
+        Self(uuid::Uuid::new_v4())
+    }
+
+    pub fn parse(value: &str) -> Result<Self, DomainError> {
+        uuid::Uuid::parse_str(value)
+            .map(Self)
+            .map_err(|_| DomainError::invalid("task id", format!("'{value}' is not a UUID")))
+    }
+}
+
+impl Default for TaskId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Display for TaskId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Where a task came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TaskSource {
+    /// e.g. "grpc", "web", "terminal", "test".
+    pub kind: String,
+    pub user_id: Option<String>,
+    pub conversation_id: Option<String>,
+}
+
+/// One planner question and the user's answer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Question {
+    pub question: String,
+    pub answer: Option<String>,
+}
+
+/// The planning fields of a task.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Planning {
+    pub summary: Option<String>,
+    pub requirements: Vec<String>,
+    pub acceptance_criteria: Vec<String>,
+    pub plan: Vec<String>,
+    pub questions: Vec<Question>,
+    pub assigned_agent: Option<Name>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    pub id: TaskId,
+    pub workspace_id: WorkspaceId,
+    pub description: String,
+    pub source: TaskSource,
+    pub status: TaskStatus,
+    /// Why the task is waiting or failed, when it is.
+    pub status_reason: Option<String>,
+    pub stage: Stage,
+    pub planning: Planning,
+    /// The agent working on the task now (the innermost run of a handoff chain).
+    pub current_agent: Option<Name>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    /// Sequence number of the task's latest history event.
+    pub last_sequence: u64,
+}
+
+impl Task {
+    /// Checks a task description: not blank, at most 64 KiB.
+    pub fn check_description(description: &str) -> Result<(), DomainError> {
+        if description.trim().is_empty() {
+            return Err(DomainError::invalid("description", "must not be empty"));
+        }
+        if description.len() > 64 * 1024 {
+            return Err(DomainError::invalid(
+                "description",
+                format!("is {} bytes; the limit is 65536", description.len()),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,8 @@
+//! chorus-orchestrator: owns all of Chorus's state — workspaces, agents, providers,
+//! tasks and their history, runs — and exposes it over gRPC.
+//!
+//! `domain` holds the rules (state machines, validation) and knows nothing of the
+//! database or gRPC; `store` persists domain types with diesel.
+#![forbid(unsafe_code)]
+
+pub mod domain;
