@@ -7,7 +7,7 @@ pub use chorus_catalog::args::Stage;
 /// Rules of [`Stage`]: forward one step, or back where the workflow allows it.
 pub trait StageExt: Sized {
     const ALL: [Stage; 6];
-    fn as_str(self) -> &'static str;
+    fn as_str(&self) -> &'static str;
     fn parse(s: &str) -> Result<Stage, DomainError>;
     fn successors(self) -> &'static [Stage];
     fn check_transition(self, to: Stage) -> Result<(), DomainError>;
@@ -23,7 +23,7 @@ impl StageExt for Stage {
         Stage::Done,
     ];
 
-    fn as_str(self) -> &'static str {
+    fn as_str(&self) -> &'static str {
         match self {
             Stage::Backlog => "backlog",
             Stage::Research => "research",
