@@ -39,7 +39,7 @@ impl StageExt for Stage {
             .into_iter()
             .find(|stage| stage.as_str() == s)
             .ok_or_else(|| {
-                let known = Self::ALL.map(Stage::as_str).join(", ");
+                let known = Self::ALL.map(|stage| stage.as_str()).join(", ");
                 DomainError::invalid("stage", format!("unknown stage '{s}'; one of: {known}"))
             })
     }
