@@ -6,7 +6,10 @@
 
 use std::path::PathBuf;
 
-const PROTOS: &[&str] = &["chorus/tools/v1/tools.proto"];
+const PROTOS: &[&str] = &[
+    "chorus/tools/v1/tools.proto",
+    "chorus/orchestrator/v1/orchestrator.proto",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
