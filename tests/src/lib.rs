@@ -10,9 +10,11 @@ pub mod stats;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use chorus_run_token::{RunGrant, RunTokenSigner};
+use chorus_tool_exec::gate::RunGate;
 use chorus_tool_exec::{Limits, ToolExecConfig};
 use serde_json::Value;
 use tokio::net::TcpListener;
@@ -42,13 +44,22 @@ impl ToolExec {
 
     /// Starts tool-exec with the given limits and waits until it is SERVING.
     pub async fn start_with(limits: Limits) -> Self {
+        Self::start_with_gate(limits, RunTokenSigner::generate(), None).await
+    }
+
+    /// Starts tool-exec verifying tokens of `signer` and checking runs with `gate`.
+    pub async fn start_with_gate(
+        limits: Limits,
+        signer: RunTokenSigner,
+        gate: Option<Arc<dyn RunGate>>,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
-        let signer = RunTokenSigner::generate();
         let config = ToolExecConfig {
             limits,
+            gate,
             ..ToolExecConfig::new(signer.verifier())
         };
         let (stop, stopped) = oneshot::channel::<()>();
@@ -77,6 +88,15 @@ impl ToolExec {
     pub fn token(&self, root: &Path, tools: &[&str]) -> String {
         self.signer
             .mint(&grant(root, tools), Duration::from_secs(3600))
+    }
+
+    /// A run token for run `run_id`.
+    pub fn token_for_run(&self, root: &Path, tools: &[&str], run_id: &str) -> String {
+        let grant = RunGrant {
+            run_id: run_id.to_owned(),
+            ..grant(root, tools)
+        };
+        self.signer.mint(&grant, Duration::from_secs(3600))
     }
 
     /// A run token that expired a minute ago.

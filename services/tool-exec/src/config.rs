@@ -2,7 +2,11 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use chorus_run_token::RunTokenVerifier;
+
+use crate::gate::RunGate;
 
 /// Resource limits applied to every tool call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +52,9 @@ pub struct ToolExecConfig {
     pub limits: Limits,
     /// How long shutdown waits for calls in flight before cutting them off.
     pub shutdown_grace: Duration,
+    /// Checks runs with the orchestrator and records calls in task history. None:
+    /// the token alone decides (standalone development use).
+    pub gate: Option<Arc<dyn RunGate>>,
 }
 
 impl ToolExecConfig {
@@ -56,6 +63,7 @@ impl ToolExecConfig {
             verifier,
             limits: Limits::default(),
             shutdown_grace: Duration::from_secs(10),
+            gate: None,
         }
     }
 }

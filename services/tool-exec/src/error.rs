@@ -65,6 +65,11 @@ pub enum ToolError {
     /// A bounded operation (e.g. a git command) ran past its time limit and was killed.
     #[error("{0}")]
     DeadlineExceeded(String),
+    /// The orchestrator refused the call (run not active, tool not allowed, ...).
+    #[error("{message}")]
+    Refused { code: Code, message: String },
+    #[error("{0}")]
+    GateUnavailable(String),
     #[error("tool-exec is shutting down; retry on another instance")]
     ShuttingDown,
     #[error("{context}: {source}")]
@@ -101,7 +106,8 @@ impl ToolError {
             | Self::FailedPrecondition(_)
             | Self::WorkspaceUnavailable { .. } => Code::FailedPrecondition,
             Self::DeadlineExceeded(_) => Code::DeadlineExceeded,
-            Self::ShuttingDown => Code::Unavailable,
+            Self::Refused { code, .. } => *code,
+            Self::ShuttingDown | Self::GateUnavailable(_) => Code::Unavailable,
             Self::Io { .. } | Self::Internal(_) => Code::Internal,
         }
     }

@@ -1,6 +1,8 @@
 //! The gRPC adapter: metadata and proto types in, domain calls, Status out.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
 
 use chorus_catalog::{Category, Executor, PROFILES, TOOLS};
 use chorus_proto::json;
@@ -9,10 +11,11 @@ use chorus_run_token::{RunTokenVerifier, TokenError};
 use serde_json::Value;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::context::ToolOutcome;
 use crate::error::ToolError;
+use crate::gate::{RunGate, ToolCallRecord, excerpt};
 use crate::runner::ToolRunner;
 
 /// Implements `chorus.tools.v1.ToolExec`.
@@ -20,11 +23,20 @@ use crate::runner::ToolRunner;
 pub struct ToolExecService {
     runner: ToolRunner,
     verifier: RunTokenVerifier,
+    gate: Option<Arc<dyn RunGate>>,
 }
 
 impl ToolExecService {
-    pub fn new(runner: ToolRunner, verifier: RunTokenVerifier) -> Self {
-        Self { runner, verifier }
+    pub fn new(
+        runner: ToolRunner,
+        verifier: RunTokenVerifier,
+        gate: Option<Arc<dyn RunGate>>,
+    ) -> Self {
+        Self {
+            runner,
+            verifier,
+            gate,
+        }
     }
 }
 
@@ -34,24 +46,63 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
         &self,
         request: Request<pb::ExecuteToolRequest>,
     ) -> Result<Response<pb::ExecuteToolResponse>, Status> {
-        let grant = self
-            .verifier
-            .verify(bearer_token(request.metadata())?)
-            .map_err(ToolError::from)?;
+        let token = bearer_token(request.metadata())?.to_owned();
+        let grant = self.verifier.verify(&token).map_err(ToolError::from)?;
         check_workspace_root(request.metadata(), &grant.root)?;
         let pb::ExecuteToolRequest { tool, arguments } = request.into_inner();
         let arguments = arguments.map_or(Value::Null, |s| Value::Object(json::from_struct(s)));
         let (run_id, agent) = (grant.run_id.clone(), grant.agent.clone());
-        match self.runner.execute(grant, &tool, arguments).await {
-            Ok(outcome) => {
-                info!(run_id = %run_id, agent = %agent, tool = %tool, failed = outcome.error.is_some(), "tool executed");
-                Ok(Response::new(outcome.into()))
+
+        // The orchestrator confirms the run is active and allowed; a refusal
+        // executes nothing and is not recorded here (the orchestrator records
+        // denials itself).
+        if let Some(gate) = &self.gate
+            && let Err(err) = gate.authorize(&token, &tool).await
+        {
+            warn!(run_id = %run_id, agent = %agent, tool = %tool, code = ?err.code(), error = %err, "run gate refused the call");
+            return Err(err.into());
+        }
+
+        let started = Instant::now();
+        let result = self.runner.execute(grant, &tool, arguments.clone()).await;
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let (status, excerpt_text) = match &result {
+            Ok(outcome) => (
+                outcome
+                    .error
+                    .as_ref()
+                    .map_or_else(|| "ok".to_owned(), |e| e.code.clone()),
+                outcome
+                    .error
+                    .as_ref()
+                    .map_or_else(|| outcome.output.to_string(), |e| e.message.clone()),
+            ),
+            Err(err) => (code_name(err.code()).to_owned(), err.to_string()),
+        };
+        match &result {
+            Ok(_) => {
+                info!(run_id = %run_id, agent = %agent, tool = %tool, status = %status, duration_ms, "tool executed")
             }
             Err(err) => {
-                warn!(run_id = %run_id, agent = %agent, tool = %tool, code = ?err.code(), error = %err, "tool refused");
-                Err(err.into())
+                warn!(run_id = %run_id, agent = %agent, tool = %tool, code = ?err.code(), error = %err, "tool failed")
             }
         }
+        if let Some(gate) = &self.gate {
+            let record = ToolCallRecord {
+                tool: tool.clone(),
+                input: arguments,
+                status,
+                duration_ms,
+                output_excerpt: excerpt(&excerpt_text),
+            };
+            if let Err(err) = gate.record(&token, record).await {
+                // The call has happened; its answer still goes back to the agent.
+                error!(run_id = %run_id, tool = %tool, error = %err, "could not record the tool call in the task history");
+            }
+        }
+        result
+            .map(|outcome| Response::new(outcome.into()))
+            .map_err(Into::into)
     }
 
     async fn list_tools(
@@ -155,5 +206,29 @@ impl From<ToolOutcome> for pb::ExecuteToolResponse {
             }),
             metadata: Some(json::to_struct(outcome.metadata)),
         }
+    }
+}
+
+/// gRPC code names in lower snake case, as in `ToolError.code` of responses.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "ok",
+        Code::Cancelled => "cancelled",
+        Code::Unknown => "unknown",
+        Code::InvalidArgument => "invalid_argument",
+        Code::DeadlineExceeded => "deadline_exceeded",
+        Code::NotFound => "not_found",
+        Code::AlreadyExists => "already_exists",
+        Code::PermissionDenied => "permission_denied",
+        Code::ResourceExhausted => "resource_exhausted",
+        Code::FailedPrecondition => "failed_precondition",
+        Code::Aborted => "aborted",
+        Code::OutOfRange => "out_of_range",
+        Code::Unimplemented => "unimplemented",
+        Code::Internal => "internal",
+        Code::Unavailable => "unavailable",
+        Code::DataLoss => "data_loss",
+        Code::Unauthenticated => "unauthenticated",
     }
 }

@@ -5,6 +5,7 @@
 pub mod config;
 pub mod context;
 pub mod error;
+pub mod gate;
 pub mod grpc;
 pub mod process;
 pub mod runner;

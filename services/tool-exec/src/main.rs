@@ -104,6 +104,10 @@ struct ServeArgs {
     /// Largest bash timeout a call may ask for, in seconds.
     #[arg(long, env = "CHORUS_BASH_MAX_TIMEOUT_SECS", default_value_t = Limits::default().bash_max_timeout.as_secs())]
     bash_max_timeout_secs: u64,
+    /// Orchestrator address (host:port): runs are checked with it before every tool
+    /// call and every call is recorded in the task's history. Unset: tokens alone decide.
+    #[arg(long, env = "CHORUS_ORCHESTRATOR_ADDR")]
+    orchestrator_addr: Option<String>,
     /// Log format.
     #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,

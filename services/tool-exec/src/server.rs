@@ -26,7 +26,11 @@ pub async fn run(
     let addr = listener.local_addr()?;
     let cancel = CancellationToken::new();
     let runner = ToolRunner::new(config.limits, cancel.clone());
-    let service = ToolExecServer::new(ToolExecService::new(runner, config.verifier.clone()));
+    let service = ToolExecServer::new(ToolExecService::new(
+        runner,
+        config.verifier.clone(),
+        config.gate.clone(),
+    ));
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health

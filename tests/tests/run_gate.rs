@@ -1,0 +1,191 @@
+//! tool-exec with an orchestrator as its run gate: a call runs only when the
+//! orchestrator says the run is active and allowed, and every call it runs is
+//! recorded. The orchestrator here is a fake `AgentTools` server that plays the
+//! orchestrator's policy from a table; tool-exec and chorus-tools are real.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_proto::orchestrator::v1::agent_tools_server::{AgentTools, AgentToolsServer};
+use chorus_run_token::{RunTokenSigner, RunTokenVerifier};
+use chorus_tests::{ToolExec, ToolsEnv, chorus_tools};
+use chorus_tool_exec::Limits;
+use chorus_tool_exec::gate::{OrchestratorGate, RunGate};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tonic::{Request, Response, Status};
+
+/// The fake as a tonic service (the orphan rule forbids implementing it for Arc).
+#[derive(Debug, Clone)]
+struct Shared(Arc<FakeOrchestrator>);
+
+impl std::ops::Deref for Shared {
+    type Target = FakeOrchestrator;
+    fn deref(&self) -> &FakeOrchestrator {
+        &self.0
+    }
+}
+
+#[derive(Debug)]
+struct FakeOrchestrator {
+    verifier: RunTokenVerifier,
+    ended_runs: HashSet<String>,
+    recorded: Mutex<Vec<(String, pb::RecordToolCallRequest)>>,
+}
+
+impl FakeOrchestrator {
+    fn run_of<T>(&self, request: &Request<T>) -> Result<String, Status> {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let token = header
+            .strip_prefix("Bearer ")
+            .ok_or_else(|| Status::unauthenticated("no token"))?;
+        let grant = self
+            .verifier
+            .verify(token)
+            .map_err(|e| Status::unauthenticated(e.to_string()))?;
+        Ok(grant.run_id)
+    }
+}
+
+#[tonic::async_trait]
+impl AgentTools for Shared {
+    async fn call_tool(
+        &self,
+        _request: Request<pb::CallToolRequest>,
+    ) -> Result<Response<pb::CallToolResponse>, Status> {
+        Err(Status::unimplemented("not part of this test"))
+    }
+
+    async fn authorize_tool_call(
+        &self,
+        request: Request<pb::AuthorizeToolCallRequest>,
+    ) -> Result<Response<pb::AuthorizeToolCallResponse>, Status> {
+        let run = self.run_of(&request)?;
+        if self.ended_runs.contains(&run) {
+            return Err(Status::failed_precondition(format!(
+                "run {run} has ended; it can do nothing"
+            )));
+        }
+        Ok(Response::new(pb::AuthorizeToolCallResponse {}))
+    }
+
+    async fn record_tool_call(
+        &self,
+        request: Request<pb::RecordToolCallRequest>,
+    ) -> Result<Response<pb::RecordToolCallResponse>, Status> {
+        let run = self.run_of(&request)?;
+        self.recorded
+            .lock()
+            .expect("lock")
+            .push((run, request.into_inner()));
+        Ok(Response::new(pb::RecordToolCallResponse {}))
+    }
+}
+
+async fn start_fake(verifier: RunTokenVerifier) -> (String, Arc<FakeOrchestrator>) {
+    let fake = Arc::new(FakeOrchestrator {
+        verifier,
+        ended_runs: HashSet::from(["run-ended".to_owned()]),
+        recorded: Mutex::new(Vec::new()),
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let service = AgentToolsServer::new(Shared(Arc::clone(&fake)));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            ),
+    );
+    (addr, fake)
+}
+
+#[tokio::test]
+async fn calls_run_only_for_active_runs_and_every_call_is_recorded() {
+    let signer = RunTokenSigner::generate();
+    let (fake_addr, fake) = start_fake(signer.verifier()).await;
+    let gate: Arc<dyn RunGate> = Arc::new(OrchestratorGate::new(&fake_addr).expect("gate"));
+    let service = ToolExec::start_with_gate(Limits::default(), signer, Some(gate)).await;
+    let workspace = tempfile::tempdir().expect("workspace");
+    let env = |run: &str| ToolsEnv {
+        token: Some(service.token_for_run(workspace.path(), &["@developer"], run)),
+        tools_addr: Some(service.addr.to_string()),
+        orchestrator_addr: None,
+    };
+
+    let created = chorus_tools(
+        &env("run-active"),
+        &[&json!({"tool": "file.create", "path": "a.txt", "content": "hi"}).to_string()],
+    )
+    .await;
+    assert_eq!(created.output()["bytes_written"], 2);
+    let missing = chorus_tools(
+        &env("run-active"),
+        &[&json!({"tool": "file.read", "path": "nope.txt"}).to_string()],
+    )
+    .await;
+    missing.expect_failure(1, "not_found");
+
+    let ended = chorus_tools(
+        &env("run-ended"),
+        &[&json!({"tool": "file.create", "path": "b.txt", "content": "x"}).to_string()],
+    )
+    .await;
+    let message = ended.expect_failure(1, "failed_precondition");
+    assert!(message.contains("has ended"), "{message}");
+    assert!(
+        !workspace.path().join("b.txt").exists(),
+        "a refused call changes nothing"
+    );
+
+    let recorded = fake.recorded.lock().expect("lock").clone();
+    let summary: Vec<(&str, &str, &str)> = recorded
+        .iter()
+        .map(|(run, r)| (run.as_str(), r.tool.as_str(), r.status.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("run-active", "file.create", "ok"),
+            ("run-active", "file.read", "not_found")
+        ]
+    );
+    let input = chorus_proto::json::from_struct(recorded[0].1.input.clone().expect("input"));
+    assert_eq!(input["path"], "a.txt");
+    assert!(recorded[0].1.output_excerpt.contains("bytes_written"));
+    assert!(recorded[1].1.output_excerpt.contains("does not exist"));
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_orchestrator_means_nothing_runs() {
+    let signer = RunTokenSigner::generate();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let gate: Arc<dyn RunGate> =
+        Arc::new(OrchestratorGate::new(&closed.to_string()).expect("gate"));
+    let service = ToolExec::start_with_gate(Limits::default(), signer, Some(gate)).await;
+    let workspace = tempfile::tempdir().expect("workspace");
+    let env = ToolsEnv {
+        token: Some(service.token(workspace.path(), &["@developer"])),
+        tools_addr: Some(service.addr.to_string()),
+        orchestrator_addr: None,
+    };
+    let run = chorus_tools(
+        &env,
+        &[&json!({"tool": "file.create", "path": "a.txt", "content": "hi"}).to_string()],
+    )
+    .await;
+    let message = run.expect_failure(5, "unavailable");
+    assert!(message.contains("orchestrator"), "{message}");
+    assert!(!workspace.path().join("a.txt").exists());
+    service.stop().await;
+}
