@@ -1,0 +1,13 @@
+//! Task history delivery: a hub that fans committed events out to live watchers,
+//! and the watch loop that replays from the store and then follows live events
+//! with no gap and no duplicate.
+//!
+//! The store is the record; the hub is only a doorbell. A watcher that falls
+//! behind, or sees a sequence number jump, goes back to the store for what it
+//! missed, so a slow or lagging watcher never loses an event.
+
+mod hub;
+mod watch;
+
+pub use hub::EventHub;
+pub use watch::{EventSource, WatchEnd, watch_task};

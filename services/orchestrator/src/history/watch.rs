@@ -1,0 +1,140 @@
+use std::future::Future;
+
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use super::EventHub;
+use crate::domain::{Event, EventKind, TaskId, TaskStatus};
+
+/// Events read from the store per round trip while replaying.
+const REPLAY_BATCH: u32 = 500;
+
+/// Where committed events are read from (the store).
+pub trait EventSource: Send + Sync {
+    type Error: Send;
+    /// Events of `task` with a sequence number above `after`, in order, at most `limit`.
+    fn events_after(
+        &self,
+        task: TaskId,
+        after: u64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<Event>, Self::Error>> + Send;
+    /// The task's current status.
+    fn task_status(
+        &self,
+        task: TaskId,
+    ) -> impl Future<Output = Result<TaskStatus, Self::Error>> + Send;
+}
+
+/// Why a watch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchEnd {
+    /// The task reached a final status (and the caller did not ask to follow).
+    TaskFinished,
+    /// The receiver went away.
+    ReceiverGone,
+    /// The service is shutting down.
+    Cancelled,
+    /// Reading the store failed; the error was sent to the receiver.
+    SourceFailed,
+}
+
+/// Sends the task's events after `after` into `tx`: first what the store has,
+/// then each new event as it is committed. Every event is sent exactly once and
+/// in order. Ends when the task reaches completed, failed or canceled (unless
+/// `follow`), when `tx`'s receiver is dropped, or when `cancel` fires.
+pub async fn watch_task<S: EventSource>(
+    source: &S,
+    hub: &EventHub,
+    task: TaskId,
+    after: u64,
+    follow: bool,
+    tx: mpsc::Sender<Result<Event, S::Error>>,
+    cancel: CancellationToken,
+) -> WatchEnd {
+    // Subscribe before the first read: an event committed between the read and the
+    // subscription would otherwise be missed.
+    let mut live = hub.subscribe(task);
+    let mut cursor = after;
+    loop {
+        // A task already final before this replay has all its events up to its end
+        // in the store: after the replay there is nothing left to wait for.
+        let final_before_replay = if follow {
+            false
+        } else {
+            match source.task_status(task).await {
+                Ok(status) => status.is_terminal(),
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return WatchEnd::SourceFailed;
+                }
+            }
+        };
+        // Replay what the store has after the cursor.
+        loop {
+            let batch = match source.events_after(task, cursor, REPLAY_BATCH).await {
+                Ok(batch) => batch,
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return WatchEnd::SourceFailed;
+                }
+            };
+            let full = batch.len() == REPLAY_BATCH as usize;
+            for event in batch {
+                cursor = event.sequence;
+                let finished = ends_task(&event);
+                if tx.send(Ok(event)).await.is_err() {
+                    return WatchEnd::ReceiverGone;
+                }
+                if finished && !follow {
+                    return WatchEnd::TaskFinished;
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        if final_before_replay {
+            return WatchEnd::TaskFinished;
+        }
+        // Follow live events until one does not continue the cursor.
+        loop {
+            let received = tokio::select! {
+                () = cancel.cancelled() => return WatchEnd::Cancelled,
+                () = tx.closed() => return WatchEnd::ReceiverGone,
+                received = live.recv() => received,
+            };
+            match received {
+                Ok(event) if event.sequence <= cursor => {}
+                Ok(event) if event.sequence == cursor + 1 => {
+                    cursor = event.sequence;
+                    let finished = ends_task(&event);
+                    if tx.send(Ok(event)).await.is_err() {
+                        return WatchEnd::ReceiverGone;
+                    }
+                    if finished && !follow {
+                        return WatchEnd::TaskFinished;
+                    }
+                }
+                // A gap (an event committed before we subscribed is still in the
+                // store) or a lagging receiver: replay from the store.
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
+                Err(broadcast::error::RecvError::Closed) => return WatchEnd::Cancelled,
+            }
+        }
+    }
+}
+
+/// True for a status change into completed, failed or canceled.
+fn ends_task(event: &Event) -> bool {
+    event.kind == EventKind::StatusChanged
+        && event
+            .data
+            .get("to")
+            .and_then(|v| v.as_str())
+            .and_then(|s| s.parse::<TaskStatus>().ok())
+            .is_some_and(TaskStatus::is_terminal)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,230 @@
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+
+use super::*;
+use crate::domain::now_ms;
+
+/// An in-memory event store that announces each append on the hub after "commit".
+#[derive(Default)]
+struct Memory {
+    events: Mutex<HashMap<TaskId, Vec<Event>>>,
+}
+
+impl Memory {
+    fn append(
+        &self,
+        hub: &EventHub,
+        task: TaskId,
+        kind: EventKind,
+        data: serde_json::Value,
+    ) -> Event {
+        let event = {
+            let mut events = self.events.lock().expect("lock");
+            let list = events.entry(task).or_default();
+            let event = Event {
+                task_id: task,
+                sequence: list.len() as u64 + 1,
+                kind,
+                data,
+                at_ms: now_ms(),
+            };
+            list.push(event.clone());
+            event
+        };
+        hub.publish(std::slice::from_ref(&event));
+        event
+    }
+
+    fn comment(&self, hub: &EventHub, task: TaskId, n: usize) {
+        self.append(
+            hub,
+            task,
+            EventKind::CommentAdded,
+            json!({ "text": format!("comment {n}") }),
+        );
+    }
+
+    fn finish(&self, hub: &EventHub, task: TaskId) {
+        self.append(
+            hub,
+            task,
+            EventKind::StatusChanged,
+            json!({ "from": "active", "to": "completed" }),
+        );
+    }
+}
+
+impl EventSource for Memory {
+    type Error = String;
+
+    async fn events_after(
+        &self,
+        task: TaskId,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<Event>, String> {
+        let events = self.events.lock().expect("lock");
+        Ok(events
+            .get(&task)
+            .map(|list| {
+                list.iter()
+                    .filter(|e| e.sequence > after)
+                    .take(limit as usize)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn task_status(&self, task: TaskId) -> Result<TaskStatus, String> {
+        let events = self.events.lock().expect("lock");
+        let finished = events
+            .get(&task)
+            .is_some_and(|list| list.iter().any(ends_task));
+        Ok(if finished {
+            TaskStatus::Completed
+        } else {
+            TaskStatus::Active
+        })
+    }
+}
+
+struct Fixture {
+    memory: Arc<Memory>,
+    hub: Arc<EventHub>,
+    task: TaskId,
+}
+
+type Watcher = (
+    mpsc::Receiver<Result<Event, String>>,
+    tokio::task::JoinHandle<WatchEnd>,
+    CancellationToken,
+);
+
+impl Fixture {
+    fn new() -> Self {
+        Self {
+            memory: Arc::new(Memory::default()),
+            hub: Arc::new(EventHub::new()),
+            task: TaskId::new(),
+        }
+    }
+
+    /// Starts a watcher; returns its receiver, how it ended, and its cancel token.
+    fn watch(&self, after: u64, follow: bool, capacity: usize) -> Watcher {
+        let (tx, rx) = mpsc::channel(capacity);
+        let cancel = CancellationToken::new();
+        let (memory, hub, task, token) = (
+            Arc::clone(&self.memory),
+            Arc::clone(&self.hub),
+            self.task,
+            cancel.clone(),
+        );
+        let handle = tokio::spawn(async move {
+            watch_task(
+                memory.as_ref(),
+                hub.as_ref(),
+                task,
+                after,
+                follow,
+                tx,
+                token,
+            )
+            .await
+        });
+        (rx, handle, cancel)
+    }
+}
+
+async fn sequences(mut rx: mpsc::Receiver<Result<Event, String>>) -> Vec<u64> {
+    let mut seen = Vec::new();
+    while let Some(event) = rx.recv().await {
+        seen.push(event.expect("no source error").sequence);
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_from_a_cursor_then_live_has_no_gap_and_no_duplicate() {
+    let fx = Fixture::new();
+    for n in 0..10 {
+        fx.memory.comment(&fx.hub, fx.task, n);
+    }
+    let (rx, handle, _cancel) = fx.watch(3, false, 8);
+    let (memory, hub, task) = (Arc::clone(&fx.memory), Arc::clone(&fx.hub), fx.task);
+    let writer = tokio::spawn(async move {
+        for n in 10..1000 {
+            memory.comment(&hub, task, n);
+            if n % 50 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        memory.finish(&hub, task);
+    });
+    let seen = sequences(rx).await;
+    writer.await.expect("writer");
+    assert_eq!(handle.await.expect("watcher"), WatchEnd::TaskFinished);
+    assert_eq!(seen, (4..=1001).collect::<Vec<u64>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_watchers_each_see_every_event_once() {
+    let fx = Fixture::new();
+    fx.memory.comment(&fx.hub, fx.task, 0);
+    // Small channels make slow watchers lag behind the hub and fall back to the store.
+    let watchers: Vec<Watcher> = (0..50).map(|i| fx.watch(0, false, 1 + i % 4)).collect();
+    let (memory, hub, task) = (Arc::clone(&fx.memory), Arc::clone(&fx.hub), fx.task);
+    let writer = tokio::spawn(async move {
+        for n in 1..2000 {
+            memory.comment(&hub, task, n);
+        }
+        memory.finish(&hub, task);
+    });
+    let expected: Vec<u64> = (1..=2001).collect();
+    for (rx, handle, _cancel) in watchers {
+        assert_eq!(sequences(rx).await, expected);
+        assert_eq!(handle.await.expect("watcher"), WatchEnd::TaskFinished);
+    }
+    writer.await.expect("writer");
+}
+
+#[tokio::test]
+async fn a_finished_task_ends_the_watch_after_replay_unless_following() {
+    let fx = Fixture::new();
+    fx.memory.comment(&fx.hub, fx.task, 0);
+    fx.memory.finish(&fx.hub, fx.task);
+
+    let (rx, handle, _cancel) = fx.watch(2, false, 8);
+    assert!(sequences(rx).await.is_empty());
+    assert_eq!(handle.await.expect("watcher"), WatchEnd::TaskFinished);
+
+    let (mut rx, handle, cancel) = fx.watch(0, true, 8);
+    assert_eq!(rx.recv().await.expect("1").expect("ok").sequence, 1);
+    assert_eq!(rx.recv().await.expect("2").expect("ok").sequence, 2);
+    fx.memory.comment(&fx.hub, fx.task, 1);
+    assert_eq!(
+        rx.recv().await.expect("3").expect("ok").sequence,
+        3,
+        "a follower sees events after the end"
+    );
+    cancel.cancel();
+    assert_eq!(handle.await.expect("watcher"), WatchEnd::Cancelled);
+}
+
+#[tokio::test]
+async fn a_watch_stops_when_its_receiver_goes_away() {
+    let fx = Fixture::new();
+    fx.memory.comment(&fx.hub, fx.task, 0);
+    let (mut rx, handle, _cancel) = fx.watch(0, false, 8);
+    assert_eq!(rx.recv().await.expect("1").expect("ok").sequence, 1);
+    drop(rx);
+    assert_eq!(handle.await.expect("watcher"), WatchEnd::ReceiverGone);
+    fx.memory.comment(&fx.hub, fx.task, 1);
+    assert_eq!(
+        fx.hub.watched_tasks(),
+        0,
+        "the hub forgets tasks nobody watches"
+    );
+}
