@@ -5,6 +5,7 @@ mod agent;
 mod error;
 mod event;
 mod name;
+pub mod policy;
 mod provider;
 mod run;
 mod stage;

@@ -7,6 +7,16 @@ pub enum DomainError {
     /// A transition the state machine does not allow (FAILED_PRECONDITION).
     #[error("{0}")]
     Transition(String),
+    /// Something that may happen once already happened (ALREADY_EXISTS).
+    #[error("{0}")]
+    AlreadyDone(String),
+    /// The run may not call this tool (PERMISSION_DENIED).
+    #[error("{0}")]
+    NotAllowed(String),
+    /// The run cannot act now: still starting, waiting on a handoff, or ended
+    /// (FAILED_PRECONDITION).
+    #[error("{0}")]
+    RunNotActive(String),
 }
 
 impl DomainError {

@@ -1,0 +1,170 @@
+//! Tool policy: which run may call which tool now, and what the reporting tools
+//! do to a run and its task. Pure rules; the store applies them in a transaction.
+
+use chorus_catalog::args::{CompletionReport, PlannerOutput, ReportStatus};
+use serde_json::{Value, json};
+
+use super::{DomainError, EventKind, Run, RunState, Stage, StageExt, Task, TaskStatus};
+
+/// Events a rule asks to record, in order.
+pub type Events = Vec<(EventKind, Value)>;
+
+/// Checks that `run` may call `tool` now: the run is active, and the tool is
+/// always granted or in its allow-list.
+pub fn check_tool_call(run: &Run, tool: &str) -> Result<(), DomainError> {
+    match run.state {
+        RunState::Active => {}
+        RunState::Spawning => {
+            return Err(DomainError::RunNotActive(format!(
+                "run {} (agent {}) is still starting; retry when it is active",
+                run.id, run.agent
+            )));
+        }
+        RunState::AwaitingHandoff => {
+            return Err(DomainError::RunNotActive(format!(
+                "run {} is waiting for a handoff to finish; it can call tools again when the handoff returns",
+                run.id
+            )));
+        }
+        RunState::Finished => {
+            return Err(DomainError::RunNotActive(format!(
+                "run {} has ended; it can do nothing more",
+                run.id
+            )));
+        }
+    }
+    let spec = chorus_catalog::get(tool).ok_or_else(|| {
+        DomainError::invalid(
+            "tool",
+            format!("unknown tool '{tool}'; call help to list the tools"),
+        )
+    })?;
+    if spec.always_granted || run.tools.iter().any(|t| t == tool) {
+        Ok(())
+    } else {
+        Err(DomainError::NotAllowed(format!(
+            "tool '{tool}' is not allowed for agent '{}'; its allowed tools are: {}",
+            run.agent,
+            run.tools.join(", ")
+        )))
+    }
+}
+
+/// The events recording a denied call (the caller records them; nothing else changes).
+pub fn denied_events(run: &Run, tool: &str, reason: &str) -> Events {
+    vec![(
+        EventKind::ToolDenied,
+        json!({ "run_id": run.id.to_string(), "agent": run.agent.as_str(), "tool": tool, "reason": reason }),
+    )]
+}
+
+/// Applies a completion report. Exactly once per run. A root run's report decides
+/// the task's status (complete → completed, blocked → waiting with the reason,
+/// failed → failed); a handoff child's report is kept on the child run for its
+/// parent and leaves the task alone.
+pub fn apply_completion_report(
+    run: &mut Run,
+    task: &mut Task,
+    report: CompletionReport,
+) -> Result<Events, DomainError> {
+    if run.completion_report.is_some() {
+        return Err(DomainError::AlreadyDone(format!(
+            "run {} has already submitted its completion report",
+            run.id
+        )));
+    }
+    let mut events: Events = vec![(
+        EventKind::CompletionReportSubmitted,
+        json!({
+            "run_id": run.id.to_string(),
+            "agent": run.agent.as_str(),
+            "status": report.status,
+            "summary": report.summary,
+            "blocked_reason": report.blocked_reason,
+        }),
+    )];
+    if run.parent.is_none() {
+        let (to, reason) = match report.status {
+            ReportStatus::Complete => (TaskStatus::Completed, None),
+            ReportStatus::Blocked => (
+                TaskStatus::Waiting,
+                Some(
+                    report
+                        .blocked_reason
+                        .clone()
+                        .filter(|r| !r.trim().is_empty())
+                        .unwrap_or_else(|| report.summary.clone()),
+                ),
+            ),
+            ReportStatus::Failed => (TaskStatus::Failed, Some(report.summary.clone())),
+        };
+        events.push(change_status(task, to, reason)?);
+    }
+    run.completion_report = Some(report);
+    Ok(events)
+}
+
+/// Stores a planner's verdict. Exactly once per run.
+pub fn apply_planner_output(run: &mut Run, output: PlannerOutput) -> Result<Events, DomainError> {
+    if run.planner_output.is_some() {
+        return Err(DomainError::AlreadyDone(format!(
+            "run {} has already submitted its planner output",
+            run.id
+        )));
+    }
+    let kind = match &output {
+        PlannerOutput::Plan { .. } => "plan",
+        PlannerOutput::Questions { .. } => "questions",
+        PlannerOutput::Error { .. } => "error",
+    };
+    run.planner_output = Some(output);
+    Ok(vec![(
+        EventKind::PlannerOutputSubmitted,
+        json!({ "run_id": run.id.to_string(), "type": kind }),
+    )])
+}
+
+/// Moves a task through the status table and returns the `status_changed` event.
+pub fn change_status(
+    task: &mut Task,
+    to: TaskStatus,
+    reason: Option<String>,
+) -> Result<(EventKind, Value), DomainError> {
+    let from = task.status;
+    from.check_transition(to)?;
+    task.status = to;
+    task.status_reason = reason.clone();
+    Ok((
+        EventKind::StatusChanged,
+        json!({ "from": from.as_str(), "to": to.as_str(), "reason": reason }),
+    ))
+}
+
+/// Moves a task to another stage and returns the `stage_changed` event.
+pub fn change_stage(
+    task: &mut Task,
+    to: Stage,
+    by: Option<&Run>,
+) -> Result<(EventKind, Value), DomainError> {
+    let from = task.stage;
+    from.check_transition(to)?;
+    task.stage = to;
+    Ok((
+        EventKind::StageChanged,
+        json!({ "from": from.as_str(), "to": to.as_str(), "agent": by.map(|r| r.agent.as_str()) }),
+    ))
+}
+
+/// A comment on a task's history.
+pub fn comment(run: &Run, text: &str) -> Result<(EventKind, Value), DomainError> {
+    if text.trim().is_empty() {
+        return Err(DomainError::invalid("text", "a comment must not be empty"));
+    }
+    Ok((
+        EventKind::CommentAdded,
+        json!({ "run_id": run.id.to_string(), "agent": run.agent.as_str(), "text": text }),
+    ))
+}
+
+#[cfg(test)]
+mod tests;
