@@ -6,4 +6,5 @@
 #![forbid(unsafe_code)]
 
 pub mod domain;
+pub mod grpc;
 pub mod history;

@@ -1,0 +1,4 @@
+//! The gRPC face of the orchestrator: conversions between the wire types and the
+//! domain, validated once at this boundary.
+
+pub mod convert;

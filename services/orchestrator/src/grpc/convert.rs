@@ -1,0 +1,239 @@
+//! Domain → wire, and wire → validated domain values.
+
+use chorus_proto::json;
+use chorus_proto::orchestrator::v1 as pb;
+
+use crate::domain::{
+    Agent, AgentKind, DomainError, Event, Name, Planning, Provider, ProviderKind, Question, Run,
+    StageExt, Task, TaskSource, Workspace,
+};
+
+pub fn workspace(w: &Workspace) -> pb::Workspace {
+    pb::Workspace {
+        id: w.id.to_string(),
+        name: w.name.to_string(),
+        root: w.root.display().to_string(),
+        system_provider: w
+            .system_provider
+            .as_ref()
+            .map(Name::to_string)
+            .unwrap_or_default(),
+        created_ms: w.created_ms,
+        updated_ms: w.updated_ms,
+    }
+}
+
+pub fn provider(workspace_id: &str, p: &Provider) -> pb::Provider {
+    pb::Provider {
+        workspace_id: workspace_id.to_owned(),
+        name: p.name.to_string(),
+        kind: provider_kind(p.kind) as i32,
+        base_url: p.base_url.clone().unwrap_or_default(),
+        model: p.model.clone().unwrap_or_default(),
+        api_key_set: p.api_key_set,
+        created_ms: p.created_ms,
+        updated_ms: p.updated_ms,
+    }
+}
+
+pub fn provider_kind(kind: ProviderKind) -> pb::ProviderKind {
+    match kind {
+        ProviderKind::ClaudeCode => pb::ProviderKind::ClaudeCode,
+        ProviderKind::Opencode => pb::ProviderKind::Opencode,
+        ProviderKind::OpenaiCompatible => pb::ProviderKind::OpenaiCompatible,
+    }
+}
+
+/// The wire enum as a domain kind; UNSPECIFIED and unknown numbers are refused.
+pub fn provider_kind_from(value: i32) -> Result<ProviderKind, DomainError> {
+    match pb::ProviderKind::try_from(value) {
+        Ok(pb::ProviderKind::ClaudeCode) => Ok(ProviderKind::ClaudeCode),
+        Ok(pb::ProviderKind::Opencode) => Ok(ProviderKind::Opencode),
+        Ok(pb::ProviderKind::OpenaiCompatible) => Ok(ProviderKind::OpenaiCompatible),
+        _ => Err(DomainError::invalid(
+            "kind",
+            "choose PROVIDER_KIND_CLAUDE_CODE, PROVIDER_KIND_OPENCODE or PROVIDER_KIND_OPENAI_COMPATIBLE",
+        )),
+    }
+}
+
+pub fn agent(workspace_id: &str, a: &Agent) -> pb::Agent {
+    pb::Agent {
+        workspace_id: workspace_id.to_owned(),
+        name: a.name.to_string(),
+        kind: match a.kind {
+            AgentKind::UserDefined => pb::AgentKind::UserDefined,
+            AgentKind::Internal => pb::AgentKind::Internal,
+        } as i32,
+        instructions: a.instructions.clone(),
+        allowed_tools: a.allowed_tools.clone(),
+        granted_tools: a.granted_tools().unwrap_or_default(),
+        provider: a.provider.as_ref().map(Name::to_string).unwrap_or_default(),
+        model: a.model.clone().unwrap_or_default(),
+        created_ms: a.created_ms,
+        updated_ms: a.updated_ms,
+    }
+}
+
+pub fn task(t: &Task) -> pb::Task {
+    pb::Task {
+        id: t.id.to_string(),
+        workspace_id: t.workspace_id.to_string(),
+        description: t.description.clone(),
+        source: Some(pb::TaskSource {
+            kind: t.source.kind.clone(),
+            user_id: t.source.user_id.clone().unwrap_or_default(),
+            conversation_id: t.source.conversation_id.clone().unwrap_or_default(),
+        }),
+        status: t.status.as_str().to_owned(),
+        status_reason: t.status_reason.clone().unwrap_or_default(),
+        stage: t.stage.as_str().to_owned(),
+        planning: Some(planning(&t.planning)),
+        current_agent: t
+            .current_agent
+            .as_ref()
+            .map(Name::to_string)
+            .unwrap_or_default(),
+        created_ms: t.created_ms,
+        updated_ms: t.updated_ms,
+        last_sequence: t.last_sequence,
+    }
+}
+
+pub fn planning(p: &Planning) -> pb::Planning {
+    pb::Planning {
+        summary: p.summary.clone().unwrap_or_default(),
+        requirements: p.requirements.clone(),
+        acceptance_criteria: p.acceptance_criteria.clone(),
+        plan: p.plan.clone(),
+        questions: p
+            .questions
+            .iter()
+            .map(|q| pb::Question {
+                question: q.question.clone(),
+                answer: q.answer.clone(),
+            })
+            .collect(),
+        assigned_agent: p
+            .assigned_agent
+            .as_ref()
+            .map(Name::to_string)
+            .unwrap_or_default(),
+    }
+}
+
+/// Wire planning fields as domain planning: the assigned agent must be a valid name.
+pub fn planning_from(p: pb::Planning) -> Result<Planning, DomainError> {
+    Ok(Planning {
+        summary: non_empty(p.summary),
+        requirements: p.requirements,
+        acceptance_criteria: p.acceptance_criteria,
+        plan: p.plan,
+        questions: p
+            .questions
+            .into_iter()
+            .map(|q| Question {
+                question: q.question,
+                answer: q.answer,
+            })
+            .collect(),
+        assigned_agent: non_empty(p.assigned_agent)
+            .map(|a| Name::parse("assigned_agent", &a))
+            .transpose()?,
+    })
+}
+
+pub fn source_from(s: Option<pb::TaskSource>) -> TaskSource {
+    let s = s.unwrap_or_default();
+    TaskSource {
+        kind: non_empty(s.kind).unwrap_or_else(|| "grpc".to_owned()),
+        user_id: non_empty(s.user_id),
+        conversation_id: non_empty(s.conversation_id),
+    }
+}
+
+pub fn event(e: &Event) -> pb::TaskEvent {
+    pb::TaskEvent {
+        task_id: e.task_id.to_string(),
+        sequence: e.sequence,
+        kind: e.kind.as_str().to_owned(),
+        data: match &e.data {
+            serde_json::Value::Object(map) => Some(json::to_struct(map.clone())),
+            other => Some(json::to_struct(serde_json::Map::from_iter([(
+                "value".to_owned(),
+                other.clone(),
+            )]))),
+        },
+        at_ms: e.at_ms,
+    }
+}
+
+pub fn run(r: &Run) -> pb::Run {
+    pb::Run {
+        id: r.id.to_string(),
+        task_id: r.task_id.to_string(),
+        agent: r.agent.to_string(),
+        parent_run_id: r.parent.map(|p| p.to_string()).unwrap_or_default(),
+        state: r.state.as_str().to_owned(),
+        tools: r.tools.clone(),
+        started_ms: r.started_ms,
+        finished_ms: r.finished_ms.unwrap_or_default(),
+        end_reason: r.end_reason.clone().unwrap_or_default(),
+        completion_report: r.completion_report.as_ref().and_then(
+            |report| match serde_json::to_value(report) {
+                Ok(serde_json::Value::Object(map)) => Some(json::to_struct(map)),
+                _ => None,
+            },
+        ),
+    }
+}
+
+/// Proto3 strings are "" when unset; the domain says None.
+pub fn non_empty(s: String) -> Option<String> {
+    if s.trim().is_empty() { None } else { Some(s) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unspecified_provider_kind_is_refused_with_the_choices() {
+        let err = provider_kind_from(0).expect_err("unspecified").to_string();
+        assert!(err.contains("PROVIDER_KIND_CLAUDE_CODE"), "{err}");
+        assert_eq!(provider_kind_from(3), Ok(ProviderKind::OpenaiCompatible));
+        assert!(provider_kind_from(99).is_err());
+    }
+
+    #[test]
+    fn planning_round_trips_and_checks_the_assigned_agent() {
+        let wire = pb::Planning {
+            summary: "s".into(),
+            requirements: vec!["r".into()],
+            acceptance_criteria: vec!["a".into()],
+            plan: vec!["p".into()],
+            questions: vec![pb::Question {
+                question: "q?".into(),
+                answer: None,
+            }],
+            assigned_agent: "writer".into(),
+        };
+        let domain = planning_from(wire.clone()).expect("valid");
+        assert_eq!(planning(&domain), wire);
+        let bad = pb::Planning {
+            assigned_agent: "Not A Name".into(),
+            ..wire
+        };
+        assert!(
+            planning_from(bad)
+                .expect_err("bad name")
+                .to_string()
+                .contains("assigned_agent")
+        );
+    }
+
+    #[test]
+    fn an_empty_source_means_grpc() {
+        assert_eq!(source_from(None).kind, "grpc");
+    }
+}
