@@ -57,6 +57,18 @@ impl Agent {
             .map_err(|e| DomainError::invalid("allowed_tools", e.to_string()))
     }
 
+    /// Refuses a change only user-defined agents take: internal agents are part of
+    /// Chorus. `what` says what is refused, e.g. "it cannot be deleted".
+    pub fn check_user_defined(&self, what: &str) -> Result<(), DomainError> {
+        match self.kind {
+            AgentKind::UserDefined => Ok(()),
+            AgentKind::Internal => Err(DomainError::invalid(
+                "agent",
+                format!("'{}' is internal to Chorus: {what}", self.name),
+            )),
+        }
+    }
+
     /// The tool names a run of this agent may call. Internal agents get only the
     /// always-granted tools.
     pub fn granted_tools(&self) -> Result<Vec<String>, DomainError> {
