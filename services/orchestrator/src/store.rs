@@ -97,13 +97,29 @@ impl StoreError {
 
 /// Turns diesel's errors into [`StoreError::Database`] (`.db()?`), so no `From`
 /// impl exposes a diesel type.
-pub(crate) trait Db<T> {
+trait Db<T> {
     fn db(self) -> Result<T, StoreError>;
 }
 
 impl<T> Db<T> for Result<T, diesel::result::Error> {
     fn db(self) -> Result<T, StoreError> {
         self.map_err(|e| StoreError::Database(e.to_string()))
+    }
+}
+
+/// Maps a foreign-key violation (a row it points to was deleted since it was
+/// checked) to `NotFound { what, key }`.
+fn or_missing<T>(
+    result: Result<T, diesel::result::Error>,
+    what: &'static str,
+    key: impl fmt::Display,
+) -> Result<T, StoreError> {
+    use diesel::result::{DatabaseErrorKind, Error};
+    match result {
+        Err(Error::DatabaseError(DatabaseErrorKind::ForeignKeyViolation, _)) => {
+            Err(StoreError::not_found(what, key))
+        }
+        other => other.db(),
     }
 }
 
@@ -168,8 +184,9 @@ impl Store {
         self.backend
     }
 
-    /// Runs `f` on a pooled connection, off the async threads.
-    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    /// Runs `f` on a pooled connection, off the async threads (reads: one query
+    /// each, or a few whose races are harmless).
+    async fn with_conn<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
@@ -190,7 +207,7 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
     {
-        self.read(move |conn| connection::write_transaction(conn, f))
+        self.with_conn(move |conn| connection::write_transaction(conn, f))
             .await
     }
 }

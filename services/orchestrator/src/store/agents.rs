@@ -7,7 +7,7 @@ use super::connection::{AnyConnection, first_locked};
 use super::rows::AgentRow;
 use super::schema::agents;
 use super::workspaces::{ensure_provider, ensure_workspace};
-use super::{Db, Store, StoreError, or_exists};
+use super::{Db, Store, StoreError, or_exists, or_missing};
 use crate::domain::{Agent, AgentKind, Name, WorkspaceId, now_ms};
 
 /// A user-defined agent to create.
@@ -69,7 +69,7 @@ impl Store {
     }
 
     pub async fn get_agent(&self, workspace: WorkspaceId, name: Name) -> Result<Agent, StoreError> {
-        self.read(move |conn| {
+        self.with_conn(move |conn| {
             let row = agents::table
                 .find((workspace.to_string(), name.to_string()))
                 .select(AgentRow::as_select())
@@ -83,7 +83,7 @@ impl Store {
 
     /// The workspace's agents, by name.
     pub async fn list_agents(&self, workspace: WorkspaceId) -> Result<Vec<Agent>, StoreError> {
-        self.read(move |conn| {
+        self.with_conn(move |conn| {
             ensure_workspace(conn, workspace)?;
             agents::table
                 .filter(agents::workspace_id.eq(workspace.to_string()))
@@ -146,7 +146,7 @@ impl Store {
             }
             agent.updated_ms = now_ms().max(agent.updated_ms);
             let row = AgentRow::from_domain(workspace, &agent)?;
-            diesel::update(agents::table.find((&key.0, &key.1)))
+            let updated = diesel::update(agents::table.find((&key.0, &key.1)))
                 .set((
                     agents::instructions.eq(&row.instructions),
                     agents::allowed_tools.eq(&row.allowed_tools),
@@ -154,8 +154,13 @@ impl Store {
                     agents::model.eq(&row.model),
                     agents::updated_ms.eq(row.updated_ms),
                 ))
-                .execute(conn)
-                .db()?;
+                .execute(conn);
+            // The provider was deleted since it was checked.
+            or_missing(
+                updated,
+                "provider",
+                row.provider.as_deref().unwrap_or_default(),
+            )?;
             Ok(agent)
         })
         .await

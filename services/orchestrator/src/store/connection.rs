@@ -223,7 +223,9 @@ pub(super) fn write_transaction<T>(
             Ok(value)
         }
         Err(e) => {
-            AnyConnection::rollback_transaction(conn).db()?;
+            // If the rollback fails too, the connection is marked broken and the
+            // pool drops it; the caller still gets the error that matters.
+            let _ = AnyConnection::rollback_transaction(conn);
             Err(e)
         }
     }

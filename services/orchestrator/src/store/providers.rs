@@ -1,6 +1,8 @@
 //! Providers of a workspace. The API key is write-only: [`Provider`] says only
 //! whether one is set; [`Store::provider_api_key`] is the one way to read it.
 
+use std::fmt;
+
 use diesel::prelude::*;
 
 use super::connection::{AnyConnection, first_locked};
@@ -10,8 +12,8 @@ use super::workspaces::{ensure_workspace, load_workspace};
 use super::{Db, Store, StoreError, or_exists};
 use crate::domain::{Name, Provider, ProviderKind, WorkspaceId, now_ms};
 
-/// A provider to create.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A provider to create. Its `Debug` hides the API key.
+#[derive(Clone, PartialEq, Eq)]
 pub struct NewProvider {
     pub name: Name,
     pub kind: ProviderKind,
@@ -21,12 +23,40 @@ pub struct NewProvider {
 }
 
 /// Changes to a provider: `None` keeps a field, `Some(None)` clears it,
-/// `Some(Some(v))` sets it. Name and kind do not change.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// `Some(Some(v))` sets it. Name and kind do not change. Its `Debug` hides the API key.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct ProviderChanges {
     pub base_url: Option<Option<String>>,
     pub model: Option<Option<String>>,
     pub api_key: Option<Option<String>>,
+}
+
+impl fmt::Debug for NewProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewProvider")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<hidden>"))
+            .finish()
+    }
+}
+
+impl fmt::Debug for ProviderChanges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderChanges")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field(
+                "api_key",
+                &self
+                    .api_key
+                    .as_ref()
+                    .map(|key| key.as_ref().map(|_| "<hidden>")),
+            )
+            .finish()
+    }
 }
 
 impl Store {
@@ -71,7 +101,7 @@ impl Store {
         workspace: WorkspaceId,
         name: Name,
     ) -> Result<Provider, StoreError> {
-        self.read(move |conn| load_provider(conn, workspace, &name)?.into_domain())
+        self.with_conn(move |conn| load_provider(conn, workspace, &name)?.into_domain())
             .await
     }
 
@@ -80,7 +110,7 @@ impl Store {
         &self,
         workspace: WorkspaceId,
     ) -> Result<Vec<Provider>, StoreError> {
-        self.read(move |conn| {
+        self.with_conn(move |conn| {
             ensure_workspace(conn, workspace)?;
             providers::table
                 .filter(providers::workspace_id.eq(workspace.to_string()))
@@ -202,7 +232,7 @@ impl Store {
         workspace: WorkspaceId,
         name: Name,
     ) -> Result<Option<String>, StoreError> {
-        self.read(move |conn| Ok(load_provider(conn, workspace, &name)?.api_key))
+        self.with_conn(move |conn| Ok(load_provider(conn, workspace, &name)?.api_key))
             .await
     }
 }

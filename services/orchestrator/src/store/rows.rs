@@ -98,7 +98,8 @@ impl WorkspaceRow {
     }
 }
 
-#[derive(Debug, Queryable, Selectable, Insertable)]
+/// No `Debug`: it holds the API key.
+#[derive(Queryable, Selectable, Insertable)]
 #[diesel(table_name = providers)]
 pub(super) struct ProviderRow {
     pub workspace_id: String,

@@ -74,7 +74,7 @@ impl Store {
     }
 
     pub async fn get_run(&self, id: RunId) -> Result<Run, StoreError> {
-        self.read(move |conn| load_run(conn, id)).await
+        self.with_conn(move |conn| load_run(conn, id)).await
     }
 
     /// Changes a run and its task in one transaction: locks the task, lets `f`
@@ -131,7 +131,7 @@ impl Store {
 
     /// The task's runs, in the order they started.
     pub async fn list_runs(&self, task_id: TaskId) -> Result<Vec<Run>, StoreError> {
-        self.read(move |conn| {
+        self.with_conn(move |conn| {
             let key = task_id.to_string();
             let rows: Vec<RunRow> = runs::table
                 .filter(runs::task_id.eq(&key))
@@ -157,7 +157,7 @@ impl Store {
     /// Every run that has not finished, oldest first: after a restart these are
     /// the runs to resume or mark interrupted.
     pub async fn unfinished_runs(&self) -> Result<Vec<Run>, StoreError> {
-        self.read(|conn| {
+        self.with_conn(|conn| {
             runs::table
                 .filter(runs::state.ne(RunState::Finished.as_str()))
                 .select(RunRow::as_select())

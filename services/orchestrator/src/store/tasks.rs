@@ -6,10 +6,10 @@ use diesel::prelude::*;
 use serde_json::json;
 
 use super::connection::{AnyConnection, first_locked};
-use super::rows::{EventRow, TaskRow, db_sequence};
+use super::rows::{EventRow, TaskRow};
 use super::schema::{task_events, tasks};
 use super::workspaces::ensure_workspace;
-use super::{Db, Store, StoreError};
+use super::{Db, Store, StoreError, or_missing};
 use crate::domain::{
     DomainError, Event, EventKind, Planning, Stage, Task, TaskId, TaskSource, TaskStatus,
     WorkspaceId, now_ms,
@@ -59,10 +59,13 @@ impl Store {
                 data: json!({ "description": task.description }),
                 at_ms: now,
             };
-            diesel::insert_into(tasks::table)
-                .values(TaskRow::from_domain(&task)?)
-                .execute(conn)
-                .db()?;
+            or_missing(
+                diesel::insert_into(tasks::table)
+                    .values(TaskRow::from_domain(&task)?)
+                    .execute(conn),
+                "workspace",
+                workspace,
+            )?;
             diesel::insert_into(task_events::table)
                 .values(EventRow::from_domain(&event)?)
                 .execute(conn)
@@ -73,7 +76,7 @@ impl Store {
     }
 
     pub async fn get_task(&self, id: TaskId) -> Result<Task, StoreError> {
-        self.read(move |conn| {
+        self.with_conn(move |conn| {
             tasks::table
                 .find(id.to_string())
                 .select(TaskRow::as_select())
@@ -102,7 +105,7 @@ impl Store {
             n => n.min(MAX_PAGE_SIZE),
         };
         let after = page_token.as_deref().map(PageToken::parse).transpose()?;
-        self.read(move |conn| {
+        self.with_conn(move |conn| {
             if let Some(workspace) = workspace {
                 ensure_workspace(conn, workspace)?;
             }
@@ -190,8 +193,9 @@ impl Store {
             0 => MAX_EVENTS,
             n => n.min(MAX_EVENTS),
         };
-        let after = db_sequence(after_sequence)?;
-        self.read(move |conn| {
+        // No task has that many events: nothing comes after it.
+        let after = i64::try_from(after_sequence).unwrap_or(i64::MAX);
+        self.with_conn(move |conn| {
             let key = task_id.to_string();
             let rows: Vec<EventRow> = task_events::table
                 .filter(task_events::task_id.eq(&key))

@@ -3,11 +3,11 @@
 
 use diesel::prelude::*;
 
-use super::connection::AnyConnection;
+use super::connection::{AnyConnection, first_locked, write_transaction};
 use super::rows::{AgentRow, WorkspaceRow};
 use super::schema::{agents, providers, tasks, workspaces};
 use super::{Db, Store, StoreError, or_exists};
-use crate::domain::{Agent, Name, Workspace, WorkspaceId, default_agents, now_ms};
+use crate::domain::{Agent, DomainError, Name, Workspace, WorkspaceId, default_agents, now_ms};
 
 impl Store {
     /// Creates a workspace on the directory `root` (absolute, existing; stored with
@@ -16,66 +16,72 @@ impl Store {
     /// once the workspace has providers.
     pub async fn create_workspace(&self, name: Name, root: &str) -> Result<Workspace, StoreError> {
         let root = root.to_owned();
-        self.write(move |conn| {
+        self.with_conn(move |conn| {
+            // The file system is asked before the write lock is taken.
             let root = Workspace::check_root(&root)?;
-            let root_text = root.to_str().ok_or_else(|| {
-                crate::domain::DomainError::invalid(
-                    "workspace root",
-                    format!("'{}' is not valid UTF-8", root.display()),
-                )
-            })?;
-            let now = now_ms();
-            let workspace = Workspace {
-                id: WorkspaceId::new(),
-                name,
-                root: root.clone(),
-                system_provider: None,
-                created_ms: now,
-                updated_ms: now,
-            };
-            let row = WorkspaceRow {
-                id: workspace.id.to_string(),
-                name: workspace.name.to_string(),
-                root: root_text.to_owned(),
-                system_provider: None,
-                created_ms: now,
-                updated_ms: now,
-            };
-            or_exists(
-                diesel::insert_into(workspaces::table)
-                    .values(&row)
-                    .execute(conn),
-                "workspace",
-                &workspace.name,
-            )?;
-            for (name, kind, tools, instructions) in default_agents() {
-                let agent = Agent {
-                    name: Name::parse("agent name", name)?,
-                    kind,
-                    instructions: instructions.to_owned(),
-                    allowed_tools: tools.into_iter().map(str::to_owned).collect(),
-                    provider: None,
-                    model: None,
+            let root_text = root
+                .to_str()
+                .ok_or_else(|| {
+                    DomainError::invalid(
+                        "workspace root",
+                        format!("'{}' is not valid UTF-8", root.display()),
+                    )
+                })?
+                .to_owned();
+            write_transaction(conn, move |conn| {
+                let now = now_ms();
+                let workspace = Workspace {
+                    id: WorkspaceId::new(),
+                    name,
+                    root: root.clone(),
+                    system_provider: None,
                     created_ms: now,
                     updated_ms: now,
                 };
-                diesel::insert_into(agents::table)
-                    .values(AgentRow::from_domain(workspace.id, &agent)?)
-                    .execute(conn)
-                    .db()?;
-            }
-            Ok(workspace)
+                let row = WorkspaceRow {
+                    id: workspace.id.to_string(),
+                    name: workspace.name.to_string(),
+                    root: root_text,
+                    system_provider: None,
+                    created_ms: now,
+                    updated_ms: now,
+                };
+                or_exists(
+                    diesel::insert_into(workspaces::table)
+                        .values(&row)
+                        .execute(conn),
+                    "workspace",
+                    &workspace.name,
+                )?;
+                for (name, kind, tools, instructions) in default_agents() {
+                    let agent = Agent {
+                        name: Name::parse("agent name", name)?,
+                        kind,
+                        instructions: instructions.to_owned(),
+                        allowed_tools: tools.into_iter().map(str::to_owned).collect(),
+                        provider: None,
+                        model: None,
+                        created_ms: now,
+                        updated_ms: now,
+                    };
+                    diesel::insert_into(agents::table)
+                        .values(AgentRow::from_domain(workspace.id, &agent)?)
+                        .execute(conn)
+                        .db()?;
+                }
+                Ok(workspace)
+            })
         })
         .await
     }
 
     pub async fn get_workspace(&self, id: WorkspaceId) -> Result<Workspace, StoreError> {
-        self.read(move |conn| load_workspace(conn, id)).await
+        self.with_conn(move |conn| load_workspace(conn, id)).await
     }
 
     /// All workspaces, by name.
     pub async fn list_workspaces(&self) -> Result<Vec<Workspace>, StoreError> {
-        self.read(|conn| {
+        self.with_conn(|conn| {
             workspaces::table
                 .select(WorkspaceRow::as_select())
                 .order(workspaces::name)
@@ -131,8 +137,17 @@ impl Store {
     /// Deletes a workspace with its providers and agents. Refused while it has tasks.
     pub async fn delete_workspace(&self, id: WorkspaceId) -> Result<(), StoreError> {
         self.write(move |conn| {
-            let workspace = load_workspace(conn, id)?;
+            // Locked: a task created meanwhile waits, then fails on the foreign key.
             let key = id.to_string();
+            let workspace = first_locked!(
+                &mut *conn,
+                workspaces::table
+                    .find(&key)
+                    .select(WorkspaceRow::as_select())
+            )
+            .db()?
+            .ok_or_else(|| StoreError::not_found("workspace", id))?
+            .into_domain()?;
             let task_count: i64 = tasks::table
                 .filter(tasks::workspace_id.eq(&key))
                 .count()

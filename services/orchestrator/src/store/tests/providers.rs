@@ -148,11 +148,18 @@ async fn the_api_key_is_write_only() {
     for t in test_stores().await {
         let b = t.backend;
         let ws = t.workspace("docs").await;
-        let provider = t
-            .store
-            .create_provider(ws.id, ollama(Some("sk-secret")))
-            .await
-            .expect(b);
+        let new = ollama(Some("sk-secret"));
+        let changes = ProviderChanges {
+            api_key: Some(Some("sk-secret".into())),
+            ..ProviderChanges::default()
+        };
+        for shown in [format!("{new:?}"), format!("{changes:?}")] {
+            assert!(
+                !shown.contains("sk-secret") && shown.contains("<hidden>"),
+                "{shown}"
+            );
+        }
+        let provider = t.store.create_provider(ws.id, new).await.expect(b);
         assert!(provider.api_key_set, "{b}");
         let shown = format!("{provider:?}");
         assert!(!shown.contains("sk-secret"), "{b}: {shown}");

@@ -238,7 +238,7 @@ async fn a_stored_value_that_no_longer_parses_is_reported_as_corrupt() {
             .expect(b);
         let key = task.id.to_string();
         t.store
-            .read(move |conn| {
+            .with_conn(move |conn| {
                 diesel::update(tasks::table.find(&key))
                     .set(tasks::status.eq("done"))
                     .execute(conn)
