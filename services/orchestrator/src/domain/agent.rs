@@ -179,6 +179,33 @@ mod tests {
     }
 
     #[test]
+    fn only_user_defined_agents_take_user_changes() {
+        let agent = |kind| Agent {
+            name: Name::parse("agent name", TASK_VALIDATOR).expect("name"),
+            kind,
+            instructions: "x".into(),
+            allowed_tools: vec![],
+            provider: None,
+            model: None,
+            created_ms: 0,
+            updated_ms: 0,
+        };
+        assert!(
+            agent(AgentKind::UserDefined)
+                .check_user_defined("x")
+                .is_ok()
+        );
+        let err = agent(AgentKind::Internal)
+            .check_user_defined("it cannot be deleted")
+            .expect_err("internal")
+            .to_string();
+        assert_eq!(
+            err,
+            "invalid agent: 'task-validator' is internal to Chorus: it cannot be deleted"
+        );
+    }
+
+    #[test]
     fn unknown_tools_in_an_allow_list_are_refused() {
         let err = Agent::check_allowed_tools(&["Read".to_owned()])
             .expect_err("unknown")

@@ -55,22 +55,24 @@ impl Target {
                 "the database URL is empty; give a SQLite file path or a postgres:// URL".into(),
             ));
         }
-        if path == ":memory:" || path.starts_with("file:") {
+        if path == ":memory:" {
+            return Err(StoreError::Database(
+                "':memory:' is not supported: every pooled connection would see its own empty database; give a SQLite file path".into(),
+            ));
+        }
+        if path.starts_with("file:") {
             return Err(StoreError::Database(format!(
-                "'{path}' is not supported; give a SQLite file path (each pooled connection to an in-memory database would see its own empty database)"
+                "'{path}' is a SQLite URI; give a plain file path"
             )));
         }
         Ok(Self::Sqlite(path.to_owned()))
     }
 
-    fn establish(&self) -> Result<AnyConnection, StoreError> {
-        let conn = match self {
+    fn connect(&self) -> diesel::ConnectionResult<AnyConnection> {
+        match self {
             Self::Sqlite(path) => SqliteConnection::establish(path).map(AnyConnection::Sqlite),
             Self::Postgres(url) => PgConnection::establish(url).map(AnyConnection::Pg),
-        };
-        conn.map_err(|e| {
-            StoreError::Database(format!("cannot connect to {}: {e}", self.describe()))
-        })
+        }
     }
 
     /// The target without credentials, for messages.
@@ -104,7 +106,9 @@ pub(super) fn open_pool(target: Target) -> Result<ConnectionPool, StoreError> {
             ))
         })?;
     }
-    let mut conn = target.establish()?;
+    let mut conn = target.connect().map_err(|e| {
+        StoreError::Database(format!("cannot connect to {}: {e}", target.describe()))
+    })?;
     migrate(&mut conn, &target)?;
     drop(conn);
 
@@ -185,11 +189,7 @@ impl ManageConnection for Manager {
     type Error = r2d2::Error;
 
     fn connect(&self) -> Result<AnyConnection, r2d2::Error> {
-        match &self.target {
-            Target::Sqlite(path) => SqliteConnection::establish(path).map(AnyConnection::Sqlite),
-            Target::Postgres(url) => PgConnection::establish(url).map(AnyConnection::Pg),
-        }
-        .map_err(r2d2::Error::ConnectionError)
+        self.target.connect().map_err(r2d2::Error::ConnectionError)
     }
 
     fn is_valid(&self, conn: &mut AnyConnection) -> Result<(), r2d2::Error> {

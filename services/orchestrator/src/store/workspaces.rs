@@ -33,7 +33,7 @@ impl Store {
                 let workspace = Workspace {
                     id: WorkspaceId::new(),
                     name,
-                    root: root.clone(),
+                    root,
                     system_provider: None,
                     created_ms: now,
                     updated_ms: now,
