@@ -8,3 +8,4 @@
 pub mod domain;
 pub mod grpc;
 pub mod history;
+pub mod store;

@@ -57,6 +57,18 @@ impl Agent {
             .map_err(|e| DomainError::invalid("allowed_tools", e.to_string()))
     }
 
+    /// Refuses a change only user-defined agents take: internal agents are part of
+    /// Chorus. `what` says what is refused, e.g. "it cannot be deleted".
+    pub fn check_user_defined(&self, what: &str) -> Result<(), DomainError> {
+        match self.kind {
+            AgentKind::UserDefined => Ok(()),
+            AgentKind::Internal => Err(DomainError::invalid(
+                "agent",
+                format!("'{}' is internal to Chorus: {what}", self.name),
+            )),
+        }
+    }
+
     /// The tool names a run of this agent may call. Internal agents get only the
     /// always-granted tools.
     pub fn granted_tools(&self) -> Result<Vec<String>, DomainError> {
@@ -164,6 +176,33 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn only_user_defined_agents_take_user_changes() {
+        let agent = |kind| Agent {
+            name: Name::parse("agent name", TASK_VALIDATOR).expect("name"),
+            kind,
+            instructions: "x".into(),
+            allowed_tools: vec![],
+            provider: None,
+            model: None,
+            created_ms: 0,
+            updated_ms: 0,
+        };
+        assert!(
+            agent(AgentKind::UserDefined)
+                .check_user_defined("x")
+                .is_ok()
+        );
+        let err = agent(AgentKind::Internal)
+            .check_user_defined("it cannot be deleted")
+            .expect_err("internal")
+            .to_string();
+        assert_eq!(
+            err,
+            "invalid agent: 'task-validator' is internal to Chorus: it cannot be deleted"
+        );
     }
 
     #[test]

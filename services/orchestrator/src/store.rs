@@ -1,0 +1,229 @@
+//! The one module that owns the database (diesel, on SQLite or PostgreSQL).
+//!
+//! Callers see domain types and [`StoreError`]; no diesel type leaves this module.
+//! Every call runs its queries on the blocking pool (`spawn_blocking`), every write
+//! is one transaction, and every change to a task writes its history events in the
+//! same transaction, numbered 1, 2, 3, ... per task without gaps
+//! ([`Store::change_task`], [`Store::change_run`]).
+//!
+//! Files: `connection` (backends, pool, migrations, transactions), `schema` and
+//! `rows` (tables and row ↔ domain conversions), then one file per concept.
+
+mod agents;
+mod connection;
+mod providers;
+mod rows;
+mod runs;
+mod schema;
+mod tasks;
+mod workspaces;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+use crate::domain::DomainError;
+
+pub use agents::{AgentChanges, NewAgent};
+pub use providers::{NewProvider, ProviderChanges};
+pub use tasks::{DEFAULT_PAGE_SIZE, EventDraft, MAX_EVENTS, MAX_PAGE_SIZE};
+
+use connection::{AnyConnection, ConnectionPool, Target};
+
+/// Why a store call failed. gRPC mapping: `NotFound` → NOT_FOUND, `AlreadyExists` →
+/// ALREADY_EXISTS, `ProviderInUse` and `WorkspaceInUse` → FAILED_PRECONDITION,
+/// `Domain` → as the domain error says, `Corrupt` and `Database` → INTERNAL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("{what} '{key}' not found")]
+    NotFound { what: &'static str, key: String },
+    #[error("{what} '{key}' already exists")]
+    AlreadyExists { what: &'static str, key: String },
+    /// A provider cannot be deleted while agents or the workspace use it.
+    #[error("{}", provider_in_use(provider, agents, *system_provider))]
+    ProviderInUse {
+        provider: String,
+        /// Agents whose provider it is.
+        agents: Vec<String>,
+        /// Whether it is the workspace's system provider.
+        system_provider: bool,
+    },
+    /// A workspace cannot be deleted while it has tasks: they are its history.
+    #[error(
+        "workspace '{workspace}' has {tasks} task(s); a workspace with tasks cannot be deleted"
+    )]
+    WorkspaceInUse { workspace: String, tasks: u64 },
+    /// A domain rule refused the change; nothing was written.
+    #[error(transparent)]
+    Domain(#[from] DomainError),
+    /// A stored value no longer parses as its domain type.
+    #[error("stored {what} '{key}' cannot be read: {reason}")]
+    Corrupt {
+        what: &'static str,
+        key: String,
+        reason: String,
+    },
+    /// The database failed in a way no caller can fix.
+    #[error("database error: {0}")]
+    Database(String),
+}
+
+fn provider_in_use(provider: &str, agents: &[String], system_provider: bool) -> String {
+    let mut users = Vec::new();
+    if !agents.is_empty() {
+        users.push(format!("by agent(s) {}", agents.join(", ")));
+    }
+    if system_provider {
+        users.push("as the workspace's system provider".to_owned());
+    }
+    if users.is_empty() {
+        return format!("provider '{provider}' is in use; give its users another provider first");
+    }
+    format!(
+        "provider '{provider}' is in use {}; give them another provider first",
+        users.join(" and ")
+    )
+}
+
+impl StoreError {
+    pub(crate) fn not_found(what: &'static str, key: impl fmt::Display) -> Self {
+        Self::NotFound {
+            what,
+            key: key.to_string(),
+        }
+    }
+}
+
+/// Turns diesel's errors into [`StoreError::Database`] (`.db()?`), so no `From`
+/// impl exposes a diesel type.
+trait Db<T> {
+    fn db(self) -> Result<T, StoreError>;
+}
+
+impl<T> Db<T> for Result<T, diesel::result::Error> {
+    fn db(self) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::Database(e.to_string()))
+    }
+}
+
+/// Maps a foreign-key violation (a row it points to was deleted since it was
+/// checked) to `NotFound { what, key }`.
+fn or_missing<T>(
+    result: Result<T, diesel::result::Error>,
+    what: &'static str,
+    key: impl fmt::Display,
+) -> Result<T, StoreError> {
+    use diesel::result::{DatabaseErrorKind, Error};
+    match result {
+        Err(Error::DatabaseError(DatabaseErrorKind::ForeignKeyViolation, _)) => {
+            Err(StoreError::not_found(what, key))
+        }
+        other => other.db(),
+    }
+}
+
+/// Maps a unique violation on insert to `AlreadyExists { what, key }`.
+fn or_exists<T>(
+    result: Result<T, diesel::result::Error>,
+    what: &'static str,
+    key: impl fmt::Display,
+) -> Result<T, StoreError> {
+    use diesel::result::{DatabaseErrorKind, Error};
+    match result {
+        Err(Error::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
+            Err(StoreError::AlreadyExists {
+                what,
+                key: key.to_string(),
+            })
+        }
+        other => other.db(),
+    }
+}
+
+/// Which database a store writes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The orchestrator's state of record. Cheap to clone (a pool handle).
+#[derive(Clone)]
+pub struct Store {
+    pool: ConnectionPool,
+    backend: Backend,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("backend", &self.backend)
+            .field("connections", &self.pool.state().connections)
+            .finish()
+    }
+}
+
+impl Store {
+    /// Opens the database `url` names and brings its schema up to date.
+    ///
+    /// `postgres://...` or `postgresql://...` is PostgreSQL (libpq URL); anything
+    /// else is a SQLite file path, optionally written `sqlite://path`, whose parent
+    /// directory is created. A new file gets its schema on first open.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let target = Target::parse(url)?;
+        let backend = match target {
+            Target::Sqlite(_) => Backend::Sqlite,
+            Target::Postgres(_) => Backend::Postgres,
+        };
+        let pool = blocking(move || connection::open_pool(target)).await?;
+        Ok(Self { pool, backend })
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Runs `f` on a pooled connection, off the async threads (reads: one query
+    /// each, or a few whose races are harmless).
+    async fn with_conn<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let pool = self.pool.clone();
+        blocking(move || {
+            let mut conn = pool.get().map_err(|e| {
+                StoreError::Database(format!("no database connection available: {e}"))
+            })?;
+            f(&mut conn)
+        })
+        .await
+    }
+
+    /// Runs `f` in one write transaction (see `connection::write_transaction`).
+    async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.with_conn(move |conn| connection::write_transaction(conn, f))
+            .await
+    }
+}
+
+/// Runs blocking database work on tokio's blocking pool. A panic inside it is
+/// resumed in the caller (it is a bug, not a database error).
+async fn blocking<T, F>(f: F) -> Result<T, StoreError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(StoreError::Database(format!(
+            "database call was canceled: {e}"
+        ))),
+    }
+}

@@ -1,0 +1,204 @@
+//! Agents of a workspace: allow-lists checked against the catalog, providers that
+//! exist in the workspace.
+
+use diesel::prelude::*;
+
+use super::connection::{AnyConnection, first_locked};
+use super::rows::AgentRow;
+use super::schema::agents;
+use super::workspaces::{ensure_provider, ensure_workspace};
+use super::{Db, Store, StoreError, or_exists, or_missing};
+use crate::domain::{Agent, AgentKind, Name, WorkspaceId, now_ms};
+
+/// A user-defined agent to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewAgent {
+    pub name: Name,
+    pub instructions: String,
+    /// Tool names and `@profile` references.
+    pub allowed_tools: Vec<String>,
+    /// A provider of the workspace.
+    pub provider: Option<Name>,
+    pub model: Option<String>,
+}
+
+/// Changes to an agent: `None` keeps a field, `Some(None)` clears it,
+/// `Some(Some(v))` sets it. Name and kind do not change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentChanges {
+    pub instructions: Option<String>,
+    pub allowed_tools: Option<Vec<String>>,
+    pub provider: Option<Option<Name>>,
+    pub model: Option<Option<String>>,
+}
+
+impl Store {
+    /// Creates a user-defined agent.
+    pub async fn create_agent(
+        &self,
+        workspace: WorkspaceId,
+        new: NewAgent,
+    ) -> Result<Agent, StoreError> {
+        Agent::check_allowed_tools(&new.allowed_tools)?;
+        self.write(move |conn| {
+            ensure_workspace(conn, workspace)?;
+            if let Some(provider) = &new.provider {
+                ensure_provider(conn, workspace, provider)?;
+            }
+            let now = now_ms();
+            let agent = Agent {
+                name: new.name,
+                kind: AgentKind::UserDefined,
+                instructions: new.instructions,
+                allowed_tools: new.allowed_tools,
+                provider: new.provider,
+                model: new.model,
+                created_ms: now,
+                updated_ms: now,
+            };
+            or_exists(
+                diesel::insert_into(agents::table)
+                    .values(AgentRow::from_domain(workspace, &agent)?)
+                    .execute(conn),
+                "agent",
+                &agent.name,
+            )?;
+            Ok(agent)
+        })
+        .await
+    }
+
+    pub async fn get_agent(&self, workspace: WorkspaceId, name: Name) -> Result<Agent, StoreError> {
+        self.with_conn(move |conn| {
+            let row = agents::table
+                .find((workspace.to_string(), name.to_string()))
+                .select(AgentRow::as_select())
+                .first(conn)
+                .optional()
+                .db()?;
+            found(conn, workspace, &name, row)?.into_domain()
+        })
+        .await
+    }
+
+    /// The workspace's agents, by name.
+    pub async fn list_agents(&self, workspace: WorkspaceId) -> Result<Vec<Agent>, StoreError> {
+        self.with_conn(move |conn| {
+            ensure_workspace(conn, workspace)?;
+            agents::table
+                .filter(agents::workspace_id.eq(workspace.to_string()))
+                .select(AgentRow::as_select())
+                .order(agents::name)
+                .load(conn)
+                .db()?
+                .into_iter()
+                .map(AgentRow::into_domain)
+                .collect()
+        })
+        .await
+    }
+
+    /// Applies `changes`: a new allow-list is checked against the catalog, a new
+    /// provider must exist in the workspace. The tools and provider of an internal
+    /// agent do not change.
+    pub async fn update_agent(
+        &self,
+        workspace: WorkspaceId,
+        name: Name,
+        changes: AgentChanges,
+    ) -> Result<Agent, StoreError> {
+        if let Some(tools) = &changes.allowed_tools {
+            Agent::check_allowed_tools(tools)?;
+        }
+        self.write(move |conn| {
+            let key = (workspace.to_string(), name.to_string());
+            let row = first_locked!(
+                &mut *conn,
+                agents::table
+                    .find((&key.0, &key.1))
+                    .select(AgentRow::as_select())
+            )
+            .db()?;
+            let mut agent = found(conn, workspace, &name, row)?.into_domain()?;
+            let AgentChanges {
+                instructions,
+                allowed_tools,
+                provider,
+                model,
+            } = changes;
+            if allowed_tools.is_some() || provider.is_some() {
+                agent.check_user_defined("its tools and provider are fixed")?;
+            }
+            if let Some(Some(provider)) = &provider {
+                ensure_provider(conn, workspace, provider)?;
+            }
+            if let Some(instructions) = instructions {
+                agent.instructions = instructions;
+            }
+            if let Some(allowed_tools) = allowed_tools {
+                agent.allowed_tools = allowed_tools;
+            }
+            if let Some(provider) = provider {
+                agent.provider = provider;
+            }
+            if let Some(model) = model {
+                agent.model = model;
+            }
+            agent.updated_ms = now_ms().max(agent.updated_ms);
+            let row = AgentRow::from_domain(workspace, &agent)?;
+            let updated = diesel::update(agents::table.find((&key.0, &key.1)))
+                .set((
+                    agents::instructions.eq(&row.instructions),
+                    agents::allowed_tools.eq(&row.allowed_tools),
+                    agents::provider.eq(&row.provider),
+                    agents::model.eq(&row.model),
+                    agents::updated_ms.eq(row.updated_ms),
+                ))
+                .execute(conn);
+            // The provider was deleted since it was checked.
+            or_missing(
+                updated,
+                "provider",
+                row.provider.as_deref().unwrap_or_default(),
+            )?;
+            Ok(agent)
+        })
+        .await
+    }
+
+    /// Deletes a user-defined agent. Internal agents cannot be deleted.
+    pub async fn delete_agent(&self, workspace: WorkspaceId, name: Name) -> Result<(), StoreError> {
+        self.write(move |conn| {
+            let key = (workspace.to_string(), name.to_string());
+            let row = agents::table
+                .find((&key.0, &key.1))
+                .select(AgentRow::as_select())
+                .first(conn)
+                .optional()
+                .db()?;
+            let agent = found(conn, workspace, &name, row)?.into_domain()?;
+            agent.check_user_defined("it cannot be deleted")?;
+            diesel::delete(agents::table.find((&key.0, &key.1)))
+                .execute(conn)
+                .db()?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// The row, or `NotFound` for the workspace (when it is missing) or the agent.
+fn found(
+    conn: &mut AnyConnection,
+    workspace: WorkspaceId,
+    name: &Name,
+    row: Option<AgentRow>,
+) -> Result<AgentRow, StoreError> {
+    match row {
+        Some(row) => Ok(row),
+        None => {
+            ensure_workspace(conn, workspace)?;
+            Err(StoreError::not_found("agent", name))
+        }
+    }
+}

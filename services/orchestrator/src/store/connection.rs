@@ -1,0 +1,281 @@
+//! Connections: which backend a URL names, the pool, SQLite's pragmas, migrations
+//! and the write transaction that both backends share.
+
+use std::path::Path;
+use std::time::Duration;
+
+use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
+use diesel::r2d2::{self, CustomizeConnection, ManageConnection, Pool, R2D2Connection};
+use diesel::{Connection, PgConnection, SqliteConnection};
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+
+use super::{Db, StoreError};
+
+const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+
+/// SQLite waits this long for another connection's write lock before it gives up.
+const SQLITE_BUSY_TIMEOUT_MS: u32 = 5_000;
+/// Writes to one SQLite file serialize; a few connections let reads (WAL) overlap them.
+const SQLITE_POOL_SIZE: u32 = 4;
+const POSTGRES_POOL_SIZE: u32 = 10;
+/// How long a caller waits for a free pooled connection.
+const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Key of the PostgreSQL advisory lock that keeps replicas from migrating at once.
+const MIGRATION_LOCK_KEY: i64 = 0x6368_6f72_7573; // "chorus"
+
+/// One connection to either backend; queries are written once against it.
+#[derive(diesel::MultiConnection)]
+pub(super) enum AnyConnection {
+    Sqlite(SqliteConnection),
+    Pg(PgConnection),
+}
+
+pub(super) type ConnectionPool = Pool<Manager>;
+
+/// What `Store::open` was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Target {
+    /// A file path.
+    Sqlite(String),
+    /// A libpq URL.
+    Postgres(String),
+}
+
+impl Target {
+    /// `postgres://` and `postgresql://` URLs name PostgreSQL; anything else is a
+    /// SQLite file path, with or without `sqlite://`.
+    pub(super) fn parse(url: &str) -> Result<Self, StoreError> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Self::Postgres(url.to_owned()));
+        }
+        let path = url.strip_prefix("sqlite://").unwrap_or(url);
+        if path.is_empty() {
+            return Err(StoreError::Database(
+                "the database URL is empty; give a SQLite file path or a postgres:// URL".into(),
+            ));
+        }
+        if path == ":memory:" {
+            return Err(StoreError::Database(
+                "':memory:' is not supported: every pooled connection would see its own empty database; give a SQLite file path".into(),
+            ));
+        }
+        if path.starts_with("file:") {
+            return Err(StoreError::Database(format!(
+                "'{path}' is a SQLite URI; give a plain file path"
+            )));
+        }
+        Ok(Self::Sqlite(path.to_owned()))
+    }
+
+    fn connect(&self) -> diesel::ConnectionResult<AnyConnection> {
+        match self {
+            Self::Sqlite(path) => SqliteConnection::establish(path).map(AnyConnection::Sqlite),
+            Self::Postgres(url) => PgConnection::establish(url).map(AnyConnection::Pg),
+        }
+    }
+
+    /// The target without credentials, for messages.
+    fn describe(&self) -> String {
+        match self {
+            Self::Sqlite(path) => format!("SQLite file '{path}'"),
+            Self::Postgres(url) => {
+                let host = url
+                    .split_once("://")
+                    .map(|(_, rest)| rest.rsplit_once('@').map_or(rest, |(_, host)| host))
+                    .unwrap_or(url);
+                let host = host.split(['/', '?']).next().unwrap_or(host);
+                format!("PostgreSQL at '{host}'")
+            }
+        }
+    }
+}
+
+/// Opens the pool: creates a SQLite file's directory, migrates on one connection
+/// (so a bad URL fails at once with the database's own message), then builds the pool.
+pub(super) fn open_pool(target: Target) -> Result<ConnectionPool, StoreError> {
+    if let Target::Sqlite(path) = &target
+        && let Some(dir) = Path::new(path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Database(format!(
+                "cannot create the directory '{}' for the database: {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    let mut conn = target.connect().map_err(|e| {
+        StoreError::Database(format!("cannot connect to {}: {e}", target.describe()))
+    })?;
+    migrate(&mut conn, &target)?;
+    drop(conn);
+
+    let size = match target {
+        Target::Sqlite(_) => SQLITE_POOL_SIZE,
+        Target::Postgres(_) => POSTGRES_POOL_SIZE,
+    };
+    let description = target.describe();
+    Pool::builder()
+        .max_size(size)
+        .min_idle(Some(1))
+        .connection_timeout(CHECKOUT_TIMEOUT)
+        .connection_customizer(Box::new(SessionSettings))
+        .build(Manager { target })
+        .map_err(|e| StoreError::Database(format!("cannot open {description}: {e}")))
+}
+
+fn migrate(conn: &mut AnyConnection, target: &Target) -> Result<(), StoreError> {
+    let failed = |e: &dyn std::fmt::Display| {
+        StoreError::Database(format!(
+            "cannot migrate {} to the current schema: {e}",
+            target.describe()
+        ))
+    };
+    match conn {
+        AnyConnection::Sqlite(c) => {
+            sqlite_pragmas(c).map_err(|e| failed(&e))?;
+            c.run_pending_migrations(SQLITE_MIGRATIONS)
+                .map_err(|e| failed(&e))?;
+        }
+        AnyConnection::Pg(c) => {
+            // Replicas that start together take turns; the lock ends with the session.
+            c.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))
+                .map_err(|e| failed(&e))?;
+            let result = c.run_pending_migrations(POSTGRES_MIGRATIONS).map(drop);
+            c.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"))
+                .map_err(|e| failed(&e))?;
+            result.map_err(|e| failed(&e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Per-connection settings of SQLite: WAL so readers never block the writer, a busy
+/// timeout so writers queue instead of failing, enforced foreign keys, and
+/// `synchronous=NORMAL` (durable across application crashes; WAL keeps it consistent).
+fn sqlite_pragmas(conn: &mut SqliteConnection) -> diesel::QueryResult<()> {
+    conn.batch_execute(&format!(
+        "PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS};
+         PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = NORMAL;
+         PRAGMA foreign_keys = ON;"
+    ))
+}
+
+/// Applies the session settings to every new pooled connection.
+#[derive(Debug)]
+struct SessionSettings;
+
+impl CustomizeConnection<AnyConnection, r2d2::Error> for SessionSettings {
+    fn on_acquire(&self, conn: &mut AnyConnection) -> Result<(), r2d2::Error> {
+        match conn {
+            AnyConnection::Sqlite(c) => sqlite_pragmas(c).map_err(r2d2::Error::QueryError),
+            AnyConnection::Pg(_) => Ok(()),
+        }
+    }
+}
+
+/// Makes connections of the backend the target names. (diesel's own
+/// `ConnectionManager` would try each backend in turn with the same URL.)
+#[derive(Debug)]
+pub(super) struct Manager {
+    target: Target,
+}
+
+impl ManageConnection for Manager {
+    type Connection = AnyConnection;
+    type Error = r2d2::Error;
+
+    fn connect(&self) -> Result<AnyConnection, r2d2::Error> {
+        self.target.connect().map_err(r2d2::Error::ConnectionError)
+    }
+
+    fn is_valid(&self, conn: &mut AnyConnection) -> Result<(), r2d2::Error> {
+        conn.ping().map_err(r2d2::Error::QueryError)
+    }
+
+    fn has_broken(&self, conn: &mut AnyConnection) -> bool {
+        // A connection left inside a transaction (a panic mid-way) is never reused.
+        std::thread::panicking() || conn.is_broken()
+    }
+}
+
+/// Runs `f` in a write transaction: `BEGIN IMMEDIATE` on SQLite (the write lock is
+/// taken up front, so two writers queue on the busy timeout instead of failing to
+/// upgrade a read lock), a plain `BEGIN` on PostgreSQL (rows are locked as they are
+/// read, with `FOR UPDATE`). Commits on `Ok`, rolls back on `Err`.
+pub(super) fn write_transaction<T>(
+    conn: &mut AnyConnection,
+    f: impl FnOnce(&mut AnyConnection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    match conn {
+        AnyConnection::Sqlite(c) => {
+            AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")
+        }
+        AnyConnection::Pg(c) => AnsiTransactionManager::begin_transaction(c),
+    }
+    .db()?;
+    match f(conn) {
+        Ok(value) => {
+            AnyConnection::commit_transaction(conn).db()?;
+            Ok(value)
+        }
+        Err(e) => {
+            // If the rollback fails too, the connection is marked broken and the
+            // pool drops it; the caller still gets the error that matters.
+            let _ = AnyConnection::rollback_transaction(conn);
+            Err(e)
+        }
+    }
+}
+
+/// Reads the first row of a query, locking it until the transaction ends:
+/// `SELECT ... FOR UPDATE` on PostgreSQL; on SQLite the write transaction already
+/// holds the database's write lock.
+macro_rules! first_locked {
+    ($conn:expr, $query:expr) => {{
+        use diesel::{OptionalExtension as _, QueryDsl as _, RunQueryDsl as _};
+        match $conn {
+            $crate::store::connection::AnyConnection::Pg(c) => {
+                $query.for_update().first(c).optional()
+            }
+            $crate::store::connection::AnyConnection::Sqlite(c) => $query.first(c).optional(),
+        }
+    }};
+}
+pub(super) use first_locked;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_choose_the_backend() {
+        assert_eq!(
+            Target::parse("postgres://u@h/db"),
+            Ok(Target::Postgres("postgres://u@h/db".into()))
+        );
+        assert_eq!(
+            Target::parse("postgresql://h/db"),
+            Ok(Target::Postgres("postgresql://h/db".into()))
+        );
+        assert_eq!(
+            Target::parse("sqlite:///var/lib/chorus/db.sqlite"),
+            Ok(Target::Sqlite("/var/lib/chorus/db.sqlite".into()))
+        );
+        assert_eq!(
+            Target::parse("data/chorus.db"),
+            Ok(Target::Sqlite("data/chorus.db".into()))
+        );
+        assert!(Target::parse("").is_err());
+        assert!(Target::parse(":memory:").is_err());
+    }
+
+    #[test]
+    fn descriptions_hide_credentials() {
+        let target = Target::Postgres("postgres://me:secret@db.local:5432/chorus?x=1".into());
+        assert_eq!(target.describe(), "PostgreSQL at 'db.local:5432'");
+    }
+}

@@ -1,0 +1,341 @@
+//! Row types (what diesel reads and writes) and their conversions to and from the
+//! domain. Reading a row re-checks every value; one that no longer parses becomes
+//! [`StoreError::Corrupt`] naming the row and the value.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use diesel::prelude::*;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::StoreError;
+use super::schema::{agents, providers, runs, task_events, tasks, workspaces};
+use crate::domain::{
+    Agent, AgentKind, DomainError, Event, EventKind, Name, Provider, ProviderKind, Run, RunId,
+    RunState, Stage, StageExt, Task, TaskId, TaskStatus, Workspace, WorkspaceId,
+};
+
+fn corrupt(what: &'static str, key: impl fmt::Display, reason: impl fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        what,
+        key: key.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Serializes a value for a JSON TEXT column.
+pub(super) fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value)
+        .map_err(|e| StoreError::Database(format!("cannot encode a value as JSON: {e}")))
+}
+
+/// Reads values of one row, naming the row in every error.
+struct Reader<'a> {
+    what: &'static str,
+    key: &'a str,
+}
+
+impl Reader<'_> {
+    fn check<T>(&self, result: Result<T, DomainError>) -> Result<T, StoreError> {
+        result.map_err(|e| corrupt(self.what, self.key, e))
+    }
+
+    fn json<T: DeserializeOwned>(&self, column: &str, text: &str) -> Result<T, StoreError> {
+        serde_json::from_str(text)
+            .map_err(|e| corrupt(self.what, self.key, format!("{column} is not valid: {e}")))
+    }
+
+    fn name(&self, field: &'static str, value: &str) -> Result<Name, StoreError> {
+        self.check(Name::parse(field, value))
+    }
+
+    fn opt_name(
+        &self,
+        field: &'static str,
+        value: Option<&str>,
+    ) -> Result<Option<Name>, StoreError> {
+        value.map(|v| self.name(field, v)).transpose()
+    }
+
+    fn sequence(&self, value: i64) -> Result<u64, StoreError> {
+        u64::try_from(value)
+            .map_err(|_| corrupt(self.what, self.key, format!("negative sequence {value}")))
+    }
+}
+
+/// A sequence number as the database stores it.
+pub(super) fn db_sequence(sequence: u64) -> Result<i64, StoreError> {
+    i64::try_from(sequence)
+        .map_err(|_| StoreError::Database(format!("sequence {sequence} is out of range")))
+}
+
+#[derive(Debug, Queryable, Selectable, Insertable)]
+#[diesel(table_name = workspaces)]
+pub(super) struct WorkspaceRow {
+    pub id: String,
+    pub name: String,
+    pub root: String,
+    pub system_provider: Option<String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+impl WorkspaceRow {
+    pub fn into_domain(self) -> Result<Workspace, StoreError> {
+        let r = Reader {
+            what: "workspace",
+            key: &self.id,
+        };
+        Ok(Workspace {
+            id: r.check(WorkspaceId::parse(&self.id))?,
+            name: r.name("workspace name", &self.name)?,
+            root: PathBuf::from(&self.root),
+            system_provider: r.opt_name("system provider", self.system_provider.as_deref())?,
+            created_ms: self.created_ms,
+            updated_ms: self.updated_ms,
+        })
+    }
+}
+
+/// No `Debug`: it holds the API key.
+#[derive(Queryable, Selectable, Insertable)]
+#[diesel(table_name = providers)]
+pub(super) struct ProviderRow {
+    pub workspace_id: String,
+    pub name: String,
+    pub kind: String,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key: Option<String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+impl ProviderRow {
+    /// The provider without its key (only whether one is set).
+    pub fn into_domain(self) -> Result<Provider, StoreError> {
+        let key = format!("{}/{}", self.workspace_id, self.name);
+        let r = Reader {
+            what: "provider",
+            key: &key,
+        };
+        Ok(Provider {
+            name: r.name("provider name", &self.name)?,
+            kind: r.check(ProviderKind::parse(&self.kind))?,
+            base_url: self.base_url,
+            model: self.model,
+            api_key_set: self.api_key.is_some(),
+            created_ms: self.created_ms,
+            updated_ms: self.updated_ms,
+        })
+    }
+}
+
+#[derive(Debug, Queryable, Selectable, Insertable)]
+#[diesel(table_name = agents)]
+pub(super) struct AgentRow {
+    pub workspace_id: String,
+    pub name: String,
+    pub kind: String,
+    pub instructions: String,
+    pub allowed_tools: String,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+impl AgentRow {
+    pub fn from_domain(workspace: WorkspaceId, agent: &Agent) -> Result<Self, StoreError> {
+        Ok(Self {
+            workspace_id: workspace.to_string(),
+            name: agent.name.to_string(),
+            kind: agent.kind.as_str().to_owned(),
+            instructions: agent.instructions.clone(),
+            allowed_tools: to_json(&agent.allowed_tools)?,
+            provider: agent.provider.as_ref().map(Name::to_string),
+            model: agent.model.clone(),
+            created_ms: agent.created_ms,
+            updated_ms: agent.updated_ms,
+        })
+    }
+
+    pub fn into_domain(self) -> Result<Agent, StoreError> {
+        let key = format!("{}/{}", self.workspace_id, self.name);
+        let r = Reader {
+            what: "agent",
+            key: &key,
+        };
+        Ok(Agent {
+            name: r.name("agent name", &self.name)?,
+            kind: r.check(AgentKind::parse(&self.kind))?,
+            instructions: self.instructions,
+            allowed_tools: r.json("allowed_tools", &self.allowed_tools)?,
+            provider: r.opt_name("provider", self.provider.as_deref())?,
+            model: self.model,
+            created_ms: self.created_ms,
+            updated_ms: self.updated_ms,
+        })
+    }
+}
+
+#[derive(Debug, Queryable, Selectable, Insertable, AsChangeset)]
+#[diesel(table_name = tasks, treat_none_as_null = true)]
+pub(super) struct TaskRow {
+    pub id: String,
+    pub workspace_id: String,
+    pub description: String,
+    pub source: String,
+    pub status: String,
+    pub status_reason: Option<String>,
+    pub stage: String,
+    pub planning: String,
+    pub current_agent: Option<String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    pub last_sequence: i64,
+}
+
+impl TaskRow {
+    pub fn from_domain(task: &Task) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: task.id.to_string(),
+            workspace_id: task.workspace_id.to_string(),
+            description: task.description.clone(),
+            source: to_json(&task.source)?,
+            status: task.status.as_str().to_owned(),
+            status_reason: task.status_reason.clone(),
+            stage: task.stage.as_str().to_owned(),
+            planning: to_json(&task.planning)?,
+            current_agent: task.current_agent.as_ref().map(Name::to_string),
+            created_ms: task.created_ms,
+            updated_ms: task.updated_ms,
+            last_sequence: db_sequence(task.last_sequence)?,
+        })
+    }
+
+    pub fn into_domain(self) -> Result<Task, StoreError> {
+        let r = Reader {
+            what: "task",
+            key: &self.id,
+        };
+        Ok(Task {
+            id: r.check(TaskId::parse(&self.id))?,
+            workspace_id: r.check(WorkspaceId::parse(&self.workspace_id))?,
+            description: self.description.clone(),
+            source: r.json("source", &self.source)?,
+            status: r.check(self.status.parse::<TaskStatus>())?,
+            status_reason: self.status_reason.clone(),
+            stage: r.check(Stage::parse(&self.stage))?,
+            planning: r.json("planning", &self.planning)?,
+            current_agent: r.opt_name("current agent", self.current_agent.as_deref())?,
+            created_ms: self.created_ms,
+            updated_ms: self.updated_ms,
+            last_sequence: r.sequence(self.last_sequence)?,
+        })
+    }
+}
+
+#[derive(Debug, Queryable, Selectable, Insertable)]
+#[diesel(table_name = task_events)]
+pub(super) struct EventRow {
+    pub task_id: String,
+    pub sequence: i64,
+    pub kind: String,
+    pub data: String,
+    pub at_ms: i64,
+}
+
+impl EventRow {
+    pub fn from_domain(event: &Event) -> Result<Self, StoreError> {
+        Ok(Self {
+            task_id: event.task_id.to_string(),
+            sequence: db_sequence(event.sequence)?,
+            kind: event.kind.as_str().to_owned(),
+            data: to_json(&event.data)?,
+            at_ms: event.at_ms,
+        })
+    }
+
+    pub fn into_domain(self) -> Result<Event, StoreError> {
+        let key = format!("{}#{}", self.task_id, self.sequence);
+        let r = Reader {
+            what: "event",
+            key: &key,
+        };
+        Ok(Event {
+            task_id: r.check(TaskId::parse(&self.task_id))?,
+            sequence: r.sequence(self.sequence)?,
+            kind: r.check(EventKind::parse(&self.kind))?,
+            data: r.json("data", &self.data)?,
+            at_ms: self.at_ms,
+        })
+    }
+}
+
+#[derive(Debug, Queryable, Selectable, Insertable, AsChangeset)]
+#[diesel(table_name = runs, treat_none_as_null = true)]
+pub(super) struct RunRow {
+    pub id: String,
+    pub task_id: String,
+    pub agent: String,
+    pub parent_run_id: Option<String>,
+    pub state: String,
+    pub tools: String,
+    pub started_ms: i64,
+    pub finished_ms: Option<i64>,
+    pub end_reason: Option<String>,
+    pub completion_report: Option<String>,
+    pub planner_output: Option<String>,
+}
+
+impl RunRow {
+    pub fn from_domain(run: &Run) -> Result<Self, StoreError> {
+        Ok(Self {
+            id: run.id.to_string(),
+            task_id: run.task_id.to_string(),
+            agent: run.agent.to_string(),
+            parent_run_id: run.parent.map(|p| p.to_string()),
+            state: run.state.as_str().to_owned(),
+            tools: to_json(&run.tools)?,
+            started_ms: run.started_ms,
+            finished_ms: run.finished_ms,
+            end_reason: run.end_reason.clone(),
+            completion_report: run.completion_report.as_ref().map(to_json).transpose()?,
+            planner_output: run.planner_output.as_ref().map(to_json).transpose()?,
+        })
+    }
+
+    pub fn into_domain(self) -> Result<Run, StoreError> {
+        let r = Reader {
+            what: "run",
+            key: &self.id,
+        };
+        Ok(Run {
+            id: r.check(RunId::parse(&self.id))?,
+            task_id: r.check(TaskId::parse(&self.task_id))?,
+            agent: r.name("agent name", &self.agent)?,
+            parent: self
+                .parent_run_id
+                .as_deref()
+                .map(|p| r.check(RunId::parse(p)))
+                .transpose()?,
+            state: r.check(RunState::parse(&self.state))?,
+            tools: r.json("tools", &self.tools)?,
+            started_ms: self.started_ms,
+            finished_ms: self.finished_ms,
+            end_reason: self.end_reason.clone(),
+            completion_report: self
+                .completion_report
+                .as_deref()
+                .map(|t| r.json("completion_report", t))
+                .transpose()?,
+            planner_output: self
+                .planner_output
+                .as_deref()
+                .map(|t| r.json("planner_output", t))
+                .transpose()?,
+        })
+    }
+}

@@ -1,0 +1,106 @@
+//! The tables, as diesel sees them. Written by hand to match both migration sets
+//! (`migrations/sqlite`, `migrations/postgres`): only TEXT and BIGINT columns, so
+//! one description serves both backends.
+
+diesel::table! {
+    workspaces (id) {
+        id -> Text,
+        name -> Text,
+        root -> Text,
+        system_provider -> Nullable<Text>,
+        created_ms -> BigInt,
+        updated_ms -> BigInt,
+    }
+}
+
+diesel::table! {
+    providers (workspace_id, name) {
+        workspace_id -> Text,
+        name -> Text,
+        kind -> Text,
+        base_url -> Nullable<Text>,
+        model -> Nullable<Text>,
+        api_key -> Nullable<Text>,
+        created_ms -> BigInt,
+        updated_ms -> BigInt,
+    }
+}
+
+diesel::table! {
+    agents (workspace_id, name) {
+        workspace_id -> Text,
+        name -> Text,
+        kind -> Text,
+        instructions -> Text,
+        /// JSON array of strings.
+        allowed_tools -> Text,
+        provider -> Nullable<Text>,
+        model -> Nullable<Text>,
+        created_ms -> BigInt,
+        updated_ms -> BigInt,
+    }
+}
+
+diesel::table! {
+    tasks (id) {
+        id -> Text,
+        workspace_id -> Text,
+        description -> Text,
+        /// JSON of `TaskSource`.
+        source -> Text,
+        status -> Text,
+        status_reason -> Nullable<Text>,
+        stage -> Text,
+        /// JSON of `Planning`.
+        planning -> Text,
+        current_agent -> Nullable<Text>,
+        created_ms -> BigInt,
+        updated_ms -> BigInt,
+        last_sequence -> BigInt,
+    }
+}
+
+diesel::table! {
+    task_events (task_id, sequence) {
+        task_id -> Text,
+        sequence -> BigInt,
+        kind -> Text,
+        /// JSON value.
+        data -> Text,
+        at_ms -> BigInt,
+    }
+}
+
+diesel::table! {
+    runs (id) {
+        id -> Text,
+        task_id -> Text,
+        agent -> Text,
+        parent_run_id -> Nullable<Text>,
+        state -> Text,
+        /// JSON array of strings.
+        tools -> Text,
+        started_ms -> BigInt,
+        finished_ms -> Nullable<BigInt>,
+        end_reason -> Nullable<Text>,
+        /// JSON of `CompletionReport`.
+        completion_report -> Nullable<Text>,
+        /// JSON of `PlannerOutput`.
+        planner_output -> Nullable<Text>,
+    }
+}
+
+diesel::joinable!(providers -> workspaces (workspace_id));
+diesel::joinable!(agents -> workspaces (workspace_id));
+diesel::joinable!(tasks -> workspaces (workspace_id));
+diesel::joinable!(task_events -> tasks (task_id));
+diesel::joinable!(runs -> tasks (task_id));
+
+diesel::allow_tables_to_appear_in_same_query!(
+    workspaces,
+    providers,
+    agents,
+    tasks,
+    task_events,
+    runs
+);

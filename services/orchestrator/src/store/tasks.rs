@@ -1,0 +1,331 @@
+//! Tasks and their history. Every change to a task goes through one transaction
+//! that locks the task row, applies the change, and appends its events with the
+//! next sequence numbers: gapless and unique per task however many writers race.
+
+use diesel::prelude::*;
+use serde_json::json;
+
+use super::connection::{AnyConnection, first_locked};
+use super::rows::{EventRow, TaskRow};
+use super::schema::{task_events, tasks};
+use super::workspaces::ensure_workspace;
+use super::{Db, Store, StoreError, or_missing};
+use crate::domain::{
+    DomainError, Event, EventKind, Planning, Stage, Task, TaskId, TaskSource, TaskStatus,
+    WorkspaceId, now_ms,
+};
+
+/// An event to record: its kind and its JSON data. The store numbers and dates it.
+pub type EventDraft = (EventKind, serde_json::Value);
+
+/// Page size of `list_tasks` when the caller asks for 0.
+pub const DEFAULT_PAGE_SIZE: u32 = 100;
+/// Largest page of `list_tasks`.
+pub const MAX_PAGE_SIZE: u32 = 500;
+/// Largest batch of `events`.
+pub const MAX_EVENTS: u32 = 1000;
+
+impl Store {
+    /// Creates a task (pending, in the backlog) and its `task_created` event
+    /// (sequence 1) in one transaction.
+    pub async fn create_task(
+        &self,
+        workspace: WorkspaceId,
+        description: String,
+        source: TaskSource,
+    ) -> Result<(Task, Vec<Event>), StoreError> {
+        Task::check_description(&description)?;
+        self.write(move |conn| {
+            ensure_workspace(conn, workspace)?;
+            let now = now_ms();
+            let task = Task {
+                id: TaskId::new(),
+                workspace_id: workspace,
+                description,
+                source,
+                status: TaskStatus::Pending,
+                status_reason: None,
+                stage: Stage::Backlog,
+                planning: Planning::default(),
+                current_agent: None,
+                created_ms: now,
+                updated_ms: now,
+                last_sequence: 1,
+            };
+            let event = Event {
+                task_id: task.id,
+                sequence: 1,
+                kind: EventKind::TaskCreated,
+                data: json!({ "description": task.description }),
+                at_ms: now,
+            };
+            or_missing(
+                diesel::insert_into(tasks::table)
+                    .values(TaskRow::from_domain(&task)?)
+                    .execute(conn),
+                "workspace",
+                workspace,
+            )?;
+            diesel::insert_into(task_events::table)
+                .values(EventRow::from_domain(&event)?)
+                .execute(conn)
+                .db()?;
+            Ok((task, vec![event]))
+        })
+        .await
+    }
+
+    pub async fn get_task(&self, id: TaskId) -> Result<Task, StoreError> {
+        self.with_conn(move |conn| {
+            tasks::table
+                .find(id.to_string())
+                .select(TaskRow::as_select())
+                .first(conn)
+                .optional()
+                .db()?
+                .ok_or_else(|| StoreError::not_found("task", id))?
+                .into_domain()
+        })
+        .await
+    }
+
+    /// Tasks, oldest first (by creation time, then id), filtered by workspace and
+    /// status. `page_size` 0 means [`DEFAULT_PAGE_SIZE`]; larger sizes are capped
+    /// at [`MAX_PAGE_SIZE`]. Pass the returned token back to get the next page; it
+    /// is `None` on the last page.
+    pub async fn list_tasks(
+        &self,
+        workspace: Option<WorkspaceId>,
+        status: Option<TaskStatus>,
+        page_size: u32,
+        page_token: Option<String>,
+    ) -> Result<(Vec<Task>, Option<String>), StoreError> {
+        let size = match page_size {
+            0 => DEFAULT_PAGE_SIZE,
+            n => n.min(MAX_PAGE_SIZE),
+        };
+        let after = page_token.as_deref().map(PageToken::parse).transpose()?;
+        self.with_conn(move |conn| {
+            if let Some(workspace) = workspace {
+                ensure_workspace(conn, workspace)?;
+            }
+            let mut query = tasks::table.select(TaskRow::as_select()).into_boxed();
+            if let Some(workspace) = workspace {
+                query = query.filter(tasks::workspace_id.eq(workspace.to_string()));
+            }
+            if let Some(status) = status {
+                query = query.filter(tasks::status.eq(status.as_str()));
+            }
+            if let Some(after) = after {
+                query = query.filter(
+                    tasks::created_ms.gt(after.created_ms).or(tasks::created_ms
+                        .eq(after.created_ms)
+                        .and(tasks::id.gt(after.id.to_string()))),
+                );
+            }
+            let mut rows: Vec<TaskRow> = query
+                .order((tasks::created_ms.asc(), tasks::id.asc()))
+                .limit(i64::from(size) + 1)
+                .load(conn)
+                .db()?;
+            let more = rows.len() > size as usize;
+            rows.truncate(size as usize);
+            let tasks = rows
+                .into_iter()
+                .map(TaskRow::into_domain)
+                .collect::<Result<Vec<_>, _>>()?;
+            let next = match tasks.last() {
+                Some(last) if more => Some(
+                    PageToken {
+                        created_ms: last.created_ms,
+                        id: last.id,
+                    }
+                    .encode(),
+                ),
+                _ => None,
+            };
+            Ok((tasks, next))
+        })
+        .await
+    }
+
+    /// Changes a task in one transaction: locks it, lets `f` change it and name
+    /// the events to record, appends them with the next sequence numbers, and saves
+    /// the task. When `f` fails nothing is written and its error comes back as
+    /// [`StoreError::Domain`].
+    ///
+    /// `f` must apply the domain rules (status and stage transitions); the store
+    /// keeps `id`, `workspace_id`, `created_ms`, `updated_ms` and `last_sequence`.
+    pub async fn change_task<F>(&self, id: TaskId, f: F) -> Result<(Task, Vec<Event>), StoreError>
+    where
+        F: FnOnce(&mut Task) -> Result<Vec<EventDraft>, DomainError> + Send + 'static,
+    {
+        self.write(move |conn| {
+            let before = lock_task(conn, id)?;
+            let mut task = before.clone();
+            let drafts = f(&mut task)?;
+            let events = save_task(conn, &before, &mut task, drafts)?;
+            Ok((task, events))
+        })
+        .await
+    }
+
+    /// Appends events to a task's history without changing it otherwise.
+    pub async fn append_events(
+        &self,
+        id: TaskId,
+        events: Vec<EventDraft>,
+    ) -> Result<Vec<Event>, StoreError> {
+        self.change_task(id, move |_| Ok(events))
+            .await
+            .map(|(_, events)| events)
+    }
+
+    /// The task's events after `after_sequence` (0 for all), in order, at most
+    /// `limit` of them (0 or more than [`MAX_EVENTS`] means [`MAX_EVENTS`]).
+    pub async fn events(
+        &self,
+        task_id: TaskId,
+        after_sequence: u64,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        let limit = match limit {
+            0 => MAX_EVENTS,
+            n => n.min(MAX_EVENTS),
+        };
+        // No task has that many events: nothing comes after it.
+        let after = i64::try_from(after_sequence).unwrap_or(i64::MAX);
+        self.with_conn(move |conn| {
+            let key = task_id.to_string();
+            let rows: Vec<EventRow> = task_events::table
+                .filter(task_events::task_id.eq(&key))
+                .filter(task_events::sequence.gt(after))
+                .select(EventRow::as_select())
+                .order(task_events::sequence.asc())
+                .limit(i64::from(limit))
+                .load(conn)
+                .db()?;
+            if rows.is_empty() {
+                let found: i64 = tasks::table
+                    .filter(tasks::id.eq(&key))
+                    .count()
+                    .get_result(conn)
+                    .db()?;
+                if found == 0 {
+                    return Err(StoreError::not_found("task", task_id));
+                }
+            }
+            rows.into_iter().map(EventRow::into_domain).collect()
+        })
+        .await
+    }
+}
+
+/// Loads a task and locks it until the transaction ends.
+pub(super) fn lock_task(conn: &mut AnyConnection, id: TaskId) -> Result<Task, StoreError> {
+    let key = id.to_string();
+    let row: Option<TaskRow> = first_locked!(
+        &mut *conn,
+        tasks::table.find(&key).select(TaskRow::as_select())
+    )
+    .db()?;
+    row.ok_or_else(|| StoreError::not_found("task", id))?
+        .into_domain()
+}
+
+/// Saves `task` (changed from `before`, which is locked) with `drafts` as its next
+/// events, and returns them. Writes nothing when neither changed.
+pub(super) fn save_task(
+    conn: &mut AnyConnection,
+    before: &Task,
+    task: &mut Task,
+    drafts: Vec<EventDraft>,
+) -> Result<Vec<Event>, StoreError> {
+    task.id = before.id;
+    task.workspace_id = before.workspace_id;
+    task.created_ms = before.created_ms;
+    task.updated_ms = before.updated_ms;
+    task.last_sequence = before.last_sequence;
+    if drafts.is_empty() && task == before {
+        return Ok(Vec::new());
+    }
+    let now = now_ms().max(before.updated_ms);
+    let mut events = Vec::with_capacity(drafts.len());
+    for (kind, data) in drafts {
+        task.last_sequence += 1;
+        let event = Event {
+            task_id: task.id,
+            sequence: task.last_sequence,
+            kind,
+            data,
+            at_ms: now,
+        };
+        diesel::insert_into(task_events::table)
+            .values(EventRow::from_domain(&event)?)
+            .execute(conn)
+            .db()?;
+        events.push(event);
+    }
+    task.updated_ms = now;
+    diesel::update(tasks::table.find(task.id.to_string()))
+        .set(TaskRow::from_domain(task)?)
+        .execute(conn)
+        .db()?;
+    Ok(events)
+}
+
+/// Where a page of `list_tasks` ends: the last task's creation time and id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PageToken {
+    created_ms: i64,
+    id: TaskId,
+}
+
+impl PageToken {
+    const PREFIX: &'static str = "t1.";
+
+    fn encode(self) -> String {
+        format!("{}{}.{}", Self::PREFIX, self.created_ms, self.id)
+    }
+
+    fn parse(token: &str) -> Result<Self, DomainError> {
+        let bad = || {
+            DomainError::invalid(
+                "page_token",
+                format!("'{token}' is not a token from a previous list; start again without one"),
+            )
+        };
+        let (created_ms, id) = token
+            .strip_prefix(Self::PREFIX)
+            .and_then(|rest| rest.split_once('.'))
+            .ok_or_else(bad)?;
+        Ok(Self {
+            created_ms: created_ms.parse().map_err(|_| bad())?,
+            id: TaskId::parse(id).map_err(|_| bad())?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_tokens_round_trip_and_bad_ones_are_refused() {
+        let token = PageToken {
+            created_ms: 1_700_000_000_123,
+            id: TaskId::new(),
+        };
+        assert_eq!(PageToken::parse(&token.encode()), Ok(token));
+        for bad in [
+            "",
+            "t1.",
+            "t1.12",
+            "t1.x.y",
+            "t2.1.00000000-0000-0000-0000-000000000000",
+        ] {
+            let err = PageToken::parse(bad).expect_err(bad).to_string();
+            assert!(err.starts_with("invalid page_token"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Store tests. Every test runs its body once per backend: SQLite (a temp file)
+//! always, PostgreSQL too when `CHORUS_TEST_DATABASE_URL` is set, each time in a
+//! fresh schema that is dropped afterwards.
+
+mod agents;
+mod providers;
+mod runs;
+mod tasks;
+mod workspaces;
+
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection};
+use tempfile::TempDir;
+
+use super::Store;
+use crate::domain::{Name, TaskSource, Workspace};
+
+/// The variable that names a PostgreSQL database for tests (CI sets it).
+const DATABASE_URL_VAR: &str = "CHORUS_TEST_DATABASE_URL";
+
+/// A store on one backend, with what it needs to be re-opened and cleaned up.
+pub(super) struct TestStore {
+    pub store: Store,
+    /// What `Store::open` was given.
+    pub url: String,
+    /// "sqlite" or "postgres", for assertion messages.
+    pub backend: &'static str,
+    /// Holds the SQLite file and the workspace roots.
+    pub dir: TempDir,
+    /// Dropped after `store`: removes the PostgreSQL schema.
+    _schema: Option<SchemaGuard>,
+}
+
+/// One store per configured backend.
+pub(super) async fn test_stores() -> Vec<TestStore> {
+    let mut stores = vec![sqlite().await];
+    if let Some(url) = std::env::var(DATABASE_URL_VAR)
+        .ok()
+        .filter(|url| !url.is_empty())
+    {
+        stores.push(postgres(url).await);
+    }
+    stores
+}
+
+async fn sqlite() -> TestStore {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A directory that does not exist yet: open creates it.
+    let path = dir.path().join("state").join("chorus.db");
+    let url = format!("sqlite://{}", path.to_str().expect("utf-8 temp path"));
+    let store = Store::open(&url).await.expect("open sqlite");
+    TestStore {
+        store,
+        url,
+        backend: "sqlite",
+        dir,
+        _schema: None,
+    }
+}
+
+async fn postgres(base_url: String) -> TestStore {
+    let schema = format!("chorus_t_{}", uuid::Uuid::new_v4().simple());
+    let guard = SchemaGuard {
+        base_url: base_url.clone(),
+        schema: schema.clone(),
+    };
+    let create = format!("CREATE SCHEMA {schema}");
+    let admin_url = base_url.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut conn = PgConnection::establish(&admin_url).expect("connect to the test database");
+        conn.batch_execute(&create).expect("create the test schema");
+    })
+    .await
+    .expect("create schema task");
+    let separator = if base_url.contains('?') { '&' } else { '?' };
+    let url = format!("{base_url}{separator}options=-c%20search_path%3D{schema}");
+    let store = Store::open(&url).await.expect("open postgres");
+    TestStore {
+        store,
+        url,
+        backend: "postgres",
+        dir: tempfile::tempdir().expect("temp dir"),
+        _schema: Some(guard),
+    }
+}
+
+/// Drops a test's PostgreSQL schema.
+struct SchemaGuard {
+    base_url: String,
+    schema: String,
+}
+
+impl Drop for SchemaGuard {
+    fn drop(&mut self) {
+        // Best effort: a failure leaves a schema behind, not a wrong result.
+        if let Ok(mut conn) = PgConnection::establish(&self.base_url) {
+            let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+        }
+    }
+}
+
+impl TestStore {
+    /// A workspace named `name` on a fresh directory.
+    pub async fn workspace(&self, name: &str) -> Workspace {
+        let root = self.dir.path().join("roots").join(name);
+        std::fs::create_dir_all(&root).expect("workspace root");
+        self.store
+            .create_workspace(name_of(name), root.to_str().expect("utf-8 root"))
+            .await
+            .unwrap_or_else(|e| panic!("{}: create workspace {name}: {e}", self.backend))
+    }
+}
+
+pub(super) fn name_of(name: &str) -> Name {
+    Name::parse("name", name).expect("valid test name")
+}
+
+pub(super) fn source() -> TaskSource {
+    TaskSource {
+        kind: "test".into(),
+        user_id: Some("u1".into()),
+        conversation_id: None,
+    }
+}

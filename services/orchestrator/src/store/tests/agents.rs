@@ -1,0 +1,163 @@
+use super::workspaces::claude;
+use super::{name_of, test_stores};
+use crate::domain::{AgentKind, DomainError};
+use crate::store::{AgentChanges, NewAgent, StoreError};
+
+fn reviewer() -> NewAgent {
+    NewAgent {
+        name: name_of("reviewer"),
+        instructions: "Review the change.".into(),
+        allowed_tools: vec!["@reviewer".into(), "file.read".into()],
+        provider: Some(name_of("claude")),
+        model: Some("opus".into()),
+    }
+}
+
+#[tokio::test]
+async fn an_agent_needs_known_tools_and_an_existing_provider() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let ws = t.workspace("docs").await;
+
+        let err = t.store.create_agent(ws.id, reviewer()).await.expect_err(b);
+        assert_eq!(err, StoreError::not_found("provider", "claude"), "{b}");
+
+        t.store.create_provider(ws.id, claude()).await.expect(b);
+        let mut bad_tools = reviewer();
+        bad_tools.allowed_tools = vec!["Read".into()];
+        let err = t.store.create_agent(ws.id, bad_tools).await.expect_err(b);
+        assert!(
+            matches!(&err, StoreError::Domain(DomainError::Invalid { field: "allowed_tools", reason })
+                if reason.contains("unknown tool 'Read'")),
+            "{b}: {err}"
+        );
+
+        let created = t.store.create_agent(ws.id, reviewer()).await.expect(b);
+        assert_eq!(created.kind, AgentKind::UserDefined, "{b}");
+        assert_eq!(created.allowed_tools, ["@reviewer", "file.read"], "{b}");
+        assert_eq!(
+            t.store
+                .get_agent(ws.id, name_of("reviewer"))
+                .await
+                .expect(b),
+            created,
+            "{b}"
+        );
+        assert_eq!(t.store.list_agents(ws.id).await.expect(b).len(), 8, "{b}");
+
+        let err = t.store.create_agent(ws.id, reviewer()).await.expect_err(b);
+        assert_eq!(
+            err,
+            StoreError::AlreadyExists {
+                what: "agent",
+                key: "reviewer".into()
+            },
+            "{b}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn agents_are_updated_and_deleted_but_internal_agents_keep_their_tools() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let ws = t.workspace("docs").await;
+        t.store.create_provider(ws.id, claude()).await.expect(b);
+
+        let writer = name_of("writer");
+        let updated = t
+            .store
+            .update_agent(
+                ws.id,
+                writer.clone(),
+                AgentChanges {
+                    instructions: Some("Write tersely.".into()),
+                    allowed_tools: Some(vec!["@developer".into()]),
+                    provider: Some(Some(name_of("claude"))),
+                    model: Some(Some("haiku".into())),
+                },
+            )
+            .await
+            .expect(b);
+        assert_eq!(updated.instructions, "Write tersely.", "{b}");
+        assert_eq!(updated.allowed_tools, ["@developer"], "{b}");
+        assert_eq!(updated.provider, Some(name_of("claude")), "{b}");
+        assert_eq!(
+            t.store.get_agent(ws.id, writer.clone()).await.expect(b),
+            updated,
+            "{b}"
+        );
+
+        let err = t
+            .store
+            .update_agent(
+                ws.id,
+                writer.clone(),
+                AgentChanges {
+                    allowed_tools: Some(vec!["Bash".into()]),
+                    ..AgentChanges::default()
+                },
+            )
+            .await
+            .expect_err(b);
+        assert!(matches!(err, StoreError::Domain(_)), "{b}: {err}");
+        let err = t
+            .store
+            .update_agent(
+                ws.id,
+                writer.clone(),
+                AgentChanges {
+                    provider: Some(Some(name_of("nope"))),
+                    ..AgentChanges::default()
+                },
+            )
+            .await
+            .expect_err(b);
+        assert_eq!(err, StoreError::not_found("provider", "nope"), "{b}");
+
+        let validator = name_of("task-validator");
+        let err = t
+            .store
+            .update_agent(
+                ws.id,
+                validator.clone(),
+                AgentChanges {
+                    allowed_tools: Some(vec!["bash".into()]),
+                    ..AgentChanges::default()
+                },
+            )
+            .await
+            .expect_err(b);
+        assert!(err.to_string().contains("internal to Chorus"), "{b}: {err}");
+        let err = t
+            .store
+            .delete_agent(ws.id, validator.clone())
+            .await
+            .expect_err(b);
+        assert!(err.to_string().contains("cannot be deleted"), "{b}: {err}");
+        // Its instructions may be tuned.
+        t.store
+            .update_agent(
+                ws.id,
+                validator,
+                AgentChanges {
+                    instructions: Some("Plan carefully.".into()),
+                    ..AgentChanges::default()
+                },
+            )
+            .await
+            .expect(b);
+
+        t.store.delete_agent(ws.id, writer.clone()).await.expect(b);
+        assert_eq!(
+            t.store.get_agent(ws.id, writer.clone()).await,
+            Err(StoreError::not_found("agent", "writer")),
+            "{b}"
+        );
+        assert_eq!(
+            t.store.delete_agent(ws.id, writer).await,
+            Err(StoreError::not_found("agent", "writer")),
+            "{b}"
+        );
+    }
+}

@@ -1,0 +1,255 @@
+use chorus_catalog::args::{CompletionReport, ReportStatus};
+use serde_json::json;
+
+use super::{name_of, source, test_stores};
+use crate::domain::{DomainError, EventKind, RunId, RunState, TaskStatus};
+use crate::store::StoreError;
+
+fn tools() -> Vec<String> {
+    vec!["file.read".into(), "completion-report".into()]
+}
+
+#[tokio::test]
+async fn opening_a_run_records_run_opened() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let ws = t.workspace("docs").await;
+        let (task, _) = t
+            .store
+            .create_task(ws.id, "x".into(), source())
+            .await
+            .expect(b);
+        let (root, events) = t
+            .store
+            .create_run(task.id, name_of("writer-workflow"), None, tools())
+            .await
+            .expect(b);
+        assert_eq!(root.state, RunState::Spawning, "{b}");
+        assert_eq!(root.tools, tools(), "{b}");
+        assert_eq!(events.len(), 1, "{b}");
+        assert_eq!(events[0].sequence, 2, "{b}");
+        assert_eq!(events[0].kind, EventKind::RunOpened, "{b}");
+        assert_eq!(
+            events[0].data,
+            json!({"run_id": root.id.to_string(), "agent": "writer-workflow", "parent_run_id": null}),
+            "{b}"
+        );
+
+        let (child, events) = t
+            .store
+            .create_run(task.id, name_of("writer"), Some(root.id), tools())
+            .await
+            .expect(b);
+        assert_eq!(child.parent, Some(root.id), "{b}");
+        assert_eq!(events[0].sequence, 3, "{b}");
+        assert_eq!(events[0].data["parent_run_id"], root.id.to_string(), "{b}");
+        assert_eq!(t.store.get_run(child.id).await.expect(b), child, "{b}");
+        assert_eq!(
+            t.store.get_task(task.id).await.expect(b).last_sequence,
+            3,
+            "{b}"
+        );
+
+        let mut runs = t.store.list_runs(task.id).await.expect(b);
+        runs.sort_by_key(|run| run.parent.is_some());
+        assert_eq!(runs, [root.clone(), child], "{b}");
+
+        // A parent must be a run of the same task.
+        let (other, _) = t
+            .store
+            .create_task(ws.id, "y".into(), source())
+            .await
+            .expect(b);
+        let err = t
+            .store
+            .create_run(other.id, name_of("writer"), Some(root.id), tools())
+            .await
+            .expect_err(b);
+        assert!(
+            matches!(
+                err,
+                StoreError::Domain(DomainError::Invalid {
+                    field: "parent run",
+                    ..
+                })
+            ),
+            "{b}: {err}"
+        );
+        let unknown = RunId::new();
+        assert_eq!(
+            t.store
+                .create_run(other.id, name_of("writer"), Some(unknown), tools())
+                .await,
+            Err(StoreError::not_found("run", unknown)),
+            "{b}"
+        );
+        assert_eq!(
+            t.store.get_task(other.id).await.expect(b).last_sequence,
+            1,
+            "{b}"
+        );
+        assert!(
+            t.store.list_runs(other.id).await.expect(b).is_empty(),
+            "{b}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_run_and_its_task_change_together_with_their_events() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let ws = t.workspace("docs").await;
+        let (task, _) = t
+            .store
+            .create_task(ws.id, "x".into(), source())
+            .await
+            .expect(b);
+        let (run, _) = t
+            .store
+            .create_run(task.id, name_of("writer"), None, tools())
+            .await
+            .expect(b);
+
+        let (active, task_after, events) = t
+            .store
+            .change_run(run.id, |run, task| {
+                run.state.check_transition(RunState::Active)?;
+                run.state = RunState::Active;
+                task.current_agent = Some(run.agent.clone());
+                Ok(vec![(EventKind::AgentStarted, json!({"agent": run.agent}))])
+            })
+            .await
+            .expect(b);
+        assert_eq!(active.state, RunState::Active, "{b}");
+        assert_eq!(task_after.current_agent, Some(name_of("writer")), "{b}");
+        assert_eq!(events[0].sequence, 3, "{b}");
+
+        let report = CompletionReport {
+            status: ReportStatus::Complete,
+            summary: "done".into(),
+            output: "README written".into(),
+            blocked_reason: None,
+        };
+        let submitted = report.clone();
+        let (finished, task_after, events) = t
+            .store
+            .change_run(run.id, move |run, task| {
+                run.state.check_transition(RunState::Finished)?;
+                run.state = RunState::Finished;
+                run.end_reason = Some("finished normally".into());
+                run.completion_report = Some(submitted);
+                task.current_agent = None;
+                task.status_reason = Some("reported".into());
+                Ok(vec![
+                    (
+                        EventKind::CompletionReportSubmitted,
+                        json!({"status": "complete"}),
+                    ),
+                    (EventKind::AgentCompleted, json!({"agent": run.agent})),
+                ])
+            })
+            .await
+            .expect(b);
+        assert_eq!(finished.completion_report, Some(report), "{b}");
+        assert!(
+            finished.finished_ms.is_some_and(|ms| ms >= run.started_ms),
+            "{b}"
+        );
+        assert_eq!(
+            events.iter().map(|e| e.sequence).collect::<Vec<_>>(),
+            [4, 5],
+            "{b}"
+        );
+        assert_eq!(t.store.get_run(run.id).await.expect(b), finished, "{b}");
+        assert_eq!(t.store.get_task(task.id).await.expect(b), task_after, "{b}");
+
+        // A refused change writes neither the run, the task nor an event.
+        let err = t
+            .store
+            .change_run(run.id, |run, task| {
+                task.status = TaskStatus::Failed;
+                run.state.check_transition(RunState::Active)?;
+                run.state = RunState::Active;
+                Ok(vec![(EventKind::AgentStarted, json!({}))])
+            })
+            .await
+            .expect_err(b);
+        assert!(
+            matches!(err, StoreError::Domain(DomainError::Transition(_))),
+            "{b}: {err}"
+        );
+        assert_eq!(t.store.get_run(run.id).await.expect(b), finished, "{b}");
+        assert_eq!(t.store.get_task(task.id).await.expect(b), task_after, "{b}");
+        assert_eq!(
+            t.store.events(task.id, 0, 0).await.expect(b).len(),
+            5,
+            "{b}"
+        );
+
+        let unknown = RunId::new();
+        assert_eq!(
+            t.store.change_run(unknown, |_, _| Ok(vec![])).await,
+            Err(StoreError::not_found("run", unknown)),
+            "{b}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn unfinished_runs_are_the_ones_to_recover_after_a_restart() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let ws = t.workspace("docs").await;
+        let (task, _) = t
+            .store
+            .create_task(ws.id, "x".into(), source())
+            .await
+            .expect(b);
+        let (spawning, _) = t
+            .store
+            .create_run(task.id, name_of("writer"), None, tools())
+            .await
+            .expect(b);
+        let (done, _) = t
+            .store
+            .create_run(task.id, name_of("editor"), None, tools())
+            .await
+            .expect(b);
+        let (active, _) = t
+            .store
+            .create_run(task.id, name_of("planner"), None, tools())
+            .await
+            .expect(b);
+        t.store
+            .change_run(done.id, |run, _| {
+                run.state = RunState::Finished;
+                Ok(vec![(EventKind::RunCanceled, json!({}))])
+            })
+            .await
+            .expect(b);
+        t.store
+            .change_run(active.id, |run, _| {
+                run.state = RunState::Active;
+                Ok(vec![])
+            })
+            .await
+            .expect(b);
+
+        let mut unfinished: Vec<(RunId, RunState)> = t
+            .store
+            .unfinished_runs()
+            .await
+            .expect(b)
+            .into_iter()
+            .map(|run| (run.id, run.state))
+            .collect();
+        unfinished.sort_by_key(|(id, _)| *id);
+        let mut expected = vec![
+            (spawning.id, RunState::Spawning),
+            (active.id, RunState::Active),
+        ];
+        expected.sort_by_key(|(id, _)| *id);
+        assert_eq!(unfinished, expected, "{b}");
+    }
+}

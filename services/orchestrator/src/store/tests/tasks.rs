@@ -1,0 +1,363 @@
+use std::collections::BTreeSet;
+
+use serde_json::json;
+
+use super::{source, test_stores};
+use crate::domain::{DomainError, EventKind, Stage, TaskId, TaskStatus, WorkspaceId};
+use crate::store::{EventDraft, StoreError};
+
+/// The change a status update makes: checked against the table, recorded as an event.
+fn move_to(
+    to: TaskStatus,
+) -> impl FnOnce(&mut crate::domain::Task) -> Result<Vec<EventDraft>, DomainError> + Send + 'static
+{
+    move |task| {
+        task.status.check_transition(to)?;
+        let from = task.status;
+        task.status = to;
+        Ok(vec![(
+            EventKind::StatusChanged,
+            json!({ "from": from.as_str(), "to": to.as_str() }),
+        )])
+    }
+}
+
+#[tokio::test]
+async fn creating_a_task_writes_its_first_event() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let ws = t.workspace("docs").await;
+        let (task, events) = t
+            .store
+            .create_task(ws.id, "write the README".into(), source())
+            .await
+            .expect(b);
+        assert_eq!(task.status, TaskStatus::Pending, "{b}");
+        assert_eq!(task.stage, Stage::Backlog, "{b}");
+        assert_eq!(task.last_sequence, 1, "{b}");
+        assert_eq!(task.source, source(), "{b}");
+        assert_eq!(events.len(), 1, "{b}");
+        assert_eq!(events[0].sequence, 1, "{b}");
+        assert_eq!(events[0].kind, EventKind::TaskCreated, "{b}");
+        assert_eq!(
+            events[0].data,
+            json!({"description": "write the README"}),
+            "{b}"
+        );
+        assert_eq!(t.store.events(task.id, 0, 0).await.expect(b), events, "{b}");
+        assert_eq!(t.store.get_task(task.id).await.expect(b), task, "{b}");
+
+        let err = t
+            .store
+            .create_task(ws.id, "  ".into(), source())
+            .await
+            .expect_err(b);
+        assert!(matches!(err, StoreError::Domain(_)), "{b}: {err}");
+        let missing = WorkspaceId::new();
+        assert_eq!(
+            t.store.create_task(missing, "x".into(), source()).await,
+            Err(StoreError::not_found("workspace", missing)),
+            "{b}"
+        );
+        let unknown = TaskId::new();
+        assert_eq!(
+            t.store.get_task(unknown).await,
+            Err(StoreError::not_found("task", unknown)),
+            "{b}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_allowed_change_is_saved_with_its_event_and_a_refused_one_writes_nothing() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let ws = t.workspace("docs").await;
+        let (task, _) = t
+            .store
+            .create_task(ws.id, "x".into(), source())
+            .await
+            .expect(b);
+
+        let (planning, events) = t
+            .store
+            .change_task(task.id, move_to(TaskStatus::Planning))
+            .await
+            .expect(b);
+        assert_eq!(planning.status, TaskStatus::Planning, "{b}");
+        assert_eq!(planning.last_sequence, 2, "{b}");
+        assert!(planning.updated_ms >= task.updated_ms, "{b}");
+        assert_eq!(events.len(), 1, "{b}");
+        assert_eq!(events[0].sequence, 2, "{b}");
+        assert_eq!(
+            events[0].data,
+            json!({"from": "pending", "to": "planning"}),
+            "{b}"
+        );
+        assert_eq!(t.store.get_task(task.id).await.expect(b), planning, "{b}");
+
+        let err = t
+            .store
+            .change_task(task.id, move_to(TaskStatus::Completed))
+            .await
+            .expect_err(b);
+        assert!(
+            matches!(err, StoreError::Domain(DomainError::Transition(_))),
+            "{b}: {err}"
+        );
+        assert_eq!(t.store.get_task(task.id).await.expect(b), planning, "{b}");
+        assert_eq!(
+            t.store.events(task.id, 0, 0).await.expect(b).len(),
+            2,
+            "{b}"
+        );
+
+        // A closure that changes the task and then fails leaves no trace either.
+        let err = t
+            .store
+            .change_task(task.id, |task| {
+                task.status_reason = Some("half-done".into());
+                Err(DomainError::Transition("no".into()))
+            })
+            .await
+            .expect_err(b);
+        assert_eq!(
+            err,
+            StoreError::Domain(DomainError::Transition("no".into())),
+            "{b}"
+        );
+        assert_eq!(t.store.get_task(task.id).await.expect(b), planning, "{b}");
+
+        // The store keeps the fields it owns.
+        let (kept, events) = t
+            .store
+            .change_task(task.id, |task| {
+                task.last_sequence = 99;
+                task.id = TaskId::new();
+                task.status_reason = Some("thinking".into());
+                Ok(vec![])
+            })
+            .await
+            .expect(b);
+        assert!(events.is_empty(), "{b}");
+        assert_eq!((kept.id, kept.last_sequence), (task.id, 2), "{b}");
+        assert_eq!(t.store.get_task(task.id).await.expect(b), kept, "{b}");
+
+        let unknown = TaskId::new();
+        assert_eq!(
+            t.store.append_events(unknown, vec![]).await,
+            Err(StoreError::not_found("task", unknown)),
+            "{b}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_appends_get_gapless_unique_sequences() {
+    const TASKS: usize = 8;
+    const APPENDS: usize = 50;
+    for t in test_stores().await {
+        let b = t.backend;
+        let ws = t.workspace("docs").await;
+        let mut ids = Vec::new();
+        for i in 0..TASKS {
+            let (task, _) = t
+                .store
+                .create_task(ws.id, format!("task {i}"), source())
+                .await
+                .expect(b);
+            ids.push(task.id);
+        }
+        let mut writers = tokio::task::JoinSet::new();
+        for n in 0..APPENDS {
+            for &id in &ids {
+                let store = t.store.clone();
+                writers.spawn(async move {
+                    if n % 2 == 0 {
+                        store
+                            .append_events(id, vec![(EventKind::CommentAdded, json!({ "n": n }))])
+                            .await
+                    } else {
+                        store
+                            .change_task(id, move |task| {
+                                task.status_reason = Some(format!("writer {n}"));
+                                Ok(vec![(EventKind::CommentAdded, json!({ "n": n }))])
+                            })
+                            .await
+                            .map(|(_, events)| events)
+                    }
+                });
+            }
+        }
+        while let Some(joined) = writers.join_next().await {
+            let events = joined.expect("writer task").expect(b);
+            assert_eq!(events.len(), 1, "{b}");
+        }
+        for id in ids {
+            let events = t.store.events(id, 0, 0).await.expect(b);
+            let sequences: Vec<u64> = events.iter().map(|e| e.sequence).collect();
+            let expected: Vec<u64> = (1..=(APPENDS as u64 + 1)).collect();
+            assert_eq!(sequences, expected, "{b}: gapless and unique");
+            let written: BTreeSet<u64> = events[1..]
+                .iter()
+                .map(|e| e.data["n"].as_u64().expect("n"))
+                .collect();
+            assert_eq!(written.len(), APPENDS, "{b}: every append recorded once");
+            let task = t.store.get_task(id).await.expect(b);
+            assert_eq!(task.last_sequence, APPENDS as u64 + 1, "{b}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn events_are_read_in_pages_after_a_sequence() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let ws = t.workspace("docs").await;
+        let (task, _) = t
+            .store
+            .create_task(ws.id, "x".into(), source())
+            .await
+            .expect(b);
+        let drafts = (0..9)
+            .map(|n| (EventKind::CommentAdded, json!({ "n": n })))
+            .collect();
+        let appended = t.store.append_events(task.id, drafts).await.expect(b);
+        let sequences: Vec<u64> = appended.iter().map(|e| e.sequence).collect();
+        assert_eq!(sequences, (2..=10).collect::<Vec<_>>(), "{b}");
+
+        let page = |after, limit| t.store.events(task.id, after, limit);
+        let seqs = |events: Vec<crate::domain::Event>| -> Vec<u64> {
+            events.iter().map(|e| e.sequence).collect()
+        };
+        assert_eq!(seqs(page(0, 4).await.expect(b)), [1, 2, 3, 4], "{b}");
+        assert_eq!(seqs(page(4, 4).await.expect(b)), [5, 6, 7, 8], "{b}");
+        assert_eq!(seqs(page(8, 4).await.expect(b)), [9, 10], "{b}");
+        assert!(page(10, 4).await.expect(b).is_empty(), "{b}");
+        assert_eq!(page(0, 0).await.expect(b).len(), 10, "{b}");
+        assert_eq!(page(3, 1).await.expect(b), appended[2..3], "{b}");
+
+        let unknown = TaskId::new();
+        assert_eq!(
+            t.store.events(unknown, 0, 10).await,
+            Err(StoreError::not_found("task", unknown)),
+            "{b}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn tasks_are_listed_by_workspace_and_status_in_pages() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let docs = t.workspace("docs").await;
+        let code = t.workspace("code").await;
+        let mut docs_tasks = Vec::new();
+        for i in 0..7 {
+            let (task, _) = t
+                .store
+                .create_task(docs.id, format!("doc {i}"), source())
+                .await
+                .expect(b);
+            docs_tasks.push(task.id);
+        }
+        for i in 0..2 {
+            t.store
+                .create_task(code.id, format!("code {i}"), source())
+                .await
+                .expect(b);
+        }
+        for &id in &docs_tasks[..3] {
+            t.store
+                .change_task(id, move_to(TaskStatus::Planning))
+                .await
+                .expect(b);
+        }
+
+        // Pages of 3 over the workspace's 7 tasks, in creation order.
+        let mut seen = Vec::new();
+        let mut token = None;
+        let mut pages = 0;
+        loop {
+            let (tasks, next) = t
+                .store
+                .list_tasks(Some(docs.id), None, 3, token.clone())
+                .await
+                .expect(b);
+            pages += 1;
+            assert!(tasks.len() <= 3, "{b}");
+            seen.extend(tasks.iter().map(|task| task.id));
+            match next {
+                Some(next) => token = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(pages, 3, "{b}");
+        let mut expected = docs_tasks.clone();
+        let created: Vec<(i64, TaskId)> = {
+            let mut all = Vec::new();
+            for &id in &expected {
+                all.push((t.store.get_task(id).await.expect(b).created_ms, id));
+            }
+            all.sort();
+            all
+        };
+        expected = created.into_iter().map(|(_, id)| id).collect();
+        assert_eq!(seen, expected, "{b}: every task once, oldest first");
+
+        let (planning, next) = t
+            .store
+            .list_tasks(Some(docs.id), Some(TaskStatus::Planning), 0, None)
+            .await
+            .expect(b);
+        assert_eq!(planning.len(), 3, "{b}");
+        assert!(
+            planning
+                .iter()
+                .all(|task| task.status == TaskStatus::Planning),
+            "{b}"
+        );
+        assert_eq!(next, None, "{b}");
+
+        let (pending, _) = t
+            .store
+            .list_tasks(None, Some(TaskStatus::Pending), 500, None)
+            .await
+            .expect(b);
+        assert_eq!(pending.len(), 4 + 2, "{b}: all workspaces");
+        let (all, _) = t.store.list_tasks(None, None, 1000, None).await.expect(b);
+        assert_eq!(all.len(), 9, "{b}");
+        let (code_tasks, _) = t
+            .store
+            .list_tasks(Some(code.id), None, 0, None)
+            .await
+            .expect(b);
+        assert!(
+            code_tasks.iter().all(|task| task.workspace_id == code.id),
+            "{b}"
+        );
+        assert_eq!(code_tasks.len(), 2, "{b}");
+
+        let err = t
+            .store
+            .list_tasks(None, None, 3, Some("not-a-token".into()))
+            .await
+            .expect_err(b);
+        assert!(
+            matches!(
+                err,
+                StoreError::Domain(DomainError::Invalid {
+                    field: "page_token",
+                    ..
+                })
+            ),
+            "{b}: {err}"
+        );
+        let missing = WorkspaceId::new();
+        assert_eq!(
+            t.store.list_tasks(Some(missing), None, 3, None).await,
+            Err(StoreError::not_found("workspace", missing)),
+            "{b}"
+        );
+    }
+}
