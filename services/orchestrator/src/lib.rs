@@ -6,6 +6,8 @@
 #![forbid(unsafe_code)]
 
 pub mod domain;
+pub mod error;
 pub mod grpc;
 pub mod history;
+pub mod state;
 pub mod store;

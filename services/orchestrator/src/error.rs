@@ -1,0 +1,117 @@
+//! The one error type of the orchestrator's services and its one mapping to
+//! gRPC status codes.
+
+use chorus_run_token::TokenError;
+use tonic::{Code, Status};
+
+use crate::domain::DomainError;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Domain(#[from] DomainError),
+    #[error(transparent)]
+    Unauthenticated(#[from] TokenError),
+    /// The call is well-formed but names nothing usable (unknown tool for CallTool, ...).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+fn domain_code(e: &DomainError) -> Code {
+    match e {
+        DomainError::Invalid { .. } => Code::InvalidArgument,
+        DomainError::Transition(_) | DomainError::RunNotActive(_) => Code::FailedPrecondition,
+        DomainError::AlreadyDone(_) => Code::AlreadyExists,
+        DomainError::NotAllowed(_) => Code::PermissionDenied,
+    }
+}
+
+impl ServiceError {
+    /// The gRPC code. One reviewed table.
+    pub fn code(&self) -> Code {
+        match self {
+            Self::Store(StoreError::NotFound { .. }) => Code::NotFound,
+            Self::Store(StoreError::AlreadyExists { .. }) => Code::AlreadyExists,
+            Self::Store(StoreError::ProviderInUse { .. } | StoreError::WorkspaceInUse { .. }) => {
+                Code::FailedPrecondition
+            }
+            Self::Store(StoreError::Domain(e)) | Self::Domain(e) => domain_code(e),
+            Self::Store(StoreError::Corrupt { .. } | StoreError::Database(_)) => Code::Internal,
+            Self::Unauthenticated(_) => Code::Unauthenticated,
+            Self::Invalid(_) => Code::InvalidArgument,
+            Self::Unavailable(_) => Code::Unavailable,
+        }
+    }
+}
+
+impl From<ServiceError> for Status {
+    fn from(err: ServiceError) -> Self {
+        Status::new(err.code(), err.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_of_failure_has_its_code() {
+        let cases: Vec<(ServiceError, Code)> = vec![
+            (
+                StoreError::NotFound {
+                    what: "task",
+                    key: "x".into(),
+                }
+                .into(),
+                Code::NotFound,
+            ),
+            (
+                StoreError::AlreadyExists {
+                    what: "agent",
+                    key: "x".into(),
+                }
+                .into(),
+                Code::AlreadyExists,
+            ),
+            (
+                StoreError::ProviderInUse {
+                    provider: "p".into(),
+                    agents: vec![],
+                    system_provider: true,
+                }
+                .into(),
+                Code::FailedPrecondition,
+            ),
+            (
+                StoreError::Domain(DomainError::Transition("no".into())).into(),
+                Code::FailedPrecondition,
+            ),
+            (
+                DomainError::invalid("name", "bad").into(),
+                Code::InvalidArgument,
+            ),
+            (
+                DomainError::AlreadyDone("twice".into()).into(),
+                Code::AlreadyExists,
+            ),
+            (
+                DomainError::NotAllowed("no".into()).into(),
+                Code::PermissionDenied,
+            ),
+            (
+                DomainError::RunNotActive("ended".into()).into(),
+                Code::FailedPrecondition,
+            ),
+            (StoreError::Database("boom".into()).into(), Code::Internal),
+            (TokenError::Expired.into(), Code::Unauthenticated),
+        ];
+        for (err, code) in cases {
+            assert_eq!(err.code(), code, "{err}");
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! What every request handler shares: the store (state of record), the event hub
+//! (live fan-out of committed events), the run-token signer and the shutdown token.
+
+use std::sync::Arc;
+
+use chorus_run_token::RunTokenSigner;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::{Event, TaskId, TaskStatus};
+use crate::history::{EventHub, EventSource};
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub hub: Arc<EventHub>,
+    pub signer: Arc<RunTokenSigner>,
+    /// Fires on shutdown: streams end, runs stop.
+    pub shutdown: CancellationToken,
+}
+
+impl AppState {
+    pub fn new(store: Store, signer: RunTokenSigner) -> Self {
+        Self {
+            store,
+            hub: Arc::new(EventHub::new()),
+            signer: Arc::new(signer),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// Announces committed events to live watchers. Call after every store write
+    /// that returned events.
+    pub fn publish(&self, events: &[Event]) {
+        self.hub.publish(events);
+    }
+}
+
+impl EventSource for Store {
+    type Error = StoreError;
+
+    async fn events_after(
+        &self,
+        task: TaskId,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        self.events(task, after, limit).await
+    }
+
+    async fn task_status(&self, task: TaskId) -> Result<TaskStatus, StoreError> {
+        Ok(self.get_task(task).await?.status)
+    }
+}
