@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use chorus_run_token::RunTokenSigner;
+use chorus_run_token::{RunTokenSigner, RunTokenVerifier};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{Event, TaskId, TaskStatus};
@@ -15,16 +15,20 @@ pub struct AppState {
     pub store: Store,
     pub hub: Arc<EventHub>,
     pub signer: Arc<RunTokenSigner>,
+    /// The signer's public half, for the tokens agents present.
+    pub verifier: RunTokenVerifier,
     /// Fires on shutdown: streams end, runs stop.
     pub shutdown: CancellationToken,
 }
 
 impl AppState {
     pub fn new(store: Store, signer: RunTokenSigner) -> Self {
+        let verifier = signer.verifier();
         Self {
             store,
             hub: Arc::new(EventHub::new()),
             signer: Arc::new(signer),
+            verifier,
             shutdown: CancellationToken::new(),
         }
     }
