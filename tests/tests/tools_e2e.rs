@@ -543,14 +543,21 @@ async fn usage_errors_and_unreachable_services() {
         .expect_failure(5, "unavailable");
     assert!(message.contains("cannot reach tool-exec"), "{message}");
 
+    let unconfigured = chorus_tools(&env, &[r#"{"tool":"task.comment","text":"hi"}"#])
+        .await
+        .expect_failure(5, "unavailable");
+    assert!(
+        unconfigured.contains("orchestrator not configured"),
+        "{unconfigured}"
+    );
     let orchestrated = ToolsEnv {
-        orchestrator_addr: Some("127.0.0.1:1".into()),
+        orchestrator_addr: Some(closed.to_string()),
         ..env
     };
     let message = chorus_tools(&orchestrated, &[r#"{"tool":"task.comment","text":"hi"}"#])
         .await
         .expect_failure(5, "unavailable");
-    assert!(message.contains("orchestrator not configured"), "{message}");
+    assert!(message.contains("cannot reach orchestrator"), "{message}");
 }
 
 #[tokio::test]

@@ -3,6 +3,8 @@
 use std::time::Duration;
 
 use chorus_proto::json;
+use chorus_proto::orchestrator::v1::CallToolRequest;
+use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
 use chorus_proto::tools::v1::ExecuteToolRequest;
 use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
 use serde_json::{Map, Value};
@@ -24,21 +26,28 @@ pub struct Answer {
 }
 
 pub async fn send(request: Request) -> Result<Answer, Failure> {
-    let Route::ToolExec { addr } = &request.route;
+    let (service, addr) = match &request.route {
+        Route::ToolExec { addr } => ("tool-exec", addr),
+        Route::Orchestrator { addr } => ("orchestrator", addr),
+    };
     let endpoint = Endpoint::from_shared(addr.clone())
         .map_err(|e| {
             Failure::usage(format!(
-                "tool-exec address '{addr}' is not a valid URI: {e}"
+                "{service} address '{addr}' is not a valid URI: {e}"
             ))
         })?
-        .connect_timeout(Duration::from_secs(5));
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
     let channel = endpoint.connect().await.map_err(|e| {
         Failure::new(
             Exit::Unavailable,
             "unavailable",
-            format!("cannot reach tool-exec at {addr}: {}", source_chain(&e)),
+            format!("cannot reach {service} at {addr}: {}", source_chain(&e)),
         )
     })?;
+    if let Route::Orchestrator { .. } = request.route {
+        return call_orchestrator(channel, request).await;
+    }
 
     let mut grpc = tonic::Request::new(ExecuteToolRequest {
         tool: request.tool.clone(),
@@ -79,6 +88,37 @@ pub async fn send(request: Request) -> Result<Answer, Failure> {
     Ok(Answer {
         stdout: Value::Object(result).to_string(),
         error,
+    })
+}
+
+async fn call_orchestrator(
+    channel: tonic::transport::Channel,
+    request: Request,
+) -> Result<Answer, Failure> {
+    let mut grpc = tonic::Request::new(CallToolRequest {
+        tool: request.tool.clone(),
+        arguments: Some(json::to_struct(request.arguments)),
+    });
+    let bearer = MetadataValue::try_from(format!("Bearer {}", request.token.trim()))
+        .map_err(|_| Failure::usage("CHORUS_RUN_TOKEN contains characters that cannot be sent"))?;
+    grpc.metadata_mut().insert("authorization", bearer);
+    let response = AgentToolsClient::new(channel)
+        .call_tool(grpc)
+        .await
+        .map_err(|status| Failure::from_status(&status, "orchestrator"))?
+        .into_inner();
+    let mut result = Map::new();
+    result.insert(
+        "output".to_owned(),
+        response.output.map_or(Value::Null, json::from_value),
+    );
+    result.insert(
+        "metadata".to_owned(),
+        Value::Object(response.metadata.map(json::from_struct).unwrap_or_default()),
+    );
+    Ok(Answer {
+        stdout: Value::Object(result).to_string(),
+        error: None,
     })
 }
 

@@ -64,6 +64,7 @@ fn first_line(text: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
     ToolExec { addr: String },
+    Orchestrator { addr: String },
 }
 
 /// A validated tool call, ready to send.
@@ -123,20 +124,20 @@ impl Request {
                         .unwrap_or_else(|_| DEFAULT_TOOLS_ADDR.to_owned()),
                 ),
             },
-            Executor::Orchestrator => {
-                return Err(Failure::new(
-                    Exit::Unavailable,
-                    "unavailable",
-                    format!(
-                        "orchestrator not configured: '{tool}' is executed by chorus-orchestrator, which this deployment does not provide yet ({ENV_ORCHESTRATOR_ADDR} is {})",
-                        if std::env::var_os(ENV_ORCHESTRATOR_ADDR).is_some() {
-                            "set but unused"
-                        } else {
-                            "not set"
-                        }
-                    ),
-                ));
-            }
+            Executor::Orchestrator => match std::env::var(ENV_ORCHESTRATOR_ADDR) {
+                Ok(addr) if !addr.trim().is_empty() => Route::Orchestrator {
+                    addr: with_scheme(&addr),
+                },
+                _ => {
+                    return Err(Failure::new(
+                        Exit::Unavailable,
+                        "unavailable",
+                        format!(
+                            "orchestrator not configured: '{tool}' is executed by chorus-orchestrator; set {ENV_ORCHESTRATOR_ADDR}"
+                        ),
+                    ));
+                }
+            },
             Executor::AgentCli => {
                 return Err(invalid(format!(
                     "'{tool}' is native to your agent CLI: use its own tool directly, not chorus-tools"

@@ -9,5 +9,6 @@ pub mod domain;
 pub mod error;
 pub mod grpc;
 pub mod history;
+pub mod server;
 pub mod state;
 pub mod store;

@@ -1,0 +1,109 @@
+//! `chorus-orchestrator`: Chorus's state and its gRPC API, with an embedded
+//! tool-exec by default, so one command runs the whole system.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use chorus_orchestrator::server::{EmbeddedToolExec, OrchestratorConfig};
+use chorus_run_token::{PUBLIC_KEY_FILE, load_or_create_signer};
+use chorus_tool_exec::Limits;
+use clap::{Parser, ValueEnum};
+use tracing::{info, warn};
+
+/// Chorus orchestrator: workspaces, agents, providers, tasks, history and runs,
+/// over gRPC. Starts an embedded tool-exec unless told not to.
+#[derive(Debug, Parser)]
+#[command(name = "chorus-orchestrator", version)]
+struct Cli {
+    /// Address to serve gRPC on.
+    #[arg(long, env = "CHORUS_LISTEN", default_value = "127.0.0.1:50051")]
+    listen: SocketAddr,
+    /// Directory for the SQLite database and the run-token key pair.
+    #[arg(long, env = "CHORUS_DATA_DIR", default_value = ".chorus")]
+    data_dir: PathBuf,
+    /// Database: `postgres://user@host/db`, or a SQLite file (default: <data-dir>/chorus.db).
+    #[arg(long, env = "CHORUS_DATABASE_URL")]
+    database_url: Option<String>,
+    /// Do not start the embedded tool-exec (run chorus-tool-exec separately).
+    #[arg(long, env = "CHORUS_NO_EMBEDDED_TOOL_EXEC")]
+    no_embedded_tool_exec: bool,
+    /// Address of the embedded tool-exec.
+    #[arg(
+        long,
+        env = "CHORUS_TOOL_EXEC_LISTEN",
+        default_value = "127.0.0.1:50052"
+    )]
+    tool_exec_listen: SocketAddr,
+    /// Log format.
+    #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let signer = load_or_create_signer(&cli.data_dir).with_context(|| {
+        format!(
+            "loading the run-token key pair from {}",
+            cli.data_dir.display()
+        )
+    })?;
+    info!(public_key = %cli.data_dir.join(PUBLIC_KEY_FILE).display(), "run tokens are signed with the key pair in the data directory; a separate tool-exec needs --public-key with this file");
+    let database_url = cli
+        .database_url
+        .clone()
+        .unwrap_or_else(|| cli.data_dir.join("chorus.db").display().to_string());
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        // Bind every listener before serving anything.
+        let listener = tokio::net::TcpListener::bind(cli.listen).await.with_context(|| format!("binding {}", cli.listen))?;
+        let embedded_tool_exec = if cli.no_embedded_tool_exec {
+            warn!("no embedded tool-exec: start chorus-tool-exec with --orchestrator-addr {} and --public-key", cli.listen);
+            None
+        } else {
+            let listener = tokio::net::TcpListener::bind(cli.tool_exec_listen)
+                .await
+                .with_context(|| format!("binding the embedded tool-exec on {} (use --tool-exec-listen or --no-embedded-tool-exec)", cli.tool_exec_listen))?;
+            Some(EmbeddedToolExec { listener, limits: Limits::default() })
+        };
+        let config = OrchestratorConfig { embedded_tool_exec, ..OrchestratorConfig::new(database_url, signer) };
+        chorus_orchestrator::server::run(listener, config, shutdown_signal()).await
+    })
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the service");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
