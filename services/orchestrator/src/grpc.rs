@@ -2,3 +2,4 @@
 //! domain, validated once at this boundary.
 
 pub mod convert;
+pub mod orchestrator;
