@@ -27,3 +27,4 @@ pub fn code_name(code: tonic::Code) -> &'static str {
         Code::Unauthenticated => "unauthenticated",
     }
 }
+pub mod orchestrator;

@@ -19,7 +19,7 @@ mod tasks;
 mod workspaces;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::fmt;
 

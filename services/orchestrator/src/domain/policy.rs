@@ -155,6 +155,47 @@ pub fn change_stage(
     ))
 }
 
+/// Moves a spawning run to active and makes its agent the task's current agent;
+/// returns the `agent_started` event.
+pub fn activate_run(run: &mut Run, task: &mut Task) -> Result<(EventKind, Value), DomainError> {
+    run.state.check_transition(RunState::Active)?;
+    run.state = RunState::Active;
+    task.current_agent = Some(run.agent.clone());
+    Ok((
+        EventKind::AgentStarted,
+        json!({ "run_id": run.id.to_string(), "agent": run.agent.as_str() }),
+    ))
+}
+
+/// Ends a run with `reason` at `now_ms`; the task's current agent is cleared when it
+/// was this run's agent. Returns the `agent_completed` event. A finished run cannot
+/// finish again.
+pub fn finish_run(
+    run: &mut Run,
+    task: &mut Task,
+    reason: String,
+    now_ms: i64,
+) -> Result<(EventKind, Value), DomainError> {
+    if run.state == RunState::Finished {
+        return Err(DomainError::RunNotActive(format!(
+            "run {} has already finished ({})",
+            run.id,
+            run.end_reason.as_deref().unwrap_or("no reason given")
+        )));
+    }
+    run.state.check_transition(RunState::Finished)?;
+    run.state = RunState::Finished;
+    run.finished_ms = Some(now_ms.max(run.started_ms));
+    run.end_reason = Some(reason.clone());
+    if task.current_agent.as_ref() == Some(&run.agent) {
+        task.current_agent = None;
+    }
+    Ok((
+        EventKind::AgentCompleted,
+        json!({ "run_id": run.id.to_string(), "agent": run.agent.as_str(), "reason": reason }),
+    ))
+}
+
 /// A comment on a task's history.
 pub fn comment(run: &Run, text: &str) -> Result<(EventKind, Value), DomainError> {
     if text.trim().is_empty() {

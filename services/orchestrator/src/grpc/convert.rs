@@ -5,7 +5,7 @@ use chorus_proto::orchestrator::v1 as pb;
 
 use crate::domain::{
     Agent, AgentKind, DomainError, Event, Name, Planning, Provider, ProviderKind, Question, Run,
-    StageExt, Task, TaskSource, Workspace,
+    RunId, StageExt, Task, TaskId, TaskSource, Workspace, WorkspaceId,
 };
 
 pub fn workspace(w: &Workspace) -> pb::Workspace {
@@ -188,6 +188,35 @@ pub fn run(r: &Run) -> pb::Run {
     }
 }
 
+/// A required id field: not empty, a UUID. The error names the request field.
+fn id<T>(
+    field: &'static str,
+    value: &str,
+    parse: fn(&str) -> Result<T, DomainError>,
+) -> Result<T, DomainError> {
+    if value.is_empty() {
+        return Err(DomainError::invalid(field, "must not be empty"));
+    }
+    parse(value).map_err(|_| DomainError::invalid(field, format!("'{value}' is not a UUID")))
+}
+
+pub fn workspace_id(field: &'static str, value: &str) -> Result<WorkspaceId, DomainError> {
+    id(field, value, WorkspaceId::parse)
+}
+
+pub fn task_id(field: &'static str, value: &str) -> Result<TaskId, DomainError> {
+    id(field, value, TaskId::parse)
+}
+
+pub fn run_id(field: &'static str, value: &str) -> Result<RunId, DomainError> {
+    id(field, value, RunId::parse)
+}
+
+/// An optional name field: "" is unset, anything else must be a valid name.
+pub fn optional_name(field: &'static str, value: String) -> Result<Option<Name>, DomainError> {
+    non_empty(value).map(|v| Name::parse(field, &v)).transpose()
+}
+
 /// Proto3 strings are "" when unset; the domain says None.
 pub fn non_empty(s: String) -> Option<String> {
     if s.trim().is_empty() { None } else { Some(s) }
@@ -230,6 +259,18 @@ mod tests {
                 .to_string()
                 .contains("assigned_agent")
         );
+    }
+
+    #[test]
+    fn ids_name_the_request_field() {
+        let err = task_id("task_id", "").expect_err("empty").to_string();
+        assert_eq!(err, "invalid task_id: must not be empty");
+        let err = run_id("id", "nope").expect_err("bad").to_string();
+        assert_eq!(err, "invalid id: 'nope' is not a UUID");
+        let ws = WorkspaceId::new();
+        assert_eq!(workspace_id("workspace_id", &ws.to_string()), Ok(ws));
+        assert_eq!(optional_name("provider", String::new()), Ok(None));
+        assert!(optional_name("provider", "Bad".into()).is_err());
     }
 
     #[test]

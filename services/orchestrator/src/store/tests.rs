@@ -19,7 +19,7 @@ use crate::domain::{Name, TaskSource, Workspace};
 const DATABASE_URL_VAR: &str = "CHORUS_TEST_DATABASE_URL";
 
 /// A store on one backend, with what it needs to be re-opened and cleaned up.
-pub(super) struct TestStore {
+pub(crate) struct TestStore {
     pub store: Store,
     /// What `Store::open` was given.
     pub url: String,
@@ -32,7 +32,7 @@ pub(super) struct TestStore {
 }
 
 /// One store per configured backend.
-pub(super) async fn test_stores() -> Vec<TestStore> {
+pub(crate) async fn test_stores() -> Vec<TestStore> {
     let mut stores = vec![sqlite().await];
     if let Some(url) = std::env::var(DATABASE_URL_VAR)
         .ok()
@@ -111,11 +111,11 @@ impl TestStore {
     }
 }
 
-pub(super) fn name_of(name: &str) -> Name {
+pub(crate) fn name_of(name: &str) -> Name {
     Name::parse("name", name).expect("valid test name")
 }
 
-pub(super) fn source() -> TaskSource {
+pub(crate) fn source() -> TaskSource {
     TaskSource {
         kind: "test".into(),
         user_id: Some("u1".into()),

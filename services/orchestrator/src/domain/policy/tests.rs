@@ -178,3 +178,33 @@ fn stages_and_comments_follow_their_rules() {
         "looks good"
     );
 }
+
+#[test]
+fn a_run_starts_as_the_current_agent_and_finishes_once() {
+    let mut r = run(RunState::Spawning, &[], None);
+    let mut t = task(TaskStatus::Active);
+    let (kind, _) = activate_run(&mut r, &mut t).expect("spawning -> active");
+    assert_eq!(kind, EventKind::AgentStarted);
+    assert_eq!(r.state, RunState::Active);
+    assert_eq!(t.current_agent.as_ref(), Some(&r.agent));
+    assert!(activate_run(&mut r, &mut t).is_err(), "already active");
+
+    let (kind, data) = finish_run(&mut r, &mut t, "done".into(), 42).expect("finish");
+    assert_eq!(kind, EventKind::AgentCompleted);
+    assert_eq!(data["reason"], "done");
+    assert_eq!((r.state, r.finished_ms), (RunState::Finished, Some(42)));
+    assert_eq!(t.current_agent, None);
+    let err = finish_run(&mut r, &mut t, "again".into(), 43).expect_err("twice");
+    assert!(matches!(err, DomainError::RunNotActive(_)), "{err}");
+    assert_eq!(r.end_reason.as_deref(), Some("done"));
+}
+
+#[test]
+fn finishing_a_run_leaves_another_agent_current() {
+    let mut r = run(RunState::Active, &[], None);
+    let mut t = task(TaskStatus::Active);
+    let other = Name::parse("agent", "editor").expect("name");
+    t.current_agent = Some(other.clone());
+    finish_run(&mut r, &mut t, "done".into(), 1).expect("finish");
+    assert_eq!(t.current_agent, Some(other));
+}

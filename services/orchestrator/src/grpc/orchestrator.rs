@@ -1,0 +1,222 @@
+//! `chorus.orchestrator.v1.Orchestrator`: the management API, as a thin adapter.
+//!
+//! Each handler converts and validates the request (ids, names, statuses, kinds:
+//! every bad field is INVALID_ARGUMENT naming it), calls the store, publishes the
+//! events the store returned, and converts the answer. Errors go through
+//! [`ServiceError`]'s one code table. The handlers live in one file per concept;
+//! this file only wires them to the generated trait.
+
+mod agents;
+mod providers;
+mod runs;
+mod tasks;
+mod workspaces;
+
+#[cfg(test)]
+mod tests;
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_proto::orchestrator::v1::orchestrator_server::Orchestrator;
+use tonic::{Request, Response, Status};
+
+use crate::error::ServiceError;
+use crate::state::AppState;
+
+pub use tasks::TaskEventStream;
+
+/// The orchestrator's management service over the shared state.
+#[derive(Debug, Clone)]
+pub struct OrchestratorService {
+    state: AppState,
+}
+
+impl OrchestratorService {
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+}
+
+/// A handler's answer as a gRPC response.
+fn reply<T>(result: Result<T, ServiceError>) -> Result<Response<T>, Status> {
+    result.map(Response::new).map_err(Status::from)
+}
+
+#[tonic::async_trait]
+impl Orchestrator for OrchestratorService {
+    async fn create_workspace(
+        &self,
+        request: Request<pb::CreateWorkspaceRequest>,
+    ) -> Result<Response<pb::Workspace>, Status> {
+        reply(workspaces::create(&self.state, request.into_inner()).await)
+    }
+
+    async fn get_workspace(
+        &self,
+        request: Request<pb::GetWorkspaceRequest>,
+    ) -> Result<Response<pb::Workspace>, Status> {
+        reply(workspaces::get(&self.state, request.into_inner()).await)
+    }
+
+    async fn list_workspaces(
+        &self,
+        _request: Request<pb::ListWorkspacesRequest>,
+    ) -> Result<Response<pb::ListWorkspacesResponse>, Status> {
+        reply(workspaces::list(&self.state).await)
+    }
+
+    async fn update_workspace(
+        &self,
+        request: Request<pb::UpdateWorkspaceRequest>,
+    ) -> Result<Response<pb::Workspace>, Status> {
+        reply(workspaces::update(&self.state, request.into_inner()).await)
+    }
+
+    async fn delete_workspace(
+        &self,
+        request: Request<pb::DeleteWorkspaceRequest>,
+    ) -> Result<Response<pb::DeleteWorkspaceResponse>, Status> {
+        reply(workspaces::delete(&self.state, request.into_inner()).await)
+    }
+
+    async fn create_provider(
+        &self,
+        request: Request<pb::CreateProviderRequest>,
+    ) -> Result<Response<pb::Provider>, Status> {
+        reply(providers::create(&self.state, request.into_inner()).await)
+    }
+
+    async fn get_provider(
+        &self,
+        request: Request<pb::GetProviderRequest>,
+    ) -> Result<Response<pb::Provider>, Status> {
+        reply(providers::get(&self.state, request.into_inner()).await)
+    }
+
+    async fn list_providers(
+        &self,
+        request: Request<pb::ListProvidersRequest>,
+    ) -> Result<Response<pb::ListProvidersResponse>, Status> {
+        reply(providers::list(&self.state, request.into_inner()).await)
+    }
+
+    async fn update_provider(
+        &self,
+        request: Request<pb::UpdateProviderRequest>,
+    ) -> Result<Response<pb::Provider>, Status> {
+        reply(providers::update(&self.state, request.into_inner()).await)
+    }
+
+    async fn delete_provider(
+        &self,
+        request: Request<pb::DeleteProviderRequest>,
+    ) -> Result<Response<pb::DeleteProviderResponse>, Status> {
+        reply(providers::delete(&self.state, request.into_inner()).await)
+    }
+
+    async fn create_agent(
+        &self,
+        request: Request<pb::CreateAgentRequest>,
+    ) -> Result<Response<pb::Agent>, Status> {
+        reply(agents::create(&self.state, request.into_inner()).await)
+    }
+
+    async fn get_agent(
+        &self,
+        request: Request<pb::GetAgentRequest>,
+    ) -> Result<Response<pb::Agent>, Status> {
+        reply(agents::get(&self.state, request.into_inner()).await)
+    }
+
+    async fn list_agents(
+        &self,
+        request: Request<pb::ListAgentsRequest>,
+    ) -> Result<Response<pb::ListAgentsResponse>, Status> {
+        reply(agents::list(&self.state, request.into_inner()).await)
+    }
+
+    async fn update_agent(
+        &self,
+        request: Request<pb::UpdateAgentRequest>,
+    ) -> Result<Response<pb::Agent>, Status> {
+        reply(agents::update(&self.state, request.into_inner()).await)
+    }
+
+    async fn delete_agent(
+        &self,
+        request: Request<pb::DeleteAgentRequest>,
+    ) -> Result<Response<pb::DeleteAgentResponse>, Status> {
+        reply(agents::delete(&self.state, request.into_inner()).await)
+    }
+
+    async fn create_task(
+        &self,
+        request: Request<pb::CreateTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        reply(tasks::create(&self.state, request.into_inner()).await)
+    }
+
+    async fn get_task(
+        &self,
+        request: Request<pb::GetTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        reply(tasks::get(&self.state, request.into_inner()).await)
+    }
+
+    async fn list_tasks(
+        &self,
+        request: Request<pb::ListTasksRequest>,
+    ) -> Result<Response<pb::ListTasksResponse>, Status> {
+        reply(tasks::list(&self.state, request.into_inner()).await)
+    }
+
+    async fn update_task_status(
+        &self,
+        request: Request<pb::UpdateTaskStatusRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        reply(tasks::update_status(&self.state, request.into_inner()).await)
+    }
+
+    async fn update_planning(
+        &self,
+        request: Request<pb::UpdatePlanningRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        reply(tasks::update_planning(&self.state, request.into_inner()).await)
+    }
+
+    async fn get_history(
+        &self,
+        request: Request<pb::GetHistoryRequest>,
+    ) -> Result<Response<pb::GetHistoryResponse>, Status> {
+        reply(tasks::history(&self.state, request.into_inner()).await)
+    }
+
+    type WatchTaskStream = TaskEventStream;
+
+    async fn watch_task(
+        &self,
+        request: Request<pb::WatchTaskRequest>,
+    ) -> Result<Response<Self::WatchTaskStream>, Status> {
+        reply(tasks::watch(&self.state, request.into_inner()).await)
+    }
+
+    async fn open_run(
+        &self,
+        request: Request<pb::OpenRunRequest>,
+    ) -> Result<Response<pb::OpenRunResponse>, Status> {
+        reply(runs::open(&self.state, request.into_inner()).await)
+    }
+
+    async fn get_run(
+        &self,
+        request: Request<pb::GetRunRequest>,
+    ) -> Result<Response<pb::Run>, Status> {
+        reply(runs::get(&self.state, request.into_inner()).await)
+    }
+
+    async fn finish_run(
+        &self,
+        request: Request<pb::FinishRunRequest>,
+    ) -> Result<Response<pb::Run>, Status> {
+        reply(runs::finish(&self.state, request.into_inner()).await)
+    }
+}

@@ -1,0 +1,91 @@
+//! Agents of a workspace: user-defined ones are created, changed and deleted here;
+//! internal ones (the planner) can be read and given instructions or a model.
+
+use chorus_proto::orchestrator::v1 as pb;
+
+use crate::domain::{Name, WorkspaceId};
+use crate::error::ServiceError;
+use crate::grpc::convert;
+use crate::state::AppState;
+use crate::store::{AgentChanges, NewAgent};
+
+/// The workspace id and agent name every per-agent request carries.
+fn key(workspace_id: &str, name: &str) -> Result<(WorkspaceId, Name), ServiceError> {
+    Ok((
+        convert::workspace_id("workspace_id", workspace_id)?,
+        Name::parse("name", name)?,
+    ))
+}
+
+pub(super) async fn create(
+    state: &AppState,
+    req: pb::CreateAgentRequest,
+) -> Result<pb::Agent, ServiceError> {
+    let (workspace, name) = key(&req.workspace_id, &req.name)?;
+    let new = NewAgent {
+        name,
+        instructions: req.instructions,
+        allowed_tools: req.allowed_tools,
+        provider: convert::optional_name("provider", req.provider)?,
+        model: convert::non_empty(req.model),
+    };
+    let agent = state.store.create_agent(workspace, new).await?;
+    Ok(convert::agent(&workspace.to_string(), &agent))
+}
+
+pub(super) async fn get(
+    state: &AppState,
+    req: pb::GetAgentRequest,
+) -> Result<pb::Agent, ServiceError> {
+    let (workspace, name) = key(&req.workspace_id, &req.name)?;
+    let agent = state.store.get_agent(workspace, name).await?;
+    Ok(convert::agent(&workspace.to_string(), &agent))
+}
+
+pub(super) async fn list(
+    state: &AppState,
+    req: pb::ListAgentsRequest,
+) -> Result<pb::ListAgentsResponse, ServiceError> {
+    let workspace = convert::workspace_id("workspace_id", &req.workspace_id)?;
+    let agents = state.store.list_agents(workspace).await?;
+    let workspace = workspace.to_string();
+    Ok(pb::ListAgentsResponse {
+        agents: agents
+            .iter()
+            .map(|a| convert::agent(&workspace, a))
+            .collect(),
+    })
+}
+
+pub(super) async fn update(
+    state: &AppState,
+    req: pb::UpdateAgentRequest,
+) -> Result<pb::Agent, ServiceError> {
+    let (workspace, name) = key(&req.workspace_id, &req.name)?;
+    if !req.set_allowed_tools && !req.allowed_tools.is_empty() {
+        return Err(ServiceError::Invalid(
+            "invalid allowed_tools: set set_allowed_tools to replace the allow-list".to_owned(),
+        ));
+    }
+    let changes = AgentChanges {
+        instructions: req.instructions,
+        allowed_tools: req.set_allowed_tools.then_some(req.allowed_tools),
+        // Absent keeps it, "" clears it, anything else sets it.
+        provider: req
+            .provider
+            .map(|p| convert::optional_name("provider", p))
+            .transpose()?,
+        model: req.model.map(convert::non_empty),
+    };
+    let agent = state.store.update_agent(workspace, name, changes).await?;
+    Ok(convert::agent(&workspace.to_string(), &agent))
+}
+
+pub(super) async fn delete(
+    state: &AppState,
+    req: pb::DeleteAgentRequest,
+) -> Result<pb::DeleteAgentResponse, ServiceError> {
+    let (workspace, name) = key(&req.workspace_id, &req.name)?;
+    state.store.delete_agent(workspace, name).await?;
+    Ok(pb::DeleteAgentResponse {})
+}

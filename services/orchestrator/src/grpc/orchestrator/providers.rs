@@ -1,0 +1,85 @@
+//! Providers of a workspace. The API key is write-only: requests may set or clear
+//! it, answers only say whether one is stored.
+
+use chorus_proto::orchestrator::v1 as pb;
+
+use crate::domain::{Name, WorkspaceId};
+use crate::error::ServiceError;
+use crate::grpc::convert;
+use crate::state::AppState;
+use crate::store::{NewProvider, ProviderChanges};
+
+/// The workspace id and provider name every per-provider request carries.
+fn key(workspace_id: &str, name: &str) -> Result<(WorkspaceId, Name), ServiceError> {
+    Ok((
+        convert::workspace_id("workspace_id", workspace_id)?,
+        Name::parse("name", name)?,
+    ))
+}
+
+pub(super) async fn create(
+    state: &AppState,
+    req: pb::CreateProviderRequest,
+) -> Result<pb::Provider, ServiceError> {
+    let (workspace, name) = key(&req.workspace_id, &req.name)?;
+    let new = NewProvider {
+        name,
+        kind: convert::provider_kind_from(req.kind)?,
+        base_url: convert::non_empty(req.base_url),
+        model: convert::non_empty(req.model),
+        api_key: convert::non_empty(req.api_key),
+    };
+    let provider = state.store.create_provider(workspace, new).await?;
+    Ok(convert::provider(&workspace.to_string(), &provider))
+}
+
+pub(super) async fn get(
+    state: &AppState,
+    req: pb::GetProviderRequest,
+) -> Result<pb::Provider, ServiceError> {
+    let (workspace, name) = key(&req.workspace_id, &req.name)?;
+    let provider = state.store.get_provider(workspace, name).await?;
+    Ok(convert::provider(&workspace.to_string(), &provider))
+}
+
+pub(super) async fn list(
+    state: &AppState,
+    req: pb::ListProvidersRequest,
+) -> Result<pb::ListProvidersResponse, ServiceError> {
+    let workspace = convert::workspace_id("workspace_id", &req.workspace_id)?;
+    let providers = state.store.list_providers(workspace).await?;
+    let workspace = workspace.to_string();
+    Ok(pb::ListProvidersResponse {
+        providers: providers
+            .iter()
+            .map(|p| convert::provider(&workspace, p))
+            .collect(),
+    })
+}
+
+pub(super) async fn update(
+    state: &AppState,
+    req: pb::UpdateProviderRequest,
+) -> Result<pb::Provider, ServiceError> {
+    let (workspace, name) = key(&req.workspace_id, &req.name)?;
+    // Each field: absent keeps it, "" clears it, anything else sets it.
+    let changes = ProviderChanges {
+        base_url: req.base_url.map(convert::non_empty),
+        model: req.model.map(convert::non_empty),
+        api_key: req.api_key.map(convert::non_empty),
+    };
+    let provider = state
+        .store
+        .update_provider(workspace, name, changes)
+        .await?;
+    Ok(convert::provider(&workspace.to_string(), &provider))
+}
+
+pub(super) async fn delete(
+    state: &AppState,
+    req: pb::DeleteProviderRequest,
+) -> Result<pb::DeleteProviderResponse, ServiceError> {
+    let (workspace, name) = key(&req.workspace_id, &req.name)?;
+    state.store.delete_provider(workspace, name).await?;
+    Ok(pb::DeleteProviderResponse {})
+}

@@ -1,0 +1,86 @@
+//! Runs: open one (with its token) for an agent of the task's workspace, read one,
+//! finish one.
+
+use std::time::Duration;
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_run_token::RunGrant;
+
+use crate::domain::{Name, now_ms, policy};
+use crate::error::ServiceError;
+use crate::grpc::convert;
+use crate::state::AppState;
+
+/// Token lifetime when the request says 0.
+const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(3600);
+
+/// Opens a run of `agent` on a task: the agent must be one of the task's
+/// workspace (internal agents too). The run is created spawning with the agent's
+/// granted tools, then made active with its agent as the task's current agent,
+/// and its token is minted for the workspace root.
+pub(super) async fn open(
+    state: &AppState,
+    req: pb::OpenRunRequest,
+) -> Result<pb::OpenRunResponse, ServiceError> {
+    let task_id = convert::task_id("task_id", &req.task_id)?;
+    let agent_name = Name::parse("agent", &req.agent)?;
+    let ttl = match req.ttl_secs {
+        0 => DEFAULT_TOKEN_TTL,
+        n => Duration::from_secs(u64::from(n)),
+    };
+    let task = state.store.get_task(task_id).await?;
+    let workspace = state.store.get_workspace(task.workspace_id).await?;
+    let agent = state
+        .store
+        .get_agent(workspace.id, agent_name.clone())
+        .await?;
+    let tools = agent.granted_tools()?;
+
+    let (run, events) = state
+        .store
+        .create_run(task_id, agent_name, None, tools)
+        .await?;
+    state.publish(&events);
+    let (run, _task, events) = state
+        .store
+        .change_run(run.id, |run, task| {
+            Ok(vec![policy::activate_run(run, task)?])
+        })
+        .await?;
+    state.publish(&events);
+
+    let grant = RunGrant {
+        run_id: run.id.to_string(),
+        task_id: run.task_id.to_string(),
+        agent: run.agent.to_string(),
+        tools: run.tools.clone(),
+        root: workspace.root,
+    };
+    Ok(pb::OpenRunResponse {
+        token: state.signer.mint(&grant, ttl),
+        run: Some(convert::run(&run)),
+    })
+}
+
+pub(super) async fn get(state: &AppState, req: pb::GetRunRequest) -> Result<pb::Run, ServiceError> {
+    let id = convert::run_id("id", &req.id)?;
+    Ok(convert::run(&state.store.get_run(id).await?))
+}
+
+/// Finishes a run (FAILED_PRECONDITION when it already has) and records
+/// `agent_completed`; the task's current agent is cleared when it was this one.
+pub(super) async fn finish(
+    state: &AppState,
+    req: pb::FinishRunRequest,
+) -> Result<pb::Run, ServiceError> {
+    let id = convert::run_id("id", &req.id)?;
+    let reason = convert::non_empty(req.reason).unwrap_or_else(|| "finished".to_owned());
+    let (run, _task, events) = state
+        .store
+        .change_run(id, move |run, task| {
+            Ok(vec![policy::finish_run(run, task, reason, now_ms())?])
+        })
+        .await?;
+    state.publish(&events);
+    Ok(convert::run(&run))
+}

@@ -1,0 +1,63 @@
+//! Workspaces: create (with their default agents), get, list, rename or set the
+//! system provider, delete.
+
+use chorus_proto::orchestrator::v1 as pb;
+
+use crate::domain::Name;
+use crate::error::ServiceError;
+use crate::grpc::convert;
+use crate::state::AppState;
+
+pub(super) async fn create(
+    state: &AppState,
+    req: pb::CreateWorkspaceRequest,
+) -> Result<pb::Workspace, ServiceError> {
+    let name = Name::parse("name", &req.name)?;
+    let workspace = state.store.create_workspace(name, &req.root).await?;
+    Ok(convert::workspace(&workspace))
+}
+
+pub(super) async fn get(
+    state: &AppState,
+    req: pb::GetWorkspaceRequest,
+) -> Result<pb::Workspace, ServiceError> {
+    let id = convert::workspace_id("id", &req.id)?;
+    Ok(convert::workspace(&state.store.get_workspace(id).await?))
+}
+
+pub(super) async fn list(state: &AppState) -> Result<pb::ListWorkspacesResponse, ServiceError> {
+    let workspaces = state.store.list_workspaces().await?;
+    Ok(pb::ListWorkspacesResponse {
+        workspaces: workspaces.iter().map(convert::workspace).collect(),
+    })
+}
+
+pub(super) async fn update(
+    state: &AppState,
+    req: pb::UpdateWorkspaceRequest,
+) -> Result<pb::Workspace, ServiceError> {
+    let id = convert::workspace_id("id", &req.id)?;
+    let name = req
+        .name
+        .map(|name| Name::parse("name", &name))
+        .transpose()?;
+    // Present and "" clears it; absent keeps it.
+    let system_provider = req
+        .system_provider
+        .map(|p| convert::optional_name("system_provider", p))
+        .transpose()?;
+    let workspace = state
+        .store
+        .update_workspace(id, name, system_provider)
+        .await?;
+    Ok(convert::workspace(&workspace))
+}
+
+pub(super) async fn delete(
+    state: &AppState,
+    req: pb::DeleteWorkspaceRequest,
+) -> Result<pb::DeleteWorkspaceResponse, ServiceError> {
+    let id = convert::workspace_id("id", &req.id)?;
+    state.store.delete_workspace(id).await?;
+    Ok(pb::DeleteWorkspaceResponse {})
+}
