@@ -5,6 +5,7 @@
 //! service's gRPC health says SERVING.
 #![forbid(unsafe_code)]
 
+pub mod orchestrator;
 pub mod stats;
 
 use std::net::SocketAddr;

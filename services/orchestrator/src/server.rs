@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chorus_proto::orchestrator::v1::agent_tools_server::AgentToolsServer;
+use chorus_proto::orchestrator::v1::orchestrator_server::OrchestratorServer;
 use chorus_run_token::RunTokenSigner;
 use chorus_tool_exec::gate::{OrchestratorGate, RunGate};
 use chorus_tool_exec::{Limits, ToolExecConfig};
@@ -13,6 +14,7 @@ use tonic::transport::server::TcpIncoming;
 use tracing::{info, info_span, warn};
 
 use crate::grpc::agent_tools::AgentToolsService;
+use crate::grpc::orchestrator::OrchestratorService;
 use crate::state::AppState;
 use crate::store::Store;
 
@@ -84,6 +86,9 @@ pub async fn run(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
+        .add_service(OrchestratorServer::new(OrchestratorService::new(
+            state.clone(),
+        )))
         .add_service(AgentToolsServer::new(AgentToolsService::new(state.clone())))
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),

@@ -1,0 +1,290 @@
+//! End to end: the orchestrator with its embedded tool-exec, a run opened over
+//! gRPC, and the real chorus-tools binary calling file and orchestration tools
+//! with the run's token. History shows every call by name; once the run is
+//! finished its token can do nothing and leaves no trace.
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_tests::orchestrator::Orchestrator;
+use chorus_tests::{ToolsEnv, chorus_tools};
+use serde_json::{Value, json};
+
+fn database_url(data: &std::path::Path) -> String {
+    data.join("chorus.db").display().to_string()
+}
+
+async fn history(
+    client: &mut pb::orchestrator_client::OrchestratorClient<tonic::transport::Channel>,
+    task: &str,
+) -> Vec<pb::TaskEvent> {
+    client
+        .get_history(pb::GetHistoryRequest {
+            task_id: task.to_owned(),
+            after_sequence: 0,
+            limit: 0,
+        })
+        .await
+        .expect("history")
+        .into_inner()
+        .events
+}
+
+fn tool_of(event: &pb::TaskEvent) -> String {
+    let data = Value::Object(chorus_proto::json::from_struct(
+        event.data.clone().unwrap_or_default(),
+    ));
+    format!(
+        "{} {} {}",
+        event.kind,
+        data["tool"].as_str().unwrap_or_default(),
+        data["status"].as_str().unwrap_or_default()
+    )
+    .trim()
+    .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_calls_tools_through_chorus_tools_and_history_records_each_by_name() {
+    let data = tempfile::tempdir().expect("data dir");
+    let root = tempfile::tempdir().expect("workspace");
+    std::fs::write(root.path().join("notes.txt"), "alpha\nbeta\n").expect("seed");
+    let orchestrator = Orchestrator::start(&database_url(data.path()), data.path()).await;
+    let mut client = orchestrator.client().await;
+
+    let workspace = client
+        .create_workspace(pb::CreateWorkspaceRequest {
+            name: "demo".into(),
+            root: root.path().display().to_string(),
+        })
+        .await
+        .expect("workspace")
+        .into_inner();
+    client
+        .create_agent(pb::CreateAgentRequest {
+            workspace_id: workspace.id.clone(),
+            name: "dev".into(),
+            instructions: "do the work".into(),
+            allowed_tools: vec!["@developer".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("agent");
+    let task = client
+        .create_task(pb::CreateTaskRequest {
+            workspace_id: workspace.id.clone(),
+            description: "summarise the notes".into(),
+            source: None,
+        })
+        .await
+        .expect("task")
+        .into_inner();
+    for status in ["planning", "planned", "active"] {
+        client
+            .update_task_status(pb::UpdateTaskStatusRequest {
+                id: task.id.clone(),
+                status: status.into(),
+                reason: String::new(),
+            })
+            .await
+            .expect(status);
+    }
+    let opened = client
+        .open_run(pb::OpenRunRequest {
+            task_id: task.id.clone(),
+            agent: "dev".into(),
+            ttl_secs: 0,
+        })
+        .await
+        .expect("open run")
+        .into_inner();
+    let env = ToolsEnv {
+        token: Some(opened.token.clone()),
+        tools_addr: Some(orchestrator.tool_exec_addr.to_string()),
+        orchestrator_addr: Some(orchestrator.addr.to_string()),
+    };
+    let call = |value: Value| value.to_string();
+
+    let read = chorus_tools(
+        &env,
+        &[&call(json!({"tool": "file.read", "path": "notes.txt"}))],
+    )
+    .await;
+    assert_eq!(read.output()["total_lines"], 2);
+    let created = chorus_tools(
+        &env,
+        &[&call(
+            json!({"tool": "file.create", "path": "summary.md", "content": "two notes\n"}),
+        )],
+    )
+    .await;
+    assert_eq!(created.output()["bytes_written"], 10);
+    let denied = chorus_tools(
+        &env,
+        &[&call(
+            json!({"tool": "handoff", "agent": "writer", "prompt": "help"}),
+        )],
+    )
+    .await;
+    denied.expect_failure(3, "permission_denied");
+    let commented = chorus_tools(
+        &env,
+        &[&call(
+            json!({"tool": "task.comment", "text": "read the notes"}),
+        )],
+    )
+    .await;
+    assert_eq!(commented.output()["task_id"], task.id);
+    let got = chorus_tools(&env, &[&call(json!({"tool": "task.get"}))]).await;
+    assert_eq!(got.output()["task"]["description"], "summarise the notes");
+    let staged = chorus_tools(
+        &env,
+        &[&call(
+            json!({"tool": "task.update_stage", "stage": "research"}),
+        )],
+    )
+    .await;
+    assert_eq!(staged.output()["stage"], "research");
+    let skipped = chorus_tools(
+        &env,
+        &[&call(json!({"tool": "task.update_stage", "stage": "done"}))],
+    )
+    .await;
+    skipped.expect_failure(1, "failed_precondition");
+    let report = json!({"tool": "completion-report", "status": "complete", "summary": "summarised", "output": "two notes"});
+    assert_eq!(
+        chorus_tools(&env, &[&call(report.clone())]).await.output()["status"],
+        "complete"
+    );
+    chorus_tools(&env, &[&call(report)])
+        .await
+        .expect_failure(1, "already_exists");
+
+    let done = client
+        .get_task(pb::GetTaskRequest {
+            id: task.id.clone(),
+        })
+        .await
+        .expect("task")
+        .into_inner();
+    assert_eq!(
+        done.status, "completed",
+        "the root run's report settles the task"
+    );
+
+    let calls: Vec<String> = history(&mut client, &task.id)
+        .await
+        .iter()
+        .filter(|e| e.kind == "tool_executed" || e.kind == "tool_denied")
+        .map(tool_of)
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            "tool_executed file.read ok",
+            "tool_executed file.create ok",
+            "tool_denied handoff",
+            "tool_executed task.comment ok",
+            "tool_executed task.get ok",
+            "tool_executed task.update_stage ok",
+            "tool_executed task.update_stage failed_precondition",
+            "tool_executed completion-report ok",
+            "tool_executed completion-report already_exists",
+        ]
+    );
+
+    // Once the run has ended, its token does nothing and leaves nothing.
+    client
+        .finish_run(pb::FinishRunRequest {
+            id: opened.run.expect("run").id,
+            reason: "done".into(),
+        })
+        .await
+        .expect("finish");
+    let before = history(&mut client, &task.id).await.len();
+    let late_write = chorus_tools(
+        &env,
+        &[&call(
+            json!({"tool": "file.create", "path": "late.md", "content": "x"}),
+        )],
+    )
+    .await;
+    let message = late_write.expect_failure(1, "failed_precondition");
+    assert!(message.contains("has ended"), "{message}");
+    chorus_tools(
+        &env,
+        &[&call(json!({"tool": "task.comment", "text": "late"}))],
+    )
+    .await
+    .expect_failure(1, "failed_precondition");
+    assert!(!root.path().join("late.md").exists());
+    assert_eq!(
+        history(&mut client, &task.id).await.len(),
+        before,
+        "refused calls leave no history"
+    );
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_on_the_same_data_keeps_everything() {
+    let data = tempfile::tempdir().expect("data dir");
+    let root = tempfile::tempdir().expect("workspace");
+    let url = database_url(data.path());
+    let first = Orchestrator::start(&url, data.path()).await;
+    let mut client = first.client().await;
+    let workspace = client
+        .create_workspace(pb::CreateWorkspaceRequest {
+            name: "kept".into(),
+            root: root.path().display().to_string(),
+        })
+        .await
+        .expect("workspace")
+        .into_inner();
+    let task = client
+        .create_task(pb::CreateTaskRequest {
+            workspace_id: workspace.id.clone(),
+            description: "survive a restart".into(),
+            source: None,
+        })
+        .await
+        .expect("task")
+        .into_inner();
+    client
+        .update_task_status(pb::UpdateTaskStatusRequest {
+            id: task.id.clone(),
+            status: "planning".into(),
+            reason: String::new(),
+        })
+        .await
+        .expect("planning");
+    drop(client);
+    first.stop().await;
+
+    let second = Orchestrator::start(&url, data.path()).await;
+    let mut client = second.client().await;
+    let again = client
+        .get_task(pb::GetTaskRequest {
+            id: task.id.clone(),
+        })
+        .await
+        .expect("task")
+        .into_inner();
+    assert_eq!(
+        (
+            again.description.as_str(),
+            again.status.as_str(),
+            again.last_sequence
+        ),
+        ("survive a restart", "planning", 2)
+    );
+    let agents = client
+        .list_agents(pb::ListAgentsRequest {
+            workspace_id: workspace.id.clone(),
+        })
+        .await
+        .expect("agents")
+        .into_inner()
+        .agents;
+    assert_eq!(agents.len(), 7);
+    assert_eq!(history(&mut client, &task.id).await.len(), 2);
+    second.stop().await;
+}
