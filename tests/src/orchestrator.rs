@@ -34,17 +34,28 @@ impl Orchestrator {
     }
 
     pub async fn start_with_signer(database_url: &str, signer: RunTokenSigner) -> Self {
+        Self::start_with(database_url, signer, true).await
+    }
+
+    /// Starts with or without the embedded tool-exec (without it, `tool_exec_addr`
+    /// names a port nothing serves).
+    pub async fn start_with(
+        database_url: &str,
+        signer: RunTokenSigner,
+        embed_tool_exec: bool,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let tool_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let (addr, tool_exec_addr) = (
             listener.local_addr().expect("addr"),
             tool_listener.local_addr().expect("addr"),
         );
+        let embedded_tool_exec = embed_tool_exec.then(|| EmbeddedToolExec {
+            listener: tool_listener,
+            limits: Limits::default(),
+        });
         let config = OrchestratorConfig {
-            embedded_tool_exec: Some(EmbeddedToolExec {
-                listener: tool_listener,
-                limits: Limits::default(),
-            }),
+            embedded_tool_exec,
             ..OrchestratorConfig::new(database_url, signer)
         };
         let (stop, stopped) = oneshot::channel::<()>();
@@ -56,7 +67,9 @@ impl Orchestrator {
             .expect("orchestrator ran");
         });
         wait_serving(addr, AGENT_TOOLS_SERVICE).await;
-        wait_serving(tool_exec_addr, TOOL_EXEC_SERVICE).await;
+        if embed_tool_exec {
+            wait_serving(tool_exec_addr, TOOL_EXEC_SERVICE).await;
+        }
         Self {
             addr,
             tool_exec_addr,

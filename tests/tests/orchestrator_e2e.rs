@@ -288,3 +288,78 @@ async fn a_restart_on_the_same_data_keeps_everything() {
     assert_eq!(history(&mut client, &task.id).await.len(), 2);
     second.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_separate_tool_exec_checks_runs_with_the_orchestrator() {
+    use chorus_tool_exec::gate::{OrchestratorGate, RunGate};
+    use std::sync::Arc;
+
+    let data = tempfile::tempdir().expect("data dir");
+    let root = tempfile::tempdir().expect("workspace");
+    let signer = chorus_run_token::load_or_create_signer(data.path()).expect("key pair");
+    let orchestrator = Orchestrator::start_with(&database_url(data.path()), signer, false).await;
+    // tool-exec as its own service: the orchestrator's public key, the orchestrator as gate.
+    let gate: Arc<dyn RunGate> =
+        Arc::new(OrchestratorGate::new(&orchestrator.addr.to_string()).expect("gate"));
+    let same_key = chorus_run_token::load_or_create_signer(data.path()).expect("same key pair");
+    let tool_exec = chorus_tests::ToolExec::start_with_gate(
+        chorus_tool_exec::Limits::default(),
+        same_key,
+        Some(gate),
+    )
+    .await;
+
+    let mut client = orchestrator.client().await;
+    let workspace = client
+        .create_workspace(pb::CreateWorkspaceRequest {
+            name: "split".into(),
+            root: root.path().display().to_string(),
+        })
+        .await
+        .expect("workspace")
+        .into_inner();
+    let task = client
+        .create_task(pb::CreateTaskRequest {
+            workspace_id: workspace.id.clone(),
+            description: "two processes".into(),
+            source: None,
+        })
+        .await
+        .expect("task")
+        .into_inner();
+    let opened = client
+        .open_run(pb::OpenRunRequest {
+            task_id: task.id.clone(),
+            agent: "writer".into(),
+            ttl_secs: 0,
+        })
+        .await
+        .expect("open run")
+        .into_inner();
+    let env = ToolsEnv {
+        token: Some(opened.token),
+        tools_addr: Some(tool_exec.addr.to_string()),
+        orchestrator_addr: Some(orchestrator.addr.to_string()),
+    };
+    let created = chorus_tools(
+        &env,
+        &[&json!({"tool": "file.create", "path": "a.md", "content": "a"}).to_string()],
+    )
+    .await;
+    assert_eq!(created.output()["bytes_written"], 1);
+    let denied = chorus_tools(
+        &env,
+        &[&json!({"tool": "bash", "command": "true"}).to_string()],
+    )
+    .await;
+    denied.expect_failure(3, "permission_denied");
+    let calls: Vec<String> = history(&mut client, &task.id)
+        .await
+        .iter()
+        .filter(|e| e.kind.starts_with("tool_"))
+        .map(tool_of)
+        .collect();
+    assert_eq!(calls, ["tool_executed file.create ok", "tool_denied bash"]);
+    tool_exec.stop().await;
+    orchestrator.stop().await;
+}
