@@ -96,10 +96,13 @@ async fn a_run_calls_tools_through_chorus_tools_and_history_records_each_by_name
         .await
         .expect("open run")
         .into_inner();
+    // OpenRun hands out the whole environment of an agent process.
+    assert_eq!(opened.tools_addr, orchestrator.tool_exec_addr.to_string());
+    assert_eq!(opened.orchestrator_addr, orchestrator.addr.to_string());
     let env = ToolsEnv {
         token: Some(opened.token.clone()),
-        tools_addr: Some(orchestrator.tool_exec_addr.to_string()),
-        orchestrator_addr: Some(orchestrator.addr.to_string()),
+        tools_addr: Some(opened.tools_addr.clone()),
+        orchestrator_addr: Some(opened.orchestrator_addr.clone()),
     };
     let call = |value: Value| value.to_string();
 
@@ -189,6 +192,43 @@ async fn a_run_calls_tools_through_chorus_tools_and_history_records_each_by_name
             "tool_executed completion-report ok",
             "tool_executed completion-report already_exists",
         ]
+    );
+
+    // Other gRPC callers use AgentTools directly with the run token.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", orchestrator.addr))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let mut agent_tools = pb::agent_tools_client::AgentToolsClient::new(channel);
+    let mut request = tonic::Request::new(pb::CallToolRequest {
+        tool: "help".into(),
+        arguments: None,
+    });
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {}", opened.token).parse().expect("ascii"),
+    );
+    let help = chorus_proto::json::from_value(
+        agent_tools
+            .call_tool(request)
+            .await
+            .expect("help")
+            .into_inner()
+            .output
+            .expect("output"),
+    );
+    let names: Vec<&str> = help["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"task.comment")
+            && names.contains(&"file.patch")
+            && !names.contains(&"handoff"),
+        "{names:?}"
     );
 
     // Once the run has ended, its token does nothing and leaves nothing.

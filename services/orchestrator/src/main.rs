@@ -35,6 +35,10 @@ struct Cli {
         default_value = "127.0.0.1:50052"
     )]
     tool_exec_listen: SocketAddr,
+    /// Address (host:port) of a separately run tool-exec, handed to agents; implies
+    /// --no-embedded-tool-exec.
+    #[arg(long, env = "CHORUS_TOOL_EXEC_ADDR")]
+    tool_exec_addr: Option<String>,
     /// Log format.
     #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -67,7 +71,7 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async move {
         // Bind every listener before serving anything.
         let listener = tokio::net::TcpListener::bind(cli.listen).await.with_context(|| format!("binding {}", cli.listen))?;
-        let embedded_tool_exec = if cli.no_embedded_tool_exec {
+        let embedded_tool_exec = if cli.no_embedded_tool_exec || cli.tool_exec_addr.is_some() {
             warn!("no embedded tool-exec: start chorus-tool-exec with --orchestrator-addr {} and --public-key", cli.listen);
             None
         } else {
@@ -76,7 +80,7 @@ fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("binding the embedded tool-exec on {} (use --tool-exec-listen or --no-embedded-tool-exec)", cli.tool_exec_listen))?;
             Some(EmbeddedToolExec { listener, limits: Limits::default() })
         };
-        let config = OrchestratorConfig { embedded_tool_exec, ..OrchestratorConfig::new(database_url, signer) };
+        let config = OrchestratorConfig { embedded_tool_exec, tool_exec_addr: cli.tool_exec_addr.clone(), ..OrchestratorConfig::new(database_url, signer) };
         chorus_orchestrator::server::run(listener, config, shutdown_signal()).await
     })
 }

@@ -34,6 +34,8 @@ pub struct OrchestratorConfig {
     pub signer: RunTokenSigner,
     /// Serve tool-exec in this process too.
     pub embedded_tool_exec: Option<EmbeddedToolExec>,
+    /// Address of a tool-exec run separately (when none is embedded), handed to agents.
+    pub tool_exec_addr: Option<String>,
     /// How long shutdown waits for calls and streams in flight.
     pub shutdown_grace: Duration,
 }
@@ -44,6 +46,7 @@ impl OrchestratorConfig {
             database_url: database_url.into(),
             signer,
             embedded_tool_exec: None,
+            tool_exec_addr: None,
             shutdown_grace: Duration::from_secs(10),
         }
     }
@@ -64,7 +67,14 @@ pub async fn run(
     let addr = listener.local_addr()?;
     let store = Store::open(&config.database_url).await?;
     info!(backend = ?store.backend(), "store open");
-    let state = AppState::new(store, config.signer);
+    let mut state = AppState::new(store, config.signer);
+    state.addresses = crate::state::Addresses {
+        orchestrator: addr.to_string(),
+        tool_exec: match &config.embedded_tool_exec {
+            Some(embedded) => embedded.listener.local_addr()?.to_string(),
+            None => config.tool_exec_addr.clone().unwrap_or_default(),
+        },
+    };
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health

@@ -10,6 +10,14 @@ use crate::domain::{Event, TaskId, TaskStatus};
 use crate::history::{EventHub, EventSource};
 use crate::store::{Store, StoreError};
 
+/// Where agents reach the services (`host:port`), as their environment says.
+#[derive(Debug, Clone, Default)]
+pub struct Addresses {
+    pub orchestrator: String,
+    /// Empty when no tool-exec is known (none embedded, none configured).
+    pub tool_exec: String,
+}
+
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub store: Store,
@@ -19,6 +27,7 @@ pub struct AppState {
     pub verifier: RunTokenVerifier,
     /// Fires on shutdown: streams end, runs stop.
     pub shutdown: CancellationToken,
+    pub addresses: Addresses,
 }
 
 impl AppState {
@@ -30,6 +39,7 @@ impl AppState {
             signer: Arc::new(signer),
             verifier,
             shutdown: CancellationToken::new(),
+            addresses: Addresses::default(),
         }
     }
 

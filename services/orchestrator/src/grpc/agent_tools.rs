@@ -196,6 +196,24 @@ impl AgentToolsService {
                     kind: kind.to_owned(),
                 }))
             }
+            "help" => {
+                let a: args::Help = parse(tool, arguments)?;
+                let granted: Vec<&str> = chorus_catalog::TOOLS
+                    .iter()
+                    .filter(|t| t.always_granted || run.tools.iter().any(|r| r == t.name))
+                    .map(|t| t.name)
+                    .collect();
+                if let Some(only) = a.tool.as_deref().filter(|only| !granted.contains(only)) {
+                    return Err(ServiceError::Invalid(format!(
+                        "tool '{only}' is not available to this run; available: {}",
+                        granted.join(", ")
+                    )));
+                }
+                Ok(to_json(&chorus_catalog::help_for(
+                    granted,
+                    a.tool.as_deref(),
+                )))
+            }
             "handoff" => Err(ServiceError::Unavailable(
                 "handoff starts another agent, and this orchestrator does not run agents yet"
                     .to_owned(),
@@ -241,7 +259,8 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
                 "unknown tool '{tool}'; call help to list the tools"
             ))
         })?;
-        if spec.executor != Executor::Orchestrator {
+        // help is answered here too (tool-exec answers it for chorus-tools).
+        if spec.executor != Executor::Orchestrator && spec.name != "help" {
             return Err(ServiceError::Invalid(format!(
                 "'{tool}' is not executed by the orchestrator; chorus-tools sends it to tool-exec"
             ))

@@ -59,6 +59,8 @@ pub(super) async fn open(
     Ok(pb::OpenRunResponse {
         token: state.signer.mint(&grant, ttl),
         run: Some(convert::run(&run)),
+        tools_addr: state.addresses.tool_exec.clone(),
+        orchestrator_addr: state.addresses.orchestrator.clone(),
     })
 }
 

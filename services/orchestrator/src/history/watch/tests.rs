@@ -228,3 +228,90 @@ async fn a_watch_stops_when_its_receiver_goes_away() {
         "the hub forgets tasks nobody watches"
     );
 }
+
+/// The same guarantee against the real store, on every configured backend: 50
+/// watchers start from a cursor while a writer commits events, and each sees
+/// every event after its cursor exactly once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_watchers_of_the_store_see_every_committed_event_once() {
+    use crate::domain::policy::change_status;
+    use crate::store::tests::{name_of, source, test_stores};
+
+    for t in test_stores().await {
+        let store = t.store.clone();
+        let root = t.dir.path().join("ws");
+        std::fs::create_dir_all(&root).expect("root");
+        let workspace = store
+            .create_workspace(name_of("watched"), &root.display().to_string())
+            .await
+            .expect("workspace");
+        let (task, _) = store
+            .create_task(workspace.id, "watch me".to_owned(), source())
+            .await
+            .expect("task");
+        let hub = Arc::new(EventHub::new());
+        let watchers: Vec<_> = (0..50u64)
+            .map(|i| {
+                let (tx, rx) = mpsc::channel(1 + (i as usize % 4));
+                let (store, hub) = (store.clone(), Arc::clone(&hub));
+                let cursor = i % 3;
+                let handle = tokio::spawn(async move {
+                    watch_task(
+                        &store,
+                        hub.as_ref(),
+                        task.id,
+                        cursor,
+                        false,
+                        tx,
+                        CancellationToken::new(),
+                    )
+                    .await
+                });
+                (cursor, rx, handle)
+            })
+            .collect();
+        let (writer_store, writer_hub) = (store.clone(), Arc::clone(&hub));
+        let writer = tokio::spawn(async move {
+            for n in 0..200 {
+                let events = writer_store
+                    .append_events(task.id, vec![(EventKind::CommentAdded, json!({ "n": n }))])
+                    .await
+                    .expect("append");
+                writer_hub.publish(&events);
+            }
+            let (_, events) = writer_store
+                .change_task(task.id, |task| {
+                    Ok(vec![change_status(
+                        task,
+                        TaskStatus::Canceled,
+                        Some("done watching".into()),
+                    )?])
+                })
+                .await
+                .expect("cancel");
+            writer_hub.publish(&events);
+        });
+        // 1 task_created + 200 comments + 1 status_changed.
+        for (cursor, rx, handle) in watchers {
+            let seen = sequences_of_store(rx).await;
+            assert_eq!(
+                seen,
+                ((cursor + 1)..=202).collect::<Vec<u64>>(),
+                "{} watcher from {cursor}",
+                t.backend
+            );
+            assert_eq!(handle.await.expect("watcher"), WatchEnd::TaskFinished);
+        }
+        writer.await.expect("writer");
+    }
+}
+
+async fn sequences_of_store(
+    mut rx: mpsc::Receiver<Result<Event, crate::store::StoreError>>,
+) -> Vec<u64> {
+    let mut seen = Vec::new();
+    while let Some(event) = rx.recv().await {
+        seen.push(event.expect("no store error").sequence);
+    }
+    seen
+}
