@@ -57,35 +57,12 @@ impl Failure {
             }
             _ => status.message().to_owned(),
         };
-        Self::new(exit, code_name(status.code()), message)
+        Self::new(exit, chorus_proto::code_name(status.code()), message)
     }
 
     /// Prints the JSON error on stderr and returns the exit code.
     pub fn report(&self) -> ExitCode {
         eprintln!("{}", json!({"code": self.code, "message": self.message}));
         ExitCode::from(self.exit as u8)
-    }
-}
-
-/// gRPC code names in lower snake case, as in `ToolError.code`.
-pub fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "ok",
-        Code::Cancelled => "cancelled",
-        Code::Unknown => "unknown",
-        Code::InvalidArgument => "invalid_argument",
-        Code::DeadlineExceeded => "deadline_exceeded",
-        Code::NotFound => "not_found",
-        Code::AlreadyExists => "already_exists",
-        Code::PermissionDenied => "permission_denied",
-        Code::ResourceExhausted => "resource_exhausted",
-        Code::FailedPrecondition => "failed_precondition",
-        Code::Aborted => "aborted",
-        Code::OutOfRange => "out_of_range",
-        Code::Unimplemented => "unimplemented",
-        Code::Internal => "internal",
-        Code::Unavailable => "unavailable",
-        Code::DataLoss => "data_loss",
-        Code::Unauthenticated => "unauthenticated",
     }
 }

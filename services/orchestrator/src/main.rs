@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use chorus_orchestrator::server::{EmbeddedToolExec, OrchestratorConfig};
 use chorus_run_token::{PUBLIC_KEY_FILE, load_or_create_signer};
+use chorus_telemetry::{LogFormat, init_logging, shutdown_signal};
 use chorus_tool_exec::Limits;
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use tracing::{info, warn};
 
 /// Chorus orchestrator: workspaces, agents, providers, tasks, history and runs,
@@ -44,12 +45,6 @@ struct Cli {
     log_format: LogFormat,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
@@ -83,31 +78,4 @@ fn main() -> anyhow::Result<()> {
         let config = OrchestratorConfig { embedded_tool_exec, tool_exec_addr: cli.tool_exec_addr.clone(), ..OrchestratorConfig::new(database_url, signer) };
         chorus_orchestrator::server::run(listener, config, shutdown_signal()).await
     })
-}
-
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(e) => {
-            warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the service");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }

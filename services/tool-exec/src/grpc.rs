@@ -77,7 +77,10 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
                     .as_ref()
                     .map_or_else(|| outcome.output.to_string(), |e| e.message.clone()),
             ),
-            Err(err) => (code_name(err.code()).to_owned(), err.to_string()),
+            Err(err) => (
+                chorus_proto::code_name(err.code()).to_owned(),
+                err.to_string(),
+            ),
         };
         match &result {
             Ok(_) => {
@@ -206,29 +209,5 @@ impl From<ToolOutcome> for pb::ExecuteToolResponse {
             }),
             metadata: Some(json::to_struct(outcome.metadata)),
         }
-    }
-}
-
-/// gRPC code names in lower snake case, as in `ToolError.code` of responses.
-pub fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code;
-    match code {
-        Code::Ok => "ok",
-        Code::Cancelled => "cancelled",
-        Code::Unknown => "unknown",
-        Code::InvalidArgument => "invalid_argument",
-        Code::DeadlineExceeded => "deadline_exceeded",
-        Code::NotFound => "not_found",
-        Code::AlreadyExists => "already_exists",
-        Code::PermissionDenied => "permission_denied",
-        Code::ResourceExhausted => "resource_exhausted",
-        Code::FailedPrecondition => "failed_precondition",
-        Code::Aborted => "aborted",
-        Code::OutOfRange => "out_of_range",
-        Code::Unimplemented => "unimplemented",
-        Code::Internal => "internal",
-        Code::Unavailable => "unavailable",
-        Code::DataLoss => "data_loss",
-        Code::Unauthenticated => "unauthenticated",
     }
 }

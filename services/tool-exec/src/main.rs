@@ -9,8 +9,9 @@ use anyhow::{Context, bail};
 use chorus_run_token::{
     PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, RunGrant, load_or_create_signer, load_verifier,
 };
+use chorus_telemetry::{LogFormat, init_logging, shutdown_signal};
 use chorus_tool_exec::{Limits, ToolExecConfig};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use tracing::{info, warn};
 
 /// Chorus tool-exec: runs file, search, bash and git tools for agent runs, inside
@@ -65,12 +66,6 @@ struct MintArgs {
     /// Lifetime of the token in seconds.
     #[arg(long, default_value_t = 3600)]
     ttl_secs: u64,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Debug, Args)]
@@ -196,31 +191,4 @@ fn dev_verifier(data_dir: &Path) -> anyhow::Result<chorus_run_token::RunTokenVer
         info!(private_key = %data_dir.join(PRIVATE_KEY_FILE).display(), "mint tokens with `chorus-tool-exec dev mint-token --root <dir>`");
     }
     Ok(load_verifier(&public)?)
-}
-
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(e) => {
-            warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the service");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }

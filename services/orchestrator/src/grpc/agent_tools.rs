@@ -275,7 +275,7 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let (status, excerpt) = match &result {
             Ok(output) => ("ok".to_owned(), output.to_string()),
-            Err(e) => (crate::grpc::code_name(e.code()).to_owned(), e.to_string()),
+            Err(e) => (chorus_proto::code_name(e.code()).to_owned(), e.to_string()),
         };
         info!(run_id = %run.id, agent = %run.agent, tool = %tool, status = %status, "orchestration tool called");
         self.record(&run, &tool, arguments, &status, duration_ms, &excerpt)
