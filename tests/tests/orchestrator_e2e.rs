@@ -12,6 +12,35 @@ fn database_url(data: &std::path::Path) -> String {
     data.join("chorus.db").display().to_string()
 }
 
+type Client = pb::orchestrator_client::OrchestratorClient<tonic::transport::Channel>;
+
+/// A workspace rooted at `root` and one task in it.
+async fn workspace_with_task(
+    client: &mut Client,
+    name: &str,
+    root: &std::path::Path,
+    description: &str,
+) -> (pb::Workspace, pb::Task) {
+    let workspace = client
+        .create_workspace(pb::CreateWorkspaceRequest {
+            name: name.into(),
+            root: root.display().to_string(),
+        })
+        .await
+        .expect("workspace")
+        .into_inner();
+    let task = client
+        .create_task(pb::CreateTaskRequest {
+            workspace_id: workspace.id.clone(),
+            description: description.into(),
+            source: None,
+        })
+        .await
+        .expect("task")
+        .into_inner();
+    (workspace, task)
+}
+
 async fn history(
     client: &mut pb::orchestrator_client::OrchestratorClient<tonic::transport::Channel>,
     task: &str,
@@ -50,14 +79,8 @@ async fn a_run_calls_tools_through_chorus_tools_and_history_records_each_by_name
     let orchestrator = Orchestrator::start(&database_url(data.path()), data.path()).await;
     let mut client = orchestrator.client().await;
 
-    let workspace = client
-        .create_workspace(pb::CreateWorkspaceRequest {
-            name: "demo".into(),
-            root: root.path().display().to_string(),
-        })
-        .await
-        .expect("workspace")
-        .into_inner();
+    let (workspace, task) =
+        workspace_with_task(&mut client, "demo", root.path(), "summarise the notes").await;
     client
         .create_agent(pb::CreateAgentRequest {
             workspace_id: workspace.id.clone(),
@@ -68,15 +91,6 @@ async fn a_run_calls_tools_through_chorus_tools_and_history_records_each_by_name
         })
         .await
         .expect("agent");
-    let task = client
-        .create_task(pb::CreateTaskRequest {
-            workspace_id: workspace.id.clone(),
-            description: "summarise the notes".into(),
-            source: None,
-        })
-        .await
-        .expect("task")
-        .into_inner();
     for status in ["planning", "planned", "active"] {
         client
             .update_task_status(pb::UpdateTaskStatusRequest {
@@ -271,23 +285,8 @@ async fn a_restart_on_the_same_data_keeps_everything() {
     let url = database_url(data.path());
     let first = Orchestrator::start(&url, data.path()).await;
     let mut client = first.client().await;
-    let workspace = client
-        .create_workspace(pb::CreateWorkspaceRequest {
-            name: "kept".into(),
-            root: root.path().display().to_string(),
-        })
-        .await
-        .expect("workspace")
-        .into_inner();
-    let task = client
-        .create_task(pb::CreateTaskRequest {
-            workspace_id: workspace.id.clone(),
-            description: "survive a restart".into(),
-            source: None,
-        })
-        .await
-        .expect("task")
-        .into_inner();
+    let (workspace, task) =
+        workspace_with_task(&mut client, "kept", root.path(), "survive a restart").await;
     client
         .update_task_status(pb::UpdateTaskStatusRequest {
             id: task.id.clone(),
@@ -350,23 +349,8 @@ async fn a_separate_tool_exec_checks_runs_with_the_orchestrator() {
     .await;
 
     let mut client = orchestrator.client().await;
-    let workspace = client
-        .create_workspace(pb::CreateWorkspaceRequest {
-            name: "split".into(),
-            root: root.path().display().to_string(),
-        })
-        .await
-        .expect("workspace")
-        .into_inner();
-    let task = client
-        .create_task(pb::CreateTaskRequest {
-            workspace_id: workspace.id.clone(),
-            description: "two processes".into(),
-            source: None,
-        })
-        .await
-        .expect("task")
-        .into_inner();
+    let (_workspace, task) =
+        workspace_with_task(&mut client, "split", root.path(), "two processes").await;
     let opened = client
         .open_run(pb::OpenRunRequest {
             task_id: task.id.clone(),
