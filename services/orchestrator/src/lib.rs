@@ -9,6 +9,7 @@ pub mod domain;
 pub mod error;
 pub mod grpc;
 pub mod history;
+pub mod providers;
 pub mod server;
 pub mod state;
 pub mod store;

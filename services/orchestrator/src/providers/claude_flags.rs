@@ -1,0 +1,125 @@
+//! The Claude Code CLI's tool flags, from an agent's allow-list.
+//!
+//! The CLI only ever gets what maps from the allow-list: every Chorus tool runs
+//! through chorus-tools, so it maps to the Bash tool restricted to
+//! `Bash(<chorus-tools path> *)`; web.search maps to the CLI's own WebSearch;
+//! names the catalog does not know are dropped (passing them through let the CLI
+//! fall back to all of its built-in tools); an empty result still gets the
+//! chorus-tools rule, so the agent can report. The CLI's own sub-agent tools are
+//! always disallowed. These flags are a second fence: tool-exec and the
+//! orchestrator check every call against the run's allow-list anyway.
+
+use std::path::Path;
+
+use chorus_catalog::{Executor, PROFILES};
+
+/// Values of `--tools`, `--allowedTools` and `--disallowedTools`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaudeToolFlags {
+    pub tools: String,
+    pub allowed_tools: String,
+    pub disallowed_tools: String,
+}
+
+/// The CLI's built-in tools that start sub-agents outside Chorus's control.
+const SUB_AGENT_TOOLS: &str = "Agent Task";
+
+/// Maps an allow-list (tool names and `@profile` references) to the CLI's flags.
+pub fn claude_tool_flags(chorus_tools: &Path, allow_list: &[String]) -> ClaudeToolFlags {
+    let bash_rule = format!("Bash({} *)", chorus_tools.display());
+    let names = allow_list
+        .iter()
+        .flat_map(|entry| match entry.strip_prefix('@') {
+            Some(profile) => PROFILES
+                .iter()
+                .find(|p| p.name == profile)
+                .map(|p| p.tools.to_vec())
+                .unwrap_or_default(),
+            None => vec![entry.as_str()],
+        });
+    let mut allowed: Vec<String> = Vec::new();
+    for name in names {
+        let rule = match chorus_catalog::get(name).map(|spec| spec.executor) {
+            Some(Executor::ToolExec | Executor::Orchestrator) => bash_rule.clone(),
+            Some(Executor::AgentCli) if name == "web.search" => "WebSearch".to_owned(),
+            Some(Executor::AgentCli) | None => continue,
+        };
+        if !allowed.contains(&rule) {
+            allowed.push(rule);
+        }
+    }
+    if allowed.is_empty() {
+        allowed.push(bash_rule);
+    }
+    let tools: Vec<&str> = allowed
+        .iter()
+        .map(|rule| rule.split('(').next().unwrap_or(rule))
+        .collect();
+    ClaudeToolFlags {
+        tools: tools.join(" "),
+        allowed_tools: allowed.join(" "),
+        disallowed_tools: SUB_AGENT_TOOLS.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The acceptance table of the user's tool-restriction document, plus the
+    /// cases our catalog adds.
+    #[test]
+    fn allow_lists_map_to_exactly_these_flags() {
+        let path = Path::new("/opt/chorus/bin/chorus-tools");
+        let bash = "Bash(/opt/chorus/bin/chorus-tools *)";
+        let cases: &[(&[&str], &str, String)] = &[
+            (&["file.read", "file.write"], "Bash", bash.to_owned()),
+            (&["web.search"], "WebSearch", "WebSearch".to_owned()),
+            (
+                &["file.read", "web.search"],
+                "Bash WebSearch",
+                format!("{bash} WebSearch"),
+            ),
+            (&["handoff", "file.read"], "Bash", bash.to_owned()),
+            (&[], "Bash", bash.to_owned()),
+            (&["Read", "Edit", "Task", "Grep"], "Bash", bash.to_owned()),
+            (
+                &["task.comment", "completion-report"],
+                "Bash",
+                bash.to_owned(),
+            ),
+            (&["@researcher"], "Bash", bash.to_owned()),
+            (
+                &["web.search", "@reviewer"],
+                "WebSearch Bash",
+                format!("WebSearch {bash}"),
+            ),
+        ];
+        for (allow_list, tools, allowed) in cases {
+            let list: Vec<String> = allow_list.iter().map(|s| (*s).to_owned()).collect();
+            let flags = claude_tool_flags(path, &list);
+            assert_eq!(
+                (flags.tools.as_str(), &flags.allowed_tools),
+                (*tools, allowed),
+                "{allow_list:?}"
+            );
+            assert_eq!(flags.disallowed_tools, "Agent Task");
+        }
+    }
+
+    #[test]
+    fn built_in_tools_are_never_passed_through() {
+        let list: Vec<String> = ["Task", "Edit", "Write", "Read", "Grep", "Glob", "Bash"]
+            .map(str::to_owned)
+            .to_vec();
+        let flags = claude_tool_flags(Path::new("chorus-tools"), &list);
+        for built_in in ["Task", "Edit", "Write", "Read", "Grep", "Glob"] {
+            assert!(
+                !flags.tools.split(' ').any(|t| t == built_in),
+                "{built_in} in {}",
+                flags.tools
+            );
+        }
+        assert_eq!(flags.allowed_tools, "Bash(chorus-tools *)");
+    }
+}
