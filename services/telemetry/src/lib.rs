@@ -25,17 +25,32 @@ pub fn init_logging(format: LogFormat) {
 }
 
 /// Resolves on SIGTERM or Ctrl-C (SIGINT).
-pub async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(e) => {
-            warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the service");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+///
+/// The handlers are installed when this is called, not when the future is first
+/// polled: call it before the service starts serving, so a signal that arrives
+/// right after start-up still leads to a graceful shutdown. Must be called inside
+/// a tokio runtime.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        match (term, int) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            (term, int) => {
+                let error = term
+                    .err()
+                    .or(int.err())
+                    .map(|e| e.to_string())
+                    .unwrap_or_default();
+                warn!(%error, "cannot listen for SIGTERM or SIGINT; the service stops only when killed");
+                std::future::pending::<()>().await;
+            }
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
     }
 }
