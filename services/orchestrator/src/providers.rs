@@ -3,3 +3,4 @@
 //! with agent execution.
 
 pub mod claude_flags;
+pub mod prompt;
