@@ -379,5 +379,38 @@ pub fn expand_allow_list<S: AsRef<str>>(
     Ok(granted)
 }
 
+/// The catalog tools an allow-list names, in the list's order and without
+/// repeats: `@profile` references expanded, names the catalog does not know
+/// dropped. For mapping an already-validated list (CLI flags, prompts);
+/// validation is [`expand_allow_list`].
+pub fn named_tools<S: AsRef<str>>(entries: &[S]) -> Vec<&'static ToolSpec> {
+    let mut named: Vec<&'static ToolSpec> = Vec::new();
+    for entry in entries {
+        let entry = entry.as_ref().trim();
+        let names = match entry.strip_prefix('@') {
+            Some(profile) => profiles::get(profile)
+                .map(|p| p.tools.to_vec())
+                .unwrap_or_default(),
+            None => vec![entry],
+        };
+        for spec in names.into_iter().filter_map(get) {
+            if !named.iter().any(|n| n.name == spec.name) {
+                named.push(spec);
+            }
+        }
+    }
+    named
+}
+
+/// The names of the tools a run holding `tools` may call: the always-granted
+/// ones and those it names, in catalog order.
+pub fn granted_names<S: AsRef<str>>(tools: &[S]) -> Vec<&'static str> {
+    TOOLS
+        .iter()
+        .filter(|t| t.always_granted || tools.iter().any(|g| g.as_ref() == t.name))
+        .map(|t| t.name)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

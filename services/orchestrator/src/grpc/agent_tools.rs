@@ -198,11 +198,7 @@ impl AgentToolsService {
             }
             "help" => {
                 let a: args::Help = parse(tool, arguments)?;
-                let granted: Vec<&str> = chorus_catalog::TOOLS
-                    .iter()
-                    .filter(|t| t.always_granted || run.tools.iter().any(|r| r == t.name))
-                    .map(|t| t.name)
-                    .collect();
+                let granted = chorus_catalog::granted_names(&run.tools);
                 if let Some(only) = a.tool.as_deref().filter(|only| !granted.contains(only)) {
                     return Err(ServiceError::Invalid(format!(
                         "tool '{only}' is not available to this run; available: {}",

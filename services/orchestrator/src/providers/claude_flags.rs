@@ -11,7 +11,7 @@
 
 use std::path::Path;
 
-use chorus_catalog::{Executor, PROFILES};
+use chorus_catalog::Executor;
 
 /// Values of `--tools`, `--allowedTools` and `--disallowedTools`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,22 +27,12 @@ const SUB_AGENT_TOOLS: &str = "Agent Task";
 /// Maps an allow-list (tool names and `@profile` references) to the CLI's flags.
 pub fn claude_tool_flags(chorus_tools: &Path, allow_list: &[String]) -> ClaudeToolFlags {
     let bash_rule = format!("Bash({} *)", chorus_tools.display());
-    let names = allow_list
-        .iter()
-        .flat_map(|entry| match entry.strip_prefix('@') {
-            Some(profile) => PROFILES
-                .iter()
-                .find(|p| p.name == profile)
-                .map(|p| p.tools.to_vec())
-                .unwrap_or_default(),
-            None => vec![entry.as_str()],
-        });
     let mut allowed: Vec<String> = Vec::new();
-    for name in names {
-        let rule = match chorus_catalog::get(name).map(|spec| spec.executor) {
-            Some(Executor::ToolExec | Executor::Orchestrator) => bash_rule.clone(),
-            Some(Executor::AgentCli) if name == "web.search" => "WebSearch".to_owned(),
-            Some(Executor::AgentCli) | None => continue,
+    for spec in chorus_catalog::named_tools(allow_list) {
+        let rule = match spec.executor {
+            Executor::ToolExec | Executor::Orchestrator => bash_rule.clone(),
+            Executor::AgentCli if spec.name == "web.search" => "WebSearch".to_owned(),
+            Executor::AgentCli => continue,
         };
         if !allowed.contains(&rule) {
             allowed.push(rule);

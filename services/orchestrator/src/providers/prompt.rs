@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use chorus_catalog::{Executor, PROFILES, TOOLS, help_tool};
+use chorus_catalog::{Executor, help_tool};
 
 use crate::domain::AgentKind;
 
@@ -53,20 +53,11 @@ pub fn system_prompt(kind: AgentKind, instructions: &str, allowed_tools: &[Strin
 /// The "Available Tools" section for an allow-list (names and `@profile`
 /// references), in catalog order; empty when it names no listable tool.
 pub fn tool_context(allowed_tools: &[String]) -> String {
-    let named: Vec<&str> = allowed_tools
+    let named = chorus_catalog::named_tools(allowed_tools);
+    // Catalog order, whatever the allow-list's order.
+    let listed: Vec<_> = chorus_catalog::TOOLS
         .iter()
-        .flat_map(|entry| match entry.strip_prefix('@') {
-            Some(profile) => PROFILES
-                .iter()
-                .find(|p| p.name == profile)
-                .map(|p| p.tools.to_vec())
-                .unwrap_or_default(),
-            None => vec![entry.as_str()],
-        })
-        .collect();
-    let listed: Vec<_> = TOOLS
-        .iter()
-        .filter(|t| named.contains(&t.name) && !NOT_LISTED.contains(&t.name))
+        .filter(|t| named.iter().any(|n| n.name == t.name) && !NOT_LISTED.contains(&t.name))
         .collect();
     if listed.is_empty() {
         return String::new();

@@ -109,6 +109,17 @@ impl TestStore {
             .await
             .unwrap_or_else(|e| panic!("{}: create workspace {name}: {e}", self.backend))
     }
+
+    /// A workspace named `name` holding one task, described "x".
+    pub async fn workspace_with_task(&self, name: &str) -> (Workspace, crate::domain::Task) {
+        let ws = self.workspace(name).await;
+        let (task, _) = self
+            .store
+            .create_task(ws.id, "x".into(), source())
+            .await
+            .unwrap_or_else(|e| panic!("{}: create task: {e}", self.backend));
+        (ws, task)
+    }
 }
 
 pub(crate) fn name_of(name: &str) -> Name {

@@ -1,16 +1,12 @@
 //! help: the catalog, filtered to the tools this run may use.
 
-use chorus_catalog::{TOOLS, args};
+use chorus_catalog::args;
 
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
 
 pub fn run(ctx: &ToolContext, args: args::Help) -> Result<ToolOutcome, ToolError> {
-    let granted: Vec<&str> = TOOLS
-        .iter()
-        .filter(|t| t.always_granted || ctx.grant.allows(t.name))
-        .map(|t| t.name)
-        .collect();
+    let granted = chorus_catalog::granted_names(&ctx.grant.tools);
     if let Some(only) = args.tool.as_deref() {
         if chorus_catalog::get(only).is_none() {
             return Err(ToolError::UnknownTool(only.to_owned()));

@@ -13,12 +13,7 @@ fn tools() -> Vec<String> {
 async fn opening_a_run_records_run_opened() {
     for t in test_stores().await {
         let b = t.backend;
-        let ws = t.workspace("docs").await;
-        let (task, _) = t
-            .store
-            .create_task(ws.id, "x".into(), source())
-            .await
-            .expect(b);
+        let (ws, task) = t.workspace_with_task("docs").await;
         let (root, events) = t
             .store
             .create_run(task.id, name_of("writer-workflow"), None, tools())
@@ -99,12 +94,7 @@ async fn opening_a_run_records_run_opened() {
 async fn a_run_and_its_task_change_together_with_their_events() {
     for t in test_stores().await {
         let b = t.backend;
-        let ws = t.workspace("docs").await;
-        let (task, _) = t
-            .store
-            .create_task(ws.id, "x".into(), source())
-            .await
-            .expect(b);
+        let (_, task) = t.workspace_with_task("docs").await;
         let (run, _) = t
             .store
             .create_run(task.id, name_of("writer"), None, tools())
@@ -200,12 +190,7 @@ async fn a_run_and_its_task_change_together_with_their_events() {
 async fn unfinished_runs_are_the_ones_to_recover_after_a_restart() {
     for t in test_stores().await {
         let b = t.backend;
-        let ws = t.workspace("docs").await;
-        let (task, _) = t
-            .store
-            .create_task(ws.id, "x".into(), source())
-            .await
-            .expect(b);
+        let (_, task) = t.workspace_with_task("docs").await;
         let (spawning, _) = t
             .store
             .create_run(task.id, name_of("writer"), None, tools())

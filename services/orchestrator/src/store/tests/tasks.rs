@@ -72,12 +72,7 @@ async fn creating_a_task_writes_its_first_event() {
 async fn an_allowed_change_is_saved_with_its_event_and_a_refused_one_writes_nothing() {
     for t in test_stores().await {
         let b = t.backend;
-        let ws = t.workspace("docs").await;
-        let (task, _) = t
-            .store
-            .create_task(ws.id, "x".into(), source())
-            .await
-            .expect(b);
+        let (_, task) = t.workspace_with_task("docs").await;
 
         let (planning, events) = t
             .store
@@ -213,12 +208,7 @@ async fn concurrent_appends_get_gapless_unique_sequences() {
 async fn events_are_read_in_pages_after_a_sequence() {
     for t in test_stores().await {
         let b = t.backend;
-        let ws = t.workspace("docs").await;
-        let (task, _) = t
-            .store
-            .create_task(ws.id, "x".into(), source())
-            .await
-            .expect(b);
+        let (_, task) = t.workspace_with_task("docs").await;
         let drafts = (0..9)
             .map(|n| (EventKind::CommentAdded, json!({ "n": n })))
             .collect();

@@ -230,12 +230,7 @@ async fn deleting_a_workspace_deletes_its_providers_and_agents_but_not_tasks() {
 async fn a_stored_value_that_no_longer_parses_is_reported_as_corrupt() {
     for t in test_stores().await {
         let b = t.backend;
-        let ws = t.workspace("docs").await;
-        let (task, _) = t
-            .store
-            .create_task(ws.id, "x".into(), source())
-            .await
-            .expect(b);
+        let (_, task) = t.workspace_with_task("docs").await;
         let key = task.id.to_string();
         t.store
             .with_conn(move |conn| {
