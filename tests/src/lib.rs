@@ -5,6 +5,10 @@
 //! service's gRPC health says SERVING.
 #![forbid(unsafe_code)]
 
+pub mod agents;
+pub mod fake_anthropic;
+pub mod fake_http;
+pub mod fake_openai;
 pub mod orchestrator;
 pub mod stats;
 
@@ -171,16 +175,21 @@ pub fn chorus_tools_bin() -> PathBuf {
     if let Some(path) = std::env::var_os("CHORUS_TOOLS_BIN") {
         return PathBuf::from(path);
     }
+    built_bin("chorus-tools", "chorus-tools")
+}
+
+/// Path of a binary of the workspace built next to this test executable.
+pub fn built_bin(name: &str, package: &str) -> PathBuf {
     // Test executables live in target/<profile>/deps; binaries one level up.
     let exe = std::env::current_exe().expect("current exe");
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("target profile dir");
-    let bin = profile_dir.join("chorus-tools");
+    let bin = profile_dir.join(name);
     assert!(
         bin.exists(),
-        "{} does not exist: build it with `cargo build -p chorus-tools` (cargo test --workspace builds it)",
+        "{} does not exist: build it with `cargo build -p {package}` (cargo test --workspace builds it)",
         bin.display()
     );
     bin

@@ -21,6 +21,8 @@ pub const AGENT_TOOLS_SERVICE: &str = "chorus.orchestrator.v1.AgentTools";
 pub struct Orchestrator {
     pub addr: SocketAddr,
     pub tool_exec_addr: SocketAddr,
+    /// Holds the run directories (`runs/<run id>`).
+    pub runs: tempfile::TempDir,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -44,6 +46,18 @@ impl Orchestrator {
         signer: RunTokenSigner,
         embed_tool_exec: bool,
     ) -> Self {
+        Self::start_configured(database_url, signer, embed_tool_exec, |_| {}).await
+    }
+
+    /// Starts with agents run by `runner` settings adjusted by `configure`
+    /// (defaults: the workspace's chorus-tools binary, run directories in a
+    /// temporary directory that lives as long as this value).
+    pub async fn start_configured(
+        database_url: &str,
+        signer: RunTokenSigner,
+        embed_tool_exec: bool,
+        configure: impl FnOnce(&mut OrchestratorConfig),
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let tool_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let (addr, tool_exec_addr) = (
@@ -54,10 +68,14 @@ impl Orchestrator {
             listener: tool_listener,
             limits: Limits::default(),
         });
-        let config = OrchestratorConfig {
+        let runs = tempfile::tempdir().expect("runs dir");
+        let mut config = OrchestratorConfig {
             embedded_tool_exec,
-            ..OrchestratorConfig::new(database_url, signer)
+            ..OrchestratorConfig::new(database_url, signer, runs.path())
         };
+        config.runner.chorus_tools = crate::chorus_tools_bin();
+        config.runner.runs_dir = runs.path().join("runs");
+        configure(&mut config);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             chorus_orchestrator::server::run(listener, config, async move {
@@ -73,6 +91,7 @@ impl Orchestrator {
         Self {
             addr,
             tool_exec_addr,
+            runs,
             stop: Some(stop),
             task: Some(task),
         }

@@ -19,7 +19,7 @@ pub use error::DomainError;
 pub use event::{Event, EventKind};
 pub use name::Name;
 pub use provider::{Provider, ProviderKind};
-pub use run::{Run, RunId, RunState};
+pub use run::{Run, RunId, RunState, Usage};
 pub use stage::{Stage, StageExt};
 pub use status::TaskStatus;
 pub use task::{Planning, Question, Task, TaskId, TaskSource};

@@ -20,6 +20,10 @@ pub enum ServiceError {
     Invalid(String),
     #[error("{0}")]
     Unavailable(String),
+    /// The request is valid but the system is not in a state to do it (an agent
+    /// without a provider, no tool-exec configured, ...).
+    #[error("{0}")]
+    Precondition(String),
 }
 
 fn domain_code(e: &DomainError) -> Code {
@@ -45,6 +49,7 @@ impl ServiceError {
             Self::Unauthenticated(_) => Code::Unauthenticated,
             Self::Invalid(_) => Code::InvalidArgument,
             Self::Unavailable(_) => Code::Unavailable,
+            Self::Precondition(_) => Code::FailedPrecondition,
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod error;
 pub mod grpc;
 pub mod history;
 pub mod providers;
+pub mod runner;
 pub mod server;
 pub mod state;
 pub mod store;

@@ -43,6 +43,25 @@ struct Cli {
     /// Log format.
     #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// The chorus-tools binary agents call (default: next to this executable).
+    #[arg(long, env = "CHORUS_TOOLS_BIN")]
+    chorus_tools: Option<PathBuf>,
+    /// The Claude Code CLI.
+    #[arg(long, env = "CHORUS_CLAUDE_BIN", default_value = "claude")]
+    claude_bin: PathBuf,
+    /// The OpenCode CLI.
+    #[arg(long, env = "CHORUS_OPENCODE_BIN", default_value = "opencode")]
+    opencode_bin: PathBuf,
+    /// Seconds an agent run may take unless StartTask says otherwise.
+    #[arg(long, env = "CHORUS_RUN_TIMEOUT_SECS", default_value_t = 600)]
+    run_timeout_secs: u64,
+    /// More environment variables to pass on to agent processes (comma-separated
+    /// names; locale, proxy and model-credential variables are passed already).
+    #[arg(long, env = "CHORUS_AGENT_PASS_ENV", value_delimiter = ',')]
+    agent_pass_env: Vec<String>,
+    /// Keep each run's directory (its HOME, generated config) after it ends.
+    #[arg(long, env = "CHORUS_KEEP_RUN_DIRS")]
+    keep_run_dirs: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -75,7 +94,20 @@ fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("binding the embedded tool-exec on {} (use --tool-exec-listen or --no-embedded-tool-exec)", cli.tool_exec_listen))?;
             Some(EmbeddedToolExec { listener, limits: Limits::default() })
         };
-        let config = OrchestratorConfig { embedded_tool_exec, tool_exec_addr: cli.tool_exec_addr.clone(), ..OrchestratorConfig::new(database_url, signer) };
+        let mut config = OrchestratorConfig { embedded_tool_exec, tool_exec_addr: cli.tool_exec_addr.clone(), ..OrchestratorConfig::new(database_url, signer, &cli.data_dir) };
+        let runner = &mut config.runner;
+        if let Some(path) = &cli.chorus_tools {
+            runner.chorus_tools = std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))?;
+        }
+        runner.claude_bin.clone_from(&cli.claude_bin);
+        runner.opencode_bin.clone_from(&cli.opencode_bin);
+        runner.run_timeout = std::time::Duration::from_secs(cli.run_timeout_secs.max(1));
+        runner.pass_env.extend(cli.agent_pass_env.iter().filter(|n| !n.is_empty()).cloned());
+        runner.keep_run_dirs = cli.keep_run_dirs;
+        runner.runs_dir = std::path::absolute(&runner.runs_dir).with_context(|| format!("resolving {}", runner.runs_dir.display()))?;
+        if let Err(problem) = runner.validate() {
+            warn!("{problem}; agents cannot be started until this is fixed");
+        }
         chorus_orchestrator::server::run(listener, config, shutdown_signal()).await
     })
 }

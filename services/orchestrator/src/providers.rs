@@ -1,6 +1,137 @@
-//! How agents are run. Each provider turns an agent and its allow-list into
-//! something that can run (CLI flags, API requests); the runs themselves arrive
-//! with agent execution.
+//! How agents are run, one module per provider behind one interface.
+//!
+//! A run is one or two *attempts* (the second resumes the first with a reminder
+//! when the agent ended without a completion report). An attempt gets the run's
+//! context and a message, reports progress as it goes, and ends with the agent's
+//! final output, session id and usage, or with a failure that says what happened.
+//!
+//! CLI providers (Claude Code, OpenCode) spawn the CLI; its tool calls arrive
+//! through chorus-tools at tool-exec and the orchestrator. The API provider
+//! (OpenAI-compatible) runs the model's tool loop here and sends each tool call
+//! down the same path with the run's token ([`crate::runner::tools`]), so every
+//! call is checked, executed and recorded the same way.
 
+pub mod claude;
 pub mod claude_flags;
+pub mod openai;
+pub mod opencode;
 pub mod prompt;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::{AgentKind, Name, ProviderKind, RunId, TaskId, Usage};
+
+/// Most bytes of agent text kept in one progress event.
+pub const PROGRESS_TEXT_BYTES: usize = 4096;
+
+/// Something the agent did, as it happened.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// Text the agent wrote.
+    Text(String),
+    /// A tool the agent's model called (for a CLI: its own tool, e.g. Bash).
+    ToolUse { tool: String, input: Value },
+    /// The provider named its session (CLI session id).
+    Session(String),
+}
+
+/// The provider settings a run uses (the API key included: only runs read it).
+#[derive(Clone)]
+pub struct ProviderSettings {
+    pub name: Name,
+    pub kind: ProviderKind,
+    pub base_url: Option<String>,
+    pub api_key: Option<String>,
+}
+
+impl std::fmt::Debug for ProviderSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderSettings")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<hidden>"))
+            .finish()
+    }
+}
+
+/// Everything about a run that its attempts share.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    pub run_id: RunId,
+    pub task_id: TaskId,
+    pub agent: Name,
+    pub agent_kind: AgentKind,
+    pub provider: ProviderSettings,
+    pub model: Option<String>,
+    /// The run's granted tools (profiles expanded, always-granted included).
+    pub tools: Vec<String>,
+    pub system_prompt: String,
+    /// The signed run token.
+    pub token: String,
+    /// `host:port` of tool-exec and of the orchestrator.
+    pub tools_addr: String,
+    pub orchestrator_addr: String,
+    pub workspace_root: PathBuf,
+    /// The run's private directory (its HOME for CLIs, generated config).
+    pub run_dir: PathBuf,
+    /// When the run must be over, and the timeout that set it.
+    pub deadline: Instant,
+    pub timeout: Duration,
+    pub stop: CancellationToken,
+}
+
+/// One attempt: the first message, or the reminder resuming a session.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub message: String,
+    /// The session to resume (CLIs), when this is not the first attempt.
+    pub resume: Option<String>,
+}
+
+/// How an attempt ended normally.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AttemptEnd {
+    /// The agent's final text, if any.
+    pub output: Option<String>,
+    pub session_id: Option<String>,
+    pub usage: Usage,
+}
+
+/// How an attempt failed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptError {
+    /// It failed; the message says how (exit code, signal, API error, ...).
+    Failed { reason: String, partial: AttemptEnd },
+    /// The run's deadline passed.
+    TimedOut { reason: String, partial: AttemptEnd },
+    /// The run was stopped (cancel or shutdown).
+    Stopped { partial: AttemptEnd },
+}
+
+impl AttemptError {
+    pub fn partial(&self) -> &AttemptEnd {
+        match self {
+            Self::Failed { partial, .. }
+            | Self::TimedOut { partial, .. }
+            | Self::Stopped { partial } => partial,
+        }
+    }
+}
+
+/// Cuts agent text for an event, on a character boundary.
+pub fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let end = (0..=max)
+        .rev()
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(0);
+    format!("{}…", &text[..end])
+}

@@ -15,6 +15,7 @@ use tracing::{info, info_span, warn};
 
 use crate::grpc::agent_tools::AgentToolsService;
 use crate::grpc::orchestrator::OrchestratorService;
+use crate::runner::RunnerConfig;
 use crate::state::AppState;
 use crate::store::Store;
 
@@ -38,11 +39,19 @@ pub struct OrchestratorConfig {
     pub tool_exec_addr: Option<String>,
     /// How long shutdown waits for calls and streams in flight.
     pub shutdown_grace: Duration,
+    /// How agents are run.
+    pub runner: RunnerConfig,
 }
 
 impl OrchestratorConfig {
-    pub fn new(database_url: impl Into<String>, signer: RunTokenSigner) -> Self {
+    /// Defaults, with run directories under `data_dir`.
+    pub fn new(
+        database_url: impl Into<String>,
+        signer: RunTokenSigner,
+        data_dir: &std::path::Path,
+    ) -> Self {
         Self {
+            runner: RunnerConfig::new(data_dir),
             database_url: database_url.into(),
             signer,
             embedded_tool_exec: None,
@@ -57,8 +66,9 @@ impl OrchestratorConfig {
 /// configured, until `shutdown` resolves.
 ///
 /// Shutdown order: health goes NOT_SERVING, the shared cancellation token fires
-/// (WatchTask streams end, the embedded tool-exec kills running commands), the
-/// servers stop accepting and calls in flight get `shutdown_grace` to finish.
+/// (WatchTask streams end, agent runs stop, the embedded tool-exec kills running
+/// commands), every run's processes are killed and its interruption recorded,
+/// the servers stop accepting and calls in flight get `shutdown_grace` to finish.
 pub async fn run(
     listener: TcpListener,
     config: OrchestratorConfig,
@@ -67,7 +77,7 @@ pub async fn run(
     let addr = listener.local_addr()?;
     let store = Store::open(&config.database_url).await?;
     info!(backend = ?store.backend(), "store open");
-    let mut state = AppState::new(store, config.signer);
+    let mut state = AppState::new(store, config.signer, config.runner);
     state.addresses = crate::state::Addresses {
         orchestrator: addr.to_string(),
         tool_exec: match &config.embedded_tool_exec {
@@ -145,6 +155,8 @@ pub async fn run(
         .set_service_status("", tonic_health::ServingStatus::NotServing)
         .await;
     stop.cancel();
+    // Every run's processes are killed and its end recorded before the store goes.
+    state.runner.shutdown().await;
     match tokio::time::timeout(config.shutdown_grace, &mut server).await {
         Ok(result) => result?,
         Err(_) => {

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::{Event, TaskId, TaskStatus};
 use crate::history::{EventHub, EventSource};
+use crate::runner::{Runner, RunnerConfig};
 use crate::store::{Store, StoreError};
 
 /// Where agents reach the services (`host:port`), as their environment says.
@@ -28,10 +29,12 @@ pub struct AppState {
     /// Fires on shutdown: streams end, runs stop.
     pub shutdown: CancellationToken,
     pub addresses: Addresses,
+    /// Runs agents; holds the live runs of this process.
+    pub runner: Arc<Runner>,
 }
 
 impl AppState {
-    pub fn new(store: Store, signer: RunTokenSigner) -> Self {
+    pub fn new(store: Store, signer: RunTokenSigner, runner: RunnerConfig) -> Self {
         let verifier = signer.verifier();
         Self {
             store,
@@ -40,6 +43,7 @@ impl AppState {
             verifier,
             shutdown: CancellationToken::new(),
             addresses: Addresses::default(),
+            runner: Arc::new(Runner::new(runner)),
         }
     }
 

@@ -17,6 +17,7 @@ pub enum EventKind {
     AnswersSubmitted,
     AgentStarted,
     AgentCompleted,
+    AgentProgress,
     AgentHandoffStarted,
     AgentHandoffCompleted,
     ToolExecuted,
@@ -31,7 +32,7 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 22] = [
+    pub const ALL: [EventKind; 23] = [
         Self::TaskCreated,
         Self::StatusChanged,
         Self::StageChanged,
@@ -43,6 +44,7 @@ impl EventKind {
         Self::AnswersSubmitted,
         Self::AgentStarted,
         Self::AgentCompleted,
+        Self::AgentProgress,
         Self::AgentHandoffStarted,
         Self::AgentHandoffCompleted,
         Self::ToolExecuted,
@@ -69,6 +71,7 @@ impl EventKind {
             Self::AnswersSubmitted => "answers_submitted",
             Self::AgentStarted => "agent_started",
             Self::AgentCompleted => "agent_completed",
+            Self::AgentProgress => "agent_progress",
             Self::AgentHandoffStarted => "agent_handoff_started",
             Self::AgentHandoffCompleted => "agent_handoff_completed",
             Self::ToolExecuted => "tool_executed",

@@ -176,6 +176,27 @@ pub fn finish_run(
     reason: String,
     now_ms: i64,
 ) -> Result<(EventKind, Value), DomainError> {
+    end_run(
+        run,
+        task,
+        EventKind::AgentCompleted,
+        reason,
+        Value::Null,
+        now_ms,
+    )
+}
+
+/// Ends a run and returns the event saying how: `kind` (agent_completed,
+/// run_failed, run_canceled, run_interrupted) with the run, agent, reason and
+/// the fields of `details` (an object: usage, session id, output...).
+pub fn end_run(
+    run: &mut Run,
+    task: &mut Task,
+    kind: EventKind,
+    reason: String,
+    details: Value,
+    now_ms: i64,
+) -> Result<(EventKind, Value), DomainError> {
     if run.state == RunState::Finished {
         return Err(DomainError::RunNotActive(format!(
             "run {} has already finished ({})",
@@ -190,10 +211,63 @@ pub fn finish_run(
     if task.current_agent.as_ref() == Some(&run.agent) {
         task.current_agent = None;
     }
-    Ok((
-        EventKind::AgentCompleted,
-        json!({ "run_id": run.id.to_string(), "agent": run.agent.as_str(), "reason": reason }),
-    ))
+    let mut data =
+        json!({ "run_id": run.id.to_string(), "agent": run.agent.as_str(), "reason": reason });
+    if let (Some(data), Value::Object(details)) = (data.as_object_mut(), details) {
+        data.extend(details);
+    }
+    Ok((kind, data))
+}
+
+/// What becomes of a root run's task when the run ends without a report: the
+/// task moves to `to` with `reason` if it is still active (a report, a cancel or
+/// a manual change may have moved it already). Returns the status event, if any.
+pub fn settle_task_without_report(
+    run: &Run,
+    task: &mut Task,
+    to: TaskStatus,
+    reason: &str,
+) -> Result<Option<(EventKind, Value)>, DomainError> {
+    if run.parent.is_some() || task.status != TaskStatus::Active {
+        return Ok(None);
+    }
+    change_status(task, to, Some(reason.to_owned())).map(Some)
+}
+
+/// Cancels a task: it goes canceled with `reason`, and each of its runs that has
+/// not finished ends with `run_canceled`.
+pub fn cancel_task(
+    task: &mut Task,
+    runs: &mut [Run],
+    reason: &str,
+    now_ms: i64,
+) -> Result<Events, DomainError> {
+    let mut events = vec![change_status(
+        task,
+        TaskStatus::Canceled,
+        Some(reason.to_owned()),
+    )?];
+    for run in runs.iter_mut().filter(|r| r.state != RunState::Finished) {
+        events.push(end_run(
+            run,
+            task,
+            EventKind::RunCanceled,
+            reason.to_owned(),
+            Value::Null,
+            now_ms,
+        )?);
+    }
+    Ok(events)
+}
+
+/// One thing an agent did (text it wrote, a tool its model called), for history.
+pub fn progress(run: &Run, kind: &str, details: Value) -> (EventKind, Value) {
+    let mut data =
+        json!({ "run_id": run.id.to_string(), "agent": run.agent.as_str(), "kind": kind });
+    if let (Some(data), Value::Object(details)) = (data.as_object_mut(), details) {
+        data.extend(details);
+    }
+    (EventKind::AgentProgress, data)
 }
 
 /// A comment on a task's history.

@@ -54,7 +54,9 @@ pub struct Provider {
 
 impl Provider {
     /// Checks the kind-specific fields: an openai_compatible provider needs an
-    /// http(s) base URL and a model; CLI providers take no base URL or key.
+    /// http(s) base URL and a model; for CLI providers both are optional (a
+    /// base URL is the API the CLI talks to: `ANTHROPIC_BASE_URL` for Claude Code,
+    /// a custom OpenAI-compatible provider for OpenCode).
     pub fn check(
         kind: ProviderKind,
         base_url: Option<&str>,
@@ -78,21 +80,17 @@ impl Provider {
                 }
             }
             ProviderKind::ClaudeCode | ProviderKind::Opencode => {
-                if base_url.is_some() {
-                    return Err(DomainError::invalid(
-                        "base_url",
-                        format!("a {} provider takes no base URL", kind.as_str()),
-                    ));
+                // Optional: a gateway or local model server, and its key. Without
+                // them the CLI uses its own login or the passed environment.
+                if let Some(url) = base_url {
+                    if !(url.starts_with("http://") || url.starts_with("https://")) {
+                        return Err(DomainError::invalid(
+                            "base_url",
+                            format!("'{url}' must start with http:// or https://"),
+                        ));
+                    }
                 }
-                if api_key_set {
-                    return Err(DomainError::invalid(
-                        "api_key",
-                        format!(
-                            "a {} provider takes no API key; the CLI uses its own login",
-                            kind.as_str()
-                        ),
-                    ));
-                }
+                let _ = api_key_set;
             }
         }
         Ok(())
@@ -136,10 +134,13 @@ mod tests {
     }
 
     #[test]
-    fn cli_providers_take_no_url_or_key() {
+    fn cli_providers_may_name_an_api_and_a_key() {
         assert!(Provider::check(ProviderKind::ClaudeCode, None, Some("sonnet"), false).is_ok());
-        assert!(Provider::check(ProviderKind::Opencode, Some("http://x"), None, false).is_err());
-        assert!(Provider::check(ProviderKind::ClaudeCode, None, None, true).is_err());
+        assert!(Provider::check(ProviderKind::Opencode, Some("http://x"), None, false).is_ok());
+        assert!(Provider::check(ProviderKind::ClaudeCode, None, None, true).is_ok());
+        assert!(
+            Provider::check(ProviderKind::ClaudeCode, Some("localhost:1"), None, true).is_err()
+        );
     }
 
     #[test]

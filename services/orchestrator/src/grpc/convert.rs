@@ -185,6 +185,18 @@ pub fn run(r: &Run) -> pb::Run {
                 _ => None,
             },
         ),
+        session_id: r.session_id.clone().unwrap_or_default(),
+        usage: Some(usage(r.usage)),
+    }
+}
+
+pub fn usage(u: crate::domain::Usage) -> pb::Usage {
+    #[allow(clippy::cast_precision_loss)]
+    let cost_usd = u.cost_micro_usd as f64 / 1_000_000.0;
+    pb::Usage {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cost_usd,
     }
 }
 

@@ -183,6 +183,20 @@ impl Orchestrator for OrchestratorService {
         reply(tasks::update_planning(&self.state, request.into_inner()).await)
     }
 
+    async fn start_task(
+        &self,
+        request: Request<pb::StartTaskRequest>,
+    ) -> Result<Response<pb::StartTaskResponse>, Status> {
+        reply(crate::runner::start_task(&self.state, request.into_inner()).await)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: Request<pb::CancelTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        reply(crate::runner::cancel_task(&self.state, request.into_inner()).await)
+    }
+
     async fn get_history(
         &self,
         request: Request<pb::GetHistoryRequest>,

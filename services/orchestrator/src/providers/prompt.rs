@@ -29,8 +29,56 @@ a plan: chorus-tools '{\"tool\":\"planner-output\",\"type\":\"plan\",\"summary\"
 or questions for the user: chorus-tools '{\"tool\":\"planner-output\",\"type\":\"questions\",\"questions\":[\"...\"]}'
 or, if the task cannot be planned: chorus-tools '{\"tool\":\"planner-output\",\"type\":\"error\",\"error\":\"...\"}'";
 
+/// How a user-defined API agent must finish.
+pub const COMPLETION_REPORT_FUNCTION_INSTRUCTION: &str = "\
+## Finishing
+
+When your work is done, or you cannot go on, call the completion-report tool exactly once, as your last action, with status complete, blocked (say why in blocked_reason) or failed, a one- or two-sentence summary, and the result as output.";
+
+/// How the internal planner must finish when it runs through an API.
+pub const PLANNER_OUTPUT_FUNCTION_INSTRUCTION: &str = "\
+## Finishing
+
+Call the planner-output tool exactly once with your verdict: type plan (summary, requirements, acceptance_criteria, plan, assigned_agent), type questions (questions for the user), or type error (why the task cannot be planned).";
+
+/// How the agent calls its tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invocation<'a> {
+    /// Through its CLI's Bash tool, running chorus-tools at this path (the path
+    /// the CLI's permission rule allows).
+    Cli(&'a str),
+    /// As function calls of a chat-completions API: the request declares the
+    /// tools, so the prompt only says how to finish.
+    Functions,
+}
+
 /// The whole system prompt of a run.
-pub fn system_prompt(kind: AgentKind, instructions: &str, allowed_tools: &[String]) -> String {
+pub fn system_prompt(
+    kind: AgentKind,
+    instructions: &str,
+    allowed_tools: &[String],
+    how: Invocation<'_>,
+) -> String {
+    match how {
+        Invocation::Cli(chorus_tools) => {
+            let prompt = cli_prompt(kind, instructions, allowed_tools);
+            if chorus_tools == "chorus-tools" {
+                prompt
+            } else {
+                prompt.replace("chorus-tools '", &format!("{chorus_tools} '"))
+            }
+        }
+        Invocation::Functions => {
+            let finishing = match kind {
+                AgentKind::UserDefined => COMPLETION_REPORT_FUNCTION_INSTRUCTION,
+                AgentKind::Internal => PLANNER_OUTPUT_FUNCTION_INSTRUCTION,
+            };
+            format!("{}\n\n{finishing}", instructions.trim())
+        }
+    }
+}
+
+fn cli_prompt(kind: AgentKind, instructions: &str, allowed_tools: &[String]) -> String {
     let mut prompt = instructions.trim().to_owned();
     match kind {
         AgentKind::UserDefined => {
@@ -164,7 +212,12 @@ mod tests {
 
     #[test]
     fn prompts_are_instructions_then_tools_then_how_to_finish() {
-        let user = system_prompt(AgentKind::UserDefined, "You edit.", &list(&["file.read"]));
+        let user = system_prompt(
+            AgentKind::UserDefined,
+            "You edit.",
+            &list(&["file.read"]),
+            Invocation::Cli("chorus-tools"),
+        );
         let (tools_at, report_at) = (
             user.find("## Available Tools").expect("tools"),
             user.find("completion-report").expect("report"),
@@ -173,7 +226,12 @@ mod tests {
             user.starts_with("You edit.") && tools_at < report_at,
             "{user}"
         );
-        let internal = system_prompt(AgentKind::Internal, "You plan.", &list(&["file.read"]));
+        let internal = system_prompt(
+            AgentKind::Internal,
+            "You plan.",
+            &list(&["file.read"]),
+            Invocation::Cli("chorus-tools"),
+        );
         assert!(
             !internal.contains("## Available Tools"),
             "internal agents get no tool section"
@@ -182,5 +240,42 @@ mod tests {
             internal.contains("planner-output") && !internal.contains("completion-report"),
             "{internal}"
         );
+    }
+
+    #[test]
+    fn cli_prompts_call_chorus_tools_by_the_allowed_path() {
+        let prompt = system_prompt(
+            AgentKind::UserDefined,
+            "You read.",
+            &list(&["file.read"]),
+            Invocation::Cli("/opt/chorus/bin/chorus-tools"),
+        );
+        assert!(
+            prompt.contains("/opt/chorus/bin/chorus-tools '{\"tool\": \"<name>\""),
+            "{prompt}"
+        );
+        assert!(
+            prompt.contains("/opt/chorus/bin/chorus-tools '{\"tool\":\"completion-report\""),
+            "{prompt}"
+        );
+        assert!(!prompt.contains("\nchorus-tools '"), "{prompt}");
+    }
+
+    #[test]
+    fn api_prompts_name_the_reporting_function_and_list_no_tools() {
+        let user = system_prompt(
+            AgentKind::UserDefined,
+            "You read.",
+            &list(&["file.read"]),
+            Invocation::Functions,
+        );
+        assert!(user.starts_with("You read."), "{user}");
+        assert!(
+            !user.contains("## Available Tools") && !user.contains("chorus-tools"),
+            "{user}"
+        );
+        assert!(user.contains("call the completion-report tool"), "{user}");
+        let internal = system_prompt(AgentKind::Internal, "You plan.", &[], Invocation::Functions);
+        assert!(internal.contains("planner-output") && !internal.contains("completion-report"));
     }
 }

@@ -288,6 +288,8 @@ pub(super) struct RunRow {
     pub end_reason: Option<String>,
     pub completion_report: Option<String>,
     pub planner_output: Option<String>,
+    pub session_id: Option<String>,
+    pub usage: Option<String>,
 }
 
 impl RunRow {
@@ -304,6 +306,8 @@ impl RunRow {
             end_reason: run.end_reason.clone(),
             completion_report: run.completion_report.as_ref().map(to_json).transpose()?,
             planner_output: run.planner_output.as_ref().map(to_json).transpose()?,
+            session_id: run.session_id.clone(),
+            usage: Some(to_json(&run.usage)?),
         })
     }
 
@@ -336,6 +340,13 @@ impl RunRow {
                 .as_deref()
                 .map(|t| r.json("planner_output", t))
                 .transpose()?,
+            session_id: self.session_id.clone(),
+            usage: self
+                .usage
+                .as_deref()
+                .map(|t| r.json("usage", t))
+                .transpose()?
+                .unwrap_or_default(),
         })
     }
 }

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::connection::AnyConnection;
 use super::rows::RunRow;
-use super::schema::{runs, tasks};
+use super::schema::{run_messages, runs, tasks};
 use super::tasks::{EventDraft, lock_task, save_task};
 use super::{Db, Store, StoreError};
 use crate::domain::{
@@ -24,8 +24,29 @@ impl Store {
         parent: Option<RunId>,
         tools: Vec<String>,
     ) -> Result<(Run, Vec<Event>), StoreError> {
+        self.create_run_with(task_id, agent, parent, tools, |_| Ok(Vec::new()))
+            .await
+            .map(|(run, _task, events)| (run, events))
+    }
+
+    /// [`Store::create_run`] that also changes the task in the same transaction:
+    /// `change` runs first (e.g. moving the task to active) and names its events;
+    /// when it fails nothing is written.
+    pub async fn create_run_with<F>(
+        &self,
+        task_id: TaskId,
+        agent: Name,
+        parent: Option<RunId>,
+        tools: Vec<String>,
+        change: F,
+    ) -> Result<(Run, Task, Vec<Event>), StoreError>
+    where
+        F: FnOnce(&mut Task) -> Result<Vec<EventDraft>, DomainError> + Send + 'static,
+    {
         self.write(move |conn| {
             let before = lock_task(conn, task_id)?;
+            let mut task = before.clone();
+            let mut drafts = change(&mut task)?;
             if let Some(parent) = parent {
                 let parent_run = load_run(conn, parent)?;
                 if parent_run.task_id != task_id {
@@ -51,6 +72,8 @@ impl Store {
                 end_reason: None,
                 completion_report: None,
                 planner_output: None,
+                session_id: None,
+                usage: crate::domain::Usage::default(),
             };
             diesel::insert_into(runs::table)
                 .values(RunRow::from_domain(&run)?)
@@ -61,14 +84,9 @@ impl Store {
                 "agent": run.agent,
                 "parent_run_id": run.parent,
             });
-            let mut task = before.clone();
-            let events = save_task(
-                conn,
-                &before,
-                &mut task,
-                vec![(EventKind::RunOpened, opened)],
-            )?;
-            Ok((run, events))
+            drafts.push((EventKind::RunOpened, opened));
+            let events = save_task(conn, &before, &mut task, drafts)?;
+            Ok((run, task, events))
         })
         .await
     }
@@ -119,6 +137,8 @@ impl Store {
                         runs::end_reason.eq(&row.end_reason),
                         runs::completion_report.eq(&row.completion_report),
                         runs::planner_output.eq(&row.planner_output),
+                        runs::session_id.eq(&row.session_id),
+                        runs::usage.eq(&row.usage),
                     ))
                     .execute(conn)
                     .db()?;
@@ -166,6 +186,108 @@ impl Store {
                 .db()?
                 .into_iter()
                 .map(RunRow::into_domain)
+                .collect()
+        })
+        .await
+    }
+}
+
+impl Store {
+    /// Changes a task and all of its unfinished runs in one transaction (e.g. a
+    /// cancel that ends them all): `f` gets the locked task and its unfinished
+    /// runs; changed runs are saved; nothing is written when `f` fails.
+    pub async fn change_task_runs<F>(
+        &self,
+        task_id: TaskId,
+        f: F,
+    ) -> Result<(Task, Vec<Run>, Vec<Event>), StoreError>
+    where
+        F: FnOnce(&mut Task, &mut [Run]) -> Result<Vec<EventDraft>, DomainError> + Send + 'static,
+    {
+        self.write(move |conn| {
+            let before_task = lock_task(conn, task_id)?;
+            let before_runs: Vec<Run> = runs::table
+                .filter(runs::task_id.eq(task_id.to_string()))
+                .filter(runs::state.ne(RunState::Finished.as_str()))
+                .select(RunRow::as_select())
+                .order((runs::started_ms.asc(), runs::id.asc()))
+                .load(conn)
+                .db()?
+                .into_iter()
+                .map(RunRow::into_domain)
+                .collect::<Result<_, _>>()?;
+            let mut task = before_task.clone();
+            let mut changed = before_runs.clone();
+            let drafts = f(&mut task, &mut changed)?;
+            for (before, run) in before_runs.iter().zip(&changed) {
+                if run != before {
+                    let row = RunRow::from_domain(run)?;
+                    diesel::update(runs::table.find(&row.id))
+                        .set((
+                            runs::state.eq(&row.state),
+                            runs::finished_ms.eq(row.finished_ms),
+                            runs::end_reason.eq(&row.end_reason),
+                        ))
+                        .execute(conn)
+                        .db()?;
+                }
+            }
+            let events = save_task(conn, &before_task, &mut task, drafts)?;
+            Ok((task, changed, events))
+        })
+        .await
+    }
+
+    /// Appends chat messages to a run's conversation, numbered after the ones
+    /// stored, in one transaction.
+    pub async fn append_run_messages(
+        &self,
+        run_id: RunId,
+        messages: Vec<serde_json::Value>,
+    ) -> Result<(), StoreError> {
+        self.write(move |conn| {
+            let key = run_id.to_string();
+            load_run(conn, run_id)?;
+            let last: Option<i64> = run_messages::table
+                .filter(run_messages::run_id.eq(&key))
+                .select(diesel::dsl::max(run_messages::sequence))
+                .first(conn)
+                .db()?;
+            let mut next = last.unwrap_or(0);
+            for message in messages {
+                next += 1;
+                diesel::insert_into(run_messages::table)
+                    .values((
+                        run_messages::run_id.eq(&key),
+                        run_messages::sequence.eq(next),
+                        run_messages::body.eq(super::rows::to_json(&message)?),
+                    ))
+                    .execute(conn)
+                    .db()?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// A run's stored conversation, in order.
+    pub async fn run_messages(&self, run_id: RunId) -> Result<Vec<serde_json::Value>, StoreError> {
+        self.with_conn(move |conn| {
+            let bodies: Vec<String> = run_messages::table
+                .filter(run_messages::run_id.eq(run_id.to_string()))
+                .order(run_messages::sequence.asc())
+                .select(run_messages::body)
+                .load(conn)
+                .db()?;
+            bodies
+                .iter()
+                .map(|body| {
+                    serde_json::from_str(body).map_err(|e| StoreError::Corrupt {
+                        what: "run message",
+                        key: run_id.to_string(),
+                        reason: e.to_string(),
+                    })
+                })
                 .collect()
         })
         .await

@@ -87,6 +87,18 @@ diesel::table! {
         completion_report -> Nullable<Text>,
         /// JSON of `PlannerOutput`.
         planner_output -> Nullable<Text>,
+        session_id -> Nullable<Text>,
+        /// JSON of `Usage`.
+        usage -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    run_messages (run_id, sequence) {
+        run_id -> Text,
+        sequence -> BigInt,
+        /// JSON of one chat message.
+        body -> Text,
     }
 }
 
@@ -95,6 +107,7 @@ diesel::joinable!(agents -> workspaces (workspace_id));
 diesel::joinable!(tasks -> workspaces (workspace_id));
 diesel::joinable!(task_events -> tasks (task_id));
 diesel::joinable!(runs -> tasks (task_id));
+diesel::joinable!(run_messages -> runs (run_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     workspaces,
@@ -102,5 +115,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     agents,
     tasks,
     task_events,
-    runs
+    runs,
+    run_messages
 );

@@ -14,6 +14,8 @@ fn run(state: RunState, tools: &[&str], parent: Option<RunId>) -> Run {
         end_reason: None,
         completion_report: None,
         planner_output: None,
+        session_id: None,
+        usage: crate::domain::Usage::default(),
     }
 }
 

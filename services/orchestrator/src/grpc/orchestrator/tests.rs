@@ -74,7 +74,11 @@ async fn fixtures() -> Vec<Fixture> {
         .await
         .into_iter()
         .map(|t| {
-            let state = AppState::new(t.store.clone(), RunTokenSigner::generate());
+            let state = AppState::new(
+                t.store.clone(),
+                RunTokenSigner::generate(),
+                crate::runner::RunnerConfig::new(std::path::Path::new("/nonexistent")),
+            );
             Fixture {
                 svc: OrchestratorService::new(state.clone()),
                 state,

@@ -1,0 +1,198 @@
+//! The Claude Code CLI: `claude -p <message> --verbose --output-format stream-json`
+//! with the system prompt appended, the tool flags mapped from the allow-list,
+//! `--model` when one is set and `--resume <session>` for a second attempt. Its
+//! stream-json lines become progress, session id, usage and the final result.
+
+use serde_json::{Value, json};
+
+use super::claude_flags::claude_tool_flags;
+use super::{Attempt, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
+use crate::domain::Usage;
+use crate::runner::CliSetup;
+use crate::runner::process::CliCommand;
+
+/// The command line and environment of one attempt.
+pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliCommand {
+    let flags = claude_tool_flags(&setup.chorus_tools, &ctx.tools);
+    let mut args = vec![
+        "-p".to_owned(),
+        attempt.message.clone(),
+        "--verbose".to_owned(),
+        "--output-format".to_owned(),
+        "stream-json".to_owned(),
+        "--append-system-prompt".to_owned(),
+        ctx.system_prompt.clone(),
+        "--tools".to_owned(),
+        flags.tools,
+        "--allowedTools".to_owned(),
+        flags.allowed_tools,
+        "--disallowedTools".to_owned(),
+        flags.disallowed_tools,
+    ];
+    if let Some(model) = &ctx.model {
+        args.extend(["--model".to_owned(), model.clone()]);
+    }
+    if let Some(session) = &attempt.resume {
+        args.extend(["--resume".to_owned(), session.clone()]);
+    }
+    let mut env = setup.base_env(ctx);
+    // No update checks, telemetry or other calls home from an agent run.
+    env.push((
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".to_owned(),
+        "1".to_owned(),
+    ));
+    env.push(("DISABLE_AUTOUPDATER".to_owned(), "1".to_owned()));
+    if let Some(url) = &ctx.provider.base_url {
+        env.push(("ANTHROPIC_BASE_URL".to_owned(), url.clone()));
+    }
+    if let Some(key) = &ctx.provider.api_key {
+        env.push(("ANTHROPIC_API_KEY".to_owned(), key.clone()));
+    }
+    CliCommand {
+        program: setup.program.clone(),
+        args,
+        env,
+        cwd: ctx.workspace_root.clone(),
+    }
+}
+
+/// What the stream said so far.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Stream {
+    pub session_id: Option<String>,
+    pub usage: Usage,
+    /// The `result` line's text.
+    pub result: Option<String>,
+    /// The `result` line reported an error (its subtype and text).
+    pub error: Option<String>,
+}
+
+impl Stream {
+    /// Reads one stream-json line; returns what it shows the agent doing. Lines
+    /// that are not JSON (the CLI's own warnings) are ignored.
+    pub fn line(&mut self, line: &str) -> Vec<Progress> {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            return Vec::new();
+        };
+        let mut progress = Vec::new();
+        if let Some(session) = event.get("session_id").and_then(Value::as_str) {
+            if self.session_id.as_deref() != Some(session) {
+                self.session_id = Some(session.to_owned());
+                progress.push(Progress::Session(session.to_owned()));
+            }
+        }
+        match event.get("type").and_then(Value::as_str) {
+            Some("assistant") => {
+                let blocks = event
+                    .pointer("/message/content")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                for block in blocks {
+                    match block.get("type").and_then(Value::as_str) {
+                        Some("text") => {
+                            let text = block.get("text").and_then(Value::as_str).unwrap_or("");
+                            if !text.trim().is_empty() {
+                                progress.push(Progress::Text(cut(text, PROGRESS_TEXT_BYTES)));
+                            }
+                        }
+                        Some("tool_use") => progress.push(Progress::ToolUse {
+                            tool: block
+                                .get("name")
+                                .and_then(Value::as_str)
+                                .unwrap_or("?")
+                                .to_owned(),
+                            input: block.get("input").cloned().unwrap_or(json!({})),
+                        }),
+                        _ => {}
+                    }
+                }
+            }
+            Some("result") => {
+                let text = event
+                    .get("result")
+                    .and_then(Value::as_str)
+                    .map(ToOwned::to_owned);
+                let usage = event.get("usage").cloned().unwrap_or(Value::Null);
+                let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+                self.usage = Usage {
+                    input_tokens: count("input_tokens")
+                        + count("cache_creation_input_tokens")
+                        + count("cache_read_input_tokens"),
+                    output_tokens: count("output_tokens"),
+                    cost_micro_usd: Usage::micro_usd(
+                        event
+                            .get("total_cost_usd")
+                            .and_then(Value::as_f64)
+                            .unwrap_or(0.0),
+                    ),
+                };
+                if event.get("is_error").and_then(Value::as_bool) == Some(true) {
+                    let subtype = event
+                        .get("subtype")
+                        .and_then(Value::as_str)
+                        .unwrap_or("error");
+                    self.error = Some(match &text {
+                        Some(t) if !t.is_empty() => format!("{subtype}: {t}"),
+                        _ => subtype.to_owned(),
+                    });
+                }
+                self.result = text;
+            }
+            _ => {}
+        }
+        progress
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines as the real CLI (2.1.330) prints them, trimmed.
+    const LINES: [&str; 6] = [
+        r#"{"type":"system","subtype":"init","cwd":"/w","session_id":"5f1c-sess","tools":["Bash"],"model":"claude-x","permissionMode":"default"}"#,
+        r#"{"type":"assistant","message":{"content":[{"type":"text","text":"I will read it."}]},"session_id":"5f1c-sess"}"#,
+        r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"/bin/chorus-tools '{}'"}}]},"session_id":"5f1c-sess"}"#,
+        r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"ok"}]},"session_id":"5f1c-sess"}"#,
+        r#"not json: a warning"#,
+        r#"{"type":"result","subtype":"success","is_error":false,"result":"All done.","session_id":"5f1c-sess","num_turns":2,"total_cost_usd":0.0123,"usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":7}}"#,
+    ];
+
+    #[test]
+    fn a_stream_becomes_progress_session_usage_and_result() {
+        let mut stream = Stream::default();
+        let progress: Vec<Progress> = LINES.iter().flat_map(|l| stream.line(l)).collect();
+        assert_eq!(
+            progress,
+            [
+                Progress::Session("5f1c-sess".to_owned()),
+                Progress::Text("I will read it.".to_owned()),
+                Progress::ToolUse {
+                    tool: "Bash".to_owned(),
+                    input: json!({"command": "/bin/chorus-tools '{}'"}),
+                },
+            ]
+        );
+        assert_eq!(stream.session_id.as_deref(), Some("5f1c-sess"));
+        assert_eq!(stream.result.as_deref(), Some("All done."));
+        assert_eq!(stream.error, None);
+        assert_eq!(
+            stream.usage,
+            Usage {
+                input_tokens: 15,
+                output_tokens: 7,
+                cost_micro_usd: 12_300
+            }
+        );
+    }
+
+    #[test]
+    fn an_error_result_is_kept_with_its_subtype() {
+        let mut stream = Stream::default();
+        stream.line(
+            r#"{"type":"result","subtype":"error_max_turns","is_error":true,"session_id":"s"}"#,
+        );
+        assert_eq!(stream.error.as_deref(), Some("error_max_turns"));
+    }
+}

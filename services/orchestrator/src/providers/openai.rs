@@ -1,0 +1,394 @@
+//! OpenAI-compatible chat completions: `POST {base}/chat/completions` with the
+//! run's tools declared from the catalog's JSON Schemas. The tool loop runs here:
+//! each tool call the model makes goes through the same executor path as a CLI
+//! agent's chorus-tools call ([`ToolRouter`]), its result goes back as a `tool`
+//! message, until the model answers without tool calls, submits its completion
+//! report, or the turn limit is reached. Every message is stored as it is added,
+//! so the conversation can be resumed. 429 and 5xx answers (and connection
+//! failures) are retried with exponential backoff, honouring `Retry-After`.
+
+use std::time::Duration;
+
+use chorus_catalog::Executor;
+use serde_json::{Value, json};
+use tokio::time::{sleep, sleep_until};
+use tracing::{debug, warn};
+
+use super::{Attempt, AttemptEnd, AttemptError, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
+use crate::domain::{AgentKind, Usage};
+use crate::runner::tools::{ToolCallError, ToolRouter};
+use crate::store::Store;
+
+/// Limits of API runs.
+#[derive(Debug, Clone)]
+pub struct ApiLimits {
+    /// Model calls per attempt.
+    pub max_turns: u32,
+    /// One HTTP request, connection to last byte.
+    pub request_timeout: Duration,
+    /// Retries of one request after 429, 5xx or a connection failure.
+    pub max_retries: u32,
+    /// First backoff; it doubles on each retry.
+    pub backoff: Duration,
+}
+
+impl Default for ApiLimits {
+    fn default() -> Self {
+        Self {
+            max_turns: 50,
+            request_timeout: Duration::from_secs(300),
+            max_retries: 4,
+            backoff: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Longest wait a `Retry-After` header may ask for.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// The function name a tool gets: OpenAI allows `[a-zA-Z0-9_-]` only, so the
+/// catalog's dots become underscores (`file.read` → `file_read`).
+pub fn function_name(tool: &str) -> String {
+    tool.replace('.', "_")
+}
+
+/// The `tools` array of a run: its granted tools that Chorus executes (native
+/// CLI tools such as web.search have no API equivalent), in catalog order.
+pub fn tool_definitions(granted: &[String], kind: AgentKind) -> Vec<Value> {
+    chorus_catalog::TOOLS
+        .iter()
+        .filter(|t| t.executor != Executor::AgentCli)
+        .filter(|t| t.always_granted || granted.iter().any(|g| g == t.name))
+        .filter(|t| match kind {
+            AgentKind::UserDefined => t.name != "planner-output",
+            AgentKind::Internal => t.name != "completion-report",
+        })
+        .map(|t| {
+            let mut parameters = t.input_schema().clone();
+            if let Some(object) = parameters.as_object_mut() {
+                object.remove("$schema");
+                object.remove("title");
+            }
+            json!({
+                "type": "function",
+                "function": {
+                    "name": function_name(t.name),
+                    "description": t.description,
+                    "parameters": parameters,
+                }
+            })
+        })
+        .collect()
+}
+
+/// The catalog tool a function name stands for. Whether the run may call it is
+/// for the services to decide (and record), as for any other agent.
+fn tool_of(function: &str) -> Option<&'static str> {
+    chorus_catalog::TOOLS
+        .iter()
+        .find(|t| function_name(t.name) == function || t.name == function)
+        .map(|t| t.name)
+}
+
+/// Runs one attempt: a fresh conversation (system prompt, message), or, when
+/// `attempt.resume` is set, the stored one followed by the message.
+pub async fn attempt(
+    client: &reqwest::Client,
+    limits: &ApiLimits,
+    store: &Store,
+    router: &ToolRouter,
+    ctx: &RunContext,
+    attempt: &Attempt,
+    progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<AttemptEnd, AttemptError> {
+    let mut end = AttemptEnd::default();
+    let fail = |reason: String, end: &AttemptEnd| AttemptError::Failed {
+        reason,
+        partial: end.clone(),
+    };
+    let Some(base_url) = ctx.provider.base_url.as_deref() else {
+        return Err(fail(
+            format!("provider '{}' has no base URL", ctx.provider.name),
+            &end,
+        ));
+    };
+    let Some(model) = ctx.model.as_deref() else {
+        return Err(fail(
+            format!(
+                "no model: set one on agent '{}' or provider '{}'",
+                ctx.agent, ctx.provider.name
+            ),
+            &end,
+        ));
+    };
+    let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
+    let mut messages = if attempt.resume.is_some() {
+        store
+            .run_messages(ctx.run_id)
+            .await
+            .map_err(|e| fail(format!("cannot load the stored conversation: {e}"), &end))?
+    } else {
+        Vec::new()
+    };
+    let mut new = Vec::new();
+    if messages.is_empty() {
+        new.push(json!({ "role": "system", "content": ctx.system_prompt }));
+    }
+    new.push(json!({ "role": "user", "content": attempt.message }));
+    persist(store, ctx, &mut messages, new, &end).await?;
+    let tools = tool_definitions(&ctx.tools, ctx.agent_kind);
+
+    for turn in 1..=limits.max_turns {
+        let body = json!({
+            "model": model,
+            "messages": messages,
+            "tools": tools,
+            "tool_choice": "auto",
+            "stream": false,
+        });
+        debug!(run_id = %ctx.run_id, turn, "model request");
+        let answer = post(client, limits, ctx, &url, &body, &end).await?;
+        end.usage.add(usage_of(&answer));
+        let message = answer
+            .pointer("/choices/0/message")
+            .cloned()
+            .ok_or_else(|| {
+                fail(
+                    format!(
+                        "the model API answered without choices[0].message: {}",
+                        cut(&answer.to_string(), 500)
+                    ),
+                    &end,
+                )
+            })?;
+        let text = message
+            .get("content")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        if !text.trim().is_empty() {
+            progress(Progress::Text(cut(&text, PROGRESS_TEXT_BYTES)));
+            end.output = Some(text.clone());
+        }
+        let calls = message
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        // Keep only the fields the next request needs.
+        let mut stored = json!({ "role": "assistant", "content": text });
+        if !calls.is_empty() {
+            stored["tool_calls"] = Value::Array(calls.clone());
+        }
+        persist(store, ctx, &mut messages, vec![stored], &end).await?;
+        if calls.is_empty() {
+            return Ok(end);
+        }
+        let mut reported = false;
+        for call in &calls {
+            let id = call
+                .get("id")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            let function = call
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let raw = call
+                .pointer("/function/arguments")
+                .and_then(Value::as_str)
+                .unwrap_or("{}");
+            let content = match (tool_of(function), serde_json::from_str::<Value>(raw)) {
+                (None, _) => {
+                    error_content("invalid_argument", &format!("unknown tool '{function}'"))
+                }
+                (Some(_), Err(e)) => error_content(
+                    "invalid_argument",
+                    &format!("the arguments are not valid JSON: {e}"),
+                ),
+                (Some(tool), Ok(arguments)) => {
+                    progress(Progress::ToolUse {
+                        tool: tool.to_owned(),
+                        input: arguments.clone(),
+                    });
+                    match router.call(tool, arguments).await {
+                        Ok(output) => {
+                            if matches!(tool, "completion-report" | "planner-output") {
+                                reported = true;
+                            }
+                            output.to_string()
+                        }
+                        Err(ToolCallError { code, message }) => error_content(&code, &message),
+                    }
+                }
+            };
+            let result = json!({ "role": "tool", "tool_call_id": id, "content": content });
+            persist(store, ctx, &mut messages, vec![result], &end).await?;
+        }
+        if reported {
+            // The report is the agent's last action: no further model call.
+            return Ok(end);
+        }
+    }
+    Err(fail(
+        format!(
+            "the model used all {} turns of this attempt without finishing",
+            limits.max_turns
+        ),
+        &end,
+    ))
+}
+
+fn error_content(code: &str, message: &str) -> String {
+    json!({ "error": { "code": code, "message": message } }).to_string()
+}
+
+fn usage_of(answer: &Value) -> Usage {
+    let count = |key: &str| {
+        answer
+            .pointer(&format!("/usage/{key}"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    Usage {
+        input_tokens: count("prompt_tokens"),
+        output_tokens: count("completion_tokens"),
+        cost_micro_usd: 0,
+    }
+}
+
+async fn persist(
+    store: &Store,
+    ctx: &RunContext,
+    messages: &mut Vec<Value>,
+    new: Vec<Value>,
+    end: &AttemptEnd,
+) -> Result<(), AttemptError> {
+    store
+        .append_run_messages(ctx.run_id, new.clone())
+        .await
+        .map_err(|e| AttemptError::Failed {
+            reason: format!("cannot store the conversation: {e}"),
+            partial: end.clone(),
+        })?;
+    messages.extend(new);
+    Ok(())
+}
+
+/// One model call with retries; obeys the run's deadline and stop token.
+async fn post(
+    client: &reqwest::Client,
+    limits: &ApiLimits,
+    ctx: &RunContext,
+    url: &str,
+    body: &Value,
+    end: &AttemptEnd,
+) -> Result<Value, AttemptError> {
+    let mut backoff = limits.backoff;
+    let mut last_error = String::new();
+    for try_number in 0..=limits.max_retries {
+        let mut request = client.post(url).timeout(limits.request_timeout).json(body);
+        if let Some(key) = &ctx.provider.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = tokio::select! {
+            r = request.send() => r,
+            () = sleep_until(ctx.deadline) => return Err(timed_out(ctx, end)),
+            () = ctx.stop.cancelled() => return Err(AttemptError::Stopped { partial: end.clone() }),
+        };
+        let mut wait = backoff;
+        match response {
+            Ok(response) if response.status().is_success() => {
+                return response
+                    .json::<Value>()
+                    .await
+                    .map_err(|e| AttemptError::Failed {
+                        reason: format!(
+                            "the model API at {url} answered with a body that is not JSON: {e}"
+                        ),
+                        partial: end.clone(),
+                    });
+            }
+            Ok(response) => {
+                let status = response.status();
+                let retry_after = response
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map(|secs| Duration::from_secs(secs).min(MAX_RETRY_AFTER));
+                let text = response.text().await.unwrap_or_default();
+                last_error = format!(
+                    "the model API at {url} answered {status}: {}",
+                    cut(text.trim(), 500)
+                );
+                if !(status.as_u16() == 429 || status.is_server_error()) {
+                    return Err(AttemptError::Failed {
+                        reason: last_error,
+                        partial: end.clone(),
+                    });
+                }
+                if let Some(after) = retry_after {
+                    wait = after;
+                }
+            }
+            Err(e) => {
+                last_error = format!("cannot reach the model API at {url}: {e}");
+            }
+        }
+        if try_number == limits.max_retries {
+            break;
+        }
+        warn!(run_id = %ctx.run_id, error = %last_error, retry_in = ?wait, "model call failed; retrying");
+        tokio::select! {
+            () = sleep(wait) => {}
+            () = sleep_until(ctx.deadline) => return Err(timed_out(ctx, end)),
+            () = ctx.stop.cancelled() => return Err(AttemptError::Stopped { partial: end.clone() }),
+        }
+        backoff = backoff.saturating_mul(2);
+    }
+    Err(AttemptError::Failed {
+        reason: format!(
+            "{last_error} (gave up after {} retries)",
+            limits.max_retries
+        ),
+        partial: end.clone(),
+    })
+}
+
+fn timed_out(ctx: &RunContext, end: &AttemptEnd) -> AttemptError {
+    AttemptError::TimedOut {
+        reason: format!("timed out after {} s", ctx.timeout.as_secs()),
+        partial: end.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tools_are_the_granted_ones_with_api_safe_names() {
+        let granted = vec!["file.read".to_owned(), "web.search".to_owned()];
+        let tools = tool_definitions(&granted, AgentKind::UserDefined);
+        let names: Vec<&str> = tools
+            .iter()
+            .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+            .collect();
+        assert_eq!(names, ["file_read", "help", "completion-report"]);
+        let read = &tools[0]["function"];
+        assert_eq!(read["parameters"]["type"], "object");
+        assert!(
+            read["parameters"]["properties"]["path"].is_object(),
+            "{read}"
+        );
+        assert!(read["parameters"].get("$schema").is_none());
+        let planner = tool_definitions(&[], AgentKind::Internal);
+        let names: Vec<&str> = planner
+            .iter()
+            .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+            .collect();
+        assert_eq!(names, ["help", "planner-output"]);
+    }
+}

@@ -1,0 +1,229 @@
+//! The OpenCode CLI: `opencode run --format json <message>` with a generated
+//! configuration passed inline (`OPENCODE_CONFIG_CONTENT`, which overrides every
+//! file OpenCode reads, the workspace's own `opencode.json` included): only the
+//! bash tool, bash allowed only for chorus-tools, every other permission `deny`
+//! (a headless "ask" would wait forever). The system prompt is the run's
+//! instructions file. Its JSON events become progress, session id and usage.
+
+use serde_json::{Value, json};
+
+use super::{Attempt, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
+use crate::domain::Usage;
+use crate::runner::CliSetup;
+use crate::runner::process::CliCommand;
+
+/// Name of the provider entry the generated config declares for a custom base URL.
+const CUSTOM_PROVIDER: &str = "chorus";
+/// OpenCode's built-in tools other than bash, all turned off.
+const OTHER_TOOLS: [&str; 12] = [
+    "edit",
+    "write",
+    "read",
+    "grep",
+    "glob",
+    "list",
+    "patch",
+    "todowrite",
+    "todoread",
+    "webfetch",
+    "task",
+    "skill",
+];
+
+/// The instructions file in the run directory.
+pub const INSTRUCTIONS_FILE: &str = "chorus-instructions.md";
+
+/// The generated configuration of a run.
+pub fn config(setup: &CliSetup, ctx: &RunContext) -> Value {
+    let mut tools = serde_json::Map::new();
+    tools.insert("bash".to_owned(), json!(true));
+    for tool in OTHER_TOOLS {
+        tools.insert(tool.to_owned(), json!(false));
+    }
+    let chorus_tools = setup.chorus_tools.display().to_string();
+    let mut bash = serde_json::Map::new();
+    bash.insert("*".to_owned(), json!("deny"));
+    bash.insert(format!("{chorus_tools} *"), json!("allow"));
+    let mut config = json!({
+        "$schema": "https://opencode.ai/config.json",
+        "autoupdate": false,
+        "share": "disabled",
+        "instructions": [ctx.run_dir.join(INSTRUCTIONS_FILE).display().to_string()],
+        "tools": tools,
+        "permission": { "edit": "deny", "webfetch": "deny", "bash": bash },
+    });
+    if let Some(base_url) = &ctx.provider.base_url {
+        let model = ctx.model.clone().unwrap_or_else(|| "default".to_owned());
+        let mut options = json!({ "baseURL": base_url });
+        if let Some(key) = &ctx.provider.api_key {
+            options["apiKey"] = json!(key);
+        }
+        config["provider"] = json!({
+            CUSTOM_PROVIDER: {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": format!("Chorus provider {}", ctx.provider.name),
+                "options": options,
+                "models": { model.clone(): { "name": model, "tool_call": true } },
+            }
+        });
+    }
+    if let Some(model) = model_flag(ctx) {
+        config["model"] = json!(model);
+    }
+    config
+}
+
+/// `provider/model` for `--model` and the config.
+fn model_flag(ctx: &RunContext) -> Option<String> {
+    let model = ctx.model.as_ref()?;
+    Some(if ctx.provider.base_url.is_some() {
+        format!("{CUSTOM_PROVIDER}/{model}")
+    } else {
+        model.clone()
+    })
+}
+
+/// The command line and environment of one attempt.
+pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliCommand {
+    let mut args = vec!["run".to_owned(), "--format".to_owned(), "json".to_owned()];
+    if let Some(model) = model_flag(ctx) {
+        args.extend(["--model".to_owned(), model]);
+    }
+    if let Some(session) = &attempt.resume {
+        args.extend(["--session".to_owned(), session.clone()]);
+    }
+    args.push(attempt.message.clone());
+    let mut env = setup.base_env(ctx);
+    env.push((
+        "OPENCODE_CONFIG_CONTENT".to_owned(),
+        config(setup, ctx).to_string(),
+    ));
+    for flag in [
+        "OPENCODE_DISABLE_AUTOUPDATE",
+        "OPENCODE_DISABLE_SHARE",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD",
+    ] {
+        env.push((flag.to_owned(), "1".to_owned()));
+    }
+    if ctx.provider.base_url.is_some() {
+        env.push(("OPENCODE_DISABLE_MODELS_FETCH".to_owned(), "1".to_owned()));
+    }
+    CliCommand {
+        program: setup.program.clone(),
+        args,
+        env,
+        cwd: ctx.workspace_root.clone(),
+    }
+}
+
+/// What the event stream said so far.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Stream {
+    pub session_id: Option<String>,
+    pub usage: Usage,
+    /// The last text the agent wrote.
+    pub last_text: Option<String>,
+    /// An `error` event's message.
+    pub error: Option<String>,
+}
+
+impl Stream {
+    /// Reads one JSON event line; returns what it shows the agent doing.
+    pub fn line(&mut self, line: &str) -> Vec<Progress> {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            return Vec::new();
+        };
+        let mut progress = Vec::new();
+        if let Some(session) = event.get("sessionID").and_then(Value::as_str) {
+            if self.session_id.as_deref() != Some(session) {
+                self.session_id = Some(session.to_owned());
+                progress.push(Progress::Session(session.to_owned()));
+            }
+        }
+        let part = event.get("part").cloned().unwrap_or(Value::Null);
+        match event.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                let text = part.get("text").and_then(Value::as_str).unwrap_or("");
+                if !text.trim().is_empty() {
+                    self.last_text = Some(text.to_owned());
+                    progress.push(Progress::Text(cut(text, PROGRESS_TEXT_BYTES)));
+                }
+            }
+            Some("tool_use") => progress.push(Progress::ToolUse {
+                tool: part
+                    .get("tool")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?")
+                    .to_owned(),
+                input: part.pointer("/state/input").cloned().unwrap_or(json!({})),
+            }),
+            Some("step_finish") => {
+                let tokens = |path: &str| part.pointer(path).and_then(Value::as_u64).unwrap_or(0);
+                self.usage.add(Usage {
+                    input_tokens: tokens("/tokens/input")
+                        + tokens("/tokens/cache/read")
+                        + tokens("/tokens/cache/write"),
+                    output_tokens: tokens("/tokens/output") + tokens("/tokens/reasoning"),
+                    cost_micro_usd: Usage::micro_usd(
+                        part.get("cost").and_then(Value::as_f64).unwrap_or(0.0),
+                    ),
+                });
+            }
+            Some("error") => {
+                let message = event
+                    .pointer("/error/data/message")
+                    .or_else(|| event.pointer("/error/message"))
+                    .and_then(Value::as_str)
+                    .map_or_else(|| event["error"].to_string(), ToOwned::to_owned);
+                self.error = Some(message);
+            }
+            _ => {}
+        }
+        progress
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_become_progress_session_and_usage() {
+        let mut stream = Stream::default();
+        let lines = [
+            r#"{"type":"step_start","timestamp":1,"sessionID":"ses_1","part":{"type":"step-start"}}"#,
+            r#"{"type":"tool_use","timestamp":2,"sessionID":"ses_1","part":{"tool":"bash","state":{"status":"completed","input":{"command":"chorus-tools '{}'"},"output":"ok"}}}"#,
+            r#"{"type":"step_finish","timestamp":3,"sessionID":"ses_1","part":{"reason":"tool-calls","cost":0.001,"tokens":{"input":100,"output":20,"reasoning":5,"cache":{"read":10,"write":0}}}}"#,
+            r#"{"type":"text","timestamp":4,"sessionID":"ses_1","part":{"type":"text","text":"FINAL: done"}}"#,
+            r#"{"type":"step_finish","timestamp":5,"sessionID":"ses_1","part":{"reason":"stop","cost":0.002,"tokens":{"input":120,"output":10}}}"#,
+        ];
+        let progress: Vec<Progress> = lines.iter().flat_map(|l| stream.line(l)).collect();
+        assert_eq!(
+            progress,
+            [
+                Progress::Session("ses_1".to_owned()),
+                Progress::ToolUse {
+                    tool: "bash".to_owned(),
+                    input: json!({"command": "chorus-tools '{}'"})
+                },
+                Progress::Text("FINAL: done".to_owned()),
+            ]
+        );
+        assert_eq!(
+            stream.usage,
+            Usage {
+                input_tokens: 230,
+                output_tokens: 35,
+                cost_micro_usd: 3000
+            }
+        );
+        assert_eq!(stream.last_text.as_deref(), Some("FINAL: done"));
+    }
+
+    #[test]
+    fn an_error_event_is_kept() {
+        let mut stream = Stream::default();
+        stream.line(r#"{"type":"error","sessionID":"s","error":{"name":"APIError","data":{"message":"rate limited"}}}"#);
+        assert_eq!(stream.error.as_deref(), Some("rate limited"));
+    }
+}

@@ -1,0 +1,311 @@
+//! Running agents: StartTask launches a run, a driver task carries it from
+//! spawning to its end, CancelTask and shutdown stop it. The database holds the
+//! run's state; this module holds only what cannot be stored — the stop token of
+//! each live run and a way to wait for its end.
+//!
+//! Files: `start` (StartTask, CancelTask), `driver` (one run, attempt by attempt,
+//! to its recorded end), `process` and `sweep` (CLI processes and killing every
+//! one of them), `tools` (the executor path for API agents).
+
+mod driver;
+pub mod process;
+mod start;
+pub mod sweep;
+pub mod tools;
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::domain::{RunId, TaskId};
+use crate::providers::RunContext;
+use crate::providers::openai::ApiLimits;
+use crate::state::AppState;
+
+pub use start::{cancel_task, start_task};
+
+/// Environment variables an agent process gets from the orchestrator's own
+/// environment when they are set (besides PATH, which is extended): locale,
+/// proxies and certificates, and the credentials the CLIs read.
+pub const DEFAULT_PASS_ENV: [&str; 18] = [
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "OPENAI_API_KEY",
+];
+
+/// How agents are run.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// The chorus-tools binary agents call (an absolute path without spaces: it is
+    /// written into the CLI's permission rule).
+    pub chorus_tools: PathBuf,
+    /// Where each run gets its own directory (HOME, generated config).
+    pub runs_dir: PathBuf,
+    /// The Claude Code and OpenCode executables.
+    pub claude_bin: PathBuf,
+    pub opencode_bin: PathBuf,
+    /// How long a run may take when StartTask does not say.
+    pub run_timeout: Duration,
+    /// Between SIGTERM and SIGKILL when a run's processes are stopped.
+    pub kill_grace: Duration,
+    /// Names of environment variables passed on to agent processes.
+    pub pass_env: Vec<String>,
+    pub api: ApiLimits,
+    /// Keep each run's directory after it ends (for debugging).
+    pub keep_run_dirs: bool,
+}
+
+impl RunnerConfig {
+    /// Defaults: chorus-tools next to this executable, run directories under
+    /// `data_dir/runs`, `claude` and `opencode` from PATH, 10-minute runs.
+    pub fn new(data_dir: &Path) -> Self {
+        let chorus_tools = std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.parent()?.join("chorus-tools")))
+            .unwrap_or_else(|| PathBuf::from("chorus-tools"));
+        Self {
+            chorus_tools,
+            runs_dir: data_dir.join("runs"),
+            claude_bin: PathBuf::from("claude"),
+            opencode_bin: PathBuf::from("opencode"),
+            run_timeout: Duration::from_secs(600),
+            kill_grace: Duration::from_secs(2),
+            pass_env: DEFAULT_PASS_ENV.iter().map(|s| (*s).to_owned()).collect(),
+            api: ApiLimits::default(),
+            keep_run_dirs: false,
+        }
+    }
+
+    /// Checks what can be checked at start-up.
+    ///
+    /// # Errors
+    /// chorus-tools is missing, relative or has a space in its path.
+    pub fn validate(&self) -> Result<(), String> {
+        let path = &self.chorus_tools;
+        if !path.is_absolute() || path.to_string_lossy().chars().any(char::is_whitespace) {
+            return Err(format!(
+                "the chorus-tools path '{}' must be absolute and contain no spaces (it goes into the CLI's permission rule)",
+                path.display()
+            ));
+        }
+        if !path.is_file() {
+            return Err(format!(
+                "chorus-tools not found at '{}'; build it (cargo build --release -p chorus-tools) or pass --chorus-tools",
+                path.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a CLI provider needs besides the run: its program, chorus-tools, and the
+/// environment it passes on.
+#[derive(Debug, Clone)]
+pub struct CliSetup {
+    pub program: PathBuf,
+    pub chorus_tools: PathBuf,
+    /// (name, value) taken from the orchestrator's environment.
+    pub passed: Vec<(String, String)>,
+    /// The orchestrator's PATH.
+    pub path: Option<OsString>,
+}
+
+impl CliSetup {
+    /// The environment every CLI agent process starts from: its own HOME and
+    /// TMPDIR in the run directory, PATH with chorus-tools' directory first, the
+    /// passed variables, and the run's token, addresses and ids.
+    pub fn base_env(&self, ctx: &RunContext) -> Vec<(String, String)> {
+        let tools_dir = self
+            .chorus_tools
+            .parent()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default();
+        let system_path = self.path.as_ref().map_or_else(
+            || "/usr/local/bin:/usr/bin:/bin".to_owned(),
+            |p| p.to_string_lossy().into_owned(),
+        );
+        let mut env = vec![
+            ("PATH".to_owned(), format!("{tools_dir}:{system_path}")),
+            (
+                "HOME".to_owned(),
+                home_dir(&ctx.run_dir).display().to_string(),
+            ),
+            (
+                "TMPDIR".to_owned(),
+                tmp_dir(&ctx.run_dir).display().to_string(),
+            ),
+            ("TERM".to_owned(), "dumb".to_owned()),
+            ("CHORUS_RUN_TOKEN".to_owned(), ctx.token.clone()),
+            ("CHORUS_TOOLS_ADDR".to_owned(), ctx.tools_addr.clone()),
+            (
+                "CHORUS_ORCHESTRATOR_ADDR".to_owned(),
+                ctx.orchestrator_addr.clone(),
+            ),
+            ("CHORUS_TASK_ID".to_owned(), ctx.task_id.to_string()),
+            (
+                "CHORUS_TOOLS".to_owned(),
+                self.chorus_tools.display().to_string(),
+            ),
+        ];
+        env.extend(self.passed.iter().cloned());
+        env
+    }
+}
+
+/// A run's HOME.
+pub fn home_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("home")
+}
+
+/// A run's TMPDIR.
+pub fn tmp_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("tmp")
+}
+
+/// A run in progress in this process.
+#[derive(Debug)]
+struct Live {
+    task_id: TaskId,
+    stop: CancellationToken,
+    /// Fires when the driver is done: processes dead, end recorded.
+    done: CancellationToken,
+}
+
+/// The live runs of this process and how to run agents.
+#[derive(Debug)]
+pub struct Runner {
+    config: RunnerConfig,
+    http: reqwest::Client,
+    live: Mutex<HashMap<RunId, Live>>,
+}
+
+/// How long CancelTask and shutdown wait for a run's driver to finish.
+const STOP_WAIT: Duration = Duration::from_secs(20);
+
+impl Runner {
+    pub fn new(config: RunnerConfig) -> Self {
+        Self {
+            config,
+            http: reqwest::Client::new(),
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn config(&self) -> &RunnerConfig {
+        &self.config
+    }
+
+    fn cli_setup(&self, program: &Path) -> CliSetup {
+        CliSetup {
+            program: program.to_path_buf(),
+            chorus_tools: self.config.chorus_tools.clone(),
+            passed: self
+                .config
+                .pass_env
+                .iter()
+                .filter_map(|name| Some((name.clone(), std::env::var(name).ok()?)))
+                .collect(),
+            path: std::env::var_os("PATH"),
+        }
+    }
+
+    /// Starts the driver of a run that was just created (spawning).
+    fn launch(self: &Arc<Self>, state: AppState, ctx: RunContext, message: String) {
+        let done = CancellationToken::new();
+        let run_id = ctx.run_id;
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                run_id,
+                Live {
+                    task_id: ctx.task_id,
+                    stop: ctx.stop.clone(),
+                    done: done.clone(),
+                },
+            );
+        let runner = Arc::clone(self);
+        tokio::spawn(async move {
+            // Unregisters and signals the end even if the driver panics.
+            let _guard = LiveGuard {
+                runner: Arc::clone(&runner),
+                run_id,
+                done,
+            };
+            driver::drive(&state, &runner, ctx, message).await;
+        });
+    }
+
+    /// Stops the live runs of a task (or all of them) and waits until their
+    /// drivers are done.
+    async fn stop(&self, task: Option<TaskId>) {
+        let waits: Vec<CancellationToken> = {
+            let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+            live.values()
+                .filter(|l| task.is_none_or(|t| l.task_id == t))
+                .map(|l| {
+                    l.stop.cancel();
+                    l.done.clone()
+                })
+                .collect()
+        };
+        for done in waits {
+            if tokio::time::timeout(STOP_WAIT, done.cancelled())
+                .await
+                .is_err()
+            {
+                warn!("a run did not stop in time");
+            }
+        }
+    }
+
+    /// Stops every live run (orchestrator shutdown) and waits for them.
+    pub async fn shutdown(&self) {
+        self.stop(None).await;
+    }
+
+    /// How many runs are live in this process.
+    pub fn live_runs(&self) -> usize {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+struct LiveGuard {
+    runner: Arc<Runner>,
+    run_id: RunId,
+    done: CancellationToken,
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.runner
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.run_id);
+        self.done.cancel();
+    }
+}

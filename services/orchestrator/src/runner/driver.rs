@@ -1,0 +1,437 @@
+//! One run from spawning to its recorded end.
+//!
+//! Spawning: the run directory is prepared (HOME, TMPDIR, generated files). Then
+//! the run goes active (`agent_started`) and the first attempt starts; its
+//! progress becomes `agent_progress` events as it arrives. When an attempt ends
+//! normally without a completion report, the session is resumed once with a
+//! reminder. The end is recorded in one transaction:
+//!
+//! - a completion report was submitted → `agent_completed` (the report already
+//!   decided the task's status);
+//! - the attempt failed or timed out → `run_failed` and the task fails with the
+//!   reason;
+//! - it ended without a report, even after the reminder → `agent_completed` and
+//!   the task waits, with the reason;
+//! - the orchestrator is shutting down → `run_interrupted` and the task waits;
+//! - CancelTask already ended the run → only its usage and session are kept.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use super::process::{CliExit, Ending, run_cli};
+use super::tools::ToolRouter;
+use super::{Runner, home_dir, tmp_dir};
+use crate::domain::{
+    AgentKind, EventKind, ProviderKind, Run, RunState, TaskStatus, Usage, now_ms, policy,
+};
+use crate::providers::{
+    Attempt, AttemptEnd, AttemptError, Progress, RunContext, claude, openai, opencode,
+};
+use crate::state::AppState;
+
+/// The message that resumes a run that ended without reporting.
+pub const REMINDER: &str = "You ended without submitting your completion report. If your work is done, submit it now; if you cannot finish, submit it with status blocked or failed and say why. Submitting the report must be your last action.";
+/// The planner's version of the reminder.
+pub const PLANNER_REMINDER: &str = "You ended without submitting your planner output. Submit it now with planner-output; it must be your last action.";
+
+pub(super) async fn drive(
+    state: &AppState,
+    runner: &Arc<Runner>,
+    ctx: RunContext,
+    message: String,
+) {
+    let run_id = ctx.run_id;
+    let outcome = run_attempts(state, runner, &ctx, message).await;
+    // Every process of the run is dead: its directory can go before the end is
+    // announced.
+    if !runner.config().keep_run_dirs {
+        if let Err(e) = tokio::fs::remove_dir_all(&ctx.run_dir).await {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                warn!(run_id = %run_id, dir = %ctx.run_dir.display(), error = %e, "cannot remove the run directory");
+            }
+        }
+    }
+    record_end(state, &ctx, outcome).await;
+}
+
+/// How a run's attempts ended.
+#[derive(Debug)]
+struct Outcome {
+    result: Result<AttemptEnd, AttemptError>,
+    /// Summed over the attempts.
+    usage: Usage,
+    session_id: Option<String>,
+    /// The reminder was sent.
+    resumed: bool,
+}
+
+async fn run_attempts(
+    state: &AppState,
+    runner: &Arc<Runner>,
+    ctx: &RunContext,
+    message: String,
+) -> Outcome {
+    let mut outcome = Outcome {
+        result: Ok(AttemptEnd::default()),
+        usage: Usage::default(),
+        session_id: None,
+        resumed: false,
+    };
+    if let Err(reason) = prepare(runner, ctx).await {
+        outcome.result = Err(AttemptError::Failed {
+            reason,
+            partial: AttemptEnd::default(),
+        });
+        return outcome;
+    }
+    // Spawning → active: from now on its tool calls are accepted.
+    match state
+        .store
+        .change_run(ctx.run_id, |run, task| {
+            Ok(vec![policy::activate_run(run, task)?])
+        })
+        .await
+    {
+        Ok((_, _, events)) => state.publish(&events),
+        Err(e) => {
+            // Canceled while spawning, or the store failed: nothing was started.
+            outcome.result = Err(AttemptError::Failed {
+                reason: format!("the run could not become active: {e}"),
+                partial: AttemptEnd::default(),
+            });
+            return outcome;
+        }
+    }
+
+    let (progress_tx, progress_rx) = mpsc::unbounded_channel();
+    let recorder = tokio::spawn(record_progress(state.clone(), ctx.clone(), progress_rx));
+    let mut attempt = Attempt {
+        message,
+        resume: None,
+    };
+    loop {
+        let result = run_attempt(state, runner, ctx, &attempt, &progress_tx).await;
+        let partial = match &result {
+            Ok(end) => end.clone(),
+            Err(e) => e.partial().clone(),
+        };
+        outcome.usage.add(partial.usage);
+        if partial.session_id.is_some() {
+            outcome.session_id.clone_from(&partial.session_id);
+        }
+        outcome.result = result;
+        let may_resume = outcome.result.is_ok() && !outcome.resumed && !ctx.stop.is_cancelled();
+        if !may_resume || reported(state, ctx).await {
+            break;
+        }
+        let resume = match ctx.provider.kind {
+            ProviderKind::OpenaiCompatible => Some(ctx.run_id.to_string()),
+            ProviderKind::ClaudeCode | ProviderKind::Opencode => outcome.session_id.clone(),
+        };
+        let Some(resume) = resume else { break };
+        info!(run_id = %ctx.run_id, "the agent ended without reporting; resuming it once with a reminder");
+        let _ = progress_tx.send(Progress::Text(String::new()));
+        outcome.resumed = true;
+        attempt = Attempt {
+            message: match ctx.agent_kind {
+                AgentKind::UserDefined => REMINDER.to_owned(),
+                AgentKind::Internal => PLANNER_REMINDER.to_owned(),
+            },
+            resume: Some(resume),
+        };
+    }
+    drop(progress_tx);
+    if let Err(e) = recorder.await {
+        warn!(run_id = %ctx.run_id, error = %e, "the progress recorder failed");
+    }
+    outcome
+}
+
+/// Creates the run directory: HOME, TMPDIR, and the provider's files.
+async fn prepare(runner: &Runner, ctx: &RunContext) -> Result<(), String> {
+    let failed = |e: std::io::Error| {
+        format!(
+            "cannot prepare the run directory {}: {e}",
+            ctx.run_dir.display()
+        )
+    };
+    tokio::fs::create_dir_all(home_dir(&ctx.run_dir))
+        .await
+        .map_err(failed)?;
+    tokio::fs::create_dir_all(tmp_dir(&ctx.run_dir))
+        .await
+        .map_err(failed)?;
+    if ctx.provider.kind == ProviderKind::Opencode {
+        tokio::fs::write(
+            ctx.run_dir.join(opencode::INSTRUCTIONS_FILE),
+            &ctx.system_prompt,
+        )
+        .await
+        .map_err(failed)?;
+    }
+    let _ = runner;
+    Ok(())
+}
+
+/// Whether the run has submitted what it must finish with.
+async fn reported(state: &AppState, ctx: &RunContext) -> bool {
+    match state.store.get_run(ctx.run_id).await {
+        Ok(run) => has_report(&run, ctx.agent_kind),
+        Err(_) => false,
+    }
+}
+
+fn has_report(run: &Run, kind: AgentKind) -> bool {
+    match kind {
+        AgentKind::UserDefined => run.completion_report.is_some(),
+        AgentKind::Internal => run.planner_output.is_some(),
+    }
+}
+
+/// One attempt with the run's provider.
+async fn run_attempt(
+    state: &AppState,
+    runner: &Arc<Runner>,
+    ctx: &RunContext,
+    attempt: &Attempt,
+    progress: &mpsc::UnboundedSender<Progress>,
+) -> Result<AttemptEnd, AttemptError> {
+    let config = runner.config();
+    match ctx.provider.kind {
+        ProviderKind::ClaudeCode => {
+            let setup = runner.cli_setup(&config.claude_bin);
+            let command = claude::command(&setup, ctx, attempt);
+            let mut stream = claude::Stream::default();
+            let exit = run_cli(
+                &command,
+                &ctx.run_id.to_string(),
+                ctx.deadline,
+                ctx.timeout,
+                config.kill_grace,
+                &ctx.stop,
+                &mut |line: &str| {
+                    for p in stream.line(line) {
+                        let _ = progress.send(p);
+                    }
+                },
+            )
+            .await;
+            let end = AttemptEnd {
+                output: stream.result.clone(),
+                session_id: stream.session_id.clone(),
+                usage: stream.usage,
+            };
+            cli_result("claude", exit, end, stream.error)
+        }
+        ProviderKind::Opencode => {
+            let setup = runner.cli_setup(&config.opencode_bin);
+            let command = opencode::command(&setup, ctx, attempt);
+            let mut stream = opencode::Stream::default();
+            let exit = run_cli(
+                &command,
+                &ctx.run_id.to_string(),
+                ctx.deadline,
+                ctx.timeout,
+                config.kill_grace,
+                &ctx.stop,
+                &mut |line: &str| {
+                    for p in stream.line(line) {
+                        let _ = progress.send(p);
+                    }
+                },
+            )
+            .await;
+            let end = AttemptEnd {
+                output: stream.last_text.clone(),
+                session_id: stream.session_id.clone(),
+                usage: stream.usage,
+            };
+            cli_result("opencode", exit, end, stream.error)
+        }
+        ProviderKind::OpenaiCompatible => {
+            let router = ToolRouter::new(&ctx.tools_addr, &ctx.orchestrator_addr, &ctx.token)
+                .map_err(|reason| AttemptError::Failed {
+                    reason,
+                    partial: AttemptEnd::default(),
+                })?;
+            openai::attempt(
+                &runner.http,
+                &config.api,
+                &state.store,
+                &router,
+                ctx,
+                attempt,
+                &mut |p| {
+                    let _ = progress.send(p);
+                },
+            )
+            .await
+        }
+    }
+}
+
+/// Turns a CLI's exit into the attempt's result.
+fn cli_result(
+    program: &str,
+    exit: Result<CliExit, String>,
+    end: AttemptEnd,
+    stream_error: Option<String>,
+) -> Result<AttemptEnd, AttemptError> {
+    let exit = match exit {
+        Ok(exit) => exit,
+        Err(reason) => {
+            return Err(AttemptError::Failed {
+                reason,
+                partial: end,
+            });
+        }
+    };
+    match &exit.ending {
+        Ending::Exited(0) => match stream_error {
+            None => Ok(end),
+            Some(error) => Err(AttemptError::Failed {
+                reason: format!("{program} reported an error: {error}"),
+                partial: end,
+            }),
+        },
+        Ending::Exited(_) | Ending::Signaled(_) => {
+            let mut reason = exit.describe(program);
+            if let Some(error) = stream_error {
+                reason = format!("{reason}\n{program} reported: {error}");
+            }
+            Err(AttemptError::Failed {
+                reason,
+                partial: end,
+            })
+        }
+        Ending::TimedOut(_) => Err(AttemptError::TimedOut {
+            reason: exit.describe(program),
+            partial: end,
+        }),
+        Ending::Stopped => Err(AttemptError::Stopped { partial: end }),
+    }
+}
+
+/// Writes progress as history, in order, until the attempts are over.
+async fn record_progress(
+    state: AppState,
+    ctx: RunContext,
+    mut rx: mpsc::UnboundedReceiver<Progress>,
+) {
+    while let Some(progress) = rx.recv().await {
+        let result = match progress {
+            Progress::Session(session) => state
+                .store
+                .change_run(ctx.run_id, move |run, _task| {
+                    run.session_id = Some(session);
+                    Ok(Vec::new())
+                })
+                .await
+                .map(|(_, _, events)| events),
+            other => {
+                let (kind, details) = match other {
+                    // An empty text marks the reminder.
+                    Progress::Text(text) if text.is_empty() => {
+                        ("reminder", json!({ "text": REMINDER }))
+                    }
+                    Progress::Text(text) => ("text", json!({ "text": text })),
+                    Progress::ToolUse { tool, input } => {
+                        ("tool_use", json!({ "tool": tool, "input": input }))
+                    }
+                    Progress::Session(_) => continue,
+                };
+                let run_id = ctx.run_id;
+                let agent = ctx.agent.clone();
+                state
+                    .store
+                    .change_task(ctx.task_id, move |_task| {
+                        let data = json!({ "run_id": run_id.to_string(), "agent": agent.as_str(), "kind": kind });
+                        let mut data = data;
+                        if let (Some(d), Value::Object(extra)) = (data.as_object_mut(), details) {
+                            d.extend(extra);
+                        }
+                        Ok(vec![(EventKind::AgentProgress, data)])
+                    })
+                    .await
+                    .map(|(_, events)| events)
+            }
+        };
+        match result {
+            Ok(events) => state.publish(&events),
+            Err(e) => warn!(run_id = %ctx.run_id, error = %e, "cannot record the agent's progress"),
+        }
+    }
+}
+
+/// Records how the run ended, in one transaction.
+async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
+    let shutting_down = state.shutdown.is_cancelled();
+    let agent_kind = ctx.agent_kind;
+    let Outcome {
+        result,
+        usage,
+        session_id,
+        resumed,
+    } = outcome;
+    let agent = ctx.agent.clone();
+    let end = state
+        .store
+        .change_run(ctx.run_id, move |run, task| {
+            run.usage = usage;
+            if session_id.is_some() {
+                run.session_id.clone_from(&session_id);
+            }
+            if run.state == RunState::Finished {
+                // CancelTask ended it; keep what it cost.
+                return Ok(Vec::new());
+            }
+            let now = now_ms();
+            let mut details = json!({ "usage": usage.to_json(), "session_id": session_id });
+            let output = match &result {
+                Ok(end) => end.output.clone(),
+                Err(e) => e.partial().output.clone(),
+            };
+            if let Some(output) = output {
+                details["output"] = json!(crate::providers::cut(&output, 4096));
+            }
+            if has_report(run, agent_kind) {
+                return Ok(vec![policy::end_run(run, task, EventKind::AgentCompleted, "completed".to_owned(), details, now)?]);
+            }
+            let mut events = Vec::new();
+            match result {
+                Err(AttemptError::Stopped { .. }) if shutting_down => {
+                    let reason = "interrupted: the orchestrator shut down".to_owned();
+                    events.push(policy::end_run(run, task, EventKind::RunInterrupted, reason.clone(), details, now)?);
+                    events.extend(policy::settle_task_without_report(run, task, TaskStatus::Waiting, &format!("{reason}; start it again"))?);
+                }
+                Err(AttemptError::Stopped { .. }) => {
+                    events.push(policy::end_run(run, task, EventKind::RunCanceled, "canceled".to_owned(), details, now)?);
+                }
+                Err(AttemptError::Failed { reason, .. } | AttemptError::TimedOut { reason, .. }) => {
+                    events.push(policy::end_run(run, task, EventKind::RunFailed, reason.clone(), details, now)?);
+                    events.extend(policy::settle_task_without_report(run, task, TaskStatus::Failed, &reason)?);
+                }
+                Ok(_) => {
+                    let reason = if resumed {
+                        format!("agent '{agent}' ended without a completion report, even after a reminder")
+                    } else {
+                        format!("agent '{agent}' ended without a completion report")
+                    };
+                    events.push(policy::end_run(run, task, EventKind::AgentCompleted, reason.clone(), details, now)?);
+                    events.extend(policy::settle_task_without_report(run, task, TaskStatus::Waiting, &reason)?);
+                }
+            }
+            Ok(events)
+        })
+        .await;
+    match end {
+        Ok((run, _task, events)) => {
+            state.publish(&events);
+            info!(run_id = %run.id, reason = run.end_reason.as_deref().unwrap_or(""), "run ended");
+        }
+        Err(e) => warn!(run_id = %ctx.run_id, error = %e, "cannot record the end of a run"),
+    }
+}

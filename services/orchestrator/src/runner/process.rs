@@ -1,0 +1,381 @@
+//! One CLI agent process: started as the leader of its own process group with
+//! stdin closed, stdout read line by line as it comes (each line capped), the end
+//! of stderr kept for the failure message. It ends when the process exits, the
+//! deadline passes or the stop token fires; in every case every process of the run
+//! is then killed (group and marker, [`sweep`](super::sweep)) before this returns.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+use tokio::time::{Instant, sleep_until, timeout};
+use tokio_util::sync::CancellationToken;
+
+use super::sweep::{RUN_MARKER, kill_run_processes};
+
+/// Longest stdout line handed on; the rest of a longer line is dropped.
+pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+/// How much of the end of stderr (and of stdout, for messages) is kept.
+const TAIL_BYTES: usize = 16 * 1024;
+/// Lines of output quoted in a failure message.
+const TAIL_LINES: usize = 20;
+/// How long output is still read after every process of the run is dead.
+const PIPE_GRACE: Duration = Duration::from_secs(2);
+
+/// What to run: the program, its arguments, its whole environment, where.
+#[derive(Debug, Clone)]
+pub struct CliCommand {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// The complete environment (nothing is inherited).
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+}
+
+/// How the process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    Exited(i32),
+    Signaled(i32),
+    TimedOut(Duration),
+    Stopped,
+}
+
+/// The end of a CLI process.
+#[derive(Debug)]
+pub struct CliExit {
+    pub ending: Ending,
+    /// The last lines of stderr, or of stdout when stderr was empty.
+    pub tail: Vec<String>,
+}
+
+impl CliExit {
+    /// "exited with code 2", "killed by signal 9 (SIGKILL)", "timed out after 600 s",
+    /// each followed by the last lines of output.
+    pub fn describe(&self, program: &str) -> String {
+        let what = match &self.ending {
+            Ending::Exited(code) => format!("{program} exited with code {code}"),
+            Ending::Signaled(signal) => format!(
+                "{program} was killed by signal {signal} ({})",
+                signal_name(*signal)
+            ),
+            Ending::TimedOut(after) => format!("timed out after {} s", after.as_secs()),
+            Ending::Stopped => "stopped".to_owned(),
+        };
+        if self.tail.is_empty() {
+            what
+        } else {
+            format!("{what}; last output:\n{}", self.tail.join("\n"))
+        }
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    nix::sys::signal::Signal::try_from(signal).map_or("unknown signal", |s| s.as_str())
+}
+
+/// Runs `command`, calling `on_line` with each stdout line (without its newline),
+/// until it exits, `deadline` passes (`timeout` is what the message says) or `stop`
+/// fires. `marker` tags every process of the run (`CHORUS_RUN_ID`). Every process
+/// of the run is dead when this returns.
+///
+/// # Errors
+/// The process could not be started (the message names the program).
+pub async fn run_cli(
+    command: &CliCommand,
+    marker: &str,
+    deadline: Instant,
+    run_timeout: Duration,
+    kill_grace: Duration,
+    stop: &CancellationToken,
+    on_line: &mut (dyn FnMut(&str) + Send),
+) -> Result<CliExit, String> {
+    let mut cmd = Command::new(&command.program);
+    cmd.args(&command.args)
+        .env_clear()
+        .envs(command.env.iter().map(|(k, v)| (k, v)))
+        .env(RUN_MARKER, marker)
+        .current_dir(&command.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", command.program.display()))?;
+    let pgid = child.id().map(u32::cast_signed);
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let stderr_task = tokio::spawn(read_tail(stderr));
+    let mut stdout_tail = Tail::default();
+    let mut lines = LineReader::new(stdout);
+
+    // Read stdout until EOF (every writer gone) while watching the clock and the
+    // stop token; then wait for the leader.
+    let mut ending: Option<Ending> = None;
+    loop {
+        tokio::select! {
+            line = lines.next_line() => match line {
+                Some(line) => {
+                    stdout_tail.push(line.as_bytes());
+                    stdout_tail.push(b"\n");
+                    on_line(&line);
+                }
+                None => break,
+            },
+            () = sleep_until(deadline) => {
+                ending = Some(Ending::TimedOut(run_timeout));
+                break;
+            }
+            () = stop.cancelled() => {
+                ending = Some(Ending::Stopped);
+                break;
+            }
+        }
+    }
+    let status = match ending {
+        None => {
+            // stdout closed: the leader is exiting; it still obeys the clock.
+            tokio::select! {
+                status = child.wait() => Some(status),
+                () = sleep_until(deadline) => { ending = Some(Ending::TimedOut(run_timeout)); None }
+                () = stop.cancelled() => { ending = Some(Ending::Stopped); None }
+            }
+        }
+        Some(_) => None,
+    };
+    // Whatever happened, nothing of the run outlives it.
+    let left = kill_run_processes(pgid, marker, kill_grace).await;
+    if !left.is_empty() {
+        tracing::error!(?left, marker, "processes of a run survived SIGKILL");
+    }
+    let status: Option<ExitStatus> = match status {
+        Some(Ok(status)) => Some(status),
+        Some(Err(e)) => {
+            return Err(format!(
+                "cannot wait for {}: {e}",
+                command.program.display()
+            ));
+        }
+        None => child.wait().await.ok(),
+    };
+    // Drain what is left of stdout (bounded: a process that escaped could hold it).
+    if ending.is_none() {
+        let _ = timeout(PIPE_GRACE, async {
+            while let Some(line) = lines.next_line().await {
+                stdout_tail.push(line.as_bytes());
+                stdout_tail.push(b"\n");
+                on_line(&line);
+            }
+        })
+        .await;
+    }
+    let stderr_tail = match timeout(PIPE_GRACE, stderr_task).await {
+        Ok(Ok(tail)) => tail,
+        _ => Tail::default(),
+    };
+    let ending = ending.unwrap_or_else(|| {
+        use std::os::unix::process::ExitStatusExt;
+        match status {
+            Some(s) => match (s.code(), s.signal()) {
+                (Some(code), _) => Ending::Exited(code),
+                (None, Some(signal)) => Ending::Signaled(signal),
+                (None, None) => Ending::Exited(-1),
+            },
+            None => Ending::Exited(-1),
+        }
+    });
+    let tail = if stderr_tail.is_empty() {
+        stdout_tail.last_lines(TAIL_LINES)
+    } else {
+        stderr_tail.last_lines(TAIL_LINES)
+    };
+    Ok(CliExit { ending, tail })
+}
+
+/// The last [`TAIL_BYTES`] of a stream.
+#[derive(Debug, Default)]
+struct Tail(VecDeque<u8>);
+
+impl Tail {
+    fn push(&mut self, bytes: &[u8]) {
+        self.0.extend(bytes);
+        let excess = self.0.len().saturating_sub(TAIL_BYTES);
+        self.0.drain(..excess);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(u8::is_ascii_whitespace)
+    }
+
+    fn last_lines(&self, n: usize) -> Vec<String> {
+        let bytes: Vec<u8> = self.0.iter().copied().collect();
+        let text = String::from_utf8_lossy(&bytes);
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        lines[lines.len().saturating_sub(n)..]
+            .iter()
+            .map(|l| (*l).to_owned())
+            .collect()
+    }
+}
+
+async fn read_tail(stream: Option<impl AsyncRead + Unpin>) -> Tail {
+    let mut tail = Tail::default();
+    let Some(mut stream) = stream else {
+        return tail;
+    };
+    let mut buf = vec![0u8; 16 * 1024];
+    while let Ok(n) = stream.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        tail.push(&buf[..n]);
+    }
+    tail
+}
+
+/// Splits a stream into lines of at most [`MAX_LINE_BYTES`].
+struct LineReader<R> {
+    stream: Option<R>,
+    buf: Vec<u8>,
+    /// The current line is over the cap: drop bytes until its newline.
+    skipping: bool,
+    chunk: Vec<u8>,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    fn new(stream: Option<R>) -> Self {
+        Self {
+            stream,
+            buf: Vec::new(),
+            skipping: false,
+            chunk: vec![0u8; 64 * 1024],
+        }
+    }
+
+    /// The next line, or None at end of stream. Cancel-safe: bytes already read
+    /// stay in the buffer.
+    async fn next_line(&mut self) -> Option<String> {
+        loop {
+            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+                let rest = self.buf.split_off(pos + 1);
+                let mut line = std::mem::replace(&mut self.buf, rest);
+                line.pop();
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                if std::mem::take(&mut self.skipping) {
+                    continue;
+                }
+                return Some(String::from_utf8_lossy(&line).into_owned());
+            }
+            if self.buf.len() > MAX_LINE_BYTES {
+                self.buf.clear();
+                self.skipping = true;
+            }
+            let stream = self.stream.as_mut()?;
+            match stream.read(&mut self.chunk).await {
+                Ok(0) | Err(_) => {
+                    self.stream = None;
+                    if self.buf.is_empty() || self.skipping {
+                        return None;
+                    }
+                    let line = std::mem::take(&mut self.buf);
+                    return Some(String::from_utf8_lossy(&line).into_owned());
+                }
+                Ok(n) => self.buf.extend_from_slice(&self.chunk[..n]),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> CliCommand {
+        CliCommand {
+            program: "/bin/sh".into(),
+            args: vec!["-c".to_owned(), script.to_owned()],
+            env: vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())],
+            cwd: std::env::temp_dir(),
+        }
+    }
+
+    async fn run(script: &str, timeout_after: Duration) -> (CliExit, Vec<String>) {
+        let mut lines = Vec::new();
+        let exit = run_cli(
+            &sh(script),
+            &uuid::Uuid::new_v4().to_string(),
+            Instant::now() + timeout_after,
+            timeout_after,
+            Duration::from_millis(200),
+            &CancellationToken::new(),
+            &mut |line: &str| lines.push(line.to_owned()),
+        )
+        .await
+        .expect("started");
+        (exit, lines)
+    }
+
+    #[tokio::test]
+    async fn lines_arrive_in_order_and_the_exit_code_is_kept() {
+        let (exit, lines) = run(
+            "echo one; printf 'two\\r\\nthree'; echo oops >&2; exit 3",
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(lines, ["one", "two", "three"]);
+        assert_eq!(exit.ending, Ending::Exited(3));
+        assert_eq!(exit.tail, ["oops"]);
+        assert_eq!(
+            exit.describe("claude"),
+            "claude exited with code 3; last output:\noops"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_group_and_says_so() {
+        let (exit, lines) = run(
+            "trap '' TERM; echo started; sleep 300 & wait",
+            Duration::from_millis(300),
+        )
+        .await;
+        assert_eq!(lines, ["started"]);
+        assert_eq!(exit.ending, Ending::TimedOut(Duration::from_millis(300)));
+        assert!(exit.describe("x").starts_with("timed out after 0 s"));
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_is_a_clear_error() {
+        let mut command = sh("true");
+        command.program = "/no/such/cli".into();
+        let err = run_cli(
+            &command,
+            "m",
+            Instant::now() + Duration::from_secs(5),
+            Duration::from_secs(5),
+            Duration::from_millis(10),
+            &CancellationToken::new(),
+            &mut |_: &str| {},
+        )
+        .await
+        .expect_err("no such program");
+        assert!(err.starts_with("cannot start /no/such/cli:"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_overlong_line_is_dropped_and_reading_goes_on() {
+        let script = format!(
+            "head -c {} /dev/zero | tr '\\0' x; echo; echo after",
+            MAX_LINE_BYTES + 10
+        );
+        let (exit, lines) = run(&script, Duration::from_secs(30)).await;
+        assert_eq!(exit.ending, Ending::Exited(0));
+        assert_eq!(lines, ["after"]);
+    }
+}

@@ -1,0 +1,212 @@
+//! Helpers for tests that run agents: a workspace with a provider and an agent,
+//! a planned task, and waiting on its history.
+
+use std::path::Path;
+use std::time::Duration;
+
+use chorus_proto::orchestrator::v1 as pb;
+use serde_json::Value;
+use tokio_stream::StreamExt;
+use tonic::transport::Channel;
+
+pub type Client = pb::orchestrator_client::OrchestratorClient<Channel>;
+
+/// The fake CLI built with this crate.
+pub fn fake_cli() -> std::path::PathBuf {
+    crate::built_bin("fake-agent-cli", "chorus-tests")
+}
+
+/// A workspace at `root` with a provider of `kind` and an agent using it.
+pub struct Team {
+    pub workspace: pb::Workspace,
+    pub agent: String,
+}
+
+/// Creates a workspace, a provider (`kind`, optional base URL, key and model)
+/// and an agent with `tools` and `instructions`.
+#[allow(clippy::too_many_arguments)]
+pub async fn team(
+    client: &mut Client,
+    root: &Path,
+    kind: pb::ProviderKind,
+    base_url: &str,
+    api_key: &str,
+    model: &str,
+    tools: &[&str],
+    instructions: &str,
+) -> Team {
+    let workspace = client
+        .create_workspace(pb::CreateWorkspaceRequest {
+            name: "team".into(),
+            root: root.display().to_string(),
+        })
+        .await
+        .expect("workspace")
+        .into_inner();
+    client
+        .create_provider(pb::CreateProviderRequest {
+            workspace_id: workspace.id.clone(),
+            name: "model".into(),
+            kind: kind.into(),
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key: api_key.into(),
+        })
+        .await
+        .expect("provider");
+    client
+        .create_agent(pb::CreateAgentRequest {
+            workspace_id: workspace.id.clone(),
+            name: "worker".into(),
+            instructions: instructions.into(),
+            allowed_tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+            provider: "model".into(),
+            model: String::new(),
+        })
+        .await
+        .expect("agent");
+    Team {
+        workspace,
+        agent: "worker".into(),
+    }
+}
+
+/// A task moved by hand to planned, ready for StartTask.
+pub async fn planned_task(
+    client: &mut Client,
+    workspace: &pb::Workspace,
+    description: &str,
+) -> pb::Task {
+    let task = client
+        .create_task(pb::CreateTaskRequest {
+            workspace_id: workspace.id.clone(),
+            description: description.into(),
+            source: None,
+        })
+        .await
+        .expect("task")
+        .into_inner();
+    for status in ["planning", "planned"] {
+        client
+            .update_task_status(pb::UpdateTaskStatusRequest {
+                id: task.id.clone(),
+                status: status.into(),
+                reason: String::new(),
+            })
+            .await
+            .expect("status");
+    }
+    task
+}
+
+/// Starts `agent` on the task.
+pub async fn start(
+    client: &mut Client,
+    task: &pb::Task,
+    agent: &str,
+    timeout_secs: u32,
+) -> pb::StartTaskResponse {
+    client
+        .start_task(pb::StartTaskRequest {
+            task_id: task.id.clone(),
+            agent: agent.into(),
+            prompt: String::new(),
+            timeout_secs,
+        })
+        .await
+        .expect("start task")
+        .into_inner()
+}
+
+/// An event's data as JSON.
+pub fn data(event: &pb::TaskEvent) -> Value {
+    Value::Object(chorus_proto::json::from_struct(
+        event.data.clone().unwrap_or_default(),
+    ))
+}
+
+/// Follows the task's history from the start until `done` says an event is the
+/// one awaited; returns every event up to it. Fails after two minutes rather
+/// than hang (a safety net, not a timing assertion).
+pub async fn wait_for(
+    client: &mut Client,
+    task: &str,
+    done: impl Fn(&pb::TaskEvent) -> bool,
+) -> Vec<pb::TaskEvent> {
+    let mut stream = client
+        .watch_task(pb::WatchTaskRequest {
+            task_id: task.to_owned(),
+            after_sequence: 0,
+            follow: true,
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut seen = Vec::new();
+    let result = tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(event) = stream.next().await {
+            let event = event.expect("event");
+            let last = done(&event);
+            seen.push(event);
+            if last {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        result.is_ok(),
+        "the awaited event never came; history: {:#?}",
+        seen.iter()
+            .map(|e| (e.kind.clone(), data(e)))
+            .collect::<Vec<_>>()
+    );
+    seen
+}
+
+/// Whether an event ends a run (agent_completed, run_failed, run_canceled,
+/// run_interrupted).
+pub fn ends_run(event: &pb::TaskEvent) -> bool {
+    matches!(
+        event.kind.as_str(),
+        "agent_completed" | "run_failed" | "run_canceled" | "run_interrupted"
+    )
+}
+
+/// `kind tool status` of each event, for compact assertions.
+pub fn summary(events: &[pb::TaskEvent]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| {
+            let d = data(e);
+            let mut s = e.kind.clone();
+            for key in ["tool", "status", "to", "kind"] {
+                if let Some(v) = d[key].as_str() {
+                    s.push(' ');
+                    s.push_str(v);
+                }
+            }
+            s
+        })
+        .collect()
+}
+
+/// Reads the pids a fake CLI's `stubborn` step wrote, once the file exists.
+pub fn pids(file: &Path) -> Vec<i32> {
+    std::fs::read_to_string(file)
+        .expect("pid file")
+        .lines()
+        .map(|l| l.trim().parse().expect("pid"))
+        .collect()
+}
+
+/// Whether a process is alive (exists and is not a zombie).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z"),
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,268 @@
+//! A stand-in for the Claude Code and OpenCode CLIs in tests: it accepts their
+//! flags, and instead of asking a model it plays the script written in its
+//! message, calling chorus-tools as the real CLI's Bash tool would and printing
+//! the same kind of output (stream-json for Claude Code, JSON events for
+//! OpenCode). Only the model is fake: the flags, environment, chorus-tools and
+//! services it talks to are the real ones.
+//!
+//! Script lines in the message (`fake:` on a first run, `fake-resume:` when
+//! resumed with `--resume`/`--session`):
+//!
+//! - `record <file>`: write argv, cwd and environment to `<file>` as JSON;
+//! - `call <json>`: run chorus-tools with that argument (the path comes from the
+//!   `--allowedTools` rule for Claude Code, from the permission rule of the
+//!   generated config for OpenCode: the flags must be right for this to work);
+//! - `say <text>`: write assistant text;
+//! - `stderr <text>`: write a line to stderr;
+//! - `exit <code>`: end now with that code;
+//! - `stubborn <n> <file>`: start n processes that ignore SIGTERM, every other one
+//!   in a new session (`setsid`), write their pids to `<file>`, say "stubborn
+//!   children started" and wait forever, ignoring SIGTERM too;
+//! - `hang`: wait forever.
+#![forbid(unsafe_code)]
+
+use std::io::Write as _;
+use std::process::{Command, ExitCode, Stdio};
+
+use serde_json::{Value, json};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Claude,
+    Opencode,
+}
+
+struct Out {
+    mode: Mode,
+    session: String,
+    last_text: String,
+    turns: u64,
+}
+
+impl Out {
+    fn emit(&self, value: &Value) {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{value}");
+        let _ = stdout.flush();
+    }
+
+    fn say(&mut self, text: &str) {
+        self.last_text = text.to_owned();
+        match self.mode {
+            Mode::Claude => self.emit(&json!({"type":"assistant","message":{"content":[{"type":"text","text":text}]},"session_id":self.session})),
+            Mode::Opencode => self.emit(&json!({"type":"text","timestamp":0,"sessionID":self.session,"part":{"type":"text","text":text}})),
+        }
+    }
+
+    fn tool(&mut self, command: &str, output: &str, ok: bool) {
+        self.turns += 1;
+        match self.mode {
+            Mode::Claude => {
+                let id = format!("toolu_{}", self.turns);
+                self.emit(&json!({"type":"assistant","message":{"content":[{"type":"tool_use","id":id,"name":"Bash","input":{"command":command}}]},"session_id":self.session}));
+                self.emit(&json!({"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":id,"content":output,"is_error":!ok}]},"session_id":self.session}));
+            }
+            Mode::Opencode => {
+                self.emit(&json!({"type":"tool_use","timestamp":0,"sessionID":self.session,"part":{"tool":"bash","state":{"status":"completed","input":{"command":command},"output":output}}}));
+                self.emit(&json!({"type":"step_finish","timestamp":0,"sessionID":self.session,"part":{"reason":"tool-calls","cost":0.001,"tokens":{"input":100,"output":10}}}));
+            }
+        }
+    }
+
+    fn finish(&self) {
+        match self.mode {
+            Mode::Claude => self.emit(&json!({"type":"result","subtype":"success","is_error":false,"result":self.last_text,"session_id":self.session,"num_turns":self.turns + 1,"total_cost_usd":0.0042,"usage":{"input_tokens":120,"output_tokens":30}})),
+            Mode::Opencode => self.emit(&json!({"type":"step_finish","timestamp":0,"sessionID":self.session,"part":{"reason":"stop","cost":0.001,"tokens":{"input":100,"output":10}}})),
+        }
+    }
+}
+
+fn flag(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// The chorus-tools path the CLI's permission rules allow.
+fn chorus_tools(mode: Mode, args: &[String]) -> Option<String> {
+    match mode {
+        Mode::Claude => {
+            let rule = flag(args, "--allowedTools")?;
+            let start = rule.find("Bash(")? + 5;
+            let rest = &rule[start..];
+            Some(rest[..rest.find(" *)")?].to_owned())
+        }
+        Mode::Opencode => {
+            let config: Value =
+                serde_json::from_str(&std::env::var("OPENCODE_CONFIG_CONTENT").ok()?).ok()?;
+            let rules = config.pointer("/permission/bash")?.as_object()?;
+            rules
+                .iter()
+                .find(|(pattern, action)| {
+                    pattern.as_str() != "*" && action.as_str() == Some("allow")
+                })
+                .map(|(pattern, _)| pattern.trim_end_matches(" *").to_owned())
+        }
+    }
+}
+
+fn stubborn(count: usize, pid_file: &str) -> std::io::Result<()> {
+    let mut pids = Vec::new();
+    for i in 0..count {
+        let script = "trap '' TERM; exec sleep 1000";
+        let child = if i % 2 == 1 {
+            Command::new("setsid")
+                .args(["sh", "-c", script])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?
+        } else {
+            Command::new("sh")
+                .args(["-c", script])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?
+        };
+        pids.push(child.id().to_string());
+    }
+    let tmp = format!("{pid_file}.tmp");
+    std::fs::write(&tmp, pids.join("\n"))?;
+    std::fs::rename(tmp, pid_file)
+}
+
+fn hang() -> ! {
+    // Ignore SIGTERM the portable way: a shell that traps it replaces us.
+    let _ = Command::new("sh")
+        .args(["-c", "trap '' TERM; while :; do sleep 1000; done"])
+        .status();
+    loop {
+        std::thread::park();
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mode = if args.first().map(String::as_str) == Some("run") {
+        Mode::Opencode
+    } else {
+        Mode::Claude
+    };
+    let (message, resume) = match mode {
+        Mode::Claude => (
+            flag(&args, "-p").unwrap_or_default(),
+            flag(&args, "--resume"),
+        ),
+        Mode::Opencode => (
+            args.last().cloned().unwrap_or_default(),
+            flag(&args, "--session"),
+        ),
+    };
+    // The script lives in the task description, which is in the first message;
+    // a resumed session still has it (the reminder is the new message), so a
+    // resumed run reads the script from its recorded first message.
+    let script_source = match &resume {
+        None => message.clone(),
+        Some(_) => std::fs::read_to_string(format!(
+            "{}/first-message",
+            std::env::var("HOME").unwrap_or_default()
+        ))
+        .unwrap_or_default(),
+    };
+    if resume.is_none() {
+        let _ = std::fs::write(
+            format!(
+                "{}/first-message",
+                std::env::var("HOME").unwrap_or_default()
+            ),
+            &message,
+        );
+    }
+    let prefix = if resume.is_some() {
+        "fake-resume:"
+    } else {
+        "fake:"
+    };
+    let mut out = Out {
+        mode,
+        session: resume
+            .clone()
+            .unwrap_or_else(|| format!("sess-{}", std::process::id())),
+        last_text: String::new(),
+        turns: 0,
+    };
+    match mode {
+        Mode::Claude => out.emit(&json!({"type":"system","subtype":"init","session_id":out.session,"tools":["Bash"],"model":flag(&args, "--model")})),
+        Mode::Opencode => out.emit(&json!({"type":"step_start","timestamp":0,"sessionID":out.session,"part":{"type":"step-start"}})),
+    }
+    for line in script_source.lines() {
+        // The message starts with "Task <id>: <description>", so a step may
+        // follow text on its line.
+        let Some(at) = line.find(prefix) else {
+            continue;
+        };
+        let step = &line[at + prefix.len()..];
+        let step = step.trim();
+        let (verb, rest) = step.split_once(' ').unwrap_or((step, ""));
+        match verb {
+            "record" => {
+                let env: serde_json::Map<String, Value> = std::env::vars()
+                    .map(|(k, v)| (k, Value::String(v)))
+                    .collect();
+                let record = json!({
+                    "argv": args,
+                    "cwd": std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default(),
+                    "env": env,
+                });
+                let path = rest.trim();
+                let _ = std::fs::write(format!("{path}.tmp"), record.to_string());
+                let _ = std::fs::rename(format!("{path}.tmp"), path);
+            }
+            "call" => {
+                let Some(program) = chorus_tools(mode, &args) else {
+                    eprintln!("fake-agent-cli: no chorus-tools rule in the flags or config");
+                    return ExitCode::from(9);
+                };
+                let result = Command::new(&program)
+                    .arg(rest.trim())
+                    .stdin(Stdio::null())
+                    .output();
+                let command = format!("{program} '{}'", rest.trim());
+                match result {
+                    Ok(output) => {
+                        let text = if output.status.success() {
+                            String::from_utf8_lossy(&output.stdout).into_owned()
+                        } else {
+                            String::from_utf8_lossy(&output.stderr).into_owned()
+                        };
+                        out.tool(&command, text.trim(), output.status.success());
+                    }
+                    Err(e) => out.tool(&command, &format!("cannot run {program}: {e}"), false),
+                }
+            }
+            "say" => out.say(rest.trim()),
+            "stderr" => eprintln!("{}", rest.trim()),
+            "exit" => {
+                out.finish();
+                return ExitCode::from(rest.trim().parse::<u8>().unwrap_or(1));
+            }
+            "stubborn" => {
+                let (count, file) = rest.trim().split_once(' ').unwrap_or(("1", rest));
+                if let Err(e) = stubborn(count.parse().unwrap_or(1), file.trim()) {
+                    eprintln!("fake-agent-cli: cannot start children: {e}");
+                    return ExitCode::from(8);
+                }
+                out.say("stubborn children started");
+                hang();
+            }
+            "hang" => hang(),
+            _ => {
+                eprintln!("fake-agent-cli: unknown script step '{verb}'");
+                return ExitCode::from(7);
+            }
+        }
+    }
+    out.finish();
+    ExitCode::SUCCESS
+}

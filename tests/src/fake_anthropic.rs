@@ -1,0 +1,312 @@
+//! A scripted fake of the Anthropic Messages API, standing in for the model
+//! behind the real Claude Code CLI (`ANTHROPIC_BASE_URL=<base_url>`).
+//!
+//! The script is stateless, so retried requests are harmless: a main-conversation
+//! request (one that declares tools) is answered with `replies[i]`, where `i` is the
+//! number of `tool_result` blocks in the user messages it carries. Past the end of
+//! the script the answer is the text "done". Requests without tools (side requests)
+//! get a short text and do not consume the script.
+//!
+//! `POST /v1/messages` answers SSE when the body says `"stream": true` (the CLI
+//! always streams) and plain JSON otherwise; `POST /v1/messages/count_tokens`
+//! answers `{"input_tokens": 42}`; anything else is a 404 Anthropic-style error.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::post;
+use serde_json::{Value, json};
+
+use crate::fake_http::{HttpServer, json_response, lock, parse_body, sse_response};
+
+/// One scripted model turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// A short text block plus a `tool_use` of `Bash` running `command`
+    /// (stop_reason `tool_use`).
+    Bash { command: String },
+    /// A text block (stop_reason `end_turn`).
+    Text(String),
+}
+
+impl Reply {
+    /// `Reply::Bash` running `command`.
+    pub fn bash(command: impl Into<String>) -> Self {
+        Reply::Bash {
+            command: command.into(),
+        }
+    }
+
+    /// `Reply::Text`.
+    pub fn text(text: impl Into<String>) -> Self {
+        Reply::Text(text.into())
+    }
+}
+
+/// Text of the answer past the end of the script.
+pub const DONE_TEXT: &str = "done";
+/// Text of the answer to requests that declare no tools.
+pub const SIDE_TEXT: &str = "fake side reply";
+
+const INPUT_TOKENS: u64 = 10;
+const OUTPUT_TOKENS: u64 = 5;
+
+struct Shared {
+    replies: Vec<Reply>,
+    requests: Mutex<Vec<Value>>,
+    /// (tool_use_id, text, is_error), first sighting order.
+    tool_results: Mutex<Vec<(String, String, bool)>>,
+}
+
+/// A fresh id with `prefix`, unique across every fake in this process and (by a
+/// per-process tag) across processes: a resumed session's history must never hold
+/// two tool_use blocks with the same id, or the CLI merges them.
+fn unique_id(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    static TAG: OnceLock<String> = OnceLock::new();
+    let tag = TAG.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        format!("{:x}{:x}", std::process::id(), nanos)
+    });
+    format!("{prefix}{tag}_{:04}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The fake Messages API; serves until dropped.
+pub struct FakeAnthropic {
+    server: HttpServer,
+    shared: Arc<Shared>,
+}
+
+impl FakeAnthropic {
+    /// Serves on 127.0.0.1:0 until dropped.
+    pub async fn start(replies: Vec<Reply>) -> FakeAnthropic {
+        let shared = Arc::new(Shared {
+            replies,
+            requests: Mutex::new(Vec::new()),
+            tool_results: Mutex::new(Vec::new()),
+        });
+        let router = Router::new()
+            .route("/v1/messages", post(messages))
+            .route("/v1/messages/count_tokens", post(count_tokens))
+            .fallback(not_found)
+            .with_state(Arc::clone(&shared));
+        let server = HttpServer::start(router).await;
+        FakeAnthropic { server, shared }
+    }
+
+    /// `http://127.0.0.1:PORT`, the value for `ANTHROPIC_BASE_URL`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.server.addr())
+    }
+
+    /// Every JSON body POSTed to /v1/messages, in arrival order (a body that is not
+    /// JSON is kept as a JSON string).
+    pub fn requests(&self) -> Vec<Value> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// Every `tool_result` block seen in the user messages of main-conversation
+    /// requests, as (text content, is_error), once per `tool_use_id` (the CLI resends
+    /// the whole history each turn), in the order first seen.
+    pub fn tool_results(&self) -> Vec<(String, bool)> {
+        lock(&self.shared.tool_results)
+            .iter()
+            .map(|(_, text, is_error)| (text.clone(), *is_error))
+            .collect()
+    }
+
+    /// Main-conversation requests (those that declare tools), in arrival order.
+    pub fn main_requests(&self) -> Vec<Value> {
+        self.requests().into_iter().filter(declares_tools).collect()
+    }
+}
+
+/// The real Claude Code CLI named by `CHORUS_TEST_CLAUDE_BIN`, if that file exists.
+pub fn claude_cli() -> Option<PathBuf> {
+    let path = PathBuf::from(std::env::var_os("CHORUS_TEST_CLAUDE_BIN")?);
+    path.exists().then_some(path)
+}
+
+/// True when `CHORUS_TEST_REQUIRE_REAL_CLIS=1`: tests that need a real CLI must
+/// fail instead of skipping when it is missing (`.ci/run` sets it).
+pub fn require_real_clis() -> bool {
+    std::env::var("CHORUS_TEST_REQUIRE_REAL_CLIS").is_ok_and(|v| v == "1")
+}
+
+fn declares_tools(body: &Value) -> bool {
+    body.get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|tools| !tools.is_empty())
+}
+
+/// The `tool_result` blocks of all user messages: (tool_use_id, text, is_error).
+fn tool_result_blocks(body: &Value) -> Vec<(String, String, bool)> {
+    let messages = body.get("messages").and_then(Value::as_array);
+    messages
+        .into_iter()
+        .flatten()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .filter_map(|m| m.get("content").and_then(Value::as_array))
+        .flatten()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+        .map(|b| {
+            let id = b.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
+            let is_error = b.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+            (id.to_owned(), content_text(b.get("content")), is_error)
+        })
+        .collect()
+}
+
+/// A tool_result's content: a string, or the text blocks of a list joined by "\n".
+fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+async fn messages(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let body = match parse_body(&body) {
+        Ok(body) => body,
+        Err(raw) => {
+            lock(&shared.requests).push(raw);
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "fake: body is not JSON",
+            );
+        }
+    };
+    lock(&shared.requests).push(body.clone());
+
+    let (blocks, stop_reason) = if declares_tools(&body) {
+        let results = tool_result_blocks(&body);
+        {
+            let mut seen = lock(&shared.tool_results);
+            for result in &results {
+                if !seen.iter().any(|(id, ..)| *id == result.0) {
+                    seen.push(result.clone());
+                }
+            }
+        }
+        match shared.replies.get(results.len()) {
+            Some(Reply::Bash { command }) => {
+                let id = unique_id("toolu_fake");
+                (
+                    vec![
+                        json!({"type": "text", "text": "I will run the command."}),
+                        json!({"type": "tool_use", "id": id, "name": "Bash",
+                               "input": {"command": command, "description": "Run the scripted command"}}),
+                    ],
+                    "tool_use",
+                )
+            }
+            Some(Reply::Text(text)) => (vec![json!({"type": "text", "text": text})], "end_turn"),
+            None => (vec![json!({"type": "text", "text": DONE_TEXT})], "end_turn"),
+        }
+    } else {
+        (vec![json!({"type": "text", "text": SIDE_TEXT})], "end_turn")
+    };
+
+    let id = unique_id("msg_fake");
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("fake-model");
+    if body.get("stream").and_then(Value::as_bool) == Some(true) {
+        sse_response(sse_events(&id, model, &blocks, stop_reason))
+    } else {
+        let usage = json!({
+            "input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS,
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+        });
+        json_response(
+            StatusCode::OK,
+            &json!({
+                "id": id, "type": "message", "role": "assistant", "model": model,
+                "content": blocks, "stop_reason": stop_reason, "stop_sequence": null,
+                "usage": usage,
+            }),
+        )
+    }
+}
+
+/// The SSE body of one streamed message: message_start, per block
+/// content_block_start/delta/stop, message_delta (with usage), message_stop.
+fn sse_events(id: &str, model: &str, blocks: &[Value], stop_reason: &str) -> String {
+    let mut out = String::new();
+    let mut event = |name: &str, data: Value| {
+        out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    };
+    event(
+        "message_start",
+        json!({"type": "message_start", "message": {
+            "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
+            "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": INPUT_TOKENS, "output_tokens": 1,
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+        }}),
+    );
+    for (index, block) in blocks.iter().enumerate() {
+        let (start, delta) = if block["type"] == "tool_use" {
+            (
+                json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
+                json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}),
+            )
+        } else {
+            (
+                json!({"type": "text", "text": ""}),
+                json!({"type": "text_delta", "text": block["text"]}),
+            )
+        };
+        event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": start}),
+        );
+        event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": index, "delta": delta}),
+        );
+        event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        );
+    }
+    event(
+        "message_delta",
+        json!({"type": "message_delta",
+               "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+               "usage": {"output_tokens": OUTPUT_TOKENS}}),
+    );
+    event("message_stop", json!({"type": "message_stop"}));
+    out
+}
+
+async fn count_tokens() -> Response {
+    json_response(StatusCode::OK, &json!({"input_tokens": 42}))
+}
+
+async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "not_found_error", "fake: not found")
+}
+
+fn error(status: StatusCode, kind: &str, message: &str) -> Response {
+    json_response(
+        status,
+        &json!({"type": "error", "error": {"type": kind, "message": message}}),
+    )
+}

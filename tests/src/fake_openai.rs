@@ -1,0 +1,252 @@
+//! A scripted fake of an OpenAI-compatible chat completions API.
+//!
+//! Each `POST /v1/chat/completions` consumes the next [`Step`] in order; past the end
+//! the answer is the text "done". Answers are JSON, or SSE chunks ending with
+//! `data: [DONE]` when the request says `"stream": true`. `GET /v1/models` lists one
+//! model; anything else is a 404 OpenAI-style error.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use crate::fake_http::{HttpServer, json_response, lock, parse_body, sse_response, unix_now};
+
+/// One scripted answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Answer one request with these tool calls (function name, arguments JSON
+    /// object); finish_reason "tool_calls".
+    ToolCalls(Vec<(String, Value)>),
+    /// Answer with assistant text; finish_reason "stop".
+    Text(String),
+    /// Answer with this HTTP status and an OpenAI-style error body.
+    Status(u16),
+}
+
+impl Step {
+    /// `Step::ToolCalls` with a single call.
+    pub fn tool_call(name: impl Into<String>, arguments: Value) -> Self {
+        Step::ToolCalls(vec![(name.into(), arguments)])
+    }
+
+    /// `Step::Text`.
+    pub fn text(text: impl Into<String>) -> Self {
+        Step::Text(text.into())
+    }
+}
+
+/// Text of the answer past the end of the script.
+pub const DONE_TEXT: &str = "done";
+/// The model `GET /v1/models` lists and answers name when a request names none.
+pub const FAKE_MODEL: &str = "fake-model";
+
+/// Ids of answers and tool calls count up across every fake in this process, so a
+/// conversation that outlives one fake never holds two tool calls with the same id.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+const PROMPT_TOKENS: u64 = 11;
+const COMPLETION_TOKENS: u64 = 7;
+
+struct Shared {
+    steps: Vec<Step>,
+    cursor: AtomicUsize,
+    /// (body, Authorization header), in arrival order.
+    log: Mutex<Vec<(Value, Option<String>)>>,
+}
+
+/// The fake chat completions API; serves until dropped.
+pub struct FakeOpenAi {
+    server: HttpServer,
+    shared: Arc<Shared>,
+}
+
+impl FakeOpenAi {
+    /// Serves on 127.0.0.1:0 until dropped.
+    pub async fn start(steps: Vec<Step>) -> FakeOpenAi {
+        let shared = Arc::new(Shared {
+            steps,
+            cursor: AtomicUsize::new(0),
+            log: Mutex::new(Vec::new()),
+        });
+        let router = Router::new()
+            .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/models", get(models))
+            .fallback(not_found)
+            .with_state(Arc::clone(&shared));
+        let server = HttpServer::start(router).await;
+        FakeOpenAi { server, shared }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.server.addr())
+    }
+
+    /// Every request body POSTed to /v1/chat/completions, in order (a body that is
+    /// not JSON is kept as a JSON string).
+    pub fn requests(&self) -> Vec<Value> {
+        lock(&self.shared.log)
+            .iter()
+            .map(|(body, _)| body.clone())
+            .collect()
+    }
+
+    /// The Authorization header of each request, in order.
+    pub fn authorization(&self) -> Vec<Option<String>> {
+        lock(&self.shared.log)
+            .iter()
+            .map(|(_, auth)| auth.clone())
+            .collect()
+    }
+}
+
+async fn chat_completions(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let body = parse_body(&body).unwrap_or_else(|raw| raw);
+    // Log and take the step under one lock, so the log order is the script order.
+    // A body that is not a JSON object is logged but consumes no step.
+    let step = {
+        let mut log = lock(&shared.log);
+        log.push((body.clone(), auth));
+        if !body.is_object() {
+            return error(StatusCode::BAD_REQUEST, "fake: body is not a JSON object");
+        }
+        let index = shared.cursor.fetch_add(1, Ordering::SeqCst);
+        shared
+            .steps
+            .get(index)
+            .cloned()
+            .unwrap_or_else(|| Step::Text(DONE_TEXT.to_owned()))
+    };
+
+    let id = format!(
+        "chatcmpl-fake{:04}",
+        NEXT_ID.fetch_add(1, Ordering::Relaxed)
+    );
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or(FAKE_MODEL);
+    let (content, calls, finish_reason) = match step {
+        Step::Status(code) => {
+            let status = StatusCode::from_u16(code).expect("valid HTTP status in Step::Status");
+            return error(status, &format!("fake: scripted status {code}"));
+        }
+        Step::Text(text) => (Some(text), Vec::new(), "stop"),
+        Step::ToolCalls(calls) => {
+            let calls = calls
+                .into_iter()
+                .map(|(name, arguments)| {
+                    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+                    (format!("call_{n}"), name, arguments.to_string())
+                })
+                .collect();
+            (None, calls, "tool_calls")
+        }
+    };
+
+    let created = unix_now();
+    let usage = json!({
+        "prompt_tokens": PROMPT_TOKENS,
+        "completion_tokens": COMPLETION_TOKENS,
+        "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS,
+    });
+    if body.get("stream").and_then(Value::as_bool) == Some(true) {
+        let include_usage = body
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            == Some(true);
+        let chunk = |delta: Value, finish_reason: Option<&str>| {
+            let chunk = json!({
+                "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+            });
+            format!("data: {chunk}\n\n")
+        };
+        let mut out = chunk(json!({"role": "assistant", "content": ""}), None);
+        if let Some(text) = &content {
+            out.push_str(&chunk(json!({"content": text}), None));
+        }
+        for (index, (call_id, name, arguments)) in calls.iter().enumerate() {
+            out.push_str(&chunk(
+                json!({"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                                       "function": {"name": name, "arguments": ""}}]}),
+                None,
+            ));
+            out.push_str(&chunk(
+                json!({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]}),
+                None,
+            ));
+        }
+        out.push_str(&chunk(json!({}), Some(finish_reason)));
+        if include_usage {
+            let chunk = json!({
+                "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [], "usage": usage,
+            });
+            out.push_str(&format!("data: {chunk}\n\n"));
+        }
+        out.push_str("data: [DONE]\n\n");
+        return sse_response(out);
+    }
+
+    let mut message = json!({"role": "assistant", "content": content});
+    if !calls.is_empty() {
+        message["tool_calls"] = calls
+            .iter()
+            .map(|(call_id, name, arguments)| {
+                json!({"id": call_id, "type": "function",
+                       "function": {"name": name, "arguments": arguments}})
+            })
+            .collect();
+    }
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "id": id, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+            "usage": usage,
+        }),
+    )
+}
+
+async fn models() -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({"object": "list", "data": [
+            {"id": FAKE_MODEL, "object": "model", "created": 0, "owned_by": "chorus-tests"},
+        ]}),
+    )
+}
+
+async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "fake: not found")
+}
+
+/// An OpenAI-style error body with `status`.
+fn error(status: StatusCode, message: &str) -> Response {
+    let (kind, code) = match status.as_u16() {
+        429 => ("rate_limit_error", Some("rate_limit_exceeded")),
+        401 => ("authentication_error", Some("invalid_api_key")),
+        404 => ("not_found_error", None),
+        s if s >= 500 => ("server_error", None),
+        _ => ("invalid_request_error", None),
+    };
+    json_response(
+        status,
+        &json!({"error": {"message": message, "type": kind, "param": null, "code": code}}),
+    )
+}

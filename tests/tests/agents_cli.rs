@@ -1,0 +1,591 @@
+//! Agents run by the orchestrator through CLI providers, with the fake CLI in
+//! place of the model: the real flags, environment, chorus-tools, tool-exec and
+//! orchestrator. A task is started, tools are called (one allowed, one denied),
+//! the completion report settles it; failures, timeouts, cancels and missing
+//! reports end it with a reason; no process of a run survives it.
+
+use std::path::Path;
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_tests::agents::{
+    self, Client, alive, data, ends_run, fake_cli, pids, planned_task, start, summary, team,
+    wait_for,
+};
+use chorus_tests::orchestrator::Orchestrator;
+use serde_json::Value;
+
+async fn orchestrator(data_dir: &Path) -> Orchestrator {
+    let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
+    Orchestrator::start_configured(
+        &data_dir.join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| {
+            config.runner.claude_bin = fake_cli();
+            config.runner.opencode_bin = fake_cli();
+            config.runner.kill_grace = std::time::Duration::from_millis(300);
+        },
+    )
+    .await
+}
+
+async fn cli_team(client: &mut Client, root: &Path, kind: pb::ProviderKind) -> agents::Team {
+    team(
+        client,
+        root,
+        kind,
+        "",
+        "",
+        "",
+        &["file.read", "task.comment"],
+        "You read notes and report.",
+    )
+    .await
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("record")).expect("json")
+}
+
+fn env_of(record: &Value, name: &str) -> String {
+    record["env"][name].as_str().unwrap_or_default().to_owned()
+}
+
+async fn task_of(client: &mut Client, id: &str) -> pb::Task {
+    client
+        .get_task(pb::GetTaskRequest { id: id.to_owned() })
+        .await
+        .expect("task")
+        .into_inner()
+}
+
+async fn completes_with_one_allowed_and_one_denied_tool(kind: pb::ProviderKind) {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    std::fs::write(root.path().join("notes.txt"), "alpha\n").expect("seed");
+    let record = data_dir.path().join("record.json");
+    let orchestrator = orchestrator(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let team = cli_team(&mut client, root.path(), kind).await;
+    let script = format!(
+        "Read the notes.\n\
+         fake: record {}\n\
+         fake: say Reading the notes.\n\
+         fake: call {{\"tool\":\"file.read\",\"path\":\"notes.txt\"}}\n\
+         fake: call {{\"tool\":\"file.write\",\"path\":\"notes.txt\",\"content\":\"x\"}}\n\
+         fake: call {{\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"Read the notes.\",\"output\":\"alpha\"}}\n\
+         fake: say Done.",
+        record.display()
+    );
+    let task = planned_task(&mut client, &team.workspace, &script).await;
+    let started = start(&mut client, &task, &team.agent, 0).await;
+    assert_eq!(started.task.expect("task").status, "active");
+    let run = started.run.expect("run");
+    assert_eq!(run.state, "spawning");
+
+    let events = wait_for(&mut client, &task.id, ends_run).await;
+    let kinds = summary(&events);
+    let expected = [
+        "status_changed active",
+        "run_opened",
+        "agent_started",
+        "tool_executed file.read ok",
+        "tool_denied file.write",
+        "completion_report_submitted complete",
+        "status_changed completed",
+        "tool_executed completion-report ok",
+        "agent_completed",
+    ];
+    let mut at = 0;
+    for step in expected {
+        let found = kinds[at..].iter().position(|k| k == step);
+        assert!(
+            found.is_some(),
+            "'{step}' missing (in order) from {kinds:#?}"
+        );
+        at += found.unwrap_or(0) + 1;
+    }
+    assert!(
+        kinds.iter().any(|k| k == "agent_progress text"),
+        "{kinds:#?}"
+    );
+    assert!(
+        kinds
+            .iter()
+            .any(|k| k.starts_with("agent_progress") && k.ends_with(" tool_use")),
+        "{kinds:#?}"
+    );
+    let denied = events
+        .iter()
+        .find(|e| e.kind == "tool_denied")
+        .expect("denied");
+    assert!(
+        data(denied)["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not allowed")
+    );
+    let completed = data(events.last().expect("end"));
+    assert_eq!(completed["reason"], "completed");
+    assert!(
+        completed["usage"]["input_tokens"].as_u64().unwrap_or(0) > 0,
+        "{completed}"
+    );
+    assert!(
+        completed["session_id"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("sess-") || s.starts_with("sess")),
+        "{completed}"
+    );
+
+    let task = task_of(&mut client, &task.id).await;
+    assert_eq!(task.status, "completed");
+    let run = client
+        .get_run(pb::GetRunRequest { id: run.id.clone() })
+        .await
+        .expect("run")
+        .into_inner();
+    assert_eq!(run.state, "finished");
+    assert!(!run.session_id.is_empty());
+    assert!(run.usage.expect("usage").output_tokens > 0);
+
+    // What the CLI was given.
+    let record = read_json(&record);
+    let argv: Vec<String> = serde_json::from_value(record["argv"].clone()).expect("argv");
+    let chorus_tools = chorus_tests::chorus_tools_bin().display().to_string();
+    let flag = |name: &str| {
+        argv.iter()
+            .position(|a| a == name)
+            .map(|i| argv[i + 1].clone())
+    };
+    match kind {
+        pb::ProviderKind::ClaudeCode => {
+            assert_eq!(&argv[..1], ["-p"]);
+            assert_eq!(flag("--output-format").as_deref(), Some("stream-json"));
+            assert!(argv.contains(&"--verbose".to_owned()));
+            assert_eq!(flag("--tools").as_deref(), Some("Bash"));
+            assert_eq!(
+                flag("--allowedTools"),
+                Some(format!("Bash({chorus_tools} *)"))
+            );
+            assert_eq!(flag("--disallowedTools").as_deref(), Some("Agent Task"));
+            let prompt = flag("--append-system-prompt").expect("system prompt");
+            assert!(prompt.starts_with("You read notes and report."), "{prompt}");
+            assert!(
+                prompt.contains(&format!("{chorus_tools} '{{\"tool\": \"<name>\"")),
+                "{prompt}"
+            );
+            assert!(
+                prompt.contains("### file.read") && !prompt.contains("### file.write"),
+                "{prompt}"
+            );
+        }
+        _ => {
+            assert_eq!(&argv[..3], ["run", "--format", "json"]);
+            let config: Value =
+                serde_json::from_str(&env_of(&record, "OPENCODE_CONFIG_CONTENT")).expect("config");
+            assert_eq!(config["permission"]["bash"]["*"], "deny");
+            assert_eq!(
+                config["permission"]["bash"][format!("{chorus_tools} *")],
+                "allow"
+            );
+            assert_eq!(config["permission"]["edit"], "deny");
+            assert_eq!(config["tools"]["bash"], true);
+            assert_eq!(config["tools"]["edit"], false);
+            let instructions = config["instructions"][0]
+                .as_str()
+                .expect("instructions file");
+            assert!(instructions.ends_with("chorus-instructions.md"));
+        }
+    }
+    assert_eq!(
+        record["cwd"].as_str(),
+        Some(root.path().to_str().expect("utf-8"))
+    );
+    let home = env_of(&record, "HOME");
+    assert!(
+        home.starts_with(&orchestrator.runs.path().display().to_string()),
+        "{home}"
+    );
+    assert!(
+        !Path::new(&home).exists(),
+        "the run directory is removed after the run"
+    );
+    assert!(env_of(&record, "PATH").starts_with(&format!(
+        "{}:",
+        Path::new(&chorus_tools).parent().expect("dir").display()
+    )));
+    assert_eq!(env_of(&record, "CHORUS_TASK_ID"), task.id);
+    assert_eq!(env_of(&record, "CHORUS_RUN_ID"), run.id);
+    assert_eq!(
+        env_of(&record, "CHORUS_TOOLS_ADDR"),
+        orchestrator.tool_exec_addr.to_string()
+    );
+    assert_eq!(
+        env_of(&record, "CHORUS_ORCHESTRATOR_ADDR"),
+        orchestrator.addr.to_string()
+    );
+
+    // The ended run's token can do nothing, and leaves no trace.
+    let last = task.last_sequence;
+    let env = chorus_tests::ToolsEnv {
+        token: Some(env_of(&record, "CHORUS_RUN_TOKEN")),
+        tools_addr: Some(orchestrator.tool_exec_addr.to_string()),
+        orchestrator_addr: Some(orchestrator.addr.to_string()),
+    };
+    for call in [
+        r#"{"tool":"file.read","path":"notes.txt"}"#,
+        r#"{"tool":"task.comment","text":"late"}"#,
+    ] {
+        let out = chorus_tests::chorus_tools(&env, &[call]).await;
+        out.expect_failure(1, "failed_precondition");
+    }
+    assert_eq!(
+        task_of(&mut client, &task.id).await.last_sequence,
+        last,
+        "no trace of refused calls"
+    );
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_code_agent_completes_a_task_through_chorus_tools() {
+    completes_with_one_allowed_and_one_denied_tool(pb::ProviderKind::ClaudeCode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opencode_agent_completes_a_task_through_chorus_tools() {
+    completes_with_one_allowed_and_one_denied_tool(pb::ProviderKind::Opencode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_ends_without_a_report_is_resumed_once_with_a_reminder() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let record = data_dir.path().join("resumed.json");
+    let orchestrator = orchestrator(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let team = cli_team(&mut client, root.path(), pb::ProviderKind::ClaudeCode).await;
+    let script = format!(
+        "fake: say I looked around.\n\
+         fake-resume: record {}\n\
+         fake-resume: call {{\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"Reported after the reminder.\",\"output\":\"none\"}}",
+        record.display()
+    );
+    let task = planned_task(&mut client, &team.workspace, &script).await;
+    start(&mut client, &task, &team.agent, 0).await;
+    let events = wait_for(&mut client, &task.id, ends_run).await;
+    let kinds = summary(&events);
+    assert!(
+        kinds.contains(&"agent_progress reminder".to_owned()),
+        "{kinds:#?}"
+    );
+    assert!(
+        kinds.contains(&"status_changed completed".to_owned()),
+        "{kinds:#?}"
+    );
+    assert_eq!(data(events.last().expect("end"))["reason"], "completed");
+    let record = read_json(&record);
+    let argv: Vec<String> = serde_json::from_value(record["argv"].clone()).expect("argv");
+    let resume = argv
+        .iter()
+        .position(|a| a == "--resume")
+        .map(|i| argv[i + 1].clone());
+    assert!(
+        resume.as_deref().is_some_and(|s| s.starts_with("sess-")),
+        "{argv:?}"
+    );
+    assert!(
+        argv[1].contains("completion report"),
+        "the reminder is the new message: {argv:?}"
+    );
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_never_reports_leaves_the_task_waiting_with_the_reason() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let orchestrator = orchestrator(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let team = cli_team(&mut client, root.path(), pb::ProviderKind::Opencode).await;
+    let task = planned_task(
+        &mut client,
+        &team.workspace,
+        "fake: say nothing to report\nfake-resume: say still nothing",
+    )
+    .await;
+    start(&mut client, &task, &team.agent, 0).await;
+    let events = wait_for(&mut client, &task.id, ends_run).await;
+    assert!(summary(&events).contains(&"agent_progress reminder".to_owned()));
+    let task = task_of(&mut client, &task.id).await;
+    assert_eq!(task.status, "waiting");
+    assert_eq!(
+        task.status_reason,
+        "agent 'worker' ended without a completion report, even after a reminder"
+    );
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_cli_fails_the_task_with_its_exit_code_and_last_stderr_lines() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let orchestrator = orchestrator(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let team = cli_team(&mut client, root.path(), pb::ProviderKind::ClaudeCode).await;
+    let task = planned_task(
+        &mut client,
+        &team.workspace,
+        "fake: stderr model overloaded, giving up\nfake: exit 3",
+    )
+    .await;
+    start(&mut client, &task, &team.agent, 0).await;
+    let events = wait_for(&mut client, &task.id, ends_run).await;
+    let end = events.last().expect("end");
+    assert_eq!(end.kind, "run_failed");
+    let task = task_of(&mut client, &task.id).await;
+    assert_eq!(task.status, "failed");
+    assert_eq!(
+        task.status_reason,
+        format!(
+            "{} exited with code 3; last output:\nmodel overloaded, giving up",
+            "claude"
+        )
+    );
+    assert_eq!(data(end)["reason"], task.status_reason);
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_cli_fails_the_run_with_a_message_naming_it() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key pair");
+    let orchestrator = Orchestrator::start_configured(
+        &data_dir.path().join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| config.runner.claude_bin = "/nonexistent/claude".into(),
+    )
+    .await;
+    let mut client = orchestrator.client().await;
+    let team = cli_team(&mut client, root.path(), pb::ProviderKind::ClaudeCode).await;
+    let task = planned_task(&mut client, &team.workspace, "anything").await;
+    start(&mut client, &task, &team.agent, 0).await;
+    wait_for(&mut client, &task.id, ends_run).await;
+    let task = task_of(&mut client, &task.id).await;
+    assert_eq!(task.status, "failed");
+    assert!(
+        task.status_reason
+            .starts_with("cannot start /nonexistent/claude:"),
+        "{}",
+        task.status_reason
+    );
+    orchestrator.stop().await;
+}
+
+/// Starts a run whose CLI leaves processes that ignore SIGTERM (some in their own
+/// session), and waits until they are running; returns the task and their pids.
+async fn stubborn_run(
+    client: &mut Client,
+    orchestrator_root: &Path,
+    pid_file: &Path,
+    timeout_secs: u32,
+) -> (pb::Task, Vec<i32>) {
+    let team = cli_team(client, orchestrator_root, pb::ProviderKind::ClaudeCode).await;
+    let task = planned_task(
+        client,
+        &team.workspace,
+        &format!("fake: stubborn 4 {}", pid_file.display()),
+    )
+    .await;
+    start(client, &task, &team.agent, timeout_secs).await;
+    wait_for(client, &task.id, |e| {
+        e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
+    })
+    .await;
+    let pids = pids(pid_file);
+    assert_eq!(pids.len(), 4);
+    assert!(
+        pids.iter().all(|p| alive(*p)),
+        "the children run before the end"
+    );
+    (task, pids)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_kills_every_process_of_the_run_even_ones_that_left_its_group() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let orchestrator = orchestrator(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let pid_file = data_dir.path().join("pids");
+    let (task, pids) = stubborn_run(&mut client, root.path(), &pid_file, 2).await;
+    let events = wait_for(&mut client, &task.id, ends_run).await;
+    assert_eq!(events.last().expect("end").kind, "run_failed");
+    let still: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+    assert!(still.is_empty(), "alive after the timeout: {still:?}");
+    let task = task_of(&mut client, &task.id).await;
+    assert_eq!(task.status, "failed");
+    assert!(
+        task.status_reason.starts_with("timed out after 2 s"),
+        "{}",
+        task.status_reason
+    );
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_kills_every_process_of_the_run_before_it_returns() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let orchestrator = orchestrator(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let pid_file = data_dir.path().join("pids");
+    let (task, pids) = stubborn_run(&mut client, root.path(), &pid_file, 0).await;
+    let canceled = client
+        .cancel_task(pb::CancelTaskRequest {
+            id: task.id.clone(),
+            reason: "the user changed their mind".into(),
+        })
+        .await
+        .expect("cancel")
+        .into_inner();
+    assert_eq!(canceled.status, "canceled");
+    let still: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+    assert!(
+        still.is_empty(),
+        "alive after CancelTask returned: {still:?}"
+    );
+    let events = wait_for(&mut client, &task.id, |e| e.kind == "run_canceled").await;
+    assert_eq!(
+        data(events.last().expect("event"))["reason"],
+        "the user changed their mind"
+    );
+    let again = client
+        .cancel_task(pb::CancelTaskRequest {
+            id: task.id.clone(),
+            reason: String::new(),
+        })
+        .await
+        .expect_err("a canceled task cannot be canceled again");
+    assert_eq!(again.code(), tonic::Code::FailedPrecondition);
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_kills_the_runs_and_leaves_their_tasks_waiting() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let orchestrator = orchestrator(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let pid_file = data_dir.path().join("pids");
+    let (task, pids) = stubborn_run(&mut client, root.path(), &pid_file, 0).await;
+    orchestrator.stop().await;
+    let still: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+    assert!(still.is_empty(), "alive after shutdown: {still:?}");
+    // Start again on the same database: the interruption is recorded.
+    let orchestrator = orchestrator_again(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let task = task_of(&mut client, &task.id).await;
+    assert_eq!(task.status, "waiting");
+    assert!(
+        task.status_reason.starts_with("interrupted"),
+        "{}",
+        task.status_reason
+    );
+    let events = client
+        .get_history(pb::GetHistoryRequest {
+            task_id: task.id.clone(),
+            after_sequence: 0,
+            limit: 0,
+        })
+        .await
+        .expect("history")
+        .into_inner()
+        .events;
+    assert!(
+        summary(&events).contains(&"run_interrupted".to_owned()),
+        "{:#?}",
+        summary(&events)
+    );
+    orchestrator.stop().await;
+}
+
+async fn orchestrator_again(data_dir: &Path) -> Orchestrator {
+    orchestrator(data_dir).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_task_refuses_what_cannot_run_and_changes_nothing() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let orchestrator = orchestrator(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let team = cli_team(&mut client, root.path(), pb::ProviderKind::ClaudeCode).await;
+    // Not planned yet.
+    let pending = client
+        .create_task(pb::CreateTaskRequest {
+            workspace_id: team.workspace.id.clone(),
+            description: "d".into(),
+            source: None,
+        })
+        .await
+        .expect("task")
+        .into_inner();
+    let request = |task: &str, agent: &str| pb::StartTaskRequest {
+        task_id: task.into(),
+        agent: agent.into(),
+        prompt: String::new(),
+        timeout_secs: 0,
+    };
+    let err = client
+        .start_task(request(&pending.id, "worker"))
+        .await
+        .expect_err("pending");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert!(err.message().contains("pending"), "{}", err.message());
+    let planned = planned_task(&mut client, &team.workspace, "d").await;
+    let err = client
+        .start_task(request(&planned.id, ""))
+        .await
+        .expect_err("no agent");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(
+        err.message().contains("assign one in the task's plan"),
+        "{}",
+        err.message()
+    );
+    let err = client
+        .start_task(request(&planned.id, "ghost"))
+        .await
+        .expect_err("unknown agent");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    client
+        .create_agent(pb::CreateAgentRequest {
+            workspace_id: team.workspace.id.clone(),
+            name: "loner".into(),
+            instructions: "i".into(),
+            allowed_tools: vec![],
+            provider: String::new(),
+            model: String::new(),
+        })
+        .await
+        .expect("agent");
+    let err = client
+        .start_task(request(&planned.id, "loner"))
+        .await
+        .expect_err("no provider");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(
+        err.message(),
+        "agent 'loner' has no provider; give it one with UpdateAgent"
+    );
+    let after = task_of(&mut client, &planned.id).await;
+    assert_eq!(
+        (after.status.as_str(), after.last_sequence),
+        ("planned", planned.last_sequence + 2)
+    );
+    orchestrator.stop().await;
+}
