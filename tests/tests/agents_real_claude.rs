@@ -1,0 +1,131 @@
+//! The real Claude Code CLI (2.1.330, installed by `.ci/run`), run by the
+//! orchestrator against a scripted fake Anthropic Messages API: it calls
+//! chorus-tools through its Bash tool, reads a file, is refused a tool outside its
+//! allow-list and submits its completion report; the task completes. This proves
+//! our flags, environment and system prompt work with the real client.
+//!
+//! Skipped (with a notice) when `CHORUS_TEST_CLAUDE_BIN` is not set, unless
+//! `CHORUS_TEST_REQUIRE_REAL_CLIS=1` (as in CI), which makes it fail instead.
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_tests::agents::{data, ends_run, planned_task, start, summary, team, wait_for};
+use chorus_tests::fake_anthropic::{FakeAnthropic, Reply, claude_cli, require_real_clis};
+use chorus_tests::orchestrator::Orchestrator;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_claude_code_cli_reads_is_refused_and_reports_through_chorus_tools() {
+    let Some(claude) = claude_cli() else {
+        assert!(
+            !require_real_clis(),
+            "CHORUS_TEST_REQUIRE_REAL_CLIS=1 but CHORUS_TEST_CLAUDE_BIN names no Claude Code CLI (.ci/run installs it)"
+        );
+        eprintln!("skipped: set CHORUS_TEST_CLAUDE_BIN to the Claude Code CLI to run this test");
+        return;
+    };
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    std::fs::write(root.path().join("notes.txt"), "alpha-from-notes\n").expect("seed");
+    let chorus_tools = chorus_tests::chorus_tools_bin().display().to_string();
+    let model = FakeAnthropic::start(vec![
+        Reply::bash(format!(r#"{chorus_tools} '{{"tool":"file.read","path":"notes.txt"}}'"#)),
+        Reply::bash(format!(r#"{chorus_tools} '{{"tool":"file.write","path":"notes.txt","content":"x"}}'"#)),
+        Reply::bash(format!(
+            r#"{chorus_tools} '{{"tool":"completion-report","status":"complete","summary":"Read the notes.","output":"alpha-from-notes"}}'"#
+        )),
+        Reply::text("Reported."),
+    ])
+    .await;
+    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key pair");
+    let orchestrator = Orchestrator::start_configured(
+        &data_dir.path().join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| config.runner.claude_bin = claude,
+    )
+    .await;
+    let mut client = orchestrator.client().await;
+    let team = team(
+        &mut client,
+        root.path(),
+        pb::ProviderKind::ClaudeCode,
+        &model.base_url(),
+        "dummy-key",
+        "claude-test-model",
+        &["file.read"],
+        "You read notes and report what they say.",
+    )
+    .await;
+    let task = planned_task(
+        &mut client,
+        &team.workspace,
+        "Read notes.txt and report its content.",
+    )
+    .await;
+    start(&mut client, &task, &team.agent, 120).await;
+    let events = wait_for(&mut client, &task.id, ends_run).await;
+    let kinds = summary(&events);
+    for step in [
+        "tool_executed file.read ok",
+        "tool_denied file.write",
+        "completion_report_submitted complete",
+        "status_changed completed",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == step),
+            "'{step}' missing from {kinds:#?}"
+        );
+    }
+    let end = data(events.last().expect("end"));
+    assert_eq!(end["reason"], "completed", "{end}");
+    assert!(
+        end["session_id"].as_str().is_some_and(|s| !s.is_empty()),
+        "{end}"
+    );
+    assert!(
+        end["usage"]["input_tokens"].as_u64().unwrap_or(0) > 0,
+        "{end}"
+    );
+
+    // What the model saw: only Bash (no sub-agent tool), our prompt, the results.
+    let requests = model.main_requests();
+    let first = requests.first().expect("a request");
+    let tools: Vec<&str> = first["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        tools.contains(&"Bash") && !tools.contains(&"Agent") && !tools.contains(&"Task"),
+        "{tools:?}"
+    );
+    assert_eq!(first["model"], "claude-test-model");
+    let system = first["system"].to_string();
+    assert!(
+        system.contains("You read notes and report what they say."),
+        "{system}"
+    );
+    assert!(
+        system.contains(&format!("{chorus_tools} '{{")),
+        "the prompt names the allowed path"
+    );
+    let results = model.tool_results();
+    assert!(results.len() >= 3, "{results:?}");
+    assert!(
+        results[0].0.contains("alpha-from-notes") && !results[0].1,
+        "{results:?}"
+    );
+    assert!(
+        results[1].1 && results[1].0.contains("permission_denied"),
+        "{results:?}"
+    );
+    let task = client
+        .get_task(pb::GetTaskRequest {
+            id: task.id.clone(),
+        })
+        .await
+        .expect("task")
+        .into_inner();
+    assert_eq!(task.status, "completed");
+    orchestrator.stop().await;
+}
