@@ -82,13 +82,13 @@ impl Provider {
             ProviderKind::ClaudeCode | ProviderKind::Opencode => {
                 // Optional: a gateway or local model server, and its key. Without
                 // them the CLI uses its own login or the passed environment.
-                if let Some(url) = base_url {
-                    if !(url.starts_with("http://") || url.starts_with("https://")) {
-                        return Err(DomainError::invalid(
-                            "base_url",
-                            format!("'{url}' must start with http:// or https://"),
-                        ));
-                    }
+                if let Some(url) = base_url
+                    && !(url.starts_with("http://") || url.starts_with("https://"))
+                {
+                    return Err(DomainError::invalid(
+                        "base_url",
+                        format!("'{url}' must start with http:// or https://"),
+                    ));
                 }
                 let _ = api_key_set;
             }

@@ -134,11 +134,11 @@ impl Stream {
             return Vec::new();
         };
         let mut progress = Vec::new();
-        if let Some(session) = event.get("sessionID").and_then(Value::as_str) {
-            if self.session_id.as_deref() != Some(session) {
-                self.session_id = Some(session.to_owned());
-                progress.push(Progress::Session(session.to_owned()));
-            }
+        if let Some(session) = event.get("sessionID").and_then(Value::as_str)
+            && self.session_id.as_deref() != Some(session)
+        {
+            self.session_id = Some(session.to_owned());
+            progress.push(Progress::Session(session.to_owned()));
         }
         let part = event.get("part").cloned().unwrap_or(Value::Null);
         match event.get("type").and_then(Value::as_str) {

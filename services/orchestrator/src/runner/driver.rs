@@ -47,12 +47,11 @@ pub(super) async fn drive(
     let outcome = run_attempts(state, runner, &ctx, message).await;
     // Every process of the run is dead: its directory can go before the end is
     // announced.
-    if !runner.config().keep_run_dirs {
-        if let Err(e) = tokio::fs::remove_dir_all(&ctx.run_dir).await {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                warn!(run_id = %run_id, dir = %ctx.run_dir.display(), error = %e, "cannot remove the run directory");
-            }
-        }
+    if !runner.config().keep_run_dirs
+        && let Err(e) = tokio::fs::remove_dir_all(&ctx.run_dir).await
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        warn!(run_id = %run_id, dir = %ctx.run_dir.display(), error = %e, "cannot remove the run directory");
     }
     record_end(state, &ctx, outcome).await;
 }
