@@ -76,13 +76,24 @@ pub struct RunnerConfig {
 }
 
 impl RunnerConfig {
-    /// Defaults: chorus-tools next to this executable, run directories under
-    /// `data_dir/runs`, `claude` and `opencode` from PATH, 10-minute runs.
+    /// Defaults: chorus-tools next to this executable (else the first on PATH),
+    /// run directories under `data_dir/runs`, `claude` and `opencode` from PATH,
+    /// 10-minute runs.
     pub fn new(data_dir: &Path) -> Self {
-        let chorus_tools = std::env::current_exe()
+        let sibling = std::env::current_exe()
             .ok()
-            .and_then(|exe| Some(exe.parent()?.join("chorus-tools")))
-            .unwrap_or_else(|| PathBuf::from("chorus-tools"));
+            .and_then(|exe| Some(exe.parent()?.join("chorus-tools")));
+        let on_path = || {
+            std::env::split_paths(&std::env::var_os("PATH")?)
+                .map(|dir| dir.join("chorus-tools"))
+                .find(|candidate| candidate.is_file())
+        };
+        let chorus_tools = match sibling {
+            Some(path) if path.is_file() => path,
+            other => on_path()
+                .or(other)
+                .unwrap_or_else(|| PathBuf::from("chorus-tools")),
+        };
         Self {
             chorus_tools,
             runs_dir: data_dir.join("runs"),

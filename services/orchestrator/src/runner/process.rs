@@ -268,7 +268,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 if line.last() == Some(&b'\r') {
                     line.pop();
                 }
-                if std::mem::take(&mut self.skipping) {
+                if std::mem::take(&mut self.skipping) || line.len() > MAX_LINE_BYTES {
                     continue;
                 }
                 return Some(String::from_utf8_lossy(&line).into_owned());

@@ -98,7 +98,9 @@ async fn provider_rules_are_checked_on_create_and_update() {
         );
 
         t.store.create_provider(ws.id, claude()).await.expect(b);
-        let err = t
+        // A CLI provider may carry the key of the API its CLI talks to, but a
+        // base URL must still be http(s).
+        let keyed = t
             .store
             .update_provider(
                 ws.id,
@@ -109,12 +111,25 @@ async fn provider_rules_are_checked_on_create_and_update() {
                 },
             )
             .await
+            .expect(b);
+        assert!(keyed.api_key_set, "{b}");
+        let err = t
+            .store
+            .update_provider(
+                ws.id,
+                name_of("claude"),
+                ProviderChanges {
+                    base_url: Some(Some("localhost:8080".into())),
+                    ..ProviderChanges::default()
+                },
+            )
+            .await
             .expect_err(b);
         assert!(
             matches!(
                 err,
                 StoreError::Domain(DomainError::Invalid {
-                    field: "api_key",
+                    field: "base_url",
                     ..
                 })
             ),

@@ -238,3 +238,133 @@ async fn unfinished_runs_are_the_ones_to_recover_after_a_restart() {
         assert_eq!(unfinished, expected, "{b}");
     }
 }
+
+#[tokio::test]
+async fn a_run_keeps_its_session_usage_and_conversation_in_order() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let (_ws, task) = t.workspace_with_task("docs").await;
+        let (run, _) = t
+            .store
+            .create_run(task.id, name_of("writer"), None, tools())
+            .await
+            .expect(b);
+        let usage = crate::domain::Usage {
+            input_tokens: 10,
+            output_tokens: 4,
+            cost_micro_usd: 1500,
+        };
+        let (changed, _, events) = t
+            .store
+            .change_run(run.id, move |run, _task| {
+                run.session_id = Some("sess-1".into());
+                run.usage = usage;
+                Ok(Vec::new())
+            })
+            .await
+            .expect(b);
+        assert!(events.is_empty(), "{b}");
+        let read = t.store.get_run(run.id).await.expect(b);
+        assert_eq!(read, changed, "{b}");
+        assert_eq!(
+            (read.session_id.as_deref(), read.usage),
+            (Some("sess-1"), usage),
+            "{b}"
+        );
+
+        t.store
+            .append_run_messages(
+                run.id,
+                vec![json!({"role": "system"}), json!({"role": "user"})],
+            )
+            .await
+            .expect(b);
+        t.store
+            .append_run_messages(run.id, vec![json!({"role": "assistant", "content": "é"})])
+            .await
+            .expect(b);
+        let roles: Vec<serde_json::Value> = t
+            .store
+            .run_messages(run.id)
+            .await
+            .expect(b)
+            .into_iter()
+            .map(|m| m["role"].clone())
+            .collect();
+        assert_eq!(
+            roles,
+            [json!("system"), json!("user"), json!("assistant")],
+            "{b}"
+        );
+        let missing = t
+            .store
+            .append_run_messages(RunId::new(), vec![json!({})])
+            .await
+            .expect_err(b);
+        assert!(
+            matches!(missing, StoreError::NotFound { what: "run", .. }),
+            "{b}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn canceling_a_task_ends_its_unfinished_runs_in_one_transaction() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let (_ws, task) = t.workspace_with_task("docs").await;
+        t.store
+            .change_task(task.id, |task| {
+                Ok(vec![crate::domain::policy::change_status(
+                    task,
+                    TaskStatus::Planning,
+                    None,
+                )?])
+            })
+            .await
+            .expect(b);
+        let (run, _) = t
+            .store
+            .create_run(task.id, name_of("writer"), None, tools())
+            .await
+            .expect(b);
+        let (task, runs, events) = t
+            .store
+            .change_task_runs(task.id, |task, runs| {
+                crate::domain::policy::cancel_task(task, runs, "stop", 5)
+            })
+            .await
+            .expect(b);
+        assert_eq!(task.status, TaskStatus::Canceled, "{b}");
+        assert_eq!(runs.len(), 1, "{b}");
+        let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [EventKind::StatusChanged, EventKind::RunCanceled],
+            "{b}"
+        );
+        let stored = t.store.get_run(run.id).await.expect(b);
+        assert_eq!(
+            (stored.state, stored.end_reason.as_deref()),
+            (RunState::Finished, Some("stop")),
+            "{b}"
+        );
+        // Nothing to cancel twice: the refused change writes nothing.
+        let err = t
+            .store
+            .change_task_runs(task.id, |task, runs| {
+                crate::domain::policy::cancel_task(task, runs, "again", 6)
+            })
+            .await
+            .expect_err(b);
+        assert!(
+            matches!(err, StoreError::Domain(DomainError::Transition(_))),
+            "{b}"
+        );
+        assert_eq!(
+            t.store.get_task(task.id).await.expect(b).last_sequence,
+            task.last_sequence,
+            "{b}"
+        );
+    }
+}
