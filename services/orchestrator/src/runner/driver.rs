@@ -199,56 +199,24 @@ async fn run_attempt(
     progress: &mpsc::UnboundedSender<Progress>,
 ) -> Result<AttemptEnd, AttemptError> {
     let config = runner.config();
-    match ctx.provider.kind {
+    let (name, command, mut stream) = match ctx.provider.kind {
         ProviderKind::ClaudeCode => {
             let setup = runner.cli_setup(&config.claude_bin);
             let command = claude::command(&setup, ctx, attempt);
-            let mut stream = claude::Stream::default();
-            let exit = run_cli(
-                &command,
-                &ctx.run_id.to_string(),
-                ctx.deadline,
-                ctx.timeout,
-                config.kill_grace,
-                &ctx.stop,
-                &mut |line: &str| {
-                    for p in stream.line(line) {
-                        let _ = progress.send(p);
-                    }
-                },
+            (
+                "claude",
+                command,
+                CliStream::Claude(claude::Stream::default()),
             )
-            .await;
-            let end = AttemptEnd {
-                output: stream.result.clone(),
-                session_id: stream.session_id.clone(),
-                usage: stream.usage,
-            };
-            cli_result("claude", exit, end, stream.error)
         }
         ProviderKind::Opencode => {
             let setup = runner.cli_setup(&config.opencode_bin);
             let command = opencode::command(&setup, ctx, attempt);
-            let mut stream = opencode::Stream::default();
-            let exit = run_cli(
-                &command,
-                &ctx.run_id.to_string(),
-                ctx.deadline,
-                ctx.timeout,
-                config.kill_grace,
-                &ctx.stop,
-                &mut |line: &str| {
-                    for p in stream.line(line) {
-                        let _ = progress.send(p);
-                    }
-                },
+            (
+                "opencode",
+                command,
+                CliStream::Opencode(opencode::Stream::default()),
             )
-            .await;
-            let end = AttemptEnd {
-                output: stream.last_text.clone(),
-                session_id: stream.session_id.clone(),
-                usage: stream.usage,
-            };
-            cli_result("opencode", exit, end, stream.error)
         }
         ProviderKind::OpenaiCompatible => {
             let router = ToolRouter::new(&ctx.tools_addr, &ctx.orchestrator_addr, &ctx.token)
@@ -256,7 +224,7 @@ async fn run_attempt(
                     reason,
                     partial: AttemptEnd::default(),
                 })?;
-            openai::attempt(
+            return openai::attempt(
                 &runner.http,
                 &config.api,
                 &state.store,
@@ -267,7 +235,60 @@ async fn run_attempt(
                     let _ = progress.send(p);
                 },
             )
-            .await
+            .await;
+        }
+    };
+    let exit = run_cli(
+        &command,
+        &ctx.run_id.to_string(),
+        ctx.deadline,
+        ctx.timeout,
+        config.kill_grace,
+        &ctx.stop,
+        &mut |line: &str| {
+            for p in stream.line(line) {
+                let _ = progress.send(p);
+            }
+        },
+    )
+    .await;
+    let (end, error) = stream.end();
+    cli_result(name, exit, end, error)
+}
+
+/// The output parser of a CLI provider.
+enum CliStream {
+    Claude(claude::Stream),
+    Opencode(opencode::Stream),
+}
+
+impl CliStream {
+    fn line(&mut self, line: &str) -> Vec<Progress> {
+        match self {
+            Self::Claude(s) => s.line(line),
+            Self::Opencode(s) => s.line(line),
+        }
+    }
+
+    /// What the attempt produced, and the error the stream reported, if any.
+    fn end(self) -> (AttemptEnd, Option<String>) {
+        match self {
+            Self::Claude(s) => (
+                AttemptEnd {
+                    output: s.result,
+                    session_id: s.session_id,
+                    usage: s.usage,
+                },
+                s.error,
+            ),
+            Self::Opencode(s) => (
+                AttemptEnd {
+                    output: s.last_text,
+                    session_id: s.session_id,
+                    usage: s.usage,
+                },
+                s.error,
+            ),
         }
     }
 }
