@@ -260,16 +260,6 @@ pub fn cancel_task(
     Ok(events)
 }
 
-/// One thing an agent did (text it wrote, a tool its model called), for history.
-pub fn progress(run: &Run, kind: &str, details: Value) -> (EventKind, Value) {
-    let mut data =
-        json!({ "run_id": run.id.to_string(), "agent": run.agent.as_str(), "kind": kind });
-    if let (Some(data), Value::Object(details)) = (data.as_object_mut(), details) {
-        data.extend(details);
-    }
-    (EventKind::AgentProgress, data)
-}
-
 /// A comment on a task's history.
 pub fn comment(run: &Run, text: &str) -> Result<(EventKind, Value), DomainError> {
     if text.trim().is_empty() {

@@ -329,14 +329,7 @@ fn to_json<T: serde::Serialize>(value: &T) -> Value {
 }
 
 fn cut(text: &str) -> String {
-    if text.len() <= EXCERPT_BYTES {
-        return text.to_owned();
-    }
-    let end = (0..=EXCERPT_BYTES)
-        .rev()
-        .find(|i| text.is_char_boundary(*i))
-        .unwrap_or(0);
-    format!("{}…", &text[..end])
+    crate::providers::cut(text, EXCERPT_BYTES)
 }
 
 /// A task as agents see it.

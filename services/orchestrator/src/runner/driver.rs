@@ -79,7 +79,7 @@ async fn run_attempts(
         session_id: None,
         resumed: false,
     };
-    if let Err(reason) = prepare(runner, ctx).await {
+    if let Err(reason) = prepare(ctx).await {
         outcome.result = Err(AttemptError::Failed {
             reason,
             partial: AttemptEnd::default(),
@@ -150,7 +150,7 @@ async fn run_attempts(
 }
 
 /// Creates the run directory: HOME, TMPDIR, and the provider's files.
-async fn prepare(runner: &Runner, ctx: &RunContext) -> Result<(), String> {
+async fn prepare(ctx: &RunContext) -> Result<(), String> {
     let failed = |e: std::io::Error| {
         format!(
             "cannot prepare the run directory {}: {e}",
@@ -171,7 +171,6 @@ async fn prepare(runner: &Runner, ctx: &RunContext) -> Result<(), String> {
         .await
         .map_err(failed)?;
     }
-    let _ = runner;
     Ok(())
 }
 
