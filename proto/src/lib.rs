@@ -4,6 +4,8 @@
 //! feature and server code behind `server`, so `chorus-tools` compiles only clients.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "client")]
+pub mod handoff;
 pub mod json;
 
 /// A gRPC status code's name in lower snake case ("permission_denied"), as tool

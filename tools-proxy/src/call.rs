@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use chorus_proto::handoff::HandoffError;
 use chorus_proto::json;
 use chorus_proto::orchestrator::v1::CallToolRequest;
 use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
@@ -95,6 +96,9 @@ async fn call_orchestrator(
     channel: tonic::transport::Channel,
     request: Request,
 ) -> Result<Answer, Failure> {
+    if request.tool == "handoff" {
+        return handoff(channel, request).await;
+    }
     let mut grpc = tonic::Request::new(CallToolRequest {
         tool: request.tool.clone(),
         arguments: Some(json::to_struct(request.arguments)),
@@ -120,6 +124,31 @@ async fn call_orchestrator(
         stdout: Value::Object(result).to_string(),
         error: None,
     })
+}
+
+/// A handoff: one streaming call that ends when the other agent does; prints its
+/// result like any tool's, or its failure as the tool's error (exit 1).
+async fn handoff(channel: tonic::transport::Channel, request: Request) -> Result<Answer, Failure> {
+    match chorus_proto::handoff::call(channel, &request.token, &request.arguments).await {
+        Ok(output) => Ok(Answer {
+            stdout: serde_json::json!({ "output": output, "metadata": {} }).to_string(),
+            error: None,
+        }),
+        Err(HandoffError::Failed {
+            failure,
+            reason,
+            run_id,
+        }) => Ok(Answer {
+            stdout: serde_json::json!({
+                "output": null,
+                "error": { "code": failure, "message": reason },
+                "metadata": { "run_id": run_id },
+            })
+            .to_string(),
+            error: Some(Failure::new(Exit::ToolFailed, &failure, reason)),
+        }),
+        Err(HandoffError::Status(status)) => Err(Failure::from_status(&status, "orchestrator")),
+    }
 }
 
 fn source_chain(err: &dyn std::error::Error) -> String {

@@ -190,12 +190,23 @@ pub struct GitPush {
 }
 
 /// Result of handoff: the other agent's final output and report.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 pub struct Handoff {
     pub agent: String,
     pub run_id: String,
+    /// The agent's final text.
     pub output: String,
     pub completion_report: Option<CompletionReport>,
+    /// Tokens and cost of the agent's run.
+    pub usage: HandoffUsage,
+}
+
+/// Tokens and cost of a handoff's run.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+pub struct HandoffUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
 }
 
 /// A task as agents see it.

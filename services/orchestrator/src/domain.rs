@@ -14,12 +14,12 @@ mod task;
 mod time;
 mod workspace;
 
-pub use agent::{Agent, AgentKind, default_agents};
+pub use agent::{Agent, AgentKind, TASK_VALIDATOR, default_agents};
 pub use error::DomainError;
 pub use event::{Event, EventKind};
 pub use name::Name;
 pub use provider::{Provider, ProviderKind};
-pub use run::{Run, RunId, RunState, Usage};
+pub use run::{HandoffFailure, HandoffOutcome, Run, RunId, RunState, Usage};
 pub use stage::{Stage, StageExt};
 pub use status::TaskStatus;
 pub use task::{Planning, Question, Task, TaskId, TaskSource};

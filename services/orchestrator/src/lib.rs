@@ -3,7 +3,8 @@
 //!
 //! `domain` holds the rules (state machines, validation) and knows nothing of the
 //! database or gRPC; `store` persists domain types with diesel.
-#![forbid(unsafe_code)]
+// One function sets the parent-death signal of agent processes (runner::process).
+#![deny(unsafe_code)]
 
 pub mod domain;
 pub mod error;

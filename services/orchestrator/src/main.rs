@@ -55,6 +55,9 @@ struct Cli {
     /// Seconds an agent run may take unless StartTask says otherwise.
     #[arg(long, env = "CHORUS_RUN_TIMEOUT_SECS", default_value_t = 600)]
     run_timeout_secs: u64,
+    /// Seconds a handoff may take unless its caller says otherwise.
+    #[arg(long, env = "CHORUS_HANDOFF_TIMEOUT_SECS", default_value_t = 600)]
+    handoff_timeout_secs: u64,
     /// More environment variables to pass on to agent processes (comma-separated
     /// names; locale, proxy and model-credential variables are passed already).
     #[arg(long, env = "CHORUS_AGENT_PASS_ENV", value_delimiter = ',')]
@@ -102,6 +105,7 @@ fn main() -> anyhow::Result<()> {
         runner.claude_bin.clone_from(&cli.claude_bin);
         runner.opencode_bin.clone_from(&cli.opencode_bin);
         runner.run_timeout = std::time::Duration::from_secs(cli.run_timeout_secs.max(1));
+        runner.handoff_timeout = std::time::Duration::from_secs(cli.handoff_timeout_secs.max(1));
         runner.pass_env.extend(cli.agent_pass_env.iter().filter(|n| !n.is_empty()).cloned());
         runner.keep_run_dirs = cli.keep_run_dirs;
         runner.runs_dir = std::path::absolute(&runner.runs_dir).with_context(|| format!("resolving {}", runner.runs_dir.display()))?;

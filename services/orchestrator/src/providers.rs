@@ -18,10 +18,12 @@ pub mod opencode;
 pub mod prompt;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::time::Instant;
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{AgentKind, Name, ProviderKind, RunId, TaskId, Usage};
@@ -80,10 +82,79 @@ pub struct RunContext {
     pub workspace_root: PathBuf,
     /// The run's private directory (its HOME for CLIs, generated config).
     pub run_dir: PathBuf,
-    /// When the run must be over, and the timeout that set it.
-    pub deadline: Instant,
+    /// When the run must be over (the clock stops while it waits for a
+    /// handoff), and the timeout that set it.
+    pub clock: RunClock,
     pub timeout: Duration,
     pub stop: CancellationToken,
+}
+
+/// A run's time limit. The clock stops while the run waits for a handoff: a
+/// run's timeout bounds its own work, each handoff has its own.
+#[derive(Debug, Clone)]
+pub struct RunClock {
+    state: Arc<watch::Sender<Clock>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Clock {
+    Running { deadline: Instant },
+    Paused { left: Duration },
+}
+
+impl RunClock {
+    /// A clock that runs out `timeout` from now.
+    pub fn start(timeout: Duration) -> Self {
+        Self {
+            state: Arc::new(watch::Sender::new(Clock::Running {
+                deadline: Instant::now() + timeout,
+            })),
+        }
+    }
+
+    /// Stops the clock (a handoff started; a run waits for one at a time).
+    pub fn pause(&self) {
+        self.state.send_modify(|clock| {
+            if let Clock::Running { deadline } = *clock {
+                *clock = Clock::Paused {
+                    left: deadline.saturating_duration_since(Instant::now()),
+                };
+            }
+        });
+    }
+
+    /// Starts the clock again with the time that was left.
+    pub fn resume(&self) {
+        self.state.send_modify(|clock| {
+            if let Clock::Paused { left } = *clock {
+                *clock = Clock::Running {
+                    deadline: Instant::now() + left,
+                };
+            }
+        });
+    }
+
+    /// Completes when the time is up (never while paused).
+    pub async fn expired(&self) {
+        let mut rx = self.state.subscribe();
+        loop {
+            let clock = *rx.borrow_and_update();
+            match clock {
+                Clock::Running { deadline } => tokio::select! {
+                    () = sleep_until(deadline) => return,
+                    changed = rx.changed() => if changed.is_err() {
+                        sleep_until(deadline).await;
+                        return;
+                    },
+                },
+                Clock::Paused { .. } => {
+                    if rx.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// One attempt: the first message, or the reminder resuming a session.

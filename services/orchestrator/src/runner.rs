@@ -8,7 +8,11 @@
 //! one of them), `tools` (the executor path for API agents).
 
 mod driver;
+pub mod handoff;
+mod launch;
+pub mod plan;
 pub mod process;
+pub mod recover;
 mod start;
 pub mod sweep;
 pub mod tools;
@@ -23,11 +27,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::domain::{RunId, TaskId};
-use crate::providers::RunContext;
 use crate::providers::openai::ApiLimits;
+use crate::providers::{RunClock, RunContext};
 use crate::state::AppState;
 
-pub use start::{cancel_task, start_task};
+pub use launch::Launch;
+pub use start::{cancel_task, start_task, task_message, timeout_or};
 
 /// Environment variables an agent process gets from the orchestrator's own
 /// environment when they are set (besides PATH, which is extended): locale,
@@ -64,8 +69,11 @@ pub struct RunnerConfig {
     /// The Claude Code and OpenCode executables.
     pub claude_bin: PathBuf,
     pub opencode_bin: PathBuf,
-    /// How long a run may take when StartTask does not say.
+    /// How long a run may take when StartTask or PlanTask does not say (the
+    /// clock stops while the run waits for a handoff).
     pub run_timeout: Duration,
+    /// How long a handoff may take when its caller does not say.
+    pub handoff_timeout: Duration,
     /// Between SIGTERM and SIGKILL when a run's processes are stopped.
     pub kill_grace: Duration,
     /// Names of environment variables passed on to agent processes.
@@ -100,11 +108,18 @@ impl RunnerConfig {
             claude_bin: PathBuf::from("claude"),
             opencode_bin: PathBuf::from("opencode"),
             run_timeout: Duration::from_secs(600),
+            handoff_timeout: Duration::from_secs(600),
             kill_grace: Duration::from_secs(2),
             pass_env: DEFAULT_PASS_ENV.iter().map(|s| (*s).to_owned()).collect(),
             api: ApiLimits::default(),
             keep_run_dirs: false,
         }
+    }
+
+    /// The longest timeout a handoff may ask for: an hour, or the default
+    /// handoff timeout when that is longer.
+    pub fn max_handoff_timeout(&self) -> Duration {
+        self.handoff_timeout.max(Duration::from_secs(3600))
     }
 
     /// Checks what can be checked at start-up.
@@ -139,6 +154,9 @@ pub struct CliSetup {
     pub passed: Vec<(String, String)>,
     /// The orchestrator's PATH.
     pub path: Option<OsString>,
+    /// How long the CLI's own shell tool lets a command run: long enough for the
+    /// longest handoff.
+    pub bash_timeout: Duration,
 }
 
 impl CliSetup {
@@ -197,6 +215,9 @@ pub fn tmp_dir(run_dir: &Path) -> PathBuf {
 #[derive(Debug)]
 struct Live {
     task_id: TaskId,
+    /// The run that handed off to this one.
+    parent: Option<RunId>,
+    clock: RunClock,
     stop: CancellationToken,
     /// Fires when the driver is done: processes dead, end recorded.
     done: CancellationToken,
@@ -237,11 +258,18 @@ impl Runner {
                 .filter_map(|name| Some((name.clone(), std::env::var(name).ok()?)))
                 .collect(),
             path: std::env::var_os("PATH"),
+            bash_timeout: self.config.max_handoff_timeout() + Duration::from_secs(60),
         }
     }
 
     /// Starts the driver of a run that was just created (spawning).
-    fn launch(self: &Arc<Self>, state: AppState, ctx: RunContext, message: String) {
+    fn launch(
+        self: &Arc<Self>,
+        state: AppState,
+        ctx: RunContext,
+        parent: Option<RunId>,
+        message: String,
+    ) {
         let done = CancellationToken::new();
         let run_id = ctx.run_id;
         self.live
@@ -251,6 +279,8 @@ impl Runner {
                 run_id,
                 Live {
                     task_id: ctx.task_id,
+                    parent,
+                    clock: ctx.clock.clone(),
                     stop: ctx.stop.clone(),
                     done: done.clone(),
                 },
@@ -270,10 +300,31 @@ impl Runner {
     /// Stops the live runs of a task (or all of them) and waits until their
     /// drivers are done.
     async fn stop(&self, task: Option<TaskId>) {
+        self.stop_where(|_, l| task.is_none_or(|t| l.task_id == t))
+            .await;
+    }
+
+    /// Stops the live runs below `ancestor` in the handoff tree and waits until
+    /// their drivers are done.
+    pub async fn stop_descendants(&self, ancestor: RunId) {
+        self.stop_where(|live, l| {
+            let mut parent = l.parent;
+            while let Some(p) = parent {
+                if p == ancestor {
+                    return true;
+                }
+                parent = live.get(&p).and_then(|l| l.parent);
+            }
+            false
+        })
+        .await;
+    }
+
+    async fn stop_where(&self, select: impl Fn(&HashMap<RunId, Live>, &Live) -> bool) {
         let waits: Vec<CancellationToken> = {
             let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
             live.values()
-                .filter(|l| task.is_none_or(|t| l.task_id == t))
+                .filter(|l| select(&live, l))
                 .map(|l| {
                     l.stop.cancel();
                     l.done.clone()
@@ -288,6 +339,27 @@ impl Runner {
                 warn!("a run did not stop in time");
             }
         }
+    }
+
+    /// Stops the clock of a live run (it waits for a handoff); false when the run
+    /// is not live here.
+    pub fn pause_clock(&self, run: RunId) -> bool {
+        self.clock_of(run).map(|c| c.pause()).is_some()
+    }
+
+    /// Starts the clock of a live run again (its handoff returned).
+    pub fn resume_clock(&self, run: RunId) {
+        if let Some(clock) = self.clock_of(run) {
+            clock.resume();
+        }
+    }
+
+    fn clock_of(&self, run: RunId) -> Option<RunClock> {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&run)
+            .map(|l| l.clock.clone())
     }
 
     /// Stops every live run (orchestrator shutdown) and waits for them.

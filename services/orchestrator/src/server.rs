@@ -86,6 +86,10 @@ pub async fn run(
         },
     };
 
+    // Runs a previous orchestrator left unfinished are over: record it before
+    // anyone can ask.
+    crate::runner::recover::recover(&state).await?;
+
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<AgentToolsServer<AgentToolsService>>()

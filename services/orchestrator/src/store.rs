@@ -27,6 +27,7 @@ use crate::domain::DomainError;
 
 pub use agents::{AgentChanges, NewAgent};
 pub use providers::{NewProvider, ProviderChanges};
+pub use runs::NewRun;
 pub use tasks::{DEFAULT_PAGE_SIZE, EventDraft, MAX_EVENTS, MAX_PAGE_SIZE};
 
 use connection::{AnyConnection, ConnectionPool, Target};

@@ -4,7 +4,12 @@
 use chorus_catalog::args::{CompletionReport, PlannerOutput, ReportStatus};
 use serde_json::{Value, json};
 
-use super::{DomainError, EventKind, Run, RunState, Stage, StageExt, Task, TaskStatus};
+use super::{
+    DomainError, EventKind, HandoffFailure, Run, RunState, Stage, StageExt, Task, TaskStatus,
+};
+
+pub mod handoff;
+pub mod planning;
 
 /// Events a rule asks to record, in order.
 pub type Events = Vec<(EventKind, Value)>;
@@ -235,7 +240,8 @@ pub fn settle_task_without_report(
 }
 
 /// Cancels a task: it goes canceled with `reason`, and each of its runs that has
-/// not finished ends with `run_canceled`.
+/// not finished ends with `run_canceled` (children before their parents; each
+/// handoff among them fails as canceled).
 pub fn cancel_task(
     task: &mut Task,
     runs: &mut [Run],
@@ -247,15 +253,52 @@ pub fn cancel_task(
         TaskStatus::Canceled,
         Some(reason.to_owned()),
     )?];
-    for run in runs.iter_mut().filter(|r| r.state != RunState::Finished) {
-        events.push(end_run(
-            run,
+    events.extend(handoff::end_all_runs(
+        runs,
+        task,
+        EventKind::RunCanceled,
+        HandoffFailure::Canceled,
+        &format!("the task was canceled: {reason}"),
+        now_ms,
+    )?);
+    Ok(events)
+}
+
+/// Marks a task's unfinished runs interrupted after the orchestrator that ran
+/// them stopped (`run_interrupted`; their handoffs fail as interrupted). An
+/// active task waits with the reason; a task being planned fails, to be planned
+/// again.
+pub fn interrupt_task(
+    task: &mut Task,
+    runs: &mut [Run],
+    reason: &str,
+    now_ms: i64,
+) -> Result<Events, DomainError> {
+    let mut events = handoff::end_all_runs(
+        runs,
+        task,
+        EventKind::RunInterrupted,
+        HandoffFailure::Interrupted,
+        reason,
+        now_ms,
+    )?;
+    match task.status {
+        TaskStatus::Active => events.push(change_status(
             task,
-            EventKind::RunCanceled,
-            reason.to_owned(),
-            Value::Null,
-            now_ms,
-        )?);
+            TaskStatus::Waiting,
+            Some(format!("{reason}; start it again")),
+        )?),
+        TaskStatus::Planning => {
+            events.push((EventKind::PlanningFailed, json!({ "reason": reason })));
+            events.push(change_status(
+                task,
+                TaskStatus::Failed,
+                Some(format!(
+                    "{reason}; plan it again (move it to pending, then PlanTask)"
+                )),
+            )?);
+        }
+        _ => {}
     }
     Ok(events)
 }

@@ -115,6 +115,74 @@ pub struct Run {
     pub session_id: Option<String>,
     /// Tokens and cost so far.
     pub usage: Usage,
+    /// For a run started by Handoff: its number within the task, from 1.
+    pub handoff_index: Option<u32>,
+    /// The prompt a handoff gave it.
+    pub prompt: Option<String>,
+    /// Its final text, once it ended.
+    pub output: Option<String>,
+}
+
+/// Why a handoff failed, as its caller is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HandoffFailure {
+    /// The agent failed (exit code, signal, API error) or ended without a report.
+    AgentFailed,
+    TimedOut,
+    /// The task was canceled, or the run that handed off ended.
+    Canceled,
+    /// No such agent, or an internal one.
+    TargetUnknown,
+    /// Chorus could not run it.
+    Internal,
+    /// The orchestrator stopped or restarted while it ran.
+    Interrupted,
+}
+
+impl HandoffFailure {
+    pub const ALL: [HandoffFailure; 6] = [
+        Self::AgentFailed,
+        Self::TimedOut,
+        Self::Canceled,
+        Self::TargetUnknown,
+        Self::Internal,
+        Self::Interrupted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AgentFailed => "agent_failed",
+            Self::TimedOut => "timed_out",
+            Self::Canceled => "canceled",
+            Self::TargetUnknown => "target_unknown",
+            Self::Internal => "internal",
+            Self::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.as_str() == s)
+    }
+
+    /// The gRPC code name a failed handoff call is recorded with (`tool_executed`).
+    pub fn code_name(self) -> &'static str {
+        match self {
+            Self::AgentFailed => "aborted",
+            Self::TimedOut => "deadline_exceeded",
+            Self::Canceled => "cancelled",
+            Self::TargetUnknown => "not_found",
+            Self::Internal => "internal",
+            Self::Interrupted => "unavailable",
+        }
+    }
+}
+
+/// How a handoff ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandoffOutcome {
+    /// The agent ended with its completion report.
+    Completed,
+    Failed(HandoffFailure, String),
 }
 
 /// What a run has cost: tokens and money, summed over its model calls.

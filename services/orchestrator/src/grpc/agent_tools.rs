@@ -20,7 +20,7 @@ use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
 use crate::domain::policy;
-use crate::domain::{DomainError, EventKind, Run, RunId, Task, TaskId, TaskStatus};
+use crate::domain::{AgentKind, DomainError, EventKind, Run, RunId, Task, TaskId, TaskStatus};
 use crate::error::ServiceError;
 use crate::state::AppState;
 
@@ -52,37 +52,11 @@ impl AgentToolsService {
                     "the authorization header must be 'Bearer <token>'".to_owned(),
                 )
             })?;
-        let grant = self.state.verifier.verify(token)?;
-        let run_id = RunId::parse(&grant.run_id)
-            .map_err(|_| DomainError::RunNotActive(format!("run {} is unknown", grant.run_id)))?;
-        match self.state.store.get_run(run_id).await {
-            Ok(run) => Ok(run),
-            Err(crate::store::StoreError::NotFound { .. }) => {
-                Err(DomainError::RunNotActive(format!("run {run_id} is unknown")).into())
-            }
-            Err(e) => Err(e.into()),
-        }
+        run_of_token(&self.state, token).await
     }
 
-    /// Checks the run may call `tool` now; records a denial.
     async fn authorize(&self, run: &Run, tool: &str) -> Result<(), ServiceError> {
-        match policy::check_tool_call(run, tool) {
-            Ok(()) => Ok(()),
-            Err(DomainError::NotAllowed(reason)) => {
-                let events = self
-                    .state
-                    .store
-                    .append_events(run.task_id, policy::denied_events(run, tool, &reason))
-                    .await?;
-                self.state.publish(&events);
-                warn!(run_id = %run.id, agent = %run.agent, tool, "tool denied");
-                Err(DomainError::NotAllowed(reason).into())
-            }
-            Err(e) => {
-                warn!(run_id = %run.id, agent = %run.agent, tool, error = %e, "tool call from a run that is not active");
-                Err(e.into())
-            }
-        }
+        authorize(&self.state, run, tool).await
     }
 
     async fn record(
@@ -181,6 +155,14 @@ impl AgentToolsService {
             }
             "planner-output" => {
                 let output: args::PlannerOutput = parse(tool, arguments)?;
+                if let args::PlannerOutput::Plan {
+                    assigned_agent: Some(assigned),
+                    ..
+                } = &output
+                    && !assigned.trim().is_empty()
+                {
+                    self.check_assignable(run, assigned).await?;
+                }
                 let kind = match &output {
                     args::PlannerOutput::Plan { .. } => "plan",
                     args::PlannerOutput::Questions { .. } => "questions",
@@ -210,14 +192,33 @@ impl AgentToolsService {
                     a.tool.as_deref(),
                 )))
             }
-            "handoff" => Err(ServiceError::Unavailable(
-                "handoff starts another agent, and this orchestrator does not run agents yet"
+            "handoff" => Err(ServiceError::Invalid(
+                "handoff streams its agent's progress: call the Handoff RPC with the run token (chorus-tools does)"
                     .to_owned(),
             )),
             other => Err(ServiceError::Invalid(format!(
                 "'{other}' is not an orchestration tool"
             ))),
         }
+    }
+
+    /// Refuses a plan whose assigned agent is not a user-defined agent of the
+    /// run's workspace, naming the ones it could be, so the planner can fix it.
+    async fn check_assignable(&self, run: &Run, assigned: &str) -> Result<(), ServiceError> {
+        let own = self.state.store.get_task(run.task_id).await?;
+        let agents = self.state.store.list_agents(own.workspace_id).await?;
+        let assignable: Vec<&str> = agents
+            .iter()
+            .filter(|a| a.kind == AgentKind::UserDefined)
+            .map(|a| a.name.as_str())
+            .collect();
+        if assignable.contains(&assigned) {
+            return Ok(());
+        }
+        Err(ServiceError::Invalid(format!(
+            "assigned_agent '{assigned}' is not an agent this task can be assigned to; choose one of: {} (or leave it out)",
+            assignable.join(", ")
+        )))
     }
 
     /// The run's own task, or another task of the same workspace.
@@ -315,6 +316,40 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         )
         .await?;
         Ok(Response::new(pb::RecordToolCallResponse {}))
+    }
+}
+
+/// The run a run token names. Unknown runs are "not active".
+pub(crate) async fn run_of_token(state: &AppState, token: &str) -> Result<Run, ServiceError> {
+    let grant = state.verifier.verify(token.trim())?;
+    let run_id = RunId::parse(&grant.run_id)
+        .map_err(|_| DomainError::RunNotActive(format!("run {} is unknown", grant.run_id)))?;
+    match state.store.get_run(run_id).await {
+        Ok(run) => Ok(run),
+        Err(crate::store::StoreError::NotFound { .. }) => {
+            Err(DomainError::RunNotActive(format!("run {run_id} is unknown")).into())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Checks `run` may call `tool` now; records a denial as `tool_denied`.
+pub(crate) async fn authorize(state: &AppState, run: &Run, tool: &str) -> Result<(), ServiceError> {
+    match policy::check_tool_call(run, tool) {
+        Ok(()) => Ok(()),
+        Err(DomainError::NotAllowed(reason)) => {
+            let events = state
+                .store
+                .append_events(run.task_id, policy::denied_events(run, tool, &reason))
+                .await?;
+            state.publish(&events);
+            warn!(run_id = %run.id, agent = %run.agent, tool, "tool denied");
+            Err(DomainError::NotAllowed(reason).into())
+        }
+        Err(e) => {
+            warn!(run_id = %run.id, agent = %run.agent, tool, error = %e, "tool call from a run that is not active");
+            Err(e.into())
+        }
     }
 }
 

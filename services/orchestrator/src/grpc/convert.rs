@@ -187,6 +187,9 @@ pub fn run(r: &Run) -> pb::Run {
         ),
         session_id: r.session_id.clone().unwrap_or_default(),
         usage: Some(usage(r.usage)),
+        handoff_index: r.handoff_index.unwrap_or_default(),
+        prompt: r.prompt.clone().unwrap_or_default(),
+        output: r.output.clone().unwrap_or_default(),
     }
 }
 

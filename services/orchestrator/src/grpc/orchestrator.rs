@@ -183,6 +183,20 @@ impl Orchestrator for OrchestratorService {
         reply(tasks::update_planning(&self.state, request.into_inner()).await)
     }
 
+    async fn plan_task(
+        &self,
+        request: Request<pb::PlanTaskRequest>,
+    ) -> Result<Response<pb::PlanTaskResponse>, Status> {
+        reply(crate::runner::plan::plan_task(&self.state, request.into_inner()).await)
+    }
+
+    async fn submit_answers(
+        &self,
+        request: Request<pb::SubmitAnswersRequest>,
+    ) -> Result<Response<pb::PlanTaskResponse>, Status> {
+        reply(crate::runner::plan::submit_answers(&self.state, request.into_inner()).await)
+    }
+
     async fn start_task(
         &self,
         request: Request<pb::StartTaskRequest>,
@@ -213,6 +227,15 @@ impl Orchestrator for OrchestratorService {
         reply(tasks::watch(&self.state, request.into_inner()).await)
     }
 
+    type HandoffStream = crate::runner::handoff::HandoffStream;
+
+    async fn handoff(
+        &self,
+        request: Request<pb::HandoffRequest>,
+    ) -> Result<Response<Self::HandoffStream>, Status> {
+        reply(crate::runner::handoff::handoff(&self.state, request.into_inner()).await)
+    }
+
     async fn open_run(
         &self,
         request: Request<pb::OpenRunRequest>,
@@ -225,6 +248,13 @@ impl Orchestrator for OrchestratorService {
         request: Request<pb::GetRunRequest>,
     ) -> Result<Response<pb::Run>, Status> {
         reply(runs::get(&self.state, request.into_inner()).await)
+    }
+
+    async fn list_runs(
+        &self,
+        request: Request<pb::ListRunsRequest>,
+    ) -> Result<Response<pb::ListRunsResponse>, Status> {
+        reply(runs::list(&self.state, request.into_inner()).await)
     }
 
     async fn finish_run(

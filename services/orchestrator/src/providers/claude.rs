@@ -42,6 +42,10 @@ pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliComm
         "1".to_owned(),
     ));
     env.push(("DISABLE_AUTOUPDATER".to_owned(), "1".to_owned()));
+    // Its Bash tool must wait as long as a handoff through chorus-tools may take.
+    let bash_ms = setup.bash_timeout.as_millis().to_string();
+    env.push(("BASH_DEFAULT_TIMEOUT_MS".to_owned(), bash_ms.clone()));
+    env.push(("BASH_MAX_TIMEOUT_MS".to_owned(), bash_ms));
     if let Some(url) = &ctx.provider.base_url {
         env.push(("ANTHROPIC_BASE_URL".to_owned(), url.clone()));
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use chorus_catalog::Executor;
 use serde_json::{Value, json};
-use tokio::time::{sleep, sleep_until};
+use tokio::time::sleep;
 use tracing::{debug, warn};
 
 use super::{Attempt, AttemptEnd, AttemptError, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
@@ -294,7 +294,7 @@ async fn post(
         }
         let response = tokio::select! {
             r = request.send() => r,
-            () = sleep_until(ctx.deadline) => return Err(timed_out(ctx, end)),
+            () = ctx.clock.expired() => return Err(timed_out(ctx, end)),
             () = ctx.stop.cancelled() => return Err(AttemptError::Stopped { partial: end.clone() }),
         };
         let mut wait = backoff;
@@ -343,7 +343,7 @@ async fn post(
         warn!(run_id = %ctx.run_id, error = %last_error, retry_in = ?wait, "model call failed; retrying");
         tokio::select! {
             () = sleep(wait) => {}
-            () = sleep_until(ctx.deadline) => return Err(timed_out(ctx, end)),
+            () = ctx.clock.expired() => return Err(timed_out(ctx, end)),
             () = ctx.stop.cancelled() => return Err(AttemptError::Stopped { partial: end.clone() }),
         }
         backoff = backoff.saturating_mul(2);

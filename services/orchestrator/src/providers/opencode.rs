@@ -94,6 +94,11 @@ pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliComm
     }
     args.push(attempt.message.clone());
     let mut env = setup.base_env(ctx);
+    // Its bash tool must wait as long as a handoff through chorus-tools may take.
+    env.push((
+        "OPENCODE_EXPERIMENTAL_BASH_DEFAULT_TIMEOUT_MS".to_owned(),
+        setup.bash_timeout.as_millis().to_string(),
+    ));
     env.push((
         "OPENCODE_CONFIG_CONTENT".to_owned(),
         config(setup, ctx).to_string(),

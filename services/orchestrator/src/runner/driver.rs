@@ -24,8 +24,10 @@ use tracing::{info, warn};
 use super::process::{CliExit, Ending, run_cli};
 use super::tools::ToolRouter;
 use super::{Runner, home_dir, tmp_dir};
+use crate::domain::policy::{handoff, planning};
 use crate::domain::{
-    AgentKind, EventKind, ProviderKind, Run, RunState, TaskStatus, Usage, now_ms, policy,
+    AgentKind, EventKind, HandoffFailure, HandoffOutcome, Name, ProviderKind, Run, RunState,
+    TaskStatus, Usage, now_ms, policy,
 };
 use crate::providers::{
     Attempt, AttemptEnd, AttemptError, Progress, RunContext, claude, openai, opencode,
@@ -240,7 +242,7 @@ async fn run_attempt(
     let exit = run_cli(
         &command,
         &ctx.run_id.to_string(),
-        ctx.deadline,
+        &ctx.clock,
         ctx.timeout,
         config.kill_grace,
         &ctx.stop,
@@ -385,7 +387,19 @@ async fn record_progress(
     }
 }
 
-/// Records how the run ended, in one transaction.
+/// How a run that ended without a report is treated, by what stopped it.
+struct RunEnd {
+    kind: EventKind,
+    reason: String,
+    handoff: HandoffOutcome,
+    /// Where a root run's task goes (user agents; planners settle by their output).
+    task: Option<TaskStatus>,
+    /// What the task's status reason says, when not `reason`.
+    task_reason: Option<String>,
+}
+
+/// Records how the run ended, in one transaction: the run, its unfinished
+/// handoff children (canceled), its handoff back to its parent, and its task.
 async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
     let shutting_down = state.shutdown.is_cancelled();
     let agent_kind = ctx.agent_kind;
@@ -398,49 +412,75 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
     let agent = ctx.agent.clone();
     let end = state
         .store
-        .change_run(ctx.run_id, move |run, task| {
+        .change_run_family(ctx.run_id, move |run, task, others| {
             run.usage = usage;
             if session_id.is_some() {
                 run.session_id.clone_from(&session_id);
             }
-            if run.state == RunState::Finished {
-                // CancelTask ended it; keep what it cost.
-                return Ok(Vec::new());
-            }
-            let now = now_ms();
-            let mut details = json!({ "usage": usage.to_json(), "session_id": session_id });
             let output = match &result {
                 Ok(end) => end.output.clone(),
                 Err(e) => e.partial().output.clone(),
             };
-            if let Some(output) = output {
-                details["output"] = json!(crate::providers::cut(&output, 4096));
+            if output.is_some() {
+                run.output.clone_from(&output);
             }
-            if has_report(run, agent_kind) {
-                return Ok(vec![policy::end_run(run, task, EventKind::AgentCompleted, "completed".to_owned(), details, now)?]);
+            if run.state == RunState::Finished {
+                // Canceled (by CancelTask or its parent's end); keep what it cost.
+                return Ok(Vec::new());
             }
-            let mut events = Vec::new();
-            match result {
-                Err(AttemptError::Stopped { .. }) if shutting_down => {
-                    let reason = "interrupted: the orchestrator shut down".to_owned();
-                    events.push(policy::end_run(run, task, EventKind::RunInterrupted, reason.clone(), details, now)?);
-                    events.extend(policy::settle_task_without_report(run, task, TaskStatus::Waiting, &format!("{reason}; start it again"))?);
+            let now = now_ms();
+            let mut details = json!({ "usage": usage.to_json(), "session_id": session_id });
+            if let Some(output) = &output {
+                details["output"] = json!(crate::providers::cut(output, 4096));
+            }
+            let ending = ending(
+                &agent,
+                agent_kind,
+                has_report(run, agent_kind),
+                result,
+                resumed,
+                shutting_down,
+                output.as_deref(),
+            );
+            let mut events = handoff::end_descendants(
+                run.id,
+                others,
+                task,
+                EventKind::RunCanceled,
+                HandoffFailure::Canceled,
+                &format!(
+                    "the run of '{agent}' that handed off to it ended ({})",
+                    first_line(&ending.reason)
+                ),
+                now,
+            )?;
+            events.push(policy::end_run(
+                run,
+                task,
+                ending.kind,
+                ending.reason.clone(),
+                details,
+                now,
+            )?);
+            if run.handoff_index.is_some() {
+                let parent = others.iter_mut().find(|o| Some(o.id) == run.parent);
+                events.extend(handoff::end_handoff(
+                    run,
+                    parent,
+                    task,
+                    &ending.handoff,
+                    now,
+                )?);
+            }
+            match agent_kind {
+                AgentKind::Internal => {
+                    events.extend(planning::settle_planning(run, task, &ending.reason)?);
                 }
-                Err(AttemptError::Stopped { .. }) => {
-                    events.push(policy::end_run(run, task, EventKind::RunCanceled, "canceled".to_owned(), details, now)?);
-                }
-                Err(AttemptError::Failed { reason, .. } | AttemptError::TimedOut { reason, .. }) => {
-                    events.push(policy::end_run(run, task, EventKind::RunFailed, reason.clone(), details, now)?);
-                    events.extend(policy::settle_task_without_report(run, task, TaskStatus::Failed, &reason)?);
-                }
-                Ok(_) => {
-                    let reason = if resumed {
-                        format!("agent '{agent}' ended without a completion report, even after a reminder")
-                    } else {
-                        format!("agent '{agent}' ended without a completion report")
-                    };
-                    events.push(policy::end_run(run, task, EventKind::AgentCompleted, reason.clone(), details, now)?);
-                    events.extend(policy::settle_task_without_report(run, task, TaskStatus::Waiting, &reason)?);
+                AgentKind::UserDefined => {
+                    if let Some(to) = ending.task {
+                        let why = ending.task_reason.as_deref().unwrap_or(&ending.reason);
+                        events.extend(policy::settle_task_without_report(run, task, to, why)?);
+                    }
                 }
             }
             Ok(events)
@@ -450,7 +490,114 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
         Ok((run, _task, events)) => {
             state.publish(&events);
             info!(run_id = %run.id, reason = run.end_reason.as_deref().unwrap_or(""), "run ended");
+            if let Some(parent) = run.parent {
+                state.runner.resume_clock(parent);
+            }
         }
         Err(e) => warn!(run_id = %ctx.run_id, error = %e, "cannot record the end of a run"),
     }
+    // Its handoff children were canceled with it: stop their processes too.
+    state.runner.stop_descendants(ctx.run_id).await;
+}
+
+/// What a run's end means, from how its attempts ended.
+fn ending(
+    agent: &Name,
+    agent_kind: AgentKind,
+    reported: bool,
+    result: Result<AttemptEnd, AttemptError>,
+    resumed: bool,
+    shutting_down: bool,
+    output: Option<&str>,
+) -> RunEnd {
+    if reported {
+        return RunEnd {
+            kind: EventKind::AgentCompleted,
+            reason: "completed".to_owned(),
+            handoff: HandoffOutcome::Completed,
+            task: None,
+            task_reason: None,
+        };
+    }
+    let failed = |kind: EventKind,
+                  failure: HandoffFailure,
+                  reason: String,
+                  task: Option<TaskStatus>| RunEnd {
+        kind,
+        handoff: HandoffOutcome::Failed(failure, reason.clone()),
+        reason,
+        task,
+        task_reason: None,
+    };
+    match result {
+        Err(AttemptError::Stopped { .. }) if shutting_down => {
+            let reason = match agent_kind {
+                AgentKind::UserDefined => "interrupted: the orchestrator shut down".to_owned(),
+                AgentKind::Internal => {
+                    "planning was interrupted: the orchestrator shut down; plan the task again"
+                        .to_owned()
+                }
+            };
+            failed(
+                EventKind::RunInterrupted,
+                HandoffFailure::Interrupted,
+                reason.clone(),
+                Some(TaskStatus::Waiting),
+            )
+            .with_task_reason(format!("{reason}; start it again"))
+        }
+        Err(AttemptError::Stopped { .. }) => failed(
+            EventKind::RunCanceled,
+            HandoffFailure::Canceled,
+            "canceled".to_owned(),
+            None,
+        ),
+        Err(AttemptError::Failed { reason, .. }) => failed(
+            EventKind::RunFailed,
+            HandoffFailure::AgentFailed,
+            reason,
+            Some(TaskStatus::Failed),
+        ),
+        Err(AttemptError::TimedOut { reason, .. }) => failed(
+            EventKind::RunFailed,
+            HandoffFailure::TimedOut,
+            reason,
+            Some(TaskStatus::Failed),
+        ),
+        Ok(_) => {
+            let what = match agent_kind {
+                AgentKind::UserDefined => "a completion report",
+                AgentKind::Internal => "its planner output",
+            };
+            let mut reason = format!("agent '{agent}' ended without {what}");
+            if resumed {
+                reason.push_str(", even after a reminder");
+            }
+            let mut ending = failed(
+                EventKind::AgentCompleted,
+                HandoffFailure::AgentFailed,
+                reason,
+                Some(TaskStatus::Waiting),
+            );
+            if let (HandoffOutcome::Failed(_, why), Some(output)) =
+                (&mut ending.handoff, output.filter(|o| !o.trim().is_empty()))
+            {
+                why.push_str("; its last output: ");
+                why.push_str(&crate::providers::cut(output, 2048));
+            }
+            ending
+        }
+    }
+}
+
+impl RunEnd {
+    /// The same ending, with the task told `reason` instead.
+    fn with_task_reason(mut self, reason: String) -> Self {
+        self.task_reason = Some(reason);
+        self
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
 }

@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
-use tokio::time::{Instant, sleep_until, timeout};
+use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 
 use super::sweep::{RUN_MARKER, kill_run_processes};
+use crate::providers::RunClock;
 
 /// Longest stdout line handed on; the rest of a longer line is dropped.
 pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
@@ -78,7 +79,7 @@ fn signal_name(signal: i32) -> &'static str {
 }
 
 /// Runs `command`, calling `on_line` with each stdout line (without its newline),
-/// until it exits, `deadline` passes (`timeout` is what the message says) or `stop`
+/// until it exits, `clock` runs out (`run_timeout` is what the message says) or `stop`
 /// fires. `marker` tags every process of the run (`CHORUS_RUN_ID`). Every process
 /// of the run is dead when this returns.
 ///
@@ -87,7 +88,7 @@ fn signal_name(signal: i32) -> &'static str {
 pub async fn run_cli(
     command: &CliCommand,
     marker: &str,
-    deadline: Instant,
+    clock: &RunClock,
     run_timeout: Duration,
     kill_grace: Duration,
     stop: &CancellationToken,
@@ -104,6 +105,7 @@ pub async fn run_cli(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    die_with_parent(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", command.program.display()))?;
@@ -127,7 +129,7 @@ pub async fn run_cli(
                 }
                 None => break,
             },
-            () = sleep_until(deadline) => {
+            () = clock.expired() => {
                 ending = Some(Ending::TimedOut(run_timeout));
                 break;
             }
@@ -142,7 +144,7 @@ pub async fn run_cli(
             // stdout closed: the leader is exiting; it still obeys the clock.
             tokio::select! {
                 status = child.wait() => Some(status),
-                () = sleep_until(deadline) => { ending = Some(Ending::TimedOut(run_timeout)); None }
+                () = clock.expired() => { ending = Some(Ending::TimedOut(run_timeout)); None }
                 () = stop.cancelled() => { ending = Some(Ending::Stopped); None }
             }
         }
@@ -195,6 +197,32 @@ pub async fn run_cli(
         stderr_tail.last_lines(TAIL_LINES)
     };
     Ok(CliExit { ending, tail })
+}
+
+/// Makes the kernel kill the process when the orchestrator dies (Linux's
+/// parent-death signal), so a CLI never outlives the orchestrator that started
+/// it, even one killed with SIGKILL. Its own children are not covered; a restart
+/// kills them by their run marker.
+///
+/// The signal is tied to the thread that forks: tokio spawns from its worker
+/// threads, which live as long as the runtime.
+#[allow(unsafe_code)]
+fn die_with_parent(cmd: &mut Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the child between fork and exec. It only makes
+    // two system calls, prctl(2) and getppid(2), which are async-signal-safe, and
+    // allocates nothing (errors are raw OS errors).
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)?;
+            // The orchestrator died before the signal was armed.
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::from(nix::errno::Errno::ESRCH));
+            }
+            Ok(())
+        });
+    }
 }
 
 /// The last [`TAIL_BYTES`] of a stream.
@@ -311,7 +339,7 @@ mod tests {
         let exit = run_cli(
             &sh(script),
             &uuid::Uuid::new_v4().to_string(),
-            Instant::now() + timeout_after,
+            &RunClock::start(timeout_after),
             timeout_after,
             Duration::from_millis(200),
             &CancellationToken::new(),
@@ -357,7 +385,7 @@ mod tests {
         let err = run_cli(
             &command,
             "m",
-            Instant::now() + Duration::from_secs(5),
+            &RunClock::start(Duration::from_secs(5)),
             Duration::from_secs(5),
             Duration::from_millis(10),
             &CancellationToken::new(),

@@ -1,24 +1,16 @@
 //! StartTask and CancelTask.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::Duration;
 
 use chorus_proto::orchestrator::v1 as pb;
-use chorus_run_token::RunGrant;
-use tokio::time::Instant;
 use tracing::info;
 
-use crate::domain::{AgentKind, Name, ProviderKind, Task, TaskStatus, now_ms, policy};
+use super::launch::Launch;
+use crate::domain::{Name, Task, TaskStatus, now_ms, policy};
 use crate::error::ServiceError;
 use crate::grpc::convert;
-use crate::providers::prompt::{Invocation, system_prompt};
-use crate::providers::{ProviderSettings, RunContext};
 use crate::state::AppState;
-
-/// How long a run token outlives the run's timeout (the end is recorded after
-/// the processes are stopped).
-const TOKEN_MARGIN: Duration = Duration::from_secs(60);
 
 /// Starts an agent on a task: checks everything that can be checked first
 /// (agent, provider, status), then in one transaction moves the task to active
@@ -27,7 +19,6 @@ pub async fn start_task(
     state: &AppState,
     req: pb::StartTaskRequest,
 ) -> Result<pb::StartTaskResponse, ServiceError> {
-    let runner = Arc::clone(&state.runner);
     let task_id = convert::task_id("task_id", &req.task_id)?;
     let task = state.store.get_task(task_id).await?;
     task.status.check_transition(TaskStatus::Active)?;
@@ -41,111 +32,33 @@ pub async fn start_task(
             )
         })?,
     };
-    let agent = state
-        .store
-        .get_agent(workspace.id, agent_name.clone())
-        .await?;
-    let provider_name = match agent.kind {
-        AgentKind::UserDefined => agent.provider.clone(),
-        AgentKind::Internal => workspace.system_provider.clone(),
-    }
-    .ok_or_else(|| {
-        ServiceError::Precondition(match agent.kind {
-            AgentKind::UserDefined => format!(
-                "agent '{agent_name}' has no provider; give it one with UpdateAgent"
-            ),
-            AgentKind::Internal => format!(
-                "workspace '{}' has no system provider to run '{agent_name}'; set one with UpdateWorkspace",
-                workspace.name
-            ),
-        })
-    })?;
-    let provider = state
-        .store
-        .get_provider(workspace.id, provider_name.clone())
-        .await?;
-    let api_key = state
-        .store
-        .provider_api_key(workspace.id, provider_name.clone())
-        .await?;
-    let model = agent.model.clone().or_else(|| provider.model.clone());
-    if provider.kind != ProviderKind::OpenaiCompatible {
-        runner
-            .config()
-            .validate()
-            .map_err(ServiceError::Precondition)?;
-    }
-    if provider.kind != ProviderKind::OpenaiCompatible && state.addresses.tool_exec.is_empty() {
-        return Err(ServiceError::Precondition(
-            "no tool-exec is configured, so a CLI agent could not use its tools; run the orchestrator with its embedded tool-exec or --tool-exec-addr".to_owned(),
-        ));
-    }
-    let timeout = match req.timeout_secs {
-        0 => runner.config().run_timeout,
-        secs => Duration::from_secs(u64::from(secs)),
-    };
-    let tools = agent.granted_tools()?;
-    let chorus_tools = runner.config().chorus_tools.display().to_string();
-    let invocation = match provider.kind {
-        ProviderKind::OpenaiCompatible => Invocation::Functions,
-        ProviderKind::ClaudeCode | ProviderKind::Opencode => Invocation::Cli(&chorus_tools),
-    };
-    let prompt = system_prompt(
-        agent.kind,
-        &agent.instructions,
-        &agent.allowed_tools,
-        invocation,
-    );
+    let timeout = timeout_or(req.timeout_secs, state.runner.config().run_timeout);
+    let launch = Launch::prepare(state, workspace, &agent_name, timeout).await?;
     let message = task_message(&task, req.prompt.trim());
-
     let (run, task, events) = state
         .store
-        .create_run_with(task_id, agent_name.clone(), None, tools.clone(), |task| {
+        .create_run_with(task_id, agent_name, None, launch.tools.clone(), |task| {
             Ok(vec![policy::change_status(task, TaskStatus::Active, None)?])
         })
         .await?;
     state.publish(&events);
-
-    let grant = RunGrant {
-        run_id: run.id.to_string(),
-        task_id: task_id.to_string(),
-        agent: agent_name.to_string(),
-        tools: tools.clone(),
-        root: workspace.root.clone(),
-    };
-    let ctx = RunContext {
-        run_id: run.id,
-        task_id,
-        agent: agent_name,
-        agent_kind: agent.kind,
-        provider: ProviderSettings {
-            name: provider.name.clone(),
-            kind: provider.kind,
-            base_url: provider.base_url.clone(),
-            api_key,
-        },
-        model,
-        tools,
-        system_prompt: prompt,
-        token: state.signer.mint(&grant, timeout + TOKEN_MARGIN),
-        tools_addr: state.addresses.tool_exec.clone(),
-        orchestrator_addr: state.addresses.orchestrator.clone(),
-        workspace_root: workspace.root.clone(),
-        run_dir: runner.config().runs_dir.join(run.id.to_string()),
-        deadline: Instant::now() + timeout,
-        timeout,
-        stop: state.shutdown.child_token(),
-    };
-    info!(run_id = %run.id, task_id = %task_id, agent = %ctx.agent, provider = %provider.name, kind = provider.kind.as_str(), "starting agent");
-    runner.launch(state.clone(), ctx, message);
+    launch.start(state, &run, message);
     Ok(pb::StartTaskResponse {
         task: Some(convert::task(&task)),
         run: Some(convert::run(&run)),
     })
 }
 
+/// A request's timeout in seconds, or `default` for 0.
+pub fn timeout_or(secs: u32, default: Duration) -> Duration {
+    match secs {
+        0 => default,
+        secs => Duration::from_secs(u64::from(secs)),
+    }
+}
+
 /// The first message of a run: the task and what its plan says.
-fn task_message(task: &Task, extra: &str) -> String {
+pub fn task_message(task: &Task, extra: &str) -> String {
     let mut out = format!("Task {}: {}\n", task.id, task.description.trim());
     let planning = &task.planning;
     if let Some(summary) = planning.summary.as_deref().filter(|s| !s.trim().is_empty()) {

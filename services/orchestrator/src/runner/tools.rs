@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use chorus_catalog::Executor;
+use chorus_proto::handoff::HandoffError;
 use chorus_proto::json;
 use chorus_proto::orchestrator::v1::CallToolRequest;
 use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
@@ -113,6 +114,25 @@ impl ToolRouter {
                         json!({ "output": output, "error": { "code": e.code, "message": e.message } })
                     }
                 })
+            }
+            Executor::Orchestrator if tool == "handoff" => {
+                let token = self
+                    .bearer
+                    .to_str()
+                    .unwrap_or_default()
+                    .trim_start_matches("Bearer ")
+                    .to_owned();
+                chorus_proto::handoff::call(self.orchestrator.clone(), &token, &arguments)
+                    .await
+                    .map_err(|e| match e {
+                        HandoffError::Status(status) => failed(status),
+                        HandoffError::Failed {
+                            failure, reason, ..
+                        } => ToolCallError {
+                            code: failure,
+                            message: reason,
+                        },
+                    })
             }
             Executor::Orchestrator => {
                 let response = AgentToolsClient::new(self.orchestrator.clone())

@@ -290,6 +290,9 @@ pub(super) struct RunRow {
     pub planner_output: Option<String>,
     pub session_id: Option<String>,
     pub usage: Option<String>,
+    pub handoff_index: Option<i64>,
+    pub prompt: Option<String>,
+    pub output: Option<String>,
 }
 
 impl RunRow {
@@ -308,6 +311,9 @@ impl RunRow {
             planner_output: run.planner_output.as_ref().map(to_json).transpose()?,
             session_id: run.session_id.clone(),
             usage: Some(to_json(&run.usage)?),
+            handoff_index: run.handoff_index.map(i64::from),
+            prompt: run.prompt.clone(),
+            output: run.output.clone(),
         })
     }
 
@@ -347,6 +353,16 @@ impl RunRow {
                 .map(|t| r.json("usage", t))
                 .transpose()?
                 .unwrap_or_default(),
+            handoff_index: self
+                .handoff_index
+                .map(|i| {
+                    r.check(u32::try_from(i).map_err(|_| {
+                        DomainError::invalid("handoff index", format!("{i} is out of range"))
+                    }))
+                })
+                .transpose()?,
+            prompt: self.prompt.clone(),
+            output: self.output.clone(),
         })
     }
 }

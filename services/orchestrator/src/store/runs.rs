@@ -14,6 +14,18 @@ use crate::domain::{
     DomainError, Event, EventKind, Name, Run, RunId, RunState, Task, TaskId, now_ms,
 };
 
+/// A run to open.
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub task_id: TaskId,
+    pub agent: Name,
+    /// The run that hands off to this one.
+    pub parent: Option<RunId>,
+    pub tools: Vec<String>,
+    /// Set for a run started by Handoff: the prompt it is given.
+    pub handoff_prompt: Option<String>,
+}
+
 impl Store {
     /// Opens a run of `agent` on a task (state spawning) and records `run_opened`
     /// in the same transaction. A `parent` must be a run of the same task.
@@ -43,30 +55,72 @@ impl Store {
     where
         F: FnOnce(&mut Task) -> Result<Vec<EventDraft>, DomainError> + Send + 'static,
     {
+        let new = NewRun {
+            task_id,
+            agent,
+            parent,
+            tools,
+            handoff_prompt: None,
+        };
+        self.open_run(new, |task, _run, _parent| change(task)).await
+    }
+
+    /// Opens a run (spawning) in one transaction with what `change` does to the
+    /// task, the new run and its parent (e.g. the parent starts waiting for a
+    /// handoff). `change`'s events come first, then `run_opened`. A handoff run
+    /// (`handoff_prompt` set) gets the task's next handoff number. A parent must
+    /// be a run of the same task. When anything fails nothing is written.
+    pub async fn open_run<F>(
+        &self,
+        new: NewRun,
+        change: F,
+    ) -> Result<(Run, Task, Vec<Event>), StoreError>
+    where
+        F: FnOnce(&mut Task, &mut Run, Option<&mut Run>) -> Result<Vec<EventDraft>, DomainError>
+            + Send
+            + 'static,
+    {
         self.write(move |conn| {
-            let before = lock_task(conn, task_id)?;
+            let before = lock_task(conn, new.task_id)?;
             let mut task = before.clone();
-            let mut drafts = change(&mut task)?;
-            if let Some(parent) = parent {
-                let parent_run = load_run(conn, parent)?;
-                if parent_run.task_id != task_id {
-                    return Err(DomainError::invalid(
-                        "parent run",
-                        format!(
-                            "run {parent} belongs to task {}, not {task_id}",
-                            parent_run.task_id
-                        ),
-                    )
-                    .into());
+            let parent_before = match new.parent {
+                Some(parent) => {
+                    let parent_run = load_run(conn, parent)?;
+                    if parent_run.task_id != new.task_id {
+                        return Err(DomainError::invalid(
+                            "parent run",
+                            format!(
+                                "run {parent} belongs to task {}, not {}",
+                                parent_run.task_id, new.task_id
+                            ),
+                        )
+                        .into());
+                    }
+                    Some(parent_run)
                 }
-            }
-            let run = Run {
+                None => None,
+            };
+            let handoff_index = match new.handoff_prompt {
+                Some(_) => {
+                    let taken: i64 = runs::table
+                        .filter(runs::task_id.eq(new.task_id.to_string()))
+                        .filter(runs::handoff_index.is_not_null())
+                        .count()
+                        .get_result(conn)
+                        .db()?;
+                    Some(u32::try_from(taken + 1).map_err(|_| {
+                        DomainError::invalid("handoff", "this task has too many handoffs")
+                    })?)
+                }
+                None => None,
+            };
+            let mut run = Run {
                 id: RunId::new(),
-                task_id,
-                agent,
-                parent,
+                task_id: new.task_id,
+                agent: new.agent,
+                parent: new.parent,
                 state: RunState::Spawning,
-                tools,
+                tools: new.tools,
                 started_ms: now_ms(),
                 finished_ms: None,
                 end_reason: None,
@@ -74,11 +128,20 @@ impl Store {
                 planner_output: None,
                 session_id: None,
                 usage: crate::domain::Usage::default(),
+                handoff_index,
+                prompt: new.handoff_prompt,
+                output: None,
             };
+            let mut parent = parent_before.clone();
+            let mut drafts = change(&mut task, &mut run, parent.as_mut())?;
+            run.state = RunState::Spawning;
             diesel::insert_into(runs::table)
                 .values(RunRow::from_domain(&run)?)
                 .execute(conn)
                 .db()?;
+            if let (Some(before), Some(after)) = (&parent_before, &parent) {
+                save_run(conn, before, after)?;
+            }
             let opened = json!({
                 "run_id": run.id,
                 "agent": run.agent,
@@ -118,31 +181,7 @@ impl Store {
             let mut run = before_run.clone();
             let mut task = before_task.clone();
             let drafts = f(&mut run, &mut task)?;
-
-            run.id = before_run.id;
-            run.task_id = before_run.task_id;
-            run.agent = before_run.agent.clone();
-            run.parent = before_run.parent;
-            run.tools = before_run.tools.clone();
-            run.started_ms = before_run.started_ms;
-            if run.state == RunState::Finished && run.finished_ms.is_none() {
-                run.finished_ms = Some(now_ms().max(run.started_ms));
-            }
-            if run != before_run {
-                let row = RunRow::from_domain(&run)?;
-                diesel::update(runs::table.find(&row.id))
-                    .set((
-                        runs::state.eq(&row.state),
-                        runs::finished_ms.eq(row.finished_ms),
-                        runs::end_reason.eq(&row.end_reason),
-                        runs::completion_report.eq(&row.completion_report),
-                        runs::planner_output.eq(&row.planner_output),
-                        runs::session_id.eq(&row.session_id),
-                        runs::usage.eq(&row.usage),
-                    ))
-                    .execute(conn)
-                    .db()?;
-            }
+            let run = save_run(conn, &before_run, &run)?;
             let events = save_task(conn, &before_task, &mut task, drafts)?;
             Ok((run, task, events))
         })
@@ -206,34 +245,53 @@ impl Store {
     {
         self.write(move |conn| {
             let before_task = lock_task(conn, task_id)?;
-            let before_runs: Vec<Run> = runs::table
-                .filter(runs::task_id.eq(task_id.to_string()))
-                .filter(runs::state.ne(RunState::Finished.as_str()))
-                .select(RunRow::as_select())
-                .order((runs::started_ms.asc(), runs::id.asc()))
-                .load(conn)
-                .db()?
-                .into_iter()
-                .map(RunRow::into_domain)
-                .collect::<Result<_, _>>()?;
+            let before_runs = load_unfinished(conn, task_id)?;
             let mut task = before_task.clone();
             let mut changed = before_runs.clone();
             let drafts = f(&mut task, &mut changed)?;
-            for (before, run) in before_runs.iter().zip(&changed) {
-                if run != before {
-                    let row = RunRow::from_domain(run)?;
-                    diesel::update(runs::table.find(&row.id))
-                        .set((
-                            runs::state.eq(&row.state),
-                            runs::finished_ms.eq(row.finished_ms),
-                            runs::end_reason.eq(&row.end_reason),
-                        ))
-                        .execute(conn)
-                        .db()?;
-                }
-            }
+            let changed = before_runs
+                .iter()
+                .zip(&changed)
+                .map(|(before, run)| save_run(conn, before, run))
+                .collect::<Result<Vec<_>, _>>()?;
             let events = save_task(conn, &before_task, &mut task, drafts)?;
             Ok((task, changed, events))
+        })
+        .await
+    }
+
+    /// Changes a run, its task and the task's other unfinished runs in one
+    /// transaction (a run ending takes its handoff children and its parent with
+    /// it): `f` gets the run, the locked task and the others, oldest first;
+    /// changed runs are saved; nothing is written when `f` fails.
+    pub async fn change_run_family<F>(
+        &self,
+        run_id: RunId,
+        f: F,
+    ) -> Result<(Run, Task, Vec<Event>), StoreError>
+    where
+        F: FnOnce(&mut Run, &mut Task, &mut [Run]) -> Result<Vec<EventDraft>, DomainError>
+            + Send
+            + 'static,
+    {
+        self.write(move |conn| {
+            let task_id = load_run(conn, run_id)?.task_id;
+            let before_task = lock_task(conn, task_id)?;
+            let before_run = load_run(conn, run_id)?;
+            let before_others: Vec<Run> = load_unfinished(conn, task_id)?
+                .into_iter()
+                .filter(|r| r.id != run_id)
+                .collect();
+            let mut run = before_run.clone();
+            let mut task = before_task.clone();
+            let mut others = before_others.clone();
+            let drafts = f(&mut run, &mut task, &mut others)?;
+            let run = save_run(conn, &before_run, &run)?;
+            for (before, other) in before_others.iter().zip(&others) {
+                save_run(conn, before, other)?;
+            }
+            let events = save_task(conn, &before_task, &mut task, drafts)?;
+            Ok((run, task, events))
         })
         .await
     }
@@ -292,6 +350,55 @@ impl Store {
         })
         .await
     }
+}
+
+/// Saves what may change of a run (its state, end, report, output, session and
+/// usage; never its identity, parent, tools or start) and returns it as saved.
+/// A run finished without a finish time gets the current time.
+fn save_run(conn: &mut AnyConnection, before: &Run, run: &Run) -> Result<Run, StoreError> {
+    let mut run = run.clone();
+    run.id = before.id;
+    run.task_id = before.task_id;
+    run.agent = before.agent.clone();
+    run.parent = before.parent;
+    run.tools = before.tools.clone();
+    run.started_ms = before.started_ms;
+    run.handoff_index = before.handoff_index;
+    run.prompt = before.prompt.clone();
+    if run.state == RunState::Finished && run.finished_ms.is_none() {
+        run.finished_ms = Some(now_ms().max(run.started_ms));
+    }
+    if &run != before {
+        let row = RunRow::from_domain(&run)?;
+        diesel::update(runs::table.find(&row.id))
+            .set((
+                runs::state.eq(&row.state),
+                runs::finished_ms.eq(row.finished_ms),
+                runs::end_reason.eq(&row.end_reason),
+                runs::completion_report.eq(&row.completion_report),
+                runs::planner_output.eq(&row.planner_output),
+                runs::session_id.eq(&row.session_id),
+                runs::usage.eq(&row.usage),
+                runs::output.eq(&row.output),
+            ))
+            .execute(conn)
+            .db()?;
+    }
+    Ok(run)
+}
+
+/// The task's runs that have not finished, oldest first.
+fn load_unfinished(conn: &mut AnyConnection, task_id: TaskId) -> Result<Vec<Run>, StoreError> {
+    runs::table
+        .filter(runs::task_id.eq(task_id.to_string()))
+        .filter(runs::state.ne(RunState::Finished.as_str()))
+        .select(RunRow::as_select())
+        .order((runs::started_ms.asc(), runs::id.asc()))
+        .load(conn)
+        .db()?
+        .into_iter()
+        .map(RunRow::into_domain)
+        .collect()
 }
 
 fn load_run(conn: &mut AnyConnection, id: RunId) -> Result<Run, StoreError> {

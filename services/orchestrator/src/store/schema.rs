@@ -90,6 +90,9 @@ diesel::table! {
         session_id -> Nullable<Text>,
         /// JSON of `Usage`.
         usage -> Nullable<Text>,
+        handoff_index -> Nullable<BigInt>,
+        prompt -> Nullable<Text>,
+        output -> Nullable<Text>,
     }
 }
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::domain::{Name, Planning, RunId, TaskId, TaskSource, WorkspaceId};
+use crate::domain::{HandoffOutcome, Name, Planning, RunId, TaskId, TaskSource, WorkspaceId};
 
 fn run(state: RunState, tools: &[&str], parent: Option<RunId>) -> Run {
     Run {
@@ -16,6 +16,9 @@ fn run(state: RunState, tools: &[&str], parent: Option<RunId>) -> Run {
         planner_output: None,
         session_id: None,
         usage: crate::domain::Usage::default(),
+        handoff_index: None,
+        prompt: None,
+        output: None,
     }
 }
 
@@ -209,4 +212,280 @@ fn finishing_a_run_leaves_another_agent_current() {
     t.current_agent = Some(other.clone());
     finish_run(&mut r, &mut t, "done".into(), 1).expect("finish");
     assert_eq!(t.current_agent, Some(other));
+}
+
+fn child_of(parent: &Run, agent: &str, index: u32) -> Run {
+    let mut child = run(RunState::Spawning, &["file.read"], Some(parent.id));
+    child.task_id = parent.task_id;
+    child.agent = Name::parse("agent", agent).expect("name");
+    child.handoff_index = Some(index);
+    child.prompt = Some(format!("{agent}, do your part"));
+    child
+}
+
+fn kinds(events: &Events) -> Vec<&'static str> {
+    events
+        .iter()
+        .map(
+            |(kind, _)| match serde_json::to_value(kind).expect("kind") {
+                Value::String(s) => Box::leak(s.into_boxed_str()) as &'static str,
+                _ => "?",
+            },
+        )
+        .collect()
+}
+
+#[test]
+fn a_handoff_parks_the_parent_and_its_end_wakes_it() {
+    let mut task = task(TaskStatus::Active);
+    let mut parent = run(RunState::Active, &["handoff"], None);
+    let mut child = child_of(&parent, "editor", 1);
+    let events = handoff::begin_handoff(&mut task, &child, Some(&mut parent)).expect("begin");
+    assert_eq!(kinds(&events), ["agent_handoff_started"]);
+    assert_eq!(events[0].1["from_agent"], "writer");
+    assert_eq!(events[0].1["handoff_index"], 1);
+    assert_eq!(parent.state, RunState::AwaitingHandoff);
+    assert_eq!(
+        task.current_agent.as_ref().map(Name::as_str),
+        Some("editor")
+    );
+    assert!(
+        check_tool_call(&parent, "handoff").is_err(),
+        "a waiting parent cannot call tools"
+    );
+
+    // The child reports complete: recorded for the parent, the task stays active.
+    child.state = RunState::Active;
+    apply_completion_report(&mut child, &mut task, report(ReportStatus::Complete)).expect("report");
+    assert_eq!(
+        task.status,
+        TaskStatus::Active,
+        "a child's report does not settle the task"
+    );
+    child.output = Some("edited".into());
+    let events = handoff::end_handoff(
+        &child,
+        Some(&mut parent),
+        &mut task,
+        &HandoffOutcome::Completed,
+        50,
+    )
+    .expect("end");
+    assert_eq!(kinds(&events), ["agent_handoff_completed", "tool_executed"]);
+    assert_eq!(events[0].1["outcome"], "completed");
+    assert_eq!(events[0].1["completion_report"]["status"], "complete");
+    assert_eq!(events[1].1["tool"], "handoff");
+    assert_eq!(events[1].1["status"], "ok");
+    assert_eq!(events[1].1["run_id"], parent.id.to_string());
+    assert_eq!(parent.state, RunState::Active);
+    assert_eq!(
+        task.current_agent.as_ref().map(Name::as_str),
+        Some("writer")
+    );
+    assert!(
+        check_tool_call(&parent, "handoff").is_ok(),
+        "the parent works again"
+    );
+}
+
+#[test]
+fn only_an_active_run_hands_off_and_a_root_handoff_starts_the_task() {
+    let mut task_state = task(TaskStatus::Active);
+    let mut waiting = run(RunState::AwaitingHandoff, &["handoff"], None);
+    let child = child_of(&waiting, "editor", 2);
+    let err =
+        handoff::begin_handoff(&mut task_state, &child, Some(&mut waiting)).expect_err("refused");
+    assert!(
+        err.to_string().contains("only an active run can hand off"),
+        "{err}"
+    );
+
+    let mut planned = task(TaskStatus::Planned);
+    let mut root = run(RunState::Spawning, &[], None);
+    root.handoff_index = Some(1);
+    let events = handoff::begin_handoff(&mut planned, &root, None).expect("root handoff");
+    assert_eq!(kinds(&events), ["status_changed", "agent_handoff_started"]);
+    assert_eq!(planned.status, TaskStatus::Active);
+    let mut pending = task(TaskStatus::Pending);
+    assert!(handoff::begin_handoff(&mut pending, &root, None).is_err());
+}
+
+#[test]
+fn canceling_a_task_ends_a_handoff_chain_children_first() {
+    let mut task = task(TaskStatus::Active);
+    let mut a = run(RunState::AwaitingHandoff, &["handoff"], None);
+    a.agent = Name::parse("agent", "lead").expect("name");
+    let mut b = child_of(&a, "writer", 1);
+    b.state = RunState::AwaitingHandoff;
+    let mut c = child_of(&b, "editor", 2);
+    c.state = RunState::Active;
+    let mut runs = vec![a.clone(), b.clone(), c.clone()];
+    let events = cancel_task(&mut task, &mut runs, "enough", 9).expect("cancel");
+    assert_eq!(
+        kinds(&events),
+        [
+            "status_changed",
+            "run_canceled",
+            "agent_handoff_completed",
+            "run_canceled",
+            "agent_handoff_completed",
+            "run_canceled",
+        ]
+    );
+    assert_eq!(
+        events[1].1["run_id"],
+        c.id.to_string(),
+        "the deepest run ends first"
+    );
+    assert_eq!(events[2].1["failure"], "canceled");
+    assert_eq!(events[5].1["run_id"], a.id.to_string());
+    assert!(runs.iter().all(|r| r.state == RunState::Finished));
+    assert_eq!(task.status, TaskStatus::Canceled);
+}
+
+#[test]
+fn interrupted_runs_leave_an_active_task_waiting_and_a_planning_task_failed() {
+    let mut active = task(TaskStatus::Active);
+    let root = run(RunState::AwaitingHandoff, &["handoff"], None);
+    let mut child = child_of(&root, "writer", 1);
+    child.state = RunState::Active;
+    let mut runs = vec![root, child];
+    let events = interrupt_task(&mut active, &mut runs, "interrupted", 5).expect("interrupt");
+    assert_eq!(
+        kinds(&events),
+        [
+            "run_interrupted",
+            "agent_handoff_completed",
+            "run_interrupted",
+            "status_changed"
+        ]
+    );
+    assert_eq!(events[1].1["failure"], "interrupted");
+    assert_eq!(active.status, TaskStatus::Waiting);
+
+    let mut planning_task = task(TaskStatus::Planning);
+    let mut planner = vec![run(RunState::Active, &[], None)];
+    let events =
+        interrupt_task(&mut planning_task, &mut planner, "interrupted", 5).expect("interrupt");
+    assert_eq!(
+        kinds(&events),
+        ["run_interrupted", "planning_failed", "status_changed"]
+    );
+    assert_eq!(planning_task.status, TaskStatus::Failed);
+    assert!(
+        planning_task
+            .status_reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("plan it again"),
+        "{:?}",
+        planning_task.status_reason
+    );
+}
+
+#[test]
+fn the_planner_output_decides_where_the_task_goes() {
+    let mut planner = run(RunState::Active, &[], None);
+    let mut planning_task = task(TaskStatus::Planning);
+    planning_task.planning.questions = vec![crate::domain::Question {
+        question: "Length?".into(),
+        answer: Some("short".into()),
+    }];
+    planner.planner_output = Some(PlannerOutput::Plan {
+        summary: "Write it".into(),
+        requirements: vec!["rhymes".into()],
+        acceptance_criteria: vec!["17 syllables".into()],
+        plan: vec!["draft".into(), "edit".into()],
+        assigned_agent: Some("writer".into()),
+    });
+    let events =
+        planning::settle_planning(&planner, &mut planning_task, "no output").expect("plan");
+    assert_eq!(kinds(&events), ["planning_completed", "status_changed"]);
+    assert_eq!(planning_task.status, TaskStatus::Planned);
+    assert_eq!(planning_task.planning.plan, ["draft", "edit"]);
+    assert_eq!(
+        planning_task
+            .planning
+            .assigned_agent
+            .as_ref()
+            .map(Name::as_str),
+        Some("writer")
+    );
+    assert_eq!(
+        planning_task.planning.questions.len(),
+        1,
+        "answered questions are kept"
+    );
+
+    let mut asking = task(TaskStatus::Planning);
+    planner.planner_output = Some(PlannerOutput::Questions {
+        questions: vec!["Who for?".into()],
+    });
+    let events = planning::settle_planning(&planner, &mut asking, "no output").expect("questions");
+    assert_eq!(
+        kinds(&events),
+        ["planning_questions_returned", "status_changed"]
+    );
+    assert_eq!(asking.status, TaskStatus::AwaitingInput);
+    assert_eq!(asking.planning.questions[0].answer, None);
+
+    let mut impossible = task(TaskStatus::Planning);
+    planner.planner_output = Some(PlannerOutput::Error {
+        error: "no such repo".into(),
+    });
+    planning::settle_planning(&planner, &mut impossible, "no output").expect("error");
+    assert_eq!(impossible.status, TaskStatus::Failed);
+    assert_eq!(impossible.status_reason.as_deref(), Some("no such repo"));
+
+    let mut silent = task(TaskStatus::Planning);
+    planner.planner_output = None;
+    let events =
+        planning::settle_planning(&planner, &mut silent, "ended without output").expect("none");
+    assert_eq!(kinds(&events), ["planning_failed", "status_changed"]);
+    assert_eq!(
+        silent.status_reason.as_deref(),
+        Some("ended without output")
+    );
+
+    let mut canceled = task(TaskStatus::Canceled);
+    assert!(
+        planning::settle_planning(&planner, &mut canceled, "x")
+            .expect("no-op")
+            .is_empty()
+    );
+}
+
+#[test]
+fn answers_are_taken_only_while_awaiting_input_and_one_per_question() {
+    let mut pending = task(TaskStatus::Pending);
+    let err = planning::submit_answers(&mut pending, vec!["a".into()]).expect_err("status");
+    assert!(
+        err.to_string().contains("awaiting_input; it is pending"),
+        "{err}"
+    );
+
+    let mut asking = task(TaskStatus::AwaitingInput);
+    asking.planning.questions = ["One?", "Two?"]
+        .map(|q| crate::domain::Question {
+            question: q.into(),
+            answer: None,
+        })
+        .to_vec();
+    let err = planning::submit_answers(
+        &mut asking.clone(),
+        vec!["a".into(), "b".into(), "c".into()],
+    )
+    .expect_err("too many");
+    assert!(
+        err.to_string().contains("3 answers for 2 questions"),
+        "{err}"
+    );
+    let events =
+        planning::submit_answers(&mut asking, vec!["yes".into(), " ".into()]).expect("answers");
+    assert_eq!(kinds(&events), ["answers_submitted"]);
+    assert_eq!(asking.planning.questions[0].answer.as_deref(), Some("yes"));
+    assert_eq!(
+        asking.planning.questions[1].answer, None,
+        "a blank answer leaves it unanswered"
+    );
 }

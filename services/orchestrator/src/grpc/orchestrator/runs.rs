@@ -86,3 +86,16 @@ pub(super) async fn finish(
     state.publish(&events);
     Ok(convert::run(&run))
 }
+
+/// A task's runs in the order they started (the handoff tree by parent links).
+pub(super) async fn list(
+    state: &AppState,
+    req: pb::ListRunsRequest,
+) -> Result<pb::ListRunsResponse, ServiceError> {
+    let task_id = convert::task_id("task_id", &req.task_id)?;
+    state.store.get_task(task_id).await?;
+    let runs = state.store.list_runs(task_id).await?;
+    Ok(pb::ListRunsResponse {
+        runs: runs.iter().map(convert::run).collect(),
+    })
+}

@@ -346,7 +346,7 @@ async fn canceling_a_task_ends_its_unfinished_runs_in_one_transaction() {
         let stored = t.store.get_run(run.id).await.expect(b);
         assert_eq!(
             (stored.state, stored.end_reason.as_deref()),
-            (RunState::Finished, Some("stop")),
+            (RunState::Finished, Some("the task was canceled: stop")),
             "{b}"
         );
         // Nothing to cancel twice: the refused change writes nothing.
@@ -366,5 +366,135 @@ async fn canceling_a_task_ends_its_unfinished_runs_in_one_transaction() {
             task.last_sequence,
             "{b}"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_handoff_opens_its_child_and_parks_its_parent_in_one_transaction() {
+    use crate::domain::policy::handoff::{begin_handoff, end_handoff};
+    use crate::domain::{HandoffOutcome, policy};
+    use crate::store::NewRun;
+
+    for t in test_stores().await {
+        let b = t.backend;
+        let (_ws, task) = t.workspace_with_task("docs").await;
+        let (root, _, _) = t
+            .store
+            .create_run_with(task.id, name_of("writer-workflow"), None, tools(), |task| {
+                Ok(vec![
+                    policy::change_status(task, TaskStatus::Planning, None)?,
+                    policy::change_status(task, TaskStatus::Planned, None)?,
+                    policy::change_status(task, TaskStatus::Active, None)?,
+                ])
+            })
+            .await
+            .expect(b);
+        t.store
+            .change_run(root.id, |run, task| {
+                Ok(vec![policy::activate_run(run, task)?])
+            })
+            .await
+            .expect(b);
+        let handoff = |agent: &str, parent| NewRun {
+            task_id: task.id,
+            agent: name_of(agent),
+            parent: Some(parent),
+            tools: tools(),
+            handoff_prompt: Some(format!("{agent}: do it")),
+        };
+        let (child, after, events) = t
+            .store
+            .open_run(handoff("writer", root.id), |task, run, parent| {
+                begin_handoff(task, run, parent)
+            })
+            .await
+            .expect(b);
+        assert_eq!(child.handoff_index, Some(1), "{b}");
+        assert_eq!(child.prompt.as_deref(), Some("writer: do it"), "{b}");
+        assert_eq!(after.current_agent, Some(name_of("writer")), "{b}");
+        let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [EventKind::AgentHandoffStarted, EventKind::RunOpened],
+            "{b}"
+        );
+        let parent = t.store.get_run(root.id).await.expect(b);
+        assert_eq!(parent.state, RunState::AwaitingHandoff, "{b}");
+        assert_eq!(t.store.get_run(child.id).await.expect(b), child, "{b}");
+
+        // A parent that is waiting cannot hand off again: nothing is written.
+        let before = t.store.get_task(task.id).await.expect(b).last_sequence;
+        let err = t
+            .store
+            .open_run(handoff("editor", root.id), |task, run, parent| {
+                begin_handoff(task, run, parent)
+            })
+            .await
+            .expect_err(b);
+        assert!(
+            matches!(err, StoreError::Domain(DomainError::RunNotActive(_))),
+            "{b}: {err}"
+        );
+        assert_eq!(t.store.list_runs(task.id).await.expect(b).len(), 2, "{b}");
+        assert_eq!(
+            t.store.get_task(task.id).await.expect(b).last_sequence,
+            before,
+            "{b}"
+        );
+
+        // The child ends: in one transaction it finishes, its output is kept and
+        // its parent works again.
+        let (ended, after, events) = t
+            .store
+            .change_run_family(child.id, |run, task, others| {
+                run.output = Some("a draft".into());
+                let mut events = vec![policy::end_run(
+                    run,
+                    task,
+                    EventKind::AgentCompleted,
+                    "completed".into(),
+                    serde_json::Value::Null,
+                    10,
+                )?];
+                let parent = others.iter_mut().find(|o| Some(o.id) == run.parent);
+                events.extend(end_handoff(
+                    run,
+                    parent,
+                    task,
+                    &HandoffOutcome::Completed,
+                    10,
+                )?);
+                Ok(events)
+            })
+            .await
+            .expect(b);
+        assert_eq!(ended.output.as_deref(), Some("a draft"), "{b}");
+        let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                EventKind::AgentCompleted,
+                EventKind::AgentHandoffCompleted,
+                EventKind::ToolExecuted
+            ],
+            "{b}"
+        );
+        assert_eq!(after.current_agent, Some(name_of("writer-workflow")), "{b}");
+        assert_eq!(
+            t.store.get_run(root.id).await.expect(b).state,
+            RunState::Active,
+            "{b}"
+        );
+        assert_eq!(t.store.get_run(child.id).await.expect(b), ended, "{b}");
+
+        // The next handoff gets the next number.
+        let (second, _, _) = t
+            .store
+            .open_run(handoff("editor", root.id), |task, run, parent| {
+                begin_handoff(task, run, parent)
+            })
+            .await
+            .expect(b);
+        assert_eq!(second.handoff_index, Some(2), "{b}");
     }
 }

@@ -1,0 +1,103 @@
+//! The client side of a handoff made by an agent: one Handoff call with the
+//! agent's run token, read to its terminal message. chorus-tools and the
+//! orchestrator's tool loop for API agents both use it, so a handoff looks the
+//! same to every kind of agent.
+
+use serde_json::{Map, Value, json};
+use tonic::transport::Channel;
+
+use crate::json as pbjson;
+use crate::orchestrator::v1 as pb;
+
+/// Why an agent's handoff call did not complete.
+#[derive(Debug)]
+pub enum HandoffError {
+    /// The call itself was refused or broke (bad arguments, not allowed, the
+    /// orchestrator unreachable or shutting down).
+    Status(tonic::Status),
+    /// The handoff ran and failed: `failure` is its kind in lower snake case
+    /// (agent_failed, timed_out, canceled, target_unknown, internal,
+    /// interrupted).
+    Failed {
+        failure: String,
+        reason: String,
+        run_id: String,
+    },
+}
+
+/// Hands off with the tool's arguments (`agent` or `agentName`, `prompt`,
+/// optional `timeout_secs`) on behalf of the run holding `token`, and waits for
+/// the other agent to finish. Returns the tool's output: the agent, its run id,
+/// its final text, its completion report and its usage.
+///
+/// # Errors
+/// [`HandoffError::Status`] when the call is refused or the stream breaks,
+/// [`HandoffError::Failed`] when the handoff ends with `failed`.
+pub async fn call(
+    channel: Channel,
+    token: &str,
+    arguments: &Map<String, Value>,
+) -> Result<Value, HandoffError> {
+    let text = |name: &str| {
+        arguments
+            .get(name)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let agent = match text("agent") {
+        a if a.is_empty() => text("agentName"),
+        a => a,
+    };
+    let timeout_secs = arguments
+        .get("timeout_secs")
+        .and_then(Value::as_u64)
+        .map_or(0, |t| u32::try_from(t).unwrap_or(u32::MAX));
+    let request = pb::HandoffRequest {
+        task_id: String::new(),
+        agent,
+        prompt: text("prompt"),
+        timeout_secs,
+        parent_run_token: token.trim().to_owned(),
+        run_id: String::new(),
+    };
+    let mut stream = pb::orchestrator_client::OrchestratorClient::new(channel)
+        .handoff(request)
+        .await
+        .map_err(HandoffError::Status)?
+        .into_inner();
+    while let Some(message) = stream.message().await.map_err(HandoffError::Status)? {
+        match message.event {
+            Some(pb::handoff_event::Event::Completed(done)) => {
+                let usage = done.usage.unwrap_or_default();
+                return Ok(json!({
+                    "agent": done.agent,
+                    "run_id": done.run_id,
+                    "output": done.output,
+                    "completion_report": done.completion_report.map(|r| Value::Object(pbjson::from_struct(r))),
+                    "usage": {
+                        "input_tokens": usage.input_tokens,
+                        "output_tokens": usage.output_tokens,
+                        "cost_usd": usage.cost_usd,
+                    },
+                }));
+            }
+            Some(pb::handoff_event::Event::Failed(failed)) => {
+                let failure = pb::HandoffFailure::try_from(failed.failure)
+                    .unwrap_or(pb::HandoffFailure::Internal)
+                    .as_str_name()
+                    .trim_start_matches("HANDOFF_FAILURE_")
+                    .to_ascii_lowercase();
+                return Err(HandoffError::Failed {
+                    failure,
+                    reason: failed.reason,
+                    run_id: failed.run_id,
+                });
+            }
+            _ => {}
+        }
+    }
+    Err(HandoffError::Status(tonic::Status::unavailable(
+        "the handoff stream ended without its outcome; the orchestrator may have stopped",
+    )))
+}

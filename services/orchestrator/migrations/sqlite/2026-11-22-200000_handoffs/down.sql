@@ -1,0 +1,3 @@
+ALTER TABLE runs DROP COLUMN output;
+ALTER TABLE runs DROP COLUMN prompt;
+ALTER TABLE runs DROP COLUMN handoff_index;

@@ -1,0 +1,429 @@
+//! The Handoff RPC: starts an agent on a task with a prompt and streams its run.
+//!
+//! With the parent's run token (an agent handing off through chorus-tools or the
+//! API tool loop) the new run is a child: in one transaction the parent starts
+//! waiting and the child opens; the parent's clock stops until the child ends.
+//! Without a token the run is the task's root run (the task must be planned or
+//! waiting).
+//!
+//! The stream is read from the task's history, not from the run: `started` is
+//! the `agent_handoff_started` event, progress is the child's events, and the
+//! terminal message is its `agent_handoff_completed`, written in the same
+//! transaction that ends the child (by the driver, a cancel, the parent's end or
+//! the recovery after a restart). So a caller that disconnects loses nothing, a
+//! re-opened stream (`run_id`) replays the same messages, and every stream ends
+//! with exactly one terminal message.
+
+use std::pin::Pin;
+
+use chorus_proto::json;
+use chorus_proto::orchestrator::v1 as pb;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Status;
+use tracing::{info, warn};
+
+use super::launch::Launch;
+use super::start::{task_message, timeout_or};
+use crate::domain::policy::handoff::begin_handoff;
+use crate::domain::{
+    AgentKind, Event, EventKind, HandoffFailure, Name, Run, RunId, Task, TaskId, TaskStatus,
+};
+use crate::error::ServiceError;
+use crate::grpc::agent_tools::{authorize, run_of_token};
+use crate::grpc::convert;
+use crate::history;
+use crate::state::AppState;
+use crate::store::{NewRun, StoreError};
+
+/// The stream a Handoff call returns.
+pub type HandoffStream = Pin<Box<dyn Stream<Item = Result<pb::HandoffEvent, Status>> + Send>>;
+
+/// Messages buffered before the producer waits for the caller.
+const STREAM_BUFFER: usize = 64;
+
+/// Starts a handoff (or re-opens one) and returns its stream.
+pub async fn handoff(
+    state: &AppState,
+    req: pb::HandoffRequest,
+) -> Result<HandoffStream, ServiceError> {
+    if let Some(run_id) = convert::non_empty(req.run_id.clone()) {
+        return reopen(state, req, &run_id).await;
+    }
+    let parent = match convert::non_empty(req.parent_run_token.clone()) {
+        Some(token) => {
+            let parent = run_of_token(state, &token).await?;
+            authorize(state, &parent, "handoff").await?;
+            Some(parent)
+        }
+        None => None,
+    };
+    let task_id = match (&parent, convert::non_empty(req.task_id.clone())) {
+        (Some(parent), None) => parent.task_id,
+        (Some(parent), Some(id)) => {
+            let id = TaskId::parse(&id)?;
+            if id != parent.task_id {
+                return Err(ServiceError::Invalid(format!(
+                    "task_id: run {} works on task {}, not {id}; an agent hands off within its own task",
+                    parent.id, parent.task_id
+                )));
+            }
+            id
+        }
+        (None, Some(id)) => TaskId::parse(&id)?,
+        (None, None) => {
+            return Err(ServiceError::Invalid(
+                "task_id: name the task to hand off on".to_owned(),
+            ));
+        }
+    };
+    let agent_name = Name::parse("agent", req.agent.trim())?;
+    let prompt = req.prompt.trim().to_owned();
+    if prompt.is_empty() {
+        return Err(ServiceError::Invalid(
+            "prompt: say what the agent should do".to_owned(),
+        ));
+    }
+    let task = state.store.get_task(task_id).await?;
+    if parent.is_none() {
+        task.status.check_transition(TaskStatus::Active)?;
+    }
+    let workspace = state.store.get_workspace(task.workspace_id).await?;
+    let timeout = timeout_or(req.timeout_secs, state.runner.config().handoff_timeout);
+    let longest = state.runner.config().max_handoff_timeout();
+    if timeout > longest {
+        return Err(ServiceError::Invalid(format!(
+            "timeout_secs: a handoff may take at most {} s",
+            longest.as_secs()
+        )));
+    }
+
+    // What is wrong with the target ends the handoff, not the call.
+    let launch = match state
+        .store
+        .get_agent(workspace.id, agent_name.clone())
+        .await
+    {
+        Ok(agent) if agent.kind == AgentKind::Internal => Err((
+            HandoffFailure::TargetUnknown,
+            format!("agent '{agent_name}' is internal to Chorus; hand off to a user-defined agent"),
+        )),
+        Ok(_) => Launch::prepare(state, workspace, &agent_name, timeout)
+            .await
+            .map_err(|e| {
+                (
+                    HandoffFailure::Internal,
+                    format!("agent '{agent_name}' cannot be started: {e}"),
+                )
+            }),
+        Err(StoreError::NotFound { .. }) => Err((
+            HandoffFailure::TargetUnknown,
+            format!(
+                "no agent '{agent_name}' in this workspace; agents: {}",
+                agent_names(state, task.workspace_id).await
+            ),
+        )),
+        Err(e) => return Err(e.into()),
+    };
+    let launch = match launch {
+        Ok(launch) => launch,
+        Err((failure, reason)) => {
+            if let Some(parent) = &parent {
+                record_refused_call(state, parent, &agent_name, &prompt, failure, &reason).await;
+            }
+            info!(task_id = %task_id, agent = %agent_name, failure = failure.as_str(), "handoff refused");
+            return Ok(refused(&agent_name, failure, reason));
+        }
+    };
+
+    let message = match &parent {
+        Some(parent) => child_message(&task, parent, &prompt),
+        None => task_message(&task, &prompt),
+    };
+    let new = NewRun {
+        task_id,
+        agent: agent_name,
+        parent: parent.as_ref().map(|p| p.id),
+        tools: launch.tools.clone(),
+        handoff_prompt: Some(prompt),
+    };
+    // The parent's clock stops before the child can possibly end.
+    let paused = parent
+        .as_ref()
+        .is_some_and(|p| state.runner.pause_clock(p.id));
+    let opened = state
+        .store
+        .open_run(new, |task, run, parent| begin_handoff(task, run, parent))
+        .await;
+    let (run, _task, events) = match opened {
+        Ok(opened) => opened,
+        Err(e) => {
+            if let (true, Some(parent)) = (paused, &parent) {
+                state.runner.resume_clock(parent.id);
+            }
+            return Err(e.into());
+        }
+    };
+    state.publish(&events);
+    let started = events
+        .iter()
+        .find(|e| e.kind == EventKind::AgentHandoffStarted)
+        .map_or(0, |e| e.sequence);
+    launch.start(state, &run, message);
+    Ok(follow(state, task_id, run.id, started.saturating_sub(1)))
+}
+
+/// Re-opens the stream of an earlier handoff: its messages from the start.
+async fn reopen(
+    state: &AppState,
+    req: pb::HandoffRequest,
+    run_id: &str,
+) -> Result<HandoffStream, ServiceError> {
+    if !req.agent.is_empty() || !req.prompt.is_empty() || !req.parent_run_token.is_empty() {
+        return Err(ServiceError::Invalid(
+            "run_id re-opens a handoff: leave agent, prompt and parent_run_token empty".to_owned(),
+        ));
+    }
+    let run = state
+        .store
+        .get_run(convert::run_id("run_id", run_id)?)
+        .await?;
+    if let Some(task) = convert::non_empty(req.task_id) {
+        if TaskId::parse(&task)? != run.task_id {
+            return Err(ServiceError::Invalid(format!(
+                "run_id: run {} belongs to task {}, not {task}",
+                run.id, run.task_id
+            )));
+        }
+    }
+    if run.handoff_index.is_none() {
+        return Err(ServiceError::Invalid(format!(
+            "run_id: run {} was not started by a handoff; follow it with WatchTask",
+            run.id
+        )));
+    }
+    Ok(follow(state, run.task_id, run.id, 0))
+}
+
+/// The stream of `run`'s handoff, read from the task's history after `after`.
+fn follow(state: &AppState, task: TaskId, run: RunId, after: u64) -> HandoffStream {
+    let (events_tx, mut events_rx) = mpsc::channel(STREAM_BUFFER);
+    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+    let cancel = state.shutdown.child_token();
+    let (store, hub) = (state.store.clone(), state.hub.clone());
+    tokio::spawn(async move {
+        history::watch_task(&store, &hub, task, after, true, events_tx, cancel).await
+    });
+    let store = state.store.clone();
+    tokio::spawn(async move {
+        while let Some(event) = events_rx.recv().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(e) => {
+                    let _ = tx.send(Err(Status::from(ServiceError::from(e)))).await;
+                    return;
+                }
+            };
+            let Some(message) = translate(&event, run) else {
+                continue;
+            };
+            let terminal = matches!(message, Translated::End);
+            let message = match message {
+                Translated::Message(m) => Ok(m),
+                Translated::End => terminal_message(&store, &event, run).await,
+            };
+            if tx.send(message).await.is_err() || terminal {
+                return;
+            }
+        }
+        // The history stream ended before the handoff did: shutdown.
+        let _ = tx
+            .send(Err(Status::unavailable(format!(
+                "the orchestrator is shutting down; re-open this handoff with run_id {run} to see how it ends"
+            ))))
+            .await;
+    });
+    Box::pin(ReceiverStream::new(rx))
+}
+
+/// What an event of the task's history means for the stream of `run`.
+enum Translated {
+    Message(pb::HandoffEvent),
+    /// `run`'s handoff ended: the terminal message follows.
+    End,
+}
+
+fn translate(event: &Event, run: RunId) -> Option<Translated> {
+    let field = |name: &str| event.data.get(name).and_then(Value::as_str);
+    let own = field("run_id") == Some(run.to_string().as_str());
+    let nested = field("parent_run_id") == Some(run.to_string().as_str());
+    let progress = |kind: &str| {
+        Translated::Message(message(pb::handoff_event::Event::Progress(
+            pb::HandoffProgress {
+                kind: kind.to_owned(),
+                data: match &event.data {
+                    Value::Object(map) => Some(json::to_struct(map.clone())),
+                    _ => None,
+                },
+                sequence: event.sequence,
+            },
+        )))
+    };
+    match event.kind {
+        EventKind::AgentHandoffStarted if own => Some(Translated::Message(message(
+            pb::handoff_event::Event::Started(pb::HandoffStarted {
+                run_id: run.to_string(),
+                agent: field("agent").unwrap_or_default().to_owned(),
+                handoff_index: event
+                    .data
+                    .get("handoff_index")
+                    .and_then(Value::as_u64)
+                    .and_then(|i| u32::try_from(i).ok())
+                    .unwrap_or_default(),
+                parent_run_id: field("parent_run_id").unwrap_or_default().to_owned(),
+                sequence: event.sequence,
+            }),
+        ))),
+        EventKind::AgentHandoffCompleted if own => Some(Translated::End),
+        EventKind::AgentHandoffStarted if nested => Some(progress("handoff_started")),
+        EventKind::AgentHandoffCompleted if nested => Some(progress("handoff_completed")),
+        EventKind::AgentProgress if own => Some(progress(field("kind").unwrap_or("text"))),
+        EventKind::AgentStarted
+        | EventKind::ToolExecuted
+        | EventKind::ToolDenied
+        | EventKind::CompletionReportSubmitted
+        | EventKind::CommentAdded
+            if own =>
+        {
+            Some(progress(event.kind.as_str()))
+        }
+        _ => None,
+    }
+}
+
+/// The terminal message of a handoff from its `agent_handoff_completed` event;
+/// a completed one carries the run's whole output and report.
+async fn terminal_message(
+    store: &crate::store::Store,
+    event: &Event,
+    run: RunId,
+) -> Result<pb::HandoffEvent, Status> {
+    let field = |name: &str| {
+        event
+            .data
+            .get(name)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let child = store
+        .get_run(run)
+        .await
+        .map_err(|e| Status::from(ServiceError::from(e)))?;
+    let usage = Some(convert::usage(child.usage));
+    if field("outcome") == "completed" {
+        return Ok(message(pb::handoff_event::Event::Completed(
+            pb::HandoffCompleted {
+                run_id: run.to_string(),
+                agent: child.agent.to_string(),
+                output: child.output.clone().unwrap_or_default(),
+                completion_report: child.completion_report.as_ref().and_then(|r| {
+                    match serde_json::to_value(r) {
+                        Ok(Value::Object(map)) => Some(json::to_struct(map)),
+                        _ => None,
+                    }
+                }),
+                usage,
+            },
+        )));
+    }
+    let failure = HandoffFailure::parse(&field("failure")).unwrap_or(HandoffFailure::Internal);
+    Ok(message(pb::handoff_event::Event::Failed(
+        pb::HandoffFailed {
+            run_id: run.to_string(),
+            agent: child.agent.to_string(),
+            failure: wire_failure(failure) as i32,
+            reason: field("reason"),
+            usage,
+        },
+    )))
+}
+
+fn message(event: pb::handoff_event::Event) -> pb::HandoffEvent {
+    pb::HandoffEvent { event: Some(event) }
+}
+
+pub fn wire_failure(failure: HandoffFailure) -> pb::HandoffFailure {
+    match failure {
+        HandoffFailure::AgentFailed => pb::HandoffFailure::AgentFailed,
+        HandoffFailure::TimedOut => pb::HandoffFailure::TimedOut,
+        HandoffFailure::Canceled => pb::HandoffFailure::Canceled,
+        HandoffFailure::TargetUnknown => pb::HandoffFailure::TargetUnknown,
+        HandoffFailure::Internal => pb::HandoffFailure::Internal,
+        HandoffFailure::Interrupted => pb::HandoffFailure::Interrupted,
+    }
+}
+
+/// A stream holding only the failure of a handoff that never started.
+fn refused(agent: &Name, failure: HandoffFailure, reason: String) -> HandoffStream {
+    let failed = message(pb::handoff_event::Event::Failed(pb::HandoffFailed {
+        run_id: String::new(),
+        agent: agent.to_string(),
+        failure: wire_failure(failure) as i32,
+        reason,
+        usage: None,
+    }));
+    Box::pin(tokio_stream::iter([Ok(failed)]))
+}
+
+/// Records an agent's handoff call that ended before a run started.
+async fn record_refused_call(
+    state: &AppState,
+    parent: &Run,
+    agent: &Name,
+    prompt: &str,
+    failure: HandoffFailure,
+    reason: &str,
+) {
+    let data = json!({
+        "run_id": parent.id.to_string(),
+        "agent": parent.agent.as_str(),
+        "tool": "handoff",
+        "input": { "agent": agent.as_str(), "prompt": crate::providers::cut(prompt, 4096) },
+        "status": failure.code_name(),
+        "duration_ms": 0,
+        "output_excerpt": reason,
+    });
+    match state
+        .store
+        .append_events(parent.task_id, vec![(EventKind::ToolExecuted, data)])
+        .await
+    {
+        Ok(events) => state.publish(&events),
+        Err(e) => warn!(run_id = %parent.id, error = %e, "cannot record a refused handoff"),
+    }
+}
+
+/// The names of a workspace's user-defined agents, for messages.
+async fn agent_names(state: &AppState, workspace: crate::domain::WorkspaceId) -> String {
+    match state.store.list_agents(workspace).await {
+        Ok(agents) => agents
+            .iter()
+            .filter(|a| a.kind == AgentKind::UserDefined)
+            .map(|a| a.name.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        Err(_) => "(cannot list them)".to_owned(),
+    }
+}
+
+/// The first message of a child run: who handed off and what to do. The task
+/// itself is a task.get away.
+fn child_message(task: &Task, parent: &Run, prompt: &str) -> String {
+    format!(
+        "Agent '{}' hands you part of task {} (task.get shows the whole task). Do this, then submit your completion report; its output goes back to '{}':\n\n{prompt}\n",
+        parent.agent, task.id, parent.agent
+    )
+}

@@ -1,0 +1,146 @@
+//! What every way of starting a run shares (StartTask, PlanTask, SubmitAnswers,
+//! Handoff): resolving the agent, its provider and everything the run needs
+//! before anything is written, then turning the opened run into a context and
+//! handing it to a driver.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chorus_run_token::RunGrant;
+use tracing::info;
+
+use crate::domain::{Agent, AgentKind, Name, ProviderKind, Run, Workspace};
+use crate::error::ServiceError;
+use crate::providers::prompt::{Invocation, system_prompt};
+use crate::providers::{ProviderSettings, RunClock, RunContext};
+use crate::state::AppState;
+
+/// The longest run token lifetime. A token outlives its run's timeout because
+/// the clock stops during handoffs; an ended run is refused by its state anyway.
+const TOKEN_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A run that can be started: everything checked and resolved.
+#[derive(Debug)]
+pub struct Launch {
+    pub agent: Agent,
+    pub workspace: Workspace,
+    provider: ProviderSettings,
+    model: Option<String>,
+    pub tools: Vec<String>,
+    system_prompt: String,
+    timeout: Duration,
+}
+
+impl Launch {
+    /// Resolves `agent_name` in `workspace`: the agent, its provider (the
+    /// workspace's system provider for internal agents) and key, the CLI set-up.
+    ///
+    /// # Errors
+    /// NOT_FOUND for a missing agent or provider; FAILED_PRECONDITION when the
+    /// agent has no provider, the workspace no system provider, chorus-tools is
+    /// missing or no tool-exec is configured for a CLI agent.
+    pub async fn prepare(
+        state: &AppState,
+        workspace: Workspace,
+        agent_name: &Name,
+        timeout: Duration,
+    ) -> Result<Self, ServiceError> {
+        let runner = &state.runner;
+        let agent = state
+            .store
+            .get_agent(workspace.id, agent_name.clone())
+            .await?;
+        let provider_name = match agent.kind {
+            AgentKind::UserDefined => agent.provider.clone(),
+            AgentKind::Internal => workspace.system_provider.clone(),
+        }
+        .ok_or_else(|| {
+            ServiceError::Precondition(match agent.kind {
+                AgentKind::UserDefined => format!(
+                    "agent '{agent_name}' has no provider; give it one with UpdateAgent"
+                ),
+                AgentKind::Internal => format!(
+                    "workspace '{}' has no system provider to run '{agent_name}'; set one with UpdateWorkspace (system_provider)",
+                    workspace.name
+                ),
+            })
+        })?;
+        let provider = state
+            .store
+            .get_provider(workspace.id, provider_name.clone())
+            .await?;
+        let api_key = state
+            .store
+            .provider_api_key(workspace.id, provider_name)
+            .await?;
+        if provider.kind != ProviderKind::OpenaiCompatible {
+            runner
+                .config()
+                .validate()
+                .map_err(ServiceError::Precondition)?;
+            if state.addresses.tool_exec.is_empty() {
+                return Err(ServiceError::Precondition(
+                    "no tool-exec is configured, so a CLI agent could not use its tools; run the orchestrator with its embedded tool-exec or --tool-exec-addr".to_owned(),
+                ));
+            }
+        }
+        let tools = agent.granted_tools()?;
+        let chorus_tools = runner.config().chorus_tools.display().to_string();
+        let invocation = match provider.kind {
+            ProviderKind::OpenaiCompatible => Invocation::Functions,
+            ProviderKind::ClaudeCode | ProviderKind::Opencode => Invocation::Cli(&chorus_tools),
+        };
+        let system_prompt = system_prompt(
+            agent.kind,
+            &agent.instructions,
+            &agent.allowed_tools,
+            invocation,
+        );
+        Ok(Self {
+            model: agent.model.clone().or_else(|| provider.model.clone()),
+            provider: ProviderSettings {
+                name: provider.name.clone(),
+                kind: provider.kind,
+                base_url: provider.base_url.clone(),
+                api_key,
+            },
+            agent,
+            workspace,
+            tools,
+            system_prompt,
+            timeout,
+        })
+    }
+
+    /// Starts the driver of `run` (just opened, spawning) with its first message.
+    pub fn start(self, state: &AppState, run: &Run, message: String) {
+        let runner = Arc::clone(&state.runner);
+        let grant = RunGrant {
+            run_id: run.id.to_string(),
+            task_id: run.task_id.to_string(),
+            agent: run.agent.to_string(),
+            tools: self.tools.clone(),
+            root: self.workspace.root.clone(),
+        };
+        let ctx = RunContext {
+            run_id: run.id,
+            task_id: run.task_id,
+            agent: run.agent.clone(),
+            agent_kind: self.agent.kind,
+            provider: self.provider,
+            model: self.model,
+            tools: self.tools,
+            system_prompt: self.system_prompt,
+            token: state.signer.mint(&grant, TOKEN_TTL.max(self.timeout * 2)),
+            tools_addr: state.addresses.tool_exec.clone(),
+            orchestrator_addr: state.addresses.orchestrator.clone(),
+            workspace_root: self.workspace.root.clone(),
+            run_dir: runner.config().runs_dir.join(run.id.to_string()),
+            clock: RunClock::start(self.timeout),
+            timeout: self.timeout,
+            stop: state.shutdown.child_token(),
+        };
+        info!(run_id = %run.id, task_id = %run.task_id, agent = %run.agent, parent = ?run.parent, provider = %ctx.provider.name, kind = ctx.provider.kind.as_str(), "starting agent");
+        runner.launch(state.clone(), ctx, run.parent, message);
+    }
+}
