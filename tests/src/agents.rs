@@ -210,3 +210,90 @@ pub fn alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// A fake CLI step calling a tool through chorus-tools.
+pub fn call(call: &Value) -> String {
+    format!("fake: call {call}")
+}
+
+/// A fake CLI step handing off to `agent`, whose script is `child` (one step per
+/// line; the prompt carries them as its lines).
+pub fn handoff(agent: &str, child: &[String]) -> String {
+    call(&serde_json::json!({ "tool": "handoff", "agent": agent, "prompt": child.join("\n") }))
+}
+
+/// A fake CLI step submitting a completion report.
+pub fn report(status: &str, summary: &str) -> String {
+    call(&serde_json::json!({
+        "tool": "completion-report",
+        "status": status,
+        "summary": summary,
+        "output": summary,
+    }))
+}
+
+/// Creates agent `name` with `tools` on `provider`.
+pub async fn add_agent(
+    client: &mut Client,
+    workspace: &pb::Workspace,
+    name: &str,
+    tools: &[&str],
+    provider: &str,
+) {
+    client
+        .create_agent(pb::CreateAgentRequest {
+            workspace_id: workspace.id.clone(),
+            name: name.into(),
+            instructions: format!("You are {name}."),
+            allowed_tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+            provider: provider.into(),
+            model: String::new(),
+        })
+        .await
+        .expect("agent");
+}
+
+/// Gives existing agents (e.g. the seeded ones) a provider.
+pub async fn use_provider(
+    client: &mut Client,
+    workspace: &pb::Workspace,
+    agents: &[&str],
+    provider: &str,
+) {
+    for agent in agents {
+        client
+            .update_agent(pb::UpdateAgentRequest {
+                workspace_id: workspace.id.clone(),
+                name: (*agent).into(),
+                provider: Some(provider.into()),
+                ..Default::default()
+            })
+            .await
+            .expect("update agent");
+    }
+}
+
+/// The run ids of the task's runs of `agent`, in the order they started.
+pub async fn runs_of(client: &mut Client, task: &str, agent: &str) -> Vec<pb::Run> {
+    client
+        .list_runs(pb::ListRunsRequest {
+            task_id: task.to_owned(),
+        })
+        .await
+        .expect("list runs")
+        .into_inner()
+        .runs
+        .into_iter()
+        .filter(|r| r.agent == agent)
+        .collect()
+}
+
+/// True for the event that ends run `run_id`.
+pub fn ends(event: &pb::TaskEvent, run_id: &str) -> bool {
+    ends_run(event) && data(event)["run_id"] == run_id
+}
+
+/// What a fake CLI's `save` step wrote.
+pub fn saved(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("saved call")).expect("json")
+}

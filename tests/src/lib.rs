@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agents;
+pub mod db;
 pub mod fake_anthropic;
 pub mod fake_http;
 pub mod fake_openai;

@@ -125,3 +125,101 @@ impl Drop for Orchestrator {
         }
     }
 }
+
+/// The `chorus-orchestrator` binary run as a process of its own, for tests that
+/// kill it. Both its ports are picked by the system; they are read from its log.
+pub struct OrchestratorProcess {
+    child: tokio::process::Child,
+    pub addr: SocketAddr,
+    pub tool_exec_addr: SocketAddr,
+}
+
+impl OrchestratorProcess {
+    /// Starts the binary on `database_url` with its key pair in `data_dir`,
+    /// chorus-tools from this build and `extra` arguments, and waits until it
+    /// serves.
+    pub async fn spawn(data_dir: &Path, database_url: &str, extra: &[&str]) -> Self {
+        use tokio::io::{AsyncBufReadExt, BufReader};
+
+        let mut child = tokio::process::Command::new(crate::built_bin(
+            "chorus-orchestrator",
+            "chorus-orchestrator",
+        ))
+        .args(["--listen", "127.0.0.1:0", "--tool-exec-listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--database-url", database_url, "--log-format", "json"])
+        .arg("--chorus-tools")
+        .arg(crate::chorus_tools_bin())
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start chorus-orchestrator");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let (mut addr, mut tool_exec_addr) = (None, None);
+        let mut seen = Vec::new();
+        while addr.is_none() {
+            let Some(line) = lines.next_line().await.expect("read the log") else {
+                panic!("chorus-orchestrator exited before serving; its log:\n{}", seen.join("\n"));
+            };
+            let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            let fields = &entry["fields"];
+            let parsed = fields["addr"].as_str().and_then(|a| a.parse().ok());
+            match fields["message"].as_str() {
+                Some("embedded tool-exec") => tool_exec_addr = parsed,
+                Some("orchestrator serving") => addr = parsed,
+                _ => {}
+            }
+            seen.push(line);
+        }
+        // Keep reading the log so the process never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let addr = addr.expect("serving address");
+        crate::wait_serving(addr, AGENT_TOOLS_SERVICE).await;
+        Self {
+            child,
+            addr,
+            tool_exec_addr: tool_exec_addr.expect("the embedded tool-exec's address"),
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .expect("running")
+    }
+
+    /// A client of the management API.
+    pub async fn client(&self) -> OrchestratorClient<Channel> {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect");
+        OrchestratorClient::new(channel)
+    }
+
+    /// Kills it with SIGKILL (no shutdown of any kind) and reaps it.
+    pub async fn kill(mut self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid()),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("SIGKILL");
+        self.child.wait().await.expect("reap");
+    }
+
+    /// Stops it with SIGTERM (a graceful shutdown) and waits for it.
+    pub async fn stop(mut self) -> std::process::ExitStatus {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid()),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("SIGTERM");
+        self.child.wait().await.expect("wait")
+    }
+}

@@ -8,10 +8,12 @@
 //! Script lines in the message (`fake:` on a first run, `fake-resume:` when
 //! resumed with `--resume`/`--session`):
 //!
-//! - `record <file>`: write argv, cwd and environment to `<file>` as JSON;
+//! - `record <file>`: write its pid, argv, cwd and environment to `<file>` as JSON;
 //! - `call <json>`: run chorus-tools with that argument (the path comes from the
 //!   `--allowedTools` rule for Claude Code, from the permission rule of the
 //!   generated config for OpenCode: the flags must be right for this to work);
+//! - `save <file>`: write the last call's exit code, stdout and stderr to
+//!   `<file>` as JSON (`{"code", "stdout", "stderr"}`);
 //! - `say <text>`: write assistant text;
 //! - `stderr <text>`: write a line to stderr;
 //! - `exit <code>`: end now with that code;
@@ -196,6 +198,7 @@ fn main() -> ExitCode {
         Mode::Claude => out.emit(&json!({"type":"system","subtype":"init","session_id":out.session,"tools":["Bash"],"model":flag(&args, "--model")})),
         Mode::Opencode => out.emit(&json!({"type":"step_start","timestamp":0,"sessionID":out.session,"part":{"type":"step-start"}})),
     }
+    let mut last_call = json!(null);
     for line in script_source.lines() {
         // The message starts with "Task <id>: <description>", so a step may
         // follow text on its line.
@@ -211,6 +214,7 @@ fn main() -> ExitCode {
                     .map(|(k, v)| (k, Value::String(v)))
                     .collect();
                 let record = json!({
+                    "pid": std::process::id(),
                     "argv": args,
                     "cwd": std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default(),
                     "env": env,
@@ -231,6 +235,11 @@ fn main() -> ExitCode {
                 let command = format!("{program} '{}'", rest.trim());
                 match result {
                     Ok(output) => {
+                        last_call = json!({
+                            "code": output.status.code(),
+                            "stdout": String::from_utf8_lossy(&output.stdout),
+                            "stderr": String::from_utf8_lossy(&output.stderr),
+                        });
                         let text = if output.status.success() {
                             String::from_utf8_lossy(&output.stdout).into_owned()
                         } else {
@@ -240,6 +249,11 @@ fn main() -> ExitCode {
                     }
                     Err(e) => out.tool(&command, &format!("cannot run {program}: {e}"), false),
                 }
+            }
+            "save" => {
+                let path = rest.trim();
+                let _ = std::fs::write(format!("{path}.tmp"), last_call.to_string());
+                let _ = std::fs::rename(format!("{path}.tmp"), path);
             }
             "say" => out.say(rest.trim()),
             "stderr" => eprintln!("{}", rest.trim()),
