@@ -1,0 +1,168 @@
+//! An orchestrator killed with SIGKILL in the middle of a handoff, then started
+//! again on the same data: nothing recorded is lost, the runs it was driving are
+//! marked interrupted (the handoff's stream, re-opened, says so), the task waits
+//! to be started again, and no agent process is left running — the CLIs die
+//! with the orchestrator (parent-death signal), what they started is killed at
+//! the restart by its run marker.
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_tests::agents::{
+    Client, add_agent, alive, data, fake_cli, handoff, pids, planned_task, saved, start,
+    wait_for,
+};
+use chorus_tests::db::databases;
+use chorus_tests::orchestrator::OrchestratorProcess;
+use tokio_stream::StreamExt;
+
+async fn history(client: &mut Client, task: &str) -> Vec<pb::TaskEvent> {
+    client
+        .get_history(pb::GetHistoryRequest {
+            task_id: task.to_owned(),
+            after_sequence: 0,
+            limit: 1000,
+        })
+        .await
+        .expect("history")
+        .into_inner()
+        .events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process_left() {
+    let data_dir = tempfile::tempdir().expect("data");
+    for db in databases(data_dir.path()) {
+        let b = db.backend;
+        let root = tempfile::tempdir().expect("root");
+        let out = tempfile::tempdir().expect("out");
+        let fake = fake_cli();
+        let fake = fake.to_str().expect("utf-8 path");
+        let args = ["--claude-bin", fake, "--opencode-bin", fake];
+        let first = OrchestratorProcess::spawn(data_dir.path(), &db.url, &args).await;
+        let mut client = first.client().await;
+        let ws = client
+            .create_workspace(pb::CreateWorkspaceRequest {
+                name: format!("restart-{b}"),
+                root: root.path().display().to_string(),
+            })
+            .await
+            .expect("workspace")
+            .into_inner();
+        client
+            .create_provider(pb::CreateProviderRequest {
+                workspace_id: ws.id.clone(),
+                name: "cli".into(),
+                kind: pb::ProviderKind::ClaudeCode.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("provider");
+        add_agent(&mut client, &ws, "lead", &["handoff"], "cli").await;
+        add_agent(&mut client, &ws, "worker", &["file.read"], "cli").await;
+        let worker_pids = out.path().join("worker.pids");
+        let script = [
+            format!("fake: record {}", out.path().join("lead.json").display()),
+            handoff(
+                "worker",
+                &[
+                    format!("fake: record {}", out.path().join("worker.json").display()),
+                    format!("fake: stubborn 2 {}", worker_pids.display()),
+                ],
+            ),
+        ]
+        .join("\n");
+        let task = planned_task(&mut client, &ws, &script).await;
+        start(&mut client, &task, "lead", 0).await;
+        wait_for(&mut client, &task.id, |e| {
+            e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
+        })
+        .await;
+        let before = history(&mut client, &task.id).await;
+        let worker_run = before
+            .iter()
+            .find(|e| e.kind == "agent_handoff_started")
+            .map(|e| data(e)["run_id"].as_str().expect("run id").to_owned())
+            .expect("the handoff started");
+        let leftovers = pids(&worker_pids);
+        drop(client);
+
+        first.kill().await;
+        assert!(
+            leftovers.iter().all(|pid| alive(*pid)),
+            "{b}: the worker's children outlive a SIGKILLed orchestrator until the restart"
+        );
+
+        let second = OrchestratorProcess::spawn(data_dir.path(), &db.url, &args).await;
+        let mut client = second.client().await;
+        // Serving means recovery is done: nothing of the old runs is alive.
+        let mut processes = leftovers.clone();
+        for file in ["lead.json", "worker.json"] {
+            let pid = saved(&out.path().join(file))["pid"].as_i64().expect("pid");
+            processes.push(i32::try_from(pid).expect("pid"));
+        }
+        for pid in processes {
+            assert!(!alive(pid), "{b}: process {pid} survived the restart");
+        }
+
+        // Nothing recorded before the kill was lost; the end was added after it.
+        let after = history(&mut client, &task.id).await;
+        assert_eq!(after[..before.len()], before[..], "{b}");
+        let added: Vec<String> = after[before.len()..]
+            .iter()
+            .map(|e| match data(e)["failure"].as_str() {
+                Some(failure) => format!("{}:{failure}", e.kind),
+                None => e.kind.clone(),
+            })
+            .collect();
+        assert_eq!(
+            added,
+            [
+                "run_interrupted",
+                "agent_handoff_completed:interrupted",
+                "run_interrupted",
+                "status_changed",
+            ],
+            "{b}"
+        );
+        let task_now = client
+            .get_task(pb::GetTaskRequest { id: task.id.clone() })
+            .await
+            .expect("task")
+            .into_inner();
+        assert_eq!(task_now.status, "waiting", "{b}");
+        assert!(
+            task_now.status_reason.contains("interrupted") && task_now.status_reason.contains("start it again"),
+            "{b}: {}",
+            task_now.status_reason
+        );
+        let runs = client
+            .list_runs(pb::ListRunsRequest { task_id: task.id.clone() })
+            .await
+            .expect("runs")
+            .into_inner()
+            .runs;
+        assert!(
+            runs.iter().all(|r| r.state == "finished" && r.end_reason.starts_with("interrupted")),
+            "{b}: {runs:?}"
+        );
+
+        // The handoff's stream, re-opened, ends with its outcome.
+        let messages: Vec<pb::handoff_event::Event> = client
+            .handoff(pb::HandoffRequest {
+                run_id: worker_run.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("reopen")
+            .into_inner()
+            .map(|m| m.expect("message").event.expect("event"))
+            .collect()
+            .await;
+        assert!(
+            matches!(messages.last(), Some(pb::handoff_event::Event::Failed(f)) if f.failure == pb::HandoffFailure::Interrupted as i32),
+            "{b}: {messages:?}"
+        );
+        drop(client);
+        let status = second.stop().await;
+        assert!(status.success(), "{b}: a graceful stop exits 0: {status:?}");
+    }
+}
