@@ -145,7 +145,12 @@ impl OrchestratorProcess {
             "chorus-orchestrator",
             "chorus-orchestrator",
         ))
-        .args(["--listen", "127.0.0.1:0", "--tool-exec-listen", "127.0.0.1:0"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--tool-exec-listen",
+            "127.0.0.1:0",
+        ])
         .arg("--data-dir")
         .arg(data_dir)
         .args(["--database-url", database_url, "--log-format", "json"])
@@ -163,7 +168,10 @@ impl OrchestratorProcess {
         let mut seen = Vec::new();
         while addr.is_none() {
             let Some(line) = lines.next_line().await.expect("read the log") else {
-                panic!("chorus-orchestrator exited before serving; its log:\n{}", seen.join("\n"));
+                panic!(
+                    "chorus-orchestrator exited before serving; its log:\n{}",
+                    seen.join("\n")
+                );
             };
             let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
             let fields = &entry["fields"];

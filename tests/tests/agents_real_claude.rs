@@ -129,3 +129,146 @@ async fn the_real_claude_code_cli_reads_is_refused_and_reports_through_chorus_to
     assert_eq!(task.status, "completed");
     orchestrator.stop().await;
 }
+
+/// A provider named `name` of kind Claude Code on the fake model at `base_url`.
+async fn claude_provider(
+    client: &mut chorus_tests::agents::Client,
+    workspace: &pb::Workspace,
+    name: &str,
+    base_url: &str,
+) {
+    client
+        .create_provider(pb::CreateProviderRequest {
+            workspace_id: workspace.id.clone(),
+            name: name.into(),
+            kind: pb::ProviderKind::ClaudeCode.into(),
+            base_url: base_url.into(),
+            model: "claude-test-model".into(),
+            api_key: "dummy-key".into(),
+        })
+        .await
+        .expect("provider");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_claude_code_cli_hands_off_through_chorus_tools_and_gets_the_report_back() {
+    let Some(claude) = claude_cli() else {
+        assert!(
+            !require_real_clis(),
+            "CHORUS_TEST_REQUIRE_REAL_CLIS=1 but CHORUS_TEST_CLAUDE_BIN names no Claude Code CLI (.ci/run installs it)"
+        );
+        eprintln!("skipped: set CHORUS_TEST_CLAUDE_BIN to the Claude Code CLI to run this test");
+        return;
+    };
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    std::fs::write(root.path().join("notes.txt"), "alpha-from-notes\n").expect("seed");
+    let chorus_tools = chorus_tests::chorus_tools_bin().display().to_string();
+    // One fake model per agent: each conversation follows its own script.
+    let lead_model = FakeAnthropic::start(vec![
+        Reply::bash(format!(
+            r#"{chorus_tools} '{{"tool":"handoff","agent":"reader","prompt":"Read notes.txt and report what it says."}}'"#
+        )),
+        Reply::bash(format!(
+            r#"{chorus_tools} '{{"tool":"completion-report","status":"complete","summary":"The reader read the notes.","output":"alpha-from-notes"}}'"#
+        )),
+        Reply::text("Lead done."),
+    ])
+    .await;
+    let reader_model = FakeAnthropic::start(vec![
+        Reply::bash(format!(r#"{chorus_tools} '{{"tool":"file.read","path":"notes.txt"}}'"#)),
+        Reply::bash(format!(
+            r#"{chorus_tools} '{{"tool":"completion-report","status":"complete","summary":"notes say alpha","output":"alpha-from-notes"}}'"#
+        )),
+        Reply::text("Reader done."),
+    ])
+    .await;
+    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key pair");
+    let orchestrator = Orchestrator::start_configured(
+        &data_dir.path().join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| config.runner.claude_bin = claude,
+    )
+    .await;
+    let mut client = orchestrator.client().await;
+    let workspace = client
+        .create_workspace(pb::CreateWorkspaceRequest {
+            name: "real".into(),
+            root: root.path().display().to_string(),
+        })
+        .await
+        .expect("workspace")
+        .into_inner();
+    claude_provider(
+        &mut client,
+        &workspace,
+        "lead-model",
+        &lead_model.base_url(),
+    )
+    .await;
+    claude_provider(
+        &mut client,
+        &workspace,
+        "reader-model",
+        &reader_model.base_url(),
+    )
+    .await;
+    chorus_tests::agents::add_agent(&mut client, &workspace, "lead", &["handoff"], "lead-model")
+        .await;
+    chorus_tests::agents::add_agent(
+        &mut client,
+        &workspace,
+        "reader",
+        &["file.read"],
+        "reader-model",
+    )
+    .await;
+    let task = planned_task(&mut client, &workspace, "Find out what the notes say.").await;
+    let run = start(&mut client, &task, "lead", 180)
+        .await
+        .run
+        .expect("run")
+        .id;
+    let events = wait_for(&mut client, &task.id, |e| {
+        chorus_tests::agents::ends(e, &run)
+    })
+    .await;
+    let kinds = summary(&events);
+    for step in [
+        "agent_handoff_started",
+        "tool_executed file.read ok",
+        "agent_handoff_completed",
+        "tool_executed handoff ok",
+        "status_changed completed",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == step),
+            "'{step}' missing from {kinds:#?}"
+        );
+    }
+    // The lead's Bash tool printed the reader's output and report.
+    let results = lead_model.tool_results();
+    let (handoff_result, is_error) = results.first().expect("the handoff's result");
+    assert!(!is_error, "{results:?}");
+    assert!(
+        handoff_result.contains("Reader done.") && handoff_result.contains("notes say alpha"),
+        "{handoff_result}"
+    );
+    let reader_results = reader_model.tool_results();
+    assert!(
+        reader_results
+            .first()
+            .is_some_and(|(text, _)| text.contains("alpha-from-notes")),
+        "{reader_results:?}"
+    );
+    let task = client
+        .get_task(pb::GetTaskRequest {
+            id: task.id.clone(),
+        })
+        .await
+        .expect("task")
+        .into_inner();
+    assert_eq!(task.status, "completed");
+    orchestrator.stop().await;
+}

@@ -113,8 +113,7 @@ async fn task_of(client: &mut Client, id: &str) -> pb::Task {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writer_workflow_hands_off_to_writer_then_editor_and_only_its_report_settles_the_task()
-{
+async fn writer_workflow_hands_off_to_writer_then_editor_and_only_its_report_settles_the_task() {
     let data_dir = tempfile::tempdir().expect("data");
     for db in databases(data_dir.path()) {
         let b = db.backend;
@@ -125,7 +124,9 @@ async fn writer_workflow_hands_off_to_writer_then_editor_and_only_its_report_set
         let ws = workspace(&mut client, root.path()).await;
         let writer = [
             "Write the draft.".to_owned(),
-            call(&json!({"tool": "file.create", "path": "draft.md", "content": "Once upon a time.\n"})),
+            call(
+                &json!({"tool": "file.create", "path": "draft.md", "content": "Once upon a time.\n"}),
+            ),
             report("complete", "draft written"),
             "fake: say Draft done.".to_owned(),
         ];
@@ -224,7 +225,10 @@ async fn writer_workflow_hands_off_to_writer_then_editor_and_only_its_report_set
         assert_eq!(handoffs[0]["from_agent"], "writer-workflow", "{b}");
         assert_eq!(handoffs[0]["parent_run_id"], root_run, "{b}");
         assert_eq!(
-            (handoffs[0]["handoff_index"].as_u64(), handoffs[1]["handoff_index"].as_u64()),
+            (
+                handoffs[0]["handoff_index"].as_u64(),
+                handoffs[1]["handoff_index"].as_u64()
+            ),
             (Some(1), Some(2)),
             "{b}"
         );
@@ -257,7 +261,14 @@ async fn a_handoff_rpc_caller_sees_a_nested_chain_stream_to_one_terminal_message
         let orchestrator = orchestrator(data_dir.path(), &db).await;
         let mut client = orchestrator.client().await;
         let ws = workspace(&mut client, root.path()).await;
-        add_agent(&mut client, &ws, "lead", &["handoff", "file.read"], "claude").await;
+        add_agent(
+            &mut client,
+            &ws,
+            "lead",
+            &["handoff", "file.read"],
+            "claude",
+        )
+        .await;
         add_agent(&mut client, &ws, "middle", &["handoff"], "opencode").await;
         add_agent(&mut client, &ws, "leaf", &["file.create"], "claude").await;
         let leaf = [
@@ -298,7 +309,11 @@ async fn a_handoff_rpc_caller_sees_a_nested_chain_stream_to_one_terminal_message
             panic!("{b}: the stream starts with started: {messages:?}");
         };
         assert_eq!(
-            (started.agent.as_str(), started.handoff_index, started.parent_run_id.as_str()),
+            (
+                started.agent.as_str(),
+                started.handoff_index,
+                started.parent_run_id.as_str()
+            ),
             ("lead", 1, ""),
             "{b}"
         );
@@ -306,7 +321,10 @@ async fn a_handoff_rpc_caller_sees_a_nested_chain_stream_to_one_terminal_message
             .iter()
             .filter(|m| matches!(m, Event::Completed(_) | Event::Failed(_)))
             .count();
-        assert_eq!(terminals, 1, "{b}: exactly one terminal message: {messages:?}");
+        assert_eq!(
+            terminals, 1,
+            "{b}: exactly one terminal message: {messages:?}"
+        );
         let Some(Event::Completed(completed)) = messages.last() else {
             panic!("{b}: the stream ends with completed: {messages:?}");
         };
@@ -324,8 +342,16 @@ async fn a_handoff_rpc_caller_sees_a_nested_chain_stream_to_one_terminal_message
                 _ => None,
             })
             .collect();
-        for kind in ["agent_started", "handoff_started", "handoff_completed", "completion_report_submitted"] {
-            assert!(progress.contains(&kind), "{b}: {kind} missing from {progress:?}");
+        for kind in [
+            "agent_started",
+            "handoff_started",
+            "handoff_completed",
+            "completion_report_submitted",
+        ] {
+            assert!(
+                progress.contains(&kind),
+                "{b}: {kind} missing from {progress:?}"
+            );
         }
 
         // Each parent got its child's output and report.
@@ -338,17 +364,25 @@ async fn a_handoff_rpc_caller_sees_a_nested_chain_stream_to_one_terminal_message
                 serde_json::from_str(result["stdout"].as_str().expect("stdout")).expect("json");
             assert_eq!(answer["output"]["agent"], agent, "{b}: {answer}");
             assert_eq!(answer["output"]["output"], output, "{b}: {answer}");
-            assert_eq!(answer["output"]["completion_report"]["summary"], summary, "{b}");
+            assert_eq!(
+                answer["output"]["completion_report"]["summary"], summary,
+                "{b}"
+            );
         }
         assert_eq!(
             std::fs::read_to_string(root.path().join("leaf.txt")).expect("leaf"),
             "from C"
         );
         let done = task_of(&mut client, &task.id).await;
-        assert_eq!(done.status, "completed", "{b}: the root's report settles the task");
+        assert_eq!(
+            done.status, "completed",
+            "{b}: the root's report settles the task"
+        );
 
         let runs = client
-            .list_runs(pb::ListRunsRequest { task_id: task.id.clone() })
+            .list_runs(pb::ListRunsRequest {
+                task_id: task.id.clone(),
+            })
             .await
             .expect("runs")
             .into_inner()
@@ -386,7 +420,10 @@ async fn a_handoff_rpc_caller_sees_a_nested_chain_stream_to_one_terminal_message
             .map(|m| m.expect("message").event.expect("event"))
             .collect()
             .await;
-        assert!(matches!(replay.first(), Some(Event::Started(s)) if s.agent == "middle"), "{b}");
+        assert!(
+            matches!(replay.first(), Some(Event::Started(s)) if s.agent == "middle"),
+            "{b}"
+        );
         assert!(
             matches!(replay.last(), Some(Event::Completed(c)) if c.output == "B done."),
             "{b}: {replay:?}"
@@ -420,7 +457,11 @@ async fn a_handoff_that_times_out_stops_the_child_and_the_parent_goes_on() {
     ]
     .join("\n");
     let task = planned_task(&mut client, &ws, &script).await;
-    let run = start(&mut client, &task, "lead", 60).await.run.expect("run").id;
+    let run = start(&mut client, &task, "lead", 60)
+        .await
+        .run
+        .expect("run")
+        .id;
     let events = wait_for(&mut client, &task.id, |e| ends(e, &run)).await;
 
     let result = saved(&out.path().join("slow.json"));
@@ -429,7 +470,10 @@ async fn a_handoff_that_times_out_stops_the_child_and_the_parent_goes_on() {
         serde_json::from_str(result["stderr"].as_str().expect("stderr").trim()).expect("json");
     assert_eq!(error["code"], "timed_out", "{error}");
     assert!(
-        error["message"].as_str().unwrap_or_default().contains("timed out after 1 s"),
+        error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("timed out after 1 s"),
         "{error}"
     );
     for pid in pids(&pid_file) {
@@ -443,7 +487,10 @@ async fn a_handoff_that_times_out_stops_the_child_and_the_parent_goes_on() {
     assert_eq!(completed["outcome"], "failed");
     assert_eq!(completed["failure"], "timed_out");
     let task = task_of(&mut client, &task.id).await;
-    assert_eq!(task.status, "waiting", "the parent went on and reported blocked");
+    assert_eq!(
+        task.status, "waiting",
+        "the parent went on and reported blocked"
+    );
     assert_eq!(task.status_reason, "the slow agent timed out");
     drop(client);
     orchestrator.stop().await;
@@ -453,7 +500,9 @@ async fn a_handoff_that_times_out_stops_the_child_and_the_parent_goes_on() {
 async fn wait_stubborn(client: &mut Client, task: &str, agent: &str) -> Vec<pb::TaskEvent> {
     wait_for(client, task, |e| {
         let d = data(e);
-        e.kind == "agent_progress" && d["agent"] == agent && d["text"] == "stubborn children started"
+        e.kind == "agent_progress"
+            && d["agent"] == agent
+            && d["text"] == "stubborn children started"
     })
     .await
 }
@@ -474,9 +523,16 @@ async fn canceling_a_task_mid_chain_ends_every_run_stream_and_process() {
         let leaf_pids = out.path().join("leaf.pids");
         let middle = [
             record(&out.path().join("middle.json")),
-            handoff("leaf", &[format!("fake: stubborn 2 {}", leaf_pids.display())]),
+            handoff(
+                "leaf",
+                &[format!("fake: stubborn 2 {}", leaf_pids.display())],
+            ),
         ];
-        let script = [record(&out.path().join("lead.json")), handoff("middle", &middle)].join("\n");
+        let script = [
+            record(&out.path().join("lead.json")),
+            handoff("middle", &middle),
+        ]
+        .join("\n");
         let task = planned_task(&mut client, &ws, &script).await;
         start(&mut client, &task, "lead", 60).await;
         let events = wait_stubborn(&mut client, &task.id, "leaf").await;
@@ -535,7 +591,9 @@ async fn canceling_a_task_mid_chain_ends_every_run_stream_and_process() {
             }
         }
         let runs = client
-            .list_runs(pb::ListRunsRequest { task_id: task.id.clone() })
+            .list_runs(pb::ListRunsRequest {
+                task_id: task.id.clone(),
+            })
             .await
             .expect("runs")
             .into_inner()
@@ -572,7 +630,10 @@ async fn a_parent_killed_while_its_child_runs_takes_the_child_with_it() {
     let worker_pids = out.path().join("worker.pids");
     let script = [
         record(&out.path().join("lead.json")),
-        handoff("worker", &[format!("fake: stubborn 2 {}", worker_pids.display())]),
+        handoff(
+            "worker",
+            &[format!("fake: stubborn 2 {}", worker_pids.display())],
+        ),
     ]
     .join("\n");
     let task = planned_task(&mut client, &ws, &script).await;
@@ -580,7 +641,9 @@ async fn a_parent_killed_while_its_child_runs_takes_the_child_with_it() {
     wait_stubborn(&mut client, &task.id, "worker").await;
     let worker = runs_of(&mut client, &task.id, "worker").await.remove(0);
 
-    let lead_pid = saved(&out.path().join("lead.json"))["pid"].as_i64().expect("pid");
+    let lead_pid = saved(&out.path().join("lead.json"))["pid"]
+        .as_i64()
+        .expect("pid");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(lead_pid).expect("pid")),
         nix::sys::signal::Signal::SIGKILL,
@@ -609,7 +672,10 @@ async fn a_parent_killed_while_its_child_runs_takes_the_child_with_it() {
         .map(data)
         .expect("the parent's end");
     assert!(
-        lead_end["reason"].as_str().unwrap_or_default().contains("signal 9"),
+        lead_end["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("signal 9"),
         "{lead_end}"
     );
     // The child's processes die with it (the orchestrator waits for them).
@@ -617,14 +683,20 @@ async fn a_parent_killed_while_its_child_runs_takes_the_child_with_it() {
         e.kind == "agent_handoff_completed" && data(e)["run_id"] == worker.id
     })
     .await;
-    assert_eq!(data(worker_done.last().expect("event"))["failure"], "canceled");
+    assert_eq!(
+        data(worker_done.last().expect("event"))["failure"],
+        "canceled"
+    );
     let task_now = task_of(&mut client, &task.id).await;
     assert_eq!(task_now.status, "failed");
     // stop() waits for every run's driver, so the processes are reaped by now.
     drop(client);
     orchestrator.stop().await;
     for pid in pids(&worker_pids) {
-        assert!(!alive(pid), "process {pid} of the child survived its parent");
+        assert!(
+            !alive(pid),
+            "process {pid} of the child survived its parent"
+        );
     }
 }
 
@@ -653,10 +725,16 @@ async fn handoff_refusals_are_precise_and_change_nothing() {
         ..Default::default()
     };
     // A caller that is not an agent can start only a planned or waiting task.
-    let err = client.handoff(request("writer", "")).await.expect_err("pending");
+    let err = client
+        .handoff(request("writer", ""))
+        .await
+        .expect_err("pending");
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
     assert!(err.message().contains("from pending"), "{err:?}");
-    let err = client.handoff(request("writer", "not-a-token")).await.expect_err("token");
+    let err = client
+        .handoff(request("writer", "not-a-token"))
+        .await
+        .expect_err("token");
     assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
     let mut empty = request("writer", "");
     empty.prompt = " ".into();
@@ -699,8 +777,11 @@ async fn handoff_refusals_are_precise_and_change_nothing() {
         .map(|m| m.expect("message"))
         .collect()
         .await;
-    let [pb::HandoffEvent { event: Some(pb::handoff_event::Event::Failed(failed)) }] =
-        messages.as_slice()
+    let [
+        pb::HandoffEvent {
+            event: Some(pb::handoff_event::Event::Failed(failed)),
+        },
+    ] = messages.as_slice()
     else {
         panic!("one failed message: {messages:?}");
     };
@@ -717,7 +798,11 @@ async fn handoff_refusals_are_precise_and_change_nothing() {
         .expect("history")
         .into_inner()
         .events;
-    assert_eq!(history.len(), 1, "only the refused call is recorded: {history:?}");
+    assert_eq!(
+        history.len(),
+        1,
+        "only the refused call is recorded: {history:?}"
+    );
     assert_eq!(data(&history[0])["tool"], "handoff");
     assert_eq!(data(&history[0])["status"], "not_found");
     // So is a handoff to the internal planner.

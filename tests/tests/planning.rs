@@ -37,7 +37,12 @@ async fn workspace(client: &mut Client, root: &Path, base_url: &str) -> pb::Work
         .expect("workspace")
         .into_inner();
     for (name, kind, url, model) in [
-        ("system", pb::ProviderKind::OpenaiCompatible, base_url, "fake-model"),
+        (
+            "system",
+            pb::ProviderKind::OpenaiCompatible,
+            base_url,
+            "fake-model",
+        ),
         ("claude", pb::ProviderKind::ClaudeCode, "", ""),
     ] {
         client
@@ -64,7 +69,11 @@ async fn workspace(client: &mut Client, root: &Path, base_url: &str) -> pb::Work
         .into_inner()
 }
 
-async fn create_task(client: &mut Client, workspace: &pb::Workspace, description: &str) -> pb::Task {
+async fn create_task(
+    client: &mut Client,
+    workspace: &pb::Workspace,
+    description: &str,
+) -> pb::Task {
     client
         .create_task(pb::CreateTaskRequest {
             workspace_id: workspace.id.clone(),
@@ -121,7 +130,10 @@ async fn plan_questions_answers_plan_then_start_the_assigned_agent_to_completion
         let task = create_task(&mut client, &ws, &script).await;
 
         let planning = client
-            .plan_task(pb::PlanTaskRequest { id: task.id.clone(), timeout_secs: 0 })
+            .plan_task(pb::PlanTaskRequest {
+                id: task.id.clone(),
+                timeout_secs: 0,
+            })
             .await
             .expect("plan")
             .into_inner();
@@ -130,7 +142,9 @@ async fn plan_questions_answers_plan_then_start_the_assigned_agent_to_completion
         assert_eq!(planner_run.agent, "task-validator", "{b}");
         wait_for(&mut client, &task.id, is_status("awaiting_input")).await;
         let asking = client
-            .get_task(pb::GetTaskRequest { id: task.id.clone() })
+            .get_task(pb::GetTaskRequest {
+                id: task.id.clone(),
+            })
             .await
             .expect("task")
             .into_inner();
@@ -146,7 +160,10 @@ async fn plan_questions_answers_plan_then_start_the_assigned_agent_to_completion
 
         // Planning again is not how questions are answered.
         let err = client
-            .plan_task(pb::PlanTaskRequest { id: task.id.clone(), timeout_secs: 0 })
+            .plan_task(pb::PlanTaskRequest {
+                id: task.id.clone(),
+                timeout_secs: 0,
+            })
             .await
             .expect_err("awaiting input");
         assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{b}");
@@ -173,7 +190,9 @@ async fn plan_questions_answers_plan_then_start_the_assigned_agent_to_completion
         assert_eq!(answered.task.expect("task").status, "planning", "{b}");
         wait_for(&mut client, &task.id, is_status("planned")).await;
         let planned = client
-            .get_task(pb::GetTaskRequest { id: task.id.clone() })
+            .get_task(pb::GetTaskRequest {
+                id: task.id.clone(),
+            })
             .await
             .expect("task")
             .into_inner();
@@ -294,7 +313,10 @@ async fn a_planner_that_errs_or_never_answers_fails_the_task_with_the_reason() {
 
     let erring = create_task(&mut client, &ws, "Fix the bug in repo X.").await;
     client
-        .plan_task(pb::PlanTaskRequest { id: erring.id.clone(), timeout_secs: 0 })
+        .plan_task(pb::PlanTaskRequest {
+            id: erring.id.clone(),
+            timeout_secs: 0,
+        })
         .await
         .expect("plan");
     let events = wait_for(&mut client, &erring.id, is_status("failed")).await;
@@ -303,12 +325,18 @@ async fn a_planner_that_errs_or_never_answers_fails_the_task_with_the_reason() {
         .find(|e| e.kind == "planning_failed")
         .map(data)
         .expect("planning_failed");
-    assert_eq!(failed["reason"], "the repository named in the task does not exist");
+    assert_eq!(
+        failed["reason"],
+        "the repository named in the task does not exist"
+    );
 
     // No planner output at all: one reminder, then failed.
     let silent = create_task(&mut client, &ws, "Something vague.").await;
     client
-        .plan_task(pb::PlanTaskRequest { id: silent.id.clone(), timeout_secs: 0 })
+        .plan_task(pb::PlanTaskRequest {
+            id: silent.id.clone(),
+            timeout_secs: 0,
+        })
         .await
         .expect("plan");
     let events = wait_for(&mut client, &silent.id, ends_run).await;
@@ -319,13 +347,16 @@ async fn a_planner_that_errs_or_never_answers_fails_the_task_with_the_reason() {
         "the planner was reminded"
     );
     let task = client
-        .get_task(pb::GetTaskRequest { id: silent.id.clone() })
+        .get_task(pb::GetTaskRequest {
+            id: silent.id.clone(),
+        })
         .await
         .expect("task")
         .into_inner();
     assert_eq!(task.status, "failed");
     assert!(
-        task.status_reason.contains("ended without its planner output, even after a reminder"),
+        task.status_reason
+            .contains("ended without its planner output, even after a reminder"),
         "{}",
         task.status_reason
     );
@@ -337,7 +368,10 @@ async fn a_planner_that_errs_or_never_answers_fails_the_task_with_the_reason() {
         .cloned()
         .unwrap_or(Value::Null);
     assert!(
-        reminder["content"].as_str().unwrap_or_default().contains("planner-output"),
+        reminder["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("planner-output"),
         "{reminder}"
     );
     drop(client);
@@ -361,7 +395,10 @@ async fn planning_needs_a_system_provider_and_a_pending_task() {
         .into_inner();
     let task = create_task(&mut client, &ws, "Plan me.").await;
     let err = client
-        .plan_task(pb::PlanTaskRequest { id: task.id.clone(), timeout_secs: 0 })
+        .plan_task(pb::PlanTaskRequest {
+            id: task.id.clone(),
+            timeout_secs: 0,
+        })
         .await
         .expect_err("no system provider");
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
@@ -378,13 +415,21 @@ async fn planning_needs_a_system_provider_and_a_pending_task() {
         .await
         .expect_err("not awaiting input");
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
-    assert!(err.message().contains("awaiting_input; it is pending"), "{err:?}");
+    assert!(
+        err.message().contains("awaiting_input; it is pending"),
+        "{err:?}"
+    );
     let unchanged = client
-        .get_task(pb::GetTaskRequest { id: task.id.clone() })
+        .get_task(pb::GetTaskRequest {
+            id: task.id.clone(),
+        })
         .await
         .expect("task")
         .into_inner();
-    assert_eq!((unchanged.status.as_str(), unchanged.last_sequence), ("pending", 1));
+    assert_eq!(
+        (unchanged.status.as_str(), unchanged.last_sequence),
+        ("pending", 1)
+    );
     drop(client);
     orchestrator.stop().await;
 }

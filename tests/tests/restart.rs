@@ -7,8 +7,7 @@
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
-    Client, add_agent, alive, data, fake_cli, handoff, pids, planned_task, saved, start,
-    wait_for,
+    Client, add_agent, alive, data, fake_cli, handoff, pids, planned_task, saved, start, wait_for,
 };
 use chorus_tests::db::databases;
 use chorus_tests::orchestrator::OrchestratorProcess;
@@ -124,24 +123,30 @@ async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process
             "{b}"
         );
         let task_now = client
-            .get_task(pb::GetTaskRequest { id: task.id.clone() })
+            .get_task(pb::GetTaskRequest {
+                id: task.id.clone(),
+            })
             .await
             .expect("task")
             .into_inner();
         assert_eq!(task_now.status, "waiting", "{b}");
         assert!(
-            task_now.status_reason.contains("interrupted") && task_now.status_reason.contains("start it again"),
+            task_now.status_reason.contains("interrupted")
+                && task_now.status_reason.contains("start it again"),
             "{b}: {}",
             task_now.status_reason
         );
         let runs = client
-            .list_runs(pb::ListRunsRequest { task_id: task.id.clone() })
+            .list_runs(pb::ListRunsRequest {
+                task_id: task.id.clone(),
+            })
             .await
             .expect("runs")
             .into_inner()
             .runs;
         assert!(
-            runs.iter().all(|r| r.state == "finished" && r.end_reason.starts_with("interrupted")),
+            runs.iter()
+                .all(|r| r.state == "finished" && r.end_reason.starts_with("interrupted")),
             "{b}: {runs:?}"
         );
 
