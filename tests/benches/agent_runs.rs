@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{Client, ends_run, fake_cli, planned_task, team, wait_for};
 use chorus_tests::orchestrator::Orchestrator;
-use chorus_tests::stats::{Samples, ms};
+use chorus_tests::stats::{Samples, cpu_seconds, ms, peak_rss_mib};
 use chorus_tests::{ToolExec, ToolsEnv, chorus_tools};
 use serde_json::Value;
 
@@ -37,29 +37,6 @@ async fn time_calls(env: &ToolsEnv, calls: usize) -> Samples {
         assert_eq!(out.code, 0, "{}", out.stderr);
     }
     Samples::new(samples)
-}
-
-/// Peak resident set size of this process, in MiB.
-fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
-}
-
-/// User + system CPU seconds of this process so far.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rfind(')').map_or("", |i| &stat[i + 2..]);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = [11, 12]
-        .iter()
-        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
-        .sum();
-    ticks / 100.0
 }
 
 async fn orchestrator(data: &std::path::Path) -> Orchestrator {

@@ -461,7 +461,7 @@ async fn cancel_kills_every_process_of_the_run_before_it_returns() {
     let events = wait_for(&mut client, &task.id, |e| e.kind == "run_canceled").await;
     assert_eq!(
         data(events.last().expect("event"))["reason"],
-        "the user changed their mind"
+        "the task was canceled: the user changed their mind"
     );
     let again = client
         .cancel_task(pb::CancelTaskRequest {

@@ -14,6 +14,8 @@
 //!   generated config for OpenCode: the flags must be right for this to work);
 //! - `save <file>`: write the last call's exit code, stdout and stderr to
 //!   `<file>` as JSON (`{"code", "stdout", "stderr"}`);
+//! - `stamp <file>`: write the wall-clock time (nanoseconds since the epoch) to
+//!   `<file>` (benchmarks);
 //! - `say <text>`: write assistant text;
 //! - `stderr <text>`: write a line to stderr;
 //! - `exit <code>`: end now with that code;
@@ -254,6 +256,12 @@ fn main() -> ExitCode {
                 let path = rest.trim();
                 let _ = std::fs::write(format!("{path}.tmp"), last_call.to_string());
                 let _ = std::fs::rename(format!("{path}.tmp"), path);
+            }
+            "stamp" => {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                let _ = std::fs::write(rest.trim(), nanos.to_string());
             }
             "say" => out.say(rest.trim()),
             "stderr" => eprintln!("{}", rest.trim()),
