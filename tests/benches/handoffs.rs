@@ -48,14 +48,7 @@ async fn orchestrator(data: &Path) -> Orchestrator {
 }
 
 async fn workspace(client: &mut Client, root: &Path) -> pb::Workspace {
-    let workspace = client
-        .create_workspace(pb::CreateWorkspaceRequest {
-            name: "bench".into(),
-            root: root.display().to_string(),
-        })
-        .await
-        .expect("workspace")
-        .into_inner();
+    let workspace = chorus_tests::agents::workspace(client, "bench", root).await;
     client
         .create_provider(pb::CreateProviderRequest {
             workspace_id: workspace.id.clone(),

@@ -35,14 +35,7 @@ pub async fn team(
     tools: &[&str],
     instructions: &str,
 ) -> Team {
-    let workspace = client
-        .create_workspace(pb::CreateWorkspaceRequest {
-            name: "team".into(),
-            root: root.display().to_string(),
-        })
-        .await
-        .expect("workspace")
-        .into_inner();
+    let workspace = workspace(client, "team", root).await;
     client
         .create_provider(pb::CreateProviderRequest {
             workspace_id: workspace.id.clone(),
@@ -69,6 +62,41 @@ pub async fn team(
         workspace,
         agent: "worker".into(),
     }
+}
+
+/// Creates workspace `name` at `root` (with the default agents).
+pub async fn workspace(client: &mut Client, name: &str, root: &Path) -> pb::Workspace {
+    client
+        .create_workspace(pb::CreateWorkspaceRequest {
+            name: name.into(),
+            root: root.display().to_string(),
+        })
+        .await
+        .expect("workspace")
+        .into_inner()
+}
+
+/// The task as it is now.
+pub async fn task_of(client: &mut Client, id: &str) -> pb::Task {
+    client
+        .get_task(pb::GetTaskRequest { id: id.to_owned() })
+        .await
+        .expect("task")
+        .into_inner()
+}
+
+/// The task's whole history (up to 1000 events).
+pub async fn history(client: &mut Client, task: &str) -> Vec<pb::TaskEvent> {
+    client
+        .get_history(pb::GetHistoryRequest {
+            task_id: task.to_owned(),
+            after_sequence: 0,
+            limit: 1000,
+        })
+        .await
+        .expect("history")
+        .into_inner()
+        .events
 }
 
 /// A task moved by hand to planned, ready for StartTask.

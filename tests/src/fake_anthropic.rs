@@ -130,6 +130,21 @@ impl FakeAnthropic {
     }
 }
 
+/// The real Claude Code CLI for a test that needs it; `None` (with a notice) to
+/// skip the test when none is named, which fails instead under
+/// `CHORUS_TEST_REQUIRE_REAL_CLIS=1` (as in CI).
+pub fn claude_cli_or_skip() -> Option<PathBuf> {
+    let claude = claude_cli();
+    if claude.is_none() {
+        assert!(
+            !require_real_clis(),
+            "CHORUS_TEST_REQUIRE_REAL_CLIS=1 but CHORUS_TEST_CLAUDE_BIN names no Claude Code CLI (.ci/run installs it)"
+        );
+        eprintln!("skipped: set CHORUS_TEST_CLAUDE_BIN to the Claude Code CLI to run this test");
+    }
+    claude
+}
+
 /// The real Claude Code CLI named by `CHORUS_TEST_CLAUDE_BIN`, if that file exists.
 pub fn claude_cli() -> Option<PathBuf> {
     let path = PathBuf::from(std::env::var_os("CHORUS_TEST_CLAUDE_BIN")?);

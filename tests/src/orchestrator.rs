@@ -99,12 +99,7 @@ impl Orchestrator {
 
     /// A client of the management API.
     pub async fn client(&self) -> OrchestratorClient<Channel> {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))
-            .expect("uri")
-            .connect()
-            .await
-            .expect("connect");
-        OrchestratorClient::new(channel)
+        client_at(self.addr).await
     }
 
     /// Stops the orchestrator and waits for it.
@@ -203,12 +198,7 @@ impl OrchestratorProcess {
 
     /// A client of the management API.
     pub async fn client(&self) -> OrchestratorClient<Channel> {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))
-            .expect("uri")
-            .connect()
-            .await
-            .expect("connect");
-        OrchestratorClient::new(channel)
+        client_at(self.addr).await
     }
 
     /// Kills it with SIGKILL (no shutdown of any kind) and reaps it.
@@ -230,4 +220,14 @@ impl OrchestratorProcess {
         .expect("SIGTERM");
         self.child.wait().await.expect("wait")
     }
+}
+
+/// A client of the management API at `addr`.
+pub async fn client_at(addr: SocketAddr) -> OrchestratorClient<Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    OrchestratorClient::new(channel)
 }

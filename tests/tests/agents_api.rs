@@ -239,3 +239,102 @@ async fn an_api_that_keeps_failing_fails_the_task_with_its_answer() {
     );
     orchestrator.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_agent_hands_off_to_a_cli_agent_and_gets_its_report_in_the_tool_result() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let child_script = [
+        chorus_tests::agents::call(
+            &json!({"tool": "file.create", "path": "part.txt", "content": "done by the CLI"}),
+        ),
+        chorus_tests::agents::report("complete", "part written"),
+        "fake: say Part written.".to_owned(),
+    ]
+    .join("\n");
+    let model = FakeOpenAi::start(vec![
+        Step::tool_call(
+            "handoff",
+            json!({"agent": "helper", "prompt": child_script}),
+        ),
+        Step::tool_call(
+            "completion-report",
+            json!({"status": "complete", "summary": "delegated", "output": "part.txt"}),
+        ),
+    ])
+    .await;
+    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key pair");
+    let orchestrator = Orchestrator::start_configured(
+        &data_dir.path().join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| config.runner.claude_bin = chorus_tests::agents::fake_cli(),
+    )
+    .await;
+    let mut client = orchestrator.client().await;
+    let team = team(
+        &mut client,
+        root.path(),
+        pb::ProviderKind::OpenaiCompatible,
+        &model.base_url(),
+        "",
+        "fake-model",
+        &["handoff"],
+        "You delegate.",
+    )
+    .await;
+    client
+        .create_provider(pb::CreateProviderRequest {
+            workspace_id: team.workspace.id.clone(),
+            name: "cli".into(),
+            kind: pb::ProviderKind::ClaudeCode.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("cli provider");
+    chorus_tests::agents::add_agent(
+        &mut client,
+        &team.workspace,
+        "helper",
+        &["file.create"],
+        "cli",
+    )
+    .await;
+    let task = planned_task(&mut client, &team.workspace, "Get the part written.").await;
+    let run = start(&mut client, &task, &team.agent, 0)
+        .await
+        .run
+        .expect("run")
+        .id;
+    let events = wait_for(&mut client, &task.id, |e| {
+        chorus_tests::agents::ends(e, &run)
+    })
+    .await;
+    assert_eq!(data(events.last().expect("end"))["reason"], "completed");
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("part.txt")).expect("part"),
+        "done by the CLI"
+    );
+    // The model got the child's output and report as the handoff's result.
+    let requests = model.requests();
+    let result = requests[1]["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .expect("the handoff's tool result");
+    let result: Value = serde_json::from_str(&result).expect("json");
+    assert_eq!(result["agent"], "helper", "{result}");
+    assert_eq!(result["output"], "Part written.", "{result}");
+    assert_eq!(
+        result["completion_report"]["summary"], "part written",
+        "{result}"
+    );
+    assert!(
+        function_names(&requests[0]).contains(&"handoff".to_owned()),
+        "{:?}",
+        function_names(&requests[0])
+    );
+    orchestrator.stop().await;
+}

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
-    self, Client, alive, data, ends_run, fake_cli, pids, planned_task, start, summary, team,
-    wait_for,
+    self, Client, alive, data, ends_run, fake_cli, pids, planned_task, start, summary, task_of,
+    team, wait_for,
 };
 use chorus_tests::orchestrator::Orchestrator;
 use serde_json::Value;
@@ -49,14 +49,6 @@ fn read_json(path: &Path) -> Value {
 
 fn env_of(record: &Value, name: &str) -> String {
     record["env"][name].as_str().unwrap_or_default().to_owned()
-}
-
-async fn task_of(client: &mut Client, id: &str) -> pb::Task {
-    client
-        .get_task(pb::GetTaskRequest { id: id.to_owned() })
-        .await
-        .expect("task")
-        .into_inner()
 }
 
 async fn completes_with_one_allowed_and_one_denied_tool(kind: pb::ProviderKind) {

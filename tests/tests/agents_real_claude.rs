@@ -9,17 +9,12 @@
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{data, ends_run, planned_task, start, summary, team, wait_for};
-use chorus_tests::fake_anthropic::{FakeAnthropic, Reply, claude_cli, require_real_clis};
+use chorus_tests::fake_anthropic::{FakeAnthropic, Reply, claude_cli_or_skip};
 use chorus_tests::orchestrator::Orchestrator;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_claude_code_cli_reads_is_refused_and_reports_through_chorus_tools() {
-    let Some(claude) = claude_cli() else {
-        assert!(
-            !require_real_clis(),
-            "CHORUS_TEST_REQUIRE_REAL_CLIS=1 but CHORUS_TEST_CLAUDE_BIN names no Claude Code CLI (.ci/run installs it)"
-        );
-        eprintln!("skipped: set CHORUS_TEST_CLAUDE_BIN to the Claude Code CLI to run this test");
+    let Some(claude) = claude_cli_or_skip() else {
         return;
     };
     let data_dir = tempfile::tempdir().expect("data");
@@ -152,12 +147,7 @@ async fn claude_provider(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_claude_code_cli_hands_off_through_chorus_tools_and_gets_the_report_back() {
-    let Some(claude) = claude_cli() else {
-        assert!(
-            !require_real_clis(),
-            "CHORUS_TEST_REQUIRE_REAL_CLIS=1 but CHORUS_TEST_CLAUDE_BIN names no Claude Code CLI (.ci/run installs it)"
-        );
-        eprintln!("skipped: set CHORUS_TEST_CLAUDE_BIN to the Claude Code CLI to run this test");
+    let Some(claude) = claude_cli_or_skip() else {
         return;
     };
     let data_dir = tempfile::tempdir().expect("data");
@@ -192,14 +182,7 @@ async fn the_real_claude_code_cli_hands_off_through_chorus_tools_and_gets_the_re
     )
     .await;
     let mut client = orchestrator.client().await;
-    let workspace = client
-        .create_workspace(pb::CreateWorkspaceRequest {
-            name: "real".into(),
-            root: root.path().display().to_string(),
-        })
-        .await
-        .expect("workspace")
-        .into_inner();
+    let workspace = chorus_tests::agents::workspace(&mut client, "real", root.path()).await;
     claude_provider(
         &mut client,
         &workspace,

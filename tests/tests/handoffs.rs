@@ -9,8 +9,8 @@ use std::path::Path;
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
-    Client, add_agent, alive, call, data, ends, fake_cli, handoff, pids, planned_task, report,
-    runs_of, saved, start, use_provider, wait_for,
+    Client, add_agent, alive, call, data, ends, fake_cli, handoff, history, pids, planned_task,
+    report, runs_of, saved, start, task_of, use_provider, wait_for,
 };
 use chorus_tests::db::{TestDatabase, databases};
 use chorus_tests::orchestrator::Orchestrator;
@@ -30,14 +30,7 @@ async fn orchestrator(data_dir: &Path, db: &TestDatabase) -> Orchestrator {
 /// A workspace at `root` with a Claude Code and an OpenCode provider (both the
 /// fake CLI); the seeded writing agents use Claude Code.
 async fn workspace(client: &mut Client, root: &Path) -> pb::Workspace {
-    let workspace = client
-        .create_workspace(pb::CreateWorkspaceRequest {
-            name: "team".into(),
-            root: root.display().to_string(),
-        })
-        .await
-        .expect("workspace")
-        .into_inner();
+    let workspace = chorus_tests::agents::workspace(client, "team", root).await;
     for (name, kind) in [
         ("claude", pb::ProviderKind::ClaudeCode),
         ("opencode", pb::ProviderKind::Opencode),
@@ -102,14 +95,6 @@ fn story(events: &[pb::TaskEvent]) -> Vec<String> {
             line
         })
         .collect()
-}
-
-async fn task_of(client: &mut Client, id: &str) -> pb::Task {
-    client
-        .get_task(pb::GetTaskRequest { id: id.to_owned() })
-        .await
-        .expect("task")
-        .into_inner()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -542,6 +527,11 @@ async fn canceling_a_task_mid_chain_ends_every_run_stream_and_process() {
             .map(|e| data(e)["run_id"].as_str().expect("run id").to_owned())
             .collect();
         assert_eq!(handoff_runs.len(), 2, "{b}");
+        let working = task_of(&mut client, &task.id).await;
+        assert_eq!(
+            working.current_agent, "leaf",
+            "{b}: the innermost agent is the current one"
+        );
         // Follow both handoffs as other gRPC callers would.
         let mut streams = Vec::new();
         for run_id in &handoff_runs {
@@ -599,16 +589,7 @@ async fn canceling_a_task_mid_chain_ends_every_run_stream_and_process() {
             .into_inner()
             .runs;
         assert!(runs.iter().all(|r| r.state == "finished"), "{b}: {runs:?}");
-        let history = client
-            .get_history(pb::GetHistoryRequest {
-                task_id: task.id.clone(),
-                after_sequence: 0,
-                limit: 1000,
-            })
-            .await
-            .expect("history")
-            .into_inner()
-            .events;
+        let history = history(&mut client, &task.id).await;
         let canceled_runs = history.iter().filter(|e| e.kind == "run_canceled").count();
         assert_eq!(canceled_runs, 3, "{b}");
         drop(client);
@@ -828,6 +809,77 @@ async fn handoff_refusals_are_precise_and_change_nothing() {
         .expect_err("not a handoff");
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("WatchTask"), "{err:?}");
+    drop(client);
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_disconnects_leaves_the_run_going_and_its_result_in_the_history() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let db = databases(data_dir.path()).remove(0);
+    let root = tempfile::tempdir().expect("root");
+    let out = tempfile::tempdir().expect("out");
+    let orchestrator = orchestrator(data_dir.path(), &db).await;
+    let mut client = orchestrator.client().await;
+    let ws = workspace(&mut client, root.path()).await;
+    add_agent(&mut client, &ws, "lead", &["handoff"], "claude").await;
+    add_agent(&mut client, &ws, "writer2", &["file.create"], "claude").await;
+    let gate = out.path().join("gate.fifo");
+    nix::unistd::mkfifo(&gate, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    let task = planned_task(&mut client, &ws, "Write it.").await;
+    let mut stream = client
+        .handoff(pb::HandoffRequest {
+            task_id: task.id.clone(),
+            agent: "writer2".into(),
+            // It waits until the caller is gone (something is written to the fifo).
+            prompt: [
+                format!("fake: wait {}", gate.display()),
+                call(&json!({"tool": "file.create", "path": "out.txt", "content": "written"})),
+                report("complete", "written anyway"),
+                "fake: say Written.".to_owned(),
+            ]
+            .join("\n"),
+            ..Default::default()
+        })
+        .await
+        .expect("handoff")
+        .into_inner();
+    let started = match stream.next().await.expect("a message").expect("ok").event {
+        Some(pb::handoff_event::Event::Started(started)) => started,
+        other => panic!("started first, not {other:?}"),
+    };
+    drop(stream);
+    let fifo = gate.clone();
+    tokio::task::spawn_blocking(move || std::fs::write(fifo, "go"))
+        .await
+        .expect("writer")
+        .expect("open the gate");
+
+    let events = wait_for(&mut client, &task.id, |e| {
+        e.kind == "agent_handoff_completed"
+    })
+    .await;
+    assert_eq!(data(events.last().expect("end"))["outcome"], "completed");
+    assert_eq!(task_of(&mut client, &task.id).await.status, "completed");
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("out.txt")).expect("written"),
+        "written"
+    );
+    let replay: Vec<pb::handoff_event::Event> = client
+        .handoff(pb::HandoffRequest {
+            run_id: started.run_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("reopen")
+        .into_inner()
+        .map(|m| m.expect("message").event.expect("event"))
+        .collect()
+        .await;
+    assert!(
+        matches!(replay.last(), Some(pb::handoff_event::Event::Completed(c)) if c.output == "Written."),
+        "{replay:?}"
+    );
     drop(client);
     orchestrator.stop().await;
 }

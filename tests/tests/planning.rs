@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
-    Client, call, data, ends_run, fake_cli, report, use_provider, wait_for,
+    Client, call, data, ends_run, fake_cli, report, task_of, use_provider, wait_for,
 };
 use chorus_tests::db::{TestDatabase, databases};
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
@@ -28,14 +28,7 @@ async fn orchestrator(data_dir: &Path, db: &TestDatabase) -> Orchestrator {
 /// A workspace whose system provider is the fake model at `base_url` and whose
 /// seeded writer runs on the fake CLI.
 async fn workspace(client: &mut Client, root: &Path, base_url: &str) -> pb::Workspace {
-    let workspace = client
-        .create_workspace(pb::CreateWorkspaceRequest {
-            name: "planned".into(),
-            root: root.display().to_string(),
-        })
-        .await
-        .expect("workspace")
-        .into_inner();
+    let workspace = chorus_tests::agents::workspace(client, "planned", root).await;
     for (name, kind, url, model) in [
         (
             "system",
@@ -141,13 +134,7 @@ async fn plan_questions_answers_plan_then_start_the_assigned_agent_to_completion
         let planner_run = planning.run.expect("run");
         assert_eq!(planner_run.agent, "task-validator", "{b}");
         wait_for(&mut client, &task.id, is_status("awaiting_input")).await;
-        let asking = client
-            .get_task(pb::GetTaskRequest {
-                id: task.id.clone(),
-            })
-            .await
-            .expect("task")
-            .into_inner();
+        let asking = task_of(&mut client, &task.id).await;
         let questions: Vec<&str> = asking
             .planning
             .as_ref()
@@ -189,13 +176,7 @@ async fn plan_questions_answers_plan_then_start_the_assigned_agent_to_completion
             .into_inner();
         assert_eq!(answered.task.expect("task").status, "planning", "{b}");
         wait_for(&mut client, &task.id, is_status("planned")).await;
-        let planned = client
-            .get_task(pb::GetTaskRequest {
-                id: task.id.clone(),
-            })
-            .await
-            .expect("task")
-            .into_inner();
+        let planned = task_of(&mut client, &task.id).await;
         let plan_fields = planned.planning.expect("planning");
         assert_eq!(plan_fields.assigned_agent, "writer", "{b}");
         assert_eq!(plan_fields.plan, ["create the file", "report"], "{b}");
@@ -346,13 +327,7 @@ async fn a_planner_that_errs_or_never_answers_fails_the_task_with_the_reason() {
             .any(|e| e.kind == "agent_progress" && data(e)["kind"] == "reminder"),
         "the planner was reminded"
     );
-    let task = client
-        .get_task(pb::GetTaskRequest {
-            id: silent.id.clone(),
-        })
-        .await
-        .expect("task")
-        .into_inner();
+    let task = task_of(&mut client, &silent.id).await;
     assert_eq!(task.status, "failed");
     assert!(
         task.status_reason
@@ -385,14 +360,7 @@ async fn planning_needs_a_system_provider_and_a_pending_task() {
     let root = tempfile::tempdir().expect("root");
     let orchestrator = orchestrator(data_dir.path(), &db).await;
     let mut client = orchestrator.client().await;
-    let ws = client
-        .create_workspace(pb::CreateWorkspaceRequest {
-            name: "bare".into(),
-            root: root.path().display().to_string(),
-        })
-        .await
-        .expect("workspace")
-        .into_inner();
+    let ws = chorus_tests::agents::workspace(&mut client, "bare", root.path()).await;
     let task = create_task(&mut client, &ws, "Plan me.").await;
     let err = client
         .plan_task(pb::PlanTaskRequest {
@@ -419,13 +387,7 @@ async fn planning_needs_a_system_provider_and_a_pending_task() {
         err.message().contains("awaiting_input; it is pending"),
         "{err:?}"
     );
-    let unchanged = client
-        .get_task(pb::GetTaskRequest {
-            id: task.id.clone(),
-        })
-        .await
-        .expect("task")
-        .into_inner();
+    let unchanged = task_of(&mut client, &task.id).await;
     assert_eq!(
         (unchanged.status.as_str(), unchanged.last_sequence),
         ("pending", 1)

@@ -7,24 +7,12 @@
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
-    Client, add_agent, alive, data, fake_cli, handoff, pids, planned_task, saved, start, wait_for,
+    add_agent, alive, data, fake_cli, handoff, history, pids, planned_task, saved, start, task_of,
+    wait_for, workspace,
 };
 use chorus_tests::db::databases;
 use chorus_tests::orchestrator::OrchestratorProcess;
 use tokio_stream::StreamExt;
-
-async fn history(client: &mut Client, task: &str) -> Vec<pb::TaskEvent> {
-    client
-        .get_history(pb::GetHistoryRequest {
-            task_id: task.to_owned(),
-            after_sequence: 0,
-            limit: 1000,
-        })
-        .await
-        .expect("history")
-        .into_inner()
-        .events
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process_left() {
@@ -38,14 +26,7 @@ async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process
         let args = ["--claude-bin", fake, "--opencode-bin", fake];
         let first = OrchestratorProcess::spawn(data_dir.path(), &db.url, &args).await;
         let mut client = first.client().await;
-        let ws = client
-            .create_workspace(pb::CreateWorkspaceRequest {
-                name: format!("restart-{b}"),
-                root: root.path().display().to_string(),
-            })
-            .await
-            .expect("workspace")
-            .into_inner();
+        let ws = workspace(&mut client, &format!("restart-{b}"), root.path()).await;
         client
             .create_provider(pb::CreateProviderRequest {
                 workspace_id: ws.id.clone(),
@@ -122,13 +103,7 @@ async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process
             ],
             "{b}"
         );
-        let task_now = client
-            .get_task(pb::GetTaskRequest {
-                id: task.id.clone(),
-            })
-            .await
-            .expect("task")
-            .into_inner();
+        let task_now = task_of(&mut client, &task.id).await;
         assert_eq!(task_now.status, "waiting", "{b}");
         assert!(
             task_now.status_reason.contains("interrupted")

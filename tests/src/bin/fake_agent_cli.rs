@@ -16,6 +16,7 @@
 //!   `<file>` as JSON (`{"code", "stdout", "stderr"}`);
 //! - `stamp <file>`: write the wall-clock time (nanoseconds since the epoch) to
 //!   `<file>` (benchmarks);
+//! - `wait <fifo>`: block until something is written to the named pipe;
 //! - `say <text>`: write assistant text;
 //! - `stderr <text>`: write a line to stderr;
 //! - `exit <code>`: end now with that code;
@@ -262,6 +263,9 @@ fn main() -> ExitCode {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos());
                 let _ = std::fs::write(rest.trim(), nanos.to_string());
+            }
+            "wait" => {
+                let _ = std::fs::read(rest.trim());
             }
             "say" => out.say(rest.trim()),
             "stderr" => eprintln!("{}", rest.trim()),

@@ -253,13 +253,16 @@ pub fn cancel_task(
         TaskStatus::Canceled,
         Some(reason.to_owned()),
     )?];
+    let why = format!("the task was canceled: {reason}");
     events.extend(handoff::end_all_runs(
         runs,
         task,
-        EventKind::RunCanceled,
-        HandoffFailure::Canceled,
-        &format!("the task was canceled: {reason}"),
-        now_ms,
+        handoff::Ending {
+            kind: EventKind::RunCanceled,
+            failure: HandoffFailure::Canceled,
+            reason: &why,
+            now_ms,
+        },
     )?);
     Ok(events)
 }
@@ -277,10 +280,12 @@ pub fn interrupt_task(
     let mut events = handoff::end_all_runs(
         runs,
         task,
-        EventKind::RunInterrupted,
-        HandoffFailure::Interrupted,
-        reason,
-        now_ms,
+        handoff::Ending {
+            kind: EventKind::RunInterrupted,
+            failure: HandoffFailure::Interrupted,
+            reason,
+            now_ms,
+        },
     )?;
     match task.status {
         TaskStatus::Active => events.push(change_status(

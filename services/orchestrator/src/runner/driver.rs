@@ -442,17 +442,20 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
                 shutting_down,
                 output.as_deref(),
             );
+            let why = format!(
+                "the run of '{agent}' that handed off to it ended ({})",
+                first_line(&ending.reason)
+            );
             let mut events = handoff::end_descendants(
                 run.id,
                 others,
                 task,
-                EventKind::RunCanceled,
-                HandoffFailure::Canceled,
-                &format!(
-                    "the run of '{agent}' that handed off to it ended ({})",
-                    first_line(&ending.reason)
-                ),
-                now,
+                handoff::Ending {
+                    kind: EventKind::RunCanceled,
+                    failure: HandoffFailure::Canceled,
+                    reason: &why,
+                    now_ms: now,
+                },
             )?;
             events.push(policy::end_run(
                 run,

@@ -190,13 +190,13 @@ async fn reopen(
         .store
         .get_run(convert::run_id("run_id", run_id)?)
         .await?;
-    if let Some(task) = convert::non_empty(req.task_id) {
-        if TaskId::parse(&task)? != run.task_id {
-            return Err(ServiceError::Invalid(format!(
-                "run_id: run {} belongs to task {}, not {task}",
-                run.id, run.task_id
-            )));
-        }
+    if let Some(task) = convert::non_empty(req.task_id)
+        && TaskId::parse(&task)? != run.task_id
+    {
+        return Err(ServiceError::Invalid(format!(
+            "run_id: run {} belongs to task {}, not {task}",
+            run.id, run.task_id
+        )));
     }
     if run.handoff_index.is_none() {
         return Err(ServiceError::Invalid(format!(

@@ -216,18 +216,7 @@ impl Store {
     /// Every run that has not finished, oldest first: after a restart these are
     /// the runs to resume or mark interrupted.
     pub async fn unfinished_runs(&self) -> Result<Vec<Run>, StoreError> {
-        self.with_conn(|conn| {
-            runs::table
-                .filter(runs::state.ne(RunState::Finished.as_str()))
-                .select(RunRow::as_select())
-                .order((runs::started_ms.asc(), runs::id.asc()))
-                .load(conn)
-                .db()?
-                .into_iter()
-                .map(RunRow::into_domain)
-                .collect()
-        })
-        .await
+        self.with_conn(|conn| load_unfinished(conn, None)).await
     }
 }
 
@@ -245,7 +234,7 @@ impl Store {
     {
         self.write(move |conn| {
             let before_task = lock_task(conn, task_id)?;
-            let before_runs = load_unfinished(conn, task_id)?;
+            let before_runs = load_unfinished(conn, Some(task_id))?;
             let mut task = before_task.clone();
             let mut changed = before_runs.clone();
             let drafts = f(&mut task, &mut changed)?;
@@ -278,7 +267,7 @@ impl Store {
             let task_id = load_run(conn, run_id)?.task_id;
             let before_task = lock_task(conn, task_id)?;
             let before_run = load_run(conn, run_id)?;
-            let before_others: Vec<Run> = load_unfinished(conn, task_id)?
+            let before_others: Vec<Run> = load_unfinished(conn, Some(task_id))?
                 .into_iter()
                 .filter(|r| r.id != run_id)
                 .collect();
@@ -387,11 +376,18 @@ fn save_run(conn: &mut AnyConnection, before: &Run, run: &Run) -> Result<Run, St
     Ok(run)
 }
 
-/// The task's runs that have not finished, oldest first.
-fn load_unfinished(conn: &mut AnyConnection, task_id: TaskId) -> Result<Vec<Run>, StoreError> {
-    runs::table
-        .filter(runs::task_id.eq(task_id.to_string()))
+/// The runs that have not finished (of one task, or all), oldest first.
+fn load_unfinished(
+    conn: &mut AnyConnection,
+    task_id: Option<TaskId>,
+) -> Result<Vec<Run>, StoreError> {
+    let mut query = runs::table
         .filter(runs::state.ne(RunState::Finished.as_str()))
+        .into_boxed();
+    if let Some(task_id) = task_id {
+        query = query.filter(runs::task_id.eq(task_id.to_string()));
+    }
+    query
         .select(RunRow::as_select())
         .order((runs::started_ms.asc(), runs::id.asc()))
         .load(conn)

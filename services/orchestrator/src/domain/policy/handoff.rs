@@ -151,65 +151,62 @@ fn descendants_deepest_first(ancestor: RunId, runs: &[Run]) -> Vec<usize> {
     order
 }
 
-/// Ends the unfinished runs of `runs` below `ancestor`, deepest first, with
-/// `kind` and `reason`; each one's handoff fails with `failure`.
+/// How runs are ended from outside (a cancel, a parent's end, a restart): the
+/// event each gets, how their handoffs fail, why, and when.
+#[derive(Debug, Clone, Copy)]
+pub struct Ending<'a> {
+    pub kind: EventKind,
+    pub failure: HandoffFailure,
+    pub reason: &'a str,
+    pub now_ms: i64,
+}
+
+/// Ends the unfinished runs of `runs` below `ancestor`, deepest first.
 pub fn end_descendants(
     ancestor: RunId,
     runs: &mut [Run],
     task: &mut Task,
-    kind: EventKind,
-    failure: HandoffFailure,
-    reason: &str,
-    now_ms: i64,
+    ending: Ending<'_>,
 ) -> Result<Events, DomainError> {
     let mut events = Events::new();
     for i in descendants_deepest_first(ancestor, runs) {
         let run = &mut runs[i];
-        if run.state == RunState::Finished {
-            continue;
+        if run.state != RunState::Finished {
+            events.extend(end_run_and_handoff(run, task, ending)?);
         }
-        events.extend(end_run_and_handoff(
-            run, task, kind, failure, reason, now_ms,
-        )?);
     }
     Ok(events)
 }
 
-/// Ends `run` with `kind` and, when it is a handoff run, fails its handoff.
+/// Ends `run` and, when it is a handoff run, fails its handoff.
 fn end_run_and_handoff(
     run: &mut Run,
     task: &mut Task,
-    kind: EventKind,
-    failure: HandoffFailure,
-    reason: &str,
-    now_ms: i64,
+    ending: Ending<'_>,
 ) -> Result<Events, DomainError> {
+    let reason = ending.reason.to_owned();
     let mut events = vec![end_run(
         run,
         task,
-        kind,
-        reason.to_owned(),
+        ending.kind,
+        reason.clone(),
         Value::Null,
-        now_ms,
+        ending.now_ms,
     )?];
     if run.handoff_index.is_some() {
         events.push(handoff_completed(
             run,
-            &HandoffOutcome::Failed(failure, reason.to_owned()),
+            &HandoffOutcome::Failed(ending.failure, reason),
         ));
     }
     Ok(events)
 }
 
-/// Ends every unfinished run of a task (children before their parents) with
-/// `kind` and `reason`, failing their handoffs with `failure`.
+/// Ends every unfinished run of a task, children before their parents.
 pub fn end_all_runs(
     runs: &mut [Run],
     task: &mut Task,
-    kind: EventKind,
-    failure: HandoffFailure,
-    reason: &str,
-    now_ms: i64,
+    ending: Ending<'_>,
 ) -> Result<Events, DomainError> {
     let mut events = Events::new();
     let roots: Vec<RunId> = runs
@@ -218,16 +215,12 @@ pub fn end_all_runs(
         .map(|r| r.id)
         .collect();
     for root in roots {
-        events.extend(end_descendants(
-            root, runs, task, kind, failure, reason, now_ms,
-        )?);
+        events.extend(end_descendants(root, runs, task, ending)?);
         if let Some(run) = runs
             .iter_mut()
             .find(|r| r.id == root && r.state != RunState::Finished)
         {
-            events.extend(end_run_and_handoff(
-                run, task, kind, failure, reason, now_ms,
-            )?);
+            events.extend(end_run_and_handoff(run, task, ending)?);
         }
     }
     Ok(events)
