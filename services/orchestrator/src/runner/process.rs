@@ -110,6 +110,7 @@ pub async fn run_cli(
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", command.program.display()))?;
     let pgid = child.id().map(u32::cast_signed);
+    let born = pgid.and_then(super::sweep::start_time);
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let stderr_task = tokio::spawn(read_tail(stderr));
@@ -151,7 +152,7 @@ pub async fn run_cli(
         Some(_) => None,
     };
     // Whatever happened, nothing of the run outlives it.
-    let left = kill_run_processes(pgid, marker, kill_grace).await;
+    let left = kill_run_processes(pgid, marker, born, kill_grace).await;
     if !left.is_empty() {
         tracing::error!(?left, marker, "processes of a run survived SIGKILL");
     }

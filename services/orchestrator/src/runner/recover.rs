@@ -38,7 +38,7 @@ pub async fn recover(state: &AppState) -> Result<usize, StoreError> {
     }
     let grace = state.runner.config().kill_grace;
     for run in &runs {
-        let left = kill_run_processes(None, &run.id.to_string(), grace).await;
+        let left = kill_run_processes(None, &run.id.to_string(), None, grace).await;
         if !left.is_empty() {
             warn!(run_id = %run.id, ?left, "processes of an interrupted run survived SIGKILL");
         }

@@ -32,18 +32,29 @@ struct ProcInfo {
     pgid: i32,
     /// `Z` for a zombie (dead, not yet reaped).
     state: char,
+    /// When it started, in clock ticks since boot.
+    start: u64,
 }
 
-/// Reads `/proc/<pid>/stat`: state and process group.
+/// Reads `/proc/<pid>/stat`: state, process group and start time.
 fn proc_info(pid: i32) -> Option<ProcInfo> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may contain spaces: parse after it.
     let after = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let _ppid = fields.next()?;
-    let pgid = fields.next()?.parse().ok()?;
-    Some(ProcInfo { pid, pgid, state })
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After the name: state (3rd field of the file), ppid, pgrp, ..., starttime (22nd).
+    Some(ProcInfo {
+        pid,
+        state: fields.first()?.chars().next()?,
+        pgid: fields.get(2)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// When a process started (clock ticks since boot): every process a run's CLI
+/// starts is at least as young as the CLI, so older ones need not be examined.
+pub fn start_time(pid: i32) -> Option<u64> {
+    proc_info(pid).map(|p| p.start)
 }
 
 /// Whether `pid` is a live process (not gone, not a zombie).
@@ -68,8 +79,9 @@ fn carries_marker(pid: i32, entry: &[u8]) -> bool {
 }
 
 /// The live processes of a run: members of its process group, and processes
-/// carrying its marker. Never this process itself.
-fn run_processes(pgid: Option<i32>, marker: &str) -> BTreeSet<i32> {
+/// carrying its marker (only those started at `born_after` or later are
+/// examined for it). Never this process itself.
+fn run_processes(pgid: Option<i32>, marker: &str, born_after: Option<u64>) -> BTreeSet<i32> {
     let me = std::process::id().cast_signed();
     let entry = format!("{RUN_MARKER}={marker}").into_bytes();
     all_pids()
@@ -77,20 +89,40 @@ fn run_processes(pgid: Option<i32>, marker: &str) -> BTreeSet<i32> {
         .filter(|pid| *pid != me)
         .filter_map(proc_info)
         .filter(|p| p.state != 'Z')
-        .filter(|p| Some(p.pgid) == pgid || carries_marker(p.pid, &entry))
+        .filter(|p| {
+            Some(p.pgid) == pgid
+                || (born_after.is_none_or(|t| p.start >= t) && carries_marker(p.pid, &entry))
+        })
         .map(|p| p.pid)
         .collect()
 }
 
+/// Whether a live (non-zombie) process is still in group `pgid`.
+fn group_alive(pgid: i32) -> bool {
+    all_pids()
+        .into_iter()
+        .filter_map(proc_info)
+        .any(|p| p.pgid == pgid && p.state != 'Z')
+}
+
 /// Kills every process of a run: SIGTERM to the group, up to `grace` for it to
 /// go, then SIGKILL to the group and to every process carrying the run's marker,
-/// again until none is alive (bounded by `grace` plus five seconds). Returns the
-/// pids that were still alive at the end (normally none).
-pub async fn kill_run_processes(pgid: Option<i32>, marker: &str, grace: Duration) -> Vec<i32> {
+/// again until none is alive (bounded by `grace` plus five seconds). Processes
+/// started before `born_after` (the CLI's start, when known) cannot be the run's
+/// and are not examined for the marker. Returns the pids that were still alive
+/// at the end (normally none).
+pub async fn kill_run_processes(
+    pgid: Option<i32>,
+    marker: &str,
+    born_after: Option<u64>,
+    grace: Duration,
+) -> Vec<i32> {
     if let Some(group) = pgid {
         signal_group(group, Signal::SIGTERM);
         let until = Instant::now() + grace;
-        while Instant::now() < until && !run_processes(Some(group), marker).is_empty() {
+        // Only the group is waited for here: the marker scan (which reads every
+        // candidate's environment) runs once the grace is over or the group gone.
+        while Instant::now() < until && group_alive(group) {
             sleep(POLL).await;
         }
     }
@@ -99,7 +131,7 @@ pub async fn kill_run_processes(pgid: Option<i32>, marker: &str, grace: Duration
         if let Some(group) = pgid {
             signal_group(group, Signal::SIGKILL);
         }
-        let left = run_processes(pgid, marker);
+        let left = run_processes(pgid, marker, born_after);
         if left.is_empty() {
             return Vec::new();
         }
@@ -111,7 +143,9 @@ pub async fn kill_run_processes(pgid: Option<i32>, marker: &str, grace: Duration
             }
         }
         if Instant::now() >= until {
-            let left: Vec<i32> = run_processes(pgid, marker).into_iter().collect();
+            let left: Vec<i32> = run_processes(pgid, marker, born_after)
+                .into_iter()
+                .collect();
             if !left.is_empty() {
                 warn!(
                     ?left,
@@ -140,7 +174,7 @@ mod tests {
         let me = std::process::id().cast_signed();
         assert!(is_alive(me));
         let info = proc_info(me).expect("own stat");
-        assert!(!run_processes(Some(info.pgid), "no-such-run").contains(&me));
+        assert!(!run_processes(Some(info.pgid), "no-such-run", None).contains(&me));
     }
 
     #[tokio::test]
@@ -156,11 +190,11 @@ mod tests {
         let pid = child.id().expect("pid").cast_signed();
         // Wait until the marked process exists (setsid execs in place).
         let until = Instant::now() + Duration::from_secs(10);
-        while run_processes(None, &marker).is_empty() {
+        while run_processes(None, &marker, None).is_empty() {
             assert!(Instant::now() < until, "the marked process never appeared");
             tokio::task::yield_now().await;
         }
-        let left = kill_run_processes(None, &marker, Duration::from_millis(100)).await;
+        let left = kill_run_processes(None, &marker, None, Duration::from_millis(100)).await;
         assert!(left.is_empty(), "still alive: {left:?}");
         let status = child.wait().await.expect("reap");
         assert!(!status.success());
