@@ -99,6 +99,10 @@ fn run_processes(pgid: Option<i32>, marker: &str, born_after: Option<u64>) -> BT
 
 /// Whether a live (non-zombie) process is still in group `pgid`.
 fn group_alive(pgid: i32) -> bool {
+    // No member at all (the usual end: the leader reaped, nothing left): no scan.
+    if killpg(Pid::from_raw(pgid), None) == Err(Errno::ESRCH) {
+        return false;
+    }
     all_pids()
         .into_iter()
         .filter_map(proc_info)
