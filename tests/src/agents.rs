@@ -325,3 +325,18 @@ pub fn ends(event: &pb::TaskEvent, run_id: &str) -> bool {
 pub fn saved(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).expect("saved call")).expect("json")
 }
+
+/// Every message of a handoff's stream, re-opened by its run id, to its end.
+pub async fn reopen_handoff(client: &mut Client, run_id: &str) -> Vec<pb::handoff_event::Event> {
+    client
+        .handoff(pb::HandoffRequest {
+            run_id: run_id.to_owned(),
+            ..Default::default()
+        })
+        .await
+        .expect("re-open the handoff")
+        .into_inner()
+        .map(|m| m.expect("message").event.expect("event"))
+        .collect()
+        .await
+}

@@ -10,7 +10,7 @@ use std::path::Path;
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
     Client, add_agent, alive, call, data, ends, fake_cli, handoff, history, pids, planned_task,
-    report, runs_of, saved, start, task_of, use_provider, wait_for,
+    reopen_handoff, report, runs_of, saved, start, task_of, use_provider, wait_for,
 };
 use chorus_tests::db::{TestDatabase, databases};
 use chorus_tests::orchestrator::Orchestrator;
@@ -53,6 +53,31 @@ async fn workspace(client: &mut Client, root: &Path) -> pb::Workspace {
     )
     .await;
     workspace
+}
+
+/// An orchestrator on one database with a workspace, its root, and a directory
+/// for what the fake CLIs record.
+struct Setup {
+    orchestrator: Orchestrator,
+    client: Client,
+    ws: pb::Workspace,
+    root: tempfile::TempDir,
+    out: tempfile::TempDir,
+}
+
+async fn setup(data_dir: &Path, db: &TestDatabase) -> Setup {
+    let root = tempfile::tempdir().expect("root");
+    let out = tempfile::tempdir().expect("out");
+    let orchestrator = orchestrator(data_dir, db).await;
+    let mut client = orchestrator.client().await;
+    let ws = workspace(&mut client, root.path()).await;
+    Setup {
+        orchestrator,
+        client,
+        ws,
+        root,
+        out,
+    }
 }
 
 fn save(path: &Path) -> String {
@@ -102,11 +127,13 @@ async fn writer_workflow_hands_off_to_writer_then_editor_and_only_its_report_set
     let data_dir = tempfile::tempdir().expect("data");
     for db in databases(data_dir.path()) {
         let b = db.backend;
-        let root = tempfile::tempdir().expect("root");
-        let out = tempfile::tempdir().expect("out");
-        let orchestrator = orchestrator(data_dir.path(), &db).await;
-        let mut client = orchestrator.client().await;
-        let ws = workspace(&mut client, root.path()).await;
+        let Setup {
+            orchestrator,
+            mut client,
+            ws,
+            root: _root,
+            out,
+        } = setup(data_dir.path(), &db).await;
         let writer = [
             "Write the draft.".to_owned(),
             call(
@@ -241,11 +268,13 @@ async fn a_handoff_rpc_caller_sees_a_nested_chain_stream_to_one_terminal_message
     let data_dir = tempfile::tempdir().expect("data");
     for db in databases(data_dir.path()) {
         let b = db.backend;
-        let root = tempfile::tempdir().expect("root");
-        let out = tempfile::tempdir().expect("out");
-        let orchestrator = orchestrator(data_dir.path(), &db).await;
-        let mut client = orchestrator.client().await;
-        let ws = workspace(&mut client, root.path()).await;
+        let Setup {
+            orchestrator,
+            mut client,
+            ws,
+            root,
+            out,
+        } = setup(data_dir.path(), &db).await;
         add_agent(
             &mut client,
             &ws,
@@ -393,18 +422,7 @@ async fn a_handoff_rpc_caller_sees_a_nested_chain_stream_to_one_terminal_message
         );
 
         // Re-opening the finished handoff replays it to the same outcome.
-        let replay: Vec<Event> = client
-            .handoff(pb::HandoffRequest {
-                task_id: task.id.clone(),
-                run_id: runs[1].id.clone(),
-                ..Default::default()
-            })
-            .await
-            .expect("reopen")
-            .into_inner()
-            .map(|m| m.expect("message").event.expect("event"))
-            .collect()
-            .await;
+        let replay: Vec<Event> = reopen_handoff(&mut client, &runs[1].id).await;
         assert!(
             matches!(replay.first(), Some(Event::Started(s)) if s.agent == "middle"),
             "{b}"
@@ -422,11 +440,13 @@ async fn a_handoff_rpc_caller_sees_a_nested_chain_stream_to_one_terminal_message
 async fn a_handoff_that_times_out_stops_the_child_and_the_parent_goes_on() {
     let data_dir = tempfile::tempdir().expect("data");
     let db = databases(data_dir.path()).remove(0);
-    let root = tempfile::tempdir().expect("root");
-    let out = tempfile::tempdir().expect("out");
-    let orchestrator = orchestrator(data_dir.path(), &db).await;
-    let mut client = orchestrator.client().await;
-    let ws = workspace(&mut client, root.path()).await;
+    let Setup {
+        orchestrator,
+        mut client,
+        ws,
+        root: _root,
+        out,
+    } = setup(data_dir.path(), &db).await;
     add_agent(&mut client, &ws, "lead", &["handoff"], "claude").await;
     add_agent(&mut client, &ws, "slow", &["file.read"], "opencode").await;
     let pid_file = out.path().join("slow.pids");
@@ -497,11 +517,13 @@ async fn canceling_a_task_mid_chain_ends_every_run_stream_and_process() {
     let data_dir = tempfile::tempdir().expect("data");
     for db in databases(data_dir.path()) {
         let b = db.backend;
-        let root = tempfile::tempdir().expect("root");
-        let out = tempfile::tempdir().expect("out");
-        let orchestrator = orchestrator(data_dir.path(), &db).await;
-        let mut client = orchestrator.client().await;
-        let ws = workspace(&mut client, root.path()).await;
+        let Setup {
+            orchestrator,
+            mut client,
+            ws,
+            root: _root,
+            out,
+        } = setup(data_dir.path(), &db).await;
         add_agent(&mut client, &ws, "lead", &["handoff"], "claude").await;
         add_agent(&mut client, &ws, "middle", &["handoff"], "opencode").await;
         add_agent(&mut client, &ws, "leaf", &["file.read"], "claude").await;
@@ -601,11 +623,13 @@ async fn canceling_a_task_mid_chain_ends_every_run_stream_and_process() {
 async fn a_parent_killed_while_its_child_runs_takes_the_child_with_it() {
     let data_dir = tempfile::tempdir().expect("data");
     let db = databases(data_dir.path()).remove(0);
-    let root = tempfile::tempdir().expect("root");
-    let out = tempfile::tempdir().expect("out");
-    let orchestrator = orchestrator(data_dir.path(), &db).await;
-    let mut client = orchestrator.client().await;
-    let ws = workspace(&mut client, root.path()).await;
+    let Setup {
+        orchestrator,
+        mut client,
+        ws,
+        root: _root,
+        out,
+    } = setup(data_dir.path(), &db).await;
     add_agent(&mut client, &ws, "lead", &["handoff"], "claude").await;
     add_agent(&mut client, &ws, "worker", &["file.read"], "claude").await;
     let worker_pids = out.path().join("worker.pids");
@@ -685,10 +709,13 @@ async fn a_parent_killed_while_its_child_runs_takes_the_child_with_it() {
 async fn handoff_refusals_are_precise_and_change_nothing() {
     let data_dir = tempfile::tempdir().expect("data");
     let db = databases(data_dir.path()).remove(0);
-    let root = tempfile::tempdir().expect("root");
-    let orchestrator = orchestrator(data_dir.path(), &db).await;
-    let mut client = orchestrator.client().await;
-    let ws = workspace(&mut client, root.path()).await;
+    let Setup {
+        orchestrator,
+        mut client,
+        ws,
+        root: _root,
+        out: _out,
+    } = setup(data_dir.path(), &db).await;
     let task = client
         .create_task(pb::CreateTaskRequest {
             workspace_id: ws.id.clone(),
@@ -817,11 +844,13 @@ async fn handoff_refusals_are_precise_and_change_nothing() {
 async fn a_caller_that_disconnects_leaves_the_run_going_and_its_result_in_the_history() {
     let data_dir = tempfile::tempdir().expect("data");
     let db = databases(data_dir.path()).remove(0);
-    let root = tempfile::tempdir().expect("root");
-    let out = tempfile::tempdir().expect("out");
-    let orchestrator = orchestrator(data_dir.path(), &db).await;
-    let mut client = orchestrator.client().await;
-    let ws = workspace(&mut client, root.path()).await;
+    let Setup {
+        orchestrator,
+        mut client,
+        ws,
+        root,
+        out,
+    } = setup(data_dir.path(), &db).await;
     add_agent(&mut client, &ws, "lead", &["handoff"], "claude").await;
     add_agent(&mut client, &ws, "writer2", &["file.create"], "claude").await;
     let gate = out.path().join("gate.fifo");
@@ -865,17 +894,7 @@ async fn a_caller_that_disconnects_leaves_the_run_going_and_its_result_in_the_hi
         std::fs::read_to_string(root.path().join("out.txt")).expect("written"),
         "written"
     );
-    let replay: Vec<pb::handoff_event::Event> = client
-        .handoff(pb::HandoffRequest {
-            run_id: started.run_id.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("reopen")
-        .into_inner()
-        .map(|m| m.expect("message").event.expect("event"))
-        .collect()
-        .await;
+    let replay: Vec<pb::handoff_event::Event> = reopen_handoff(&mut client, &started.run_id).await;
     assert!(
         matches!(replay.last(), Some(pb::handoff_event::Event::Completed(c)) if c.output == "Written."),
         "{replay:?}"

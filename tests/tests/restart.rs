@@ -7,12 +7,11 @@
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
-    add_agent, alive, data, fake_cli, handoff, history, pids, planned_task, saved, start, task_of,
-    wait_for, workspace,
+    add_agent, alive, data, fake_cli, handoff, history, pids, planned_task, reopen_handoff, saved,
+    start, task_of, wait_for, workspace,
 };
 use chorus_tests::db::databases;
 use chorus_tests::orchestrator::OrchestratorProcess;
-use tokio_stream::StreamExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process_left() {
@@ -126,17 +125,8 @@ async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process
         );
 
         // The handoff's stream, re-opened, ends with its outcome.
-        let messages: Vec<pb::handoff_event::Event> = client
-            .handoff(pb::HandoffRequest {
-                run_id: worker_run.clone(),
-                ..Default::default()
-            })
-            .await
-            .expect("reopen")
-            .into_inner()
-            .map(|m| m.expect("message").event.expect("event"))
-            .collect()
-            .await;
+        let messages: Vec<pb::handoff_event::Event> =
+            reopen_handoff(&mut client, &worker_run).await;
         assert!(
             matches!(messages.last(), Some(pb::handoff_event::Event::Failed(f)) if f.failure == pb::HandoffFailure::Interrupted as i32),
             "{b}: {messages:?}"
