@@ -10,6 +10,7 @@ pub mod db;
 pub mod fake_anthropic;
 pub mod fake_http;
 pub mod fake_openai;
+pub mod flows;
 pub mod orchestrator;
 pub mod stats;
 

@@ -1,0 +1,126 @@
+//! Set-up shared by the handoff flow tests: an orchestrator whose CLI agents are
+//! the fake CLI, a workspace with a Claude Code and an OpenCode provider, script
+//! steps, and a compact view of a run tree's history.
+
+use std::path::Path;
+
+use chorus_proto::orchestrator::v1 as pb;
+
+use crate::agents::{Client, data, fake_cli, use_provider, wait_for};
+use crate::db::TestDatabase;
+use crate::orchestrator::Orchestrator;
+
+pub async fn orchestrator(data_dir: &Path, db: &TestDatabase) -> Orchestrator {
+    let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
+    Orchestrator::start_configured(&db.url, signer, true, |config| {
+        config.runner.claude_bin = fake_cli();
+        config.runner.opencode_bin = fake_cli();
+        config.runner.kill_grace = std::time::Duration::from_millis(300);
+    })
+    .await
+}
+
+/// A workspace at `root` with a Claude Code and an OpenCode provider (both the
+/// fake CLI); the seeded writing agents use Claude Code.
+pub async fn workspace(client: &mut Client, root: &Path) -> pb::Workspace {
+    let workspace = crate::agents::workspace(client, "team", root).await;
+    for (name, kind) in [
+        ("claude", pb::ProviderKind::ClaudeCode),
+        ("opencode", pb::ProviderKind::Opencode),
+    ] {
+        client
+            .create_provider(pb::CreateProviderRequest {
+                workspace_id: workspace.id.clone(),
+                name: name.into(),
+                kind: kind.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("provider");
+    }
+    use_provider(
+        client,
+        &workspace,
+        &["writer-workflow", "writer", "editor"],
+        "claude",
+    )
+    .await;
+    workspace
+}
+
+/// An orchestrator on one database with a workspace, its root, and a directory
+/// for what the fake CLIs record.
+pub struct Setup {
+    pub orchestrator: Orchestrator,
+    pub client: Client,
+    pub ws: pb::Workspace,
+    pub root: tempfile::TempDir,
+    pub out: tempfile::TempDir,
+}
+
+pub async fn setup(data_dir: &Path, db: &TestDatabase) -> Setup {
+    let root = tempfile::tempdir().expect("root");
+    let out = tempfile::tempdir().expect("out");
+    let orchestrator = orchestrator(data_dir, db).await;
+    let mut client = orchestrator.client().await;
+    let ws = workspace(&mut client, root.path()).await;
+    Setup {
+        orchestrator,
+        client,
+        ws,
+        root,
+        out,
+    }
+}
+
+pub fn save(path: &Path) -> String {
+    format!("fake: save {}", path.display())
+}
+
+pub fn record(path: &Path) -> String {
+    format!("fake: record {}", path.display())
+}
+
+/// `kind:agent[:tool or status]` for the events that tell the story of a run tree.
+pub fn story(events: &[pb::TaskEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.kind.as_str(),
+                "status_changed"
+                    | "agent_started"
+                    | "agent_completed"
+                    | "agent_handoff_started"
+                    | "agent_handoff_completed"
+                    | "completion_report_submitted"
+                    | "tool_executed"
+                    | "run_failed"
+                    | "run_canceled"
+            )
+        })
+        .map(|e| {
+            let d = data(e);
+            let mut line = e.kind.clone();
+            if let Some(agent) = d["agent"].as_str() {
+                line = format!("{line}:{agent}");
+            }
+            for key in ["tool", "to"] {
+                if let Some(v) = d[key].as_str() {
+                    line = format!("{line}:{v}");
+                }
+            }
+            line
+        })
+        .collect()
+}
+
+pub async fn wait_stubborn(client: &mut Client, task: &str, agent: &str) -> Vec<pb::TaskEvent> {
+    wait_for(client, task, |e| {
+        let d = data(e);
+        e.kind == "agent_progress"
+            && d["agent"] == agent
+            && d["text"] == "stubborn children started"
+    })
+    .await
+}

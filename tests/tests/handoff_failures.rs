@@ -1,0 +1,409 @@
+//! Handoffs that do not complete: a timeout, a cancel in the middle of a chain,
+//! a parent killed while its child works, and calls refused before anything
+//! starts. No process of the tree is left and every stream ends with exactly one
+//! terminal message.
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_tests::agents::{
+    add_agent, alive, call, data, ends, handoff, history, pids, planned_task, report, runs_of,
+    saved, start, task_of, wait_for,
+};
+use chorus_tests::db::databases;
+use chorus_tests::flows::{Setup, record, save, setup, wait_stubborn};
+use serde_json::{Value, json};
+use tokio_stream::StreamExt;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_that_times_out_stops_the_child_and_the_parent_goes_on() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let db = databases(data_dir.path()).remove(0);
+    let Setup {
+        orchestrator,
+        mut client,
+        ws,
+        root: _root,
+        out,
+    } = setup(data_dir.path(), &db).await;
+    add_agent(&mut client, &ws, "lead", &["handoff"], "claude").await;
+    add_agent(&mut client, &ws, "slow", &["file.read"], "opencode").await;
+    let pid_file = out.path().join("slow.pids");
+    let script = [
+        call(&json!({
+            "tool": "handoff",
+            "agent": "slow",
+            "timeout_secs": 1,
+            "prompt": format!("fake: stubborn 2 {}", pid_file.display()),
+        })),
+        save(&out.path().join("slow.json")),
+        report("blocked", "the slow agent timed out"),
+    ]
+    .join("\n");
+    let task = planned_task(&mut client, &ws, &script).await;
+    let run = start(&mut client, &task, "lead", 60)
+        .await
+        .run
+        .expect("run")
+        .id;
+    let events = wait_for(&mut client, &task.id, |e| ends(e, &run)).await;
+
+    let result = saved(&out.path().join("slow.json"));
+    assert_eq!(result["code"], 1, "{result}");
+    let error: Value =
+        serde_json::from_str(result["stderr"].as_str().expect("stderr").trim()).expect("json");
+    assert_eq!(error["code"], "timed_out", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("timed out after 1 s"),
+        "{error}"
+    );
+    for pid in pids(&pid_file) {
+        assert!(!alive(pid), "process {pid} of the timed-out child is dead");
+    }
+    let completed = events
+        .iter()
+        .find(|e| e.kind == "agent_handoff_completed")
+        .map(data)
+        .expect("handoff completed");
+    assert_eq!(completed["outcome"], "failed");
+    assert_eq!(completed["failure"], "timed_out");
+    let task = task_of(&mut client, &task.id).await;
+    assert_eq!(
+        task.status, "waiting",
+        "the parent went on and reported blocked"
+    );
+    assert_eq!(task.status_reason, "the slow agent timed out");
+    drop(client);
+    orchestrator.stop().await;
+}
+
+/// Waits until the fake CLI of `agent` says its stubborn children started.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canceling_a_task_mid_chain_ends_every_run_stream_and_process() {
+    let data_dir = tempfile::tempdir().expect("data");
+    for db in databases(data_dir.path()) {
+        let b = db.backend;
+        let Setup {
+            orchestrator,
+            mut client,
+            ws,
+            root: _root,
+            out,
+        } = setup(data_dir.path(), &db).await;
+        add_agent(&mut client, &ws, "lead", &["handoff"], "claude").await;
+        add_agent(&mut client, &ws, "middle", &["handoff"], "opencode").await;
+        add_agent(&mut client, &ws, "leaf", &["file.read"], "claude").await;
+        let leaf_pids = out.path().join("leaf.pids");
+        let middle = [
+            record(&out.path().join("middle.json")),
+            handoff(
+                "leaf",
+                &[format!("fake: stubborn 2 {}", leaf_pids.display())],
+            ),
+        ];
+        let script = [
+            record(&out.path().join("lead.json")),
+            handoff("middle", &middle),
+        ]
+        .join("\n");
+        let task = planned_task(&mut client, &ws, &script).await;
+        start(&mut client, &task, "lead", 60).await;
+        let events = wait_stubborn(&mut client, &task.id, "leaf").await;
+        let handoff_runs: Vec<String> = events
+            .iter()
+            .filter(|e| e.kind == "agent_handoff_started")
+            .map(|e| data(e)["run_id"].as_str().expect("run id").to_owned())
+            .collect();
+        assert_eq!(handoff_runs.len(), 2, "{b}");
+        let working = task_of(&mut client, &task.id).await;
+        assert_eq!(
+            working.current_agent, "leaf",
+            "{b}: the innermost agent is the current one"
+        );
+        // Follow both handoffs as other gRPC callers would.
+        let mut streams = Vec::new();
+        for run_id in &handoff_runs {
+            streams.push(
+                client
+                    .handoff(pb::HandoffRequest {
+                        run_id: run_id.clone(),
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("reopen")
+                    .into_inner(),
+            );
+        }
+
+        let canceled = client
+            .cancel_task(pb::CancelTaskRequest {
+                id: task.id.clone(),
+                reason: "changed my mind".into(),
+            })
+            .await
+            .expect("cancel")
+            .into_inner();
+        assert_eq!(canceled.status, "canceled", "{b}");
+
+        // Every process of the tree is dead when CancelTask returns.
+        let mut processes = pids(&leaf_pids);
+        for file in ["lead.json", "middle.json"] {
+            let pid = saved(&out.path().join(file))["pid"].as_i64().expect("pid");
+            processes.push(i32::try_from(pid).expect("pid"));
+        }
+        for pid in processes {
+            assert!(!alive(pid), "{b}: process {pid} survived the cancel");
+        }
+        use pb::handoff_event::Event;
+        for stream in streams {
+            let messages: Vec<Event> = stream
+                .map(|m| m.expect("message").event.expect("event"))
+                .collect()
+                .await;
+            match messages.last() {
+                Some(Event::Failed(failed)) => {
+                    assert_eq!(failed.failure, pb::HandoffFailure::Canceled as i32, "{b}");
+                    assert!(failed.reason.contains("changed my mind"), "{b}: {failed:?}");
+                }
+                other => panic!("{b}: the stream ends with failed: canceled, not {other:?}"),
+            }
+        }
+        let runs = client
+            .list_runs(pb::ListRunsRequest {
+                task_id: task.id.clone(),
+            })
+            .await
+            .expect("runs")
+            .into_inner()
+            .runs;
+        assert!(runs.iter().all(|r| r.state == "finished"), "{b}: {runs:?}");
+        let history = history(&mut client, &task.id).await;
+        let canceled_runs = history.iter().filter(|e| e.kind == "run_canceled").count();
+        assert_eq!(canceled_runs, 3, "{b}");
+        drop(client);
+        orchestrator.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_killed_while_its_child_runs_takes_the_child_with_it() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let db = databases(data_dir.path()).remove(0);
+    let Setup {
+        orchestrator,
+        mut client,
+        ws,
+        root: _root,
+        out,
+    } = setup(data_dir.path(), &db).await;
+    add_agent(&mut client, &ws, "lead", &["handoff"], "claude").await;
+    add_agent(&mut client, &ws, "worker", &["file.read"], "claude").await;
+    let worker_pids = out.path().join("worker.pids");
+    let script = [
+        record(&out.path().join("lead.json")),
+        handoff(
+            "worker",
+            &[format!("fake: stubborn 2 {}", worker_pids.display())],
+        ),
+    ]
+    .join("\n");
+    let task = planned_task(&mut client, &ws, &script).await;
+    start(&mut client, &task, "lead", 60).await;
+    wait_stubborn(&mut client, &task.id, "worker").await;
+    let worker = runs_of(&mut client, &task.id, "worker").await.remove(0);
+
+    let lead_pid = saved(&out.path().join("lead.json"))["pid"]
+        .as_i64()
+        .expect("pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(lead_pid).expect("pid")),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the parent");
+    let events = wait_for(&mut client, &task.id, |e| {
+        e.kind == "status_changed" && data(e)["to"] == "failed"
+    })
+    .await;
+    let worker_end = events
+        .iter()
+        .find(|e| ends(e, &worker.id))
+        .expect("the child's end");
+    assert_eq!(worker_end.kind, "run_canceled");
+    assert!(
+        data(worker_end)["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("'lead' that handed off to it ended"),
+        "{:?}",
+        data(worker_end)
+    );
+    let lead_end = events
+        .iter()
+        .find(|e| e.kind == "run_failed")
+        .map(data)
+        .expect("the parent's end");
+    assert!(
+        lead_end["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("signal 9"),
+        "{lead_end}"
+    );
+    // The child's processes die with it (the orchestrator waits for them).
+    let worker_done = wait_for(&mut client, &task.id, |e| {
+        e.kind == "agent_handoff_completed" && data(e)["run_id"] == worker.id
+    })
+    .await;
+    assert_eq!(
+        data(worker_done.last().expect("event"))["failure"],
+        "canceled"
+    );
+    let task_now = task_of(&mut client, &task.id).await;
+    assert_eq!(task_now.status, "failed");
+    // stop() waits for every run's driver, so the processes are reaped by now.
+    drop(client);
+    orchestrator.stop().await;
+    for pid in pids(&worker_pids) {
+        assert!(
+            !alive(pid),
+            "process {pid} of the child survived its parent"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoff_refusals_are_precise_and_change_nothing() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let db = databases(data_dir.path()).remove(0);
+    let Setup {
+        orchestrator,
+        mut client,
+        ws,
+        root: _root,
+        out: _out,
+    } = setup(data_dir.path(), &db).await;
+    let task = client
+        .create_task(pb::CreateTaskRequest {
+            workspace_id: ws.id.clone(),
+            description: "not planned yet".into(),
+            source: None,
+        })
+        .await
+        .expect("task")
+        .into_inner();
+    let request = |agent: &str, token: &str| pb::HandoffRequest {
+        task_id: task.id.clone(),
+        agent: agent.into(),
+        prompt: "do it".into(),
+        parent_run_token: token.into(),
+        ..Default::default()
+    };
+    // A caller that is not an agent can start only a planned or waiting task.
+    let err = client
+        .handoff(request("writer", ""))
+        .await
+        .expect_err("pending");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("from pending"), "{err:?}");
+    let err = client
+        .handoff(request("writer", "not-a-token"))
+        .await
+        .expect_err("token");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
+    let mut empty = request("writer", "");
+    empty.prompt = " ".into();
+    let err = client.handoff(empty).await.expect_err("prompt");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("prompt"), "{err:?}");
+
+    // An agent without the handoff tool is refused, and that is recorded.
+    let editor = client
+        .open_run(pb::OpenRunRequest {
+            task_id: task.id.clone(),
+            agent: "editor".into(),
+            ttl_secs: 0,
+        })
+        .await
+        .expect("open run")
+        .into_inner();
+    let err = client
+        .handoff(request("writer", &editor.token))
+        .await
+        .expect_err("not allowed");
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
+
+    // An unknown target ends the handoff with target_unknown, naming the agents.
+    let lead = client
+        .open_run(pb::OpenRunRequest {
+            task_id: task.id.clone(),
+            agent: "writer-workflow".into(),
+            ttl_secs: 0,
+        })
+        .await
+        .expect("open run")
+        .into_inner();
+    let before = task_of(&mut client, &task.id).await.last_sequence;
+    let messages: Vec<pb::HandoffEvent> = client
+        .handoff(request("ghost", &lead.token))
+        .await
+        .expect("stream")
+        .into_inner()
+        .map(|m| m.expect("message"))
+        .collect()
+        .await;
+    let [
+        pb::HandoffEvent {
+            event: Some(pb::handoff_event::Event::Failed(failed)),
+        },
+    ] = messages.as_slice()
+    else {
+        panic!("one failed message: {messages:?}");
+    };
+    assert_eq!(failed.failure, pb::HandoffFailure::TargetUnknown as i32);
+    assert!(failed.reason.contains("no agent 'ghost'"), "{failed:?}");
+    assert!(failed.reason.contains("writer"), "{failed:?}");
+    let history = client
+        .get_history(pb::GetHistoryRequest {
+            task_id: task.id.clone(),
+            after_sequence: before,
+            limit: 0,
+        })
+        .await
+        .expect("history")
+        .into_inner()
+        .events;
+    assert_eq!(
+        history.len(),
+        1,
+        "only the refused call is recorded: {history:?}"
+    );
+    assert_eq!(data(&history[0])["tool"], "handoff");
+    assert_eq!(data(&history[0])["status"], "not_found");
+    // So is a handoff to the internal planner.
+    let messages: Vec<pb::HandoffEvent> = client
+        .handoff(request("task-validator", &lead.token))
+        .await
+        .expect("stream")
+        .into_inner()
+        .map(|m| m.expect("message"))
+        .collect()
+        .await;
+    assert!(
+        matches!(&messages[..], [pb::HandoffEvent { event: Some(pb::handoff_event::Event::Failed(f)) }] if f.reason.contains("internal")),
+        "{messages:?}"
+    );
+    // A run that was not a handoff cannot be re-opened as one.
+    let err = client
+        .handoff(pb::HandoffRequest {
+            run_id: lead.run.expect("run").id,
+            ..Default::default()
+        })
+        .await
+        .expect_err("not a handoff");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("WatchTask"), "{err:?}");
+    drop(client);
+    orchestrator.stop().await;
+}
