@@ -322,9 +322,12 @@ async fn a_planner_that_errs_or_never_answers_fails_the_task_with_the_reason() {
         .expect("plan");
     let events = wait_for(&mut client, &silent.id, ends_run).await;
     assert!(
-        events
-            .iter()
-            .any(|e| e.kind == "agent_progress" && data(e)["kind"] == "reminder"),
+        events.iter().any(|e| e.kind == "agent_progress"
+            && data(e)["kind"] == "reminder"
+            && data(e)["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("planner-output")),
         "the planner was reminded"
     );
     let task = task_of(&mut client, &silent.id).await;

@@ -137,10 +137,7 @@ async fn run_attempts(
         let _ = progress_tx.send(Progress::Text(String::new()));
         outcome.resumed = true;
         attempt = Attempt {
-            message: match ctx.agent_kind {
-                AgentKind::UserDefined => REMINDER.to_owned(),
-                AgentKind::Internal => PLANNER_REMINDER.to_owned(),
-            },
+            message: reminder(ctx.agent_kind).to_owned(),
             resume: Some(resume),
         };
     }
@@ -149,6 +146,14 @@ async fn run_attempts(
         warn!(run_id = %ctx.run_id, error = %e, "the progress recorder failed");
     }
     outcome
+}
+
+/// The message that resumes an agent of `kind` that ended without its report.
+fn reminder(kind: AgentKind) -> &'static str {
+    match kind {
+        AgentKind::UserDefined => REMINDER,
+        AgentKind::Internal => PLANNER_REMINDER,
+    }
 }
 
 /// Creates the run directory: HOME, TMPDIR, and the provider's files.
@@ -356,7 +361,7 @@ async fn record_progress(
                 let (kind, details) = match other {
                     // An empty text marks the reminder.
                     Progress::Text(text) if text.is_empty() => {
-                        ("reminder", json!({ "text": REMINDER }))
+                        ("reminder", json!({ "text": reminder(ctx.agent_kind) }))
                     }
                     Progress::Text(text) => ("text", json!({ "text": text })),
                     Progress::ToolUse { tool, input } => {
