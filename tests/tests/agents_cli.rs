@@ -78,8 +78,8 @@ async fn completes_with_one_allowed_and_one_denied_tool(kind: pb::ProviderKind) 
     let events = wait_for(&mut client, &task.id, ends_run).await;
     let kinds = summary(&events);
     let expected = [
-        "status_changed active",
         "run_opened",
+        "status_changed active",
         "agent_started",
         "tool_executed file.read ok",
         "tool_denied file.write",

@@ -66,7 +66,8 @@ impl EventSource for Store {
         self.events(task, after, limit).await
     }
 
-    async fn task_status(&self, task: TaskId) -> Result<TaskStatus, StoreError> {
-        Ok(self.get_task(task).await?.status)
+    async fn settled(&self, task: TaskId) -> Result<bool, StoreError> {
+        Ok(self.get_task(task).await?.status.is_terminal()
+            && !self.has_unfinished_runs(task).await?)
     }
 }

@@ -19,17 +19,16 @@ pub trait EventSource: Send + Sync {
         after: u64,
         limit: u32,
     ) -> impl Future<Output = Result<Vec<Event>, Self::Error>> + Send;
-    /// The task's current status.
-    fn task_status(
-        &self,
-        task: TaskId,
-    ) -> impl Future<Output = Result<TaskStatus, Self::Error>> + Send;
+    /// Whether nothing more will be recorded for the task: it is completed,
+    /// failed or canceled and every one of its runs has ended.
+    fn settled(&self, task: TaskId) -> impl Future<Output = Result<bool, Self::Error>> + Send;
 }
 
 /// Why a watch ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WatchEnd {
-    /// The task reached a final status (and the caller did not ask to follow).
+    /// The task reached a final status and its runs ended (and the caller did
+    /// not ask to follow).
     TaskFinished,
     /// The receiver went away.
     ReceiverGone,
@@ -41,8 +40,10 @@ pub enum WatchEnd {
 
 /// Sends the task's events after `after` into `tx`: first what the store has,
 /// then each new event as it is committed. Every event is sent exactly once and
-/// in order. Ends when the task reaches completed, failed or canceled (unless
-/// `follow`), when `tx`'s receiver is dropped, or when `cancel` fires.
+/// in order. Ends once the task is settled — in a final status with all its runs
+/// ended, so its last events (the run's end after the report that completed the
+/// task) are included — unless `follow`; also when `tx`'s receiver is dropped or
+/// `cancel` fires.
 pub async fn watch_task<S: EventSource>(
     source: &S,
     hub: &EventHub,
@@ -57,13 +58,13 @@ pub async fn watch_task<S: EventSource>(
     let mut live = hub.subscribe(task);
     let mut cursor = after;
     loop {
-        // A task already final before this replay has all its events up to its end
-        // in the store: after the replay there is nothing left to wait for.
-        let final_before_replay = if follow {
+        // A task settled before this replay has all its events in the store: after
+        // the replay there is nothing left to wait for.
+        let settled_before_replay = if follow {
             false
         } else {
-            match source.task_status(task).await {
-                Ok(status) => status.is_terminal(),
+            match source.settled(task).await {
+                Ok(settled) => settled,
                 Err(e) => {
                     let _ = tx.send(Err(e)).await;
                     return WatchEnd::SourceFailed;
@@ -82,22 +83,19 @@ pub async fn watch_task<S: EventSource>(
             let full = batch.len() == REPLAY_BATCH as usize;
             for event in batch {
                 cursor = event.sequence;
-                let finished = ends_task(&event);
                 if tx.send(Ok(event)).await.is_err() {
                     return WatchEnd::ReceiverGone;
-                }
-                if finished && !follow {
-                    return WatchEnd::TaskFinished;
                 }
             }
             if !full {
                 break;
             }
         }
-        if final_before_replay {
+        if settled_before_replay {
             return WatchEnd::TaskFinished;
         }
-        // Follow live events until one does not continue the cursor.
+        // Follow live events until one does not continue the cursor, or one that
+        // may settle the task does (then replay what is left and end).
         loop {
             let received = tokio::select! {
                 () = cancel.cancelled() => return WatchEnd::Cancelled,
@@ -108,12 +106,19 @@ pub async fn watch_task<S: EventSource>(
                 Ok(event) if event.sequence <= cursor => {}
                 Ok(event) if event.sequence == cursor + 1 => {
                     cursor = event.sequence;
-                    let finished = ends_task(&event);
+                    let may_settle = !follow && (ends_task(&event) || ends_run(&event));
                     if tx.send(Ok(event)).await.is_err() {
                         return WatchEnd::ReceiverGone;
                     }
-                    if finished && !follow {
-                        return WatchEnd::TaskFinished;
+                    if may_settle {
+                        match source.settled(task).await {
+                            Ok(true) => break,
+                            Ok(false) => {}
+                            Err(e) => {
+                                let _ = tx.send(Err(e)).await;
+                                return WatchEnd::SourceFailed;
+                            }
+                        }
                     }
                 }
                 // A gap (an event committed before we subscribed is still in the
@@ -123,6 +128,17 @@ pub async fn watch_task<S: EventSource>(
             }
         }
     }
+}
+
+/// True for an event that ends a run.
+fn ends_run(event: &Event) -> bool {
+    matches!(
+        event.kind,
+        EventKind::AgentCompleted
+            | EventKind::RunFailed
+            | EventKind::RunCanceled
+            | EventKind::RunInterrupted
+    )
 }
 
 /// True for a status change into completed, failed or canceled.

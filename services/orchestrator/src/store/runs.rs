@@ -67,7 +67,8 @@ impl Store {
 
     /// Opens a run (spawning) in one transaction with what `change` does to the
     /// task, the new run and its parent (e.g. the parent starts waiting for a
-    /// handoff). `change`'s events come first, then `run_opened`. A handoff run
+    /// handoff, or the run goes active at once). `run_opened` comes first, then
+    /// `change`'s events. A handoff run
     /// (`handoff_prompt` set) gets the task's next handoff number. A parent must
     /// be a run of the same task. When anything fails nothing is written.
     pub async fn open_run<F>(
@@ -133,8 +134,13 @@ impl Store {
                 output: None,
             };
             let mut parent = parent_before.clone();
-            let mut drafts = change(&mut task, &mut run, parent.as_mut())?;
-            run.state = RunState::Spawning;
+            let opened = json!({
+                "run_id": run.id,
+                "agent": run.agent,
+                "parent_run_id": run.parent,
+            });
+            let mut drafts = vec![(EventKind::RunOpened, opened)];
+            drafts.extend(change(&mut task, &mut run, parent.as_mut())?);
             diesel::insert_into(runs::table)
                 .values(RunRow::from_domain(&run)?)
                 .execute(conn)
@@ -142,12 +148,6 @@ impl Store {
             if let (Some(before), Some(after)) = (&parent_before, &parent) {
                 save_run(conn, before, after)?;
             }
-            let opened = json!({
-                "run_id": run.id,
-                "agent": run.agent,
-                "parent_run_id": run.parent,
-            });
-            drafts.push((EventKind::RunOpened, opened));
             let events = save_task(conn, &before, &mut task, drafts)?;
             Ok((run, task, events))
         })
@@ -209,6 +209,20 @@ impl Store {
                 }
             }
             rows.into_iter().map(RunRow::into_domain).collect()
+        })
+        .await
+    }
+
+    /// Whether any run of the task has not finished.
+    pub async fn has_unfinished_runs(&self, task_id: TaskId) -> Result<bool, StoreError> {
+        self.with_conn(move |conn| {
+            let count: i64 = runs::table
+                .filter(runs::task_id.eq(task_id.to_string()))
+                .filter(runs::state.ne(RunState::Finished.as_str()))
+                .count()
+                .get_result(conn)
+                .db()?;
+            Ok(count > 0)
         })
         .await
     }

@@ -15,9 +15,9 @@ use crate::state::AppState;
 const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(3600);
 
 /// Opens a run of `agent` on a task: the agent must be one of the task's
-/// workspace (internal agents too). The run is created spawning with the agent's
-/// granted tools, then made active with its agent as the task's current agent,
-/// and its token is minted for the workspace root.
+/// workspace (internal agents too). In one transaction the run opens with the
+/// agent's granted tools and goes active with its agent as the task's current
+/// agent; its token is minted for the workspace root.
 pub(super) async fn open(
     state: &AppState,
     req: pb::OpenRunRequest,
@@ -36,14 +36,16 @@ pub(super) async fn open(
         .await?;
     let tools = agent.granted_tools()?;
 
-    let (run, events) = state
-        .store
-        .create_run(task_id, agent_name, None, tools)
-        .await?;
-    state.publish(&events);
+    let new = crate::store::NewRun {
+        task_id,
+        agent: agent_name,
+        parent: None,
+        tools,
+        handoff_prompt: None,
+    };
     let (run, _task, events) = state
         .store
-        .change_run(run.id, |run, task| {
+        .open_run(new, |task, run, _parent| {
             Ok(vec![policy::activate_run(run, task)?])
         })
         .await?;

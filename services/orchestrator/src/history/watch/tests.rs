@@ -78,16 +78,24 @@ impl EventSource for Memory {
             .unwrap_or_default())
     }
 
-    async fn task_status(&self, task: TaskId) -> Result<TaskStatus, String> {
+    /// Settled: a final status, and every run_opened matched by the run's end.
+    async fn settled(&self, task: TaskId) -> Result<bool, String> {
         let events = self.events.lock().expect("lock");
-        let finished = events
-            .get(&task)
-            .is_some_and(|list| list.iter().any(ends_task));
-        Ok(if finished {
-            TaskStatus::Completed
-        } else {
-            TaskStatus::Active
-        })
+        let Some(list) = events.get(&task) else {
+            return Ok(false);
+        };
+        let run = |e: &Event| e.data["run_id"].as_str().map(str::to_owned);
+        let opened: Vec<_> = list
+            .iter()
+            .filter(|e| e.kind == EventKind::RunOpened)
+            .filter_map(run)
+            .collect();
+        let ended: Vec<_> = list
+            .iter()
+            .filter(|e| ends_run(e))
+            .filter_map(run)
+            .collect();
+        Ok(list.iter().any(ends_task) && opened.iter().all(|r| ended.contains(r)))
     }
 }
 
@@ -211,6 +219,33 @@ async fn a_finished_task_ends_the_watch_after_replay_unless_following() {
     );
     cancel.cancel();
     assert_eq!(handle.await.expect("watcher"), WatchEnd::Cancelled);
+}
+
+#[tokio::test]
+async fn a_watch_waits_past_the_final_status_for_the_run_to_end() {
+    let fx = Fixture::new();
+    let run = json!({ "run_id": "r1", "agent": "writer" });
+    fx.memory
+        .append(&fx.hub, fx.task, EventKind::RunOpened, run.clone());
+    let (mut rx, handle, _cancel) = fx.watch(0, false, 8);
+    assert_eq!(rx.recv().await.expect("1").expect("ok").sequence, 1);
+    // The report completes the task; the run is still going.
+    fx.memory.finish(&fx.hub, fx.task);
+    assert_eq!(rx.recv().await.expect("2").expect("ok").sequence, 2);
+    fx.memory.comment(&fx.hub, fx.task, 1);
+    fx.memory
+        .append(&fx.hub, fx.task, EventKind::AgentCompleted, run);
+    assert_eq!(
+        sequences(rx).await,
+        [3, 4],
+        "what the run records after the final status, up to its end"
+    );
+    assert_eq!(handle.await.expect("watcher"), WatchEnd::TaskFinished);
+
+    // Replaying the settled task gives everything, then ends.
+    let (rx, handle, _cancel) = fx.watch(0, false, 8);
+    assert_eq!(sequences(rx).await, [1, 2, 3, 4]);
+    assert_eq!(handle.await.expect("watcher"), WatchEnd::TaskFinished);
 }
 
 #[tokio::test]

@@ -415,7 +415,7 @@ async fn a_handoff_opens_its_child_and_parks_its_parent_in_one_transaction() {
         let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
         assert_eq!(
             kinds,
-            [EventKind::AgentHandoffStarted, EventKind::RunOpened],
+            [EventKind::RunOpened, EventKind::AgentHandoffStarted],
             "{b}"
         );
         let parent = t.store.get_run(root.id).await.expect(b);
