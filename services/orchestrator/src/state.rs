@@ -6,7 +6,7 @@ use std::sync::Arc;
 use chorus_run_token::{RunTokenSigner, RunTokenVerifier};
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{Event, TaskId, TaskStatus};
+use crate::domain::{Event, TaskId};
 use crate::history::{EventHub, EventSource};
 use crate::runner::{Runner, RunnerConfig};
 use crate::store::{Store, StoreError};
