@@ -131,24 +131,26 @@ impl FakeAnthropic {
 }
 
 /// The real Claude Code CLI for a test that needs it; `None` (with a notice) to
-/// skip the test when none is named, which fails instead under
-/// `CHORUS_TEST_REQUIRE_REAL_CLIS=1` (as in CI).
+/// skip the test when none is named (see [`real_cli_or_skip`]).
 pub fn claude_cli_or_skip() -> Option<PathBuf> {
-    let claude = claude_cli();
-    if claude.is_none() {
-        assert!(
-            !require_real_clis(),
-            "CHORUS_TEST_REQUIRE_REAL_CLIS=1 but CHORUS_TEST_CLAUDE_BIN names no Claude Code CLI (.ci/run installs it)"
-        );
-        eprintln!("skipped: set CHORUS_TEST_CLAUDE_BIN to the Claude Code CLI to run this test");
-    }
-    claude
+    real_cli_or_skip("CHORUS_TEST_CLAUDE_BIN", "the Claude Code CLI")
 }
 
-/// The real Claude Code CLI named by `CHORUS_TEST_CLAUDE_BIN`, if that file exists.
-pub fn claude_cli() -> Option<PathBuf> {
-    let path = PathBuf::from(std::env::var_os("CHORUS_TEST_CLAUDE_BIN")?);
-    path.exists().then_some(path)
+/// The real CLI that `variable` names, for a test that needs it; `None` (with a
+/// notice) to skip the test when it names none, which fails instead under
+/// `CHORUS_TEST_REQUIRE_REAL_CLIS=1` (as in CI, where `.ci/run` installs them).
+pub fn real_cli_or_skip(variable: &str, what: &str) -> Option<PathBuf> {
+    let path = std::env::var_os(variable)
+        .map(PathBuf::from)
+        .filter(|p| p.exists());
+    if path.is_none() {
+        assert!(
+            !require_real_clis(),
+            "CHORUS_TEST_REQUIRE_REAL_CLIS=1 but {variable} names no {what} (.ci/run installs it)"
+        );
+        eprintln!("skipped: set {variable} to {what} to run this test");
+    }
+    path
 }
 
 /// True when `CHORUS_TEST_REQUIRE_REAL_CLIS=1`: tests that need a real CLI must

@@ -1,7 +1,8 @@
 //! A scripted fake of an OpenAI-compatible chat completions API.
 //!
-//! Each `POST /v1/chat/completions` consumes the next [`Step`] in order; past the end
-//! the answer is the text "done". Answers are JSON, or SSE chunks ending with
+//! Each `POST /v1/chat/completions` that declares tools consumes the next [`Step`]
+//! in order; past the end the answer is the text "done". One that declares none
+//! (a CLI's side request, e.g. for a title) gets [`SIDE_TEXT`] and consumes nothing. Answers are JSON, or SSE chunks ending with
 //! `data: [DONE]` when the request says `"stream": true`. `GET /v1/models` lists one
 //! model; anything else is a 404 OpenAI-style error.
 
@@ -44,6 +45,8 @@ impl Step {
 
 /// Text of the answer past the end of the script.
 pub const DONE_TEXT: &str = "done";
+/// Text of the answer to requests that declare no tools.
+pub const SIDE_TEXT: &str = "fake side reply";
 /// The model `GET /v1/models` lists and answers name when a request names none.
 pub const FAKE_MODEL: &str = "fake-model";
 
@@ -124,12 +127,22 @@ async fn chat_completions(
         if !body.is_object() {
             return error(StatusCode::BAD_REQUEST, "fake: body is not a JSON object");
         }
-        let index = shared.cursor.fetch_add(1, Ordering::SeqCst);
-        shared
-            .steps
-            .get(index)
-            .cloned()
-            .unwrap_or_else(|| Step::Text(DONE_TEXT.to_owned()))
+        // A request that declares no tools is a side request (a CLI asking for
+        // a session title): answered with text, it consumes no step.
+        let declares_tools = body
+            .get("tools")
+            .and_then(Value::as_array)
+            .is_some_and(|tools| !tools.is_empty());
+        if declares_tools {
+            let index = shared.cursor.fetch_add(1, Ordering::SeqCst);
+            shared
+                .steps
+                .get(index)
+                .cloned()
+                .unwrap_or_else(|| Step::Text(DONE_TEXT.to_owned()))
+        } else {
+            Step::Text(SIDE_TEXT.to_owned())
+        }
     };
 
     let id = format!(

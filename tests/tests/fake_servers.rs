@@ -534,12 +534,7 @@ fn result_event(events: &[Value]) -> &Value {
 /// resumes the session against a second fake.
 #[tokio::test]
 async fn real_claude_cli_runs_a_scripted_bash_command_and_resumes() {
-    let Some(claude) = fake_anthropic::claude_cli() else {
-        assert!(
-            !fake_anthropic::require_real_clis(),
-            "CHORUS_TEST_REQUIRE_REAL_CLIS=1 but CHORUS_TEST_CLAUDE_BIN names no file"
-        );
-        eprintln!("skipped: set CHORUS_TEST_CLAUDE_BIN to the claude binary (.ci/run does)");
+    let Some(claude) = fake_anthropic::claude_cli_or_skip() else {
         return;
     };
     let home = tempfile::tempdir().expect("home");
@@ -602,4 +597,20 @@ async fn real_claude_cli_runs_a_scripted_bash_command_and_resumes() {
         .expect("message");
     assert_eq!(last["role"], "user");
     assert_eq!(last["content"][0]["text"], "reminder text", "{last}");
+}
+
+#[tokio::test]
+async fn openai_side_requests_without_tools_do_not_consume_the_script() {
+    let fake = FakeOpenAi::start(vec![Step::text("the first step")]).await;
+    let url = format!("{}/chat/completions", fake.base_url());
+    let mut title = chat(false);
+    title.as_object_mut().expect("object").remove("tools");
+    let side = post(&url, &title).await.json();
+    assert_eq!(
+        side["choices"][0]["message"]["content"],
+        chorus_tests::fake_openai::SIDE_TEXT
+    );
+    let main = post(&url, &chat(false)).await.json();
+    assert_eq!(main["choices"][0]["message"]["content"], "the first step");
+    assert_eq!(fake.requests().len(), 2, "both are logged");
 }

@@ -1,0 +1,123 @@
+//! The real OpenCode CLI (1.18.33, installed by `.ci/run`), run by the
+//! orchestrator against the scripted fake OpenAI-compatible server: with the
+//! generated inline config (only bash, bash allowed only for chorus-tools) it
+//! reads a file through chorus-tools, is refused a plain shell command, and
+//! submits its completion report; the task completes.
+//!
+//! Skipped (with a notice) when `CHORUS_TEST_OPENCODE_BIN` is not set, unless
+//! `CHORUS_TEST_REQUIRE_REAL_CLIS=1` (as in CI), which makes it fail instead.
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_tests::agents::{data, ends, planned_task, start, summary, team, wait_for};
+use chorus_tests::fake_anthropic::real_cli_or_skip;
+use chorus_tests::fake_openai::{FakeOpenAi, Step};
+use chorus_tests::orchestrator::Orchestrator;
+use serde_json::{Value, json};
+
+fn bash(command: String) -> Step {
+    Step::tool_call(
+        "bash",
+        json!({"command": command, "description": "Run a Chorus tool"}),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_opencode_cli_reads_and_reports_through_chorus_tools() {
+    let Some(opencode) = real_cli_or_skip("CHORUS_TEST_OPENCODE_BIN", "the OpenCode CLI") else {
+        return;
+    };
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    std::fs::write(root.path().join("notes.txt"), "alpha-from-notes\n").expect("seed");
+    let chorus_tools = chorus_tests::chorus_tools_bin().display().to_string();
+    let model = FakeOpenAi::start(vec![
+        bash(format!(r#"{chorus_tools} '{{"tool":"file.read","path":"notes.txt"}}'"#)),
+        bash("touch escaped.txt".to_owned()),
+        bash(format!(
+            r#"{chorus_tools} '{{"tool":"completion-report","status":"complete","summary":"Read the notes.","output":"alpha-from-notes"}}'"#
+        )),
+        Step::text("Reported."),
+    ])
+    .await;
+    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key pair");
+    let orchestrator = Orchestrator::start_configured(
+        &data_dir.path().join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| config.runner.opencode_bin = opencode,
+    )
+    .await;
+    let mut client = orchestrator.client().await;
+    let team = team(
+        &mut client,
+        root.path(),
+        pb::ProviderKind::Opencode,
+        &model.base_url(),
+        "dummy-key",
+        "fake-model",
+        &["file.read"],
+        "You read notes and report what they say.",
+    )
+    .await;
+    let task = planned_task(
+        &mut client,
+        &team.workspace,
+        "Read notes.txt and report it.",
+    )
+    .await;
+    let run = start(&mut client, &task, &team.agent, 180)
+        .await
+        .run
+        .expect("run")
+        .id;
+    let events = wait_for(&mut client, &task.id, |e| ends(e, &run)).await;
+    let kinds = summary(&events);
+    for step in [
+        "tool_executed file.read ok",
+        "completion_report_submitted complete",
+        "status_changed completed",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == step),
+            "'{step}' missing from {kinds:#?}"
+        );
+    }
+    let end = data(events.last().expect("end"));
+    assert_eq!(end["reason"], "completed", "{end}");
+    assert!(
+        end["session_id"].as_str().is_some_and(|s| !s.is_empty()),
+        "{end}"
+    );
+    assert!(
+        !root.path().join("escaped.txt").exists(),
+        "a plain shell command is refused by the generated permissions"
+    );
+
+    // What the model saw: only bash, and the results of its calls.
+    let main: Vec<Value> = model
+        .requests()
+        .into_iter()
+        .filter(|r| r["tools"].as_array().is_some_and(|t| !t.is_empty()))
+        .collect();
+    let tools: Vec<&str> = main[0]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+        .collect();
+    assert_eq!(tools, ["bash"], "{tools:?}");
+    let results: Vec<String> = main
+        .last()
+        .and_then(|r| r["messages"].as_array())
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert!(results[0].contains("alpha-from-notes"), "{results:?}");
+    assert!(
+        results[1].contains("prevents you from using this specific tool call"),
+        "{results:?}"
+    );
+    orchestrator.stop().await;
+}
