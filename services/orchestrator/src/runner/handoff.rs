@@ -110,7 +110,7 @@ pub async fn handoff(
             HandoffFailure::TargetUnknown,
             format!("agent '{agent_name}' is internal to Chorus; hand off to a user-defined agent"),
         )),
-        Ok(_) => Launch::prepare(state, workspace, &agent_name, timeout)
+        Ok(agent) => Launch::prepare_agent(state, workspace, agent, timeout)
             .await
             .map_err(|e| {
                 (

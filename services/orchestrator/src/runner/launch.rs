@@ -45,11 +45,25 @@ impl Launch {
         agent_name: &Name,
         timeout: Duration,
     ) -> Result<Self, ServiceError> {
-        let runner = &state.runner;
         let agent = state
             .store
             .get_agent(workspace.id, agent_name.clone())
             .await?;
+        Self::prepare_agent(state, workspace, agent, timeout).await
+    }
+
+    /// [`Launch::prepare`] for an agent already read.
+    ///
+    /// # Errors
+    /// As [`Launch::prepare`], the agent lookup aside.
+    pub async fn prepare_agent(
+        state: &AppState,
+        workspace: Workspace,
+        agent: Agent,
+        timeout: Duration,
+    ) -> Result<Self, ServiceError> {
+        let runner = &state.runner;
+        let agent_name = &agent.name;
         let provider_name = match agent.kind {
             AgentKind::UserDefined => agent.provider.clone(),
             AgentKind::Internal => workspace.system_provider.clone(),
