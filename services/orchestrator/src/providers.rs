@@ -113,14 +113,18 @@ impl RunClock {
     }
 
     /// Stops the clock (a handoff started; a run waits for one at a time).
-    pub fn pause(&self) {
+    /// Returns false when it was stopped already.
+    pub fn pause(&self) -> bool {
+        let mut paused = false;
         self.state.send_modify(|clock| {
             if let Clock::Running { deadline } = *clock {
                 *clock = Clock::Paused {
                     left: deadline.saturating_duration_since(Instant::now()),
                 };
+                paused = true;
             }
         });
+        paused
     }
 
     /// Starts the clock again with the time that was left.
@@ -205,4 +209,51 @@ pub fn cut(text: &str, max: usize) -> String {
         .find(|i| text.is_char_boundary(*i))
         .unwrap_or(0);
     format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the clock has run out, without waiting.
+    async fn expired(clock: &RunClock) -> bool {
+        tokio::select! {
+            biased;
+            () = clock.expired() => true,
+            () = std::future::ready(()) => false,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_clock_stops_while_paused_and_keeps_what_was_left() {
+        let clock = RunClock::start(Duration::from_secs(10));
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert!(clock.pause(), "the first pause stops it");
+        assert!(!clock.pause(), "a second pause finds it stopped");
+        // An hour of handoff costs the run nothing.
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert!(!expired(&clock).await);
+        clock.resume();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(!expired(&clock).await, "1 s of the 10 is left");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(expired(&clock).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_wakes_when_the_clock_runs_out_after_a_resume() {
+        let clock = RunClock::start(Duration::from_secs(2));
+        clock.pause();
+        let waiter = {
+            let clock = clock.clone();
+            tokio::spawn(async move { clock.expired().await })
+        };
+        tokio::time::advance(Duration::from_secs(100)).await;
+        assert!(!waiter.is_finished(), "no expiry while paused");
+        clock.resume();
+        tokio::time::timeout(Duration::from_secs(3), waiter)
+            .await
+            .expect("expired within the 2 s left")
+            .expect("waiter");
+    }
 }

@@ -342,9 +342,9 @@ impl Runner {
     }
 
     /// Stops the clock of a live run (it waits for a handoff); false when the run
-    /// is not live here.
+    /// is not live here or its clock was stopped already (another handoff).
     pub fn pause_clock(&self, run: RunId) -> bool {
-        self.clock_of(run).map(|c| c.pause()).is_some()
+        self.clock_of(run).is_some_and(|c| c.pause())
     }
 
     /// Starts the clock of a live run again (its handoff returned).

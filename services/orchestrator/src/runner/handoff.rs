@@ -149,7 +149,9 @@ pub async fn handoff(
         tools: launch.tools.clone(),
         handoff_prompt: Some(prompt),
     };
-    // The parent's clock stops before the child can possibly end.
+    // The parent's clock stops before the child can possibly end. Only the call
+    // that stopped it starts it again if opening fails (a parallel second handoff
+    // is refused without touching the first one's clock).
     let paused = parent
         .as_ref()
         .is_some_and(|p| state.runner.pause_clock(p.id));
