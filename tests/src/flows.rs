@@ -73,10 +73,18 @@ pub async fn setup(data_dir: &Path, db: &TestDatabase) -> Setup {
     }
 }
 
+/// A fake CLI step saving the last call's exit code and output to `path`.
 pub fn save(path: &Path) -> String {
     format!("fake: save {}", path.display())
 }
 
+/// A fake CLI step starting two SIGTERM-proof children (one in its own
+/// session) whose pids go to `pids`, then waiting forever.
+pub fn stubborn(pids: &Path) -> String {
+    format!("fake: stubborn 2 {}", pids.display())
+}
+
+/// A fake CLI step recording its pid, argv and environment to `path`.
 pub fn record(path: &Path) -> String {
     format!("fake: record {}", path.display())
 }

@@ -9,7 +9,7 @@ use chorus_tests::agents::{
     saved, start, task_of, wait_for,
 };
 use chorus_tests::db::databases;
-use chorus_tests::flows::{Setup, record, save, setup, wait_stubborn};
+use chorus_tests::flows::{Setup, record, save, setup, stubborn, wait_stubborn};
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 
@@ -32,7 +32,7 @@ async fn a_handoff_that_times_out_stops_the_child_and_the_parent_goes_on() {
             "tool": "handoff",
             "agent": "slow",
             "timeout_secs": 1,
-            "prompt": format!("fake: stubborn 2 {}", pid_file.display()),
+            "prompt": stubborn(&pid_file),
         })),
         save(&out.path().join("slow.json")),
         report("blocked", "the slow agent timed out"),
@@ -78,8 +78,6 @@ async fn a_handoff_that_times_out_stops_the_child_and_the_parent_goes_on() {
     orchestrator.stop().await;
 }
 
-/// Waits until the fake CLI of `agent` says its stubborn children started.
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canceling_a_task_mid_chain_ends_every_run_stream_and_process() {
     let data_dir = tempfile::tempdir().expect("data");
@@ -98,10 +96,7 @@ async fn canceling_a_task_mid_chain_ends_every_run_stream_and_process() {
         let leaf_pids = out.path().join("leaf.pids");
         let middle = [
             record(&out.path().join("middle.json")),
-            handoff(
-                "leaf",
-                &[format!("fake: stubborn 2 {}", leaf_pids.display())],
-            ),
+            handoff("leaf", &[stubborn(&leaf_pids)]),
         ];
         let script = [
             record(&out.path().join("lead.json")),
@@ -203,10 +198,7 @@ async fn a_parent_killed_while_its_child_runs_takes_the_child_with_it() {
     let worker_pids = out.path().join("worker.pids");
     let script = [
         record(&out.path().join("lead.json")),
-        handoff(
-            "worker",
-            &[format!("fake: stubborn 2 {}", worker_pids.display())],
-        ),
+        handoff("worker", &[stubborn(&worker_pids)]),
     ]
     .join("\n");
     let task = planned_task(&mut client, &ws, &script).await;

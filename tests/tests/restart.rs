@@ -11,6 +11,7 @@ use chorus_tests::agents::{
     start, task_of, wait_for, workspace,
 };
 use chorus_tests::db::databases;
+use chorus_tests::flows::{record, stubborn};
 use chorus_tests::orchestrator::OrchestratorProcess;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -39,12 +40,12 @@ async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process
         add_agent(&mut client, &ws, "worker", &["file.read"], "cli").await;
         let worker_pids = out.path().join("worker.pids");
         let script = [
-            format!("fake: record {}", out.path().join("lead.json").display()),
+            record(&out.path().join("lead.json")),
             handoff(
                 "worker",
                 &[
-                    format!("fake: record {}", out.path().join("worker.json").display()),
-                    format!("fake: stubborn 2 {}", worker_pids.display()),
+                    record(&out.path().join("worker.json")),
+                    stubborn(&worker_pids),
                 ],
             ),
         ]

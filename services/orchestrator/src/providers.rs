@@ -199,6 +199,21 @@ impl AttemptError {
     }
 }
 
+/// Notes the session id a CLI's event names: a change becomes a
+/// [`Progress::Session`].
+pub fn note_session(
+    current: &mut Option<String>,
+    named: Option<&str>,
+    progress: &mut Vec<Progress>,
+) {
+    if let Some(session) = named
+        && current.as_deref() != Some(session)
+    {
+        *current = Some(session.to_owned());
+        progress.push(Progress::Session(session.to_owned()));
+    }
+}
+
 /// Cuts agent text for an event, on a character boundary.
 pub fn cut(text: &str, max: usize) -> String {
     if text.len() <= max {

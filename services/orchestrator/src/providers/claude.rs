@@ -79,12 +79,11 @@ impl Stream {
             return Vec::new();
         };
         let mut progress = Vec::new();
-        if let Some(session) = event.get("session_id").and_then(Value::as_str)
-            && self.session_id.as_deref() != Some(session)
-        {
-            self.session_id = Some(session.to_owned());
-            progress.push(Progress::Session(session.to_owned()));
-        }
+        super::note_session(
+            &mut self.session_id,
+            event.get("session_id").and_then(Value::as_str),
+            &mut progress,
+        );
         match event.get("type").and_then(Value::as_str) {
             Some("assistant") => {
                 let blocks = event

@@ -139,12 +139,11 @@ impl Stream {
             return Vec::new();
         };
         let mut progress = Vec::new();
-        if let Some(session) = event.get("sessionID").and_then(Value::as_str)
-            && self.session_id.as_deref() != Some(session)
-        {
-            self.session_id = Some(session.to_owned());
-            progress.push(Progress::Session(session.to_owned()));
-        }
+        super::note_session(
+            &mut self.session_id,
+            event.get("sessionID").and_then(Value::as_str),
+            &mut progress,
+        );
         let part = event.get("part").cloned().unwrap_or(Value::Null);
         match event.get("type").and_then(Value::as_str) {
             Some("text") => {
