@@ -1,0 +1,271 @@
+//! The launcher, `chorus-sandbox --policy <json> -- <program> [args...]`: runs
+//! one program confined as its policy says, and makes sure that nothing it
+//! starts outlives it. Its environment is the program's.
+//!
+//! Three processes, each with one job:
+//!
+//! - the **monitor** (the process the service started) dies with the service
+//!   (parent-death signal), makes the sandbox's cgroups, creates the namespaces
+//!   and waits for init. SIGTERM asks every process of the sandbox to stop;
+//!   SIGUSR1 kills them all at once. When init is gone, every process of the
+//!   sandbox is gone (the kernel kills a PID namespace with its init), so the
+//!   monitor removes the cgroups and exits the way the program did: with its
+//!   exit code, or killed by its signal;
+//! - **init**, PID 1 of the new PID namespace, dies with the monitor, builds
+//!   the mount view (see [`mounts`]), gives up root and capabilities, applies
+//!   the limits and Landlock (see [`confine`]), starts the program and reaps
+//!   every orphan. When the program (the leader) exits, init exits, and with
+//!   it every process left in the namespace: setsid, double-forked and
+//!   environment-scrubbed ones too;
+//! - the **leader**, the program itself, in a session of its own.
+//!
+//! Exit codes of its own: 125 the sandbox could not be set up, 126 the program
+//! could not be executed, 127 it was not found; the reason is on stderr after
+//! `chorus-sandbox: `.
+
+pub(crate) mod cgroup;
+mod confine;
+mod init;
+mod mounts;
+mod net;
+mod signals;
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sched::{CloneFlags, unshare};
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid, getppid, pipe2};
+
+use crate::policy::{
+    EXIT_SETUP_FAILED, Identity, MESSAGE_PREFIX, Network, PROBE_PROGRAM, Policy,
+};
+
+/// What the launcher was asked to run.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    /// A program and its arguments (argv[0] is the program).
+    Program(Vec<OsString>),
+    /// The self-check: every step is taken, then the leader exits 0.
+    Probe,
+}
+
+/// The launcher's `main`.
+pub fn main() -> ! {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    match parse(args) {
+        Ok((policy, target)) => run(&policy, target),
+        Err(message) => fail(&message),
+    }
+}
+
+fn parse(args: Vec<OsString>) -> Result<(Policy, Target), String> {
+    const USAGE: &str = "usage: chorus-sandbox --policy <json> -- <program> [args...]";
+    let mut args = args.into_iter();
+    if args.next().as_deref() != Some("--policy".as_ref()) {
+        return Err(USAGE.to_owned());
+    }
+    let json = args.next().ok_or(USAGE)?;
+    let json = json.to_str().ok_or("the policy is not UTF-8")?;
+    let policy: Policy =
+        serde_json::from_str(json).map_err(|e| format!("the policy is not valid: {e}"))?;
+    if args.next().as_deref() != Some("--".as_ref()) {
+        return Err(USAGE.to_owned());
+    }
+    let program: Vec<OsString> = args.collect();
+    let target = match program.first() {
+        None => return Err(USAGE.to_owned()),
+        Some(first) if first == PROBE_PROGRAM => Target::Probe,
+        Some(_) => Target::Program(program),
+    };
+    Ok((policy, target))
+}
+
+/// Prints why the sandbox could not be set up and exits 125.
+pub(crate) fn fail(message: &str) -> ! {
+    eprintln!("{MESSAGE_PREFIX}{message}");
+    std::process::exit(EXIT_SETUP_FAILED)
+}
+
+/// The monitor: everything before init, then waiting for it.
+fn run(policy: &Policy, target: Target) -> ! {
+    // Die with the service, even one killed by SIGKILL. If it died before the
+    // signal was armed, this process already has another parent.
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL) {
+        fail(&format!("cannot arm the parent-death signal: {e}"));
+    }
+    if policy.parent.is_some_and(|p| getppid().as_raw() != p) {
+        fail("the service that started the sandbox has exited");
+    }
+    signals::close_inherited_descriptors();
+    let mask = signals::block();
+
+    let cgroups = match &policy.cgroups {
+        Some(plan) => Some(
+            cgroup::Created::make(plan, &policy.limits)
+                .unwrap_or_else(|e| fail(&format!("cannot make the sandbox's cgroup: {e}"))),
+        ),
+        None => None,
+    };
+    let unwind = |message: String| -> ! {
+        if let Some(cgroups) = &cgroups {
+            cgroups.remove();
+        }
+        fail(&message)
+    };
+    // init reports how the program ended on `report`; it watches `lifeline`
+    // (whose other end only this process holds) to tell that this process died.
+    let (report_read, report_write) =
+        pipe2(OFlag::O_CLOEXEC).unwrap_or_else(|e| unwind(format!("cannot make a pipe: {e}")));
+    let (lifeline_read, lifeline_write) =
+        pipe2(OFlag::O_CLOEXEC).unwrap_or_else(|e| unwind(format!("cannot make a pipe: {e}")));
+
+    let service_is_root = geteuid().is_root();
+    if service_is_root && policy.identity == Identity::Service {
+        unwind("refusing to run a program as root: the policy must name a user".to_owned());
+    }
+    let mut flags = CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS;
+    if policy.network == Network::None {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    if !service_is_root {
+        flags |= CloneFlags::CLONE_NEWUSER;
+    }
+    let (uid, gid) = (geteuid(), getegid());
+    if let Err(e) = unshare(flags) {
+        unwind(format!(
+            "cannot create namespaces: {e}{}",
+            if service_is_root {
+                ""
+            } else {
+                " (a service that is not root needs unprivileged user namespaces: sysctl user.max_user_namespaces)"
+            }
+        ));
+    }
+    if !service_is_root
+        && let Err(e) = map_own_ids(uid.as_raw(), gid.as_raw())
+    {
+        unwind(format!("cannot map the user namespace: {e}"));
+    }
+
+    // SAFETY: this process is single-threaded (the launcher starts no thread),
+    // so the child may do anything after fork.
+    #[allow(unsafe_code)]
+    let forked = unsafe { fork() };
+    match forked {
+        Ok(ForkResult::Child) => {
+            drop(report_read);
+            drop(lifeline_write);
+            init::run(policy, &target, report_write, &lifeline_read, cgroups.as_ref())
+        }
+        Ok(ForkResult::Parent { child }) => {
+            drop(report_write);
+            drop(lifeline_read);
+            monitor(child, &mask, report_read, lifeline_write, cgroups.as_ref())
+        }
+        Err(e) => unwind(format!("cannot start the sandbox's init: {e}")),
+    }
+}
+
+/// In a new user namespace: the service's own uid and gid, mapped to themselves.
+fn map_own_ids(uid: u32, gid: u32) -> std::io::Result<()> {
+    std::fs::write("/proc/self/setgroups", "deny")?;
+    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
+}
+
+/// Waits for init, passing stop requests on, then exits the way the program did.
+fn monitor(
+    init: Pid,
+    mask: &nix::sys::signal::SigSet,
+    report: OwnedFd,
+    _lifeline: OwnedFd,
+    cgroups: Option<&cgroup::Created>,
+) -> ! {
+    let status = loop {
+        match mask.wait() {
+            Ok(Signal::SIGCHLD) => match waitpid(init, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {}
+                Ok(status) => break Some(status),
+                Err(_) => break None,
+            },
+            Ok(Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP | Signal::SIGQUIT) => {
+                let _ = kill(init, Signal::SIGTERM);
+            }
+            Ok(Signal::SIGUSR1) => {
+                let _ = kill(init, Signal::SIGKILL);
+            }
+            _ => {}
+        }
+    };
+    // init has exited: the kernel has killed and reaped every other process of
+    // its namespace, so the cgroups are empty.
+    if let Some(cgroups) = cgroups {
+        cgroups.remove();
+    }
+    match init::read_report(report) {
+        Some(init::Ending::Exited(code)) => std::process::exit(code),
+        Some(init::Ending::Signaled(signal)) => signals::die_by(signal),
+        None => match status {
+            Some(WaitStatus::Exited(_, code)) => std::process::exit(code),
+            Some(WaitStatus::Signaled(_, signal, _)) => signals::die_by(signal as i32),
+            _ => fail("lost track of the sandbox's init"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    fn policy_json() -> String {
+        serde_json::to_string(&Policy {
+            parent: None,
+            cwd: "/".into(),
+            read_write: vec![],
+            read_only: vec![],
+            network: Network::None,
+            identity: Identity::Service,
+            limits: crate::policy::Limits::default(),
+            cgroups: None,
+        })
+        .expect("json")
+    }
+
+    #[test]
+    fn the_command_line_is_policy_then_program() {
+        let json = policy_json();
+        let (policy, target) =
+            parse(args(&["--policy", &json, "--", "/bin/echo", "hi"])).expect("parses");
+        assert_eq!(policy.cwd, std::path::PathBuf::from("/"));
+        assert!(matches!(target, Target::Program(p) if p == args(&["/bin/echo", "hi"])));
+        let (_, probe) = parse(args(&["--policy", &json, "--", PROBE_PROGRAM])).expect("probe");
+        assert!(matches!(probe, Target::Probe));
+    }
+
+    #[test]
+    fn a_bad_command_line_is_refused_with_its_usage() {
+        let json = policy_json();
+        for bad in [
+            args(&[]),
+            args(&["--policy"]),
+            args(&["--policy", &json, "/bin/echo"]),
+            args(&["--policy", &json, "--"]),
+        ] {
+            let err = parse(bad).expect_err("refused");
+            assert!(err.starts_with("usage:"), "{err}");
+        }
+        let err = parse(args(&["--policy", "{}", "--", "x"])).expect_err("bad policy");
+        assert!(err.starts_with("the policy is not valid"), "{err}");
+    }
+}

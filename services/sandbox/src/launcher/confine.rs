@@ -1,0 +1,189 @@
+//! What init does to itself before it starts the program, which inherits all of
+//! it: the user (never root) and no capabilities, resource limits, and the
+//! Landlock rules (which also set no_new_privs).
+
+use std::path::{Path, PathBuf};
+
+use caps::CapSet;
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, NetPort, PathBeneath, PathFd, RestrictionStatus, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
+};
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
+use nix::unistd::{Gid, Uid, geteuid, getuid, setgroups, setresgid, setresuid};
+use serde_json::json;
+
+use crate::policy::{Cgroups, Identity, Limits, Network, Policy};
+
+/// The Landlock ABI whose access rights the sandbox asks for (file system, TCP,
+/// signal and abstract-socket scoping); older kernels enforce what they know.
+const LANDLOCK_ABI: ABI = ABI::V6;
+
+/// Directories read (and executed) by every sandbox, as Landlock rules.
+const READABLE: [&str; 8] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+];
+
+/// Switches to the policy's user and drops every capability.
+pub fn identity(identity: Identity) -> Result<(), String> {
+    let root = geteuid().is_root();
+    match identity {
+        Identity::User { uid, gid } if uid == 0 || gid == 0 => {
+            return Err("refusing to run a program as root (uid or gid 0)".to_owned());
+        }
+        Identity::User { uid, gid } if root => {
+            // The bounding set can only shrink while CAP_SETPCAP is held.
+            caps::clear(None, CapSet::Bounding).map_err(|e| e.to_string())?;
+            setgroups(&[Gid::from_raw(gid)]).map_err(|e| format!("setgroups: {e}"))?;
+            let (uid, gid) = (Uid::from_raw(uid), Gid::from_raw(gid));
+            setresgid(gid, gid, gid).map_err(|e| format!("setresgid: {e}"))?;
+            setresuid(uid, uid, uid).map_err(|e| format!("setresuid: {e}"))?;
+        }
+        Identity::User { uid, .. } if uid != geteuid().as_raw() => {
+            return Err(format!(
+                "a service that is not root runs programs as itself (uid {}), not as uid {uid}",
+                geteuid()
+            ));
+        }
+        Identity::Service if root => {
+            return Err("refusing to run a program as root: the policy must name a user".to_owned());
+        }
+        Identity::User { .. } | Identity::Service => {}
+    }
+    // In a user namespace the process still holds every capability of that
+    // namespace; a root service that switched users holds none. Either way:
+    // nothing is left.
+    for set in [
+        CapSet::Bounding,
+        CapSet::Ambient,
+        CapSet::Inheritable,
+        CapSet::Effective,
+        CapSet::Permitted,
+    ] {
+        if matches!(set, CapSet::Bounding) && caps::read(None, set).is_ok_and(|s| s.is_empty()) {
+            continue;
+        }
+        caps::clear(None, set).map_err(|e| format!("cannot drop capabilities: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Sets the resource limits (each never above the current hard limit).
+pub fn limits(limits: &Limits, cgroups: Option<&Cgroups>) -> Result<(), String> {
+    let set = |resource: Resource, value: u64| -> Result<(), String> {
+        let (_, hard) = getrlimit(resource).map_err(|e| format!("{resource:?}: {e}"))?;
+        let value = value.min(hard);
+        setrlimit(resource, value, value).map_err(|e| format!("{resource:?}: {e}"))
+    };
+    set(Resource::RLIMIT_CORE, 0)?;
+    set(Resource::RLIMIT_FSIZE, limits.file_bytes)?;
+    set(Resource::RLIMIT_NOFILE, limits.open_files)?;
+    if limits.cpu_secs > 0 {
+        // SIGXCPU at the limit; the kernel sends SIGKILL when it is reached.
+        let (_, hard) = getrlimit(Resource::RLIMIT_CPU).map_err(|e| format!("CPU: {e}"))?;
+        let soft = limits.cpu_secs.min(hard);
+        setrlimit(Resource::RLIMIT_CPU, soft, soft).map_err(|e| format!("CPU: {e}"))?;
+    }
+    if !cgroups.is_some_and(Cgroups::limits_processes) {
+        set(Resource::RLIMIT_NPROC, limits.processes)?;
+    }
+    if limits.address_space && !cgroups.is_some_and(Cgroups::limits_memory) {
+        set(Resource::RLIMIT_AS, limits.memory_bytes)?;
+    }
+    Ok(())
+}
+
+/// Applies the Landlock rules of the view: system directories readable, the
+/// policy's paths as it says, `/tmp` and `/dev` usable, TCP connections only to
+/// the allowed ports (when the policy lists ports), and no signals or abstract
+/// sockets to anything outside the sandbox.
+pub fn landlock(policy: &Policy) -> Result<RestrictionStatus, String> {
+    let error = |e: landlock::RulesetError| e.to_string();
+    let all = AccessFs::from_all(LANDLOCK_ABI);
+    let read = AccessFs::from_read(LANDLOCK_ABI);
+    let mut ruleset = Ruleset::default().handle_access(all).map_err(error)?;
+    if matches!(policy.network, Network::TcpPorts(_)) {
+        ruleset = ruleset
+            .handle_access(AccessNet::ConnectTcp)
+            .map_err(error)?;
+    }
+    let ruleset = ruleset
+        .scope(Scope::Signal | Scope::AbstractUnixSocket)
+        .map_err(error)?;
+    let linked: Vec<PathBuf> = ["/etc/resolv.conf", "/etc/hosts", "/etc/localtime"]
+        .iter()
+        .filter_map(|f| std::fs::canonicalize(f).ok())
+        .collect();
+    let mut created = ruleset
+        .create()
+        .map_err(error)?
+        .add_rules(path_beneath_rules(READABLE, read))
+        .map_err(error)?
+        .add_rules(path_beneath_rules(&linked, read))
+        .map_err(error)?
+        .add_rules(path_beneath_rules(["/proc"], AccessFs::ReadFile | AccessFs::ReadDir))
+        .map_err(error)?
+        // Listing the view's own root (it holds only what the view shows).
+        .add_rule(PathBeneath::new(
+            PathFd::new("/").map_err(|e| e.to_string())?,
+            AccessFs::ReadDir,
+        ))
+        .map_err(error)?
+        .add_rules(path_beneath_rules(["/dev", "/tmp"], all))
+        .map_err(error)?
+        .add_rules(path_beneath_rules(&policy.read_write, all))
+        .map_err(error)?
+        .add_rules(path_beneath_rules(&policy.read_only, read))
+        .map_err(error)?;
+    if let Network::TcpPorts(ports) = &policy.network {
+        for port in ports {
+            created = created
+                .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+                .map_err(error)?;
+        }
+    }
+    let status = created.restrict_self().map_err(error)?;
+    if status.ruleset == RulesetStatus::NotEnforced {
+        return Err("this kernel does not enforce Landlock".to_owned());
+    }
+    Ok(status)
+}
+
+/// What the self-check reports: the Landlock enforcement and the identity the
+/// program gets.
+pub fn describe(landlock: &RestrictionStatus) -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or("")
+            .to_owned()
+    };
+    json!({
+        "landlock": format!("{:?}", landlock.ruleset),
+        "landlock_abi": format!("{:?}", landlock.landlock),
+        "no_new_privs": landlock.no_new_privs,
+        "uid": getuid().as_raw(),
+        "cap_eff": field("CapEff:"),
+        "cap_bnd": field("CapBnd:"),
+        "proc_sees": proc_count(Path::new("/proc")),
+    })
+    .to_string()
+}
+
+/// How many processes `/proc` shows.
+fn proc_count(proc: &Path) -> usize {
+    std::fs::read_dir(proc).map_or(0, |entries| {
+        entries
+            .filter_map(Result::ok)
+            .filter(|e| {
+                e.file_name()
+                    .as_encoded_bytes()
+                    .iter()
+                    .all(u8::is_ascii_digit)
+            })
+            .count()
+    })
+}

@@ -1,0 +1,24 @@
+//! Chorus's run sandbox.
+//!
+//! Every process an agent causes — a CLI agent and everything it starts, each
+//! bash and git call of tool-exec — starts through one small launcher,
+//! `chorus-sandbox`, which confines it: a PID namespace whose init dies with the
+//! service (so the kernel kills every process of the run, whatever happened to
+//! the service), a mount namespace showing only the system directories and the
+//! run's own paths, Landlock rules on top, never root and no capabilities, an
+//! allow-listed environment, no network unless granted, resource limits. See
+//! docs/decisions/0013-run-sandbox.md.
+//!
+//! - [`policy`]: what one sandbox allows, as the launcher reads it;
+//! - [`launcher`]: the launcher itself (the `chorus-sandbox` binary);
+//! - [`service`]: how a service uses it: probing the host at start, building
+//!   the command of a sandboxed process, stopping it.
+
+pub mod launcher;
+pub mod policy;
+pub mod service;
+
+pub use policy::{Cgroups, Identity, Limits, Network, Policy};
+pub use service::{
+    Mode, ProcessSpec, Sandbox, SandboxConfig, SandboxError, SandboxStatus, SandboxedChild,
+};

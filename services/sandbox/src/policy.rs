@@ -1,0 +1,189 @@
+//! What one sandbox allows: the policy a service hands the launcher (as JSON in
+//! `--policy`). It carries paths, ids and limits, never a secret: the target's
+//! environment is the launcher's own, set by the service.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The program name that makes the launcher run its self-check instead of a
+/// program: every confinement step is taken, then the leader exits 0.
+pub const PROBE_PROGRAM: &str = "chorus-sandbox:probe";
+
+/// Everything the launcher needs besides the program and its environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    /// The service's pid: the launcher refuses to start when its parent is
+    /// already another process (the service died while starting it).
+    pub parent: Option<i32>,
+    /// Working directory of the program (inside one of the visible paths).
+    pub cwd: PathBuf,
+    /// Directories (or files) visible and writable, at the same paths.
+    pub read_write: Vec<PathBuf>,
+    /// Directories (or files) visible read-only (and executable), at the same
+    /// paths, besides the system directories every sandbox sees.
+    pub read_only: Vec<PathBuf>,
+    pub network: Network,
+    pub identity: Identity,
+    pub limits: Limits,
+    /// Per-sandbox control groups, when the host lets the service make them.
+    pub cgroups: Option<Cgroups>,
+}
+
+/// What the processes of a sandbox may reach over the network.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// A network namespace of its own: only a loopback interface.
+    None,
+    /// The host's network.
+    Host,
+    /// The host's network, but TCP connections only to these ports (Landlock).
+    TcpPorts(Vec<u16>),
+}
+
+/// Which user the processes of a sandbox run as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Identity {
+    /// The service's own user (a service that is not root: the launcher uses a
+    /// user namespace mapping only that user).
+    Service,
+    /// This user and group (a root service switches to them; never uid 0).
+    User { uid: u32, gid: u32 },
+}
+
+/// Resource limits of a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Most processes (and threads) at once: the cgroup's pids.max, else
+    /// RLIMIT_NPROC (which counts every process of the user).
+    pub processes: u64,
+    /// Most memory: the cgroup's memory limit; without a memory cgroup,
+    /// `address_space` decides.
+    pub memory_bytes: u64,
+    /// Without a memory cgroup, also cap each process's address space at
+    /// `memory_bytes` (RLIMIT_AS). Off for programs that reserve huge address
+    /// ranges up front (JavaScript runtimes).
+    pub address_space: bool,
+    /// CPU seconds each process may use (RLIMIT_CPU).
+    pub cpu_secs: u64,
+    /// Largest file a process may write (RLIMIT_FSIZE).
+    pub file_bytes: u64,
+    /// Most open files per process (RLIMIT_NOFILE, never above the current hard limit).
+    pub open_files: u64,
+    /// Size of the sandbox's private /tmp.
+    pub tmp_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            processes: 512,
+            memory_bytes: 8 << 30,
+            address_space: false,
+            cpu_secs: 3600,
+            file_bytes: 8 << 30,
+            open_files: 4096,
+            tmp_bytes: 1 << 30,
+        }
+    }
+}
+
+/// Where per-sandbox control groups are made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cgroups {
+    /// cgroup v2: a child of this directory (its subtree_control enables pids
+    /// and memory).
+    V2 { parent: PathBuf },
+    /// cgroup v1: a child in each controller's hierarchy that is writable.
+    V1 {
+        pids: Option<PathBuf>,
+        memory: Option<PathBuf>,
+    },
+}
+
+impl Cgroups {
+    /// Whether the processes of a sandbox are counted by a cgroup.
+    pub fn limits_processes(&self) -> bool {
+        match self {
+            Self::V2 { .. } => true,
+            Self::V1 { pids, .. } => pids.is_some(),
+        }
+    }
+
+    /// Whether the memory of a sandbox is limited by a cgroup.
+    pub fn limits_memory(&self) -> bool {
+        match self {
+            Self::V2 { .. } => true,
+            Self::V1 { memory, .. } => memory.is_some(),
+        }
+    }
+
+    /// The directories a sandbox's cgroups are made in.
+    pub fn parents(&self) -> Vec<&PathBuf> {
+        match self {
+            Self::V2 { parent } => vec![parent],
+            Self::V1 { pids, memory } => pids.iter().chain(memory.iter()).collect(),
+        }
+    }
+}
+
+/// The prefix of every per-sandbox cgroup's name.
+pub const CGROUP_PREFIX: &str = "chorus-sandbox-";
+
+/// Exit code of the launcher when the sandbox could not be set up (the reason
+/// is on stderr, after [`MESSAGE_PREFIX`]).
+pub const EXIT_SETUP_FAILED: i32 = 125;
+/// Exit code when the program exists but could not be executed.
+pub const EXIT_CANNOT_EXECUTE: i32 = 126;
+/// Exit code when the program was not found.
+pub const EXIT_NOT_FOUND: i32 = 127;
+/// How the launcher's own messages start on stderr.
+pub const MESSAGE_PREFIX: &str = "chorus-sandbox: ";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_round_trips_through_json() {
+        let policy = Policy {
+            parent: Some(42),
+            cwd: "/ws".into(),
+            read_write: vec!["/ws".into()],
+            read_only: vec!["/opt/cli".into()],
+            network: Network::TcpPorts(vec![443, 50051]),
+            identity: Identity::User {
+                uid: 1000,
+                gid: 1000,
+            },
+            limits: Limits::default(),
+            cgroups: Some(Cgroups::V1 {
+                pids: Some("/sys/fs/cgroup/pids".into()),
+                memory: None,
+            }),
+        };
+        let json = serde_json::to_string(&policy).expect("serialize");
+        assert_eq!(
+            serde_json::from_str::<Policy>(&json).expect("parse"),
+            policy
+        );
+        assert!(json.contains(r#""network":{"tcp_ports":[443,50051]}"#), "{json}");
+    }
+
+    #[test]
+    fn cgroups_say_what_they_limit() {
+        let v1 = Cgroups::V1 {
+            pids: Some("/p".into()),
+            memory: None,
+        };
+        assert!(v1.limits_processes() && !v1.limits_memory());
+        assert_eq!(v1.parents(), vec![&PathBuf::from("/p")]);
+        let v2 = Cgroups::V2 {
+            parent: "/c".into(),
+        };
+        assert!(v2.limits_processes() && v2.limits_memory());
+    }
+}
