@@ -5,13 +5,14 @@
 //! Three processes, each with one job:
 //!
 //! - the **monitor** (the process the service started) dies with the service
-//!   (parent-death signal), makes the sandbox's cgroups, creates the namespaces
-//!   and waits for init. SIGTERM asks every process of the sandbox to stop;
+//!   (parent-death signal), makes the sandbox's cgroups, creates the PID (and,
+//!   for a service that is not root, user) namespace and waits for init. SIGTERM asks every process of the sandbox to stop;
 //!   SIGUSR1 kills them all at once. When init is gone, every process of the
 //!   sandbox is gone (the kernel kills a PID namespace with its init), so the
 //!   monitor removes the cgroups and exits the way the program did: with its
 //!   exit code, or killed by its signal;
-//! - **init**, PID 1 of the new PID namespace, dies with the monitor, builds
+//! - **init**, PID 1 of the new PID namespace, dies with the monitor, creates
+//!   the mount, IPC, UTS and (without network) network namespaces, builds
 //!   the mount view (see [`mounts`]), gives up root and capabilities, applies
 //!   the limits and Landlock (see [`confine`]), starts the program and reaps
 //!   every orphan. When the program (the leader) exits, init exits, and with
@@ -40,9 +41,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid, getppid, pipe2};
 
-use crate::policy::{
-    EXIT_SETUP_FAILED, Identity, MESSAGE_PREFIX, Network, PROBE_PROGRAM, Policy,
-};
+use crate::policy::{EXIT_SETUP_FAILED, Identity, MESSAGE_PREFIX, PROBE_PROGRAM, Policy};
 
 /// What the launcher was asked to run.
 #[derive(Debug, Clone)]
@@ -127,13 +126,9 @@ fn run(policy: &Policy, target: Target) -> ! {
     if service_is_root && policy.identity == Identity::Service {
         unwind("refusing to run a program as root: the policy must name a user".to_owned());
     }
-    let mut flags = CloneFlags::CLONE_NEWPID
-        | CloneFlags::CLONE_NEWNS
-        | CloneFlags::CLONE_NEWIPC
-        | CloneFlags::CLONE_NEWUTS;
-    if policy.network == Network::None {
-        flags |= CloneFlags::CLONE_NEWNET;
-    }
+    // Only the PID (and user) namespace here: the monitor must keep seeing the
+    // host's file system (to remove the cgroups); init makes the others.
+    let mut flags = CloneFlags::CLONE_NEWPID;
     if !service_is_root {
         flags |= CloneFlags::CLONE_NEWUSER;
     }
@@ -223,6 +218,7 @@ fn monitor(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::Network;
 
     fn args(list: &[&str]) -> Vec<OsString> {
         list.iter().map(OsString::from).collect()

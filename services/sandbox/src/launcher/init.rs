@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sched::{CloneFlags, unshare};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, chdir, execve, fork, pipe2, setsid};
@@ -37,6 +38,13 @@ pub fn run(
     cgroups: Option<&Created>,
 ) -> ! {
     die_with_monitor(lifeline);
+    let mut flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWUTS;
+    if policy.network == Network::None {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    if let Err(e) = unshare(flags) {
+        fail(&format!("cannot create namespaces: {e}"));
+    }
     if let Some(cgroups) = cgroups
         && let Err(e) = cgroups.join_self()
     {
@@ -56,6 +64,11 @@ pub fn run(
     }
     // Changing credentials disarms the parent-death signal.
     die_with_monitor(lifeline);
+    // Not dumpable: the program (same user) can neither trace init nor read
+    // its /proc files. The program itself is dumpable again after exec.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        fail(&format!("cannot make init undumpable: {e}"));
+    }
     if let Err(e) = confine::limits(&policy.limits, cgroups.map(Created::plan)) {
         fail(&format!("cannot set resource limits: {e}"));
     }

@@ -1,0 +1,591 @@
+//! The sandbox as a service uses it: a process started through the launcher,
+//! tried the way an attacker would — other files, other processes, the
+//! network, root, escaping the run — and how it ends.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chorus_sandbox::{
+    Identity, Mode, Network, ProcessSpec, Sandbox, SandboxConfig, SandboxError, SandboxedChild,
+};
+use tokio::io::AsyncReadExt;
+
+/// The user a root test runs sandboxed programs as.
+const TEST_UID: u32 = 65_534;
+
+fn root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+async fn sandbox() -> Sandbox {
+    sandbox_with(SandboxConfig::default()).await
+}
+
+async fn sandbox_with(config: SandboxConfig) -> Sandbox {
+    let sandbox = Sandbox::start(SandboxConfig {
+        launcher: Some(env!("CARGO_BIN_EXE_chorus-sandbox").into()),
+        ..config
+    })
+    .await;
+    if config_mode_is_on(&sandbox) {
+        assert_eq!(
+            sandbox.status().state,
+            "enforced",
+            "{:?}",
+            sandbox.status()
+        );
+    }
+    sandbox
+}
+
+fn config_mode_is_on(sandbox: &Sandbox) -> bool {
+    sandbox.status().state != "off"
+}
+
+/// A workspace owned by the user sandboxed programs run as, next to a
+/// directory it must not see.
+struct Dirs {
+    _top: tempfile::TempDir,
+    workspace: PathBuf,
+    outside: PathBuf,
+}
+
+fn dirs() -> Dirs {
+    let top = tempfile::tempdir().expect("tempdir");
+    let workspace = top.path().join("ws");
+    let outside = top.path().join("secrets");
+    std::fs::create_dir(&workspace).expect("ws");
+    std::fs::create_dir(&outside).expect("outside");
+    std::fs::write(outside.join("key"), "the-signing-key").expect("secret");
+    std::fs::write(workspace.join("notes.txt"), "hello").expect("notes");
+    if root() {
+        for path in [&workspace, &workspace.join("notes.txt")] {
+            std::os::unix::fs::chown(path, Some(TEST_UID), Some(TEST_UID)).expect("chown");
+        }
+    }
+    Dirs {
+        workspace: workspace.canonicalize().expect("canonical"),
+        outside: outside.canonicalize().expect("canonical"),
+        _top: top,
+    }
+}
+
+fn spec(dirs: &Dirs, script: &str) -> ProcessSpec {
+    ProcessSpec {
+        program: "/bin/bash".into(),
+        args: vec!["-c".into(), script.into()],
+        env: vec![
+            ("PATH".into(), "/usr/bin:/bin".into()),
+            ("HOME".into(), "/tmp".into()),
+        ],
+        cwd: dirs.workspace.clone(),
+        read_write: vec![dirs.workspace.clone()],
+        read_only: Vec::new(),
+        network: Network::None,
+        identity: if root() {
+            Identity::User {
+                uid: TEST_UID,
+                gid: TEST_UID,
+            }
+        } else {
+            Identity::Service
+        },
+        address_space_limit: true,
+    }
+}
+
+struct Ran {
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+async fn run(sandbox: &Sandbox, spec: &ProcessSpec) -> Ran {
+    let mut child = sandbox.spawn(spec).expect("spawned");
+    let (stdout, stderr) = read_both(&mut child).await;
+    let status = child.wait().await.expect("waited");
+    Ran {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+async fn read_both(child: &mut SandboxedChild) -> (String, String) {
+    let mut out = child.take_stdout().expect("stdout");
+    let mut err = child.take_stderr().expect("stderr");
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    let (a, b) = tokio::join!(out.read_to_string(&mut stdout), err.read_to_string(&mut stderr));
+    a.expect("read stdout");
+    b.expect("read stderr");
+    (stdout, stderr)
+}
+
+/// Live (non-zombie) processes whose command line holds `marker`.
+fn survivors(marker: &str) -> Vec<i32> {
+    let me = std::process::id().cast_signed();
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let running = state
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|s| s != "Z" && s != "X");
+            running
+                && cmdline
+                    .split(|b| *b == 0)
+                    .any(|arg| arg == marker.as_bytes())
+        })
+        .collect()
+}
+
+/// Waits (bounded; a safety net, not a timing assertion) until `done` holds.
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Starts, in the background, children that try every way out of the run:
+/// plain, setsid, double-forked, and setsid with a scrubbed environment, each
+/// ignoring SIGTERM and carrying `marker` as its `$0`.
+fn escapees(marker: &str) -> String {
+    let sleeper = "trap '' TERM; while :; do sleep 1; done";
+    format!(
+        "sh -c \"{sleeper}\" {marker} & \
+         setsid sh -c \"{sleeper}\" {marker} & \
+         (sh -c \"{sleeper}\" {marker} &) ; \
+         env -i setsid sh -c \"{sleeper}\" {marker} & "
+    )
+}
+
+#[tokio::test]
+async fn only_the_workspace_and_the_system_are_visible() {
+    let sandbox = sandbox().await;
+    let dirs = dirs();
+    let script = format!(
+        "cat notes.txt; echo; \
+         cat {outside}/key || echo no-secret; \
+         test -e {outside} || echo no-outside; \
+         test -e /root || echo no-root; test -e /home || echo no-home; \
+         cat /etc/shadow >/dev/null 2>&1 || echo no-shadow; \
+         echo x > {ws}/made && echo wrote-workspace; \
+         echo x > /usr/evil 2>/dev/null || echo no-write-usr; \
+         echo x > /etc/evil 2>/dev/null || echo no-write-etc; \
+         touch /evil 2>/dev/null || echo no-write-root; \
+         echo x > /tmp/t && echo wrote-tmp; \
+         pwd",
+        outside = dirs.outside.display(),
+        ws = dirs.workspace.display()
+    );
+    let ran = run(&sandbox, &spec(&dirs, &script)).await;
+    assert!(ran.status.success(), "{}", ran.stderr);
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "hello",
+            "no-secret",
+            "no-outside",
+            "no-root",
+            "no-home",
+            "no-shadow",
+            "wrote-workspace",
+            "no-write-usr",
+            "no-write-etc",
+            "no-write-root",
+            "wrote-tmp",
+            dirs.workspace.to_str().expect("utf8"),
+        ]
+    );
+    assert!(!ran.stdout.contains("the-signing-key"));
+    // The file it made belongs to the workspace's user, not root.
+    let made = std::fs::metadata(dirs.workspace.join("made")).expect("made");
+    if root() {
+        assert_eq!(made.uid(), TEST_UID);
+    }
+}
+
+#[tokio::test]
+async fn the_program_never_runs_as_root_and_holds_no_capability() {
+    let sandbox = sandbox().await;
+    let dirs = dirs();
+    let ran = run(
+        &sandbox,
+        &spec(
+            &dirs,
+            "id -u; grep -E '^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs)' /proc/self/status",
+        ),
+    )
+    .await;
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    let uid: u32 = lines[0].parse().expect("uid");
+    assert_ne!(uid, 0);
+    if root() {
+        assert_eq!(uid, TEST_UID);
+    }
+    for line in &lines[1..] {
+        let (name, value) = line.split_once(':').expect("field");
+        let expected = if name == "NoNewPrivs" {
+            "1"
+        } else {
+            "0000000000000000"
+        };
+        assert_eq!(value.trim(), expected, "{line}");
+    }
+    let as_root = Identity::User { uid: 0, gid: 0 };
+    let ran = run(
+        &sandbox,
+        &ProcessSpec {
+            identity: as_root,
+            ..spec(&dirs, "id -u")
+        },
+    )
+    .await;
+    assert_eq!(ran.status.code(), Some(125));
+    assert!(ran.stderr.contains("refusing to run a program as root"), "{}", ran.stderr);
+}
+
+#[tokio::test]
+async fn other_processes_cannot_be_seen_or_signalled() {
+    let sandbox = sandbox().await;
+    let dirs = dirs();
+    let me = std::process::id();
+    let script = format!(
+        "ls /proc | grep -cE '^[0-9]+$'; \
+         cat /proc/{me}/environ 2>/dev/null || echo no-environ; \
+         kill -0 {me} 2>/dev/null || echo no-signal; \
+         cat /proc/1/environ 2>/dev/null || echo no-init-environ"
+    );
+    let ran = run(&sandbox, &spec(&dirs, &script)).await;
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    // init, bash, ls and grep at most.
+    let seen: usize = lines[0].parse().expect("count");
+    assert!(seen <= 4, "sees {seen} processes");
+    assert_eq!(&lines[1..], ["no-environ", "no-signal", "no-init-environ"]);
+}
+
+#[tokio::test]
+async fn nothing_outlives_the_program() {
+    let sandbox = sandbox().await;
+    let dirs = dirs();
+    let marker = "chorus-escapee-outlive";
+    let script = format!(
+        "{} while [ $(pgrep -fc {marker}) -lt 4 ]; do sleep 0.01; done; echo started",
+        escapees(marker)
+    );
+    let mut child = sandbox.spawn(&spec(&dirs, &script)).expect("spawned");
+    let (stdout, stderr) = read_both(&mut child).await;
+    let status = child.wait().await.expect("wait");
+    assert!(status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), "started");
+    // Reading ended (every writer of the pipes is gone) and the launcher exited:
+    // nothing is left, at once.
+    assert_eq!(survivors(marker), Vec::<i32>::new());
+}
+
+#[tokio::test]
+async fn stopping_reaches_every_process_and_killing_ends_them_all() {
+    let sandbox = sandbox().await;
+    let dirs = dirs();
+    let marker = "chorus-escapee-stop";
+    let script = format!(
+        "trap '' TERM; {} while :; do sleep 1; done",
+        escapees(marker)
+    );
+    let mut child = sandbox.spawn(&spec(&dirs, &script)).expect("spawned");
+    eventually("the escapees started", || survivors(marker).len() == 4).await;
+    // Everything ignores SIGTERM, so the grace runs out and all are killed.
+    let status = child
+        .stop(Duration::from_millis(200))
+        .await
+        .expect("stopped");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9));
+    assert_eq!(survivors(marker), Vec::<i32>::new());
+
+    // A program that honours SIGTERM ends with its own status.
+    let mut child = sandbox
+        .spawn(&spec(&dirs, "trap 'exit 7' TERM; echo up; while :; do sleep 0.01; done"))
+        .expect("spawned");
+    let mut out = child.take_stdout().expect("stdout");
+    let mut first = [0u8; 3];
+    out.read_exact(&mut first).await.expect("up");
+    let status = child.stop(Duration::from_secs(20)).await.expect("stopped");
+    assert_eq!(status.code(), Some(7));
+}
+
+#[tokio::test]
+async fn the_sandbox_dies_with_the_service() {
+    let dirs = dirs();
+    let marker = "chorus-escapee-service";
+    let script = format!("{} while :; do sleep 1; done", escapees(marker));
+    let policy = serde_json::to_string(&chorus_sandbox::Policy {
+        parent: None,
+        cwd: dirs.workspace.clone(),
+        read_write: vec![dirs.workspace.clone()],
+        read_only: Vec::new(),
+        network: Network::None,
+        identity: spec(&dirs, "").identity,
+        limits: chorus_sandbox::Limits::default(),
+        cgroups: None,
+    })
+    .expect("policy");
+    // A stand-in service: a shell that starts the launcher and waits.
+    let mut service = tokio::process::Command::new("sh")
+        .args([
+            "-c",
+            "\"$0\" --policy \"$1\" -- bash -c \"$2\"; exit 0",
+            env!("CARGO_BIN_EXE_chorus-sandbox"),
+            &policy,
+            &script,
+        ])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("service");
+    eventually("the escapees started", || survivors(marker).len() == 4).await;
+    service.start_kill().expect("SIGKILL");
+    service.wait().await.expect("reaped");
+    eventually("every process of the sandbox died with the service", || {
+        survivors(marker).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn exit_codes_signals_and_start_failures_come_through() {
+    let sandbox = sandbox().await;
+    let dirs = dirs();
+    let ran = run(&sandbox, &spec(&dirs, "echo out; echo err >&2; exit 3")).await;
+    assert_eq!(ran.status.code(), Some(3));
+    assert_eq!((ran.stdout.as_str(), ran.stderr.as_str()), ("out\n", "err\n"));
+    use std::os::unix::process::ExitStatusExt;
+    let ran = run(&sandbox, &spec(&dirs, "kill -9 $$")).await;
+    assert_eq!(ran.status.signal(), Some(9));
+
+    for (program, code, message) in [
+        ("/no/such/program", 127, "cannot execute '/no/such/program': No such file or directory"),
+        ("no-such-program", 127, "cannot execute 'no-such-program': not found on PATH"),
+    ] {
+        let spec = ProcessSpec {
+            program: program.into(),
+            args: Vec::new(),
+            ..spec(&dirs, "")
+        };
+        let mut child = sandbox.spawn(&spec).expect("spawned");
+        let (_, stderr) = read_both(&mut child).await;
+        let status = child.wait().await.expect("wait");
+        assert_eq!(status.code(), Some(code));
+        assert_eq!(child.launch_failure(status, &stderr).as_deref(), Some(message));
+    }
+    // A file outside every visible path cannot be executed.
+    let outside = dirs.outside.join("tool");
+    std::fs::write(&outside, "#!/bin/sh\necho escaped\n").expect("tool");
+    let spec = ProcessSpec {
+        program: outside.clone().into(),
+        args: Vec::new(),
+        ..spec(&dirs, "")
+    };
+    let ran = run(&sandbox, &spec).await;
+    assert_eq!(ran.status.code(), Some(127), "{}", ran.stderr);
+    assert!(!ran.stdout.contains("escaped"));
+}
+
+#[tokio::test]
+async fn the_environment_is_exactly_what_the_service_gave() {
+    let sandbox = sandbox().await;
+    let dirs = dirs();
+    let mut spec = spec(&dirs, "env | sort");
+    spec.env.push(("ONLY_THIS".into(), "1".into()));
+    let ran = run(&sandbox, &spec).await;
+    let names: Vec<&str> = ran
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+        .filter(|k| !matches!(*k, "PWD" | "SHLVL" | "_"))
+        .collect();
+    assert_eq!(names, ["HOME", "ONLY_THIS", "PATH"]);
+}
+
+#[tokio::test]
+async fn the_network_is_what_the_policy_grants() {
+    let sandbox = sandbox().await;
+    let dirs = dirs();
+    let open = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let other = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let (port, other_port) = (
+        open.local_addr().expect("addr").port(),
+        other.local_addr().expect("addr").port(),
+    );
+    let probe = format!(
+        "(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached || echo refused; \
+         (exec 3<>/dev/tcp/127.0.0.1/{other_port}) 2>/dev/null && echo reached || echo refused"
+    );
+    for (network, expected) in [
+        (Network::None, "refused refused"),
+        (Network::Host, "reached reached"),
+        (Network::TcpPorts(vec![port]), "reached refused"),
+    ] {
+        let ran = run(
+            &sandbox,
+            &ProcessSpec {
+                network: network.clone(),
+                ..spec(&dirs, &probe)
+            },
+        )
+        .await;
+        assert_eq!(
+            ran.stdout.split_whitespace().collect::<Vec<_>>().join(" "),
+            expected,
+            "{network:?}: {}",
+            ran.stderr
+        );
+    }
+    // Without network, the loopback still works inside the sandbox.
+    let ran = run(
+        &sandbox,
+        &spec(
+            &dirs,
+            "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(); c=socket.create_connection(s.getsockname()); print(\"loopback\")'",
+        ),
+    )
+    .await;
+    assert_eq!(ran.stdout.trim(), "loopback", "{}", ran.stderr);
+}
+
+#[tokio::test]
+async fn processes_are_limited() {
+    let sandbox = sandbox_with(SandboxConfig {
+        limits: chorus_sandbox::Limits {
+            processes: 20,
+            ..chorus_sandbox::Limits::default()
+        },
+        ..SandboxConfig::default()
+    })
+    .await;
+    let dirs = dirs();
+    let ran = run(
+        &sandbox,
+        &spec(
+            &dirs,
+            "exec python3 -c 'import os, time\nn = 0\nfor _ in range(60):\n    try:\n        if os.fork() == 0:\n            time.sleep(5); os._exit(0)\n        n += 1\n    except OSError:\n        break\nprint(n)'",
+        ),
+    )
+    .await;
+    let started: usize = ran.stdout.trim().parse().expect("count");
+    assert!(started < 20, "started {started} processes: {}", ran.stderr);
+}
+
+#[tokio::test]
+async fn an_unavailable_sandbox_starts_nothing_and_off_runs_unconfined() {
+    let unavailable = Sandbox::start(SandboxConfig {
+        launcher: Some("/no/such/chorus-sandbox".into()),
+        ..SandboxConfig::default()
+    })
+    .await;
+    assert_eq!(unavailable.status().state, "unavailable");
+    assert!(
+        unavailable.status().problems[0].contains("cannot run the sandbox launcher /no/such/chorus-sandbox"),
+        "{:?}",
+        unavailable.status()
+    );
+    let dirs = dirs();
+    let err = unavailable
+        .spawn(&spec(&dirs, "echo hi"))
+        .expect_err("refused");
+    assert!(matches!(err, SandboxError::Unavailable(_)));
+    assert!(err.to_string().contains("--sandbox off"), "{err}");
+
+    let off = sandbox_with(SandboxConfig {
+        mode: Mode::Off,
+        ..SandboxConfig::default()
+    })
+    .await;
+    assert_eq!(off.status().state, "off");
+    assert_eq!(
+        off.identity_for(&dirs.workspace).expect("identity"),
+        Identity::Service
+    );
+    let ran = run(&off, &spec(&dirs, "id -u; ls /proc | grep -cE '^[0-9]+$'")).await;
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert_eq!(lines[0], nix::unistd::geteuid().to_string());
+    let seen: usize = lines[1].parse().expect("count");
+    assert!(seen > 4, "an unconfined process sees the host's processes");
+}
+
+#[tokio::test]
+async fn a_root_service_runs_programs_as_the_workspace_owner() {
+    if !root() {
+        return;
+    }
+    let dirs = dirs();
+    let sandbox = sandbox().await;
+    assert_eq!(
+        sandbox.identity_for(&dirs.workspace).expect("owner"),
+        Identity::User {
+            uid: TEST_UID,
+            gid: TEST_UID
+        }
+    );
+    let err = sandbox
+        .identity_for(Path::new("/"))
+        .expect_err("root-owned");
+    assert!(
+        err.to_string().contains("owned by root, and agents never run as root: chown it"),
+        "{err}"
+    );
+    let configured = sandbox_with(SandboxConfig {
+        user: Some((4242, 4343)),
+        ..SandboxConfig::default()
+    })
+    .await;
+    assert_eq!(
+        configured.identity_for(Path::new("/")).expect("configured"),
+        Identity::User {
+            uid: 4242,
+            gid: 4343
+        }
+    );
+}
+
+/// The same tests, run by a service that is not root (the launcher then uses a
+/// user namespace): this binary again, as nobody.
+#[test]
+fn the_sandbox_holds_for_a_service_that_is_not_root() {
+    const AGAIN: &str = "CHORUS_SANDBOX_TEST_UNPRIVILEGED";
+    if !root() || std::env::var_os(AGAIN).is_some() {
+        return;
+    }
+    let this = std::env::current_exe().expect("this test binary");
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(&this)
+        .args(["--test-threads", "2", "--skip", "the_sandbox_holds_for"])
+        .env(AGAIN, "1")
+        .current_dir("/")
+        .output()
+        .expect("setpriv runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("11 passed"),
+        "as nobody:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
