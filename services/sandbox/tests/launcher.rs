@@ -584,7 +584,7 @@ fn the_sandbox_holds_for_a_service_that_is_not_root() {
         .expect("setpriv runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.contains("11 passed"),
+        out.status.success() && stdout.contains("test result: ok. 12 passed"),
         "as nobody:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
