@@ -329,6 +329,28 @@ pub static TOOLS: &[ToolSpec] = &[
     ),
 ];
 
+/// A permission an allow-list can hold that is not a tool: it changes what
+/// tools may do.
+#[derive(Debug, Clone, Copy)]
+pub struct Grant {
+    pub name: &'static str,
+    pub description: &'static str,
+}
+
+/// The name of the grant that lets bash and git reach the network.
+pub const NETWORK: &str = "network";
+
+/// Every grant.
+pub static GRANTS: &[Grant] = &[Grant {
+    name: NETWORK,
+    description: "bash and git may reach the network (the host's network, as the service sees it); without it they run with no network at all, and git.push is refused",
+}];
+
+/// Looks a grant up by name.
+pub fn get_grant(name: &str) -> Option<&'static Grant> {
+    GRANTS.iter().find(|g| g.name == name)
+}
+
 /// Looks a tool up by its exact catalog name.
 pub fn get(name: &str) -> Option<&'static ToolSpec> {
     TOOLS.iter().find(|t| t.name == name)
@@ -337,7 +359,7 @@ pub fn get(name: &str) -> Option<&'static ToolSpec> {
 /// A name in an allow-list that is neither a tool nor a `@profile`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AllowListError {
-    #[error("unknown tool '{0}'; known tools: {known}", known = known_tools())]
+    #[error("unknown tool '{0}'; known tools: {known}; grants: {grants}", known = known_tools(), grants = known_grants())]
     UnknownTool(String),
     #[error("unknown profile '@{0}'; known profiles: {known}", known = known_profiles())]
     UnknownProfile(String),
@@ -345,6 +367,10 @@ pub enum AllowListError {
 
 fn known_tools() -> String {
     TOOLS.iter().map(|t| t.name).collect::<Vec<_>>().join(", ")
+}
+
+fn known_grants() -> String {
+    GRANTS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
 }
 
 fn known_profiles() -> String {
@@ -355,8 +381,9 @@ fn known_profiles() -> String {
         .join(", ")
 }
 
-/// Expands an allow-list (tool names and `@profile` references) into the set of
-/// tool names it grants, always-granted tools included. Unknown names are errors.
+/// Expands an allow-list (tool names, grants such as `network`, and `@profile`
+/// references) into the set of names it grants, always-granted tools included.
+/// Unknown names are errors.
 pub fn expand_allow_list<S: AsRef<str>>(
     entries: &[S],
 ) -> Result<BTreeSet<&'static str>, AllowListError> {
@@ -371,6 +398,8 @@ pub fn expand_allow_list<S: AsRef<str>>(
             let profile = profiles::get(profile)
                 .ok_or_else(|| AllowListError::UnknownProfile(profile.to_owned()))?;
             granted.extend(profile.tools.iter().copied());
+        } else if let Some(grant) = get_grant(entry) {
+            granted.insert(grant.name);
         } else {
             let tool = get(entry).ok_or_else(|| AllowListError::UnknownTool(entry.to_owned()))?;
             granted.insert(tool.name);

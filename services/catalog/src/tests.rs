@@ -232,3 +232,16 @@ fn help_is_filtered_to_the_granted_tools() {
     let one = help_for(granted.iter().copied(), Some("file.read"));
     assert_eq!(one.tools.len(), 1);
 }
+
+#[test]
+fn the_network_grant_is_a_name_of_its_own_and_in_no_profile() {
+    let granted = expand_allow_list(&["bash", "network"]).expect("expands");
+    assert!(granted.contains("network") && granted.contains("bash"));
+    for profile in PROFILES {
+        assert!(!profile.tools.contains(&NETWORK), "@{} grants network", profile.name);
+    }
+    // It is not a tool: it never shows in a run's tool list.
+    assert!(!granted_names(&["network"]).contains(&"network"));
+    let err = expand_allow_list(&["netwerk"]).expect_err("unknown");
+    assert!(err.to_string().contains("grants: network"), "{err}");
+}

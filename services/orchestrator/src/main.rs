@@ -65,6 +65,12 @@ struct Cli {
     /// Keep each run's directory (its HOME, generated config) after it ends.
     #[arg(long, env = "CHORUS_KEEP_RUN_DIRS")]
     keep_run_dirs: bool,
+    /// More paths CLI agents may read in their sandbox (comma-separated; for a
+    /// runtime the CLI needs outside the system directories and its own install).
+    #[arg(long, env = "CHORUS_AGENT_READ_ONLY_PATHS", value_delimiter = ',')]
+    agent_read_only_path: Vec<PathBuf>,
+    #[command(flatten)]
+    sandbox: chorus_sandbox::cli::SandboxArgs,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -97,7 +103,7 @@ fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("binding the embedded tool-exec on {} (use --tool-exec-listen or --no-embedded-tool-exec)", cli.tool_exec_listen))?;
             Some(EmbeddedToolExec { listener, limits: Limits::default() })
         };
-        let mut config = OrchestratorConfig { embedded_tool_exec, tool_exec_addr: cli.tool_exec_addr.clone(), ..OrchestratorConfig::new(database_url, signer, &cli.data_dir) };
+        let mut config = OrchestratorConfig { embedded_tool_exec, tool_exec_addr: cli.tool_exec_addr.clone(), sandbox: cli.sandbox.config(), ..OrchestratorConfig::new(database_url, signer, &cli.data_dir) };
         let runner = &mut config.runner;
         if let Some(path) = &cli.chorus_tools {
             runner.chorus_tools = std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))?;
@@ -108,6 +114,7 @@ fn main() -> anyhow::Result<()> {
         runner.handoff_timeout = std::time::Duration::from_secs(cli.handoff_timeout_secs.max(1));
         runner.pass_env.extend(cli.agent_pass_env.iter().filter(|n| !n.is_empty()).cloned());
         runner.keep_run_dirs = cli.keep_run_dirs;
+        runner.cli_read_only.clone_from(&cli.agent_read_only_path);
         runner.runs_dir = std::path::absolute(&runner.runs_dir).with_context(|| format!("resolving {}", runner.runs_dir.display()))?;
         if let Err(problem) = runner.validate() {
             warn!("{problem}; agents cannot be started until this is fixed");

@@ -82,6 +82,9 @@ pub struct RunContext {
     pub workspace_root: PathBuf,
     /// The run's private directory (its HOME for CLIs, generated config).
     pub run_dir: PathBuf,
+    /// Who the run's processes run as (the workspace's owner; see
+    /// `chorus_sandbox::Sandbox::identity_for`).
+    pub identity: chorus_sandbox::Identity,
     /// When the run must be over (the clock stops while it waits for a
     /// handoff), and the timeout that set it.
     pub clock: RunClock,

@@ -4,8 +4,8 @@
 //! each live run and a way to wait for its end.
 //!
 //! Files: `start` (StartTask, CancelTask), `driver` (one run, attempt by attempt,
-//! to its recorded end), `process` and `sweep` (CLI processes and killing every
-//! one of them), `tools` (the executor path for API agents).
+//! to its recorded end), `process` (a CLI process in the run sandbox), `tools`
+//! (the executor path for API agents).
 
 mod driver;
 pub mod handoff;
@@ -14,12 +14,13 @@ pub mod plan;
 pub mod process;
 pub mod recover;
 mod start;
-pub mod sweep;
 pub mod tools;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+
+use chorus_sandbox::{Network, Sandbox};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -81,6 +82,9 @@ pub struct RunnerConfig {
     pub api: ApiLimits,
     /// Keep each run's directory after it ends (for debugging).
     pub keep_run_dirs: bool,
+    /// More paths CLI agents may read (a runtime the CLI needs outside the
+    /// system directories and its own installation).
+    pub cli_read_only: Vec<PathBuf>,
 }
 
 impl RunnerConfig {
@@ -113,6 +117,7 @@ impl RunnerConfig {
             pass_env: DEFAULT_PASS_ENV.iter().map(|s| (*s).to_owned()).collect(),
             api: ApiLimits::default(),
             keep_run_dirs: false,
+            cli_read_only: Vec::new(),
         }
     }
 
@@ -144,8 +149,8 @@ impl RunnerConfig {
     }
 }
 
-/// What a CLI provider needs besides the run: its program, chorus-tools, and the
-/// environment it passes on.
+/// What a CLI provider needs besides the run: its program, chorus-tools, the
+/// environment it passes on, and what its sandbox shows.
 #[derive(Debug, Clone)]
 pub struct CliSetup {
     pub program: PathBuf,
@@ -157,6 +162,9 @@ pub struct CliSetup {
     /// How long the CLI's own shell tool lets a command run: long enough for the
     /// longest handoff.
     pub bash_timeout: Duration,
+    /// What the CLI may read besides the system: chorus-tools, the CLI's own
+    /// installation, the configured paths.
+    pub read_only: Vec<PathBuf>,
 }
 
 impl CliSetup {
@@ -199,6 +207,71 @@ impl CliSetup {
         env.extend(self.passed.iter().cloned());
         env
     }
+
+    /// The command of one attempt: `args` and `env` in the run's sandbox, its
+    /// working directory the run's empty `work` directory (the workspace is not
+    /// visible to a CLI: every file it reaches goes through chorus-tools).
+    pub fn command(&self, ctx: &RunContext, args: Vec<String>, env: Vec<(String, String)>) -> process::CliCommand {
+        process::CliCommand {
+            program: self.program.clone(),
+            args,
+            env,
+            cwd: work_dir(&ctx.run_dir),
+            run_dir: ctx.run_dir.clone(),
+            read_only: self.read_only.clone(),
+            network: Network::TcpPorts(self.ports(ctx)),
+            identity: ctx.identity,
+        }
+    }
+
+    /// The TCP ports a CLI may connect to: the Chorus services, its model
+    /// endpoint (443 without a base URL) and the configured proxies.
+    fn ports(&self, ctx: &RunContext) -> Vec<u16> {
+        let mut ports: Vec<u16> = Vec::new();
+        for addr in [&ctx.orchestrator_addr, &ctx.tools_addr] {
+            let url = if addr.contains("://") {
+                addr.clone()
+            } else {
+                format!("http://{addr}")
+            };
+            ports.extend(url_port(&url));
+        }
+        match &ctx.provider.base_url {
+            Some(url) => ports.extend(url_port(url)),
+            None => ports.push(443),
+        }
+        for (name, value) in &self.passed {
+            if name.to_ascii_lowercase().ends_with("_proxy") && name.to_ascii_lowercase() != "no_proxy" {
+                ports.extend(url_port(value));
+            }
+        }
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    }
+}
+
+/// The port a URL names, or its scheme's default.
+fn url_port(url: &str) -> Option<u16> {
+    reqwest::Url::parse(url).ok()?.port_or_known_default()
+}
+
+/// Where a CLI program is installed, for its sandbox: the `node_modules` tree
+/// it belongs to (an npm install: the packages it needs are there), else its
+/// directory. `program` without a slash is looked up on `path`.
+pub fn installation(program: &Path, path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    let found = if program.components().count() > 1 {
+        program.to_path_buf()
+    } else {
+        std::env::split_paths(path?)
+            .map(|dir| dir.join(program))
+            .find(|candidate| candidate.is_file())?
+    };
+    let real = std::fs::canonicalize(found).ok()?;
+    real.ancestors()
+        .find(|a| a.file_name().is_some_and(|n| n == "node_modules"))
+        .or_else(|| real.parent())
+        .map(Path::to_path_buf)
 }
 
 /// A run's HOME.
@@ -209,6 +282,11 @@ pub fn home_dir(run_dir: &Path) -> PathBuf {
 /// A run's TMPDIR.
 pub fn tmp_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("tmp")
+}
+
+/// A CLI's working directory: empty, in the run directory.
+pub fn work_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("work")
 }
 
 /// A run in progress in this process.
@@ -227,6 +305,8 @@ struct Live {
 #[derive(Debug)]
 pub struct Runner {
     config: RunnerConfig,
+    /// Where CLI agents run.
+    processes: Sandbox,
     http: reqwest::Client,
     live: Mutex<HashMap<RunId, Live>>,
 }
@@ -235,9 +315,10 @@ pub struct Runner {
 const STOP_WAIT: Duration = Duration::from_secs(20);
 
 impl Runner {
-    pub fn new(config: RunnerConfig) -> Self {
+    pub fn new(config: RunnerConfig, processes: Sandbox) -> Self {
         Self {
             config,
+            processes,
             http: reqwest::Client::new(),
             live: Mutex::new(HashMap::new()),
         }
@@ -247,7 +328,16 @@ impl Runner {
         &self.config
     }
 
+    /// The sandbox CLI agents run in.
+    pub fn processes(&self) -> &Sandbox {
+        &self.processes
+    }
+
     fn cli_setup(&self, program: &Path) -> CliSetup {
+        let path = std::env::var_os("PATH");
+        let mut read_only = vec![self.config.chorus_tools.clone()];
+        read_only.extend(installation(program, path.as_deref()));
+        read_only.extend(self.config.cli_read_only.iter().cloned());
         CliSetup {
             program: program.to_path_buf(),
             chorus_tools: self.config.chorus_tools.clone(),
@@ -257,8 +347,9 @@ impl Runner {
                 .iter()
                 .filter_map(|name| Some((name.clone(), std::env::var(name).ok()?)))
                 .collect(),
-            path: std::env::var_os("PATH"),
+            path,
             bash_timeout: self.config.max_handoff_timeout() + Duration::from_secs(60),
+            read_only,
         }
     }
 

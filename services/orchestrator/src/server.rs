@@ -41,6 +41,9 @@ pub struct OrchestratorConfig {
     pub shutdown_grace: Duration,
     /// How agents are run.
     pub runner: RunnerConfig,
+    /// How the processes agents cause are confined (CLI agents here, bash and
+    /// git in the embedded tool-exec).
+    pub sandbox: chorus_sandbox::SandboxConfig,
 }
 
 impl OrchestratorConfig {
@@ -57,6 +60,7 @@ impl OrchestratorConfig {
             embedded_tool_exec: None,
             tool_exec_addr: None,
             shutdown_grace: Duration::from_secs(10),
+            sandbox: chorus_sandbox::SandboxConfig::default(),
         }
     }
 }
@@ -77,7 +81,8 @@ pub async fn run(
     let addr = listener.local_addr()?;
     let store = Store::open(&config.database_url).await?;
     info!(backend = ?store.backend(), "store open");
-    let mut state = AppState::new(store, config.signer, config.runner);
+    let processes = chorus_sandbox::Sandbox::start(config.sandbox).await;
+    let mut state = AppState::new(store, config.signer, config.runner, processes.clone());
     state.addresses = crate::state::Addresses {
         orchestrator: addr.to_string(),
         tool_exec: match &config.embedded_tool_exec {
@@ -130,7 +135,7 @@ pub async fn run(
             let tool_exec_config = ToolExecConfig {
                 limits: embedded.limits,
                 gate: Some(gate),
-                ..ToolExecConfig::new(state.verifier.clone())
+                ..ToolExecConfig::new(state.verifier.clone(), processes.clone())
             };
             let tool_exec_stop = stop.clone();
             info!(addr = %embedded.listener.local_addr()?, "embedded tool-exec");

@@ -34,7 +34,13 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(store: Store, signer: RunTokenSigner, runner: RunnerConfig) -> Self {
+    /// State over `store`, running CLI agents in `processes`.
+    pub fn new(
+        store: Store,
+        signer: RunTokenSigner,
+        runner: RunnerConfig,
+        processes: chorus_sandbox::Sandbox,
+    ) -> Self {
         let verifier = signer.verifier();
         Self {
             store,
@@ -43,7 +49,7 @@ impl AppState {
             verifier,
             shutdown: CancellationToken::new(),
             addresses: Addresses::default(),
-            runner: Arc::new(Runner::new(runner)),
+            runner: Arc::new(Runner::new(runner, processes)),
         }
     }
 

@@ -14,9 +14,13 @@
 //! - [`service`]: how a service uses it: probing the host at start, building
 //!   the command of a sandboxed process, stopping it.
 
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod launcher;
 pub mod policy;
 pub mod service;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use policy::{Cgroups, Identity, Limits, Network, Policy};
 pub use service::{

@@ -236,6 +236,27 @@ impl Sandbox {
         }
     }
 
+    /// A sandbox that starts nothing, saying `reason` (for a service that is
+    /// never to run processes, and for tests of everything else).
+    pub fn refusing(reason: &str) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config: SandboxConfig::default(),
+                status: SandboxStatus {
+                    state: "unavailable",
+                    launcher: String::new(),
+                    landlock: String::new(),
+                    identity: String::new(),
+                    limits: String::new(),
+                    problems: vec![reason.to_owned()],
+                },
+                launcher: None,
+                cgroups: None,
+                service_is_root: nix::unistd::geteuid().is_root(),
+            }),
+        }
+    }
+
     pub fn status(&self) -> &SandboxStatus {
         &self.inner.status
     }
@@ -326,6 +347,7 @@ impl Sandbox {
         } else {
             let mut cmd = Command::new(&spec.program);
             cmd.args(&spec.args).current_dir(&spec.cwd);
+            die_with_service(&mut cmd);
             cmd
         };
         cmd.env_clear()
@@ -345,7 +367,26 @@ impl Sandbox {
             child,
             pid,
             enforced,
+            finished: false,
         })
+    }
+}
+
+/// With the sandbox off: the kernel kills the program when the service dies
+/// (its parent-death signal; the launcher arms its own when the sandbox is on).
+fn die_with_service(cmd: &mut Command) {
+    let service = nix::unistd::getpid();
+    // SAFETY: the closure runs in the child between fork and exec; it makes two
+    // async-signal-safe system calls (prctl, getppid) and allocates nothing.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+            if nix::unistd::getppid() != service {
+                return Err(io::Error::from(Errno::ESRCH));
+            }
+            Ok(())
+        });
     }
 }
 
@@ -422,6 +463,8 @@ pub struct SandboxedChild {
     child: Child,
     pid: Pid,
     enforced: bool,
+    /// The started process has been reaped: its group id may be reused.
+    finished: bool,
 }
 
 impl SandboxedChild {
@@ -445,7 +488,9 @@ impl SandboxedChild {
     /// # Errors
     /// The process could not be waited for.
     pub async fn wait(&mut self) -> io::Result<ExitStatus> {
-        self.child.wait().await
+        let status = self.child.wait().await;
+        self.finished = status.is_ok();
+        status
     }
 
     /// Asks every process to stop (SIGTERM to every process of the sandbox; to
@@ -473,7 +518,7 @@ impl SandboxedChild {
             // The monitor kills init (and so the namespace), waits for it,
             // then exits.
             let _ = kill(self.pid, Signal::SIGUSR1);
-            if let Ok(status) = timeout(KILL_WAIT, self.child.wait()).await {
+            if let Ok(status) = timeout(KILL_WAIT, self.wait()).await {
                 return status;
             }
             warn!(
@@ -481,10 +526,10 @@ impl SandboxedChild {
                 "the sandbox launcher did not stop in time; killing it"
             );
             let _ = killpg(self.pid, Signal::SIGKILL);
-            return self.child.wait().await;
+            return self.wait().await;
         }
         let _ = killpg(self.pid, Signal::SIGKILL);
-        let status = self.child.wait().await;
+        let status = self.wait().await;
         wait_group_dead(self.pid).await;
         status
     }
@@ -504,7 +549,7 @@ impl SandboxedChild {
     /// The process could not be waited for.
     pub async fn stop(&mut self, grace: Duration) -> io::Result<ExitStatus> {
         self.terminate();
-        match timeout(grace, self.child.wait()).await {
+        match timeout(grace, self.wait()).await {
             Ok(status) => {
                 self.clean_up().await;
                 status
@@ -527,6 +572,17 @@ impl SandboxedChild {
             .rev()
             .find_map(|l| l.strip_prefix(MESSAGE_PREFIX))
             .map(str::to_owned)
+    }
+}
+
+impl Drop for SandboxedChild {
+    /// Dropped before its end (a caller went away): everything is killed — the
+    /// launcher and init with the sandbox on (the kernel then kills the rest),
+    /// the process group with it off.
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = killpg(self.pid, Signal::SIGKILL);
+        }
     }
 }
 

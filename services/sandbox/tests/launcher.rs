@@ -6,17 +6,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use chorus_sandbox::testing::{
+    ESCAPEES, TEST_UID, await_escapees, escapees, eventually, running_as_root as root, survivors,
+};
 use chorus_sandbox::{
     Identity, Mode, Network, ProcessSpec, Sandbox, SandboxConfig, SandboxError, SandboxedChild,
 };
 use tokio::io::AsyncReadExt;
-
-/// The user a root test runs sandboxed programs as.
-const TEST_UID: u32 = 65_534;
-
-fn root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
 
 async fn sandbox() -> Sandbox {
     sandbox_with(SandboxConfig::default()).await
@@ -120,51 +116,6 @@ async fn read_both(child: &mut SandboxedChild) -> (String, String) {
     a.expect("read stdout");
     b.expect("read stderr");
     (stdout, stderr)
-}
-
-/// Live (non-zombie) processes whose command line holds `marker`.
-fn survivors(marker: &str) -> Vec<i32> {
-    let me = std::process::id().cast_signed();
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| *pid != me)
-        .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let running = state
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next())
-                .is_some_and(|s| s != "Z" && s != "X");
-            running
-                && cmdline
-                    .split(|b| *b == 0)
-                    .any(|arg| arg == marker.as_bytes())
-        })
-        .collect()
-}
-
-/// Waits (bounded; a safety net, not a timing assertion) until `done` holds.
-async fn eventually(what: &str, done: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// Starts, in the background, children that try every way out of the run:
-/// plain, setsid, double-forked, and setsid with a scrubbed environment, each
-/// ignoring SIGTERM and carrying `marker` as its `$0`.
-fn escapees(marker: &str) -> String {
-    let sleeper = "trap '' TERM; while :; do sleep 1; done";
-    format!(
-        "sh -c \"{sleeper}\" {marker} & \
-         setsid sh -c \"{sleeper}\" {marker} & \
-         (sh -c \"{sleeper}\" {marker} &) ; \
-         env -i setsid sh -c \"{sleeper}\" {marker} & "
-    )
 }
 
 #[tokio::test]
@@ -278,10 +229,7 @@ async fn nothing_outlives_the_program() {
     let sandbox = sandbox().await;
     let dirs = dirs();
     let marker = "chorus-escapee-outlive";
-    let script = format!(
-        "{} while [ $(pgrep -fc {marker}) -lt 4 ]; do sleep 0.01; done; echo started",
-        escapees(marker)
-    );
+    let script = format!("{} {} echo started", escapees(marker), await_escapees(marker));
     let mut child = sandbox.spawn(&spec(&dirs, &script)).expect("spawned");
     let (stdout, stderr) = read_both(&mut child).await;
     let status = child.wait().await.expect("wait");
@@ -302,7 +250,7 @@ async fn stopping_reaches_every_process_and_killing_ends_them_all() {
         escapees(marker)
     );
     let mut child = sandbox.spawn(&spec(&dirs, &script)).expect("spawned");
-    eventually("the escapees started", || survivors(marker).len() == 4).await;
+    eventually("the escapees started", || survivors(marker).len() == ESCAPEES).await;
     // Everything ignores SIGTERM, so the grace runs out and all are killed.
     let status = child
         .stop(Duration::from_millis(200))
@@ -354,7 +302,7 @@ async fn the_sandbox_dies_with_the_service() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("service");
-    eventually("the escapees started", || survivors(marker).len() == 4).await;
+    eventually("the escapees started", || survivors(marker).len() == ESCAPEES).await;
     service.start_kill().expect("SIGKILL");
     service.wait().await.expect("reaped");
     eventually("every process of the sandbox died with the service", || {

@@ -132,7 +132,11 @@ fn run() -> Result<bool, BoxError> {
         max_output_bytes: usize::MAX / 2,
         ..Limits::default()
     };
-    let runner = ToolRunner::new(limits, CancellationToken::new());
+    let runner = ToolRunner::new(
+        limits,
+        chorus_sandbox::Sandbox::refusing("the search benchmark starts no process"),
+        CancellationToken::new(),
+    );
     let grant = RunGrant {
         run_id: "bench".to_owned(),
         task_id: "bench".to_owned(),

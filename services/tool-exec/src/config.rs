@@ -49,6 +49,8 @@ impl Default for Limits {
 pub struct ToolExecConfig {
     /// Verifies run tokens (holds only the public key).
     pub verifier: RunTokenVerifier,
+    /// Where bash and git run: the run sandbox (see `chorus_sandbox`).
+    pub processes: chorus_sandbox::Sandbox,
     pub limits: Limits,
     /// How long shutdown waits for calls in flight before cutting them off.
     pub shutdown_grace: Duration,
@@ -58,9 +60,10 @@ pub struct ToolExecConfig {
 }
 
 impl ToolExecConfig {
-    pub fn new(verifier: RunTokenVerifier) -> Self {
+    pub fn new(verifier: RunTokenVerifier, processes: chorus_sandbox::Sandbox) -> Self {
         Self {
             verifier,
+            processes,
             limits: Limits::default(),
             shutdown_grace: Duration::from_secs(10),
             gate: None,

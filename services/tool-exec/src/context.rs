@@ -17,6 +17,8 @@ pub struct ToolContext {
     pub sandbox: Arc<Sandbox>,
     pub grant: Arc<RunGrant>,
     pub limits: Limits,
+    /// Where bash and git run.
+    pub processes: chorus_sandbox::Sandbox,
     /// Fires on service shutdown: long-running tools stop and clean up.
     pub cancel: CancellationToken,
 }

@@ -17,6 +17,14 @@ pub enum ToolError {
         agent: String,
         allowed: String,
     },
+    #[error(
+        "{tool} needs the '{grant}' grant, which agent '{agent}' does not have; add \"{grant}\" to its allowed tools"
+    )]
+    GrantMissing {
+        tool: String,
+        grant: &'static str,
+        agent: String,
+    },
     #[error("unknown tool '{0}'; call {{\"tool\":\"help\"}} to list the tools")]
     UnknownTool(String),
     #[error("tool '{tool}' is executed by the {executor}, not by tool-exec")]
@@ -87,6 +95,7 @@ impl ToolError {
         match self {
             Self::Unauthenticated(_) => Code::Unauthenticated,
             Self::NotAllowed { .. }
+            | Self::GrantMissing { .. }
             | Self::OutsideWorkspace { .. }
             | Self::ProtectedPath { .. } => Code::PermissionDenied,
             Self::UnknownTool(_)

@@ -106,6 +106,8 @@ struct ServeArgs {
     /// Log format.
     #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
+    #[command(flatten)]
+    sandbox: chorus_sandbox::cli::SandboxArgs,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -165,11 +167,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.bash_max_timeout_secs
         );
     }
-    let config = ToolExecConfig {
-        limits,
-        ..ToolExecConfig::new(verifier)
-    };
-
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -177,6 +174,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("binding {}", args.listen))?;
+        let processes = chorus_sandbox::Sandbox::start(args.sandbox.config()).await;
+        let config = ToolExecConfig {
+            limits,
+            ..ToolExecConfig::new(verifier, processes)
+        };
         chorus_tool_exec::run(listener, config, shutdown_signal()).await
     })
 }

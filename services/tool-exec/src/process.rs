@@ -1,86 +1,91 @@
 //! Child processes of tool calls (bash, git), and the promise they keep:
 //! **no process of a tool call outlives it.**
 //!
-//! [`run`] starts a prepared [`Command`] with stdin closed (`/dev/null`) as the
-//! leader of its own process group, and reads stdout and stderr concurrently, each
-//! up to a byte cap (bytes past the cap are read and dropped, so a chatty child never
-//! blocks on a full pipe). The call then ends in one of three ways:
+//! [`run`] starts a [`ProcessSpec`] through the run sandbox
+//! ([`chorus_sandbox`]): its own PID namespace, a view of only the workspace and
+//! the system directories, the workspace owner's user (never root), no network
+//! unless granted, an allow-listed environment. stdin is closed; stdout and
+//! stderr are read concurrently, each up to a byte cap (bytes past the cap are
+//! read and dropped, so a chatty child never blocks on a full pipe). The call
+//! then ends in one of three ways:
 //!
-//! - the leader exits: the whole group is sent SIGKILL anyway, so background jobs it
-//!   left behind (`sleep 100 &`) die with the call and release the pipes;
+//! - the program exits: its sandbox goes with it, so background jobs it left
+//!   behind (`sleep 100 &`, setsid daemons) are dead when [`run`] returns;
 //! - the timeout passes, or
-//! - the cancellation token fires (service shutdown): the whole group is sent
-//!   SIGKILL, grandchildren included, even ones that ignore SIGTERM.
+//! - the cancellation token fires (service shutdown): every process of the
+//!   sandbox is killed, even ones that ignore SIGTERM.
 //!
-//! In every case the leader is reaped and [`run`] waits (bounded) until no member
-//! of the group is still running before it returns. If the future is dropped
-//! midway (the gRPC call went away), a guard sends the group SIGKILL and tokio's
-//! `kill_on_drop` reaps the leader.
+//! If the future is dropped midway (the gRPC call went away), dropping the
+//! child kills the sandbox's launcher, and the kernel the rest.
 //!
-//! After a normal exit the group is signalled once the leader has been reaped, so
-//! in principle its id could have been reused by then; that needs a new process to
-//! get that very pid and make itself a group leader within microseconds, and is
-//! accepted (tokio offers no wait that leaves the child unreaped).
-//!
-//! Limits: a process that leaves the group (`setsid`, a daemon) escapes the kill.
-//! If it still holds stdout or stderr, reading stops [`PIPE_GRACE`] after the
-//! group is gone. Killing those needs a cgroup or a subreaper per run, which is the
-//! orchestrator's job (DESIGN §3, process control).
+//! With the sandbox off (`--sandbox off`) the program runs as the service's
+//! user, in a process group that is killed at the end; a process that leaves
+//! the group escapes that.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::io;
-use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use chorus_sandbox::{ProcessSpec, Sandbox, SandboxError};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Command;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-/// Prefix of the service's own environment variables, never shown to children.
-pub const PRIVATE_ENV_PREFIX: &str = "CHORUS_";
-
-/// How long pipes are still read after the group is dead, for a process that left
-/// the group and kept them open.
+/// How long pipes are still read after the program ended, for a process that
+/// escaped (only possible with the sandbox off) and kept them open.
 pub const PIPE_GRACE: Duration = Duration::from_secs(2);
-
-/// How long [`run`] waits for killed group members to finish dying.
-const DEATH_WAIT: Duration = Duration::from_secs(5);
 
 /// Read buffer size for each pipe.
 const READ_CHUNK: usize = 64 * 1024;
 
-/// A command for a tool call: `program` in `cwd`, with the service's environment
-/// minus every `CHORUS_*` variable. Callers add arguments and variables.
-pub fn command(program: impl AsRef<OsStr>, cwd: &Path) -> Command {
-    let mut cmd = Command::new(program);
-    cmd.current_dir(cwd)
-        .env_clear()
-        .envs(inherited_env(std::env::vars_os()));
-    cmd
-}
+/// The PATH of every tool process: system directories only.
+pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// The part of the service's environment a child may see: everything except the
-/// service's own `CHORUS_*` variables (run tokens, keys, configuration).
-pub fn inherited_env(
-    parent: impl IntoIterator<Item = (OsString, OsString)>,
-) -> impl Iterator<Item = (OsString, OsString)> {
-    parent.into_iter().filter(|(key, _)| {
-        !key.as_encoded_bytes()
-            .starts_with(PRIVATE_ENV_PREFIX.as_bytes())
-    })
+/// Variables a tool process may get from the service's environment, when set:
+/// the locale. With the network grant, also the proxy and certificate ones.
+const LOCALE_ENV: [&str; 2] = ["LANG", "TZ"];
+const NETWORK_ENV: [&str; 8] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+];
+
+/// The environment every tool process starts from — an allow-list, never the
+/// service's own environment: PATH, HOME and TMPDIR (the sandbox's private
+/// /tmp), TERM, the locale; with `network`, proxies and certificates.
+pub fn base_env(network: bool) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = vec![
+        ("PATH".into(), SYSTEM_PATH.into()),
+        ("HOME".into(), "/tmp".into()),
+        ("TMPDIR".into(), "/tmp".into()),
+        ("TERM".into(), "dumb".into()),
+    ];
+    let passed = LOCALE_ENV
+        .iter()
+        .chain(if network { &NETWORK_ENV[..] } else { &[] });
+    for name in passed {
+        if let Some(value) = std::env::var_os(name) {
+            env.push(((*name).into(), value));
+        }
+    }
+    if !env.iter().any(|(k, _)| k == "LANG") {
+        env.push(("LANG".into(), "C.UTF-8".into()));
+    }
+    env
 }
 
 /// Limits of one process run.
 #[derive(Debug, Clone, Copy)]
 pub struct RunLimits {
-    /// Kill the group when the leader has not exited after this long.
+    /// Kill every process when the program has not exited after this long.
     pub timeout: Duration,
     /// Most bytes kept of stdout, and separately of stderr.
     pub max_output_bytes: usize,
@@ -89,11 +94,11 @@ pub struct RunLimits {
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {
-    /// The leader exited by itself (with any status).
+    /// The program exited by itself (with any status).
     Exited,
-    /// The timeout passed; the group was killed.
+    /// The timeout passed; every process was killed.
     TimedOut,
-    /// The cancellation token fired; the group was killed.
+    /// The cancellation token fired; every process was killed.
     Cancelled,
 }
 
@@ -118,62 +123,106 @@ impl Captured {
 #[derive(Debug, Clone)]
 pub struct Finished {
     pub ending: Ending,
-    /// The leader's wait status (after the kill when it timed out or was cancelled).
+    /// The program's wait status (after the kill when it timed out or was cancelled).
     pub status: ExitStatus,
     pub stdout: Captured,
     pub stderr: Captured,
 }
 
 impl Finished {
-    /// True when the leader exited by itself with status 0.
+    /// True when the program exited by itself with status 0.
     pub fn success(&self) -> bool {
         self.ending == Ending::Exited && self.status.success()
     }
 }
 
-/// Runs `cmd` to the end as described in the module documentation. The only error
-/// is failing to start (or to reap) the process; a non-zero exit is a result.
+/// Why a process did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The sandbox refused: unavailable on this host, or no user to run as.
+    #[error("{0}")]
+    Refused(String),
+    /// The program (or the sandbox's launcher) could not be started; the
+    /// message says why (not found, not executable, ...).
+    #[error("{message}")]
+    Failed {
+        message: String,
+        not_found: bool,
+    },
+}
+
+impl StartError {
+    /// The tool's error: a refusal or a start failure is a failed
+    /// precondition; `missing` says what to do when the program is not there.
+    pub fn into_tool_error(self, missing: &str) -> crate::error::ToolError {
+        use crate::error::ToolError;
+        match self {
+            Self::Refused(message) => ToolError::FailedPrecondition(message),
+            Self::Failed {
+                not_found: true, ..
+            } => ToolError::FailedPrecondition(missing.to_owned()),
+            Self::Failed { message, .. } => ToolError::FailedPrecondition(message),
+        }
+    }
+}
+
+impl From<SandboxError> for StartError {
+    fn from(e: SandboxError) -> Self {
+        match e {
+            SandboxError::Unavailable(m) | SandboxError::Identity(m) => Self::Refused(m),
+            SandboxError::Spawn(e) => Self::Failed {
+                not_found: e.kind() == io::ErrorKind::NotFound,
+                message: e.to_string(),
+            },
+        }
+    }
+}
+
+/// Runs `spec` to the end as described in the module documentation. A non-zero
+/// exit is a result; the errors are the sandbox's refusal and a program that
+/// could not start.
 pub async fn run(
-    mut cmd: Command,
+    processes: &Sandbox,
+    spec: &ProcessSpec,
     limits: RunLimits,
     cancel: &CancellationToken,
-) -> io::Result<Finished> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = cmd.spawn()?;
-    let pid = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .ok_or_else(|| io::Error::other("the child process has no pid"))?;
-    let mut group = GroupKiller::new(Pid::from_raw(pid));
-
+) -> Result<Finished, StartError> {
+    let mut child = processes.spawn(spec)?;
     let stop_reading = CancellationToken::new();
     let _stop_reading_on_drop = stop_reading.clone().drop_guard();
-    let stdout = spawn_reader(child.stdout.take(), limits, &stop_reading);
-    let stderr = spawn_reader(child.stderr.take(), limits, &stop_reading);
+    let stdout = spawn_reader(child.take_stdout(), limits, &stop_reading);
+    let stderr = spawn_reader(child.take_stderr(), limits, &stop_reading);
 
     let deadline = Instant::now() + limits.timeout;
-    let (ending, exited) = tokio::select! {
+    let ending = tokio::select! {
         biased;
-        status = child.wait() => (Ending::Exited, Some(status)),
-        () = cancel.cancelled() => (Ending::Cancelled, None),
-        () = sleep_until(deadline) => (Ending::TimedOut, None),
+        _ = child.wait() => Ending::Exited,
+        () = cancel.cancelled() => Ending::Cancelled,
+        () = sleep_until(deadline) => Ending::TimedOut,
     };
-    // The leader has exited (leftover background jobs must go) or must be stopped.
-    group.kill();
-    let status = match exited {
-        Some(status) => status,
-        None => child.wait().await,
-    };
-    group.wait_until_dead().await;
+    let status = match ending {
+        Ending::Exited => {
+            child.clean_up().await;
+            child.wait().await
+        }
+        Ending::TimedOut | Ending::Cancelled => child.kill_all().await,
+    }
+    .map_err(|e| StartError::Failed {
+        message: format!("cannot wait for the process: {e}"),
+        not_found: false,
+    })?;
     let (stdout, stderr) = collect(stdout, stderr, &stop_reading).await;
-    group.disarm();
+    if ending == Ending::Exited
+        && let Some(message) = child.launch_failure(status, &stderr.text())
+    {
+        return Err(StartError::Failed {
+            not_found: status.code() == Some(chorus_sandbox::policy::EXIT_NOT_FOUND),
+            message,
+        });
+    }
     Ok(Finished {
         ending,
-        status: status?,
+        status,
         stdout,
         stderr,
     })
@@ -190,8 +239,8 @@ where
     tokio::spawn(read_capped(pipe, limits.max_output_bytes, stop.clone()))
 }
 
-/// Waits for both readers; stops them [`PIPE_GRACE`] after the group died if a
-/// process outside the group still holds a pipe.
+/// Waits for both readers; stops them [`PIPE_GRACE`] after the program ended if
+/// an escaped process still holds a pipe.
 async fn collect(
     stdout: JoinHandle<Captured>,
     stderr: JoinHandle<Captured>,
@@ -202,7 +251,7 @@ async fn collect(
     let (stdout, stderr) = tokio::select! {
         joined = &mut both => joined,
         () = sleep(PIPE_GRACE) => {
-            warn!("a process outside the tool call's process group still holds its output pipes; output after this point is dropped");
+            warn!("a process outside the tool call still holds its output pipes; output after this point is dropped");
             stop.cancel();
             both.await
         }
@@ -236,109 +285,6 @@ where
         captured.bytes.extend_from_slice(&buf[..n.min(room)]);
     }
     captured
-}
-
-/// Sends SIGKILL to a process group, explicitly or when dropped before it was
-/// disarmed (a run abandoned midway).
-#[derive(Debug)]
-struct GroupKiller {
-    pgid: Pid,
-    armed: bool,
-}
-
-impl GroupKiller {
-    fn new(pgid: Pid) -> Self {
-        Self { pgid, armed: true }
-    }
-
-    fn kill(&self) {
-        kill_group(self.pgid);
-    }
-
-    /// Waits (bounded by [`DEATH_WAIT`]) until no member of the group is still
-    /// running. SIGKILL is delivered asynchronously: a member may take a moment to
-    /// finish exiting. Zombies count as dead (their parent may be an init that
-    /// never reaps).
-    async fn wait_until_dead(&self) {
-        let started = Instant::now();
-        let mut pause = Duration::from_micros(100);
-        loop {
-            // ESRCH: no process, not even a zombie, is left in the group.
-            if killpg(self.pgid, None) == Err(Errno::ESRCH) {
-                return;
-            }
-            match running_members(self.pgid) {
-                Some(0) | None => return,
-                Some(_) if started.elapsed() >= DEATH_WAIT => {
-                    warn!(
-                        pgid = self.pgid.as_raw(),
-                        "processes of a tool call are still running after SIGKILL"
-                    );
-                    return;
-                }
-                Some(_) => {
-                    // Members got SIGKILL again in case one joined the group late.
-                    self.kill();
-                    sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(20));
-                }
-            }
-        }
-    }
-
-    /// The group is dead and its leader reaped: do not signal its id again (the
-    /// number could be reused).
-    fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for GroupKiller {
-    fn drop(&mut self) {
-        if self.armed {
-            kill_group(self.pgid);
-        }
-    }
-}
-
-fn kill_group(pgid: Pid) {
-    match killpg(pgid, Signal::SIGKILL) {
-        Ok(()) | Err(Errno::ESRCH) => {}
-        Err(e) => {
-            warn!(pgid = pgid.as_raw(), error = %e, "could not kill a tool call's process group")
-        }
-    }
-}
-
-/// How many processes of group `pgid` are neither zombies nor dead, from
-/// `/proc`; `None` when `/proc` cannot be read.
-fn running_members(pgid: Pid) -> Option<usize> {
-    let entries = std::fs::read_dir("/proc").ok()?;
-    let count = entries
-        .filter_map(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .as_encoded_bytes()
-                .iter()
-                .all(u8::is_ascii_digit)
-        })
-        .filter_map(|e| std::fs::read(e.path().join("stat")).ok())
-        .filter_map(|stat| parse_stat(&stat))
-        .filter(|(state, pgrp)| *pgrp == pgid.as_raw() && !matches!(state, b'Z' | b'X' | b'x'))
-        .count();
-    Some(count)
-}
-
-/// State letter and process group id from a `/proc/<pid>/stat` line:
-/// `pid (comm) state ppid pgrp ...`, where comm may contain spaces and ')'.
-fn parse_stat(stat: &[u8]) -> Option<(u8, i32)> {
-    let close = stat.iter().rposition(|b| *b == b')')?;
-    let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
-    let mut fields = rest.split_ascii_whitespace();
-    let state = *fields.next()?.as_bytes().first()?;
-    let _ppid = fields.next()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((state, pgrp))
 }
 
 /// Bytes as text, replacing invalid UTF-8. When `truncated`, a multi-byte

@@ -20,12 +20,27 @@ use crate::tools;
 #[derive(Debug, Clone)]
 pub struct ToolRunner {
     limits: Limits,
+    processes: chorus_sandbox::Sandbox,
     shutdown: CancellationToken,
 }
 
 impl ToolRunner {
-    pub fn new(limits: Limits, shutdown: CancellationToken) -> Self {
-        Self { limits, shutdown }
+    /// A runner whose bash and git calls run in `processes`.
+    pub fn new(
+        limits: Limits,
+        processes: chorus_sandbox::Sandbox,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            limits,
+            processes,
+            shutdown,
+        }
+    }
+
+    /// The sandbox bash and git run in.
+    pub fn processes(&self) -> &chorus_sandbox::Sandbox {
+        &self.processes
     }
 
     /// Executes `tool` with JSON `arguments` for the run `grant` describes.
@@ -67,11 +82,17 @@ impl ToolRunner {
         } else {
             arguments
         };
-        let sandbox = Arc::new(Sandbox::open(&grant.root)?);
+        // A root service makes files as the user the run's processes act as.
+        let owner = match self.processes.identity_for(&grant.root) {
+            Ok(chorus_sandbox::Identity::User { uid, gid }) if running_as_root() => Some((uid, gid)),
+            _ => None,
+        };
+        let sandbox = Arc::new(Sandbox::open(&grant.root)?.owned_by(owner));
         let ctx = ToolContext {
             sandbox,
             grant: Arc::new(grant),
             limits: self.limits,
+            processes: self.processes.clone(),
             cancel: self.shutdown.clone(),
         };
 
@@ -99,6 +120,10 @@ impl ToolRunner {
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         Ok(outcome.with_metadata("duration_ms", elapsed_ms))
     }
+}
+
+fn running_as_root() -> bool {
+    nix::unistd::geteuid().is_root()
 }
 
 /// Deserializes arguments into the tool's own argument type: the catalog schema

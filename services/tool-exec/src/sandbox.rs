@@ -30,6 +30,10 @@ pub struct Sandbox {
     /// The same root with symlinks resolved, for recognising absolute paths.
     canonical_root: PathBuf,
     dir: Dir,
+    /// Who new files and directories belong to (uid, gid), when the service
+    /// runs as root: the user the run's processes act as, so that they can
+    /// change what the file tools made. None: the service's own user.
+    owner: Option<(u32, u32)>,
 }
 
 /// A path inside the workspace: relative, normalised, with no `.` or `..`.
@@ -119,7 +123,16 @@ impl Sandbox {
             root: root.to_owned(),
             canonical_root,
             dir,
+            owner: None,
         })
+    }
+
+    /// New files and directories will belong to `uid:gid` (a root service
+    /// acting for the workspace's user).
+    #[must_use]
+    pub fn owned_by(mut self, owner: Option<(u32, u32)>) -> Self {
+        self.owner = owner;
+        self
     }
 
     /// The root as named in the run token.

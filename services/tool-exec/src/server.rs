@@ -25,7 +25,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let cancel = CancellationToken::new();
-    let runner = ToolRunner::new(config.limits, cancel.clone());
+    let runner = ToolRunner::new(config.limits, config.processes.clone(), cancel.clone());
     let service = ToolExecServer::new(ToolExecService::new(
         runner,
         config.verifier.clone(),

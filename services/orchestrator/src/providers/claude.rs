@@ -52,12 +52,7 @@ pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliComm
     if let Some(key) = &ctx.provider.api_key {
         env.push(("ANTHROPIC_API_KEY".to_owned(), key.clone()));
     }
-    CliCommand {
-        program: setup.program.clone(),
-        args,
-        env,
-        cwd: ctx.workspace_root.clone(),
-    }
+    setup.command(ctx, args, env)
 }
 
 /// What the stream said so far.

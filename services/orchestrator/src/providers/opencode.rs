@@ -113,12 +113,7 @@ pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliComm
     if ctx.provider.base_url.is_some() {
         env.push(("OPENCODE_DISABLE_MODELS_FETCH".to_owned(), "1".to_owned()));
     }
-    CliCommand {
-        program: setup.program.clone(),
-        args,
-        env,
-        cwd: ctx.workspace_root.clone(),
-    }
+    setup.command(ctx, args, env)
 }
 
 /// What the event stream said so far.

@@ -23,7 +23,7 @@ use tracing::{info, warn};
 
 use super::process::{CliExit, Ending, run_cli};
 use super::tools::ToolRouter;
-use super::{Runner, home_dir, tmp_dir};
+use super::{Runner, home_dir, tmp_dir, work_dir};
 use crate::domain::policy::{handoff, planning};
 use crate::domain::{
     AgentKind, EventKind, HandoffFailure, HandoffOutcome, Name, ProviderKind, Run, RunState,
@@ -156,7 +156,9 @@ fn reminder(kind: AgentKind) -> &'static str {
     }
 }
 
-/// Creates the run directory: HOME, TMPDIR, and the provider's files.
+/// Creates the run directory — HOME, TMPDIR, the CLI's empty working
+/// directory and the provider's files — owned by the user the run's processes
+/// run as, and readable by nobody else.
 async fn prepare(ctx: &RunContext) -> Result<(), String> {
     let failed = |e: std::io::Error| {
         format!(
@@ -164,12 +166,13 @@ async fn prepare(ctx: &RunContext) -> Result<(), String> {
             ctx.run_dir.display()
         )
     };
-    tokio::fs::create_dir_all(home_dir(&ctx.run_dir))
-        .await
-        .map_err(failed)?;
-    tokio::fs::create_dir_all(tmp_dir(&ctx.run_dir))
-        .await
-        .map_err(failed)?;
+    for dir in [
+        home_dir(&ctx.run_dir),
+        tmp_dir(&ctx.run_dir),
+        work_dir(&ctx.run_dir),
+    ] {
+        tokio::fs::create_dir_all(dir).await.map_err(failed)?;
+    }
     if ctx.provider.kind == ProviderKind::Opencode {
         tokio::fs::write(
             ctx.run_dir.join(opencode::INSTRUCTIONS_FILE),
@@ -177,6 +180,33 @@ async fn prepare(ctx: &RunContext) -> Result<(), String> {
         )
         .await
         .map_err(failed)?;
+    }
+    let (run_dir, identity) = (ctx.run_dir.clone(), ctx.identity);
+    tokio::task::spawn_blocking(move || hand_over(&run_dir, identity))
+        .await
+        .map_err(|e| format!("cannot prepare the run directory: {e}"))?
+        .map_err(failed)
+}
+
+/// Gives the run directory (and everything in it) to the run's user, mode 0700.
+fn hand_over(run_dir: &std::path::Path, identity: chorus_sandbox::Identity) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let owner = match identity {
+        chorus_sandbox::Identity::User { uid, gid } => Some((uid, gid)),
+        chorus_sandbox::Identity::Service => None,
+    };
+    let mut pending = vec![run_dir.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::lchown(&path, Some(uid), Some(gid))?;
+        }
+        let meta = std::fs::symlink_metadata(&path)?;
+        if meta.is_dir() {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
+            for entry in std::fs::read_dir(&path)? {
+                pending.push(entry?.path());
+            }
+        }
     }
     Ok(())
 }
@@ -245,8 +275,8 @@ async fn run_attempt(
         }
     };
     let exit = run_cli(
+        runner.processes(),
         &command,
-        &ctx.run_id.to_string(),
         &ctx.clock,
         ctx.timeout,
         config.kill_grace,

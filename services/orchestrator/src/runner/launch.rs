@@ -29,6 +29,8 @@ pub struct Launch {
     pub tools: Vec<String>,
     system_prompt: String,
     timeout: Duration,
+    /// Who its processes run as.
+    identity: chorus_sandbox::Identity,
 }
 
 impl Launch {
@@ -38,7 +40,8 @@ impl Launch {
     /// # Errors
     /// NOT_FOUND for a missing agent or provider; FAILED_PRECONDITION when the
     /// agent has no provider, the workspace no system provider, chorus-tools is
-    /// missing or no tool-exec is configured for a CLI agent.
+    /// missing, no tool-exec is configured for a CLI agent, the sandbox is
+    /// unavailable or has no user to run a CLI agent as in this workspace.
     pub async fn prepare(
         state: &AppState,
         workspace: Workspace,
@@ -87,6 +90,7 @@ impl Launch {
             .store
             .provider_api_key(workspace.id, provider_name)
             .await?;
+        let mut identity = chorus_sandbox::Identity::Service;
         if provider.kind != ProviderKind::OpenaiCompatible {
             runner
                 .config()
@@ -97,6 +101,16 @@ impl Launch {
                     "no tool-exec is configured, so a CLI agent could not use its tools; run the orchestrator with its embedded tool-exec or --tool-exec-addr".to_owned(),
                 ));
             }
+            let processes = runner.processes();
+            if processes.status().state == "unavailable" {
+                return Err(ServiceError::Precondition(format!(
+                    "CLI agents run only in the sandbox, which is unavailable on this host ({}); fix that, or run the orchestrator with --sandbox off to run them unconfined",
+                    processes.status().problems.join("; ")
+                )));
+            }
+            identity = processes
+                .identity_for(&workspace.root)
+                .map_err(|e| ServiceError::Precondition(e.to_string()))?;
         }
         let tools = agent.granted_tools()?;
         let chorus_tools = runner.config().chorus_tools.display().to_string();
@@ -123,6 +137,7 @@ impl Launch {
             tools,
             system_prompt,
             timeout,
+            identity,
         })
     }
 
@@ -150,6 +165,7 @@ impl Launch {
             orchestrator_addr: state.addresses.orchestrator.clone(),
             workspace_root: self.workspace.root.clone(),
             run_dir: runner.config().runs_dir.join(run.id.to_string()),
+            identity: self.identity,
             clock: RunClock::start(self.timeout),
             timeout: self.timeout,
             stop: state.shutdown.child_token(),

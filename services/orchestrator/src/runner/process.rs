@@ -1,20 +1,20 @@
-//! One CLI agent process: started as the leader of its own process group with
-//! stdin closed, stdout read line by line as it comes (each line capped), the end
-//! of stderr kept for the failure message. It ends when the process exits, the
-//! deadline passes or the stop token fires; in every case every process of the run
-//! is then killed (group and marker, [`sweep`](super::sweep)) before this returns.
+//! One CLI agent process, in the run sandbox: stdout read line by line as it
+//! comes (each line capped), the end of stderr kept for the failure message. It
+//! ends when the CLI exits — its sandbox, and every process it started, goes
+//! with it whatever those hold — when the deadline passes or when the stop
+//! token fires; in every case every process of the run is dead before this
+//! returns.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
+use chorus_sandbox::{Identity, Network, ProcessSpec, Sandbox, SandboxError};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Command;
 use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 
-use super::sweep::{RUN_MARKER, kill_run_processes};
 use crate::providers::RunClock;
 
 /// Longest stdout line handed on; the rest of a longer line is dropped.
@@ -23,10 +23,12 @@ pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 const TAIL_BYTES: usize = 16 * 1024;
 /// Lines of output quoted in a failure message.
 const TAIL_LINES: usize = 20;
-/// How long output is still read after every process of the run is dead.
+/// How long output is still read after the CLI ended (an escaped process can
+/// hold the pipes only with the sandbox off).
 const PIPE_GRACE: Duration = Duration::from_secs(2);
 
-/// What to run: the program, its arguments, its whole environment, where.
+/// What to run: the program, its arguments, its whole environment, where, and
+/// what its sandbox shows.
 #[derive(Debug, Clone)]
 pub struct CliCommand {
     pub program: PathBuf,
@@ -34,6 +36,33 @@ pub struct CliCommand {
     /// The complete environment (nothing is inherited).
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
+    /// The run's directory: the only place the CLI may write.
+    pub run_dir: PathBuf,
+    /// What it may read besides the system directories.
+    pub read_only: Vec<PathBuf>,
+    pub network: Network,
+    pub identity: Identity,
+}
+
+impl CliCommand {
+    fn spec(&self) -> ProcessSpec {
+        ProcessSpec {
+            program: self.program.clone().into(),
+            args: self.args.iter().map(Into::into).collect(),
+            env: self
+                .env
+                .iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+            cwd: self.cwd.clone(),
+            read_write: vec![self.run_dir.clone()],
+            read_only: self.read_only.clone(),
+            network: self.network.clone(),
+            identity: self.identity,
+            // JavaScript runtimes reserve large address ranges up front.
+            address_space_limit: false,
+        }
+    }
 }
 
 /// How the process ended.
@@ -78,101 +107,70 @@ fn signal_name(signal: i32) -> &'static str {
     nix::sys::signal::Signal::try_from(signal).map_or("unknown signal", |s| s.as_str())
 }
 
-/// Runs `command`, calling `on_line` with each stdout line (without its newline),
-/// until it exits, `clock` runs out (`run_timeout` is what the message says) or `stop`
-/// fires. `marker` tags every process of the run (`CHORUS_RUN_ID`). Every process
-/// of the run is dead when this returns.
+/// Runs `command` in `processes`, calling `on_line` with each stdout line
+/// (without its newline), until it exits, `clock` runs out (`run_timeout` is
+/// what the message says) or `stop` fires; then SIGTERM, `kill_grace`, and
+/// every process of the run killed. Every process of the run is dead when this
+/// returns.
 ///
 /// # Errors
-/// The process could not be started (the message names the program).
+/// The process could not be started (the message names the program and why).
 pub async fn run_cli(
+    processes: &Sandbox,
     command: &CliCommand,
-    marker: &str,
     clock: &RunClock,
     run_timeout: Duration,
     kill_grace: Duration,
     stop: &CancellationToken,
     on_line: &mut (dyn FnMut(&str) + Send),
 ) -> Result<CliExit, String> {
-    let mut cmd = Command::new(&command.program);
-    cmd.args(&command.args)
-        .env_clear()
-        .envs(command.env.iter().map(|(k, v)| (k, v)))
-        .env(RUN_MARKER, marker)
-        .current_dir(&command.cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    die_with_parent(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", command.program.display()))?;
-    let pgid = child.id().map(u32::cast_signed);
-    let born = pgid.and_then(super::sweep::start_time);
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let stderr_task = tokio::spawn(read_tail(stderr));
+    let program = command.program.display().to_string();
+    let mut child = processes.spawn(&command.spec()).map_err(|e| match e {
+        SandboxError::Spawn(e) => format!("cannot start {program}: {e}"),
+        refused => refused.to_string(),
+    })?;
+    let stderr_task = tokio::spawn(read_tail(child.take_stderr()));
     let mut stdout_tail = Tail::default();
-    let mut lines = LineReader::new(stdout);
+    let mut lines = LineReader::new(child.take_stdout());
+    let mut take = |line: String, tail: &mut Tail| {
+        tail.push(line.as_bytes());
+        tail.push(b"\n");
+        on_line(&line);
+    };
 
-    // Read stdout until EOF (every writer gone) while watching the clock and the
-    // stop token; then wait for the leader.
+    // Read stdout while watching the CLI, the clock and the stop token.
+    let mut stdout_open = true;
     let mut ending: Option<Ending> = None;
-    loop {
+    let exited = loop {
         tokio::select! {
-            line = lines.next_line() => match line {
-                Some(line) => {
-                    stdout_tail.push(line.as_bytes());
-                    stdout_tail.push(b"\n");
-                    on_line(&line);
-                }
-                None => break,
+            line = lines.next_line(), if stdout_open => match line {
+                Some(line) => take(line, &mut stdout_tail),
+                None => stdout_open = false,
             },
+            status = child.wait() => break Some(status),
             () = clock.expired() => {
                 ending = Some(Ending::TimedOut(run_timeout));
-                break;
+                break None;
             }
             () = stop.cancelled() => {
                 ending = Some(Ending::Stopped);
-                break;
+                break None;
             }
         }
-    }
-    let status = match ending {
-        None => {
-            // stdout closed: the leader is exiting; it still obeys the clock.
-            tokio::select! {
-                status = child.wait() => Some(status),
-                () = clock.expired() => { ending = Some(Ending::TimedOut(run_timeout)); None }
-                () = stop.cancelled() => { ending = Some(Ending::Stopped); None }
-            }
-        }
-        Some(_) => None,
     };
-    // Whatever happened, nothing of the run outlives it.
-    let left = kill_run_processes(pgid, marker, born, kill_grace).await;
-    if !left.is_empty() {
-        tracing::error!(?left, marker, "processes of a run survived SIGKILL");
-    }
-    let status: Option<ExitStatus> = match status {
-        Some(Ok(status)) => Some(status),
-        Some(Err(e)) => {
-            return Err(format!(
-                "cannot wait for {}: {e}",
-                command.program.display()
-            ));
+    let status: Option<ExitStatus> = match exited {
+        Some(status) => {
+            child.clean_up().await;
+            Some(status.map_err(|e| format!("cannot wait for {program}: {e}"))?)
         }
-        None => child.wait().await.ok(),
+        None => child.stop(kill_grace).await.ok(),
     };
-    // Drain what is left of stdout (bounded: a process that escaped could hold it).
+    // What is left in the pipe (its writers are all dead, but with the sandbox
+    // off: bounded).
     if ending.is_none() {
         let _ = timeout(PIPE_GRACE, async {
             while let Some(line) = lines.next_line().await {
-                stdout_tail.push(line.as_bytes());
-                stdout_tail.push(b"\n");
-                on_line(&line);
+                take(line, &mut stdout_tail);
             }
         })
         .await;
@@ -181,6 +179,14 @@ pub async fn run_cli(
         Ok(Ok(tail)) => tail,
         _ => Tail::default(),
     };
+    if ending.is_none()
+        && let Some(status) = status
+        && let Some(reason) = child.launch_failure(status, &stderr_tail.text())
+    {
+        let shown = format!("cannot execute '{program}': ");
+        let reason = reason.strip_prefix(&shown).unwrap_or(&reason);
+        return Err(format!("cannot start {program}: {reason}"));
+    }
     let ending = ending.unwrap_or_else(|| {
         use std::os::unix::process::ExitStatusExt;
         match status {
@@ -200,32 +206,6 @@ pub async fn run_cli(
     Ok(CliExit { ending, tail })
 }
 
-/// Makes the kernel kill the process when the orchestrator dies (Linux's
-/// parent-death signal), so a CLI never outlives the orchestrator that started
-/// it, even one killed with SIGKILL. Its own children are not covered; a restart
-/// kills them by their run marker.
-///
-/// The signal is tied to the thread that forks: tokio spawns from its worker
-/// threads, which live as long as the runtime.
-#[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut Command) {
-    let parent = nix::unistd::getpid();
-    // SAFETY: the closure runs in the child between fork and exec. It only makes
-    // two system calls, prctl(2) and getppid(2), which are async-signal-safe, and
-    // allocates nothing (errors are raw OS errors).
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                .map_err(std::io::Error::from)?;
-            // The orchestrator died before the signal was armed.
-            if nix::unistd::getppid() != parent {
-                return Err(std::io::Error::from(nix::errno::Errno::ESRCH));
-            }
-            Ok(())
-        });
-    }
-}
-
 /// The last [`TAIL_BYTES`] of a stream.
 #[derive(Debug, Default)]
 struct Tail(VecDeque<u8>);
@@ -239,6 +219,11 @@ impl Tail {
 
     fn is_empty(&self) -> bool {
         self.0.iter().all(u8::is_ascii_whitespace)
+    }
+
+    fn text(&self) -> String {
+        let bytes: Vec<u8> = self.0.iter().copied().collect();
+        String::from_utf8_lossy(&bytes).into_owned()
     }
 
     fn last_lines(&self, n: usize) -> Vec<String> {
@@ -332,14 +317,28 @@ mod tests {
             args: vec!["-c".to_owned(), script.to_owned()],
             env: vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())],
             cwd: std::env::temp_dir(),
+            run_dir: std::env::temp_dir(),
+            read_only: Vec::new(),
+            network: Network::None,
+            identity: Identity::Service,
         }
+    }
+
+    /// Reading, deadlines and messages, with the sandbox off (tests/ run CLIs
+    /// sandboxed).
+    async fn off() -> Sandbox {
+        Sandbox::start(chorus_sandbox::SandboxConfig {
+            mode: chorus_sandbox::Mode::Off,
+            ..chorus_sandbox::SandboxConfig::default()
+        })
+        .await
     }
 
     async fn run(script: &str, timeout_after: Duration) -> (CliExit, Vec<String>) {
         let mut lines = Vec::new();
         let exit = run_cli(
+            &off().await,
             &sh(script),
-            &uuid::Uuid::new_v4().to_string(),
             &RunClock::start(timeout_after),
             timeout_after,
             Duration::from_millis(200),
@@ -384,8 +383,8 @@ mod tests {
         let mut command = sh("true");
         command.program = "/no/such/cli".into();
         let err = run_cli(
+            &off().await,
             &command,
-            "m",
             &RunClock::start(Duration::from_secs(5)),
             Duration::from_secs(5),
             Duration::from_millis(10),

@@ -1,16 +1,16 @@
 //! Start-up recovery. Runs the store shows unfinished were being driven by an
 //! orchestrator that is gone (this database has one orchestrator at a time): each
 //! is marked interrupted (`run_interrupted`; a handoff among them fails as
-//! interrupted, which is what its stream shows when re-opened), its task waits
-//! (or, if it was being planned, fails to be planned again), and whatever is left
-//! of its processes is killed by its run marker. The CLI itself died with the old
-//! orchestrator (parent-death signal); its children may not have.
+//! interrupted, which is what its stream shows when re-opened), and its task
+//! waits (or, if it was being planned, fails to be planned again). There is no
+//! process to look for: every process of a run lived in its sandbox, which the
+//! kernel killed when the old orchestrator died (parent-death signal to the
+//! launcher, whose PID namespace died with it).
 
 use std::collections::BTreeSet;
 
-use tracing::{info, warn};
+use tracing::info;
 
-use super::sweep::kill_run_processes;
 use crate::domain::{TaskId, now_ms, policy};
 use crate::state::AppState;
 use crate::store::StoreError;
@@ -18,8 +18,7 @@ use crate::store::StoreError;
 /// Why recovered runs ended.
 pub const INTERRUPTED: &str = "interrupted: the orchestrator stopped while it ran";
 
-/// Marks every unfinished run interrupted and kills its leftover processes;
-/// returns how many runs were recovered.
+/// Marks every unfinished run interrupted; returns how many runs were recovered.
 ///
 /// # Errors
 /// The store could not be read or written.
@@ -35,13 +34,6 @@ pub async fn recover(state: &AppState) -> Result<usize, StoreError> {
             })
             .await?;
         state.publish(&events);
-    }
-    let grace = state.runner.config().kill_grace;
-    for run in &runs {
-        let left = kill_run_processes(None, &run.id.to_string(), None, grace).await;
-        if !left.is_empty() {
-            warn!(run_id = %run.id, ?left, "processes of an interrupted run survived SIGKILL");
-        }
     }
     if !runs.is_empty() {
         info!(

@@ -1,11 +1,38 @@
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+
+use chorus_sandbox::{Identity, Mode, Network, SandboxConfig};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 
 use super::*;
 
-fn sh(script: &str) -> Command {
-    let mut cmd = command("sh", Path::new("/"));
-    cmd.arg("-c").arg(script);
-    cmd
+/// These tests are about capturing and ending processes, with the sandbox off;
+/// tests/processes run them sandboxed.
+async fn off() -> Sandbox {
+    Sandbox::start(SandboxConfig {
+        mode: Mode::Off,
+        ..SandboxConfig::default()
+    })
+    .await
+}
+
+fn sh_in(script: &str, cwd: &Path) -> ProcessSpec {
+    ProcessSpec {
+        program: "sh".into(),
+        args: vec!["-c".into(), script.into()],
+        env: base_env(false),
+        cwd: cwd.to_path_buf(),
+        read_write: vec![cwd.to_path_buf()],
+        read_only: Vec::new(),
+        network: Network::None,
+        identity: Identity::Service,
+        address_space_limit: false,
+    }
+}
+
+fn sh(script: &str) -> ProcessSpec {
+    sh_in(script, Path::new("/"))
 }
 
 fn limits(timeout_secs: u64, max_output_bytes: usize) -> RunLimits {
@@ -16,19 +43,25 @@ fn limits(timeout_secs: u64, max_output_bytes: usize) -> RunLimits {
 }
 
 #[test]
-fn children_never_see_the_services_own_variables() {
-    let parent = [
-        ("PATH", "/usr/bin"),
-        ("CHORUS_RUN_TOKEN", "secret"),
-        ("CHORUS_", "x"),
-        ("HOME", "/home/u"),
-        ("MY_CHORUS_THING", "kept"),
-    ]
-    .map(|(k, v)| (OsString::from(k), OsString::from(v)));
-    let kept: Vec<_> = inherited_env(parent)
-        .map(|(k, _)| k.into_string().expect("ascii"))
-        .collect();
-    assert_eq!(kept, ["PATH", "HOME", "MY_CHORUS_THING"]);
+fn tool_processes_get_an_allow_listed_environment() {
+    let names = |network| -> Vec<String> {
+        base_env(network)
+            .into_iter()
+            .map(|(k, _)| k.into_string().expect("ascii"))
+            .collect()
+    };
+    for name in names(false) {
+        assert!(
+            ["PATH", "HOME", "TMPDIR", "TERM", "LANG", "TZ"].contains(&name.as_str()),
+            "{name} is not on the allow-list"
+        );
+    }
+    let path = base_env(false)
+        .into_iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| PathBuf::from(v))
+        .expect("PATH");
+    assert_eq!(path, PathBuf::from(SYSTEM_PATH));
 }
 
 #[test]
@@ -43,20 +76,11 @@ fn a_character_cut_by_the_cap_is_dropped_not_replaced() {
     assert_eq!(lossy_text(b"", true), "");
 }
 
-#[test]
-fn stat_lines_with_odd_command_names_parse() {
-    assert_eq!(
-        parse_stat(b"42 (a) b (c)) S 1 42 42 0 -1"),
-        Some((b'S', 42))
-    );
-    assert_eq!(parse_stat(b"7 (sleep) Z 1 5 5 0"), Some((b'Z', 5)));
-    assert_eq!(parse_stat(b"garbage"), None);
-}
-
 #[tokio::test]
 async fn exit_status_and_both_streams_are_reported() {
     let out = run(
-        sh("echo out; echo err >&2; exit 3"),
+        &off().await,
+        &sh("echo out; echo err >&2; exit 3"),
         limits(60, 1024),
         &CancellationToken::new(),
     )
@@ -73,7 +97,8 @@ async fn exit_status_and_both_streams_are_reported() {
 #[tokio::test]
 async fn output_past_the_cap_is_drained_and_dropped() {
     let out = run(
-        sh("head -c 1000000 /dev/zero; echo done >&2"),
+        &off().await,
+        &sh("head -c 1000000 /dev/zero; echo done >&2"),
         limits(60, 100),
         &CancellationToken::new(),
     )
@@ -88,7 +113,8 @@ async fn output_past_the_cap_is_drained_and_dropped() {
 #[tokio::test]
 async fn a_timed_out_group_is_killed() {
     let out = run(
-        sh("sleep 1000 & sleep 1000"),
+        &off().await,
+        &sh("sleep 1000 & sleep 1000"),
         limits(1, 1024),
         &CancellationToken::new(),
     )
@@ -102,7 +128,7 @@ async fn a_timed_out_group_is_killed() {
 async fn a_cancelled_token_stops_the_run() {
     let cancel = CancellationToken::new();
     cancel.cancel();
-    let out = run(sh("sleep 1000"), limits(600, 1024), &cancel)
+    let out = run(&off().await, &sh("sleep 1000"), limits(600, 1024), &cancel)
         .await
         .expect("runs");
     assert_eq!(out.ending, Ending::Cancelled);
@@ -111,11 +137,12 @@ async fn a_cancelled_token_stops_the_run() {
 
 #[tokio::test]
 async fn a_missing_program_is_a_start_error() {
-    let cmd = command("/nonexistent/chorus-no-such-program", Path::new("/"));
-    let err = run(cmd, limits(5, 10), &CancellationToken::new())
+    let mut spec = sh("");
+    spec.program = "/nonexistent/chorus-no-such-program".into();
+    let err = run(&off().await, &spec, limits(5, 10), &CancellationToken::new())
         .await
         .expect_err("cannot start");
-    assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    assert!(matches!(err, StartError::Failed { not_found: true, .. }), "{err}");
 }
 
 fn libc_sigkill() -> i32 {
@@ -135,11 +162,11 @@ async fn dropping_a_run_midway_kills_its_group() {
     let dir = tempfile::tempdir().expect("tempdir");
     let fifo = dir.path().join("held.fifo");
     mkfifo(&fifo);
-    let mut cmd = command("sh", dir.path());
     // The background sleep holds the fifo open for writing until it dies.
-    cmd.arg("-c").arg("sleep 1000 > held.fifo & wait");
+    let spec = sh_in("sleep 1000 > held.fifo & wait", dir.path());
+    let sandbox = off().await;
     let cancel = CancellationToken::new();
-    let run = tokio::spawn(async move { run(cmd, limits(600, 1024), &cancel).await });
+    let run = tokio::spawn(async move { run(&sandbox, &spec, limits(600, 1024), &cancel).await });
 
     let (opened_tx, opened_rx) = tokio::sync::oneshot::channel();
     let reader = tokio::task::spawn_blocking(move || {
@@ -161,10 +188,11 @@ async fn dropping_a_run_midway_kills_its_group() {
 async fn a_process_that_left_the_group_cannot_hold_the_call_open() {
     // setsid puts the sleep in a session of its own: the group kill misses it
     // (documented), but reading its inherited stdout stops after PIPE_GRACE.
-    let started = Instant::now();
+    let started = std::time::Instant::now();
     let out = run(
+        &off().await,
         // Waits until the sleep runs in its own session (field 6 of stat).
-        sh(r#"setsid sleep 1000 & p=$!
+        &sh(r#"setsid sleep 1000 & p=$!
               until [ "$(cut -d' ' -f6 /proc/$p/stat)" = "$p" ]; do :; done
               echo $p"#),
         limits(600, 1024),

@@ -2,8 +2,9 @@
 //! that nothing inside a `.git` directory is changed by file tools.
 
 use std::io::{self, Write};
+use std::os::fd::AsFd;
 
-use cap_std::fs::OpenOptions;
+use cap_std::fs::{MetadataExt, OpenOptions};
 
 use super::{Sandbox, WorkspacePath, WriteMode, require_regular_file};
 use crate::error::ToolError;
@@ -26,7 +27,7 @@ impl Sandbox {
         let name = path.file_name().ok_or_else(|| ToolError::IsDirectory {
             path: path.display(),
         })?;
-        let (target, permissions) = match mode {
+        let (target, permissions, owner) = match mode {
             WriteMode::Replace => {
                 let meta = self.metadata(path)?;
                 require_regular_file(path, &meta)?;
@@ -42,7 +43,9 @@ impl Sandbox {
                         path: path.display(),
                     });
                 }
-                (real, Some(meta.permissions()))
+                // The new content keeps the file's mode and owner.
+                let owner = Some((meta.uid(), meta.gid()));
+                (real, Some(meta.permissions()), owner)
             }
             WriteMode::CreateNew => {
                 match self.dir.symlink_metadata(path.as_path()) {
@@ -57,19 +60,9 @@ impl Sandbox {
                 let parent = path.parent();
                 self.refuse_git_target(path, &parent)?;
                 if !parent.is_root() {
-                    self.dir
-                        .create_dir_all(parent.as_path())
-                        .map_err(|e| match e.kind() {
-                            // Something that is not a directory (a broken symlink, or
-                            // an entry swapped in meanwhile) holds a parent's name.
-                            io::ErrorKind::AlreadyExists => ToolError::InvalidPath {
-                                path: path.display(),
-                                reason: "a parent in it exists but is not a directory".to_owned(),
-                            },
-                            _ => self.fs_error(&parent, e),
-                        })?;
+                    self.create_parents(path, &parent)?;
                 }
-                (path.clone(), None)
+                (path.clone(), None, self.owner)
             }
         };
         let parent = target.parent();
@@ -79,7 +72,7 @@ impl Sandbox {
             uuid::Uuid::new_v4().simple()
         ));
         let result = self
-            .write_temp(&tmp, content, permissions)
+            .write_temp(&tmp, content, permissions, owner)
             .and_then(|()| match mode {
                 WriteMode::Replace => self
                     .dir
@@ -99,11 +92,45 @@ impl Sandbox {
         result
     }
 
+    /// Makes the missing directories of `parent` (the directory of `path`),
+    /// each belonging to the workspace's owner.
+    fn create_parents(&self, path: &WorkspacePath, parent: &WorkspacePath) -> Result<(), ToolError> {
+        let mut at = WorkspacePath::root();
+        for part in parent.as_path().components() {
+            at = at.join(part);
+            match self.dir.symlink_metadata(at.as_path()) {
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(self.fs_error(&at, e)),
+            }
+            match self.dir.create_dir(at.as_path()) {
+                Ok(()) => {}
+                // Made meanwhile by someone else: used as it is.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(self.fs_error(&at, e)),
+            }
+            if let Some(owner) = self.owner {
+                let dir = self.dir.open_dir(at.as_path()).map_err(|e| self.fs_error(&at, e))?;
+                give(&dir, owner)?;
+            }
+        }
+        // What holds each name must be a directory (not a broken symlink, not
+        // an entry swapped in meanwhile).
+        match self.dir.metadata(parent.as_path()) {
+            Ok(meta) if meta.is_dir() => Ok(()),
+            Ok(_) | Err(_) => Err(ToolError::InvalidPath {
+                path: path.display(),
+                reason: "a parent in it exists but is not a directory".to_owned(),
+            }),
+        }
+    }
+
     fn write_temp(
         &self,
         tmp: &WorkspacePath,
         content: &[u8],
         permissions: Option<cap_std::fs::Permissions>,
+        owner: Option<(u32, u32)>,
     ) -> Result<(), ToolError> {
         let mut options = OpenOptions::new();
         options.write(true).create_new(true);
@@ -111,6 +138,9 @@ impl Sandbox {
             .dir
             .open_with(tmp.as_path(), &options)
             .map_err(|e| self.fs_error(tmp, e))?;
+        if let Some(owner) = owner.filter(|_| self.owner.is_some()) {
+            give(&file, owner)?;
+        }
         file.write_all(content)
             .map_err(|e| ToolError::io("writing the new content", e))?;
         if let Some(permissions) = permissions {
@@ -182,6 +212,19 @@ impl Sandbox {
             }
         }
     }
+}
+
+/// Gives a file or directory to `owner` (uid, gid), by its handle (directory
+/// handles are O_PATH descriptors, hence AT_EMPTY_PATH).
+fn give(handle: &impl AsFd, (uid, gid): (u32, u32)) -> Result<(), ToolError> {
+    nix::unistd::fchownat(
+        handle,
+        "",
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+        nix::fcntl::AtFlags::AT_EMPTY_PATH,
+    )
+    .map_err(|e| ToolError::io("giving the new file to the workspace's owner", e.into()))
 }
 
 /// How much of a file's name its temporary sibling keeps, so that the temporary

@@ -1,10 +1,11 @@
-//! bash: runs `bash -c <command>` in the workspace root.
+//! bash: runs `bash -c <command>` in the workspace root, in the run sandbox.
 //!
-//! The command runs with stdin closed, in its own process group, with the service's
-//! environment minus its `CHORUS_*` variables plus `CHORUS_WORKSPACE_ROOT` (the
-//! root). stdout and stderr are kept up to `max_output_bytes` each. When the
-//! command returns, the timeout passes or the service shuts down, the whole process
-//! group is killed: nothing the command started outlives the call (see
+//! The command runs with stdin closed, as the workspace's owner (never root),
+//! seeing only the workspace (read-write) and the system directories, with no
+//! network unless the run holds the `network` grant, and an allow-listed
+//! environment plus `CHORUS_WORKSPACE_ROOT` (the root). stdout and stderr are
+//! kept up to `max_output_bytes` each. When the command returns, the timeout
+//! passes or the service shuts down, every process it started is gone (see
 //! [`crate::process`]).
 //!
 //! A non-zero exit is a result, not an error (`exit_code` tells it). A timeout and a
@@ -17,6 +18,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chorus_catalog::{args, outputs};
+use chorus_sandbox::{Network, ProcessSpec};
 
 use crate::config::Limits;
 use crate::context::{ToolContext, ToolOutcome};
@@ -37,23 +39,34 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
     }
     let timeout = timeout(&ctx.limits, args.timeout_secs)?;
     let root = ctx.sandbox.canonical_root();
-
-    let mut cmd = process::command(bash_program(), root);
-    cmd.arg("-c")
-        .arg(&args.command)
-        .env(WORKSPACE_ROOT_ENV, root);
+    let network = ctx.grant.allows(chorus_catalog::NETWORK);
+    let identity = ctx
+        .processes
+        .identity_for(root)
+        .map_err(|e| ToolError::FailedPrecondition(e.to_string()))?;
+    let mut env = process::base_env(network);
+    env.push((WORKSPACE_ROOT_ENV.into(), root.into()));
+    let spec = ProcessSpec {
+        program: bash_program().into(),
+        args: vec!["-c".into(), args.command.into()],
+        env,
+        cwd: root.to_path_buf(),
+        read_write: vec![root.to_path_buf()],
+        read_only: Vec::new(),
+        network: if network { Network::Host } else { Network::None },
+        identity,
+        address_space_limit: true,
+    };
     let limits = RunLimits {
         timeout,
         max_output_bytes: ctx.limits.max_output_bytes,
     };
-    let finished = process::run(cmd, limits, &ctx.cancel)
+    let finished = process::run(&ctx.processes, &spec, limits, &ctx.cancel)
         .await
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => ToolError::FailedPrecondition(
-                "bash is not installed on the tool-exec host (not found at /bin/bash or on PATH)"
-                    .to_owned(),
-            ),
-            _ => ToolError::io("starting bash", e),
+        .map_err(|e| {
+            e.into_tool_error(
+                "bash is not installed on the tool-exec host (not found at /bin/bash or on PATH)",
+            )
         })?;
 
     let timed_out = finished.ending == Ending::TimedOut;

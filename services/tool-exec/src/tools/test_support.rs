@@ -50,6 +50,7 @@ impl Workspace {
             sandbox: Arc::new(sandbox),
             grant: Arc::new(grant),
             limits,
+            processes: chorus_sandbox::Sandbox::refusing("file tools start no process"),
             cancel: CancellationToken::new(),
         };
         Self { dir, ctx }

@@ -4,7 +4,12 @@
 use chorus_tool_exec::{Limits, ToolError};
 use serde_json::{Value, json};
 
-use crate::common::{Harness, in_band_code, is_running, pids};
+use chorus_sandbox::testing::{
+    ESCAPEES, await_escapees, escapees, eventually, give_to_test_user, owned_by_test_user,
+    survivors,
+};
+
+use crate::common::{Harness, in_band_code};
 
 fn output(outcome: &chorus_tool_exec::context::ToolOutcome) -> chorus_catalog::outputs::Bash {
     serde_json::from_value(outcome.output.clone()).expect("bash output")
@@ -12,7 +17,7 @@ fn output(outcome: &chorus_tool_exec::context::ToolOutcome) -> chorus_catalog::o
 
 #[tokio::test]
 async fn commands_run_in_the_workspace_root() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let out = output(&h.ok("bash", json!({"command": "pwd"})).await);
     assert_eq!(out.stdout.trim(), h.root.to_str().expect("utf8"));
     assert_eq!(out.exit_code, Some(0));
@@ -20,7 +25,7 @@ async fn commands_run_in_the_workspace_root() {
 
 #[tokio::test]
 async fn a_non_zero_exit_is_a_result_not_an_error() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let outcome = h
         .ok(
             "bash",
@@ -40,7 +45,7 @@ async fn a_non_zero_exit_is_a_result_not_an_error() {
 
 #[tokio::test]
 async fn a_command_killed_by_a_signal_reports_the_signal() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let out = output(&h.ok("bash", json!({"command": "kill -9 $$"})).await);
     assert_eq!(out.exit_code, None);
     assert_eq!(out.signal, Some(9));
@@ -48,7 +53,7 @@ async fn a_command_killed_by_a_signal_reports_the_signal() {
 
 #[tokio::test]
 async fn stdin_is_closed() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let out = output(
         &h.ok("bash", json!({"command": "cat; echo after-cat"}))
             .await,
@@ -59,7 +64,7 @@ async fn stdin_is_closed() {
 
 #[tokio::test]
 async fn the_workspace_root_is_the_only_chorus_variable() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let out = output(&h.ok("bash", json!({"command": "env"})).await);
     let chorus: Vec<&str> = out
         .stdout
@@ -100,7 +105,7 @@ fn variables_of_the_service_are_not_passed_to_commands() {
 
 #[tokio::test]
 async fn output_past_the_cap_is_cut_and_the_command_still_finishes() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let cap = Limits::default().max_output_bytes;
     let outcome = h
         .ok(
@@ -117,10 +122,14 @@ async fn output_past_the_cap_is_cut_and_the_command_still_finishes() {
 }
 
 #[tokio::test]
-async fn a_timeout_kills_the_whole_group_even_processes_that_ignore_sigterm() {
-    let h = Harness::new();
-    // A grandchild that ignores SIGTERM, and its own child.
-    let command = r#"bash -c 'trap "" TERM; sleep 1000 & echo $!; wait' & echo $!; sleep 1000"#;
+async fn a_timeout_kills_every_process_even_ones_that_left_and_ignore_sigterm() {
+    let h = Harness::new().await;
+    let marker = "chorus-bash-timeout";
+    let command = format!(
+        "{} {} echo started; sleep 1000",
+        escapees(marker),
+        await_escapees(marker)
+    );
     let outcome = h
         .ok("bash", json!({"command": command, "timeout_secs": 1}))
         .await;
@@ -136,67 +145,85 @@ async fn a_timeout_kills_the_whole_group_even_processes_that_ignore_sigterm() {
     assert!(out.timed_out);
     assert_eq!(out.exit_code, None);
     assert_eq!(out.signal, Some(9));
-    let started = pids(&out.stdout);
-    assert_eq!(started.len(), 2, "partial output: {:?}", out.stdout);
-    for pid in started {
-        assert!(!is_running(pid), "process {pid} survived the timeout");
-    }
+    assert_eq!(out.stdout, "started\n", "partial output");
+    assert_eq!(survivors(marker), Vec::<i32>::new());
 }
 
 #[tokio::test]
-async fn background_jobs_do_not_outlive_the_command() {
-    let h = Harness::new();
-    let outcome = h
-        .ok("bash", json!({"command": "sleep 1000 & echo $!"}))
-        .await;
+async fn nothing_a_command_starts_outlives_it() {
+    let h = Harness::new().await;
+    let marker = "chorus-bash-background";
+    let command = format!("{} {} echo started", escapees(marker), await_escapees(marker));
+    let outcome = h.ok("bash", json!({ "command": command })).await;
     assert_eq!(outcome.error, None);
     let out = output(&outcome);
-    assert_eq!(out.exit_code, Some(0));
-    let started = pids(&out.stdout);
-    assert_eq!(started.len(), 1);
-    assert!(!is_running(started[0]), "background job survived");
+    assert_eq!((out.exit_code, out.stdout.as_str()), (Some(0), "started\n"));
+    assert_eq!(survivors(marker), Vec::<i32>::new());
 }
 
 #[tokio::test]
 async fn shutdown_kills_a_running_command_promptly() {
-    let h = Harness::new();
-    let fifo = h.root.join("started.fifo");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .expect("mkfifo runs");
-    assert!(made.success());
-
-    // The command tells the test its background job's pid through the fifo
-    // (opening it blocks until the test reads), then waits forever.
+    let h = Harness::new().await;
+    let marker = "chorus-bash-shutdown";
     let runner = h.runner.clone();
     let grant = h.grant();
+    let command = format!("{} wait", escapees(marker));
     let call = tokio::spawn(async move {
         runner
-            .execute(
-                grant,
-                "bash",
-                json!({"command": "sleep 1000 & echo $! > started.fifo; wait"}),
-            )
+            .execute(grant, "bash", json!({ "command": command }))
             .await
     });
-    let line = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo))
-        .await
-        .expect("reader")
-        .expect("reads the fifo");
-    let pid: i32 = line.trim().parse().expect("a pid");
-    assert!(is_running(pid));
-
+    eventually("the command's children started", || {
+        survivors(marker).len() == ESCAPEES
+    })
+    .await;
     h.shutdown.cancel();
     let outcome = call.await.expect("call task").expect("an in-band answer");
     assert_eq!(in_band_code(&outcome), Some("cancelled"));
-    assert!(!is_running(pid), "the command survived the shutdown");
+    assert_eq!(survivors(marker), Vec::<i32>::new(), "the command survived the shutdown");
     assert_eq!(output(&outcome).signal, Some(9));
 }
 
 #[tokio::test]
+async fn commands_act_as_the_workspace_owner_inside_the_workspace_only() {
+    let h = Harness::new().await;
+    let outside = tempfile::tempdir().expect("tempdir");
+    std::fs::write(outside.path().join("secret"), "not-for-agents").expect("secret");
+    give_to_test_user(outside.path());
+    let command = format!(
+        "echo made > made.txt; cat {}/secret 2>&1; id -u; ls /proc | grep -cE '^[0-9]+$'",
+        outside.path().display()
+    );
+    let out = output(&h.ok("bash", json!({ "command": command })).await);
+    assert!(!out.stdout.contains("not-for-agents"), "{}", out.stdout);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].contains("No such file or directory"), "{}", lines[0]);
+    assert_ne!(lines[1], "0", "bash ran as root");
+    let processes: usize = lines[2].parse().expect("count");
+    assert!(processes <= 4, "bash sees {processes} processes");
+    assert!(owned_by_test_user(&h.root.join("made.txt")));
+}
+
+#[tokio::test]
+async fn the_network_is_reachable_only_with_the_grant() {
+    let h = Harness::new().await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let port = listener.local_addr().expect("addr").port();
+    let command = format!(
+        "(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached || echo refused"
+    );
+    let without = output(&h.ok("bash", json!({ "command": command })).await);
+    assert_eq!(without.stdout, "refused\n");
+    let with = h
+        .call_with_network("bash", json!({ "command": command }))
+        .await
+        .expect("bash");
+    assert_eq!(output(&with).stdout, "reached\n");
+}
+
+#[tokio::test]
 async fn timeouts_of_zero_or_above_the_maximum_are_refused() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let max = Limits::default().bash_max_timeout.as_secs();
     for timeout in [0, max + 1] {
         let err = h
@@ -210,7 +237,7 @@ async fn timeouts_of_zero_or_above_the_maximum_are_refused() {
 
 #[tokio::test]
 async fn an_empty_command_is_refused() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     for command in [Value::from(""), Value::from("  \n")] {
         let err = h
             .call("bash", json!({ "command": command }))
@@ -222,7 +249,7 @@ async fn an_empty_command_is_refused() {
 
 #[tokio::test]
 async fn a_shut_down_runner_starts_nothing() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     h.shutdown.cancel();
     let err = h
         .call("bash", json!({"command": "touch should-not-exist"}))
@@ -230,4 +257,32 @@ async fn a_shut_down_runner_starts_nothing() {
         .expect_err("refused");
     assert!(matches!(err, ToolError::ShuttingDown));
     assert!(!h.root.join("should-not-exist").exists());
+}
+
+#[tokio::test]
+async fn files_the_file_tools_make_are_the_workspace_owners_so_bash_can_change_them() {
+    let h = Harness::new().await;
+    h.ok(
+        "file.create",
+        json!({"path": "made/by/tools.txt", "content": "one\n"}),
+    )
+    .await;
+    for path in ["made", "made/by", "made/by/tools.txt"] {
+        assert!(owned_by_test_user(&h.root.join(path)), "{path}");
+    }
+    let out = output(
+        &h.ok(
+            "bash",
+            json!({"command": "echo two >> made/by/tools.txt && touch made/by/more && cat made/by/tools.txt"}),
+        )
+        .await,
+    );
+    assert_eq!((out.exit_code, out.stdout.as_str()), (Some(0), "one\ntwo\n"), "{}", out.stderr);
+    // Replacing a file's content keeps its owner.
+    h.ok(
+        "file.write",
+        json!({"path": "made/by/tools.txt", "content": "three\n"}),
+    )
+    .await;
+    assert!(owned_by_test_user(&h.root.join("made/by/tools.txt")));
 }

@@ -1,7 +1,11 @@
 //! Helpers shared by the process tests.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use chorus_sandbox::SandboxConfig;
+use chorus_sandbox::testing::{TEST_UID, give_to_test_user, running_as_root};
 
 use chorus_run_token::RunGrant;
 use chorus_tool_exec::context::ToolOutcome;
@@ -9,7 +13,9 @@ use chorus_tool_exec::{Limits, ToolError, ToolRunner};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-/// A runner, its shutdown token and a workspace in a temporary directory.
+/// A runner whose processes run in an enforced sandbox, its shutdown token, and
+/// a workspace in a temporary directory owned by the test user (sandboxed
+/// programs run as the workspace's owner).
 pub struct Harness {
     pub runner: ToolRunner,
     pub shutdown: CancellationToken,
@@ -18,16 +24,18 @@ pub struct Harness {
 }
 
 impl Harness {
-    pub fn new() -> Self {
-        Self::with_limits(Limits::default())
+    pub async fn new() -> Self {
+        Self::with_limits(Limits::default()).await
     }
 
-    pub fn with_limits(limits: Limits) -> Self {
+    pub async fn with_limits(limits: Limits) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().canonicalize().expect("canonical root");
+        give_to_test_user(&root);
         let shutdown = CancellationToken::new();
+        let processes = chorus_sandbox::testing::enforced(SandboxConfig::default()).await;
         Self {
-            runner: ToolRunner::new(limits, shutdown.clone()),
+            runner: ToolRunner::new(limits, processes, shutdown.clone()),
             shutdown,
             root,
             _dir: dir,
@@ -55,6 +63,17 @@ impl Harness {
         self.runner.execute(self.grant(), tool, args).await
     }
 
+    /// A call by a run that also holds the `network` grant.
+    pub async fn call_with_network(
+        &self,
+        tool: &str,
+        args: Value,
+    ) -> Result<ToolOutcome, ToolError> {
+        let mut grant = self.grant();
+        grant.tools.push(chorus_catalog::NETWORK.to_owned());
+        self.runner.execute(grant, tool, args).await
+    }
+
     pub async fn ok(&self, tool: &str, args: Value) -> ToolOutcome {
         self.call(tool, args)
             .await
@@ -63,6 +82,7 @@ impl Harness {
 
     pub fn write(&self, rel: &str, content: &str) {
         write(&self.root, rel, content);
+        give_to_test_user(&self.root);
     }
 }
 
@@ -72,24 +92,6 @@ pub fn write(root: &Path, rel: &str, content: &str) {
         std::fs::create_dir_all(parent).expect("mkdir");
     }
     std::fs::write(path, content).expect("write");
-}
-
-/// True while `pid` exists and is not a zombie (a zombie has finished running; its
-/// parent, possibly an init that never reaps, just has not collected it).
-pub fn is_running(pid: i32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let state = stat
-        .rfind(')')
-        .and_then(|i| stat[i + 1..].split_whitespace().next())
-        .unwrap_or("");
-    !matches!(state, "Z" | "X" | "x" | "")
-}
-
-/// Every whole number printed on its own line.
-pub fn pids(text: &str) -> Vec<i32> {
-    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
 }
 
 /// Runs the test's own git (not the tool's), isolated from the user's and the
@@ -106,6 +108,10 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 
 pub fn git_command(dir: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new("git");
+    // As the workspace's owner, as the tools' git runs.
+    if running_as_root() {
+        cmd.uid(TEST_UID).gid(TEST_UID).env("HOME", "/tmp");
+    }
     cmd.current_dir(dir)
         .args(args)
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
@@ -132,4 +138,63 @@ pub fn configure(dir: &Path) {
 
 pub fn in_band_code(outcome: &ToolOutcome) -> Option<&str> {
     outcome.error.as_ref().map(|e| e.code.as_str())
+}
+
+/// A git daemon on 127.0.0.1 serving the bare repositories below `base`, push
+/// allowed: each connection is handed to `git daemon --inetd`, run as the test
+/// user (who owns the repositories).
+pub struct GitDaemon {
+    pub port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl GitDaemon {
+    pub async fn serve(base: &Path) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let base = base.to_path_buf();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let stream = stream.into_std().expect("std stream");
+                stream.set_nonblocking(false).expect("blocking");
+                let input = std::os::fd::OwnedFd::from(stream);
+                let output = input.try_clone().expect("dup");
+                let mut daemon = tokio::process::Command::new("git");
+                daemon
+                    .args(["daemon", "--inetd", "--export-all", "--enable=receive-pack"])
+                    .arg(format!("--base-path={}", base.display()))
+                    .arg(&base)
+                    .env_clear()
+                    .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                    .env("HOME", "/tmp")
+                    .env("GIT_CONFIG_NOSYSTEM", "1")
+                    .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                    .stdin(std::process::Stdio::from(input))
+                    .stdout(std::process::Stdio::from(output))
+                    .stderr(std::process::Stdio::null())
+                    .kill_on_drop(true);
+                if running_as_root() {
+                    daemon.uid(TEST_UID).gid(TEST_UID);
+                }
+                let mut child = daemon.spawn().expect("git daemon");
+                tokio::spawn(async move {
+                    let _ = child.wait().await;
+                });
+            }
+        });
+        Self { port, task }
+    }
+
+    /// The git:// URL of repository `name`.
+    pub fn url(&self, name: &str) -> String {
+        format!("git://127.0.0.1:{}/{name}", self.port)
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

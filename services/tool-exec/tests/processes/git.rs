@@ -7,15 +7,17 @@ use chorus_tool_exec::ToolError;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use crate::common::{Harness, configure, git, git_command, init_repo, write};
+use chorus_sandbox::testing::give_to_test_user;
+
+use crate::common::{GitDaemon, Harness, configure, git, git_command, init_repo, write};
 
 fn parse<T: DeserializeOwned>(outcome: &chorus_tool_exec::context::ToolOutcome) -> T {
     serde_json::from_value(outcome.output.clone()).expect("tool output")
 }
 
 /// A repository with one commit of a.txt, b.txt and old.txt.
-fn repo() -> Harness {
-    let h = Harness::new();
+async fn repo() -> Harness {
+    let h = Harness::new().await;
     init_repo(&h.root);
     h.write("a.txt", "alpha\n");
     h.write("b.txt", "beta\n");
@@ -46,7 +48,7 @@ fn failed_precondition(err: &ToolError) -> &str {
 
 #[tokio::test]
 async fn status_reports_modified_staged_untracked_and_renamed_files() {
-    let h = repo();
+    let h = repo().await;
     let clean: outputs::GitStatus = parse(&h.ok("git.status", json!({})).await);
     assert!(clean.clean);
     assert_eq!(clean.branch.as_deref(), Some("main"));
@@ -81,29 +83,45 @@ async fn status_reports_modified_staged_untracked_and_renamed_files() {
 }
 
 #[tokio::test]
-async fn status_in_a_subdirectory_of_the_repository_is_limited_to_it() {
-    let h = repo();
+async fn git_works_only_on_the_roots_own_git_directory() {
+    let h = repo().await;
     h.write("sub/inner.txt", "in\n");
-    git(&h.root, &["add", "."]);
-    git(&h.root, &["commit", "-q", "-m", "sub"]);
-    h.write("sub/inner.txt", "changed\n");
-    h.write("sub/fresh.txt", "new\n");
-    h.write("a.txt", "outside the workspace\n");
-
+    // A workspace below the repository's top level: git would have to look
+    // above the root to find the repository, which it never does.
     let sub = h.root.join("sub");
-    let outcome = h
+    let err = h
         .runner
         .execute(h.grant_at(&sub), "git.status", json!({}))
         .await
-        .expect("status");
-    let status: outputs::GitStatus = parse(&outcome);
-    let paths: Vec<&str> = status.entries.iter().map(|e| e.path.as_str()).collect();
-    assert_eq!(paths, ["inner.txt", "fresh.txt"]);
+        .expect_err("refused");
+    assert!(failed_precondition(&err).contains("has no .git directory"), "{err}");
+
+    // A .git file (a worktree's pointer) or a symlink to a repository elsewhere.
+    let other = tempfile::tempdir().expect("tempdir");
+    let pointer = other.path().join("pointer");
+    let link = other.path().join("link");
+    std::fs::create_dir(&pointer).expect("dir");
+    std::fs::create_dir(&link).expect("dir");
+    std::fs::write(
+        pointer.join(".git"),
+        format!("gitdir: {}\n", h.root.join(".git").display()),
+    )
+    .expect(".git file");
+    std::os::unix::fs::symlink(h.root.join(".git"), link.join(".git")).expect("symlink");
+    give_to_test_user(other.path());
+    for root in [&pointer, &link] {
+        let err = h
+            .runner
+            .execute(h.grant_at(root), "git.status", json!({}))
+            .await
+            .expect_err("refused");
+        assert!(failed_precondition(&err).contains("has no .git directory"), "{err}");
+    }
 }
 
 #[tokio::test]
 async fn diff_shows_unstaged_staged_base_and_path_limited_changes() {
-    let h = repo();
+    let h = repo().await;
     let first = head(&h.root);
     h.write("a.txt", "alpha unstaged\n");
     h.write("b.txt", "beta staged\n");
@@ -139,7 +157,7 @@ async fn diff_shows_unstaged_staged_base_and_path_limited_changes() {
 
 #[tokio::test]
 async fn diff_paths_outside_the_root_are_refused() {
-    let h = repo();
+    let h = repo().await;
     for path in ["../elsewhere", "/etc/passwd"] {
         let err = h
             .call("git.diff", json!({"paths": [path]}))
@@ -151,7 +169,7 @@ async fn diff_paths_outside_the_root_are_refused() {
 
 #[tokio::test]
 async fn diff_bases_that_look_like_options_or_name_nothing_are_refused() {
-    let h = repo();
+    let h = repo().await;
     let marker = h.root.join("written-by-output-option");
     let option = format!("--output={}", marker.display());
     for base in [option.as_str(), "-p", "no-such-branch", ""] {
@@ -174,7 +192,7 @@ async fn diff_bases_that_look_like_options_or_name_nothing_are_refused() {
 
 #[tokio::test]
 async fn commit_stages_the_given_paths_only() {
-    let h = repo();
+    let h = repo().await;
     h.write("a.txt", "alpha 2\n");
     h.write("b.txt", "beta 2\n");
     let outcome = h
@@ -199,7 +217,7 @@ async fn commit_stages_the_given_paths_only() {
 
 #[tokio::test]
 async fn commit_all_stages_new_modified_and_deleted_files() {
-    let h = repo();
+    let h = repo().await;
     h.write("a.txt", "alpha 2\n");
     h.write("brand-new.txt", "new\n");
     std::fs::remove_file(h.root.join("b.txt")).expect("rm");
@@ -213,7 +231,7 @@ async fn commit_all_stages_new_modified_and_deleted_files() {
 
 #[tokio::test]
 async fn committing_nothing_is_a_failed_precondition() {
-    let h = repo();
+    let h = repo().await;
     let err = h
         .call("git.commit", json!({"message": "nothing", "all": true}))
         .await
@@ -236,7 +254,7 @@ async fn committing_nothing_is_a_failed_precondition() {
 
 #[tokio::test]
 async fn commit_arguments_are_checked() {
-    let h = repo();
+    let h = repo().await;
     h.write("a.txt", "changed\n");
     let err = h
         .call("git.commit", json!({"message": "  ", "all": true}))
@@ -260,9 +278,9 @@ async fn commit_arguments_are_checked() {
 
 #[tokio::test]
 async fn hooks_never_run() {
-    let h = repo();
-    let outside = tempfile::tempdir().expect("tempdir");
-    let marker = outside.path().join("hook-ran");
+    let h = repo().await;
+    // Inside the workspace: a hook run by the tools could write there.
+    let marker = h.root.join("hook-ran");
     let hook = format!("#!/bin/sh\necho ran >> '{}'\n", marker.display());
     // Hooks in .git/hooks, and in a directory the repository's config names.
     for dir in [h.root.join(".git/hooks"), h.root.join("my-hooks")] {
@@ -277,6 +295,7 @@ async fn hooks_never_run() {
             assert!(status.success());
         }
     }
+    give_to_test_user(&h.root);
     h.write("a.txt", "changed\n");
     h.ok(
         "git.commit",
@@ -302,7 +321,7 @@ async fn hooks_never_run() {
 
 #[tokio::test]
 async fn without_an_identity_the_agent_commits_as_itself() {
-    let h = repo();
+    let h = repo().await;
     // Empty local values win over any global identity.
     git(&h.root, &["config", "user.name", ""]);
     git(&h.root, &["config", "user.email", ""]);
@@ -320,7 +339,7 @@ async fn without_an_identity_the_agent_commits_as_itself() {
 
 #[tokio::test]
 async fn with_an_identity_the_repository_identity_is_used() {
-    let h = repo();
+    let h = repo().await;
     h.write("a.txt", "by the user\n");
     h.ok("git.commit", json!({"message": "user commit", "all": true}))
         .await;
@@ -330,46 +349,56 @@ async fn with_an_identity_the_repository_identity_is_used() {
     );
 }
 
-/// A repository whose origin is a bare repository in another temporary directory.
-fn repo_with_origin() -> (Harness, tempfile::TempDir) {
-    let h = repo();
+/// A repository whose origin is a bare repository served by a git daemon on
+/// 127.0.0.1 (pushes go over the network: local transports are refused).
+async fn repo_with_origin() -> (Harness, tempfile::TempDir, GitDaemon) {
+    let h = repo().await;
     let remote = tempfile::tempdir().expect("tempdir");
-    git(remote.path(), &["init", "-q", "--bare", "-b", "main"]);
-    let url = remote.path().to_str().expect("utf8").to_owned();
-    git(&h.root, &["remote", "add", "origin", &url]);
-    (h, remote)
+    give_to_test_user(remote.path());
+    git(remote.path(), &["init", "-q", "--bare", "-b", "main", "origin.git"]);
+    let daemon = GitDaemon::serve(remote.path()).await;
+    git(&h.root, &["remote", "add", "origin", &daemon.url("origin.git")]);
+    (h, remote, daemon)
+}
+
+/// git.push by a run with the network grant.
+async fn push(h: &Harness, args: serde_json::Value) -> Result<chorus_tool_exec::context::ToolOutcome, ToolError> {
+    h.call_with_network("git.push", args).await
 }
 
 #[tokio::test]
 async fn push_sends_the_current_branch_to_origin() {
-    let (h, remote) = repo_with_origin();
-    let outcome = h.ok("git.push", json!({})).await;
-    let push: outputs::GitPush = parse(&outcome);
-    assert_eq!(push.remote, "origin");
-    assert_eq!(push.branch, "main");
-    assert!(push.output.contains("main -> main"), "{}", push.output);
+    let (h, remote_dir, _daemon) = repo_with_origin().await;
+    let remote = remote_dir.path().join("origin.git");
+    let outcome = push(&h, json!({})).await.expect("pushed");
+    let first: outputs::GitPush = parse(&outcome);
+    assert_eq!(first.remote, "origin");
+    assert_eq!(first.branch, "main");
+    assert!(first.output.contains("main -> main"), "{}", first.output);
     assert_eq!(
-        git(remote.path(), &["rev-parse", "refs/heads/main"]).trim(),
+        git(&remote, &["rev-parse", "refs/heads/main"]).trim(),
         head(&h.root)
     );
 
     // A named branch other than the current one.
     git(&h.root, &["branch", "feature"]);
-    let push: outputs::GitPush = parse(
-        &h.ok("git.push", json!({"remote": "origin", "branch": "feature"}))
-            .await,
+    let pushed: outputs::GitPush = parse(
+        &push(&h, json!({"remote": "origin", "branch": "feature"}))
+            .await
+            .expect("pushed"),
     );
-    assert_eq!(push.branch, "feature");
+    assert_eq!(pushed.branch, "feature");
     assert_eq!(
-        git(remote.path(), &["rev-parse", "refs/heads/feature"]).trim(),
+        git(&remote, &["rev-parse", "refs/heads/feature"]).trim(),
         head(&h.root)
     );
 }
 
 #[tokio::test]
 async fn push_only_goes_to_configured_remotes_and_existing_branches() {
-    let (h, remote) = repo_with_origin();
-    let url = remote.path().to_str().expect("utf8");
+    let (h, remote_dir, daemon) = repo_with_origin().await;
+    let remote = remote_dir.path().join("origin.git");
+    let url = daemon.url("origin.git");
     for (args, expected) in [
         (json!({"remote": "upstream"}), "configured remotes: origin"),
         (json!({"remote": url}), "configured remotes: origin"),
@@ -381,7 +410,7 @@ async fn push_only_goes_to_configured_remotes_and_existing_branches() {
         (json!({"branch": "bad..name"}), "not a valid branch name"),
         (json!({"branch": "+main"}), "no local branch"),
     ] {
-        let err = h.call("git.push", args.clone()).await.expect_err("refused");
+        let err = push(&h, args.clone()).await.expect_err("refused");
         assert!(
             matches!(err, ToolError::InvalidArguments { .. }),
             "{args}: {err}"
@@ -389,17 +418,19 @@ async fn push_only_goes_to_configured_remotes_and_existing_branches() {
         assert!(err.to_string().contains(expected), "{args}: {err}");
     }
     // Nothing reached the remote.
-    assert_eq!(git(remote.path(), &["branch", "--list"]), "");
+    assert_eq!(git(&remote, &["branch", "--list"]), "");
 }
 
 #[tokio::test]
 async fn a_non_fast_forward_push_is_rejected_and_never_forced() {
-    let (h, remote) = repo_with_origin();
-    h.ok("git.push", json!({})).await;
+    let (h, remote_dir, _daemon) = repo_with_origin().await;
+    let remote = remote_dir.path().join("origin.git");
+    push(&h, json!({})).await.expect("pushed");
 
     // Someone else pushes first.
     let other = tempfile::tempdir().expect("tempdir");
-    let url = remote.path().to_str().expect("utf8");
+    give_to_test_user(other.path());
+    let url = remote.to_str().expect("utf8");
     let status = git_command(other.path(), &["clone", "-q", url, "."])
         .status()
         .expect("clone");
@@ -414,37 +445,169 @@ async fn a_non_fast_forward_push_is_rejected_and_never_forced() {
     h.write("a.txt", "ours\n");
     h.ok("git.commit", json!({"message": "ours", "all": true}))
         .await;
-    let err = h.call("git.push", json!({})).await.expect_err("rejected");
+    let err = push(&h, json!({})).await.expect_err("rejected");
     let message = failed_precondition(&err);
     assert!(message.contains("rejected"), "{message}");
     assert!(message.contains("never forces"), "{message}");
-    assert_eq!(
-        git(remote.path(), &["rev-parse", "refs/heads/main"]).trim(),
-        theirs
-    );
+    assert_eq!(git(&remote, &["rev-parse", "refs/heads/main"]).trim(), theirs);
 }
 
 #[tokio::test]
 async fn push_with_no_remotes_says_how_to_add_one() {
-    let h = repo();
-    let err = h.call("git.push", json!({})).await.expect_err("refused");
+    let h = repo().await;
+    let err = push(&h, json!({})).await.expect_err("refused");
     assert!(err.to_string().contains("git remote add"), "{err}");
 }
 
 #[tokio::test]
 async fn a_workspace_that_is_not_a_repository_is_a_failed_precondition() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     for (tool, args) in [
         ("git.status", json!({})),
         ("git.diff", json!({})),
         ("git.commit", json!({"message": "m", "all": true})),
         ("git.push", json!({})),
     ] {
-        let err = h.call(tool, args).await.expect_err("not a repository");
-        assert_eq!(
-            failed_precondition(&err),
-            "the workspace is not a git repository; run git init with bash",
-            "{tool}"
+        let err = h
+            .call_with_network(tool, args)
+            .await
+            .expect_err("not a repository");
+        assert!(
+            failed_precondition(&err).starts_with(
+                "the workspace root has no .git directory: git tools work on a repository whose top level is the workspace root (run git init with bash)"
+            ),
+            "{tool}: {err}"
         );
     }
+}
+
+/// Every way a repository's configuration names a program, each of which
+/// would create `<name>-ran` in the workspace if git ran it.
+fn arm_the_repository(h: &Harness) {
+    let ran = |what: &str| format!("sh -c 'touch {}/{what}-ran' #", h.root.display());
+    for (key, value) in [
+        ("core.sshCommand", ran("ssh")),
+        ("core.gitProxy", ran("gitproxy")),
+        ("core.fsmonitor", ran("fsmonitor")),
+        ("core.pager", ran("pager")),
+        ("core.editor", ran("editor")),
+        ("core.askPass", ran("askpass")),
+        ("core.alternateRefsCommand", ran("alternate")),
+        ("credential.helper", format!("!{}", ran("credential"))),
+        ("filter.evil.clean", ran("clean")),
+        ("filter.evil.smudge", ran("smudge")),
+        ("filter.evil.process", ran("process")),
+        ("filter.evil.required", "true".to_owned()),
+        ("diff.evil.textconv", ran("textconv")),
+        ("diff.evil.command", ran("diffcommand")),
+        ("diff.external", ran("external")),
+        ("merge.evil.driver", ran("merge")),
+        ("gpg.program", ran("gpg")),
+        ("commit.gpgSign", "true".to_owned()),
+        ("hook.evil.command", ran("confighook")),
+        ("hook.evil.event", "pre-commit".to_owned()),
+        ("remote.origin.url", format!("ext::{}", ran("ext").replace(' ', "% "))),
+        ("remote.origin.vcs", "ext".to_owned()),
+        (
+            "url.ext::sh -c touch% ran-insteadof #.insteadOf",
+            "https://example.invalid/".to_owned(),
+        ),
+        ("remote.elsewhere.url", "https://example.invalid/repo.git".to_owned()),
+    ] {
+        git(&h.root, &["config", key, &value]);
+    }
+    h.write(".gitattributes", "* filter=evil diff=evil merge=evil\n");
+}
+
+fn nothing_ran(h: &Harness) {
+    let ran: Vec<String> = std::fs::read_dir(&h.root)
+        .expect("read root")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("ran"))
+        .collect();
+    assert_eq!(ran, Vec::<String>::new(), "programs named by the repository ran");
+}
+
+#[tokio::test]
+async fn a_repositorys_configuration_runs_no_program() {
+    let h = repo().await;
+    arm_the_repository(&h);
+    h.write("a.txt", "changed\n");
+    // Each tool either works or fails; none runs what the repository names.
+    let status = h.call("git.status", json!({})).await;
+    let diff = h.call("git.diff", json!({})).await;
+    let staged = h.call("git.diff", json!({"staged": true, "base": "HEAD"})).await;
+    let commit = h
+        .call("git.commit", json!({"message": "armed", "all": true}))
+        .await;
+    for remote in ["origin", "elsewhere"] {
+        let pushed = push(&h, json!({ "remote": remote })).await;
+        assert!(pushed.is_err(), "{remote}: {pushed:?}");
+    }
+    nothing_ran(&h);
+    // The tools still work: status and diff answered, and the commit was made
+    // (unsigned: the signing program is never run).
+    let status: outputs::GitStatus = parse(&status.expect("status"));
+    assert!(!status.clean);
+    assert!(parse::<outputs::GitDiff>(&diff.expect("diff")).diff.contains("+changed"));
+    staged.expect("staged diff");
+    let commit: outputs::GitCommit = parse(&commit.expect("commit"));
+    assert_eq!(commit.commit, head(&h.root));
+}
+
+#[tokio::test]
+async fn the_bare_repository_trick_runs_nothing() {
+    // No .git: the workspace root itself made to look like a bare repository,
+    // with a configuration that runs programs.
+    let h = Harness::new().await;
+    let ran = |what: &str| format!("sh -c 'touch {}/{what}-ran' #", h.root.display());
+    h.write("HEAD", "ref: refs/heads/main\n");
+    h.write(
+        "config",
+        &format!(
+            "[core]\n\tbare = true\n\tsshCommand = {}\n\tfsmonitor = {}\n\
+             [filter \"evil\"]\n\tclean = {}\n\
+             [remote \"origin\"]\n\turl = ext::{}\n",
+            ran("ssh"),
+            ran("fsmonitor"),
+            ran("clean"),
+            ran("ext").replace(' ', "% ")
+        ),
+    );
+    h.write(".gitattributes", "* filter=evil\n");
+    h.write("objects/info/packs", "");
+    h.write("refs/heads/.keep", "");
+    h.write("a.txt", "content\n");
+    for (tool, args) in [
+        ("git.status", json!({})),
+        ("git.diff", json!({})),
+        ("git.commit", json!({"message": "m", "all": true})),
+        ("git.push", json!({})),
+    ] {
+        let err = h
+            .call_with_network(tool, args)
+            .await
+            .expect_err("not a repository");
+        assert!(
+            failed_precondition(&err).contains("has no .git directory"),
+            "{tool}: {err}"
+        );
+    }
+    nothing_ran(&h);
+}
+
+#[tokio::test]
+async fn a_push_needs_the_network_grant() {
+    let (h, remote_dir, _daemon) = repo_with_origin().await;
+    let err = h.call("git.push", json!({})).await.expect_err("refused");
+    assert!(matches!(err, ToolError::GrantMissing { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "git.push needs the 'network' grant, which agent 'coder' does not have; add \"network\" to its allowed tools"
+    );
+    assert_eq!(
+        git(&remote_dir.path().join("origin.git"), &["branch", "--list"]),
+        ""
+    );
 }

@@ -98,7 +98,11 @@ impl Arena {
             root,
             outside,
             stash,
-            runner: ToolRunner::new(Limits::default(), CancellationToken::new()),
+            runner: ToolRunner::new(
+                Limits::default(),
+                chorus_sandbox::Sandbox::refusing("file-tool attacks start no process"),
+                CancellationToken::new(),
+            ),
         }
     }
 

@@ -78,6 +78,7 @@ async fn fixtures() -> Vec<Fixture> {
                 t.store.clone(),
                 RunTokenSigner::generate(),
                 crate::runner::RunnerConfig::new(std::path::Path::new("/nonexistent")),
+                chorus_sandbox::Sandbox::refusing("these tests start no agent process"),
             );
             Fixture {
                 svc: OrchestratorService::new(state.clone()),

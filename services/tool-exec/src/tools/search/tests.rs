@@ -563,7 +563,11 @@ async fn searching_a_missing_path_is_not_found() {
 async fn the_runner_serves_search_and_list_with_default_arguments() {
     let ws = Workspace::new();
     ws.write("src/lib.rs", "pub fn needle() {}\n");
-    let runner = crate::ToolRunner::new(ws.ctx.limits, tokio_util::sync::CancellationToken::new());
+    let runner = crate::ToolRunner::new(
+        ws.ctx.limits,
+        ws.ctx.processes.clone(),
+        tokio_util::sync::CancellationToken::new(),
+    );
     let grant = (*ws.ctx.grant).clone();
 
     let searched = runner
