@@ -64,8 +64,10 @@ pub async fn team(
     }
 }
 
-/// Creates workspace `name` at `root` (with the default agents).
+/// Creates workspace `name` at `root` (with the default agents), first giving
+/// `root` to the test user: agents act as the workspace's owner, never root.
 pub async fn workspace(client: &mut Client, name: &str, root: &Path) -> pb::Workspace {
+    chorus_sandbox::testing::give_to_test_user(root);
     client
         .create_workspace(pb::CreateWorkspaceRequest {
             name: name.into(),
@@ -217,26 +219,6 @@ pub fn summary(events: &[pb::TaskEvent]) -> Vec<String> {
             s
         })
         .collect()
-}
-
-/// Reads the pids a fake CLI's `stubborn` step wrote, once the file exists.
-pub fn pids(file: &Path) -> Vec<i32> {
-    std::fs::read_to_string(file)
-        .expect("pid file")
-        .lines()
-        .map(|l| l.trim().parse().expect("pid"))
-        .collect()
-}
-
-/// Whether a process is alive (exists and is not a zombie).
-pub fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().next())
-            .is_some_and(|state| state != "Z"),
-        Err(_) => false,
-    }
 }
 
 /// A fake CLI step calling a tool through chorus-tools.

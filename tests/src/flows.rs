@@ -16,6 +16,8 @@ pub async fn orchestrator(data_dir: &Path, db: &TestDatabase) -> Orchestrator {
         config.runner.claude_bin = fake_cli();
         config.runner.opencode_bin = fake_cli();
         config.runner.kill_grace = std::time::Duration::from_millis(300);
+        // What the fake CLIs write is read from their run directories.
+        config.runner.keep_run_dirs = true;
     })
     .await
 }
@@ -48,19 +50,17 @@ pub async fn workspace(client: &mut Client, root: &Path) -> pb::Workspace {
     workspace
 }
 
-/// An orchestrator on one database with a workspace, its root, and a directory
-/// for what the fake CLIs record.
+/// An orchestrator on one database (keeping run directories, where the fake
+/// CLIs write: see `Orchestrator::run_file`) with a workspace and its root.
 pub struct Setup {
     pub orchestrator: Orchestrator,
     pub client: Client,
     pub ws: pb::Workspace,
     pub root: tempfile::TempDir,
-    pub out: tempfile::TempDir,
 }
 
 pub async fn setup(data_dir: &Path, db: &TestDatabase) -> Setup {
     let root = tempfile::tempdir().expect("root");
-    let out = tempfile::tempdir().expect("out");
     let orchestrator = orchestrator(data_dir, db).await;
     let mut client = orchestrator.client().await;
     let ws = workspace(&mut client, root.path()).await;
@@ -69,24 +69,25 @@ pub async fn setup(data_dir: &Path, db: &TestDatabase) -> Setup {
         client,
         ws,
         root,
-        out,
     }
 }
 
-/// A fake CLI step saving the last call's exit code and output to `path`.
-pub fn save(path: &Path) -> String {
-    format!("fake: save {}", path.display())
+/// A fake CLI step saving the last call's exit code and output to `name` in
+/// its run directory.
+pub fn save(name: &str) -> String {
+    format!("fake: save {name}")
 }
 
-/// A fake CLI step starting two SIGTERM-proof children (one in its own
-/// session) whose pids go to `pids`, then waiting forever.
-pub fn stubborn(pids: &Path) -> String {
-    format!("fake: stubborn 2 {}", pids.display())
+/// A fake CLI step starting children that try every way out of the run, each
+/// with `marker` as an argument, then waiting forever.
+pub fn stubborn(marker: &str) -> String {
+    format!("fake: stubborn {marker}")
 }
 
-/// A fake CLI step recording its pid, argv and environment to `path`.
-pub fn record(path: &Path) -> String {
-    format!("fake: record {}", path.display())
+/// A fake CLI step recording its argv and environment to `name` in its run
+/// directory.
+pub fn record(name: &str) -> String {
+    format!("fake: record {name}")
 }
 
 /// `kind:agent[:tool or status]` for the events that tell the story of a run tree.

@@ -64,10 +64,12 @@ impl ToolExec {
             .await
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
+        let processes =
+            chorus_sandbox::testing::enforced(chorus_sandbox::SandboxConfig::default()).await;
         let config = ToolExecConfig {
             limits,
             gate,
-            ..ToolExecConfig::new(signer.verifier())
+            ..ToolExecConfig::new(signer.verifier(), processes)
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {

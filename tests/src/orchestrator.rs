@@ -75,6 +75,7 @@ impl Orchestrator {
         };
         config.runner.chorus_tools = crate::chorus_tools_bin();
         config.runner.runs_dir = runs.path().join("runs");
+        config.sandbox.launcher = Some(chorus_sandbox::testing::built_launcher());
         configure(&mut config);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -100,6 +101,12 @@ impl Orchestrator {
     /// A client of the management API.
     pub async fn client(&self) -> OrchestratorClient<Channel> {
         client_at(self.addr).await
+    }
+
+    /// A file a fake CLI wrote in its HOME (with the run directories kept):
+    /// `name` in the one run directory that has it.
+    pub fn run_file(&self, name: &str) -> std::path::PathBuf {
+        run_file(&self.runs.path().join("runs"), name)
     }
 
     /// Stops the orchestrator and waits for it.
@@ -220,6 +227,18 @@ impl OrchestratorProcess {
         .expect("SIGTERM");
         self.child.wait().await.expect("wait")
     }
+}
+
+/// `runs/<run id>/home/<name>` for the one run under `runs` that has it.
+pub fn run_file(runs: &Path, name: &str) -> std::path::PathBuf {
+    let found: Vec<std::path::PathBuf> = std::fs::read_dir(runs)
+        .unwrap_or_else(|e| panic!("{}: {e}", runs.display()))
+        .filter_map(Result::ok)
+        .map(|run| run.path().join("home").join(name))
+        .filter(|path| path.exists())
+        .collect();
+    assert_eq!(found.len(), 1, "{name} in the run directories: {found:?}");
+    found.into_iter().next().expect("one")
 }
 
 /// A client of the management API at `addr`.

@@ -7,14 +7,20 @@
 use std::path::Path;
 
 use chorus_proto::orchestrator::v1 as pb;
+use chorus_sandbox::testing::{TEST_UID, running_as_root, survivors};
 use chorus_tests::agents::{
-    self, Client, alive, data, ends_run, fake_cli, pids, planned_task, start, summary, task_of,
-    team, wait_for,
+    self, Client, data, ends_run, fake_cli, planned_task, start, summary, task_of, team, wait_for,
 };
 use chorus_tests::orchestrator::Orchestrator;
 use serde_json::Value;
 
+/// An orchestrator whose CLIs are the fake CLI; it keeps run directories (the
+/// fake CLI writes what it was given there).
 async fn orchestrator(data_dir: &Path) -> Orchestrator {
+    orchestrator_keeping(data_dir, true).await
+}
+
+async fn orchestrator_keeping(data_dir: &Path, keep_run_dirs: bool) -> Orchestrator {
     let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
     Orchestrator::start_configured(
         &data_dir.join("chorus.db").display().to_string(),
@@ -24,6 +30,7 @@ async fn orchestrator(data_dir: &Path) -> Orchestrator {
             config.runner.claude_bin = fake_cli();
             config.runner.opencode_bin = fake_cli();
             config.runner.kill_grace = std::time::Duration::from_millis(300);
+            config.runner.keep_run_dirs = keep_run_dirs;
         },
     )
     .await
@@ -55,7 +62,6 @@ async fn completes_with_one_allowed_and_one_denied_tool(kind: pb::ProviderKind) 
     let data_dir = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
     std::fs::write(root.path().join("notes.txt"), "alpha\n").expect("seed");
-    let record = data_dir.path().join("record.json");
     let orchestrator = orchestrator(data_dir.path()).await;
     let mut client = orchestrator.client().await;
     let team = cli_team(&mut client, root.path(), kind).await;
@@ -67,7 +73,7 @@ async fn completes_with_one_allowed_and_one_denied_tool(kind: pb::ProviderKind) 
          fake: call {{\"tool\":\"file.write\",\"path\":\"notes.txt\",\"content\":\"x\"}}\n\
          fake: call {{\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"Read the notes.\",\"output\":\"alpha\"}}\n\
          fake: say Done.",
-        record.display()
+        "record.json"
     );
     let task = planned_task(&mut client, &team.workspace, &script).await;
     let started = start(&mut client, &task, &team.agent, 0).await;
@@ -142,7 +148,7 @@ async fn completes_with_one_allowed_and_one_denied_tool(kind: pb::ProviderKind) 
     assert!(run.usage.expect("usage").output_tokens > 0);
 
     // What the CLI was given.
-    let record = read_json(&record);
+    let record = read_json(&orchestrator.run_file("record.json"));
     let argv: Vec<String> = serde_json::from_value(record["argv"].clone()).expect("argv");
     let chorus_tools = chorus_tests::chorus_tools_bin().display().to_string();
     let flag = |name: &str| {
@@ -176,11 +182,22 @@ async fn completes_with_one_allowed_and_one_denied_tool(kind: pb::ProviderKind) 
             assert_eq!(&argv[..3], ["run", "--format", "json"]);
             let config: Value =
                 serde_json::from_str(&env_of(&record, "OPENCODE_CONFIG_CONTENT")).expect("config");
-            assert_eq!(config["permission"]["bash"]["*"], "deny");
+            // Only a plain call: one single-quoted argument, nothing after it.
+            let bash: Vec<(String, String)> = config["permission"]["bash"]
+                .as_object()
+                .expect("bash rules")
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect();
             assert_eq!(
-                config["permission"]["bash"][format!("{chorus_tools} *")],
-                "allow"
+                bash,
+                [
+                    ("*".to_owned(), "deny".to_owned()),
+                    (format!("{chorus_tools} '*'"), "allow".to_owned()),
+                    (format!("{chorus_tools} '*'*'*"), "deny".to_owned()),
+                ]
             );
+            assert_eq!(config["permission"]["external_directory"], "deny");
             assert_eq!(config["permission"]["edit"], "deny");
             assert_eq!(config["tools"]["bash"], true);
             assert_eq!(config["tools"]["edit"], false);
@@ -190,25 +207,26 @@ async fn completes_with_one_allowed_and_one_denied_tool(kind: pb::ProviderKind) 
             assert!(instructions.ends_with("chorus-instructions.md"));
         }
     }
-    assert_eq!(
-        record["cwd"].as_str(),
-        Some(root.path().to_str().expect("utf-8"))
-    );
+    // In its run directory's empty work directory, not the workspace (which
+    // its sandbox does not show), as the workspace's owner.
     let home = env_of(&record, "HOME");
+    let run_dir = Path::new(&home).parent().expect("run dir");
     assert!(
         home.starts_with(&orchestrator.runs.path().display().to_string()),
         "{home}"
     );
-    assert!(
-        !Path::new(&home).exists(),
-        "the run directory is removed after the run"
+    assert_eq!(
+        record["cwd"].as_str(),
+        Some(run_dir.join("work").to_str().expect("utf-8"))
     );
+    if running_as_root() {
+        assert_eq!(record["uid"], TEST_UID);
+    }
     assert!(env_of(&record, "PATH").starts_with(&format!(
         "{}:",
         Path::new(&chorus_tools).parent().expect("dir").display()
     )));
     assert_eq!(env_of(&record, "CHORUS_TASK_ID"), task.id);
-    assert_eq!(env_of(&record, "CHORUS_RUN_ID"), run.id);
     assert_eq!(
         env_of(&record, "CHORUS_TOOLS_ADDR"),
         orchestrator.tool_exec_addr.to_string()
@@ -254,17 +272,13 @@ async fn an_opencode_agent_completes_a_task_through_chorus_tools() {
 async fn an_agent_that_ends_without_a_report_is_resumed_once_with_a_reminder() {
     let data_dir = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
-    let record = data_dir.path().join("resumed.json");
     let orchestrator = orchestrator(data_dir.path()).await;
     let mut client = orchestrator.client().await;
     let team = cli_team(&mut client, root.path(), pb::ProviderKind::ClaudeCode).await;
-    let script = format!(
-        "fake: say I looked around.\n\
-         fake-resume: record {}\n\
-         fake-resume: call {{\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"Reported after the reminder.\",\"output\":\"none\"}}",
-        record.display()
-    );
-    let task = planned_task(&mut client, &team.workspace, &script).await;
+    let script = "fake: say I looked around.\n\
+         fake-resume: record resumed.json\n\
+         fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"Reported after the reminder.\",\"output\":\"none\"}";
+    let task = planned_task(&mut client, &team.workspace, script).await;
     start(&mut client, &task, &team.agent, 0).await;
     let events = wait_for(&mut client, &task.id, ends_run).await;
     let kinds = summary(&events);
@@ -277,7 +291,7 @@ async fn an_agent_that_ends_without_a_report_is_resumed_once_with_a_reminder() {
         "{kinds:#?}"
     );
     assert_eq!(data(events.last().expect("end"))["reason"], "completed");
-    let record = read_json(&record);
+    let record = read_json(&orchestrator.run_file("resumed.json"));
     let argv: Vec<String> = serde_json::from_value(record["argv"].clone()).expect("argv");
     let resume = argv
         .iter()
@@ -377,33 +391,27 @@ async fn a_missing_cli_fails_the_run_with_a_message_naming_it() {
     orchestrator.stop().await;
 }
 
-/// Starts a run whose CLI leaves processes that ignore SIGTERM (some in their own
-/// session), and waits until they are running; returns the task and their pids.
+/// Starts a run whose CLI leaves children that try every way out of the run
+/// (each with `marker` as an argument) and waits until they run; returns the task.
 async fn stubborn_run(
     client: &mut Client,
-    orchestrator_root: &Path,
-    pid_file: &Path,
+    root: &Path,
+    marker: &str,
     timeout_secs: u32,
-) -> (pb::Task, Vec<i32>) {
-    let team = cli_team(client, orchestrator_root, pb::ProviderKind::ClaudeCode).await;
-    let task = planned_task(
-        client,
-        &team.workspace,
-        &format!("fake: stubborn 4 {}", pid_file.display()),
-    )
-    .await;
+) -> pb::Task {
+    let team = cli_team(client, root, pb::ProviderKind::ClaudeCode).await;
+    let task = planned_task(client, &team.workspace, &format!("fake: stubborn {marker}")).await;
     start(client, &task, &team.agent, timeout_secs).await;
     wait_for(client, &task.id, |e| {
         e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
     })
     .await;
-    let pids = pids(pid_file);
-    assert_eq!(pids.len(), 4);
-    assert!(
-        pids.iter().all(|p| alive(*p)),
+    assert_eq!(
+        survivors(marker).len(),
+        chorus_sandbox::testing::ESCAPEES,
         "the children run before the end"
     );
-    (task, pids)
+    task
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -412,12 +420,11 @@ async fn a_timeout_kills_every_process_of_the_run_even_ones_that_left_its_group(
     let root = tempfile::tempdir().expect("root");
     let orchestrator = orchestrator(data_dir.path()).await;
     let mut client = orchestrator.client().await;
-    let pid_file = data_dir.path().join("pids");
-    let (task, pids) = stubborn_run(&mut client, root.path(), &pid_file, 2).await;
+    let marker = "chorus-escapee-run-timeout";
+    let task = stubborn_run(&mut client, root.path(), marker, 2).await;
     let events = wait_for(&mut client, &task.id, ends_run).await;
     assert_eq!(events.last().expect("end").kind, "run_failed");
-    let still: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
-    assert!(still.is_empty(), "alive after the timeout: {still:?}");
+    assert_eq!(survivors(marker), Vec::<i32>::new(), "alive after the timeout");
     let task = task_of(&mut client, &task.id).await;
     assert_eq!(task.status, "failed");
     assert!(
@@ -434,8 +441,8 @@ async fn cancel_kills_every_process_of_the_run_before_it_returns() {
     let root = tempfile::tempdir().expect("root");
     let orchestrator = orchestrator(data_dir.path()).await;
     let mut client = orchestrator.client().await;
-    let pid_file = data_dir.path().join("pids");
-    let (task, pids) = stubborn_run(&mut client, root.path(), &pid_file, 0).await;
+    let marker = "chorus-escapee-cancel-task";
+    let task = stubborn_run(&mut client, root.path(), marker, 0).await;
     let canceled = client
         .cancel_task(pb::CancelTaskRequest {
             id: task.id.clone(),
@@ -445,10 +452,10 @@ async fn cancel_kills_every_process_of_the_run_before_it_returns() {
         .expect("cancel")
         .into_inner();
     assert_eq!(canceled.status, "canceled");
-    let still: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
-    assert!(
-        still.is_empty(),
-        "alive after CancelTask returned: {still:?}"
+    assert_eq!(
+        survivors(marker),
+        Vec::<i32>::new(),
+        "alive after CancelTask returned"
     );
     let events = wait_for(&mut client, &task.id, |e| e.kind == "run_canceled").await;
     assert_eq!(
@@ -472,11 +479,10 @@ async fn shutdown_kills_the_runs_and_leaves_their_tasks_waiting() {
     let root = tempfile::tempdir().expect("root");
     let orchestrator = orchestrator(data_dir.path()).await;
     let mut client = orchestrator.client().await;
-    let pid_file = data_dir.path().join("pids");
-    let (task, pids) = stubborn_run(&mut client, root.path(), &pid_file, 0).await;
+    let marker = "chorus-escapee-shutdown";
+    let task = stubborn_run(&mut client, root.path(), marker, 0).await;
     orchestrator.stop().await;
-    let still: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
-    assert!(still.is_empty(), "alive after shutdown: {still:?}");
+    assert_eq!(survivors(marker), Vec::<i32>::new(), "alive after shutdown");
     // Start again on the same database: the interruption is recorded.
     let orchestrator = orchestrator_again(data_dir.path()).await;
     let mut client = orchestrator.client().await;
@@ -507,6 +513,40 @@ async fn shutdown_kills_the_runs_and_leaves_their_tasks_waiting() {
 
 async fn orchestrator_again(data_dir: &Path) -> Orchestrator {
     orchestrator(data_dir).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_directory_is_private_to_the_run_and_removed_after_it() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let orchestrator = orchestrator_keeping(data_dir.path(), false).await;
+    let mut client = orchestrator.client().await;
+    let team = cli_team(&mut client, root.path(), pb::ProviderKind::ClaudeCode).await;
+    let task = planned_task(
+        &mut client,
+        &team.workspace,
+        "fake: shell stat -c '%a %u' \"$HOME/..\"\nfake: save stat.json\nfake: wait gate",
+    )
+    .await;
+    start(&mut client, &task, &team.agent, 0).await;
+    wait_for(&mut client, &task.id, |e| {
+        e.kind == "agent_progress" && data(e)["text"] == "waiting on gate"
+    })
+    .await;
+    let saved = chorus_tests::agents::saved(&orchestrator.run_file("stat.json"));
+    let uid = if running_as_root() {
+        TEST_UID
+    } else {
+        nix::unistd::geteuid().as_raw()
+    };
+    assert_eq!(saved["stdout"], format!("700 {uid}\n"), "{saved}");
+    std::fs::write(orchestrator.run_file("gate"), "go").expect("open the gate");
+    wait_for(&mut client, &task.id, ends_run).await;
+    let left: Vec<_> = std::fs::read_dir(orchestrator.runs.path().join("runs"))
+        .expect("runs dir")
+        .collect();
+    assert!(left.is_empty(), "the run directory is removed after the run: {left:?}");
+    orchestrator.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

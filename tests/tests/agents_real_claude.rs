@@ -1,8 +1,10 @@
 //! The real Claude Code CLI (2.1.330, installed by `.ci/run`), run by the
-//! orchestrator against a scripted fake Anthropic Messages API: it calls
-//! chorus-tools through its Bash tool, reads a file, is refused a tool outside its
-//! allow-list and submits its completion report; the task completes. This proves
-//! our flags, environment and system prompt work with the real client.
+//! orchestrator against a scripted fake Anthropic Messages API, in the run
+//! sandbox: it calls chorus-tools through its Bash tool, reads a file, is
+//! refused a tool outside its allow-list (by Chorus) and two commands outside
+//! its rules (by the CLI itself, recorded as `tool_denied` by "cli"), and
+//! submits its completion report; the task completes. This proves our flags,
+//! environment, sandbox and system prompt work with the real client.
 //!
 //! Skipped (with a notice) when `CHORUS_TEST_CLAUDE_BIN` is not set, unless
 //! `CHORUS_TEST_REQUIRE_REAL_CLIS=1` (as in CI), which makes it fail instead.
@@ -24,6 +26,8 @@ async fn the_real_claude_code_cli_reads_is_refused_and_reports_through_chorus_to
     let model = FakeAnthropic::start(vec![
         Reply::bash(format!(r#"{chorus_tools} '{{"tool":"file.read","path":"notes.txt"}}'"#)),
         Reply::bash(format!(r#"{chorus_tools} '{{"tool":"file.write","path":"notes.txt","content":"x"}}'"#)),
+        Reply::bash("cat /etc/passwd".to_owned()),
+        Reply::bash(format!(r#"{chorus_tools} '{{"tool":"help"}}' > /tmp/out.txt"#)),
         Reply::bash(format!(
             r#"{chorus_tools} '{{"tool":"completion-report","status":"complete","summary":"Read the notes.","output":"alpha-from-notes"}}'"#
         )),
@@ -113,6 +117,31 @@ async fn the_real_claude_code_cli_reads_is_refused_and_reports_through_chorus_to
     assert!(
         results[1].1 && results[1].0.contains("permission_denied"),
         "{results:?}"
+    );
+    // Refused by the CLI's own rules, and recorded so.
+    let by_cli: Vec<serde_json::Value> = events
+        .iter()
+        .filter(|e| e.kind == "tool_denied")
+        .map(data)
+        .filter(|d| d["by"] == "cli")
+        .collect();
+    let commands: Vec<&str> = by_cli
+        .iter()
+        .map(|d| d["input"]["command"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        commands,
+        [
+            "cat /etc/passwd".to_owned(),
+            format!(r#"{chorus_tools} '{{"tool":"help"}}' > /tmp/out.txt"#),
+        ],
+        "{by_cli:?}"
+    );
+    assert!(by_cli.iter().all(|d| d["tool"] == "Bash"), "{by_cli:?}");
+    assert!(
+        !std::path::Path::new("/tmp/out.txt").exists()
+            || std::fs::read_to_string("/tmp/out.txt").is_ok_and(|t| !t.contains("tools")),
+        "the redirection never ran"
     );
     let task = client
         .get_task(pb::GetTaskRequest {

@@ -1,8 +1,12 @@
 //! The real OpenCode CLI (1.18.33, installed by `.ci/run`), run by the
 //! orchestrator against the scripted fake OpenAI-compatible server: with the
-//! generated inline config (only bash, bash allowed only for chorus-tools) it
-//! reads a file through chorus-tools, is refused a plain shell command, and
-//! submits its completion report; the task completes.
+//! generated inline config (only bash, bash allowed only for a plain
+//! chorus-tools call) it reads a file through chorus-tools; is refused a plain
+//! shell command, every redirection of a chorus-tools call (to a file outside
+//! the workspace, of stderr, appending to a workspace file, and the quote
+//! trick), and commands on paths outside the workspace — each refusal an answer
+//! the model reads, recorded as `tool_denied` by "cli" — and still submits its
+//! completion report; the task completes. Nothing is written anywhere.
 //!
 //! Skipped (with a notice) when `CHORUS_TEST_OPENCODE_BIN` is not set, unless
 //! `CHORUS_TEST_REQUIRE_REAL_CLIS=1` (as in CI), which makes it fail instead.
@@ -30,15 +34,29 @@ async fn the_real_opencode_cli_reads_and_reports_through_chorus_tools() {
     let root = tempfile::tempdir().expect("root");
     std::fs::write(root.path().join("notes.txt"), "alpha-from-notes\n").expect("seed");
     let chorus_tools = chorus_tests::chorus_tools_bin().display().to_string();
-    let model = FakeOpenAi::start(vec![
-        bash(format!(r#"{chorus_tools} '{{"tool":"file.read","path":"notes.txt"}}'"#)),
-        bash("touch escaped.txt".to_owned()),
+    let outside = tempfile::tempdir().expect("outside");
+    let out = |name: &str| outside.path().join(name).display().to_string();
+    let notes = root.path().join("notes.txt").display().to_string();
+    let read = format!(r#"{chorus_tools} '{{"tool":"file.read","path":"notes.txt"}}'"#);
+    let refused = [
+        "touch escaped.txt".to_owned(),
+        format!("{read} > {}", out("created.txt")),
+        format!("{read} 2> {}", out("stderr.txt")),
+        format!("{read} >> {notes}"),
+        format!("{read} > {} ''", out("quoted.txt")),
+        format!("{read}; touch {}", out("second.txt")),
+        "cat /etc/passwd".to_owned(),
+        format!("ls {}", outside.path().display()),
+    ];
+    let mut steps = vec![bash(read.clone())];
+    steps.extend(refused.iter().cloned().map(bash));
+    steps.extend([
         bash(format!(
             r#"{chorus_tools} '{{"tool":"completion-report","status":"complete","summary":"Read the notes.","output":"alpha-from-notes"}}'"#
         )),
         Step::text("Reported."),
-    ])
-    .await;
+    ]);
+    let model = FakeOpenAi::start(steps).await;
     let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key pair");
     let orchestrator = Orchestrator::start_configured(
         &data_dir.path().join("chorus.db").display().to_string(),
@@ -92,6 +110,22 @@ async fn the_real_opencode_cli_reads_and_reports_through_chorus_tools() {
         !root.path().join("escaped.txt").exists(),
         "a plain shell command is refused by the generated permissions"
     );
+    let written: Vec<_> = std::fs::read_dir(outside.path()).expect("outside").collect();
+    assert!(written.is_empty(), "written outside: {written:?}");
+    assert_eq!(
+        std::fs::read_to_string(&notes).expect("notes"),
+        "alpha-from-notes\n",
+        "a workspace file appended without file.write"
+    );
+    // Each refusal is recorded as the CLI's.
+    let denied: Vec<String> = events
+        .iter()
+        .filter(|e| e.kind == "tool_denied")
+        .map(data)
+        .filter(|d| d["by"] == "cli")
+        .map(|d| d["input"]["command"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(denied, refused, "{kinds:#?}");
 
     // What the model saw: only bash, and the results of its calls.
     let main: Vec<Value> = model
@@ -115,9 +149,12 @@ async fn the_real_opencode_cli_reads_and_reports_through_chorus_tools() {
         .map(|m| m["content"].to_string())
         .collect();
     assert!(results[0].contains("alpha-from-notes"), "{results:?}");
-    assert!(
-        results[1].contains("prevents you from using this specific tool call"),
-        "{results:?}"
-    );
+    for (i, command) in refused.iter().enumerate() {
+        assert!(
+            results[i + 1].contains("prevents you from using this specific tool call"),
+            "{command}: {}",
+            results[i + 1]
+        );
+    }
     orchestrator.stop().await;
 }

@@ -4,12 +4,13 @@
 //! terminal message.
 
 use chorus_proto::orchestrator::v1 as pb;
+use chorus_sandbox::testing::{processes_with_arg_containing, program_processes, survivors};
 use chorus_tests::agents::{
-    add_agent, alive, call, data, ends, handoff, history, pids, planned_task, report, runs_of,
-    saved, start, task_of, wait_for,
+    add_agent, call, data, ends, fake_cli, handoff, history, planned_task, report, runs_of, saved,
+    start, task_of, wait_for,
 };
 use chorus_tests::db::databases;
-use chorus_tests::flows::{Setup, record, save, setup, stubborn, wait_stubborn};
+use chorus_tests::flows::{Setup, save, setup, stubborn, wait_stubborn};
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 
@@ -22,19 +23,18 @@ async fn a_handoff_that_times_out_stops_the_child_and_the_parent_goes_on() {
         mut client,
         ws,
         root: _root,
-        out,
     } = setup(data_dir.path(), &db).await;
     add_agent(&mut client, &ws, "lead", &["handoff"], "claude").await;
     add_agent(&mut client, &ws, "slow", &["file.read"], "opencode").await;
-    let pid_file = out.path().join("slow.pids");
+    let marker = "chorus-escapee-handoff-timeout";
     let script = [
         call(&json!({
             "tool": "handoff",
             "agent": "slow",
             "timeout_secs": 1,
-            "prompt": stubborn(&pid_file),
+            "prompt": stubborn(marker),
         })),
-        save(&out.path().join("slow.json")),
+        save("slow.json"),
         report("blocked", "the slow agent timed out"),
     ]
     .join("\n");
@@ -46,7 +46,7 @@ async fn a_handoff_that_times_out_stops_the_child_and_the_parent_goes_on() {
         .id;
     let events = wait_for(&mut client, &task.id, |e| ends(e, &run)).await;
 
-    let result = saved(&out.path().join("slow.json"));
+    let result = saved(&orchestrator.run_file("slow.json"));
     assert_eq!(result["code"], 1, "{result}");
     let error: Value =
         serde_json::from_str(result["stderr"].as_str().expect("stderr").trim()).expect("json");
@@ -58,9 +58,11 @@ async fn a_handoff_that_times_out_stops_the_child_and_the_parent_goes_on() {
             .contains("timed out after 1 s"),
         "{error}"
     );
-    for pid in pids(&pid_file) {
-        assert!(!alive(pid), "process {pid} of the timed-out child is dead");
-    }
+    assert_eq!(
+        survivors(marker),
+        Vec::<i32>::new(),
+        "processes of the timed-out child survived"
+    );
     let completed = events
         .iter()
         .find(|e| e.kind == "agent_handoff_completed")
@@ -88,18 +90,19 @@ async fn canceling_a_task_mid_chain_ends_every_run_stream_and_process() {
             mut client,
             ws,
             root: _root,
-            out,
         } = setup(data_dir.path(), &db).await;
         add_agent(&mut client, &ws, "lead", &["handoff"], "claude").await;
         add_agent(&mut client, &ws, "middle", &["handoff"], "opencode").await;
         add_agent(&mut client, &ws, "leaf", &["file.read"], "claude").await;
-        let leaf_pids = out.path().join("leaf.pids");
+        // In every CLI's arguments (each script holds its children's).
+        let chain = format!("chain-{b}-cancel");
+        let marker = format!("chorus-escapee-cancel-{b}");
         let middle = [
-            record(&out.path().join("middle.json")),
-            handoff("leaf", &[stubborn(&leaf_pids)]),
+            format!("fake: say middle of {chain}"),
+            handoff("leaf", &[format!("fake: say leaf of {chain}"), stubborn(&marker)]),
         ];
         let script = [
-            record(&out.path().join("lead.json")),
+            format!("fake: say lead of {chain}"),
             handoff("middle", &middle),
         ]
         .join("\n");
@@ -142,15 +145,14 @@ async fn canceling_a_task_mid_chain_ends_every_run_stream_and_process() {
             .into_inner();
         assert_eq!(canceled.status, "canceled", "{b}");
 
-        // Every process of the tree is dead when CancelTask returns.
-        let mut processes = pids(&leaf_pids);
-        for file in ["lead.json", "middle.json"] {
-            let pid = saved(&out.path().join(file))["pid"].as_i64().expect("pid");
-            processes.push(i32::try_from(pid).expect("pid"));
-        }
-        for pid in processes {
-            assert!(!alive(pid), "{b}: process {pid} survived the cancel");
-        }
+        // Every process of the tree is dead when CancelTask returns: the
+        // three CLIs and everything the leaf started.
+        assert_eq!(survivors(&marker), Vec::<i32>::new(), "{b}");
+        assert_eq!(
+            processes_with_arg_containing(&chain),
+            Vec::<i32>::new(),
+            "{b}: a CLI of the chain survived the cancel"
+        );
         use pb::handoff_event::Event;
         for stream in streams {
             let messages: Vec<Event> = stream
@@ -191,14 +193,13 @@ async fn a_parent_killed_while_its_child_runs_takes_the_child_with_it() {
         mut client,
         ws,
         root: _root,
-        out,
     } = setup(data_dir.path(), &db).await;
     add_agent(&mut client, &ws, "lead", &["handoff"], "claude").await;
     add_agent(&mut client, &ws, "worker", &["file.read"], "claude").await;
-    let worker_pids = out.path().join("worker.pids");
+    let marker = "chorus-escapee-parent-killed";
     let script = [
-        record(&out.path().join("lead.json")),
-        handoff("worker", &[stubborn(&worker_pids)]),
+        "fake: say the lead of the parent-killed test".to_owned(),
+        handoff("worker", &[stubborn(marker)]),
     ]
     .join("\n");
     let task = planned_task(&mut client, &ws, &script).await;
@@ -206,11 +207,11 @@ async fn a_parent_killed_while_its_child_runs_takes_the_child_with_it() {
     wait_stubborn(&mut client, &task.id, "worker").await;
     let worker = runs_of(&mut client, &task.id, "worker").await.remove(0);
 
-    let lead_pid = saved(&out.path().join("lead.json"))["pid"]
-        .as_i64()
-        .expect("pid");
+    // The lead's CLI, found by its host pid (what it knows is its sandbox's).
+    let lead = program_processes(&fake_cli(), "the lead of the parent-killed test");
+    assert_eq!(lead.len(), 1, "{lead:?}");
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(lead_pid).expect("pid")),
+        nix::unistd::Pid::from_raw(lead[0]),
         nix::sys::signal::Signal::SIGKILL,
     )
     .expect("kill the parent");
@@ -257,12 +258,11 @@ async fn a_parent_killed_while_its_child_runs_takes_the_child_with_it() {
     // stop() waits for every run's driver, so the processes are reaped by now.
     drop(client);
     orchestrator.stop().await;
-    for pid in pids(&worker_pids) {
-        assert!(
-            !alive(pid),
-            "process {pid} of the child survived its parent"
-        );
-    }
+    assert_eq!(
+        survivors(marker),
+        Vec::<i32>::new(),
+        "processes of the child survived its parent"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,7 +274,6 @@ async fn handoff_refusals_are_precise_and_change_nothing() {
         mut client,
         ws,
         root: _root,
-        out: _out,
     } = setup(data_dir.path(), &db).await;
     let task = client
         .create_task(pb::CreateTaskRequest {

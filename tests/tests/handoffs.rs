@@ -26,7 +26,6 @@ async fn writer_workflow_hands_off_to_writer_then_editor_and_only_its_report_set
             mut client,
             ws,
             root: _root,
-            out,
         } = setup(data_dir.path(), &db).await;
         let writer = [
             "Write the draft.".to_owned(),
@@ -45,11 +44,11 @@ async fn writer_workflow_hands_off_to_writer_then_editor_and_only_its_report_set
         let script = [
             "Write a story, then have it edited.".to_owned(),
             handoff("writer", &writer),
-            save(&out.path().join("writer.json")),
+            save("writer.json"),
             handoff("editor", &editor),
-            save(&out.path().join("editor.json")),
+            save("editor.json"),
             call(&json!({"tool": "file.read", "path": "draft.md"})),
-            save(&out.path().join("read.json")),
+            save("read.json"),
             report("complete", "story written and approved"),
             "fake: say All done.".to_owned(),
         ]
@@ -64,7 +63,7 @@ async fn writer_workflow_hands_off_to_writer_then_editor_and_only_its_report_set
             ("writer.json", "writer", "draft written", "Draft done."),
             ("editor.json", "editor", "APPROVED", "Approved."),
         ] {
-            let result = saved(&out.path().join(file));
+            let result = saved(&orchestrator.run_file(file));
             assert_eq!(result["code"], 0, "{b} {file}: {result}");
             let answer: Value =
                 serde_json::from_str(result["stdout"].as_str().expect("stdout")).expect("json");
@@ -82,7 +81,7 @@ async fn writer_workflow_hands_off_to_writer_then_editor_and_only_its_report_set
             assert_eq!(output_json["usage"]["input_tokens"], 120, "{b}: {answer}");
         }
         // The parent could call tools again after its handoffs.
-        let read = saved(&out.path().join("read.json"));
+        let read = saved(&orchestrator.run_file("read.json"));
         assert_eq!(read["code"], 0, "{b}: {read}");
         assert!(
             read["stdout"]
@@ -167,7 +166,6 @@ async fn a_handoff_rpc_caller_sees_a_nested_chain_stream_to_one_terminal_message
             mut client,
             ws,
             root,
-            out,
         } = setup(data_dir.path(), &db).await;
         add_agent(
             &mut client,
@@ -186,13 +184,13 @@ async fn a_handoff_rpc_caller_sees_a_nested_chain_stream_to_one_terminal_message
         ];
         let middle = [
             handoff("leaf", &leaf),
-            save(&out.path().join("c.json")),
+            save("c.json"),
             report("complete", "B got C's work"),
             "fake: say B done.".to_owned(),
         ];
         let lead = [
             handoff("middle", &middle),
-            save(&out.path().join("b.json")),
+            save("b.json"),
             report("complete", "A got B's work"),
             "fake: say A done.".to_owned(),
         ];
@@ -267,7 +265,7 @@ async fn a_handoff_rpc_caller_sees_a_nested_chain_stream_to_one_terminal_message
             ("c.json", "leaf", "C done.", "C made leaf.txt"),
             ("b.json", "middle", "B done.", "B got C's work"),
         ] {
-            let result = saved(&out.path().join(file));
+            let result = saved(&orchestrator.run_file(file));
             let answer: Value =
                 serde_json::from_str(result["stdout"].as_str().expect("stdout")).expect("json");
             assert_eq!(answer["output"]["agent"], agent, "{b}: {answer}");
@@ -339,12 +337,9 @@ async fn a_caller_that_disconnects_leaves_the_run_going_and_its_result_in_the_hi
         mut client,
         ws,
         root,
-        out,
     } = setup(data_dir.path(), &db).await;
     add_agent(&mut client, &ws, "lead", &["handoff"], "claude").await;
     add_agent(&mut client, &ws, "writer2", &["file.create"], "claude").await;
-    let gate = out.path().join("gate.fifo");
-    nix::unistd::mkfifo(&gate, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
     let task = planned_task(&mut client, &ws, "Write it.").await;
     let mut stream = client
         .handoff(pb::HandoffRequest {
@@ -352,7 +347,7 @@ async fn a_caller_that_disconnects_leaves_the_run_going_and_its_result_in_the_hi
             agent: "writer2".into(),
             // It waits until the caller is gone (something is written to the fifo).
             prompt: [
-                format!("fake: wait {}", gate.display()),
+                "fake: wait gate.fifo".to_owned(),
                 call(&json!({"tool": "file.create", "path": "out.txt", "content": "written"})),
                 report("complete", "written anyway"),
                 "fake: say Written.".to_owned(),
@@ -368,7 +363,11 @@ async fn a_caller_that_disconnects_leaves_the_run_going_and_its_result_in_the_hi
         other => panic!("started first, not {other:?}"),
     };
     drop(stream);
-    let fifo = gate.clone();
+    wait_for(&mut client, &task.id, |e| {
+        e.kind == "agent_progress" && data(e)["text"] == "waiting on gate.fifo"
+    })
+    .await;
+    let fifo = orchestrator.run_file("gate.fifo");
     tokio::task::spawn_blocking(move || std::fs::write(fifo, "go"))
         .await
         .expect("writer")

@@ -1,17 +1,18 @@
 //! An orchestrator killed with SIGKILL in the middle of a handoff, then started
 //! again on the same data: nothing recorded is lost, the runs it was driving are
 //! marked interrupted (the handoff's stream, re-opened, says so), the task waits
-//! to be started again, and no agent process is left running — the CLIs die
-//! with the orchestrator (parent-death signal), what they started is killed at
-//! the restart by its run marker.
+//! to be started again, and no agent process is left running — not even before
+//! the restart: every process of a run lives in its sandbox, which the kernel
+//! kills with the orchestrator.
 
 use chorus_proto::orchestrator::v1 as pb;
+use chorus_sandbox::testing::{eventually, processes_with_arg_containing, survivors};
 use chorus_tests::agents::{
-    add_agent, alive, data, fake_cli, handoff, history, pids, planned_task, reopen_handoff, saved,
-    start, task_of, wait_for, workspace,
+    add_agent, data, fake_cli, handoff, history, planned_task, reopen_handoff, start, task_of,
+    wait_for, workspace,
 };
 use chorus_tests::db::databases;
-use chorus_tests::flows::{record, stubborn};
+use chorus_tests::flows::stubborn;
 use chorus_tests::orchestrator::OrchestratorProcess;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -20,7 +21,6 @@ async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process
     for db in databases(data_dir.path()) {
         let b = db.backend;
         let root = tempfile::tempdir().expect("root");
-        let out = tempfile::tempdir().expect("out");
         let fake = fake_cli();
         let fake = fake.to_str().expect("utf-8 path");
         let args = ["--claude-bin", fake, "--opencode-bin", fake];
@@ -38,16 +38,12 @@ async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process
             .expect("provider");
         add_agent(&mut client, &ws, "lead", &["handoff"], "cli").await;
         add_agent(&mut client, &ws, "worker", &["file.read"], "cli").await;
-        let worker_pids = out.path().join("worker.pids");
+        // In both CLIs' arguments.
+        let chain = format!("the restart chain on {b}");
+        let marker = format!("chorus-escapee-restart-{b}");
         let script = [
-            record(&out.path().join("lead.json")),
-            handoff(
-                "worker",
-                &[
-                    record(&out.path().join("worker.json")),
-                    stubborn(&worker_pids),
-                ],
-            ),
+            format!("fake: say {chain}"),
+            handoff("worker", &[format!("fake: say {chain}"), stubborn(&marker)]),
         ]
         .join("\n");
         let task = planned_task(&mut client, &ws, &script).await;
@@ -62,26 +58,19 @@ async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process
             .find(|e| e.kind == "agent_handoff_started")
             .map(|e| data(e)["run_id"].as_str().expect("run id").to_owned())
             .expect("the handoff started");
-        let leftovers = pids(&worker_pids);
+        assert!(!processes_with_arg_containing(&chain).is_empty(), "{b}");
         drop(client);
 
         first.kill().await;
-        assert!(
-            leftovers.iter().all(|pid| alive(*pid)),
-            "{b}: the worker's children outlive a SIGKILLed orchestrator until the restart"
-        );
+        // Before any restart, the kernel takes every process of every run with
+        // the orchestrator: the CLIs, and what they started.
+        eventually("every process of the runs died with the orchestrator", || {
+            survivors(&marker).is_empty() && processes_with_arg_containing(&chain).is_empty()
+        })
+        .await;
 
         let second = OrchestratorProcess::spawn(data_dir.path(), &db.url, &args).await;
         let mut client = second.client().await;
-        // Serving means recovery is done: nothing of the old runs is alive.
-        let mut processes = leftovers.clone();
-        for file in ["lead.json", "worker.json"] {
-            let pid = saved(&out.path().join(file))["pid"].as_i64().expect("pid");
-            processes.push(i32::try_from(pid).expect("pid"));
-        }
-        for pid in processes {
-            assert!(!alive(pid), "{b}: process {pid} survived the restart");
-        }
 
         // Nothing recorded before the kill was lost; the end was added after it.
         let after = history(&mut client, &task.id).await;

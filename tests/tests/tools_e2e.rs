@@ -1,9 +1,11 @@
 //! End to end: tool-exec in-process, the real chorus-tools binary as the agent
 //! would call it, every tool and every error path.
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
+use chorus_sandbox::testing::{GitDaemon, TEST_UID, give_to_test_user, running_as_root};
 use chorus_tests::{ToolExec, ToolsEnv, ToolsRun, chorus_tools};
 use serde_json::{Value, json};
 
@@ -17,6 +19,8 @@ impl Fixture {
         let service = ToolExec::start().await;
         let workspace = tempfile::tempdir().expect("workspace");
         std::fs::write(workspace.path().join("notes.txt"), "alpha\nbeta\ngamma\n").expect("seed");
+        // Agents act as the workspace's owner, never root.
+        give_to_test_user(workspace.path());
         Self { service, workspace }
     }
 
@@ -41,8 +45,13 @@ impl Fixture {
     }
 }
 
+/// The test's own git, as the workspace's owner.
 fn git_in(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
+    let mut git = Command::new("git");
+    if running_as_root() {
+        git.uid(TEST_UID).gid(TEST_UID).env("HOME", "/tmp");
+    }
+    let out = git
         .args([
             "-c",
             "user.name=Test",
@@ -227,18 +236,16 @@ async fn bash_timeout_prints_partial_output_and_fails() {
 async fn git_tools_status_diff_commit_push() {
     let fx = Fixture::new().await;
     let remote = tempfile::tempdir().expect("remote");
-    git_in(remote.path(), &["init", "--bare", "-q"]);
+    give_to_test_user(remote.path());
+    git_in(remote.path(), &["init", "--bare", "-q", "origin.git"]);
+    let daemon = GitDaemon::serve(remote.path()).await;
     fx.git(&["init", "-q"]);
     fx.git(&["add", "notes.txt"]);
     fx.git(&["commit", "-q", "-m", "seed"]);
-    fx.git(&[
-        "remote",
-        "add",
-        "origin",
-        remote.path().to_str().expect("utf8"),
-    ]);
+    fx.git(&["remote", "add", "origin", &daemon.url("origin.git")]);
     std::fs::write(fx.root().join("notes.txt"), "alpha\nBETA\ngamma\n").expect("edit");
     std::fs::write(fx.root().join("new.txt"), "new\n").expect("new file");
+    give_to_test_user(fx.root());
 
     let status = fx.call(ALL, json!({"tool": "git.status"})).await.output();
     assert_eq!(status["branch"], "main");
@@ -285,16 +292,24 @@ async fn git_tools_status_diff_commit_push() {
         format!("{sha} agent change")
     );
 
-    let pushed = fx.call(ALL, json!({"tool": "git.push"})).await.output();
+    // Without the network grant a push is refused; with it, it goes out.
+    let refused = fx.call(ALL, json!({"tool": "git.push"})).await;
+    let message = refused.expect_failure(3, "permission_denied");
+    assert!(message.contains("needs the 'network' grant"), "{message}");
+    let networked: &[&str] = &["@developer", "network"];
+    let pushed = fx.call(networked, json!({"tool": "git.push"})).await.output();
     assert_eq!(
         (pushed["remote"].as_str(), pushed["branch"].as_str()),
         (Some("origin"), Some("main"))
     );
-    assert_eq!(git_in(remote.path(), &["rev-parse", "main"]).trim(), sha);
+    assert_eq!(
+        git_in(&remote.path().join("origin.git"), &["rev-parse", "main"]).trim(),
+        sha
+    );
 
     let unknown = fx
         .call(
-            ALL,
+            networked,
             json!({"tool": "git.push", "remote": "https://example.invalid/x.git"}),
         )
         .await;

@@ -38,6 +38,12 @@ pub enum Progress {
     Text(String),
     /// A tool the agent's model called (for a CLI: its own tool, e.g. Bash).
     ToolUse { tool: String, input: Value },
+    /// The CLI's own permission rules refused a call (it never ran).
+    Denied {
+        tool: String,
+        input: Value,
+        reason: String,
+    },
     /// The provider named its session (CLI session id).
     Session(String),
 }

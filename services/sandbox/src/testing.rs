@@ -94,13 +94,37 @@ pub fn escapees(marker: &str) -> String {
 /// How many processes [`escapees`] starts.
 pub const ESCAPEES: usize = 4;
 
-/// A shell snippet that returns once the [`escapees`] of `marker` all run.
+/// A shell snippet that returns once the [`escapees`] of `marker` all run
+/// (counting only them: `sh -c <script> <marker>`).
 pub fn await_escapees(marker: &str) -> String {
-    format!("while [ $(pgrep -fc {marker}) -lt {ESCAPEES} ]; do sleep 0.01; done; ")
+    format!(
+        "while [ $(pgrep -fc '^sh -c .* {marker}$') -lt {ESCAPEES} ]; do sleep 0.01; done; "
+    )
 }
 
 /// Live (non-zombie) processes of this host with `marker` as an argument.
 pub fn survivors(marker: &str) -> Vec<i32> {
+    processes_where(|arg| arg == marker.as_bytes())
+}
+
+/// Live (non-zombie) processes of this host with an argument containing
+/// `text` (a host pid: what a sandboxed process knows is its namespace's).
+pub fn processes_with_arg_containing(text: &str) -> Vec<i32> {
+    let text = text.as_bytes();
+    processes_where(|arg| arg.windows(text.len()).any(|w| w == text))
+}
+
+/// Live processes of `program` (its canonical path) with an argument
+/// containing `text`: a CLI started by the service, not its launcher.
+pub fn program_processes(program: &Path, text: &str) -> Vec<i32> {
+    let program = std::fs::canonicalize(program).expect("program path");
+    processes_with_arg_containing(text)
+        .into_iter()
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == program))
+        .collect()
+}
+
+fn processes_where(matches: impl Fn(&[u8]) -> bool) -> Vec<i32> {
     let me = std::process::id().cast_signed();
     std::fs::read_dir("/proc")
         .expect("/proc")
@@ -114,10 +138,7 @@ pub fn survivors(marker: &str) -> Vec<i32> {
                 .rsplit_once(')')
                 .and_then(|(_, rest)| rest.split_whitespace().next())
                 .is_some_and(|s| s != "Z" && s != "X");
-            running
-                && cmdline
-                    .split(|b| *b == 0)
-                    .any(|arg| arg == marker.as_bytes())
+            running && cmdline.split(|b| *b == 0).any(&matches)
         })
         .collect()
 }
@@ -128,5 +149,65 @@ pub async fn eventually(what: &str, done: impl Fn() -> bool) {
     while !done() {
         assert!(tokio::time::Instant::now() < deadline, "never: {what}");
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A git daemon on 127.0.0.1 serving the bare repositories below `base`, push
+/// allowed (a remote a sandboxed git reaches over the network, with the
+/// `network` grant): each connection is handed to `git daemon --inetd`, run as
+/// the test user (who owns the repositories).
+pub struct GitDaemon {
+    pub port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl GitDaemon {
+    pub async fn serve(base: &Path) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let base = base.to_path_buf();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let stream = stream.into_std().expect("std stream");
+                stream.set_nonblocking(false).expect("blocking");
+                let input = std::os::fd::OwnedFd::from(stream);
+                let output = input.try_clone().expect("dup");
+                let mut daemon = tokio::process::Command::new("git");
+                daemon
+                    .args(["daemon", "--inetd", "--export-all", "--enable=receive-pack"])
+                    .arg(format!("--base-path={}", base.display()))
+                    .arg(&base)
+                    .env_clear()
+                    .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                    .env("HOME", "/tmp")
+                    .env("GIT_CONFIG_NOSYSTEM", "1")
+                    .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                    .stdin(std::process::Stdio::from(input))
+                    .stdout(std::process::Stdio::from(output))
+                    .stderr(std::process::Stdio::null())
+                    .kill_on_drop(true);
+                if running_as_root() {
+                    daemon.uid(TEST_UID).gid(TEST_UID);
+                }
+                let mut child = daemon.spawn().expect("git daemon");
+                tokio::spawn(async move {
+                    let _ = child.wait().await;
+                });
+            }
+        });
+        Self { port, task }
+    }
+
+    /// The git:// URL of repository `name`.
+    pub fn url(&self, name: &str) -> String {
+        format!("git://127.0.0.1:{}/{name}", self.port)
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

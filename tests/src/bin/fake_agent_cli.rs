@@ -6,22 +6,28 @@
 //! services it talks to are the real ones.
 //!
 //! Script lines in the message (`fake:` on a first run, `fake-resume:` when
-//! resumed with `--resume`/`--session`):
+//! resumed with `--resume`/`--session`). A file name that is not absolute is in
+//! the CLI's HOME (in the run directory, the only place a sandboxed CLI may
+//! write; tests read it there, with the run directory kept):
 //!
-//! - `record <file>`: write its pid, argv, cwd and environment to `<file>` as JSON;
+//! - `record <file>`: write its pid, uid, argv, cwd and environment to `<file>` as JSON;
 //! - `call <json>`: run chorus-tools with that argument (the path comes from the
 //!   `--allowedTools` rule for Claude Code, from the permission rule of the
 //!   generated config for OpenCode: the flags must be right for this to work);
+//! - `shell <command>`: run a shell command, as a CLI's own shell tool would
+//!   (its output is the tool result);
 //! - `save <file>`: write the last call's exit code, stdout and stderr to
 //!   `<file>` as JSON (`{"code", "stdout", "stderr"}`);
 //! - `stamp <file>`: write the wall-clock time (nanoseconds since the epoch) to
 //!   `<file>` (benchmarks);
-//! - `wait <fifo>`: block until something is written to the named pipe;
+//! - `wait <fifo>`: make the named pipe, say "waiting on <fifo>", and block until
+//!   something is written to it;
 //! - `say <text>`: write assistant text;
 //! - `stderr <text>`: write a line to stderr;
 //! - `exit <code>`: end now with that code;
-//! - `stubborn <n> <file>`: start n processes that ignore SIGTERM, every other one
-//!   in a new session (`setsid`), write their pids to `<file>`, say "stubborn
+//! - `stubborn <marker>`: start children that try every way out of the run
+//!   (plain, setsid, double-forked, setsid with a scrubbed environment), each
+//!   ignoring SIGTERM with `<marker>` as its `$0`; once all run, say "stubborn
 //!   children started" and wait forever, ignoring SIGTERM too;
 //! - `hang`: wait forever.
 #![forbid(unsafe_code)]
@@ -106,35 +112,45 @@ fn chorus_tools(mode: Mode, args: &[String]) -> Option<String> {
                 .find(|(pattern, action)| {
                     pattern.as_str() != "*" && action.as_str() == Some("allow")
                 })
-                .map(|(pattern, _)| pattern.trim_end_matches(" *").to_owned())
+                .map(|(pattern, _)| pattern.trim_end_matches(" '*'").to_owned())
         }
     }
 }
 
-fn stubborn(count: usize, pid_file: &str) -> std::io::Result<()> {
-    let mut pids = Vec::new();
-    for i in 0..count {
-        let script = "trap '' TERM; exec sleep 1000";
-        let child = if i % 2 == 1 {
-            Command::new("setsid")
-                .args(["sh", "-c", script])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()?
-        } else {
-            Command::new("sh")
-                .args(["-c", script])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()?
-        };
-        pids.push(child.id().to_string());
+/// Starts the escapees of `marker` and returns once they all run.
+fn stubborn(marker: &str) -> std::io::Result<()> {
+    let script = format!(
+        "{} {}",
+        chorus_sandbox::testing::escapees(marker),
+        chorus_sandbox::testing::await_escapees(marker)
+    );
+    let status = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!("the escapees did not start: {status}")))
     }
-    let tmp = format!("{pid_file}.tmp");
-    std::fs::write(&tmp, pids.join("\n"))?;
-    std::fs::rename(tmp, pid_file)
+}
+
+/// `name` in HOME unless it is absolute.
+fn in_home(name: &str) -> std::path::PathBuf {
+    let name = std::path::Path::new(name.trim());
+    if name.is_absolute() {
+        return name.to_path_buf();
+    }
+    std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(name)
+}
+
+/// Writes `content` to `path` whole (through a temporary file).
+fn write_whole(path: &std::path::Path, content: &str) {
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::write(&tmp, content);
+    let _ = std::fs::rename(tmp, path);
 }
 
 fn hang() -> ! {
@@ -218,13 +234,12 @@ fn main() -> ExitCode {
                     .collect();
                 let record = json!({
                     "pid": std::process::id(),
+                    "uid": nix::unistd::getuid().as_raw(),
                     "argv": args,
                     "cwd": std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default(),
                     "env": env,
                 });
-                let path = rest.trim();
-                let _ = std::fs::write(format!("{path}.tmp"), record.to_string());
-                let _ = std::fs::rename(format!("{path}.tmp"), path);
+                write_whole(&in_home(rest), &record.to_string());
             }
             "call" => {
                 let Some(program) = chorus_tools(mode, &args) else {
@@ -253,19 +268,43 @@ fn main() -> ExitCode {
                     Err(e) => out.tool(&command, &format!("cannot run {program}: {e}"), false),
                 }
             }
-            "save" => {
-                let path = rest.trim();
-                let _ = std::fs::write(format!("{path}.tmp"), last_call.to_string());
-                let _ = std::fs::rename(format!("{path}.tmp"), path);
+            "shell" => {
+                let result = Command::new("sh")
+                    .args(["-c", rest.trim()])
+                    .stdin(Stdio::null())
+                    .output();
+                match result {
+                    Ok(output) => {
+                        let text = format!(
+                            "{}{}",
+                            String::from_utf8_lossy(&output.stdout),
+                            String::from_utf8_lossy(&output.stderr)
+                        );
+                        last_call = json!({
+                            "code": output.status.code(),
+                            "stdout": String::from_utf8_lossy(&output.stdout),
+                            "stderr": String::from_utf8_lossy(&output.stderr),
+                        });
+                        out.tool(rest.trim(), text.trim(), output.status.success());
+                    }
+                    Err(e) => out.tool(rest.trim(), &format!("cannot run sh: {e}"), false),
+                }
             }
+            "save" => write_whole(&in_home(rest), &last_call.to_string()),
             "stamp" => {
                 let nanos = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos());
-                let _ = std::fs::write(rest.trim(), nanos.to_string());
+                let _ = std::fs::write(in_home(rest), nanos.to_string());
             }
             "wait" => {
-                let _ = std::fs::read(rest.trim());
+                let fifo = in_home(rest);
+                if let Err(e) = nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)) {
+                    eprintln!("fake-agent-cli: cannot make {}: {e}", fifo.display());
+                    return ExitCode::from(8);
+                }
+                out.say(&format!("waiting on {}", rest.trim()));
+                let _ = std::fs::read(&fifo);
             }
             "say" => out.say(rest.trim()),
             "stderr" => eprintln!("{}", rest.trim()),
@@ -274,8 +313,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(rest.trim().parse::<u8>().unwrap_or(1));
             }
             "stubborn" => {
-                let (count, file) = rest.trim().split_once(' ').unwrap_or(("1", rest));
-                if let Err(e) = stubborn(count.parse().unwrap_or(1), file.trim()) {
+                if let Err(e) = stubborn(rest.trim()) {
                     eprintln!("fake-agent-cli: cannot start children: {e}");
                     return ExitCode::from(8);
                 }

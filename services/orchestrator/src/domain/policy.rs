@@ -59,7 +59,7 @@ pub fn check_tool_call(run: &Run, tool: &str) -> Result<(), DomainError> {
 pub fn denied_events(run: &Run, tool: &str, reason: &str) -> Events {
     vec![(
         EventKind::ToolDenied,
-        json!({ "run_id": run.id.to_string(), "agent": run.agent.as_str(), "tool": tool, "reason": reason }),
+        json!({ "run_id": run.id.to_string(), "agent": run.agent.as_str(), "tool": tool, "reason": reason, "by": "chorus" }),
     )]
 }
 

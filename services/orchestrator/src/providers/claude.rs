@@ -58,6 +58,8 @@ pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliComm
 /// What the stream said so far.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Stream {
+    /// Tool calls announced and not answered yet: id → (tool, input).
+    calls: std::collections::HashMap<String, (String, Value)>,
     pub session_id: Option<String>,
     pub usage: Usage,
     /// The `result` line's text.
@@ -94,18 +96,24 @@ impl Stream {
                                 progress.push(Progress::Text(cut(text, PROGRESS_TEXT_BYTES)));
                             }
                         }
-                        Some("tool_use") => progress.push(Progress::ToolUse {
-                            tool: block
+                        Some("tool_use") => {
+                            let tool = block
                                 .get("name")
                                 .and_then(Value::as_str)
                                 .unwrap_or("?")
-                                .to_owned(),
-                            input: block.get("input").cloned().unwrap_or(json!({})),
-                        }),
+                                .to_owned();
+                            let input = block.get("input").cloned().unwrap_or(json!({}));
+                            if let Some(id) = block.get("id").and_then(Value::as_str) {
+                                self.calls
+                                    .insert(id.to_owned(), (tool.clone(), input.clone()));
+                            }
+                            progress.push(Progress::ToolUse { tool, input });
+                        }
                         _ => {}
                     }
                 }
             }
+            Some("user") => progress.extend(self.refusals(&event)),
             Some("result") => {
                 let text = event
                     .get("result")
@@ -140,6 +148,50 @@ impl Stream {
             _ => {}
         }
         progress
+    }
+}
+
+impl Stream {
+    /// The answered calls of a `user` line that the CLI's own permission rules
+    /// rejected (`tool_result_meta[].permission_decision.decision == "reject"`).
+    fn refusals(&mut self, event: &Value) -> Vec<Progress> {
+        let results: Vec<Value> = event
+            .pointer("/message/content")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let meta: Vec<Value> = event
+            .get("tool_result_meta")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut denied = Vec::new();
+        for result in results {
+            let Some(id) = result.get("tool_use_id").and_then(Value::as_str) else {
+                continue;
+            };
+            let call = self.calls.remove(id);
+            let rejected = meta.iter().any(|m| {
+                m.get("id").and_then(Value::as_str) == Some(id)
+                    && m.pointer("/permission_decision/decision").and_then(Value::as_str)
+                        == Some("reject")
+            });
+            if !rejected {
+                continue;
+            }
+            let (tool, input) = call.unwrap_or_else(|| ("?".to_owned(), json!({})));
+            let reason = match result.get("content") {
+                Some(Value::String(text)) => text.clone(),
+                Some(other) => other.to_string(),
+                None => "refused by the CLI's permission rules".to_owned(),
+            };
+            denied.push(Progress::Denied {
+                tool,
+                input,
+                reason: cut(&reason, PROGRESS_TEXT_BYTES),
+            });
+        }
+        denied
     }
 }
 
@@ -183,6 +235,32 @@ mod tests {
                 cost_micro_usd: 12_300
             }
         );
+    }
+
+    #[test]
+    fn a_call_the_cli_rejected_is_a_denial_and_one_it_accepted_is_not() {
+        let mut stream = Stream::default();
+        for line in [
+            r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"cat /etc/passwd"}}]},"session_id":"s"}"#,
+            r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t2","name":"Bash","input":{"command":"/x/chorus-tools '{}'"}}]},"session_id":"s"}"#,
+        ] {
+            stream.line(line);
+        }
+        let denied = stream.line(
+            r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"cat in '/etc/passwd' was blocked.","is_error":true,"tool_use_id":"t1"}]},"session_id":"s","tool_result_meta":[{"id":"t1","non_execution_kind":"user-rejected","permission_decision":{"decision":"reject","source":"config"}}]}"#,
+        );
+        assert_eq!(
+            denied,
+            [Progress::Denied {
+                tool: "Bash".to_owned(),
+                input: json!({"command": "cat /etc/passwd"}),
+                reason: "cat in '/etc/passwd' was blocked.".to_owned(),
+            }]
+        );
+        let accepted = stream.line(
+            r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"Exit code 3","is_error":true,"tool_use_id":"t2"}]},"session_id":"s","tool_result_meta":[{"id":"t2","permission_decision":{"decision":"accept","source":"config"}}]}"#,
+        );
+        assert!(accepted.is_empty(), "{accepted:?}");
     }
 
     #[test]

@@ -1,8 +1,13 @@
 //! The OpenCode CLI: `opencode run --format json <message>` with a generated
 //! configuration passed inline (`OPENCODE_CONFIG_CONTENT`, which overrides every
-//! file OpenCode reads, the workspace's own `opencode.json` included): only the
-//! bash tool, bash allowed only for chorus-tools, every other permission `deny`
-//! (a headless "ask" would wait forever). The system prompt is the run's
+//! file OpenCode reads): only the bash tool, and bash allowed only for a plain
+//! chorus-tools call — `<chorus-tools> '<json>'`, one single-quoted argument and
+//! nothing else: OpenCode matches its rules against a command's text with its
+//! redirections, and the last matching rule wins, so a call with a quote
+//! anywhere but at its two ends (a redirection, a second argument) is denied.
+//! Every other permission is `deny`, `external_directory` included (a headless
+//! "ask" ends the session). A refusal is an error the agent reads, and is
+//! recorded (`tool_denied`, by the CLI). The system prompt is the run's
 //! instructions file. Its JSON events become progress, session id and usage.
 
 use serde_json::{Value, json};
@@ -30,6 +35,9 @@ const OTHER_TOOLS: [&str; 12] = [
     "skill",
 ];
 
+/// How OpenCode words a call its permission rules refused.
+const REFUSAL: &str = "prevents you from using this specific tool call";
+
 /// The instructions file in the run directory.
 pub const INSTRUCTIONS_FILE: &str = "chorus-instructions.md";
 
@@ -41,16 +49,24 @@ pub fn config(setup: &CliSetup, ctx: &RunContext) -> Value {
         tools.insert(tool.to_owned(), json!(false));
     }
     let chorus_tools = setup.chorus_tools.display().to_string();
+    // In order, each longer than the one before (OpenCode ranks rules by
+    // length in some versions, by order in others: the last match wins either way).
     let mut bash = serde_json::Map::new();
     bash.insert("*".to_owned(), json!("deny"));
-    bash.insert(format!("{chorus_tools} *"), json!("allow"));
+    bash.insert(format!("{chorus_tools} '*'"), json!("allow"));
+    bash.insert(format!("{chorus_tools} '*'*'*"), json!("deny"));
     let mut config = json!({
         "$schema": "https://opencode.ai/config.json",
         "autoupdate": false,
         "share": "disabled",
         "instructions": [ctx.run_dir.join(INSTRUCTIONS_FILE).display().to_string()],
         "tools": tools,
-        "permission": { "edit": "deny", "webfetch": "deny", "bash": bash },
+        "permission": {
+            "edit": "deny",
+            "webfetch": "deny",
+            "external_directory": "deny",
+            "bash": bash,
+        },
     });
     if let Some(base_url) = &ctx.provider.base_url {
         let model = ctx.model.clone().unwrap_or_else(|| "default".to_owned());
@@ -148,14 +164,30 @@ impl Stream {
                     progress.push(Progress::Text(cut(text, PROGRESS_TEXT_BYTES)));
                 }
             }
-            Some("tool_use") => progress.push(Progress::ToolUse {
-                tool: part
+            Some("tool_use") => {
+                let tool = part
                     .get("tool")
                     .and_then(Value::as_str)
                     .unwrap_or("?")
-                    .to_owned(),
-                input: part.pointer("/state/input").cloned().unwrap_or(json!({})),
-            }),
+                    .to_owned();
+                let input = part.pointer("/state/input").cloned().unwrap_or(json!({}));
+                progress.push(Progress::ToolUse {
+                    tool: tool.clone(),
+                    input: input.clone(),
+                });
+                // Refused by the generated permission rules (not run at all).
+                let error = part.pointer("/state/error").and_then(Value::as_str);
+                if part.pointer("/state/status").and_then(Value::as_str) == Some("error")
+                    && let Some(error) = error.filter(|e| e.contains(REFUSAL))
+                {
+                    let reason = error.split(" Here are").next().unwrap_or(error);
+                    progress.push(Progress::Denied {
+                        tool,
+                        input,
+                        reason: cut(reason, PROGRESS_TEXT_BYTES),
+                    });
+                }
+            }
             Some("step_finish") => {
                 let tokens = |path: &str| part.pointer(path).and_then(Value::as_u64).unwrap_or(0);
                 self.usage.add(Usage {
@@ -217,6 +249,27 @@ mod tests {
             }
         );
         assert_eq!(stream.last_text.as_deref(), Some("FINAL: done"));
+    }
+
+    #[test]
+    fn a_call_refused_by_the_permission_rules_is_a_denial() {
+        let mut stream = Stream::default();
+        let progress = stream.line(
+            r#"{"type":"tool_use","sessionID":"s","part":{"tool":"bash","state":{"status":"error","input":{"command":"touch x"},"error":"The user has specified a rule which prevents you from using this specific tool call. Here are some of the relevant rules [...]"}}}"#,
+        );
+        assert_eq!(
+            progress[2..],
+            [Progress::Denied {
+                tool: "bash".to_owned(),
+                input: json!({"command": "touch x"}),
+                reason: "The user has specified a rule which prevents you from using this specific tool call.".to_owned(),
+            }]
+        );
+        // A command that ran and failed is no denial.
+        let ran = stream.line(
+            r#"{"type":"tool_use","sessionID":"s","part":{"tool":"bash","state":{"status":"error","input":{"command":"false"},"error":"exit 1"}}}"#,
+        );
+        assert!(!ran.iter().any(|p| matches!(p, Progress::Denied { .. })));
     }
 
     #[test]

@@ -12,6 +12,11 @@ use crate::domain::AgentKind;
 /// Tools every run has that get their own instruction instead of a listing.
 const NOT_LISTED: [&str; 3] = ["completion-report", "planner-output", "help"];
 
+/// How every CLI agent passes JSON to chorus-tools (anything else on the
+/// command line is refused by the CLI's permission rules).
+pub const QUOTING_INSTRUCTION: &str = "\
+Run chorus-tools with exactly one argument, the JSON in single quotes, and nothing else on the command line: no redirection, pipe, second command or variable (those are refused). Inside the JSON, write an apostrophe as \\u0027 and a newline as \\n.";
+
 /// How a user-defined agent must finish.
 pub const COMPLETION_REPORT_INSTRUCTION: &str = "\
 ## Finishing
@@ -95,6 +100,8 @@ fn cli_prompt(kind: AgentKind, instructions: &str, allowed_tools: &[String]) -> 
             prompt.push_str(PLANNER_OUTPUT_INSTRUCTION);
         }
     }
+    prompt.push('\n');
+    prompt.push_str(QUOTING_INSTRUCTION);
     prompt
 }
 
@@ -240,6 +247,17 @@ mod tests {
             internal.contains("planner-output") && !internal.contains("completion-report"),
             "{internal}"
         );
+    }
+
+    #[test]
+    fn cli_prompts_say_how_to_quote_the_json() {
+        for kind in [AgentKind::UserDefined, AgentKind::Internal] {
+            let prompt = system_prompt(kind, "x", &[], Invocation::Cli("chorus-tools"));
+            assert!(prompt.ends_with(QUOTING_INSTRUCTION), "{prompt}");
+            assert!(prompt.contains("as \\u0027"), "{prompt}");
+        }
+        let api = system_prompt(AgentKind::UserDefined, "x", &[], Invocation::Functions);
+        assert!(!api.contains(QUOTING_INSTRUCTION));
     }
 
     #[test]

@@ -387,6 +387,31 @@ async fn record_progress(
                 })
                 .await
                 .map(|(_, _, events)| events),
+            Progress::Denied {
+                tool,
+                input,
+                reason,
+            } => {
+                let run_id = ctx.run_id;
+                let agent = ctx.agent.clone();
+                state
+                    .store
+                    .change_task(ctx.task_id, move |_task| {
+                        Ok(vec![(
+                            EventKind::ToolDenied,
+                            json!({
+                                "run_id": run_id.to_string(),
+                                "agent": agent.as_str(),
+                                "tool": tool,
+                                "input": input,
+                                "reason": reason,
+                                "by": "cli",
+                            }),
+                        )])
+                    })
+                    .await
+                    .map(|(_, events)| events)
+            }
             other => {
                 let (kind, details) = match other {
                     // An empty text marks the reminder.
@@ -397,7 +422,7 @@ async fn record_progress(
                     Progress::ToolUse { tool, input } => {
                         ("tool_use", json!({ "tool": tool, "input": input }))
                     }
-                    Progress::Session(_) => continue,
+                    Progress::Session(_) | Progress::Denied { .. } => continue,
                 };
                 let run_id = ctx.run_id;
                 let agent = ctx.agent.clone();

@@ -9,7 +9,9 @@ use serde_json::json;
 
 use chorus_sandbox::testing::give_to_test_user;
 
-use crate::common::{GitDaemon, Harness, configure, git, git_command, init_repo, write};
+use chorus_sandbox::testing::GitDaemon;
+
+use crate::common::{Harness, configure, git, git_command, init_repo, write};
 
 fn parse<T: DeserializeOwned>(outcome: &chorus_tool_exec::context::ToolOutcome) -> T {
     serde_json::from_value(outcome.output.clone()).expect("tool output")
