@@ -140,6 +140,8 @@ async fn grpcurl_stream(addr: &str, method: &str, body: &str) -> Vec<Value> {
 async fn grpcurl_follows_a_handoff_stream_to_its_outcome() {
     let data = tempfile::tempdir().expect("data dir");
     let root = tempfile::tempdir().expect("workspace");
+    // Agents act as the workspace's owner, never root.
+    chorus_sandbox::testing::give_to_test_user(root.path());
     let signer = chorus_run_token::load_or_create_signer(data.path()).expect("key pair");
     let orchestrator = Orchestrator::start_configured(
         &data.path().join("chorus.db").display().to_string(),
