@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 const PROTOS: &[&str] = &[
+    "chorus/sandbox/v1/sandbox.proto",
     "chorus/tools/v1/tools.proto",
     "chorus/orchestrator/v1/orchestrator.proto",
 ];

@@ -43,6 +43,13 @@ pub mod orchestrator {
     }
 }
 
+pub mod sandbox {
+    pub mod v1 {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("chorus.sandbox.v1");
+    }
+}
+
 pub mod tools {
     pub mod v1 {
         #![allow(clippy::all, missing_docs)]

@@ -141,30 +141,19 @@ impl OrchestratorProcess {
     /// chorus-tools from this build and `extra` arguments, and waits until it
     /// serves.
     pub async fn spawn(data_dir: &Path, database_url: &str, extra: &[&str]) -> Self {
+        Self::spawn_with_env(data_dir, database_url, extra, &[]).await
+    }
+
+    /// [`Self::spawn`] with `env` added to the orchestrator's environment.
+    pub async fn spawn_with_env(
+        data_dir: &Path,
+        database_url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         use tokio::io::{AsyncBufReadExt, BufReader};
 
-        let mut child = tokio::process::Command::new(crate::built_bin(
-            "chorus-orchestrator",
-            "chorus-orchestrator",
-        ))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--tool-exec-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(["--database-url", database_url, "--log-format", "json"])
-        .arg("--chorus-tools")
-        .arg(crate::chorus_tools_bin())
-        .args(extra)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start chorus-orchestrator");
+        let mut child = Self::command(data_dir, database_url, extra, env);
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
         let (mut addr, mut tool_exec_addr) = (None, None);
         let mut seen = Vec::new();
@@ -194,6 +183,57 @@ impl OrchestratorProcess {
             addr,
             tool_exec_addr: tool_exec_addr.expect("the embedded tool-exec's address"),
         }
+    }
+
+    /// Starts the binary as [`Self::spawn`] does and kills it with SIGKILL as
+    /// soon as it logs `message` (e.g. "store open": during start-up recovery).
+    pub async fn kill_when_it_logs(data_dir: &Path, database_url: &str, extra: &[&str], message: &str) {
+        use tokio::io::{AsyncBufReadExt, BufReader};
+
+        let mut child = Self::command(data_dir, database_url, extra, &[]);
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        loop {
+            let Some(line) = lines.next_line().await.expect("read the log") else {
+                panic!("chorus-orchestrator exited before logging '{message}'");
+            };
+            let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if entry["fields"]["message"] == message {
+                break;
+            }
+        }
+        child.start_kill().expect("SIGKILL");
+        child.wait().await.expect("reap");
+    }
+
+    fn command(
+        data_dir: &Path,
+        database_url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> tokio::process::Child {
+        tokio::process::Command::new(crate::built_bin(
+            "chorus-orchestrator",
+            "chorus-orchestrator",
+        ))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--tool-exec-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--database-url", database_url, "--log-format", "json"])
+        .arg("--chorus-tools")
+        .arg(crate::chorus_tools_bin())
+        .args(extra)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start chorus-orchestrator")
     }
 
     pub fn pid(&self) -> i32 {

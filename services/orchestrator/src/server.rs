@@ -89,6 +89,7 @@ pub async fn run(
             Some(embedded) => embedded.listener.local_addr()?.to_string(),
             None => config.tool_exec_addr.clone().unwrap_or_default(),
         },
+        embedded_tool_exec: config.embedded_tool_exec.is_some(),
     };
 
     // Runs a previous orchestrator left unfinished are over: record it before

@@ -17,6 +17,8 @@ pub struct Addresses {
     pub orchestrator: String,
     /// Empty when no tool-exec is known (none embedded, none configured).
     pub tool_exec: String,
+    /// The tool-exec is served by this process.
+    pub embedded_tool_exec: bool,
 }
 
 #[derive(Debug, Clone)]

@@ -133,6 +133,30 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
             .collect();
         Ok(Response::new(pb::ListToolsResponse { tools, profiles }))
     }
+
+    async fn get_status(
+        &self,
+        _request: Request<pb::GetStatusRequest>,
+    ) -> Result<Response<pb::GetStatusResponse>, Status> {
+        Ok(Response::new(pb::GetStatusResponse {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            sandbox: Some(sandbox_status(self.runner.processes().status())),
+        }))
+    }
+}
+
+/// The sandbox's status on the wire.
+pub fn sandbox_status(
+    status: &chorus_sandbox::SandboxStatus,
+) -> chorus_proto::sandbox::v1::SandboxStatus {
+    chorus_proto::sandbox::v1::SandboxStatus {
+        state: status.state.to_owned(),
+        launcher: status.launcher.clone(),
+        landlock: status.landlock.clone(),
+        identity: status.identity.clone(),
+        limits: status.limits.clone(),
+        problems: status.problems.clone(),
+    }
 }
 
 /// The token from `authorization: Bearer <token>`.

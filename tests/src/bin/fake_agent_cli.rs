@@ -29,6 +29,8 @@
 //!   (plain, setsid, double-forked, setsid with a scrubbed environment), each
 //!   ignoring SIGTERM with `<marker>` as its `$0`; once all run, say "stubborn
 //!   children started" and wait forever, ignoring SIGTERM too;
+//! - `orphans <marker>`: start the same children, holding the CLI's stdout and
+//!   stderr, and go on once they run (the CLI then exits with them alive);
 //! - `hang`: wait forever.
 #![forbid(unsafe_code)]
 
@@ -117,18 +119,20 @@ fn chorus_tools(mode: Mode, args: &[String]) -> Option<String> {
     }
 }
 
-/// Starts the escapees of `marker` and returns once they all run.
-fn stubborn(marker: &str) -> std::io::Result<()> {
+/// Starts the escapees of `marker` and returns once they all run; with
+/// `holding`, they keep this process's stdout and stderr open.
+fn stubborn(marker: &str, holding: bool) -> std::io::Result<()> {
     let script = format!(
         "{} {}",
         chorus_sandbox::testing::escapees(marker),
         chorus_sandbox::testing::await_escapees(marker)
     );
+    let pipe = || if holding { Stdio::inherit() } else { Stdio::null() };
     let status = Command::new("sh")
         .args(["-c", &script])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(pipe())
+        .stderr(pipe())
         .status()?;
     if status.success() {
         Ok(())
@@ -312,8 +316,14 @@ fn main() -> ExitCode {
                 out.finish();
                 return ExitCode::from(rest.trim().parse::<u8>().unwrap_or(1));
             }
+            "orphans" => {
+                if let Err(e) = stubborn(rest.trim(), true) {
+                    eprintln!("fake-agent-cli: cannot start children: {e}");
+                    return ExitCode::from(8);
+                }
+            }
             "stubborn" => {
-                if let Err(e) = stubborn(rest.trim()) {
+                if let Err(e) = stubborn(rest.trim(), false) {
                     eprintln!("fake-agent-cli: cannot start children: {e}");
                     return ExitCode::from(8);
                 }

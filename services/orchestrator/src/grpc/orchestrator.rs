@@ -263,4 +263,17 @@ impl Orchestrator for OrchestratorService {
     ) -> Result<Response<pb::Run>, Status> {
         reply(runs::finish(&self.state, request.into_inner()).await)
     }
+
+    async fn get_status(
+        &self,
+        _request: Request<pb::GetStatusRequest>,
+    ) -> Result<Response<pb::GetStatusResponse>, Status> {
+        Ok(Response::new(pb::GetStatusResponse {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            sandbox: Some(chorus_tool_exec::grpc::sandbox_status(
+                self.state.runner.processes().status(),
+            )),
+            embedded_tool_exec: self.state.addresses.embedded_tool_exec,
+        }))
+    }
 }
