@@ -187,7 +187,12 @@ impl OrchestratorProcess {
 
     /// Starts the binary as [`Self::spawn`] does and kills it with SIGKILL as
     /// soon as it logs `message` (e.g. "store open": during start-up recovery).
-    pub async fn kill_when_it_logs(data_dir: &Path, database_url: &str, extra: &[&str], message: &str) {
+    pub async fn kill_when_it_logs(
+        data_dir: &Path,
+        database_url: &str,
+        extra: &[&str],
+        message: &str,
+    ) {
         use tokio::io::{AsyncBufReadExt, BufReader};
 
         let mut child = Self::command(data_dir, database_url, extra, &[]);

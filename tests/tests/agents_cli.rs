@@ -424,7 +424,11 @@ async fn a_timeout_kills_every_process_of_the_run_even_ones_that_left_its_group(
     let task = stubborn_run(&mut client, root.path(), marker, 2).await;
     let events = wait_for(&mut client, &task.id, ends_run).await;
     assert_eq!(events.last().expect("end").kind, "run_failed");
-    assert_eq!(survivors(marker), Vec::<i32>::new(), "alive after the timeout");
+    assert_eq!(
+        survivors(marker),
+        Vec::<i32>::new(),
+        "alive after the timeout"
+    );
     let task = task_of(&mut client, &task.id).await;
     assert_eq!(task.status, "failed");
     assert!(
@@ -545,7 +549,10 @@ async fn the_run_directory_is_private_to_the_run_and_removed_after_it() {
     let left: Vec<_> = std::fs::read_dir(orchestrator.runs.path().join("runs"))
         .expect("runs dir")
         .collect();
-    assert!(left.is_empty(), "the run directory is removed after the run: {left:?}");
+    assert!(
+        left.is_empty(),
+        "the run directory is removed after the run: {left:?}"
+    );
     orchestrator.stop().await;
 }
 

@@ -110,7 +110,9 @@ async fn the_real_opencode_cli_reads_and_reports_through_chorus_tools() {
         !root.path().join("escaped.txt").exists(),
         "a plain shell command is refused by the generated permissions"
     );
-    let written: Vec<_> = std::fs::read_dir(outside.path()).expect("outside").collect();
+    let written: Vec<_> = std::fs::read_dir(outside.path())
+        .expect("outside")
+        .collect();
     assert!(written.is_empty(), "written outside: {written:?}");
     assert_eq!(
         std::fs::read_to_string(&notes).expect("notes"),
@@ -123,7 +125,12 @@ async fn the_real_opencode_cli_reads_and_reports_through_chorus_tools() {
         .filter(|e| e.kind == "tool_denied")
         .map(data)
         .filter(|d| d["by"] == "cli")
-        .map(|d| d["input"]["command"].as_str().unwrap_or_default().to_owned())
+        .map(|d| {
+            d["input"]["command"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
         .collect();
     assert_eq!(denied, refused, "{kinds:#?}");
 

@@ -108,8 +108,16 @@ async fn bash_reaches_nothing_but_its_own_workspace() {
             format!("cat {data_path}/{PRIVATE_KEY_FILE}"),
             "No such file or directory",
         ),
-        ("database", format!("cat {}", database.display()), "No such file or directory"),
-        ("data-dir", format!("ls {data_path}"), "No such file or directory"),
+        (
+            "database",
+            format!("cat {}", database.display()),
+            "No such file or directory",
+        ),
+        (
+            "data-dir",
+            format!("ls {data_path}"),
+            "No such file or directory",
+        ),
         ("shadow", "cat /etc/shadow".to_owned(), "Permission denied"),
         (
             "orchestrator-environ",
@@ -134,7 +142,11 @@ async fn bash_reaches_nothing_but_its_own_workspace() {
             ),
             "No such file or directory",
         ),
-        ("write-system", "echo x >> /etc/passwd".to_owned(), "Permission denied"),
+        (
+            "write-system",
+            "echo x >> /etc/passwd".to_owned(),
+            "Permission denied",
+        ),
         (
             "signal-orchestrator",
             format!("kill -TERM {orchestrator_pid}"),
@@ -142,10 +154,7 @@ async fn bash_reaches_nothing_but_its_own_workspace() {
         ),
         (
             "network-orchestrator",
-            format!(
-                "exec 3<>/dev/tcp/127.0.0.1/{}",
-                orchestrator.addr.port()
-            ),
+            format!("exec 3<>/dev/tcp/127.0.0.1/{}", orchestrator.addr.port()),
             "Connection refused",
         ),
         (
@@ -189,7 +198,10 @@ async fn bash_reaches_nothing_but_its_own_workspace() {
     ];
     for (name, _, expected) in &probes {
         let (text, output) = probe_result(&runs, name);
-        assert!(text.contains(expected), "{name}: expected '{expected}' in {output}");
+        assert!(
+            text.contains(expected),
+            "{name}: expected '{expected}' in {output}"
+        );
         for secret in secrets {
             assert!(!text.contains(secret), "{name} leaked '{secret}': {text}");
         }
@@ -199,7 +211,9 @@ async fn bash_reaches_nothing_but_its_own_workspace() {
     let (_, killed) = probe_result(&runs, "kill-all");
     assert_eq!(killed["stdout"], "137\n", "the sleep was killed: {killed}");
     // Nothing was written outside, and the orchestrator and the other run live on.
-    let written: Vec<_> = std::fs::read_dir(outside.path()).expect("outside").collect();
+    let written: Vec<_> = std::fs::read_dir(outside.path())
+        .expect("outside")
+        .collect();
     assert!(written.is_empty(), "{written:?}");
     assert!(!other_root.path().join("../pwned").exists());
     assert!(std::path::Path::new(&format!("/proc/{sleeper}")).exists());

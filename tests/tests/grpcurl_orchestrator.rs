@@ -50,6 +50,10 @@ async fn grpcurl_drives_a_tasks_life() {
             && services.contains("chorus.orchestrator.v1.AgentTools"),
         "{services}"
     );
+    // What the operator checks first: is the sandbox enforced?
+    let status = grpcurl(&addr, "GetStatus", "{}").await;
+    assert_eq!(status["sandbox"]["state"], "enforced", "{status}");
+    assert_eq!(status["embeddedToolExec"], true, "{status}");
 
     let body = serde_json::json!({"name": "docs", "root": root.path()}).to_string();
     let workspace = grpcurl(&addr, "CreateWorkspace", &body).await;

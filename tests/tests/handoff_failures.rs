@@ -99,7 +99,10 @@ async fn canceling_a_task_mid_chain_ends_every_run_stream_and_process() {
         let marker = format!("chorus-escapee-cancel-{b}");
         let middle = [
             format!("fake: say middle of {chain}"),
-            handoff("leaf", &[format!("fake: say leaf of {chain}"), stubborn(&marker)]),
+            handoff(
+                "leaf",
+                &[format!("fake: say leaf of {chain}"), stubborn(&marker)],
+            ),
         ];
         let script = [
             format!("fake: say lead of {chain}"),

@@ -64,9 +64,10 @@ async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process
         first.kill().await;
         // Before any restart, the kernel takes every process of every run with
         // the orchestrator: the CLIs, and what they started.
-        eventually("every process of the runs died with the orchestrator", || {
-            survivors(&marker).is_empty() && processes_with_arg_containing(&chain).is_empty()
-        })
+        eventually(
+            "every process of the runs died with the orchestrator",
+            || survivors(&marker).is_empty() && processes_with_arg_containing(&chain).is_empty(),
+        )
         .await;
 
         let second = OrchestratorProcess::spawn(data_dir.path(), &db.url, &args).await;

@@ -177,7 +177,10 @@ async fn a_run_timeout_leaves_nothing() {
         let events = wait_for(&mut client, &task.id, ends_run).await;
         let end = data(events.last().expect("end"));
         assert!(
-            end["reason"].as_str().unwrap_or_default().starts_with("timed out"),
+            end["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("timed out"),
             "{marker}: {end}"
         );
     }
@@ -205,7 +208,11 @@ async fn cancel_task_leaves_nothing() {
             .expect("cancel");
     }
     // CancelTask returns once the CLI's processes are dead.
-    assert_eq!(survivors(&runs[0].1), Vec::<i32>::new(), "the CLI's children");
+    assert_eq!(
+        survivors(&runs[0].1),
+        Vec::<i32>::new(),
+        "the CLI's children"
+    );
     all_gone(&runs).await;
     drop(client);
     orchestrator.stop().await;

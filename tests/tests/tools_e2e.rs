@@ -297,7 +297,10 @@ async fn git_tools_status_diff_commit_push() {
     let message = refused.expect_failure(3, "permission_denied");
     assert!(message.contains("needs the 'network' grant"), "{message}");
     let networked: &[&str] = &["@developer", "network"];
-    let pushed = fx.call(networked, json!({"tool": "git.push"})).await.output();
+    let pushed = fx
+        .call(networked, json!({"tool": "git.push"}))
+        .await
+        .output();
     assert_eq!(
         (pushed["remote"].as_str(), pushed["branch"].as_str()),
         (Some("origin"), Some("main"))

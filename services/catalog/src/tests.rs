@@ -238,7 +238,11 @@ fn the_network_grant_is_a_name_of_its_own_and_in_no_profile() {
     let granted = expand_allow_list(&["bash", "network"]).expect("expands");
     assert!(granted.contains("network") && granted.contains("bash"));
     for profile in PROFILES {
-        assert!(!profile.tools.contains(&NETWORK), "@{} grants network", profile.name);
+        assert!(
+            !profile.tools.contains(&NETWORK),
+            "@{} grants network",
+            profile.name
+        );
     }
     // It is not a tool: it never shows in a run's tool list.
     assert!(!granted_names(&["network"]).contains(&"network"));

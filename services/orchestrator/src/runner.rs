@@ -211,7 +211,12 @@ impl CliSetup {
     /// The command of one attempt: `args` and `env` in the run's sandbox, its
     /// working directory the run's empty `work` directory (the workspace is not
     /// visible to a CLI: every file it reaches goes through chorus-tools).
-    pub fn command(&self, ctx: &RunContext, args: Vec<String>, env: Vec<(String, String)>) -> process::CliCommand {
+    pub fn command(
+        &self,
+        ctx: &RunContext,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+    ) -> process::CliCommand {
         process::CliCommand {
             program: self.program.clone(),
             args,
@@ -241,7 +246,9 @@ impl CliSetup {
             None => ports.push(443),
         }
         for (name, value) in &self.passed {
-            if name.to_ascii_lowercase().ends_with("_proxy") && name.to_ascii_lowercase() != "no_proxy" {
+            if name.to_ascii_lowercase().ends_with("_proxy")
+                && name.to_ascii_lowercase() != "no_proxy"
+            {
                 ports.extend(url_port(value));
             }
         }

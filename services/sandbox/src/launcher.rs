@@ -143,9 +143,7 @@ fn run(policy: &Policy, target: Target) -> ! {
             }
         ));
     }
-    if !service_is_root
-        && let Err(e) = map_own_ids(uid.as_raw(), gid.as_raw())
-    {
+    if !service_is_root && let Err(e) = map_own_ids(uid.as_raw(), gid.as_raw()) {
         unwind(format!("cannot map the user namespace: {e}"));
     }
 
@@ -157,7 +155,13 @@ fn run(policy: &Policy, target: Target) -> ! {
         Ok(ForkResult::Child) => {
             drop(report_read);
             drop(lifeline_write);
-            init::run(policy, &target, report_write, &lifeline_read, cgroups.as_ref())
+            init::run(
+                policy,
+                &target,
+                report_write,
+                &lifeline_read,
+                cgroups.as_ref(),
+            )
         }
         Ok(ForkResult::Parent { child }) => {
             drop(report_write);

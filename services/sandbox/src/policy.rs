@@ -170,7 +170,10 @@ mod tests {
             serde_json::from_str::<Policy>(&json).expect("parse"),
             policy
         );
-        assert!(json.contains(r#""network":{"tcp_ports":[443,50051]}"#), "{json}");
+        assert!(
+            json.contains(r#""network":{"tcp_ports":[443,50051]}"#),
+            "{json}"
+        );
     }
 
     #[test]

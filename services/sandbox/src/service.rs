@@ -167,11 +167,14 @@ impl Sandbox {
             Some(Cgroups::V2 { parent }) => format!("cgroup v2 under {}", parent.display()),
             Some(Cgroups::V1 { pids, memory }) => format!(
                 "cgroup v1 ({}), rlimits for the rest",
-                [pids.as_ref().map(|_| "pids"), memory.as_ref().map(|_| "memory")]
-                    .into_iter()
-                    .flatten()
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                [
+                    pids.as_ref().map(|_| "pids"),
+                    memory.as_ref().map(|_| "memory")
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", ")
             ),
             None => "rlimits only (no writable cgroup)".to_owned(),
         };
@@ -196,7 +199,9 @@ impl Sandbox {
                 status.problems.push(
                     "the operator turned the sandbox off (--sandbox off): bash, git and CLI agents run unconfined as the service's user".to_owned(),
                 );
-                warn!("the sandbox is off: bash, git and CLI agents run unconfined as the service's user, and processes that leave their group can outlive their run");
+                warn!(
+                    "the sandbox is off: bash, git and CLI agents run unconfined as the service's user, and processes that leave their group can outlive their run"
+                );
             }
             (Mode::On, None) => {
                 status.state = "unavailable";
@@ -284,7 +289,11 @@ impl Sandbox {
         })?;
         if meta.uid() != 0 {
             // A file's group may be root's while its owner is not: never gid 0.
-            let gid = if meta.gid() == 0 { PROBE_USER } else { meta.gid() };
+            let gid = if meta.gid() == 0 {
+                PROBE_USER
+            } else {
+                meta.gid()
+            };
             return Ok(Identity::User {
                 uid: meta.uid(),
                 gid,
@@ -441,7 +450,12 @@ async fn self_check(
     let out = timeout(Duration::from_secs(20), run)
         .await
         .map_err(|_| "the sandbox self-check did not finish in 20 s".to_owned())?
-        .map_err(|e| format!("cannot run the sandbox launcher {}: {e}", launcher.display()))?;
+        .map_err(|e| {
+            format!(
+                "cannot run the sandbox launcher {}: {e}",
+                launcher.display()
+            )
+        })?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         return Err(format!(
@@ -616,7 +630,12 @@ fn running_members(pgid: Pid) -> usize {
     };
     entries
         .filter_map(Result::ok)
-        .filter(|e| e.file_name().as_encoded_bytes().iter().all(u8::is_ascii_digit))
+        .filter(|e| {
+            e.file_name()
+                .as_encoded_bytes()
+                .iter()
+                .all(u8::is_ascii_digit)
+        })
         .filter_map(|e| std::fs::read(e.path().join("stat")).ok())
         .filter_map(|stat| parse_stat(&stat))
         .filter(|(state, pgrp)| *pgrp == pgid.as_raw() && !matches!(state, b'Z' | b'X' | b'x'))
@@ -648,10 +667,7 @@ mod tests {
 
     #[test]
     fn stat_lines_give_state_and_group() {
-        assert_eq!(
-            parse_stat(b"12 (a b) c) S 1 12 12 0"),
-            Some((b'S', 12))
-        );
+        assert_eq!(parse_stat(b"12 (a b) c) S 1 12 12 0"), Some((b'S', 12)));
         assert_eq!(parse_stat(b"garbage"), None);
     }
 }

@@ -97,9 +97,7 @@ pub const ESCAPEES: usize = 4;
 /// A shell snippet that returns once the [`escapees`] of `marker` all run
 /// (counting only them: `sh -c <script> <marker>`).
 pub fn await_escapees(marker: &str) -> String {
-    format!(
-        "while [ $(pgrep -fc '^sh -c .* {marker}$') -lt {ESCAPEES} ]; do sleep 0.01; done; "
-    )
+    format!("while [ $(pgrep -fc '^sh -c .* {marker}$') -lt {ESCAPEES} ]; do sleep 0.01; done; ")
 }
 
 /// Live (non-zombie) processes of this host with `marker` as an argument.
@@ -120,7 +118,9 @@ pub fn program_processes(program: &Path, text: &str) -> Vec<i32> {
     let program = std::fs::canonicalize(program).expect("program path");
     processes_with_arg_containing(text)
         .into_iter()
-        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == program))
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == program)
+        })
         .collect()
 }
 

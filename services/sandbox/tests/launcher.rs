@@ -25,12 +25,7 @@ async fn sandbox_with(config: SandboxConfig) -> Sandbox {
     })
     .await;
     if config_mode_is_on(&sandbox) {
-        assert_eq!(
-            sandbox.status().state,
-            "enforced",
-            "{:?}",
-            sandbox.status()
-        );
+        assert_eq!(sandbox.status().state, "enforced", "{:?}", sandbox.status());
     }
     sandbox
 }
@@ -112,7 +107,10 @@ async fn read_both(child: &mut SandboxedChild) -> (String, String) {
     let mut out = child.take_stdout().expect("stdout");
     let mut err = child.take_stderr().expect("stderr");
     let (mut stdout, mut stderr) = (String::new(), String::new());
-    let (a, b) = tokio::join!(out.read_to_string(&mut stdout), err.read_to_string(&mut stderr));
+    let (a, b) = tokio::join!(
+        out.read_to_string(&mut stdout),
+        err.read_to_string(&mut stderr)
+    );
     a.expect("read stdout");
     b.expect("read stderr");
     (stdout, stderr)
@@ -202,7 +200,11 @@ async fn the_program_never_runs_as_root_and_holds_no_capability() {
     )
     .await;
     assert_eq!(ran.status.code(), Some(125));
-    assert!(ran.stderr.contains("refusing to run a program as root"), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("refusing to run a program as root"),
+        "{}",
+        ran.stderr
+    );
 }
 
 #[tokio::test]
@@ -229,7 +231,11 @@ async fn nothing_outlives_the_program() {
     let sandbox = sandbox().await;
     let dirs = dirs();
     let marker = "chorus-escapee-outlive";
-    let script = format!("{} {} echo started", escapees(marker), await_escapees(marker));
+    let script = format!(
+        "{} {} echo started",
+        escapees(marker),
+        await_escapees(marker)
+    );
     let mut child = sandbox.spawn(&spec(&dirs, &script)).expect("spawned");
     let (stdout, stderr) = read_both(&mut child).await;
     let status = child.wait().await.expect("wait");
@@ -250,7 +256,10 @@ async fn stopping_reaches_every_process_and_killing_ends_them_all() {
         escapees(marker)
     );
     let mut child = sandbox.spawn(&spec(&dirs, &script)).expect("spawned");
-    eventually("the escapees started", || survivors(marker).len() == ESCAPEES).await;
+    eventually("the escapees started", || {
+        survivors(marker).len() == ESCAPEES
+    })
+    .await;
     // Everything ignores SIGTERM, so the grace runs out and all are killed.
     let status = child
         .stop(Duration::from_millis(200))
@@ -262,7 +271,10 @@ async fn stopping_reaches_every_process_and_killing_ends_them_all() {
 
     // A program that honours SIGTERM ends with its own status.
     let mut child = sandbox
-        .spawn(&spec(&dirs, "trap 'exit 7' TERM; echo up; while :; do sleep 0.01; done"))
+        .spawn(&spec(
+            &dirs,
+            "trap 'exit 7' TERM; echo up; while :; do sleep 0.01; done",
+        ))
         .expect("spawned");
     let mut out = child.take_stdout().expect("stdout");
     let mut first = [0u8; 3];
@@ -302,7 +314,10 @@ async fn the_sandbox_dies_with_the_service() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("service");
-    eventually("the escapees started", || survivors(marker).len() == ESCAPEES).await;
+    eventually("the escapees started", || {
+        survivors(marker).len() == ESCAPEES
+    })
+    .await;
     service.start_kill().expect("SIGKILL");
     service.wait().await.expect("reaped");
     eventually("every process of the sandbox died with the service", || {
@@ -317,14 +332,25 @@ async fn exit_codes_signals_and_start_failures_come_through() {
     let dirs = dirs();
     let ran = run(&sandbox, &spec(&dirs, "echo out; echo err >&2; exit 3")).await;
     assert_eq!(ran.status.code(), Some(3));
-    assert_eq!((ran.stdout.as_str(), ran.stderr.as_str()), ("out\n", "err\n"));
+    assert_eq!(
+        (ran.stdout.as_str(), ran.stderr.as_str()),
+        ("out\n", "err\n")
+    );
     use std::os::unix::process::ExitStatusExt;
     let ran = run(&sandbox, &spec(&dirs, "kill -9 $$")).await;
     assert_eq!(ran.status.signal(), Some(9));
 
     for (program, code, message) in [
-        ("/no/such/program", 127, "cannot execute '/no/such/program': No such file or directory"),
-        ("no-such-program", 127, "cannot execute 'no-such-program': not found on PATH"),
+        (
+            "/no/such/program",
+            127,
+            "cannot execute '/no/such/program': No such file or directory",
+        ),
+        (
+            "no-such-program",
+            127,
+            "cannot execute 'no-such-program': not found on PATH",
+        ),
     ] {
         let spec = ProcessSpec {
             program: program.into(),
@@ -335,7 +361,10 @@ async fn exit_codes_signals_and_start_failures_come_through() {
         let (_, stderr) = read_both(&mut child).await;
         let status = child.wait().await.expect("wait");
         assert_eq!(status.code(), Some(code));
-        assert_eq!(child.launch_failure(status, &stderr).as_deref(), Some(message));
+        assert_eq!(
+            child.launch_failure(status, &stderr).as_deref(),
+            Some(message)
+        );
     }
     // A file outside every visible path cannot be executed.
     let outside = dirs.outside.join("tool");
@@ -444,7 +473,8 @@ async fn an_unavailable_sandbox_starts_nothing_and_off_runs_unconfined() {
     .await;
     assert_eq!(unavailable.status().state, "unavailable");
     assert!(
-        unavailable.status().problems[0].contains("cannot run the sandbox launcher /no/such/chorus-sandbox"),
+        unavailable.status().problems[0]
+            .contains("cannot run the sandbox launcher /no/such/chorus-sandbox"),
         "{:?}",
         unavailable.status()
     );
@@ -490,7 +520,8 @@ async fn a_root_service_runs_programs_as_the_workspace_owner() {
         .identity_for(Path::new("/"))
         .expect_err("root-owned");
     assert!(
-        err.to_string().contains("owned by root, and agents never run as root: chown it"),
+        err.to_string()
+            .contains("owned by root, and agents never run as root: chown it"),
         "{err}"
     );
     let configured = sandbox_with(SandboxConfig {

@@ -145,10 +145,7 @@ pub enum StartError {
     /// The program (or the sandbox's launcher) could not be started; the
     /// message says why (not found, not executable, ...).
     #[error("{message}")]
-    Failed {
-        message: String,
-        not_found: bool,
-    },
+    Failed { message: String, not_found: bool },
 }
 
 impl StartError {

@@ -84,7 +84,9 @@ impl ToolRunner {
         };
         // A root service makes files as the user the run's processes act as.
         let owner = match self.processes.identity_for(&grant.root) {
-            Ok(chorus_sandbox::Identity::User { uid, gid }) if running_as_root() => Some((uid, gid)),
+            Ok(chorus_sandbox::Identity::User { uid, gid }) if running_as_root() => {
+                Some((uid, gid))
+            }
             _ => None,
         };
         let sandbox = Arc::new(Sandbox::open(&grant.root)?.owned_by(owner));

@@ -127,7 +127,13 @@ fn stubborn(marker: &str, holding: bool) -> std::io::Result<()> {
         chorus_sandbox::testing::escapees(marker),
         chorus_sandbox::testing::await_escapees(marker)
     );
-    let pipe = || if holding { Stdio::inherit() } else { Stdio::null() };
+    let pipe = || {
+        if holding {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        }
+    };
     let status = Command::new("sh")
         .args(["-c", &script])
         .stdin(Stdio::null())
@@ -137,7 +143,9 @@ fn stubborn(marker: &str, holding: bool) -> std::io::Result<()> {
     if status.success() {
         Ok(())
     } else {
-        Err(std::io::Error::other(format!("the escapees did not start: {status}")))
+        Err(std::io::Error::other(format!(
+            "the escapees did not start: {status}"
+        )))
     }
 }
 
@@ -303,7 +311,9 @@ fn main() -> ExitCode {
             }
             "wait" => {
                 let fifo = in_home(rest);
-                if let Err(e) = nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)) {
+                if let Err(e) =
+                    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666))
+                {
                     eprintln!("fake-agent-cli: cannot make {}: {e}", fifo.display());
                     return ExitCode::from(8);
                 }

@@ -173,7 +173,8 @@ impl Stream {
             let call = self.calls.remove(id);
             let rejected = meta.iter().any(|m| {
                 m.get("id").and_then(Value::as_str) == Some(id)
-                    && m.pointer("/permission_decision/decision").and_then(Value::as_str)
+                    && m.pointer("/permission_decision/decision")
+                        .and_then(Value::as_str)
                         == Some("reject")
             });
             if !rejected {

@@ -49,11 +49,7 @@ impl CliCommand {
         ProcessSpec {
             program: self.program.clone().into(),
             args: self.args.iter().map(Into::into).collect(),
-            env: self
-                .env
-                .iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
+            env: self.env.iter().map(|(k, v)| (k.into(), v.into())).collect(),
             cwd: self.cwd.clone(),
             read_write: vec![self.run_dir.clone()],
             read_only: self.read_only.clone(),

@@ -62,10 +62,7 @@ impl Created {
         let dir = parent.join(name);
         if let Err(e) = std::fs::create_dir(&dir) {
             if e.kind() != io::ErrorKind::AlreadyExists {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("{}: {e}", dir.display()),
-                ));
+                return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display())));
             }
             // Left by a launcher that had this pid and was killed: empty, so
             // it can go.

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use caps::CapSet;
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, NetPort, PathBeneath, PathFd, RestrictionStatus, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
+    ABI, Access, AccessFs, AccessNet, NetPort, PathBeneath, PathFd, RestrictionStatus, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
 };
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use nix::unistd::{Gid, Uid, geteuid, getuid, setgroups, setresgid, setresuid};
@@ -46,7 +46,9 @@ pub fn identity(identity: Identity) -> Result<(), String> {
             ));
         }
         Identity::Service if root => {
-            return Err("refusing to run a program as root: the policy must name a user".to_owned());
+            return Err(
+                "refusing to run a program as root: the policy must name a user".to_owned(),
+            );
         }
         Identity::User { .. } | Identity::Service => {}
     }
@@ -121,7 +123,10 @@ pub fn landlock(policy: &Policy) -> Result<RestrictionStatus, String> {
         .map_err(error)?
         .add_rules(path_beneath_rules(&linked, read))
         .map_err(error)?
-        .add_rules(path_beneath_rules(["/proc"], AccessFs::ReadFile | AccessFs::ReadDir))
+        .add_rules(path_beneath_rules(
+            ["/proc"],
+            AccessFs::ReadFile | AccessFs::ReadDir,
+        ))
         .map_err(error)?
         // Listing the view's own root (it holds only what the view shows).
         .add_rule(PathBeneath::new(

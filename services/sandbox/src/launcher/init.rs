@@ -205,7 +205,10 @@ fn start_leader(program: Option<&ExecArgs>, cwd: &Path) -> Pid {
                 let errno = Errno::from_raw(i32::from_ne_bytes(errno));
                 let shown = program.map_or("the self-check", |p| p.shown.as_str());
                 let message = match what {
-                    b'c' => format!("cannot enter the working directory {}: {errno}", cwd.display()),
+                    b'c' => format!(
+                        "cannot enter the working directory {}: {errno}",
+                        cwd.display()
+                    ),
                     b'x' => format!("cannot execute '{shown}': {}", errno.desc()),
                     _ => format!("cannot prepare '{shown}': {errno}"),
                 };
@@ -234,18 +237,14 @@ fn reap(leader: Pid, mask: &nix::sys::signal::SigSet, report: OwnedFd) -> ! {
                     Ok(WaitStatus::Exited(pid, code)) if pid == leader => {
                         finish(report, Ending::Exited(code), code)
                     }
-                    Ok(WaitStatus::Signaled(pid, signal, _)) if pid == leader => finish(
-                        report,
-                        Ending::Signaled(signal as i32),
-                        128 + signal as i32,
-                    ),
+                    Ok(WaitStatus::Signaled(pid, signal, _)) if pid == leader => {
+                        finish(report, Ending::Signaled(signal as i32), 128 + signal as i32)
+                    }
                     Ok(WaitStatus::StillAlive) | Err(_) => break,
                     Ok(_) => {}
                 }
             },
-            Ok(
-                signal @ (Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP | Signal::SIGQUIT),
-            ) => {
+            Ok(signal @ (Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP | Signal::SIGQUIT)) => {
                 // -1 from a namespace's init: every other process of the namespace.
                 let _ = kill(Pid::from_raw(-1), signal);
             }

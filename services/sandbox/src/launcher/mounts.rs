@@ -60,9 +60,18 @@ enum Access {
 
 #[derive(Debug)]
 enum Entry {
-    Symlink { target: PathBuf },
-    Bind { source: OwnedFd, is_dir: bool, access: Access },
-    Tmpfs { options: String, read_only: bool },
+    Symlink {
+        target: PathBuf,
+    },
+    Bind {
+        source: OwnedFd,
+        is_dir: bool,
+        access: Access,
+    },
+    Tmpfs {
+        options: String,
+        read_only: bool,
+    },
     Proc,
     Devpts,
 }
@@ -270,8 +279,7 @@ fn ssh_host_keys() -> Vec<PathBuf> {
         .map(|e| e.path())
         .filter(|p| {
             let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
-            name.is_some_and(|n| n.starts_with("ssh_host_") && !n.ends_with(".pub"))
-                && p.is_file()
+            name.is_some_and(|n| n.starts_with("ssh_host_") && !n.ends_with(".pub")) && p.is_file()
         })
         .collect()
 }

@@ -139,10 +139,24 @@ async fn a_cancelled_token_stops_the_run() {
 async fn a_missing_program_is_a_start_error() {
     let mut spec = sh("");
     spec.program = "/nonexistent/chorus-no-such-program".into();
-    let err = run(&off().await, &spec, limits(5, 10), &CancellationToken::new())
-        .await
-        .expect_err("cannot start");
-    assert!(matches!(err, StartError::Failed { not_found: true, .. }), "{err}");
+    let err = run(
+        &off().await,
+        &spec,
+        limits(5, 10),
+        &CancellationToken::new(),
+    )
+    .await
+    .expect_err("cannot start");
+    assert!(
+        matches!(
+            err,
+            StartError::Failed {
+                not_found: true,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 fn libc_sigkill() -> i32 {

@@ -94,7 +94,11 @@ impl Sandbox {
 
     /// Makes the missing directories of `parent` (the directory of `path`),
     /// each belonging to the workspace's owner.
-    fn create_parents(&self, path: &WorkspacePath, parent: &WorkspacePath) -> Result<(), ToolError> {
+    fn create_parents(
+        &self,
+        path: &WorkspacePath,
+        parent: &WorkspacePath,
+    ) -> Result<(), ToolError> {
         let mut at = WorkspacePath::root();
         for part in parent.as_path().components() {
             at = at.join(part);
@@ -110,7 +114,10 @@ impl Sandbox {
                 Err(e) => return Err(self.fs_error(&at, e)),
             }
             if let Some(owner) = self.owner {
-                let dir = self.dir.open_dir(at.as_path()).map_err(|e| self.fs_error(&at, e))?;
+                let dir = self
+                    .dir
+                    .open_dir(at.as_path())
+                    .map_err(|e| self.fs_error(&at, e))?;
                 give(&dir, owner)?;
             }
         }

@@ -53,7 +53,11 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
         cwd: root.to_path_buf(),
         read_write: vec![root.to_path_buf()],
         read_only: Vec::new(),
-        network: if network { Network::Host } else { Network::None },
+        network: if network {
+            Network::Host
+        } else {
+            Network::None
+        },
         identity,
         address_space_limit: true,
     };

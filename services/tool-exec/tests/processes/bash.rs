@@ -153,7 +153,11 @@ async fn a_timeout_kills_every_process_even_ones_that_left_and_ignore_sigterm() 
 async fn nothing_a_command_starts_outlives_it() {
     let h = Harness::new().await;
     let marker = "chorus-bash-background";
-    let command = format!("{} {} echo started", escapees(marker), await_escapees(marker));
+    let command = format!(
+        "{} {} echo started",
+        escapees(marker),
+        await_escapees(marker)
+    );
     let outcome = h.ok("bash", json!({ "command": command })).await;
     assert_eq!(outcome.error, None);
     let out = output(&outcome);
@@ -180,7 +184,11 @@ async fn shutdown_kills_a_running_command_promptly() {
     h.shutdown.cancel();
     let outcome = call.await.expect("call task").expect("an in-band answer");
     assert_eq!(in_band_code(&outcome), Some("cancelled"));
-    assert_eq!(survivors(marker), Vec::<i32>::new(), "the command survived the shutdown");
+    assert_eq!(
+        survivors(marker),
+        Vec::<i32>::new(),
+        "the command survived the shutdown"
+    );
     assert_eq!(output(&outcome).signal, Some(9));
 }
 
@@ -197,7 +205,11 @@ async fn commands_act_as_the_workspace_owner_inside_the_workspace_only() {
     let out = output(&h.ok("bash", json!({ "command": command })).await);
     assert!(!out.stdout.contains("not-for-agents"), "{}", out.stdout);
     let lines: Vec<&str> = out.stdout.lines().collect();
-    assert!(lines[0].contains("No such file or directory"), "{}", lines[0]);
+    assert!(
+        lines[0].contains("No such file or directory"),
+        "{}",
+        lines[0]
+    );
     assert_ne!(lines[1], "0", "bash ran as root");
     let processes: usize = lines[2].parse().expect("count");
     assert!(processes <= 4, "bash sees {processes} processes");
@@ -209,9 +221,8 @@ async fn the_network_is_reachable_only_with_the_grant() {
     let h = Harness::new().await;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
     let port = listener.local_addr().expect("addr").port();
-    let command = format!(
-        "(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached || echo refused"
-    );
+    let command =
+        format!("(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached || echo refused");
     let without = output(&h.ok("bash", json!({ "command": command })).await);
     assert_eq!(without.stdout, "refused\n");
     let with = h
@@ -277,7 +288,12 @@ async fn files_the_file_tools_make_are_the_workspace_owners_so_bash_can_change_t
         )
         .await,
     );
-    assert_eq!((out.exit_code, out.stdout.as_str()), (Some(0), "one\ntwo\n"), "{}", out.stderr);
+    assert_eq!(
+        (out.exit_code, out.stdout.as_str()),
+        (Some(0), "one\ntwo\n"),
+        "{}",
+        out.stderr
+    );
     // Replacing a file's content keeps its owner.
     h.ok(
         "file.write",

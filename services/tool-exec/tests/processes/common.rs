@@ -139,4 +139,3 @@ pub fn configure(dir: &Path) {
 pub fn in_band_code(outcome: &ToolOutcome) -> Option<&str> {
     outcome.error.as_ref().map(|e| e.code.as_str())
 }
-

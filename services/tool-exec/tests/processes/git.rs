@@ -96,7 +96,10 @@ async fn git_works_only_on_the_roots_own_git_directory() {
         .execute(h.grant_at(&sub), "git.status", json!({}))
         .await
         .expect_err("refused");
-    assert!(failed_precondition(&err).contains("has no .git directory"), "{err}");
+    assert!(
+        failed_precondition(&err).contains("has no .git directory"),
+        "{err}"
+    );
 
     // A .git file (a worktree's pointer) or a symlink to a repository elsewhere.
     let other = tempfile::tempdir().expect("tempdir");
@@ -117,7 +120,10 @@ async fn git_works_only_on_the_roots_own_git_directory() {
             .execute(h.grant_at(root), "git.status", json!({}))
             .await
             .expect_err("refused");
-        assert!(failed_precondition(&err).contains("has no .git directory"), "{err}");
+        assert!(
+            failed_precondition(&err).contains("has no .git directory"),
+            "{err}"
+        );
     }
 }
 
@@ -357,14 +363,23 @@ async fn repo_with_origin() -> (Harness, tempfile::TempDir, GitDaemon) {
     let h = repo().await;
     let remote = tempfile::tempdir().expect("tempdir");
     give_to_test_user(remote.path());
-    git(remote.path(), &["init", "-q", "--bare", "-b", "main", "origin.git"]);
+    git(
+        remote.path(),
+        &["init", "-q", "--bare", "-b", "main", "origin.git"],
+    );
     let daemon = GitDaemon::serve(remote.path()).await;
-    git(&h.root, &["remote", "add", "origin", &daemon.url("origin.git")]);
+    git(
+        &h.root,
+        &["remote", "add", "origin", &daemon.url("origin.git")],
+    );
     (h, remote, daemon)
 }
 
 /// git.push by a run with the network grant.
-async fn push(h: &Harness, args: serde_json::Value) -> Result<chorus_tool_exec::context::ToolOutcome, ToolError> {
+async fn push(
+    h: &Harness,
+    args: serde_json::Value,
+) -> Result<chorus_tool_exec::context::ToolOutcome, ToolError> {
     h.call_with_network("git.push", args).await
 }
 
@@ -451,7 +466,10 @@ async fn a_non_fast_forward_push_is_rejected_and_never_forced() {
     let message = failed_precondition(&err);
     assert!(message.contains("rejected"), "{message}");
     assert!(message.contains("never forces"), "{message}");
-    assert_eq!(git(&remote, &["rev-parse", "refs/heads/main"]).trim(), theirs);
+    assert_eq!(
+        git(&remote, &["rev-parse", "refs/heads/main"]).trim(),
+        theirs
+    );
 }
 
 #[tokio::test]
@@ -508,13 +526,19 @@ fn arm_the_repository(h: &Harness) {
         ("commit.gpgSign", "true".to_owned()),
         ("hook.evil.command", ran("confighook")),
         ("hook.evil.event", "pre-commit".to_owned()),
-        ("remote.origin.url", format!("ext::{}", ran("ext").replace(' ', "% "))),
+        (
+            "remote.origin.url",
+            format!("ext::{}", ran("ext").replace(' ', "% ")),
+        ),
         ("remote.origin.vcs", "ext".to_owned()),
         (
             "url.ext::sh -c touch% ran-insteadof #.insteadOf",
             "https://example.invalid/".to_owned(),
         ),
-        ("remote.elsewhere.url", "https://example.invalid/repo.git".to_owned()),
+        (
+            "remote.elsewhere.url",
+            "https://example.invalid/repo.git".to_owned(),
+        ),
     ] {
         git(&h.root, &["config", key, &value]);
     }
@@ -528,7 +552,11 @@ fn nothing_ran(h: &Harness) {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.contains("ran"))
         .collect();
-    assert_eq!(ran, Vec::<String>::new(), "programs named by the repository ran");
+    assert_eq!(
+        ran,
+        Vec::<String>::new(),
+        "programs named by the repository ran"
+    );
 }
 
 #[tokio::test]
@@ -539,7 +567,9 @@ async fn a_repositorys_configuration_runs_no_program() {
     // Each tool either works or fails; none runs what the repository names.
     let status = h.call("git.status", json!({})).await;
     let diff = h.call("git.diff", json!({})).await;
-    let staged = h.call("git.diff", json!({"staged": true, "base": "HEAD"})).await;
+    let staged = h
+        .call("git.diff", json!({"staged": true, "base": "HEAD"}))
+        .await;
     let commit = h
         .call("git.commit", json!({"message": "armed", "all": true}))
         .await;
@@ -552,7 +582,11 @@ async fn a_repositorys_configuration_runs_no_program() {
     // (unsigned: the signing program is never run).
     let status: outputs::GitStatus = parse(&status.expect("status"));
     assert!(!status.clean);
-    assert!(parse::<outputs::GitDiff>(&diff.expect("diff")).diff.contains("+changed"));
+    assert!(
+        parse::<outputs::GitDiff>(&diff.expect("diff"))
+            .diff
+            .contains("+changed")
+    );
     staged.expect("staged diff");
     let commit: outputs::GitCommit = parse(&commit.expect("commit"));
     assert_eq!(commit.commit, head(&h.root));

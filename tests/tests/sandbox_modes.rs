@@ -1,0 +1,230 @@
+//! What the sandbox is, as an operator sees it: GetStatus says so; where the
+//! host lacks a mechanism (here: no launcher) bash, git and CLI agents are
+//! refused with a message that says what to do, and nothing runs unconfined;
+//! with `--sandbox off` they run unconfined, as the operator asked.
+
+use std::path::Path;
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
+use chorus_sandbox::{Mode, SandboxConfig};
+use chorus_tests::ToolsEnv;
+use chorus_tests::agents::{
+    Client, data, ends_run, fake_cli, planned_task, report, start, task_of, team, wait_for,
+};
+use chorus_tests::orchestrator::Orchestrator;
+use serde_json::json;
+
+async fn orchestrator(data_dir: &Path, sandbox: SandboxConfig) -> Orchestrator {
+    let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
+    Orchestrator::start_configured(
+        &data_dir.join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| {
+            config.runner.claude_bin = fake_cli();
+            config.sandbox = sandbox;
+        },
+    )
+    .await
+}
+
+async fn status(
+    orchestrator: &Orchestrator,
+    client: &mut Client,
+) -> (
+    pb::GetStatusResponse,
+    chorus_proto::tools::v1::GetStatusResponse,
+) {
+    let own = client
+        .get_status(pb::GetStatusRequest {})
+        .await
+        .expect("status")
+        .into_inner();
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", orchestrator.tool_exec_addr))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect");
+    let tool_exec = ToolExecClient::new(channel)
+        .get_status(chorus_proto::tools::v1::GetStatusRequest {})
+        .await
+        .expect("tool-exec status")
+        .into_inner();
+    (own, tool_exec)
+}
+
+/// A bash call of a run of `agent` on `task`, through chorus-tools.
+async fn bash(
+    orchestrator: &Orchestrator,
+    client: &mut Client,
+    task: &pb::Task,
+    agent: &str,
+    command: &str,
+) -> chorus_tests::ToolsRun {
+    let opened = client
+        .open_run(pb::OpenRunRequest {
+            task_id: task.id.clone(),
+            agent: agent.into(),
+            ttl_secs: 0,
+        })
+        .await
+        .expect("open run")
+        .into_inner();
+    let env = ToolsEnv {
+        token: Some(opened.token),
+        tools_addr: Some(orchestrator.tool_exec_addr.to_string()),
+        orchestrator_addr: Some(orchestrator.addr.to_string()),
+    };
+    chorus_tests::chorus_tools(
+        &env,
+        &[&json!({"tool": "bash", "command": command}).to_string()],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_shows_an_enforced_sandbox() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let orchestrator = orchestrator(
+        data_dir.path(),
+        SandboxConfig {
+            launcher: Some(chorus_sandbox::testing::built_launcher()),
+            ..SandboxConfig::default()
+        },
+    )
+    .await;
+    let mut client = orchestrator.client().await;
+    let (own, tool_exec) = status(&orchestrator, &mut client).await;
+    assert!(own.embedded_tool_exec);
+    for sandbox in [
+        own.sandbox.expect("sandbox"),
+        tool_exec.sandbox.expect("sandbox"),
+    ] {
+        assert_eq!(sandbox.state, "enforced", "{sandbox:?}");
+        assert!(sandbox.launcher.ends_with("chorus-sandbox"), "{sandbox:?}");
+        assert!(sandbox.landlock.contains("Enforced"), "{sandbox:?}");
+        assert!(sandbox.problems.is_empty(), "{sandbox:?}");
+    }
+    drop(client);
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unavailable_sandbox_refuses_cli_agents_and_bash_and_says_what_to_do() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    std::fs::write(root.path().join("notes.txt"), "still readable\n").expect("seed");
+    let orchestrator = orchestrator(
+        data_dir.path(),
+        SandboxConfig {
+            launcher: Some("/nonexistent/chorus-sandbox".into()),
+            ..SandboxConfig::default()
+        },
+    )
+    .await;
+    let mut client = orchestrator.client().await;
+    let (own, tool_exec) = status(&orchestrator, &mut client).await;
+    for sandbox in [
+        own.sandbox.expect("sandbox"),
+        tool_exec.sandbox.expect("sandbox"),
+    ] {
+        assert_eq!(sandbox.state, "unavailable", "{sandbox:?}");
+        assert!(
+            sandbox
+                .problems
+                .iter()
+                .any(|p| p.contains("/nonexistent/chorus-sandbox")),
+            "{sandbox:?}"
+        );
+    }
+    let team = team(
+        &mut client,
+        root.path(),
+        pb::ProviderKind::ClaudeCode,
+        "",
+        "",
+        "",
+        &["bash", "file.read"],
+        "You try.",
+    )
+    .await;
+    let task = planned_task(&mut client, &team.workspace, "fake: say hello").await;
+    let refused = client
+        .start_task(pb::StartTaskRequest {
+            task_id: task.id.clone(),
+            agent: team.agent.clone(),
+            prompt: String::new(),
+            timeout_secs: 0,
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        refused.message().contains("sandbox, which is unavailable")
+            && refused.message().contains("--sandbox off"),
+        "{}",
+        refused.message()
+    );
+    assert_eq!(
+        task_of(&mut client, &task.id).await.status,
+        "planned",
+        "nothing changed"
+    );
+
+    // bash is refused the same way; file tools need no process and work.
+    let ran = bash(&orchestrator, &mut client, &task, &team.agent, "touch ran").await;
+    let message = ran.expect_failure(1, "failed_precondition");
+    assert!(message.contains("--sandbox off"), "{message}");
+    assert!(!root.path().join("ran").exists());
+    drop(client);
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_sandbox_off_agents_run_unconfined_as_the_operator_asked() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let orchestrator = orchestrator(
+        data_dir.path(),
+        SandboxConfig {
+            mode: Mode::Off,
+            ..SandboxConfig::default()
+        },
+    )
+    .await;
+    let mut client = orchestrator.client().await;
+    let (own, _) = status(&orchestrator, &mut client).await;
+    let sandbox = own.sandbox.expect("sandbox");
+    assert_eq!(sandbox.state, "off");
+    assert!(sandbox.problems[0].contains("--sandbox off"), "{sandbox:?}");
+    let team = team(
+        &mut client,
+        root.path(),
+        pb::ProviderKind::ClaudeCode,
+        "",
+        "",
+        "",
+        &["bash"],
+        "You run.",
+    )
+    .await;
+    let task = planned_task(
+        &mut client,
+        &team.workspace,
+        &report("complete", "ran unconfined"),
+    )
+    .await;
+    start(&mut client, &task, &team.agent, 0).await;
+    let events = wait_for(&mut client, &task.id, ends_run).await;
+    assert_eq!(data(events.last().expect("end"))["reason"], "completed");
+    // bash runs as the service's own user, seeing the host's processes.
+    let ran = bash(&orchestrator, &mut client, &task, &team.agent, "id -u").await;
+    assert_eq!(
+        ran.output()["stdout"],
+        format!("{}\n", nix::unistd::geteuid())
+    );
+    drop(client);
+    orchestrator.stop().await;
+}
