@@ -48,6 +48,8 @@ async fn orchestrator(data: &std::path::Path) -> Orchestrator {
         |config| {
             config.runner.claude_bin = fake_cli();
             config.runner.kill_grace = Duration::from_millis(200);
+            // The fake CLI records its environment in its run directory.
+            config.runner.keep_run_dirs = true;
         },
     )
     .await
@@ -57,7 +59,6 @@ async fn overhead(calls: usize) {
     let data = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
     std::fs::write(root.path().join("notes.txt"), "alpha\n".repeat(50)).expect("seed");
-    let record = data.path().join("record.json");
     let orchestrator = orchestrator(data.path()).await;
     let mut client = orchestrator.client().await;
     let team = team(
@@ -74,16 +75,14 @@ async fn overhead(calls: usize) {
     let task = planned_task(
         &mut client,
         &team.workspace,
-        &format!(
-            "fake: record {}\nfake: say ready\nfake: hang",
-            record.display()
-        ),
+        "fake: record record.json\nfake: say ready\nfake: hang",
     )
     .await;
     chorus_tests::agents::start(&mut client, &task, &team.agent, 0).await;
     wait_for(&mut client, &task.id, |e| e.kind == "agent_progress").await;
     let recorded: Value =
-        serde_json::from_str(&std::fs::read_to_string(&record).expect("record")).expect("json");
+        serde_json::from_str(&std::fs::read_to_string(orchestrator.run_file("record.json")).expect("record"))
+            .expect("json");
     let token = recorded["env"]["CHORUS_RUN_TOKEN"]
         .as_str()
         .expect("token")

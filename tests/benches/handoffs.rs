@@ -42,6 +42,8 @@ async fn orchestrator(data: &Path) -> Orchestrator {
         |config| {
             config.runner.claude_bin = fake_cli();
             config.runner.kill_grace = Duration::from_millis(200);
+            // The fake CLIs stamp the clock in their run directories.
+            config.runner.keep_run_dirs = true;
         },
     )
     .await
@@ -64,8 +66,9 @@ async fn workspace(client: &mut Client, root: &Path) -> pb::Workspace {
     workspace
 }
 
-fn stamp(path: &Path) -> String {
-    format!("fake: stamp {}", path.display())
+/// A step writing the wall clock to `name` in the run's directory.
+fn stamp(name: &str) -> String {
+    format!("fake: stamp {name}")
 }
 
 fn read_stamp(path: &Path) -> u128 {
@@ -76,33 +79,34 @@ fn read_stamp(path: &Path) -> u128 {
         .expect("nanoseconds")
 }
 
-fn between(from: &Path, to: &Path) -> Duration {
-    let (from, to) = (read_stamp(from), read_stamp(to));
+fn between(orchestrator: &Orchestrator, from: &str, to: &str) -> Duration {
+    let (from, to) = (
+        read_stamp(&orchestrator.run_file(from)),
+        read_stamp(&orchestrator.run_file(to)),
+    );
     Duration::from_nanos(u64::try_from(to.saturating_sub(from)).unwrap_or(u64::MAX))
 }
 
 async fn overhead(handoffs: usize) {
     let data_dir = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
-    let stamps = tempfile::tempdir().expect("stamps");
     std::fs::write(root.path().join("notes.txt"), "alpha\n").expect("seed");
     let orchestrator = orchestrator(data_dir.path()).await;
     let mut client = orchestrator.client().await;
     let ws = workspace(&mut client, root.path()).await;
-    let at = |name: String| stamps.path().join(name);
     let mut script = Vec::new();
     for i in 0..handoffs {
-        script.push(stamp(&at(format!("read-{i}-start"))));
+        script.push(stamp(&format!("read-{i}-start")));
         script.push(call(&json!({"tool": "file.read", "path": "notes.txt"})));
-        script.push(stamp(&at(format!("read-{i}-end"))));
+        script.push(stamp(&format!("read-{i}-end")));
         script.push(handoff(
             "c",
             &[
                 report("complete", "ok"),
-                stamp(&at(format!("child-{i}-exit"))),
+                stamp(&format!("child-{i}-exit")),
             ],
         ));
-        script.push(stamp(&at(format!("parent-{i}-back"))));
+        script.push(stamp(&format!("parent-{i}-back")));
     }
     script.push(report("complete", "all handed off"));
     let task = planned_task(&mut client, &ws, &script.join("\n")).await;
@@ -121,15 +125,22 @@ async fn overhead(handoffs: usize) {
         (0..handoffs)
             .map(|i| {
                 between(
-                    &at(format!("child-{i}-exit")),
-                    &at(format!("parent-{i}-back")),
+                    &orchestrator,
+                    &format!("child-{i}-exit"),
+                    &format!("parent-{i}-back"),
                 )
             })
             .collect(),
     );
     let read = Samples::new(
         (0..handoffs)
-            .map(|i| between(&at(format!("read-{i}-start")), &at(format!("read-{i}-end"))))
+            .map(|i| {
+                between(
+                    &orchestrator,
+                    &format!("read-{i}-start"),
+                    &format!("read-{i}-end"),
+                )
+            })
             .collect(),
     );
     println!("## Handoff overhead ({handoffs} sequential handoffs by one parent)\n");
