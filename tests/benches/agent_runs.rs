@@ -4,20 +4,24 @@
 //!    file.read with the token of a live fake-CLI run (tool-exec asks the
 //!    orchestrator to authorize and record every call), against the same binary
 //!    calling a bare tool-exec (no orchestrator, no gate) as the baseline.
-//! 2. 200 concurrent fake-CLI runs on this machine: time for StartTask to accept
-//!    them all, time until all have completed (each runs chorus-tools for its
-//!    completion report), the process's peak RSS and CPU time.
+//! 2. 200 concurrent fake-CLI runs on this machine, each in the run sandbox:
+//!    time for StartTask to accept them all, time until all have completed (each
+//!    runs chorus-tools for its completion report), the process's peak RSS and
+//!    CPU time, the sandbox launchers' peak RSS (every monitor and init,
+//!    sampled every 20 ms) and the CPU of every child process.
 //!
 //! `cargo bench -p chorus-tests --bench agent_runs`
 //! (CHORUS_BENCH_CALLS: tool calls per row, default 300; CHORUS_BENCH_RUNS: runs,
 //! default 200).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use chorus_proto::orchestrator::v1 as pb;
-use chorus_tests::agents::{Client, ends_run, fake_cli, planned_task, team, wait_for};
+use chorus_tests::agents::{Client, ends_run, fake_cli_team, planned_task, wait_for};
 use chorus_tests::orchestrator::Orchestrator;
-use chorus_tests::stats::{Samples, cpu_seconds, ms, peak_rss_mib};
+use chorus_tests::stats::{
+    PeakSampler, Samples, children_cpu_seconds, cpu_seconds, ms, peak_rss_mib,
+};
 use chorus_tests::{ToolExec, ToolsEnv, chorus_tools};
 use serde_json::Value;
 
@@ -40,18 +44,10 @@ async fn time_calls(env: &ToolsEnv, calls: usize) -> Samples {
 }
 
 async fn orchestrator(data: &std::path::Path) -> Orchestrator {
-    let signer = chorus_run_token::load_or_create_signer(data).expect("key pair");
-    Orchestrator::start_configured(
-        &data.join("chorus.db").display().to_string(),
-        signer,
-        true,
-        |config| {
-            config.runner.claude_bin = fake_cli();
-            config.runner.kill_grace = Duration::from_millis(200);
-            // The fake CLI records its environment in its run directory.
-            config.runner.keep_run_dirs = true;
-        },
-    )
+    Orchestrator::with_fake_cli_on_sqlite(data, |config| {
+        // The fake CLI records its environment in its run directory.
+        config.runner.keep_run_dirs = true;
+    })
     .await
 }
 
@@ -61,17 +57,7 @@ async fn overhead(calls: usize) {
     std::fs::write(root.path().join("notes.txt"), "alpha\n".repeat(50)).expect("seed");
     let orchestrator = orchestrator(data.path()).await;
     let mut client = orchestrator.client().await;
-    let team = team(
-        &mut client,
-        root.path(),
-        pb::ProviderKind::ClaudeCode,
-        "",
-        "",
-        "",
-        &["file.read"],
-        "i",
-    )
-    .await;
+    let team = fake_cli_team(&mut client, root.path(), &["file.read"], "i").await;
     let task = planned_task(
         &mut client,
         &team.workspace,
@@ -80,9 +66,10 @@ async fn overhead(calls: usize) {
     .await;
     chorus_tests::agents::start(&mut client, &task, &team.agent, 0).await;
     wait_for(&mut client, &task.id, |e| e.kind == "agent_progress").await;
-    let recorded: Value =
-        serde_json::from_str(&std::fs::read_to_string(orchestrator.run_file("record.json")).expect("record"))
-            .expect("json");
+    let recorded: Value = serde_json::from_str(
+        &std::fs::read_to_string(orchestrator.run_file("record.json")).expect("record"),
+    )
+    .expect("json");
     let token = recorded["env"]["CHORUS_RUN_TOKEN"]
         .as_str()
         .expect("token")
@@ -143,17 +130,7 @@ async fn concurrent_runs(runs: usize) {
     let root = tempfile::tempdir().expect("root");
     let orchestrator = orchestrator(data.path()).await;
     let mut client: Client = orchestrator.client().await;
-    let team = team(
-        &mut client,
-        root.path(),
-        pb::ProviderKind::ClaudeCode,
-        "",
-        "",
-        "",
-        &[],
-        "i",
-    )
-    .await;
+    let team = fake_cli_team(&mut client, root.path(), &[], "i").await;
     let mut tasks = Vec::with_capacity(runs);
     for _ in 0..runs {
         let script = r#"fake: call {"tool":"completion-report","status":"complete","summary":"ok","output":"ok"}"#;
@@ -161,6 +138,10 @@ async fn concurrent_runs(runs: usize) {
     }
     let rss_before = peak_rss_mib();
     let cpu_before = cpu_seconds();
+    let children_before = children_cpu_seconds();
+    let launcher =
+        std::fs::canonicalize(chorus_sandbox::testing::built_launcher()).expect("launcher");
+    let launchers = PeakSampler::start(launcher);
     let started = Instant::now();
     let mut starts = Vec::new();
     for task in &tasks {
@@ -199,7 +180,8 @@ async fn concurrent_runs(runs: usize) {
     }
     let all_done = started.elapsed();
     let cpu = cpu_seconds() - cpu_before;
-    println!("## {runs} concurrent fake-CLI runs\n");
+    let (launcher_count, launcher_mib) = launchers.finish().await;
+    println!("## {runs} concurrent fake-CLI runs, each in the run sandbox\n");
     println!("| measure | value |");
     println!("|---|---|");
     println!("| StartTask accepted all (ms) | {} |", ms(all_started));
@@ -210,6 +192,13 @@ async fn concurrent_runs(runs: usize) {
         peak_rss_mib()
     );
     println!("| CPU time of the process during the runs (user + system) | {cpu:.2} s |");
+    println!(
+        "| sandbox launchers (monitor + init per run): peak RSS together | {launcher_mib:.1} MiB ({launcher_count} processes at the peak) |"
+    );
+    println!(
+        "| CPU time of child processes (launchers, CLIs, chorus-tools) | {:.2} s |",
+        children_cpu_seconds() - children_before
+    );
     orchestrator.stop().await;
 }
 

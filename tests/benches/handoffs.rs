@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
-    Client, add_agent, call, data, ends, fake_cli, handoff, planned_task, report, wait_for,
+    Client, add_agent, call, data, ends, handoff, planned_task, report, wait_for,
 };
 use chorus_tests::orchestrator::Orchestrator;
 use chorus_tests::stats::{Samples, cpu_seconds, ms, peak_rss_mib};
@@ -34,18 +34,10 @@ fn env_number(name: &str, default: usize) -> usize {
 }
 
 async fn orchestrator(data: &Path) -> Orchestrator {
-    let signer = chorus_run_token::load_or_create_signer(data).expect("key pair");
-    Orchestrator::start_configured(
-        &data.join("chorus.db").display().to_string(),
-        signer,
-        true,
-        |config| {
-            config.runner.claude_bin = fake_cli();
-            config.runner.kill_grace = Duration::from_millis(200);
-            // The fake CLIs stamp the clock in their run directories.
-            config.runner.keep_run_dirs = true;
-        },
-    )
+    Orchestrator::with_fake_cli_on_sqlite(data, |config| {
+        // The fake CLIs stamp the clock in their run directories.
+        config.runner.keep_run_dirs = true;
+    })
     .await
 }
 
@@ -101,10 +93,7 @@ async fn overhead(handoffs: usize) {
         script.push(stamp(&format!("read-{i}-end")));
         script.push(handoff(
             "c",
-            &[
-                report("complete", "ok"),
-                stamp(&format!("child-{i}-exit")),
-            ],
+            &[report("complete", "ok"), stamp(&format!("child-{i}-exit"))],
         ));
         script.push(stamp(&format!("parent-{i}-back")));
     }

@@ -4,32 +4,25 @@
 //! 1. One bash tool call (`true`), through tool-exec's runner in this process.
 //! 2. One agent start: StartTask to the run's recorded end, for a fake CLI
 //!    that submits its report (one chorus-tools call) and exits.
-//! 3. 200 concurrent sandboxed runs: until all have ended; wall time, this
-//!    process's peak RSS and CPU (orchestrator and tool-exec), the launchers'
-//!    peak RSS (every monitor and init, sampled every 20 ms) and the CPU of
-//!    every child process (launchers, CLIs, chorus-tools).
-//! 4. A restart with 300 interrupted runs: from starting the orchestrator
+//! 3. A restart with 300 interrupted runs: from starting the orchestrator
 //!    binary to its serving, against a restart with none to recover.
+//!
+//! 200 concurrent sandboxed runs are measured by the agent_runs bench.
 //!
 //! `cargo build --release --bins && cargo bench -p chorus-tests --bench sandbox`
 //! (CHORUS_BENCH_CALLS: bash calls per mode, default 200; CHORUS_BENCH_STARTS:
-//! agent starts per mode, default 50; CHORUS_BENCH_RUNS: concurrent runs,
-//! default 200; CHORUS_BENCH_INTERRUPTED: runs to recover, default 300).
+//! agent starts per mode, default 50; CHORUS_BENCH_INTERRUPTED: runs to
+//! recover, default 300).
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use chorus_proto::orchestrator::v1 as pb;
 use chorus_run_token::RunGrant;
 use chorus_sandbox::testing::{built_launcher, give_to_test_user};
 use chorus_sandbox::{Mode, Sandbox, SandboxConfig};
-use chorus_tests::agents::{
-    Client, data, ends_run, fake_cli, planned_task, report, team, wait_for,
-};
+use chorus_tests::agents::{Client, data, ends_run, fake_cli_team, planned_task, report, wait_for};
 use chorus_tests::orchestrator::{Orchestrator, OrchestratorProcess};
-use chorus_tests::stats::{Samples, cpu_seconds, ms, peak_rss_mib};
+use chorus_tests::stats::{Samples, ms};
 use chorus_tool_exec::{Limits, ToolRunner};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -75,7 +68,8 @@ fn table(title: &str, rows: &[(&str, &Samples)]) {
 async fn bash_calls(calls: usize) {
     let root = tempfile::tempdir().expect("root");
     give_to_test_user(root.path());
-    let runner = |sandbox: Sandbox| ToolRunner::new(Limits::default(), sandbox, CancellationToken::new());
+    let runner =
+        |sandbox: Sandbox| ToolRunner::new(Limits::default(), sandbox, CancellationToken::new());
     let enforced = runner(Sandbox::start(config(Mode::On)).await);
     let off = runner(Sandbox::start(config(Mode::Off)).await);
     let grant = RunGrant {
@@ -116,18 +110,7 @@ async fn bash_calls(calls: usize) {
 }
 
 async fn orchestrator(data: &Path, mode: Mode) -> Orchestrator {
-    let signer = chorus_run_token::load_or_create_signer(data).expect("key pair");
-    Orchestrator::start_configured(
-        &data.join("chorus.db").display().to_string(),
-        signer,
-        true,
-        |config| {
-            config.runner.claude_bin = fake_cli();
-            config.runner.kill_grace = Duration::from_millis(200);
-            config.sandbox = self::config(mode);
-        },
-    )
-    .await
+    Orchestrator::with_fake_cli_on_sqlite(data, |config| config.sandbox = self::config(mode)).await
 }
 
 /// An orchestrator and a workspace whose agent is the fake CLI.
@@ -143,17 +126,7 @@ async fn side(mode: Mode) -> Side {
     let root = tempfile::tempdir().expect("root");
     let orchestrator = orchestrator(data.path(), mode).await;
     let mut client = orchestrator.client().await;
-    let team = team(
-        &mut client,
-        root.path(),
-        pb::ProviderKind::ClaudeCode,
-        "",
-        "",
-        "",
-        &[],
-        "i",
-    )
-    .await;
+    let team = fake_cli_team(&mut client, root.path(), &[], "i").await;
     Side {
         orchestrator,
         client,
@@ -164,7 +137,12 @@ async fn side(mode: Mode) -> Side {
 
 /// StartTask → the run's end, for a CLI that reports at once.
 async fn one_start(side: &mut Side) -> Duration {
-    let task = planned_task(&mut side.client, &side.team.workspace, &report("complete", "ok")).await;
+    let task = planned_task(
+        &mut side.client,
+        &side.team.workspace,
+        &report("complete", "ok"),
+    )
+    .await;
     let started = Instant::now();
     chorus_tests::agents::start(&mut side.client, &task, &side.team.agent, 0).await;
     let events = wait_for(&mut side.client, &task.id, ends_run).await;
@@ -186,7 +164,9 @@ async fn agent_starts(starts: usize) {
         without.push(one_start(&mut off).await);
     }
     table(
-        &format!("One agent start: StartTask → the run's end, a CLI that reports at once ({starts} per mode, interleaved)"),
+        &format!(
+            "One agent start: StartTask → the run's end, a CLI that reports at once ({starts} per mode, interleaved)"
+        ),
         &[
             ("sandboxed", &Samples::new(with)),
             ("unconfined (--sandbox off)", &Samples::new(without)),
@@ -194,102 +174,6 @@ async fn agent_starts(starts: usize) {
     );
     enforced.orchestrator.stop().await;
     off.orchestrator.stop().await;
-}
-
-/// Resident memory (KiB) of every running launcher process (monitors and inits).
-fn launchers_rss_kib(launcher: &Path) -> (u64, u64) {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return (0, 0);
-    };
-    let mut count = 0;
-    let mut kib = 0;
-    for entry in entries.filter_map(Result::ok) {
-        let path = entry.path();
-        if std::fs::read_link(path.join("exe")).is_ok_and(|exe| exe == launcher) {
-            count += 1;
-            kib += std::fs::read_to_string(path.join("status"))
-                .unwrap_or_default()
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-    }
-    (count, kib)
-}
-
-/// CPU seconds of this process's reaped children (and theirs).
-fn children_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rfind(')').map_or("", |i| &stat[i + 2..]);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = [13, 14]
-        .iter()
-        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
-        .sum();
-    ticks / 100.0
-}
-
-async fn concurrent_runs(runs: usize) {
-    let mut side = side(Mode::On).await;
-    let mut tasks = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        tasks.push(planned_task(&mut side.client, &side.team.workspace, &report("complete", "ok")).await);
-    }
-    let launcher: PathBuf = std::fs::canonicalize(built_launcher()).expect("launcher");
-    let (peak_kib, peak_count) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let sampling = CancellationToken::new();
-    let sampler = {
-        let (peak_kib, peak_count, sampling, launcher) =
-            (peak_kib.clone(), peak_count.clone(), sampling.clone(), launcher.clone());
-        tokio::spawn(async move {
-            while !sampling.is_cancelled() {
-                let (count, kib) = launchers_rss_kib(&launcher);
-                peak_kib.fetch_max(kib, Ordering::Relaxed);
-                peak_count.fetch_max(count, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
-    let (rss_before, cpu_before, children_before) =
-        (peak_rss_mib(), cpu_seconds(), children_cpu_seconds());
-    let started = Instant::now();
-    let mut handles = Vec::new();
-    for task in &tasks {
-        let mut client = side.client.clone();
-        let (task, agent) = (task.clone(), side.team.agent.clone());
-        handles.push(tokio::spawn(async move {
-            chorus_tests::agents::start(&mut client, &task, &agent, 0).await;
-            let events = wait_for(&mut client, &task.id, ends_run).await;
-            data(events.last().expect("end"))["reason"] == "completed"
-        }));
-    }
-    let mut completed = 0;
-    for h in handles {
-        if h.await.expect("run") {
-            completed += 1;
-        }
-    }
-    let wall = started.elapsed();
-    sampling.cancel();
-    sampler.await.expect("sampler");
-    println!("## {runs} concurrent sandboxed runs (fake CLI reporting at once)\n");
-    println!("| measure | value |");
-    println!("|---|---|");
-    println!("| all started and ended | {:.2} s ({completed}/{runs} completed) |", wall.as_secs_f64());
-    println!("| orchestrator + tool-exec process: peak RSS | {:.1} MiB (before: {rss_before:.1} MiB) |", peak_rss_mib());
-    println!("| orchestrator + tool-exec process: CPU | {:.2} s |", cpu_seconds() - cpu_before);
-    #[allow(clippy::cast_precision_loss)]
-    let launchers_mib = peak_kib.load(Ordering::Relaxed) as f64 / 1024.0;
-    println!(
-        "| launchers (monitor + init per run): peak RSS, all together | {launchers_mib:.1} MiB ({} processes at the peak) |",
-        peak_count.load(Ordering::Relaxed)
-    );
-    println!(
-        "| child processes (launchers, CLIs, chorus-tools): CPU | {:.2} s |\n",
-        children_cpu_seconds() - children_before
-    );
-    side.orchestrator.stop().await;
 }
 
 /// Runs `count` tasks to active with an open run each, on the binary, then
@@ -301,33 +185,7 @@ async fn interrupted_runs(data: &Path, database: &str, count: usize) {
     let ws = chorus_tests::agents::workspace(&mut client, "recover", root.path()).await;
     chorus_tests::agents::add_agent(&mut client, &ws, "dev", &["file.read"], "").await;
     for _ in 0..count {
-        let task = client
-            .create_task(pb::CreateTaskRequest {
-                workspace_id: ws.id.clone(),
-                description: "to be interrupted".into(),
-                source: None,
-            })
-            .await
-            .expect("task")
-            .into_inner();
-        for status in ["planning", "planned", "active"] {
-            client
-                .update_task_status(pb::UpdateTaskStatusRequest {
-                    id: task.id.clone(),
-                    status: status.into(),
-                    reason: String::new(),
-                })
-                .await
-                .expect("status");
-        }
-        client
-            .open_run(pb::OpenRunRequest {
-                task_id: task.id.clone(),
-                agent: "dev".into(),
-                ttl_secs: 0,
-            })
-            .await
-            .expect("open run");
+        chorus_tests::agents::opened_run(&mut client, &ws, "dev", "to be interrupted").await;
     }
     drop(client);
     orchestrator.kill().await;
@@ -351,7 +209,10 @@ async fn recovery(count: usize) {
     println!("## Restart: starting the orchestrator binary to serving\n");
     println!("| restart | time to serve |");
     println!("|---|---|");
-    println!("| with {count} interrupted runs to recover | {} ms |", ms(with_runs));
+    println!(
+        "| with {count} interrupted runs to recover | {} ms |",
+        ms(with_runs)
+    );
     println!("| with none | {} ms |\n", ms(without));
 }
 
@@ -360,6 +221,5 @@ async fn main() {
     // `cargo bench` passes --bench; nothing else is taken.
     bash_calls(env_number("CHORUS_BENCH_CALLS", 200)).await;
     agent_starts(env_number("CHORUS_BENCH_STARTS", 50)).await;
-    concurrent_runs(env_number("CHORUS_BENCH_RUNS", 200)).await;
     recovery(env_number("CHORUS_BENCH_INTERRUPTED", 300)).await;
 }

@@ -64,6 +64,27 @@ pub async fn team(
     }
 }
 
+/// [`team`] on a Claude Code provider with no base URL, key or model (the
+/// orchestrator runs the fake CLI as Claude Code in tests and benchmarks).
+pub async fn fake_cli_team(
+    client: &mut Client,
+    root: &Path,
+    tools: &[&str],
+    instructions: &str,
+) -> Team {
+    team(
+        client,
+        root,
+        pb::ProviderKind::ClaudeCode,
+        "",
+        "",
+        "",
+        tools,
+        instructions,
+    )
+    .await
+}
+
 /// Creates workspace `name` at `root` (with the default agents), first giving
 /// `root` to the test user: agents act as the workspace's owner, never root.
 pub async fn workspace(client: &mut Client, name: &str, root: &Path) -> pb::Workspace {
@@ -127,6 +148,34 @@ pub async fn planned_task(
             .expect("status");
     }
     task
+}
+
+/// A task moved by hand to active, with a run of `agent` opened on it (no
+/// process: OpenRun); returns the run.
+pub async fn opened_run(
+    client: &mut Client,
+    workspace: &pb::Workspace,
+    agent: &str,
+    description: &str,
+) -> pb::OpenRunResponse {
+    let task = planned_task(client, workspace, description).await;
+    client
+        .update_task_status(pb::UpdateTaskStatusRequest {
+            id: task.id.clone(),
+            status: "active".into(),
+            reason: String::new(),
+        })
+        .await
+        .expect("status");
+    client
+        .open_run(pb::OpenRunRequest {
+            task_id: task.id.clone(),
+            agent: agent.into(),
+            ttl_secs: 0,
+        })
+        .await
+        .expect("open run")
+        .into_inner()
 }
 
 /// Starts `agent` on the task.

@@ -6,16 +6,12 @@ use std::path::Path;
 
 use chorus_proto::orchestrator::v1 as pb;
 
-use crate::agents::{Client, data, fake_cli, use_provider, wait_for};
+use crate::agents::{Client, data, use_provider, wait_for};
 use crate::db::TestDatabase;
 use crate::orchestrator::Orchestrator;
 
 pub async fn orchestrator(data_dir: &Path, db: &TestDatabase) -> Orchestrator {
-    let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
-    Orchestrator::start_configured(&db.url, signer, true, |config| {
-        config.runner.claude_bin = fake_cli();
-        config.runner.opencode_bin = fake_cli();
-        config.runner.kill_grace = std::time::Duration::from_millis(300);
+    Orchestrator::with_fake_cli(data_dir, &db.url, |config| {
         // What the fake CLIs write is read from their run directories.
         config.runner.keep_run_dirs = true;
     })

@@ -98,6 +98,33 @@ impl Orchestrator {
         }
     }
 
+    /// Starts on `database_url` (the key pair in `data_dir`) with the fake CLI
+    /// as Claude Code and OpenCode, a 300 ms kill grace, and `configure`'s
+    /// changes.
+    pub async fn with_fake_cli(
+        data_dir: &Path,
+        database_url: &str,
+        configure: impl FnOnce(&mut OrchestratorConfig),
+    ) -> Self {
+        let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
+        Self::start_configured(database_url, signer, true, |config| {
+            config.runner.claude_bin = crate::agents::fake_cli();
+            config.runner.opencode_bin = crate::agents::fake_cli();
+            config.runner.kill_grace = std::time::Duration::from_millis(300);
+            configure(config);
+        })
+        .await
+    }
+
+    /// [`Self::with_fake_cli`] on an SQLite file in `data_dir`.
+    pub async fn with_fake_cli_on_sqlite(
+        data_dir: &Path,
+        configure: impl FnOnce(&mut OrchestratorConfig),
+    ) -> Self {
+        let database = data_dir.join("chorus.db").display().to_string();
+        Self::with_fake_cli(data_dir, &database, configure).await
+    }
+
     /// A client of the management API.
     pub async fn client(&self) -> OrchestratorClient<Channel> {
         client_at(self.addr).await

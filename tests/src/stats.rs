@@ -69,6 +69,74 @@ pub fn cpu_seconds() -> f64 {
     ticks / 100.0
 }
 
+/// User + system CPU seconds of this process's reaped children (and theirs).
+pub fn children_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rfind(')').map_or("", |i| &stat[i + 2..]);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = [13, 14]
+        .iter()
+        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
+}
+
+/// How many processes run `program` (a canonical path) and their resident
+/// memory together, in KiB.
+pub fn processes_rss_kib(program: &std::path::Path) -> (u64, u64) {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return (0, 0);
+    };
+    let (mut count, mut kib) = (0, 0);
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        if std::fs::read_link(path.join("exe")).is_ok_and(|exe| exe == program) {
+            count += 1;
+            kib += std::fs::read_to_string(path.join("status"))
+                .unwrap_or_default()
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    (count, kib)
+}
+
+/// Samples every 20 ms, until stopped, the most processes of a program that ran
+/// at once and the most memory they held together.
+#[derive(Debug)]
+pub struct PeakSampler {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<(u64, u64)>,
+}
+
+impl PeakSampler {
+    pub fn start(program: std::path::PathBuf) -> Self {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let until = stop.clone();
+        let task = tokio::spawn(async move {
+            let (mut count, mut kib) = (0, 0);
+            while !until.is_cancelled() {
+                let (c, k) = processes_rss_kib(&program);
+                count = count.max(c);
+                kib = kib.max(k);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (count, kib)
+        });
+        Self { stop, task }
+    }
+
+    /// The peak process count and the peak memory (MiB).
+    pub async fn finish(self) -> (u64, f64) {
+        self.stop.cancel();
+        let (count, kib) = self.task.await.unwrap_or_default();
+        #[allow(clippy::cast_precision_loss)]
+        (count, kib as f64 / 1024.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

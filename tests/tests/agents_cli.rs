@@ -9,7 +9,7 @@ use std::path::Path;
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_sandbox::testing::{TEST_UID, running_as_root, survivors};
 use chorus_tests::agents::{
-    self, Client, data, ends_run, fake_cli, planned_task, start, summary, task_of, team, wait_for,
+    self, Client, data, ends_run, planned_task, start, summary, task_of, team, wait_for,
 };
 use chorus_tests::orchestrator::Orchestrator;
 use serde_json::Value;
@@ -21,18 +21,9 @@ async fn orchestrator(data_dir: &Path) -> Orchestrator {
 }
 
 async fn orchestrator_keeping(data_dir: &Path, keep_run_dirs: bool) -> Orchestrator {
-    let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
-    Orchestrator::start_configured(
-        &data_dir.join("chorus.db").display().to_string(),
-        signer,
-        true,
-        |config| {
-            config.runner.claude_bin = fake_cli();
-            config.runner.opencode_bin = fake_cli();
-            config.runner.kill_grace = std::time::Duration::from_millis(300);
-            config.runner.keep_run_dirs = keep_run_dirs;
-        },
-    )
+    Orchestrator::with_fake_cli_on_sqlite(data_dir, |config| {
+        config.runner.keep_run_dirs = keep_run_dirs;
+    })
     .await
 }
 

@@ -8,18 +8,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use chorus_proto::orchestrator::v1 as pb;
-use chorus_tests::agents::{
-    Client, call, data, ends_run, fake_cli, report, task_of, use_provider, wait_for,
-};
+use chorus_tests::agents::{Client, call, data, ends_run, report, task_of, use_provider, wait_for};
 use chorus_tests::db::{TestDatabase, databases};
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
 use chorus_tests::orchestrator::Orchestrator;
 use serde_json::{Value, json};
 
 async fn orchestrator(data_dir: &Path, db: &TestDatabase) -> Orchestrator {
-    let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
-    Orchestrator::start_configured(&db.url, signer, true, |config| {
-        config.runner.claude_bin = fake_cli();
+    Orchestrator::with_fake_cli(data_dir, &db.url, |config| {
         config.runner.api.backoff = Duration::from_millis(10);
     })
     .await

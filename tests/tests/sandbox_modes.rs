@@ -10,23 +10,13 @@ use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
 use chorus_sandbox::{Mode, SandboxConfig};
 use chorus_tests::ToolsEnv;
 use chorus_tests::agents::{
-    Client, data, ends_run, fake_cli, planned_task, report, start, task_of, team, wait_for,
+    Client, data, ends_run, fake_cli_team, planned_task, report, start, task_of, wait_for,
 };
 use chorus_tests::orchestrator::Orchestrator;
 use serde_json::json;
 
 async fn orchestrator(data_dir: &Path, sandbox: SandboxConfig) -> Orchestrator {
-    let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
-    Orchestrator::start_configured(
-        &data_dir.join("chorus.db").display().to_string(),
-        signer,
-        true,
-        |config| {
-            config.runner.claude_bin = fake_cli();
-            config.sandbox = sandbox;
-        },
-    )
-    .await
+    Orchestrator::with_fake_cli_on_sqlite(data_dir, |config| config.sandbox = sandbox).await
 }
 
 async fn status(
@@ -139,17 +129,7 @@ async fn an_unavailable_sandbox_refuses_cli_agents_and_bash_and_says_what_to_do(
             "{sandbox:?}"
         );
     }
-    let team = team(
-        &mut client,
-        root.path(),
-        pb::ProviderKind::ClaudeCode,
-        "",
-        "",
-        "",
-        &["bash", "file.read"],
-        "You try.",
-    )
-    .await;
+    let team = fake_cli_team(&mut client, root.path(), &["bash", "file.read"], "You try.").await;
     let task = planned_task(&mut client, &team.workspace, "fake: say hello").await;
     let refused = client
         .start_task(pb::StartTaskRequest {
@@ -199,17 +179,7 @@ async fn with_the_sandbox_off_agents_run_unconfined_as_the_operator_asked() {
     let sandbox = own.sandbox.expect("sandbox");
     assert_eq!(sandbox.state, "off");
     assert!(sandbox.problems[0].contains("--sandbox off"), "{sandbox:?}");
-    let team = team(
-        &mut client,
-        root.path(),
-        pb::ProviderKind::ClaudeCode,
-        "",
-        "",
-        "",
-        &["bash"],
-        "You run.",
-    )
-    .await;
+    let team = fake_cli_team(&mut client, root.path(), &["bash"], "You run.").await;
     let task = planned_task(
         &mut client,
         &team.workspace,

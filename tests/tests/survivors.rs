@@ -103,28 +103,7 @@ async fn all_gone(runs: &[(pb::Task, String)]) {
 }
 
 async fn in_process(data_dir: &Path) -> Orchestrator {
-    let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
-    Orchestrator::start_configured(
-        &data_dir.join("chorus.db").display().to_string(),
-        signer,
-        true,
-        |config| {
-            config.runner.claude_bin = fake_cli();
-            config.runner.opencode_bin = fake_cli();
-            config.runner.kill_grace = std::time::Duration::from_millis(300);
-        },
-    )
-    .await
-}
-
-fn binary_args() -> Vec<String> {
-    let fake = fake_cli().display().to_string();
-    vec![
-        "--claude-bin".into(),
-        fake.clone(),
-        "--opencode-bin".into(),
-        fake,
-    ]
+    Orchestrator::with_fake_cli_on_sqlite(data_dir, |_| {}).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,64 +241,95 @@ async fn a_handoff_timeout_leaves_nothing_of_the_child() {
     orchestrator.stop().await;
 }
 
+/// Runs of `ending` leaving their children, on the orchestrator binary and an
+/// SQLite file, to be ended by stopping or killing it.
+struct OnBinary {
+    data: tempfile::TempDir,
+    root: tempfile::TempDir,
+    database: String,
+    args: Vec<String>,
+    runs: Vec<(pb::Task, String)>,
+}
+
+impl OnBinary {
+    /// The runs, the running binary and a client of it.
+    async fn start(ending: &str) -> (Self, OrchestratorProcess, Client) {
+        let data = tempfile::tempdir().expect("data");
+        let root = tempfile::tempdir().expect("root");
+        let database = data.path().join("chorus.db").display().to_string();
+        let fake = fake_cli().display().to_string();
+        let mut on = Self {
+            data,
+            root,
+            database,
+            args: vec![
+                "--claude-bin".into(),
+                fake.clone(),
+                "--opencode-bin".into(),
+                fake,
+            ],
+            runs: Vec::new(),
+        };
+        let orchestrator = on.spawn().await;
+        let mut client = orchestrator.client().await;
+        let ws = team(&mut client, on.root.path(), ending).await;
+        on.runs = start_runs(&mut client, &ws, ending, 0, leave_children).await;
+        (on, orchestrator, client)
+    }
+
+    fn args(&self) -> Vec<&str> {
+        self.args.iter().map(String::as_str).collect()
+    }
+
+    async fn spawn(&self) -> OrchestratorProcess {
+        OrchestratorProcess::spawn(self.data.path(), &self.database, &self.args()).await
+    }
+
+    /// Starts the binary again on the same data: nothing of the runs is left,
+    /// and each task's status is one of `statuses`.
+    async fn restart_expecting(&self, statuses: &[&str]) {
+        let again = self.spawn().await;
+        let mut client = again.client().await;
+        assert!(none_left(&self.runs), "after the restart");
+        for (task, marker) in &self.runs {
+            let task = task_of(&mut client, &task.id).await;
+            assert!(
+                statuses.contains(&task.status.as_str()),
+                "{marker}: {} ({})",
+                task.status,
+                task.status_reason
+            );
+        }
+        drop(client);
+        let status = again.stop().await;
+        assert!(status.success(), "{status:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_leaves_nothing() {
-    let data_dir = tempfile::tempdir().expect("data");
-    let root = tempfile::tempdir().expect("root");
-    let database = data_dir.path().join("chorus.db").display().to_string();
-    let args = binary_args();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let orchestrator = OrchestratorProcess::spawn(data_dir.path(), &database, &args).await;
-    let mut client = orchestrator.client().await;
-    let ws = team(&mut client, root.path(), "sigterm").await;
-    let runs = start_runs(&mut client, &ws, "sigterm", 0, leave_children).await;
+    let (on, orchestrator, client) = OnBinary::start("sigterm").await;
     drop(client);
     let status = orchestrator.stop().await;
     assert!(status.success(), "{status:?}");
     // A graceful stop waits for every run's processes and every tool call.
-    assert!(none_left(&runs), "children survived a graceful stop");
+    assert!(none_left(&on.runs), "children survived a graceful stop");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_leaves_nothing_even_before_a_restart() {
-    let data_dir = tempfile::tempdir().expect("data");
-    let root = tempfile::tempdir().expect("root");
-    let database = data_dir.path().join("chorus.db").display().to_string();
-    let args = binary_args();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let orchestrator = OrchestratorProcess::spawn(data_dir.path(), &database, &args).await;
-    let mut client = orchestrator.client().await;
-    let ws = team(&mut client, root.path(), "sigkill").await;
-    let runs = start_runs(&mut client, &ws, "sigkill", 0, leave_children).await;
+    let (on, orchestrator, client) = OnBinary::start("sigkill").await;
     drop(client);
     orchestrator.kill().await;
-    all_gone(&runs).await;
-
-    let again = OrchestratorProcess::spawn(data_dir.path(), &database, &args).await;
-    let mut client = again.client().await;
-    assert!(none_left(&runs), "after the restart");
-    for (task, marker) in &runs {
-        let task = task_of(&mut client, &task.id).await;
-        assert_eq!(task.status, "waiting", "{marker}: {}", task.status_reason);
-    }
-    drop(client);
-    let status = again.stop().await;
-    assert!(status.success(), "{status:?}");
+    all_gone(&on.runs).await;
+    on.restart_expecting(&["waiting"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_then_sigkill_leaves_nothing() {
-    let data_dir = tempfile::tempdir().expect("data");
-    let root = tempfile::tempdir().expect("root");
-    let database = data_dir.path().join("chorus.db").display().to_string();
-    let args = binary_args();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let orchestrator = OrchestratorProcess::spawn(data_dir.path(), &database, &args).await;
-    let mut client = orchestrator.client().await;
-    let ws = team(&mut client, root.path(), "cancel-kill").await;
-    let runs = start_runs(&mut client, &ws, "cancel-kill", 0, leave_children).await;
+    let (on, orchestrator, client) = OnBinary::start("cancel-kill").await;
     // The cancels are sent, and the orchestrator dies before it can finish them.
-    for (task, _) in &runs {
+    for (task, _) in &on.runs {
         let mut client = client.clone();
         let id = task.id.clone();
         tokio::spawn(async move {
@@ -332,52 +342,19 @@ async fn cancel_then_sigkill_leaves_nothing() {
         });
     }
     orchestrator.kill().await;
-    all_gone(&runs).await;
-
-    let again = OrchestratorProcess::spawn(data_dir.path(), &database, &args).await;
-    let mut client = again.client().await;
-    assert!(none_left(&runs), "after the restart");
-    for (task, marker) in &runs {
-        let task = task_of(&mut client, &task.id).await;
-        assert!(
-            matches!(task.status.as_str(), "canceled" | "waiting"),
-            "{marker}: {} ({})",
-            task.status,
-            task.status_reason
-        );
-    }
-    drop(client);
-    let status = again.stop().await;
-    assert!(status.success(), "{status:?}");
+    all_gone(&on.runs).await;
+    on.restart_expecting(&["canceled", "waiting"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_during_start_up_recovery_leaves_nothing() {
-    let data_dir = tempfile::tempdir().expect("data");
-    let root = tempfile::tempdir().expect("root");
-    let database = data_dir.path().join("chorus.db").display().to_string();
-    let args = binary_args();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let first = OrchestratorProcess::spawn(data_dir.path(), &database, &args).await;
-    let mut client = first.client().await;
-    let ws = team(&mut client, root.path(), "recovery").await;
-    let runs = start_runs(&mut client, &ws, "recovery", 0, leave_children).await;
+    let (on, orchestrator, client) = OnBinary::start("recovery").await;
     drop(client);
-    first.kill().await;
-    all_gone(&runs).await;
-
+    orchestrator.kill().await;
+    all_gone(&on.runs).await;
     // The next one dies while starting up (its store is open, recovery under way).
-    OrchestratorProcess::kill_when_it_logs(data_dir.path(), &database, &args, "store open").await;
-    assert!(none_left(&runs));
-
-    let third = OrchestratorProcess::spawn(data_dir.path(), &database, &args).await;
-    let mut client = third.client().await;
-    assert!(none_left(&runs), "after the restart");
-    for (task, marker) in &runs {
-        let task = task_of(&mut client, &task.id).await;
-        assert_eq!(task.status, "waiting", "{marker}: {}", task.status_reason);
-    }
-    drop(client);
-    let status = third.stop().await;
-    assert!(status.success(), "{status:?}");
+    OrchestratorProcess::kill_when_it_logs(on.data.path(), &on.database, &on.args(), "store open")
+        .await;
+    assert!(none_left(&on.runs));
+    on.restart_expecting(&["waiting"]).await;
 }

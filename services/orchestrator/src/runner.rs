@@ -37,21 +37,14 @@ pub use start::{cancel_task, start_task, task_message, timeout_or};
 
 /// Environment variables an agent process gets from the orchestrator's own
 /// environment when they are set (besides PATH, which is extended): locale,
-/// proxies and certificates, and the credentials the CLIs read.
-pub const DEFAULT_PASS_ENV: [&str; 18] = [
+/// the credentials the CLIs read, and proxies and certificates
+/// ([`chorus_sandbox::NETWORK_ENV`]).
+pub const DEFAULT_PASS_ENV: [&str; 10] = [
     "LANG",
     "LC_ALL",
     "TZ",
     "USER",
     "LOGNAME",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
     "ANTHROPIC_BASE_URL",
@@ -114,7 +107,11 @@ impl RunnerConfig {
             run_timeout: Duration::from_secs(600),
             handoff_timeout: Duration::from_secs(600),
             kill_grace: Duration::from_secs(2),
-            pass_env: DEFAULT_PASS_ENV.iter().map(|s| (*s).to_owned()).collect(),
+            pass_env: DEFAULT_PASS_ENV
+                .iter()
+                .chain(&chorus_sandbox::NETWORK_ENV)
+                .map(|s| (*s).to_owned())
+                .collect(),
             api: ApiLimits::default(),
             keep_run_dirs: false,
             cli_read_only: Vec::new(),

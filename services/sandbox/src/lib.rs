@@ -18,11 +18,12 @@
 pub mod cli;
 pub mod launcher;
 pub mod policy;
+mod procfs;
 pub mod service;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use policy::{Cgroups, Identity, Limits, Network, Policy};
+pub use policy::{Cgroups, Identity, Limits, NETWORK_ENV, Network, Policy};
 pub use service::{
     Mode, ProcessSpec, Sandbox, SandboxConfig, SandboxError, SandboxStatus, SandboxedChild,
 };

@@ -130,6 +130,19 @@ impl Cgroups {
     }
 }
 
+/// What a process that reaches the network needs from a service's environment,
+/// when set: proxies and certificate locations.
+pub const NETWORK_ENV: [&str; 8] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+];
+
 /// The prefix of every per-sandbox cgroup's name.
 pub const CGROUP_PREFIX: &str = "chorus-sandbox-";
 

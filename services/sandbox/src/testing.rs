@@ -126,10 +126,8 @@ pub fn program_processes(program: &Path, text: &str) -> Vec<i32> {
 
 fn processes_where(matches: impl Fn(&[u8]) -> bool) -> Vec<i32> {
     let me = std::process::id().cast_signed();
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    crate::procfs::processes()
+        .map(|(pid, _)| pid)
         .filter(|pid| *pid != me)
         .filter(|pid| {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();

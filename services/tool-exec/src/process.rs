@@ -47,16 +47,6 @@ pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin
 /// Variables a tool process may get from the service's environment, when set:
 /// the locale. With the network grant, also the proxy and certificate ones.
 const LOCALE_ENV: [&str; 2] = ["LANG", "TZ"];
-const NETWORK_ENV: [&str; 8] = [
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-];
 
 /// The environment every tool process starts from — an allow-list, never the
 /// service's own environment: PATH, HOME and TMPDIR (the sandbox's private
@@ -68,9 +58,11 @@ pub fn base_env(network: bool) -> Vec<(OsString, OsString)> {
         ("TMPDIR".into(), "/tmp".into()),
         ("TERM".into(), "dumb".into()),
     ];
-    let passed = LOCALE_ENV
-        .iter()
-        .chain(if network { &NETWORK_ENV[..] } else { &[] });
+    let passed = LOCALE_ENV.iter().chain(if network {
+        &chorus_sandbox::NETWORK_ENV[..]
+    } else {
+        &[]
+    });
     for name in passed {
         if let Some(value) = std::env::var_os(name) {
             env.push(((*name).into(), value));

@@ -2,7 +2,7 @@
 //! it: the user (never root) and no capabilities, resource limits, and the
 //! Landlock rules (which also set no_new_privs).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use caps::CapSet;
 use landlock::{
@@ -173,22 +173,12 @@ pub fn describe(landlock: &RestrictionStatus) -> String {
         "uid": getuid().as_raw(),
         "cap_eff": field("CapEff:"),
         "cap_bnd": field("CapBnd:"),
-        "proc_sees": proc_count(Path::new("/proc")),
+        "proc_sees": proc_count(),
     })
     .to_string()
 }
 
 /// How many processes `/proc` shows.
-fn proc_count(proc: &Path) -> usize {
-    std::fs::read_dir(proc).map_or(0, |entries| {
-        entries
-            .filter_map(Result::ok)
-            .filter(|e| {
-                e.file_name()
-                    .as_encoded_bytes()
-                    .iter()
-                    .all(u8::is_ascii_digit)
-            })
-            .count()
-    })
+fn proc_count() -> usize {
+    crate::procfs::processes().count()
 }

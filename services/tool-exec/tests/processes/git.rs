@@ -482,23 +482,11 @@ async fn push_with_no_remotes_says_how_to_add_one() {
 #[tokio::test]
 async fn a_workspace_that_is_not_a_repository_is_a_failed_precondition() {
     let h = Harness::new().await;
-    for (tool, args) in [
-        ("git.status", json!({})),
-        ("git.diff", json!({})),
-        ("git.commit", json!({"message": "m", "all": true})),
-        ("git.push", json!({})),
-    ] {
-        let err = h
-            .call_with_network(tool, args)
-            .await
-            .expect_err("not a repository");
-        assert!(
-            failed_precondition(&err).starts_with(
-                "the workspace root has no .git directory: git tools work on a repository whose top level is the workspace root (run git init with bash)"
-            ),
-            "{tool}: {err}"
-        );
-    }
+    refused_by_every_git_tool(
+        &h,
+        "the workspace root has no .git directory: git tools work on a repository whose top level is the workspace root (run git init with bash)",
+    )
+    .await;
 }
 
 /// Every way a repository's configuration names a program, each of which
@@ -543,6 +531,23 @@ fn arm_the_repository(h: &Harness) {
         git(&h.root, &["config", key, &value]);
     }
     h.write(".gitattributes", "* filter=evil diff=evil merge=evil\n");
+}
+
+/// Every git tool (by a run with the network grant) is refused with a failed
+/// precondition starting with `message`.
+async fn refused_by_every_git_tool(h: &Harness, message: &str) {
+    for (tool, args) in [
+        ("git.status", json!({})),
+        ("git.diff", json!({})),
+        ("git.commit", json!({"message": "m", "all": true})),
+        ("git.push", json!({})),
+    ] {
+        let err = h.call_with_network(tool, args).await.expect_err("refused");
+        assert!(
+            failed_precondition(&err).starts_with(message),
+            "{tool}: {err}"
+        );
+    }
 }
 
 fn nothing_ran(h: &Harness) {
@@ -615,21 +620,7 @@ async fn the_bare_repository_trick_runs_nothing() {
     h.write("objects/info/packs", "");
     h.write("refs/heads/.keep", "");
     h.write("a.txt", "content\n");
-    for (tool, args) in [
-        ("git.status", json!({})),
-        ("git.diff", json!({})),
-        ("git.commit", json!({"message": "m", "all": true})),
-        ("git.push", json!({})),
-    ] {
-        let err = h
-            .call_with_network(tool, args)
-            .await
-            .expect_err("not a repository");
-        assert!(
-            failed_precondition(&err).contains("has no .git directory"),
-            "{tool}: {err}"
-        );
-    }
+    refused_by_every_git_tool(&h, "the workspace root has no .git directory").await;
     nothing_ran(&h);
 }
 
