@@ -7,8 +7,8 @@
 //! 2. 200 concurrent fake-CLI runs on this machine, each in the run sandbox:
 //!    time for StartTask to accept them all, time until all have completed (each
 //!    runs chorus-tools for its completion report), the process's peak RSS and
-//!    CPU time, the sandbox launchers' peak RSS (every monitor and init,
-//!    sampled every 20 ms) and the CPU of every child process.
+//!    CPU time, the sandbox launchers' peak memory (PSS of every monitor and
+//!    init together, sampled every 20 ms) and the CPU of every child process.
 //!
 //! `cargo bench -p chorus-tests --bench agent_runs`
 //! (CHORUS_BENCH_CALLS: tool calls per row, default 300; CHORUS_BENCH_RUNS: runs,
@@ -193,7 +193,7 @@ async fn concurrent_runs(runs: usize) {
     );
     println!("| CPU time of the process during the runs (user + system) | {cpu:.2} s |");
     println!(
-        "| sandbox launchers (monitor + init per run): peak RSS together | {launcher_mib:.1} MiB ({launcher_count} processes at the peak) |"
+        "| sandbox launchers (monitor + init per run): peak memory together (PSS) | {launcher_mib:.1} MiB ({launcher_count} processes at the peak) |"
     );
     println!(
         "| CPU time of child processes (launchers, CLIs, chorus-tools) | {:.2} s |",

@@ -81,8 +81,9 @@ pub fn children_cpu_seconds() -> f64 {
     ticks / 100.0
 }
 
-/// How many processes run `program` (a canonical path) and their resident
-/// memory together, in KiB.
+/// How many processes run `program` (a canonical path) and their memory
+/// together, in KiB: the proportional set size (shared pages divided among the
+/// processes sharing them) where the kernel shows it, else the resident size.
 pub fn processes_rss_kib(program: &std::path::Path) -> (u64, u64) {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return (0, 0);
@@ -92,11 +93,15 @@ pub fn processes_rss_kib(program: &std::path::Path) -> (u64, u64) {
         let path = entry.path();
         if std::fs::read_link(path.join("exe")).is_ok_and(|exe| exe == program) {
             count += 1;
-            kib += std::fs::read_to_string(path.join("status"))
-                .unwrap_or_default()
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            let field = |file: &str, name: &str| {
+                std::fs::read_to_string(path.join(file))
+                    .ok()?
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            };
+            kib += field("smaps_rollup", "Pss:")
+                .or_else(|| field("status", "VmRSS:"))
                 .unwrap_or(0);
         }
     }
