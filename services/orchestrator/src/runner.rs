@@ -226,33 +226,40 @@ impl CliSetup {
         }
     }
 
-    /// The TCP ports a CLI may connect to: the Chorus services, its model
-    /// endpoint (443 without a base URL) and the configured proxies.
+    /// The TCP ports a CLI may connect to.
     fn ports(&self, ctx: &RunContext) -> Vec<u16> {
-        let mut ports: Vec<u16> = Vec::new();
-        for addr in [&ctx.orchestrator_addr, &ctx.tools_addr] {
-            let url = if addr.contains("://") {
-                addr.clone()
-            } else {
-                format!("http://{addr}")
-            };
-            ports.extend(url_port(&url));
-        }
-        match &ctx.provider.base_url {
-            Some(url) => ports.extend(url_port(url)),
-            None => ports.push(443),
-        }
-        for (name, value) in &self.passed {
-            if name.to_ascii_lowercase().ends_with("_proxy")
-                && name.to_ascii_lowercase() != "no_proxy"
-            {
-                ports.extend(url_port(value));
-            }
-        }
-        ports.sort_unstable();
-        ports.dedup();
-        ports
+        cli_ports(
+            [ctx.orchestrator_addr.as_str(), ctx.tools_addr.as_str()],
+            ctx.provider.base_url.as_deref(),
+            &self.passed,
+        )
     }
+}
+
+/// The TCP ports a CLI may connect to: the Chorus services (`host:port`), its
+/// model endpoint (443 without a base URL) and the proxies among `passed`.
+fn cli_ports(services: [&str; 2], base_url: Option<&str>, passed: &[(String, String)]) -> Vec<u16> {
+    let mut ports: Vec<u16> = Vec::new();
+    for addr in services {
+        let url = if addr.contains("://") {
+            addr.to_owned()
+        } else {
+            format!("http://{addr}")
+        };
+        ports.extend(url_port(&url));
+    }
+    match base_url {
+        Some(url) => ports.extend(url_port(url)),
+        None => ports.push(443),
+    }
+    for (name, value) in passed {
+        if name.to_ascii_lowercase().ends_with("_proxy") && !name.eq_ignore_ascii_case("no_proxy") {
+            ports.extend(url_port(value));
+        }
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    ports
 }
 
 /// The port a URL names, or its scheme's default.
@@ -485,5 +492,66 @@ impl Drop for LiveGuard {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&self.run_id);
         self.done.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cli_may_reach_the_services_its_model_and_its_proxies_only() {
+        let passed = [
+            (
+                "HTTPS_PROXY".to_owned(),
+                "http://proxy.local:3128".to_owned(),
+            ),
+            ("no_proxy".to_owned(), "localhost:9999".to_owned()),
+            ("LANG".to_owned(), "C.UTF-8".to_owned()),
+        ];
+        assert_eq!(
+            cli_ports(
+                ["127.0.0.1:50051", "127.0.0.1:50052"],
+                Some("http://127.0.0.1:11434/v1"),
+                &passed
+            ),
+            [3128, 11434, 50051, 50052]
+        );
+        // No base URL: the provider's default endpoint over https.
+        assert_eq!(
+            cli_ports(["127.0.0.1:50051", "http://127.0.0.1:50051"], None, &[]),
+            [443, 50051]
+        );
+        assert_eq!(
+            cli_ports(["a:1", "b:2"], Some("https://api.example.com/v1"), &[]),
+            [1, 2, 443]
+        );
+    }
+
+    #[test]
+    fn a_cli_installed_by_npm_brings_its_node_modules_tree() {
+        let dir = tempfile::tempdir().expect("dir");
+        let modules = dir.path().join("node_modules");
+        let package = modules.join("cli/bin");
+        std::fs::create_dir_all(&package).expect("package");
+        std::fs::create_dir_all(modules.join(".bin")).expect(".bin");
+        std::fs::write(package.join("cli.js"), "").expect("cli");
+        std::os::unix::fs::symlink("../cli/bin/cli.js", modules.join(".bin/cli")).expect("link");
+        let modules = modules.canonicalize().expect("canonical");
+        assert_eq!(
+            installation(&dir.path().join("node_modules/.bin/cli"), None),
+            Some(modules.clone())
+        );
+        // Found on PATH when named without a slash.
+        let path = std::ffi::OsString::from(dir.path().join("node_modules/.bin"));
+        assert_eq!(installation(Path::new("cli"), Some(&path)), Some(modules));
+        // Elsewhere: its own directory.
+        let lone = dir.path().join("lone");
+        std::fs::write(&lone, "").expect("lone");
+        assert_eq!(
+            installation(&lone, None),
+            Some(dir.path().canonicalize().expect("canonical"))
+        );
+        assert_eq!(installation(Path::new("no-such-cli"), Some(&path)), None);
     }
 }

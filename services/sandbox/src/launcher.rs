@@ -102,13 +102,10 @@ fn run(policy: &Policy, target: Target) -> ! {
     signals::close_inherited_descriptors();
     let mask = signals::block();
 
-    let cgroups = match &policy.cgroups {
-        Some(plan) => Some(
-            cgroup::Created::make(plan, &policy.limits)
-                .unwrap_or_else(|e| fail(&format!("cannot make the sandbox's cgroup: {e}"))),
-        ),
-        None => None,
-    };
+    let cgroups = policy.cgroups.as_ref().map(|plan| {
+        cgroup::Created::make(plan, &policy.limits)
+            .unwrap_or_else(|e| fail(&format!("cannot make the sandbox's cgroup: {e}")))
+    });
     let unwind = |message: String| -> ! {
         if let Some(cgroups) = &cgroups {
             cgroups.remove();
