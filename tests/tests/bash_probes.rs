@@ -101,6 +101,8 @@ async fn bash_reaches_nothing_but_its_own_workspace() {
         .to_owned();
 
     let orchestrator_pid = orchestrator.pid();
+    // Next to the workspace root, on the host.
+    let beside = format!("pwned-beside-{}", std::process::id());
     let data_path = data_dir.path().display();
     let probes: Vec<(&str, String, &str)> = vec![
         (
@@ -137,7 +139,7 @@ async fn bash_reaches_nothing_but_its_own_workspace() {
         (
             "write-outside",
             format!(
-                "echo pwned > {}/pwned; echo pwned > ../pwned",
+                "echo pwned > {}/pwned; echo pwned > ../{beside}",
                 outside.path().display()
             ),
             "No such file or directory",
@@ -215,7 +217,8 @@ async fn bash_reaches_nothing_but_its_own_workspace() {
         .expect("outside")
         .collect();
     assert!(written.is_empty(), "{written:?}");
-    assert!(!other_root.path().join("../pwned").exists());
+    let parent = root.path().parent().expect("parent");
+    assert!(!parent.join(&beside).exists(), "written beside the workspace");
     assert!(std::path::Path::new(&format!("/proc/{sleeper}")).exists());
     // No secret in any history event of either task.
     for task_id in [&task.id, &sleeping.id] {
