@@ -53,15 +53,22 @@ pub async fn call(
         .get("timeout_secs")
         .and_then(Value::as_u64)
         .map_or(0, |t| u32::try_from(t).unwrap_or(u32::MAX));
-    let request = pb::HandoffRequest {
+    let mut request = tonic::Request::new(pb::HandoffRequest {
         task_id: String::new(),
         agent,
         prompt: text("prompt"),
         timeout_secs,
-        parent_run_token: token.trim().to_owned(),
         run_id: String::new(),
-    };
+    });
+    // The agent's run token is the call's credential: its run is the parent.
+    let bearer = format!("Bearer {}", token.trim()).parse().map_err(|_| {
+        HandoffError::Status(tonic::Status::unauthenticated(
+            "the run token is not valid metadata",
+        ))
+    })?;
+    request.metadata_mut().insert("authorization", bearer);
     let mut stream = pb::orchestrator_client::OrchestratorClient::new(channel)
+        .max_decoding_message_size(crate::limits::DEFAULT_MESSAGE_BYTES)
         .handoff(request)
         .await
         .map_err(HandoffError::Status)?

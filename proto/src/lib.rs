@@ -7,6 +7,9 @@
 #[cfg(feature = "client")]
 pub mod handoff;
 pub mod json;
+pub mod limits;
+#[cfg(feature = "server")]
+pub mod reflection;
 
 /// A gRPC status code's name in lower snake case ("permission_denied"), as tool
 /// results, history events and chorus-tools' JSON errors spell it.

@@ -1,6 +1,10 @@
 //! ExecuteTool throughput with concurrent clients, against a bare tonic unary
 //! RPC (gRPC health Check on a server with nothing else) as the baseline for
-//! RPC overhead, both served in this process on loopback.
+//! RPC overhead, all served in this process on loopback. Every ExecuteTool
+//! passes the authentication layer (the run token's key, signature and
+//! expiry); the live-run rows also pass the gate of the all-in-one
+//! orchestrator (every claim checked against the stored run, the call recorded
+//! in the task's history).
 //!
 //! `cargo bench -p chorus-tests --bench rpc_throughput`
 //! (CHORUS_BENCH_RPC_CALLS sets calls per row, default 20000).
@@ -83,6 +87,34 @@ fn main() {
         .expect("seed");
         let token = format!("Bearer {}", service.token(workspace.path(), &["file.read"]));
 
+        // A live run of the all-in-one orchestrator (SQLite): authorize and record.
+        let data = tempfile::tempdir().expect("data");
+        let root = tempfile::tempdir().expect("root");
+        std::fs::write(root.path().join("small.txt"), "a small file\n".repeat(40)).expect("seed");
+        let orchestrator = chorus_tests::orchestrator::Orchestrator::start(
+            &data.path().join("chorus.db").display().to_string(),
+            data.path(),
+        )
+        .await;
+        let mut admin = orchestrator.client().await;
+        let ws = chorus_tests::agents::workspace(&mut admin, "bench", root.path()).await;
+        chorus_tests::agents::add_agent(&mut admin, &ws, "reader", &["file.read"], "").await;
+        let task = chorus_tests::agents::planned_task(&mut admin, &ws, "read").await;
+        let run_token = admin
+            .open_run(chorus_proto::orchestrator::v1::OpenRunRequest {
+                task_id: task.id,
+                agent: "reader".into(),
+                ttl_secs: 0,
+            })
+            .await
+            .expect("open run")
+            .into_inner()
+            .token;
+        let live = (
+            orchestrator.tool_exec_addr.to_string(),
+            format!("Bearer {run_token}"),
+        );
+
         // The baseline: a tonic server with only the health service.
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let bare_addr = listener.local_addr().expect("addr").to_string();
@@ -127,18 +159,32 @@ fn main() {
                 ms(lat.percentile(99.0))
             );
 
-            for (tool, args) in [
-                ("help", json!({"tool": "file.read"})),
-                ("file.read", json!({"path": "small.txt"})),
+            let bare_tool_exec = (service.addr.to_string(), token.clone());
+            for (label, tool, args, (addr, token)) in [
+                (
+                    "ExecuteTool help",
+                    "help",
+                    json!({"tool": "file.read"}),
+                    bare_tool_exec.clone(),
+                ),
+                (
+                    "ExecuteTool file.read",
+                    "file.read",
+                    json!({"path": "small.txt"}),
+                    bare_tool_exec.clone(),
+                ),
+                (
+                    "ExecuteTool file.read, live run (gate: authorize + record)",
+                    "file.read",
+                    json!({"path": "small.txt"}),
+                    live.clone(),
+                ),
             ] {
                 let mut clients = Vec::new();
                 for _ in 0..channels {
-                    clients.push(ToolExecClient::new(
-                        channel(&service.addr.to_string()).await,
-                    ));
+                    clients.push(ToolExecClient::new(channel(&addr).await));
                 }
                 let clients = Arc::new(clients);
-                let token = token.clone();
                 let arguments = json::to_struct(args.as_object().cloned().unwrap_or_default());
                 let (rate, lat) = drive(total, concurrency, move |w| {
                     let mut client = clients[w % clients.len()].clone();
@@ -155,12 +201,13 @@ fn main() {
                 })
                 .await;
                 println!(
-                    "| ExecuteTool {tool} | {concurrency} | {rate:.0} | {} | {} |",
+                    "| {label} | {concurrency} | {rate:.0} | {} | {} |",
                     ms(lat.median()),
                     ms(lat.percentile(99.0))
                 );
             }
         }
         service.stop().await;
+        orchestrator.stop().await;
     });
 }

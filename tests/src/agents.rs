@@ -7,9 +7,9 @@ use std::time::Duration;
 use chorus_proto::orchestrator::v1 as pb;
 use serde_json::Value;
 use tokio_stream::StreamExt;
-use tonic::transport::Channel;
 
-pub type Client = pb::orchestrator_client::OrchestratorClient<Channel>;
+/// A client of the management API presenting a credential.
+pub type Client = pb::orchestrator_client::OrchestratorClient<crate::credentials::AuthChannel>;
 
 /// The fake CLI built with this crate.
 pub fn fake_cli() -> std::path::PathBuf {

@@ -29,6 +29,9 @@ pub enum Step {
     Text(String),
     /// Answer with this HTTP status and an OpenAI-style error body.
     Status(u16),
+    /// One tool call whose arguments are this text as the model wrote it (not
+    /// necessarily JSON).
+    RawToolCall(String, String),
 }
 
 impl Step {
@@ -159,6 +162,10 @@ async fn chat_completions(
             return error(status, &format!("fake: scripted status {code}"));
         }
         Step::Text(text) => (Some(text), Vec::new(), "stop"),
+        Step::RawToolCall(name, raw) => {
+            let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+            (None, vec![(format!("call_{n}"), name, raw)], "tool_calls")
+        }
         Step::ToolCalls(calls) => {
             let calls = calls
                 .into_iter()

@@ -6,13 +6,17 @@
 #![forbid(unsafe_code)]
 
 pub mod agents;
+pub mod credentials;
 pub mod db;
 pub mod fake_anthropic;
 pub mod fake_http;
 pub mod fake_openai;
 pub mod flows;
 pub mod orchestrator;
+pub mod pki;
+pub mod raw;
 pub mod stats;
+pub mod tool_exec_process;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -153,7 +157,13 @@ pub fn grant(root: &Path, tools: &[&str]) -> RunGrant {
 
 /// Waits on the health Watch stream until `service` is SERVING.
 pub async fn wait_serving(addr: SocketAddr, service: &str) {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+    wait_serving_over(addr, service, &chorus_auth::tls::ClientTls::default()).await;
+}
+
+/// [`wait_serving`] over TLS when `tls` says so.
+pub async fn wait_serving_over(addr: SocketAddr, service: &str, tls: &chorus_auth::tls::ClientTls) {
+    let channel = tls
+        .endpoint(&addr.to_string())
         .expect("endpoint")
         .connect()
         .await
@@ -245,6 +255,37 @@ pub struct ToolsEnv {
 
 /// Runs the real chorus-tools binary with `args` and the given environment only.
 pub async fn chorus_tools(env: &ToolsEnv, args: &[&str]) -> ToolsRun {
+    let output = tools_command(env, args)
+        .output()
+        .await
+        .expect("run chorus-tools");
+    ToolsRun::of(output)
+}
+
+/// Runs chorus-tools as [`chorus_tools`] does, with `stdin` written to its
+/// standard input (`chorus-tools -`).
+pub async fn chorus_tools_with_stdin(env: &ToolsEnv, args: &[&str], stdin: Vec<u8>) -> ToolsRun {
+    use tokio::io::AsyncWriteExt;
+
+    let mut child = tools_command(env, args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start chorus-tools");
+    let mut pipe = child.stdin.take().expect("stdin");
+    // Written while the output is read: a large input fills the pipe.
+    let writer = tokio::spawn(async move {
+        // A child that stops reading early (a usage error) closes the pipe.
+        let _ = pipe.write_all(&stdin).await;
+    });
+    let output = child.wait_with_output().await.expect("run chorus-tools");
+    writer.await.expect("stdin writer");
+    ToolsRun::of(output)
+}
+
+fn tools_command(env: &ToolsEnv, args: &[&str]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(chorus_tools_bin());
     command
         .args(args)
@@ -259,14 +300,20 @@ pub async fn chorus_tools(env: &ToolsEnv, args: &[&str]) -> ToolsRun {
     if let Some(addr) = &env.orchestrator_addr {
         command.env("CHORUS_ORCHESTRATOR_ADDR", addr);
     }
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = command.output().await.expect("run chorus-tools");
-    ToolsRun {
-        code: status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    command
+}
+
+impl ToolsRun {
+    fn of(output: Output) -> Self {
+        let Output {
+            status,
+            stdout,
+            stderr,
+        } = output;
+        Self {
+            code: status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        }
     }
 }

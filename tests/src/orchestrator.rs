@@ -12,7 +12,10 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
-use crate::{TOOL_EXEC_SERVICE, wait_serving};
+use crate::agents::Client;
+use crate::credentials::Bearer;
+use crate::{TOOL_EXEC_SERVICE, wait_serving_over};
+use chorus_auth::tls::ClientTls;
 
 /// gRPC service name the orchestrator reports health for.
 pub const AGENT_TOOLS_SERVICE: &str = "chorus.orchestrator.v1.AgentTools";
@@ -21,6 +24,10 @@ pub const AGENT_TOOLS_SERVICE: &str = "chorus.orchestrator.v1.AgentTools";
 pub struct Orchestrator {
     pub addr: SocketAddr,
     pub tool_exec_addr: SocketAddr,
+    /// An admin key its clients present.
+    pub admin_key: String,
+    /// How clients reach it (TLS when it serves TLS).
+    pub client_tls: ClientTls,
     /// Holds the run directories (`runs/<run id>`).
     pub runs: tempfile::TempDir,
     stop: Option<oneshot::Sender<()>>,
@@ -76,7 +83,17 @@ impl Orchestrator {
         config.runner.chorus_tools = crate::chorus_tools_bin();
         config.runner.runs_dir = runs.path().join("runs");
         config.sandbox.launcher = Some(chorus_sandbox::testing::built_launcher());
+        // Every address is a temporary directory; the harness's own lives apart.
+        config.workspace_roots = chorus_orchestrator::domain::RootPolicy::new(
+            &[std::env::temp_dir()],
+            &[runs.path().to_owned()],
+        );
         configure(&mut config);
+        let client_tls = ClientTls {
+            ca: config.tls.as_ref().and(config.runner.tls_ca.clone()),
+            ..ClientTls::default()
+        };
+        let admin_key = crate::credentials::admin_key(&config.database_url).await;
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             chorus_orchestrator::server::run(listener, config, async move {
@@ -85,13 +102,15 @@ impl Orchestrator {
             .await
             .expect("orchestrator ran");
         });
-        wait_serving(addr, AGENT_TOOLS_SERVICE).await;
+        wait_serving_over(addr, AGENT_TOOLS_SERVICE, &client_tls).await;
         if embed_tool_exec {
-            wait_serving(tool_exec_addr, TOOL_EXEC_SERVICE).await;
+            wait_serving_over(tool_exec_addr, TOOL_EXEC_SERVICE, &client_tls).await;
         }
         Self {
             addr,
             tool_exec_addr,
+            admin_key,
+            client_tls,
             runs,
             stop: Some(stop),
             task: Some(task),
@@ -116,6 +135,19 @@ impl Orchestrator {
         .await
     }
 
+    /// Started on an SQLite file in `data_dir` (its key set there too), with
+    /// model retries 10 ms apart (for API agents against a fake model server).
+    pub async fn for_api_agents(data_dir: &Path) -> Self {
+        let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key set");
+        Self::start_configured(
+            &data_dir.join("chorus.db").display().to_string(),
+            signer,
+            true,
+            |config| config.runner.api.backoff = std::time::Duration::from_millis(10),
+        )
+        .await
+    }
+
     /// [`Self::with_fake_cli`] on an SQLite file in `data_dir`.
     pub async fn with_fake_cli_on_sqlite(
         data_dir: &Path,
@@ -125,9 +157,21 @@ impl Orchestrator {
         Self::with_fake_cli(data_dir, &database, configure).await
     }
 
-    /// A client of the management API.
-    pub async fn client(&self) -> OrchestratorClient<Channel> {
-        client_at(self.addr).await
+    /// A client of the management API with the admin key.
+    pub async fn client(&self) -> Client {
+        self.client_with(&self.admin_key).await
+    }
+
+    /// A client of the management API presenting `credential`.
+    pub async fn client_with(&self, credential: &str) -> Client {
+        let channel = self
+            .client_tls
+            .endpoint(&self.addr.to_string())
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+        OrchestratorClient::with_interceptor(channel, Bearer::new(credential))
     }
 
     /// A file a fake CLI wrote in its HOME (with the run directories kept):
@@ -161,6 +205,8 @@ pub struct OrchestratorProcess {
     child: tokio::process::Child,
     pub addr: SocketAddr,
     pub tool_exec_addr: SocketAddr,
+    /// An admin key its clients present.
+    pub admin_key: String,
 }
 
 impl OrchestratorProcess {
@@ -177,6 +223,24 @@ impl OrchestratorProcess {
         database_url: &str,
         extra: &[&str],
         env: &[(&str, &str)],
+    ) -> Self {
+        let admin_key = crate::credentials::admin_key(database_url).await;
+        Self::spawn_keyed(data_dir, database_url, extra, env, Some(admin_key)).await
+    }
+
+    /// Starts the binary as a new user does: no key made beforehand, so the
+    /// binary writes its first admin key to `<data_dir>/admin.key` (or finds
+    /// one from an earlier start), which this client then presents.
+    pub async fn spawn_as_installed(data_dir: &Path, database_url: &str, extra: &[&str]) -> Self {
+        Self::spawn_keyed(data_dir, database_url, extra, &[], None).await
+    }
+
+    async fn spawn_keyed(
+        data_dir: &Path,
+        database_url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        admin_key: Option<String>,
     ) -> Self {
         use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -205,10 +269,24 @@ impl OrchestratorProcess {
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let addr = addr.expect("serving address");
         crate::wait_serving(addr, AGENT_TOOLS_SERVICE).await;
+        // Without an embedded one, the separate tool-exec it was given.
+        let separate = extra
+            .windows(2)
+            .find(|w| w[0] == "--tool-exec-addr")
+            .and_then(|w| w[1].parse().ok());
+        let admin_key = admin_key.unwrap_or_else(|| {
+            std::fs::read_to_string(data_dir.join("admin.key"))
+                .expect("the admin key the binary wrote")
+                .trim()
+                .to_owned()
+        });
         Self {
             child,
             addr,
-            tool_exec_addr: tool_exec_addr.expect("the embedded tool-exec's address"),
+            tool_exec_addr: tool_exec_addr
+                .or(separate)
+                .expect("the embedded tool-exec's address, or --tool-exec-addr"),
+            admin_key,
         }
     }
 
@@ -243,29 +321,32 @@ impl OrchestratorProcess {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> tokio::process::Child {
-        tokio::process::Command::new(crate::built_bin(
+        let mut command = tokio::process::Command::new(crate::built_bin(
             "chorus-orchestrator",
             "chorus-orchestrator",
-        ))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--tool-exec-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(["--database-url", database_url, "--log-format", "json"])
-        .arg("--chorus-tools")
-        .arg(crate::chorus_tools_bin())
-        .args(extra)
-        .envs(env.iter().copied())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start chorus-orchestrator")
+        ));
+        // `extra` may name its own port and workspace roots.
+        if !extra.contains(&"--listen") {
+            command.args(["--listen", "127.0.0.1:0"]);
+        }
+        if !extra.contains(&"--workspace-roots") {
+            command.arg("--workspace-roots").arg(std::env::temp_dir());
+        }
+        command
+            .args(["--tool-exec-listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--database-url", database_url, "--log-format", "json"])
+            .arg("--chorus-tools")
+            .arg(crate::chorus_tools_bin())
+            .args(extra)
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start chorus-orchestrator")
     }
 
     pub fn pid(&self) -> i32 {
@@ -275,9 +356,9 @@ impl OrchestratorProcess {
             .expect("running")
     }
 
-    /// A client of the management API.
-    pub async fn client(&self) -> OrchestratorClient<Channel> {
-        client_at(self.addr).await
+    /// A client of the management API with the admin key.
+    pub async fn client(&self) -> Client {
+        client_at(self.addr, &self.admin_key).await
     }
 
     /// Kills it with SIGKILL (no shutdown of any kind) and reaps it.
@@ -313,12 +394,16 @@ pub fn run_file(runs: &Path, name: &str) -> std::path::PathBuf {
     found.into_iter().next().expect("one")
 }
 
-/// A client of the management API at `addr`.
-pub async fn client_at(addr: SocketAddr) -> OrchestratorClient<Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+/// A client of the management API at `addr` presenting `credential`.
+pub async fn client_at(addr: SocketAddr, credential: &str) -> Client {
+    OrchestratorClient::with_interceptor(channel_to(addr).await, Bearer::new(credential))
+}
+
+/// A channel to `addr`.
+pub async fn channel_to(addr: SocketAddr) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .expect("uri")
         .connect()
         .await
-        .expect("connect");
-    OrchestratorClient::new(channel)
+        .expect("connect")
 }

@@ -4,7 +4,6 @@
 //! so permission, execution and history are the same as for CLI agents.
 
 use std::path::Path;
-use std::time::Duration;
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{data, ends_run, planned_task, start, summary, team, wait_for};
@@ -13,14 +12,7 @@ use chorus_tests::orchestrator::Orchestrator;
 use serde_json::{Value, json};
 
 async fn orchestrator(data_dir: &Path) -> Orchestrator {
-    let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
-    Orchestrator::start_configured(
-        &data_dir.join("chorus.db").display().to_string(),
-        signer,
-        true,
-        |config| config.runner.api.backoff = Duration::from_millis(10),
-    )
-    .await
+    Orchestrator::for_api_agents(data_dir).await
 }
 
 fn function_names(request: &Value) -> Vec<String> {

@@ -397,11 +397,12 @@ async fn stubborn_run(
         e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
     })
     .await;
-    assert_eq!(
-        survivors(marker).len(),
-        chorus_sandbox::testing::ESCAPEES,
-        "the children run before the end"
-    );
+    // A shell forking a child looks like one more escapee until the child has
+    // exec'd: wait until exactly the escapees are left.
+    chorus_sandbox::testing::eventually("the children run before the end", || {
+        survivors(marker).len() == chorus_sandbox::testing::ESCAPEES
+    })
+    .await;
     task
 }
 
@@ -520,7 +521,7 @@ async fn the_run_directory_is_private_to_the_run_and_removed_after_it() {
     let task = planned_task(
         &mut client,
         &team.workspace,
-        "fake: shell stat -c '%a %u' \"$HOME/..\"\nfake: save stat.json\nfake: wait gate",
+        "fake: shell stat -c '%a %u' \"$HOME/..\" \"$HOME\" \"$TMPDIR\"\nfake: save stat.json\nfake: wait gate",
     )
     .await;
     start(&mut client, &task, &team.agent, 0).await;
@@ -534,7 +535,8 @@ async fn the_run_directory_is_private_to_the_run_and_removed_after_it() {
     } else {
         nix::unistd::geteuid().as_raw()
     };
-    assert_eq!(saved["stdout"], format!("700 {uid}\n"), "{saved}");
+    // The run directory, its HOME and its TMPDIR: owner-only, the run's user's.
+    assert_eq!(saved["stdout"], format!("700 {uid}\n").repeat(3), "{saved}");
     std::fs::write(orchestrator.run_file("gate"), "go").expect("open the gate");
     wait_for(&mut client, &task.id, ends_run).await;
     let left: Vec<_> = std::fs::read_dir(orchestrator.runs.path().join("runs"))
@@ -617,5 +619,60 @@ async fn start_task_refuses_what_cannot_run_and_changes_nothing() {
         (after.status.as_str(), after.last_sequence),
         ("planned", planned.last_sequence + 2)
     );
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_without_a_provider_runs_on_the_workspaces_system_provider() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let orchestrator = orchestrator(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let ws = agents::workspace(&mut client, "fallback", root.path()).await;
+    client
+        .create_provider(pb::CreateProviderRequest {
+            workspace_id: ws.id.clone(),
+            name: "house".into(),
+            kind: pb::ProviderKind::ClaudeCode.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("provider");
+    // The default writer has no provider; without a system provider it cannot run.
+    let task = planned_task(&mut client, &ws, &agents::report("complete", "written")).await;
+    let refused = client
+        .start_task(pb::StartTaskRequest {
+            task_id: task.id.clone(),
+            agent: "writer".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no provider at all");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(refused.message().contains("system_provider"), "{refused:?}");
+    client
+        .update_workspace(pb::UpdateWorkspaceRequest {
+            id: ws.id.clone(),
+            name: None,
+            system_provider: Some("house".into()),
+        })
+        .await
+        .expect("system provider");
+    start(&mut client, &task, "writer", 0).await;
+    let events = wait_for(&mut client, &task.id, ends_run).await;
+    let started = events
+        .iter()
+        .find(|e| e.kind == "agent_started")
+        .expect("agent_started");
+    assert_eq!(
+        data(started)["provider"],
+        "house",
+        "the run says which provider ran it"
+    );
+    assert_eq!(data(events.last().expect("end"))["reason"], "completed");
     orchestrator.stop().await;
 }

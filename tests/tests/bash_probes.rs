@@ -9,8 +9,8 @@
 use std::path::Path;
 
 use chorus_proto::orchestrator::v1 as pb;
-use chorus_run_token::PRIVATE_KEY_FILE;
-use chorus_sandbox::testing::program_processes;
+use chorus_run_token::KEY_SET_FILE;
+use chorus_sandbox::testing::{eventually, program_processes};
 use chorus_tests::agents::{
     Client, add_agent, call, data, ends_run, fake_cli, history, planned_task, report, saved, start,
     wait_for, workspace,
@@ -90,9 +90,14 @@ async fn bash_reaches_nothing_but_its_own_workspace() {
         e.kind == "agent_progress" && data(e)["text"] == "the other workspace's agent sleeps"
     })
     .await;
-    let sleeper = program_processes(&fake, "the other workspace's agent sleeps");
-    assert_eq!(sleeper.len(), 1, "{sleeper:?}");
-    let sleeper = sleeper[0];
+    // The CLI forks a shell to hang in; until that child has exec'd it looks
+    // like the CLI too.
+    let sleepers = || program_processes(&fake, "the other workspace's agent sleeps");
+    eventually("one sleeping CLI of the other workspace", || {
+        sleepers().len() == 1
+    })
+    .await;
+    let sleeper = sleepers()[0];
     let sleeper_environ = std::fs::read(format!("/proc/{sleeper}/environ")).expect("environ");
     let sleeper_token = String::from_utf8_lossy(&sleeper_environ)
         .split('\0')
@@ -107,7 +112,7 @@ async fn bash_reaches_nothing_but_its_own_workspace() {
     let probes: Vec<(&str, String, &str)> = vec![
         (
             "signing-key",
-            format!("cat {data_path}/{PRIVATE_KEY_FILE}"),
+            format!("cat {data_path}/{KEY_SET_FILE}"),
             "No such file or directory",
         ),
         (
@@ -218,7 +223,10 @@ async fn bash_reaches_nothing_but_its_own_workspace() {
         .collect();
     assert!(written.is_empty(), "{written:?}");
     let parent = root.path().parent().expect("parent");
-    assert!(!parent.join(&beside).exists(), "written beside the workspace");
+    assert!(
+        !parent.join(&beside).exists(),
+        "written beside the workspace"
+    );
     assert!(std::path::Path::new(&format!("/proc/{sleeper}")).exists());
     // No secret in any history event of either task.
     for task_id in [&task.id, &sleeping.id] {

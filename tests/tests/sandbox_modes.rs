@@ -37,11 +37,15 @@ async fn status(
             .connect()
             .await
             .expect("connect");
-    let tool_exec = ToolExecClient::new(channel)
-        .get_status(chorus_proto::tools::v1::GetStatusRequest {})
-        .await
-        .expect("tool-exec status")
-        .into_inner();
+    // An operator's key works on tool-exec too (checked with the orchestrator).
+    let tool_exec = ToolExecClient::with_interceptor(
+        channel,
+        chorus_tests::credentials::Bearer::new(&orchestrator.admin_key),
+    )
+    .get_status(chorus_proto::tools::v1::GetStatusRequest {})
+    .await
+    .expect("tool-exec status")
+    .into_inner();
     (own, tool_exec)
 }
 

@@ -348,6 +348,14 @@ async fn help_lists_only_the_runs_tools_with_arguments() {
         .expect("file.read");
     assert_eq!(read["arguments"][0]["name"], "path");
     assert_eq!(read["arguments"][0]["required"], true);
+    // Examples name the path the agent ran chorus-tools by: the one a CLI's
+    // rules allow (Claude Code's `Bash(<path> *)`).
+    let example = read["example"].as_str().expect("example");
+    let path = chorus_tests::chorus_tools_bin();
+    assert!(
+        example.starts_with(&format!("{} '", path.display())),
+        "{example}"
+    );
 }
 
 #[tokio::test]
@@ -493,7 +501,10 @@ async fn bad_tokens_are_unauthenticated() {
     let message = chorus_tools(&forged, &[&call])
         .await
         .expect_failure(3, "unauthenticated");
-    assert!(message.contains("signature"), "{message}");
+    assert!(
+        message.contains("not minted by this deployment"),
+        "{message}"
+    );
 
     let garbage = ToolsEnv {
         token: Some("not.a.token".into()),

@@ -4,16 +4,38 @@ use std::time::Duration;
 
 use chorus_proto::handoff::HandoffError;
 use chorus_proto::json;
+use chorus_proto::limits::DEFAULT_MESSAGE_BYTES;
 use chorus_proto::orchestrator::v1::CallToolRequest;
 use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
 use chorus_proto::tools::v1::ExecuteToolRequest;
 use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
 use serde_json::{Map, Value};
 use tonic::metadata::MetadataValue;
-use tonic::transport::Endpoint;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
 use crate::exit::{Exit, Failure};
 use crate::usage::{Request, Route};
+
+/// Environment variable naming the PEM CA that signed the services' certificates
+/// (the system's roots without it).
+pub const ENV_TLS_CA: &str = "CHORUS_TLS_CA";
+
+/// TLS to an `https://` service: its CA from [`ENV_TLS_CA`], else the system's roots.
+fn tls_config() -> Result<ClientTlsConfig, Failure> {
+    let config = ClientTlsConfig::new();
+    match std::env::var_os(ENV_TLS_CA) {
+        Some(path) => {
+            let pem = std::fs::read(&path).map_err(|e| {
+                Failure::usage(format!(
+                    "{ENV_TLS_CA} names {}, which cannot be read: {e}",
+                    std::path::Path::new(&path).display()
+                ))
+            })?;
+            Ok(config.ca_certificate(Certificate::from_pem(pem)))
+        }
+        None => Ok(config.with_enabled_roots()),
+    }
+}
 
 /// Metadata key carrying the workspace root given on the command line.
 pub const WORKSPACE_ROOT_METADATA: &str = "chorus-workspace-root";
@@ -31,7 +53,7 @@ pub async fn send(request: Request) -> Result<Answer, Failure> {
         Route::ToolExec { addr } => ("tool-exec", addr),
         Route::Orchestrator { addr } => ("orchestrator", addr),
     };
-    let endpoint = Endpoint::from_shared(addr.clone())
+    let mut endpoint = Endpoint::from_shared(addr.clone())
         .map_err(|e| {
             Failure::usage(format!(
                 "{service} address '{addr}' is not a valid URI: {e}"
@@ -39,6 +61,11 @@ pub async fn send(request: Request) -> Result<Answer, Failure> {
         })?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true);
+    if addr.starts_with("https://") {
+        endpoint = endpoint
+            .tls_config(tls_config()?)
+            .map_err(|e| Failure::usage(format!("TLS for {service} at {addr}: {e}")))?;
+    }
     let channel = endpoint.connect().await.map_err(|e| {
         Failure::new(
             Exit::Unavailable,
@@ -65,16 +92,18 @@ pub async fn send(request: Request) -> Result<Answer, Failure> {
     }
 
     let response = ToolExecClient::new(channel)
+        .max_decoding_message_size(DEFAULT_MESSAGE_BYTES)
         .execute_tool(grpc)
         .await
         .map_err(|status| Failure::from_status(&status, "tool-exec"))?
         .into_inner();
 
+    let mut output = response.output.map_or(Value::Null, json::from_value);
+    if request.tool == "help" {
+        name_examples_by_this_binary(&mut output);
+    }
     let mut result = Map::new();
-    result.insert(
-        "output".to_owned(),
-        response.output.map_or(Value::Null, json::from_value),
-    );
+    result.insert("output".to_owned(), output);
     let error = response.error.map(|e| {
         result.insert(
             "error".to_owned(),
@@ -92,6 +121,31 @@ pub async fn send(request: Request) -> Result<Answer, Failure> {
     })
 }
 
+/// help's examples call `chorus-tools`; an agent's CLI may allow only the
+/// path it runs this binary by (Claude Code's `Bash(<path> *)` rule), so the
+/// examples name that path.
+fn name_examples_by_this_binary(output: &mut Value) {
+    let invoked = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::current_exe().ok());
+    let Some(path) = invoked.and_then(|p| p.to_str().map(str::to_owned)) else {
+        return;
+    };
+    let Some(tools) = output.get_mut("tools").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for example in tools.iter_mut().filter_map(|t| t.get_mut("example")) {
+        if let Some(rest) = example
+            .as_str()
+            .and_then(|e| e.strip_prefix("chorus-tools "))
+        {
+            *example = Value::String(format!("{path} {rest}"));
+        }
+    }
+}
+
 async fn call_orchestrator(
     channel: tonic::transport::Channel,
     request: Request,
@@ -107,15 +161,17 @@ async fn call_orchestrator(
         .map_err(|_| Failure::usage("CHORUS_RUN_TOKEN contains characters that cannot be sent"))?;
     grpc.metadata_mut().insert("authorization", bearer);
     let response = AgentToolsClient::new(channel)
+        .max_decoding_message_size(DEFAULT_MESSAGE_BYTES)
         .call_tool(grpc)
         .await
         .map_err(|status| Failure::from_status(&status, "orchestrator"))?
         .into_inner();
+    let mut output = response.output.map_or(Value::Null, json::from_value);
+    if request.tool == "help" {
+        name_examples_by_this_binary(&mut output);
+    }
     let mut result = Map::new();
-    result.insert(
-        "output".to_owned(),
-        response.output.map_or(Value::Null, json::from_value),
-    );
+    result.insert("output".to_owned(), output);
     result.insert(
         "metadata".to_owned(),
         Value::Object(response.metadata.map(json::from_struct).unwrap_or_default()),

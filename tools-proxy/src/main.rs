@@ -3,6 +3,7 @@
 //! ```text
 //! chorus-tools '{"tool":"file.read","path":"src/main.rs"}'
 //! chorus-tools /path/to/workspace '{"tool":"file.read","path":"src/main.rs"}'
+//! chorus-tools - < call.json     # the JSON on stdin: large contents
 //! ```
 //!
 //! It is a pure proxy: it reads the run token and service addresses from the

@@ -1,10 +1,11 @@
-//! Command line: `chorus-tools [WORKSPACE_ROOT] '<JSON>'`, and the help text that
-//! lists every tool from the catalog.
+//! Command line: `chorus-tools [WORKSPACE_ROOT] '<JSON>'` (or `-` to read the
+//! JSON from stdin), and the help text that lists every tool from the catalog.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use chorus_catalog::{Executor, TOOLS, help_tool};
+use chorus_proto::limits;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use serde_json::{Map, Value};
 
@@ -16,11 +17,13 @@ use crate::{DEFAULT_TOOLS_ADDR, ENV_ORCHESTRATOR_ADDR, ENV_RUN_TOKEN, ENV_TOOLS_
 #[command(
     name = "chorus-tools",
     version,
-    override_usage = "chorus-tools [WORKSPACE_ROOT] '<JSON>'\n       chorus-tools '{\"tool\":\"file.read\",\"path\":\"README.md\"}'"
+    override_usage = "chorus-tools [WORKSPACE_ROOT] '<JSON>'\n       chorus-tools [WORKSPACE_ROOT] - < call.json\n       chorus-tools '{\"tool\":\"file.read\",\"path\":\"README.md\"}'"
 )]
 pub struct Cli {
     /// Optional workspace root (must be the run's own), then the tool call as one JSON
-    /// object: {"tool": "<name>", ...arguments}.
+    /// object: {"tool": "<name>", ...arguments}; or `-` to read that object from
+    /// stdin, for calls too large for one argument (Linux takes 128 KiB at most),
+    /// such as a file.create with a large content.
     #[arg(required = true, num_args = 1..=2, value_name = "ARGS", allow_hyphen_values = true)]
     args: Vec<String>,
 }
@@ -28,9 +31,16 @@ pub struct Cli {
 impl Cli {
     /// Parses the command line; `--help` lists the tools from the catalog.
     pub fn try_parse_with_catalog() -> Result<Self, clap::Error> {
-        let matches = Self::command()
-            .after_help(catalog_help())
-            .try_get_matches()?;
+        // The catalog's help is built only when asked for: deriving every tool's
+        // schema took a millisecond of every call.
+        let wants_help = std::env::args_os()
+            .skip(1)
+            .any(|a| a == "--help" || a == "-h");
+        let mut command = Self::command();
+        if wants_help {
+            command = command.after_help(catalog_help());
+        }
+        let matches = command.try_get_matches()?;
         Self::from_arg_matches(&matches)
     }
 }
@@ -81,7 +91,10 @@ impl Request {
     /// Validates the command line and environment and picks the service.
     pub fn from_cli(cli: Cli) -> Result<Self, Failure> {
         let mut args = cli.args;
-        let json = args.pop().unwrap_or_default();
+        let json = match args.pop().unwrap_or_default() {
+            dash if dash == STDIN => read_stdin()?,
+            json => json,
+        };
         let workspace_root = args.pop();
         let mut call = match serde_json::from_str::<Value>(&json) {
             Ok(Value::Object(call)) => call,
@@ -154,6 +167,24 @@ impl Request {
     }
 }
 
+/// The JSON argument that means "read the call from stdin".
+const STDIN: &str = "-";
+
+/// The tool call piped to stdin.
+fn read_stdin() -> Result<String, Failure> {
+    let json = std::io::read_to_string(std::io::stdin()).map_err(|e| {
+        Failure::usage(format!(
+            "cannot read the tool call from stdin ({e}); pipe one JSON object, e.g. chorus-tools - < call.json"
+        ))
+    })?;
+    if json.trim().is_empty() {
+        return Err(Failure::usage(
+            "'-' reads the tool call from stdin, which was empty; pipe one JSON object, e.g. chorus-tools - < call.json",
+        ));
+    }
+    Ok(json)
+}
+
 fn invalid(message: impl Into<String>) -> Failure {
     Failure::new(Exit::InvalidArguments, "invalid_argument", message)
 }
@@ -193,9 +224,12 @@ fn catalog_help() -> String {
     }
     let _ = write!(
         out,
-        "\nEnvironment:\n  {ENV_RUN_TOKEN}         the run's token (required)\n  {ENV_TOOLS_ADDR}         tool-exec address (default {DEFAULT_TOOLS_ADDR})\n  {ENV_ORCHESTRATOR_ADDR}  orchestrator address\n\
+        "\nEnvironment:\n  {ENV_RUN_TOKEN}         the run's token (required)\n  {ENV_TOOLS_ADDR}         tool-exec address (default {DEFAULT_TOOLS_ADDR})\n  {ENV_ORCHESTRATOR_ADDR}  orchestrator address\n  CHORUS_TLS_CA            PEM CA of the services' certificates, for https:// addresses\n\
+         \nLarge calls: chorus-tools - reads the JSON from stdin (one argument holds 128 KiB at most on Linux),\n  e.g. chorus-tools - < call.json; a request may carry {message_mib} MiB, file contents {content_mib} MiB (the default limits).\n\
          \nOutput: the result {{\"output\", \"metadata\", \"error\"?}} as JSON on stdout; on failure {{\"code\",\"message\"}} on stderr.\n\
-         Exit codes: 0 ok, 1 tool failed, 2 usage, 3 denied, 4 invalid arguments, 5 unavailable.\n"
+         Exit codes: 0 ok, 1 tool failed, 2 usage, 3 denied, 4 invalid arguments, 5 unavailable.\n",
+        message_mib = limits::DEFAULT_MESSAGE_BYTES >> 20,
+        content_mib = limits::DEFAULT_CONTENT_BYTES >> 20,
     );
     out
 }

@@ -13,15 +13,57 @@ pub fn help_tool(spec: &ToolSpec) -> HelpTool {
 /// Derives the help of a tool from its input schema.
 pub(crate) fn describe(spec: &ToolSpec, schema: &Value) -> HelpTool {
     let empty = Map::new();
-    let properties = schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
-    let required: Vec<&str> = schema
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|r| r.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    // A tagged choice (planner-output's plan, questions or error) has its
+    // arguments in its alternatives: all of them are listed, required only
+    // where every alternative requires them.
+    let alternatives: Vec<&Value> = match schema.get("oneOf").and_then(Value::as_array) {
+        Some(alternatives) => alternatives.iter().collect(),
+        None => vec![schema],
+    };
+    let mut merged = Map::new();
+    for alternative in &alternatives {
+        if let Some(props) = alternative.get("properties").and_then(Value::as_object) {
+            for (name, prop) in props {
+                merged.entry(name.clone()).or_insert_with(|| prop.clone());
+            }
+        }
+    }
+    // The tag's values, as its description ("one of: plan, questions, error").
+    if alternatives.len() > 1 {
+        for (name, prop) in merged.iter_mut() {
+            let values: Vec<String> = alternatives
+                .iter()
+                .filter_map(|a| a.pointer(&format!("/properties/{name}")))
+                .filter_map(|p| {
+                    p.get("const")
+                        .or_else(|| p.pointer("/enum/0"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                })
+                .collect();
+            if values.len() > 1 && prop.get("description").is_none() {
+                prop["description"] = Value::String(format!("one of: {}", values.join(", ")));
+            }
+        }
+    }
+    let properties = if merged.is_empty() { &empty } else { &merged };
+    let required_by = |alternative: &Value| -> Vec<String> {
+        alternative
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| {
+                r.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let required: Vec<String> = required_by(alternatives[0])
+        .into_iter()
+        .filter(|name| alternatives.iter().all(|a| required_by(a).contains(name)))
+        .collect();
+    let required: Vec<&str> = required.iter().map(String::as_str).collect();
     let defs = schema
         .get("$defs")
         .and_then(Value::as_object)
@@ -50,6 +92,9 @@ pub(crate) fn describe(spec: &ToolSpec, schema: &Value) -> HelpTool {
         example.insert("questions".to_owned(), json!(["<question>"]));
     }
     for arg in arguments.iter().filter(|a| a.required) {
+        if example.contains_key(&arg.name) {
+            continue;
+        }
         example.insert(
             arg.name.clone(),
             placeholder(&arg.name, &arg.kind, properties.get(&arg.name), defs),

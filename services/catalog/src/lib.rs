@@ -309,11 +309,12 @@ pub static TOOLS: &[ToolSpec] = &[
         o::CompletionReportAccepted,
         "Finish the run with a status (complete, blocked, failed), a summary and the output. Call it exactly once, last."
     ),
+    // Granted to Chorus's own planner only (the orchestrator grants it).
     tool!(
         "planner-output",
         Orchestration,
         Orchestrator,
-        true,
+        false,
         a::PlannerOutput,
         o::PlannerOutputAccepted,
         "Submit the planner's verdict: a plan, questions for the user, or an error. Call it exactly once."

@@ -141,13 +141,10 @@ fn profiles_grant_what_they_promise() {
 }
 
 #[test]
-fn every_allow_list_reaches_the_reporting_tools() {
+fn every_allow_list_reaches_the_reporting_tools_but_not_the_planners() {
     let nothing = expand_allow_list::<&str>(&[]).expect("expands");
-    assert!(
-        nothing.contains("completion-report")
-            && nothing.contains("planner-output")
-            && nothing.contains("help")
-    );
+    assert!(nothing.contains("completion-report") && nothing.contains("help"));
+    assert!(!nothing.contains("planner-output"));
 }
 
 #[test]
@@ -225,10 +222,7 @@ fn help_is_filtered_to_the_granted_tools() {
     let granted = expand_allow_list(&["file.read"]).expect("expands");
     let help = help_for(granted.iter().copied(), None);
     let names: Vec<&str> = help.tools.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(
-        names,
-        ["file.read", "help", "completion-report", "planner-output"]
-    );
+    assert_eq!(names, ["file.read", "help", "completion-report"]);
     let one = help_for(granted.iter().copied(), Some("file.read"));
     assert_eq!(one.tools.len(), 1);
 }
@@ -248,4 +242,29 @@ fn the_network_grant_is_a_name_of_its_own_and_in_no_profile() {
     assert!(!granted_names(&["network"]).contains(&"network"));
     let err = expand_allow_list(&["netwerk"]).expect_err("unknown");
     assert!(err.to_string().contains("grants: network"), "{err}");
+}
+
+#[test]
+fn the_planners_help_lists_the_arguments_of_every_verdict() {
+    let spec = get("planner-output").expect("planner-output");
+    let help = help_tool(spec);
+    let names: Vec<&str> = help.arguments.iter().map(|a| a.name.as_str()).collect();
+    for name in [
+        "type",
+        "summary",
+        "acceptance_criteria",
+        "assigned_agent",
+        "questions",
+        "error",
+    ] {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+    let tag = &help.arguments[0];
+    assert_eq!((tag.name.as_str(), tag.required), ("type", true));
+    assert_eq!(tag.description, "one of: plan, questions, error");
+    assert!(
+        help.example.contains(r#""type":"questions""#),
+        "{}",
+        help.example
+    );
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use chorus_orchestrator::domain::{EventKind, Name, TaskId, TaskSource, WorkspaceId};
 use chorus_orchestrator::history::{EventHub, watch_task};
+use chorus_orchestrator::secrets::SecretBox;
 use chorus_orchestrator::store::Store;
 use serde_json::json;
 use tokio::sync::{Mutex, mpsc};
@@ -155,9 +156,12 @@ fn main() {
     runtime.block_on(async {
         let dir = tempfile::tempdir().expect("tempdir");
         println!("| backend | measure | result |\n|---|---|---|");
-        let sqlite = Store::open(&dir.path().join("bench.db").display().to_string())
-            .await
-            .expect("sqlite");
+        let sqlite = Store::open(
+            &dir.path().join("bench.db").display().to_string(),
+            SecretBox::ephemeral(),
+        )
+        .await
+        .expect("sqlite");
         bench("SQLite", sqlite, dir.path()).await;
         if let Ok(url) = std::env::var("CHORUS_BENCH_DATABASE_URL") {
             let schema = format!("chorus_bench_{}", uuid::Uuid::new_v4().simple());
@@ -168,9 +172,12 @@ fn main() {
                 .expect("psql");
             assert!(admin.success(), "cannot create schema {schema} with psql");
             let sep = if url.contains('?') { '&' } else { '?' };
-            let pg = Store::open(&format!("{url}{sep}options=-c%20search_path%3D{schema}"))
-                .await
-                .expect("postgres");
+            let pg = Store::open(
+                &format!("{url}{sep}options=-c%20search_path%3D{schema}"),
+                SecretBox::ephemeral(),
+            )
+            .await
+            .expect("postgres");
             bench("PostgreSQL", pg, dir.path()).await;
             let _ = tokio::process::Command::new("psql")
                 .args([

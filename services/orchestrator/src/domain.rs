@@ -2,11 +2,13 @@
 //! built, and state machines refuse transitions they do not allow.
 
 mod agent;
+mod api_key;
 mod error;
 mod event;
 mod name;
 pub mod policy;
 mod provider;
+mod provider_key;
 mod run;
 mod stage;
 mod status;
@@ -14,14 +16,18 @@ mod task;
 mod time;
 mod workspace;
 
-pub use agent::{Agent, AgentKind, TASK_VALIDATOR, default_agents};
+pub use agent::{
+    Agent, AgentKind, MAX_INSTRUCTIONS_BYTES, PLANNER_TOOL, TASK_VALIDATOR, default_agents,
+};
+pub use api_key::ApiKeyRecord;
 pub use error::DomainError;
 pub use event::{Event, EventKind};
 pub use name::Name;
 pub use provider::{Provider, ProviderKind};
-pub use run::{HandoffFailure, HandoffOutcome, Run, RunId, RunState, Usage};
+pub use provider_key::{KeyReference, KeySource, ProviderKey};
+pub use run::{HandoffFailure, HandoffOutcome, Run, RunId, RunState, TokenBinding, Usage};
 pub use stage::{Stage, StageExt};
 pub use status::TaskStatus;
 pub use task::{Planning, Question, Task, TaskId, TaskSource};
 pub use time::now_ms;
-pub use workspace::{Workspace, WorkspaceId};
+pub use workspace::{RootPolicy, Workspace, WorkspaceId};

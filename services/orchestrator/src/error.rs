@@ -15,11 +15,18 @@ pub enum ServiceError {
     Domain(#[from] DomainError),
     #[error(transparent)]
     Unauthenticated(#[from] TokenError),
+    /// An API key that is unknown, does not verify or was revoked; a run token
+    /// whose claims are not its run's.
+    #[error("{0}")]
+    BadCredential(String),
     /// The call is well-formed but names nothing usable (unknown tool for CallTool, ...).
     #[error("{0}")]
     Invalid(String),
     #[error("{0}")]
     Unavailable(String),
+    /// A position past the end (a sequence number beyond the last event).
+    #[error("{0}")]
+    OutOfRange(String),
     /// The request is valid but the system is not in a state to do it (an agent
     /// without a provider, no tool-exec configured, ...).
     #[error("{0}")]
@@ -41,14 +48,17 @@ impl ServiceError {
         match self {
             Self::Store(StoreError::NotFound { .. }) => Code::NotFound,
             Self::Store(StoreError::AlreadyExists { .. }) => Code::AlreadyExists,
-            Self::Store(StoreError::ProviderInUse { .. } | StoreError::WorkspaceInUse { .. }) => {
-                Code::FailedPrecondition
-            }
+            Self::Store(
+                StoreError::ProviderInUse { .. }
+                | StoreError::WorkspaceInUse { .. }
+                | StoreError::Undecryptable { .. },
+            ) => Code::FailedPrecondition,
             Self::Store(StoreError::Domain(e)) | Self::Domain(e) => domain_code(e),
             Self::Store(StoreError::Corrupt { .. } | StoreError::Database(_)) => Code::Internal,
-            Self::Unauthenticated(_) => Code::Unauthenticated,
+            Self::Unauthenticated(_) | Self::BadCredential(_) => Code::Unauthenticated,
             Self::Invalid(_) => Code::InvalidArgument,
             Self::Unavailable(_) => Code::Unavailable,
+            Self::OutOfRange(_) => Code::OutOfRange,
             Self::Precondition(_) => Code::FailedPrecondition,
         }
     }
@@ -110,6 +120,14 @@ mod tests {
             ),
             (
                 DomainError::RunNotActive("ended".into()).into(),
+                Code::FailedPrecondition,
+            ),
+            (
+                StoreError::Undecryptable {
+                    provider: "openai".into(),
+                    reason: "another key".into(),
+                }
+                .into(),
                 Code::FailedPrecondition,
             ),
             (StoreError::Database("boom".into()).into(), Code::Internal),

@@ -6,12 +6,16 @@
 // One function sets the parent-death signal of agent processes (runner::process).
 #![deny(unsafe_code)]
 
+pub mod auth;
 pub mod domain;
+pub mod embedded;
 pub mod error;
 pub mod grpc;
 pub mod history;
+pub mod owner_only;
 pub mod providers;
 pub mod runner;
+pub mod secrets;
 pub mod server;
 pub mod state;
 pub mod store;

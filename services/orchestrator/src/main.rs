@@ -5,8 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use chorus_orchestrator::secrets::{KeySource, SECRETS_KEY_VAR};
 use chorus_orchestrator::server::{EmbeddedToolExec, OrchestratorConfig};
-use chorus_run_token::{PUBLIC_KEY_FILE, load_or_create_signer};
+use chorus_run_token::{KEY_SET_FILE, load_or_create_signer};
 use chorus_telemetry::{LogFormat, init_logging, shutdown_signal};
 use chorus_tool_exec::Limits;
 use clap::Parser;
@@ -20,7 +21,7 @@ struct Cli {
     /// Address to serve gRPC on.
     #[arg(long, env = "CHORUS_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
-    /// Directory for the SQLite database and the run-token key pair.
+    /// Directory (owner-only) for the SQLite database, the run-token key pair and the secrets key.
     #[arg(long, env = "CHORUS_DATA_DIR", default_value = ".chorus")]
     data_dir: PathBuf,
     /// Database: `postgres://user@host/db`, or a SQLite file (default: <data-dir>/chorus.db).
@@ -69,20 +70,59 @@ struct Cli {
     /// runtime the CLI needs outside the system directories and its own install).
     #[arg(long, env = "CHORUS_AGENT_READ_ONLY_PATHS", value_delimiter = ',')]
     agent_read_only_path: Vec<PathBuf>,
+    /// Directories workspace roots may lie under (comma-separated; default: the
+    /// directory the orchestrator is started in). `/`, the data directory and
+    /// the directories that hold it are always refused.
+    #[arg(long, env = "CHORUS_WORKSPACE_ROOTS", value_delimiter = ',')]
+    workspace_roots: Vec<PathBuf>,
+    /// Where the first admin key is written when the database has no admin key
+    /// (default: <data-dir>/admin.key).
+    #[arg(long, env = "CHORUS_ADMIN_KEY_FILE")]
+    admin_key_file: Option<PathBuf>,
+    /// File of the key that encrypts provider API keys in the database (32 random
+    /// bytes in base64; must exist). Without it: the key itself from
+    /// CHORUS_SECRETS_KEY, else <data-dir>/secrets.key, made when missing.
+    #[arg(long, env = "CHORUS_SECRETS_KEY_FILE")]
+    secrets_key_file: Option<PathBuf>,
     #[command(flatten)]
     sandbox: chorus_sandbox::cli::SandboxArgs,
+    #[command(flatten)]
+    tls: chorus_auth::cli::TlsArgs,
+}
+
+/// The secrets key: --secrets-key-file (or CHORUS_SECRETS_KEY_FILE), else the
+/// key itself in CHORUS_SECRETS_KEY; None: the default file in the data directory.
+fn secrets_key(cli: &Cli) -> Option<KeySource> {
+    let value = std::env::var(SECRETS_KEY_VAR)
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    if let Some(path) = &cli.secrets_key_file {
+        if value.is_some() {
+            warn!("{SECRETS_KEY_VAR} is ignored: --secrets-key-file names the key file");
+        }
+        return Some(KeySource::File {
+            path: path.clone(),
+            create: false,
+        });
+    }
+    value.map(|base64| KeySource::Value {
+        base64,
+        var: SECRETS_KEY_VAR,
+    })
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    chorus_orchestrator::owner_only::secure_data_dir(&cli.data_dir)
+        .with_context(|| format!("creating the data directory {}", cli.data_dir.display()))?;
     let signer = load_or_create_signer(&cli.data_dir).with_context(|| {
         format!(
             "loading the run-token key pair from {}",
             cli.data_dir.display()
         )
     })?;
-    info!(public_key = %cli.data_dir.join(PUBLIC_KEY_FILE).display(), "run tokens are signed with the key pair in the data directory; a separate tool-exec needs --public-key with this file");
+    info!(keys = %cli.data_dir.join(KEY_SET_FILE).display(), "run tokens are signed with the key set in the data directory; a separate tool-exec fetches the public keys with its service key");
     let database_url = cli
         .database_url
         .clone()
@@ -91,11 +131,11 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         // Bind every listener before serving anything.
         let listener = tokio::net::TcpListener::bind(cli.listen).await.with_context(|| format!("binding {}", cli.listen))?;
         let embedded_tool_exec = if cli.no_embedded_tool_exec || cli.tool_exec_addr.is_some() {
-            warn!("no embedded tool-exec: start chorus-tool-exec with --orchestrator-addr {} and --public-key", cli.listen);
+            warn!("no embedded tool-exec: start chorus-tool-exec with --orchestrator-addr {} and --orchestrator-key-file (an API key of role tool-exec, made with CreateApiKey)", cli.listen);
             None
         } else {
             let listener = tokio::net::TcpListener::bind(cli.tool_exec_listen)
@@ -104,6 +144,22 @@ fn main() -> anyhow::Result<()> {
             Some(EmbeddedToolExec { listener, limits: Limits::default() })
         };
         let mut config = OrchestratorConfig { embedded_tool_exec, tool_exec_addr: cli.tool_exec_addr.clone(), sandbox: cli.sandbox.config(), ..OrchestratorConfig::new(database_url, signer, &cli.data_dir) };
+        let allowed = if cli.workspace_roots.is_empty() {
+            vec![std::env::current_dir().context("reading the current directory (the default --workspace-roots)")?]
+        } else {
+            cli.workspace_roots.clone()
+        };
+        config.workspace_roots = chorus_orchestrator::domain::RootPolicy::new(&allowed, std::slice::from_ref(&cli.data_dir));
+        info!(allowed = ?config.workspace_roots.allowed, "workspace roots may lie under these directories (--workspace-roots)");
+        if let Some(file) = &cli.admin_key_file {
+            config.admin_key_file = Some(file.clone());
+        }
+        if let Some(source) = secrets_key(&cli) {
+            config.secrets_key = source;
+        }
+        config.tls = cli.tls.server();
+        config.peers = cli.tls.peers().map_err(anyhow::Error::msg)?;
+        config.runner.tls_ca = cli.tls.tls_ca.as_ref().map(std::path::absolute).transpose().context("resolving --tls-ca")?;
         let runner = &mut config.runner;
         if let Some(path) = &cli.chorus_tools {
             runner.chorus_tools = std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))?;
@@ -120,5 +176,9 @@ fn main() -> anyhow::Result<()> {
             warn!("{problem}; agents cannot be started until this is fixed");
         }
         chorus_orchestrator::server::run(listener, config, shutdown_signal()).await
-    })
+    });
+    // Calls had their grace period in `run`; a tool thread of the embedded
+    // tool-exec stuck in the kernel must not keep the process alive.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    served
 }

@@ -38,11 +38,14 @@ pub enum Progress {
     Text(String),
     /// A tool the agent's model called (for a CLI: its own tool, e.g. Bash).
     ToolUse { tool: String, input: Value },
-    /// The CLI's own permission rules refused a call (it never ran).
+    /// A call that never ran: refused by the CLI's own permission rules
+    /// (`by: "cli"`), or a model's call of an unknown tool or with arguments
+    /// that are not JSON (`by: "chorus"`).
     Denied {
         tool: String,
         input: Value,
         reason: String,
+        by: &'static str,
     },
     /// The provider named its session (CLI session id).
     Session(String),

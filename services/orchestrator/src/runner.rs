@@ -78,6 +78,11 @@ pub struct RunnerConfig {
     /// More paths CLI agents may read (a runtime the CLI needs outside the
     /// system directories and its own installation).
     pub cli_read_only: Vec<PathBuf>,
+    /// The CA of the services' TLS certificates: agents get it as CHORUS_TLS_CA
+    /// (readable in their sandbox), and API agents' tool calls use it. None:
+    /// the services are plaintext, or their certificates chain to the system's
+    /// roots.
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl RunnerConfig {
@@ -115,6 +120,7 @@ impl RunnerConfig {
             api: ApiLimits::default(),
             keep_run_dirs: false,
             cli_read_only: Vec::new(),
+            tls_ca: None,
         }
     }
 
@@ -160,8 +166,10 @@ pub struct CliSetup {
     /// longest handoff.
     pub bash_timeout: Duration,
     /// What the CLI may read besides the system: chorus-tools, the CLI's own
-    /// installation, the configured paths.
+    /// installation, the configured paths, the services' CA.
     pub read_only: Vec<PathBuf>,
+    /// The services' CA (CHORUS_TLS_CA for chorus-tools).
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl CliSetup {
@@ -201,6 +209,9 @@ impl CliSetup {
                 self.chorus_tools.display().to_string(),
             ),
         ];
+        if let Some(ca) = &self.tls_ca {
+            env.push(("CHORUS_TLS_CA".to_owned(), ca.display().to_string()));
+        }
         env.extend(self.passed.iter().cloned());
         env
     }
@@ -349,6 +360,7 @@ impl Runner {
         let mut read_only = vec![self.config.chorus_tools.clone()];
         read_only.extend(installation(program, path.as_deref()));
         read_only.extend(self.config.cli_read_only.iter().cloned());
+        read_only.extend(self.config.tls_ca.iter().cloned());
         CliSetup {
             program: program.to_path_buf(),
             chorus_tools: self.config.chorus_tools.clone(),
@@ -361,6 +373,7 @@ impl Runner {
             path,
             bash_timeout: self.config.max_handoff_timeout() + Duration::from_secs(60),
             read_only,
+            tls_ca: self.config.tls_ca.clone(),
         }
     }
 

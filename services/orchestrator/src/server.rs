@@ -1,23 +1,32 @@
 //! The service entry point: `run(listener, config, shutdown)`.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chorus_auth::AuthLayer;
+use chorus_auth::tls::{PeerRoles, ServerTls};
+use chorus_proto::limits::MessageLimitLayer;
 use chorus_proto::orchestrator::v1::agent_tools_server::AgentToolsServer;
 use chorus_proto::orchestrator::v1::orchestrator_server::OrchestratorServer;
 use chorus_run_token::RunTokenSigner;
-use chorus_tool_exec::gate::{OrchestratorGate, RunGate};
+use chorus_tool_exec::gate::RunGate;
 use chorus_tool_exec::{Limits, ToolExecConfig};
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tracing::{info, info_span, warn};
 
+use crate::domain::RootPolicy;
+use crate::embedded::InProcessGate;
 use crate::grpc::agent_tools::AgentToolsService;
 use crate::grpc::orchestrator::OrchestratorService;
 use crate::runner::RunnerConfig;
+use crate::secrets::KeySource;
 use crate::state::AppState;
-use crate::store::Store;
+
+/// File of the first admin key in the data directory.
+pub const ADMIN_KEY_FILE: &str = "admin.key";
 
 /// A tool-exec served by the orchestrator's own process (the all-in-one shape).
 #[derive(Debug)]
@@ -44,6 +53,18 @@ pub struct OrchestratorConfig {
     /// How the processes agents cause are confined (CLI agents here, bash and
     /// git in the embedded tool-exec).
     pub sandbox: chorus_sandbox::SandboxConfig,
+    /// Where the first admin key is written when the store has none; None:
+    /// no key is made (keys come from elsewhere).
+    pub admin_key_file: Option<PathBuf>,
+    /// Where workspace roots may be (the data directory is always protected).
+    pub workspace_roots: RootPolicy,
+    /// The key that encrypts provider API keys in the database.
+    pub secrets_key: KeySource,
+    /// TLS on every listener (the embedded tool-exec's too); None: plaintext.
+    /// Agents are then given `https://` addresses and `runner.tls_ca`.
+    pub tls: Option<ServerTls>,
+    /// Client certificates that act with a role (mTLS).
+    pub peers: PeerRoles,
 }
 
 impl OrchestratorConfig {
@@ -61,7 +82,21 @@ impl OrchestratorConfig {
             tool_exec_addr: None,
             shutdown_grace: Duration::from_secs(10),
             sandbox: chorus_sandbox::SandboxConfig::default(),
+            admin_key_file: Some(data_dir.join(ADMIN_KEY_FILE)),
+            workspace_roots: RootPolicy::new(&[], &[data_dir.to_owned()]),
+            secrets_key: KeySource::default_file(data_dir),
+            tls: None,
+            peers: PeerRoles::default(),
         }
+    }
+
+    /// The largest message the orchestrator takes: as large as its tool-exec's
+    /// (the embedded one's limits, else the defaults).
+    fn message_bytes(&self) -> usize {
+        self.embedded_tool_exec
+            .as_ref()
+            .map_or_else(Limits::default, |embedded| embedded.limits)
+            .message_bytes()
     }
 }
 
@@ -79,16 +114,37 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
-    let store = Store::open(&config.database_url).await?;
+    let message_bytes = config.message_bytes();
+    let store = crate::secrets::open_store(&config.database_url, &config.secrets_key).await?;
     info!(backend = ?store.backend(), "store open");
+    let key_hint = match &config.admin_key_file {
+        Some(file) => {
+            crate::auth::bootstrap::ensure_admin_key(&store, file).await?;
+            format!(
+                "admins make keys with CreateApiKey; the first admin key is in {}",
+                file.display()
+            )
+        }
+        None => "admins make keys with CreateApiKey".to_owned(),
+    };
     let processes = chorus_sandbox::Sandbox::start(config.sandbox).await;
     let mut state = AppState::new(store, config.signer, config.runner, processes.clone());
+    state.roots = config.workspace_roots;
+    // Neither a workspace nor a key reference may reach the secrets key.
+    if let Some(file) = config.secrets_key.file() {
+        state.roots.protect(file);
+    }
+    // Agents reach the services over TLS when they serve it.
+    let scheme = |addr: String| match &config.tls {
+        Some(_) if !addr.contains("://") && !addr.is_empty() => format!("https://{addr}"),
+        _ => addr,
+    };
     state.addresses = crate::state::Addresses {
-        orchestrator: addr.to_string(),
-        tool_exec: match &config.embedded_tool_exec {
+        orchestrator: scheme(addr.to_string()),
+        tool_exec: scheme(match &config.embedded_tool_exec {
             Some(embedded) => embedded.listener.local_addr()?.to_string(),
             None => config.tool_exec_addr.clone().unwrap_or_default(),
-        },
+        }),
         embedded_tool_exec: config.embedded_tool_exec.is_some(),
     };
 
@@ -100,26 +156,42 @@ pub async fn run(
     health
         .set_serving::<AgentToolsServer<AgentToolsService>>()
         .await;
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(chorus_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(chorus_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
+    // Reflection lists what this port serves, nothing else.
+    let (reflection_v1, reflection_v1alpha) = chorus_proto::reflection::services(&[
+        "chorus.orchestrator.v1.Orchestrator",
+        "chorus.orchestrator.v1.AgentTools",
+    ])?;
 
     let stop = state.shutdown.clone();
     let serve_stop = stop.clone();
-    let server = tonic::transport::Server::builder()
+    let auth = AuthLayer::with_peers(
+        state.auth.clone(),
+        crate::auth::access::access,
+        key_hint,
+        config.peers.clone(),
+    );
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &config.tls {
+        builder = builder.tls_config(tls.config()?)?;
+    }
+    let server = builder
         .trace_fn(|request| info_span!("grpc", method = %request.uri().path()))
+        .layer(MessageLimitLayer::new(
+            message_bytes,
+            "send less: orchestration calls carry text, never whole files",
+        ))
+        .layer(auth)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(OrchestratorServer::new(OrchestratorService::new(
-            state.clone(),
-        )))
-        .add_service(AgentToolsServer::new(AgentToolsService::new(state.clone())))
+        .add_service(
+            OrchestratorServer::new(OrchestratorService::new(state.clone()))
+                .max_decoding_message_size(message_bytes),
+        )
+        .add_service(
+            AgentToolsServer::new(AgentToolsService::new(state.clone()))
+                .max_decoding_message_size(message_bytes),
+        )
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             async move {
@@ -128,14 +200,15 @@ pub async fn run(
         );
     let mut server = std::pin::pin!(server);
 
-    // The embedded tool-exec checks runs with this orchestrator over loopback, as a
-    // separate tool-exec would.
+    // The embedded tool-exec checks runs and records calls in-process.
     let tool_exec = match config.embedded_tool_exec {
         Some(embedded) => {
-            let gate: Arc<dyn RunGate> = Arc::new(OrchestratorGate::new(&addr.to_string())?);
+            let gate: Arc<dyn RunGate> = Arc::new(InProcessGate::new(state.clone()));
             let tool_exec_config = ToolExecConfig {
                 limits: embedded.limits,
                 gate: Some(gate),
+                tls: config.tls.clone(),
+                peers: config.peers.clone(),
                 ..ToolExecConfig::new(state.verifier.clone(), processes.clone())
             };
             let tool_exec_stop = stop.clone();

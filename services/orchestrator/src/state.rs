@@ -6,10 +6,11 @@ use std::sync::Arc;
 use chorus_run_token::{RunTokenSigner, RunTokenVerifier};
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{Event, TaskId};
+use crate::auth::KeyAuthenticator;
+use crate::domain::{Event, RootPolicy, TaskId};
 use crate::history::{EventHub, EventSource};
 use crate::runner::{Runner, RunnerConfig};
-use crate::store::{Store, StoreError};
+use crate::store::{EVENT_PAGE_BYTES, Store, StoreError};
 
 /// Where agents reach the services (`host:port`), as their environment says.
 #[derive(Debug, Clone, Default)]
@@ -33,6 +34,10 @@ pub struct AppState {
     pub addresses: Addresses,
     /// Runs agents; holds the live runs of this process.
     pub runner: Arc<Runner>,
+    /// Checks API keys and run tokens (the auth layer and the in-process gate).
+    pub auth: Arc<KeyAuthenticator>,
+    /// Where workspace roots may be.
+    pub roots: RootPolicy,
 }
 
 impl AppState {
@@ -45,6 +50,7 @@ impl AppState {
     ) -> Self {
         let verifier = signer.verifier();
         Self {
+            auth: Arc::new(KeyAuthenticator::new(store.clone(), verifier.clone())),
             store,
             hub: Arc::new(EventHub::new()),
             signer: Arc::new(signer),
@@ -52,6 +58,7 @@ impl AppState {
             shutdown: CancellationToken::new(),
             addresses: Addresses::default(),
             runner: Arc::new(Runner::new(runner, processes)),
+            roots: RootPolicy::default(),
         }
     }
 
@@ -71,7 +78,7 @@ impl EventSource for Store {
         after: u64,
         limit: u32,
     ) -> Result<Vec<Event>, StoreError> {
-        self.events(task, after, limit).await
+        self.events(task, after, limit, EVENT_PAGE_BYTES).await
     }
 
     async fn settled(&self, task: TaskId) -> Result<bool, StoreError> {

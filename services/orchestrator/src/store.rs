@@ -10,7 +10,9 @@
 //! `rows` (tables and row ↔ domain conversions), then one file per concept.
 
 mod agents;
+mod api_keys;
 mod connection;
+mod provider_keys;
 mod providers;
 mod rows;
 mod runs;
@@ -24,16 +26,17 @@ pub(crate) mod tests;
 use std::fmt;
 
 use crate::domain::DomainError;
+use crate::secrets::SecretBox;
 
 pub use agents::{AgentChanges, NewAgent};
 pub use providers::{NewProvider, ProviderChanges};
 pub use runs::NewRun;
-pub use tasks::{DEFAULT_PAGE_SIZE, EventDraft, MAX_EVENTS, MAX_PAGE_SIZE};
+pub use tasks::{DEFAULT_PAGE_SIZE, EVENT_PAGE_BYTES, EventDraft, MAX_EVENTS, MAX_PAGE_SIZE};
 
 use connection::{AnyConnection, ConnectionPool, Target};
 
 /// Why a store call failed. gRPC mapping: `NotFound` → NOT_FOUND, `AlreadyExists` →
-/// ALREADY_EXISTS, `ProviderInUse` and `WorkspaceInUse` → FAILED_PRECONDITION,
+/// ALREADY_EXISTS, `ProviderInUse`, `WorkspaceInUse` and `Undecryptable` → FAILED_PRECONDITION,
 /// `Domain` → as the domain error says, `Corrupt` and `Database` → INTERNAL.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -52,9 +55,14 @@ pub enum StoreError {
     },
     /// A workspace cannot be deleted while it has tasks: they are its history.
     #[error(
-        "workspace '{workspace}' has {tasks} task(s); a workspace with tasks cannot be deleted"
+        "workspace '{workspace}' has {tasks} task(s); a workspace with tasks cannot be deleted: delete them with DeleteTask (cancel the ones still open with CancelTask first)"
     )]
     WorkspaceInUse { workspace: String, tasks: u64 },
+    /// A provider's stored API key does not open with the secrets key in use.
+    #[error(
+        "the API key of provider '{provider}' cannot be decrypted: {reason}; start the orchestrator with the secrets key it was stored with (--secrets-key-file or CHORUS_SECRETS_KEY), or set the key again with UpdateProvider"
+    )]
+    Undecryptable { provider: String, reason: String },
     /// A domain rule refused the change; nothing was written.
     #[error(transparent)]
     Domain(#[from] DomainError),
@@ -154,6 +162,8 @@ pub enum Backend {
 pub struct Store {
     pool: ConnectionPool,
     backend: Backend,
+    /// Seals and opens provider API keys.
+    secrets: SecretBox,
 }
 
 impl fmt::Debug for Store {
@@ -170,15 +180,21 @@ impl Store {
     ///
     /// `postgres://...` or `postgresql://...` is PostgreSQL (libpq URL); anything
     /// else is a SQLite file path, optionally written `sqlite://path`, whose parent
-    /// directory is created. A new file gets its schema on first open.
-    pub async fn open(url: &str) -> Result<Self, StoreError> {
+    /// directory is created (owner-only, as the file and its `-wal`/`-shm`
+    /// files are). A new file gets its schema on first open. Provider API keys
+    /// are sealed and opened with `secrets`.
+    pub async fn open(url: &str, secrets: SecretBox) -> Result<Self, StoreError> {
         let target = Target::parse(url)?;
         let backend = match target {
             Target::Sqlite(_) => Backend::Sqlite,
             Target::Postgres(_) => Backend::Postgres,
         };
         let pool = blocking(move || connection::open_pool(target)).await?;
-        Ok(Self { pool, backend })
+        Ok(Self {
+            pool,
+            backend,
+            secrets,
+        })
     }
 
     pub fn backend(&self) -> Backend {

@@ -1,21 +1,12 @@
-//! Ed25519 key pairs: generation, PEM encoding and the data-dir key files.
+//! Ed25519 key pairs: generation, PEM encoding, key ids.
 
-use std::fs;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
-
-use ed25519_dalek::SigningKey;
 use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
-use ed25519_dalek::pkcs8::{DecodePrivateKey, EncodePrivateKey, EncodePublicKey};
+use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey};
+use ed25519_dalek::{SigningKey, VerifyingKey};
 use rand_core::OsRng;
+use sha2::{Digest, Sha256};
 
-use crate::{RunTokenSigner, RunTokenVerifier};
-
-/// File name of the private key in a data directory (mode 0600).
-pub const PRIVATE_KEY_FILE: &str = "run-token.key";
-/// File name of the public key in a data directory.
-pub const PUBLIC_KEY_FILE: &str = "run-token.pub";
+use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -33,85 +24,66 @@ pub enum KeyError {
     },
 }
 
-pub(crate) fn generate() -> RunTokenSigner {
+/// One key pair in PEM form, with its id.
+#[derive(Clone)]
+pub(crate) struct KeyPair {
+    pub kid: String,
+    pub private_pem: String,
+    pub public_pem: String,
+}
+
+pub(crate) fn generate() -> KeyPair {
     let key = SigningKey::generate(&mut OsRng);
     from_key(&key).expect("a freshly generated Ed25519 key encodes to PEM")
 }
 
-pub(crate) fn signer_from_pem(pem: &str) -> Result<RunTokenSigner, KeyError> {
+pub(crate) fn from_private_pem(pem: &str) -> Result<KeyPair, KeyError> {
     let key = SigningKey::from_pkcs8_pem(pem)
         .map_err(|e| KeyError::Invalid(format!("not an Ed25519 PKCS#8 PEM private key: {e}")))?;
     from_key(&key)
 }
 
-fn from_key(key: &SigningKey) -> Result<RunTokenSigner, KeyError> {
+fn from_key(key: &SigningKey) -> Result<KeyPair, KeyError> {
     let private_pem = key
         .to_pkcs8_pem(LineEnding::LF)
         .map_err(|e| KeyError::Invalid(e.to_string()))?;
-    let public_pem = key
-        .verifying_key()
+    let verifying = key.verifying_key();
+    let public_pem = verifying
         .to_public_key_pem(LineEnding::LF)
         .map_err(|e| KeyError::Invalid(e.to_string()))?;
-    RunTokenSigner::from_parts(private_pem.to_string(), public_pem)
+    Ok(KeyPair {
+        kid: fingerprint(&verifying),
+        private_pem: private_pem.to_string(),
+        public_pem,
+    })
 }
 
-/// Loads the signer from `dir`, or creates a new key pair there (private key 0600).
-pub fn load_or_create_signer(dir: &Path) -> Result<RunTokenSigner, KeyError> {
-    let private_path = dir.join(PRIVATE_KEY_FILE);
-    match fs::read_to_string(&private_path) {
-        Ok(pem) => {
-            let signer = signer_from_pem(&pem)?;
-            write_file(
-                &dir.join(PUBLIC_KEY_FILE),
-                signer.public_pem(),
-                0o644,
-                false,
-            )?;
-            Ok(signer)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            fs::create_dir_all(dir).map_err(|source| KeyError::Write {
-                path: dir.to_owned(),
-                source,
-            })?;
-            let signer = generate();
-            write_file(&private_path, signer.private_pem(), 0o600, true)?;
-            write_file(&dir.join(PUBLIC_KEY_FILE), signer.public_pem(), 0o644, true)?;
-            Ok(signer)
-        }
-        Err(source) => Err(KeyError::Read {
-            path: private_path,
-            source,
-        }),
+/// The key id of an SPKI PEM Ed25519 public key: the first 8 bytes of the
+/// SHA-256 of the raw key, in hex. The same key always has the same id, so a
+/// verifier given only a public key file knows the id too.
+pub fn key_id(public_pem: &str) -> Result<String, KeyError> {
+    let key = VerifyingKey::from_public_key_pem(public_pem)
+        .map_err(|e| KeyError::Invalid(format!("not an Ed25519 SPKI PEM public key: {e}")))?;
+    Ok(fingerprint(&key))
+}
+
+fn fingerprint(key: &VerifyingKey) -> String {
+    let digest = Sha256::digest(key.as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The PEM blocks of `text` (a file may hold several public keys).
+pub(crate) fn pem_blocks(text: &str) -> Vec<String> {
+    const END: &str = "-----END PUBLIC KEY-----";
+    let mut blocks = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("-----BEGIN PUBLIC KEY-----") {
+        let Some(end) = rest[start..].find(END) else {
+            break;
+        };
+        let stop = start + end + END.len();
+        blocks.push(format!("{}\n", &rest[start..stop]));
+        rest = &rest[stop..];
     }
-}
-
-/// Loads a verifier from a public key PEM file.
-pub fn load_verifier(path: &Path) -> Result<RunTokenVerifier, KeyError> {
-    let pem = fs::read_to_string(path).map_err(|source| KeyError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    RunTokenVerifier::from_public_pem(&pem)
-}
-
-fn write_file(path: &Path, content: &str, mode: u32, replace: bool) -> Result<(), KeyError> {
-    if !replace && path.exists() {
-        return Ok(());
-    }
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(path)
-        .map_err(|source| KeyError::Write {
-            path: path.to_owned(),
-            source,
-        })?;
-    file.write_all(content.as_bytes())
-        .map_err(|source| KeyError::Write {
-            path: path.to_owned(),
-            source,
-        })
+    blocks
 }

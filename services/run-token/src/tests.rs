@@ -1,4 +1,5 @@
 use super::*;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
 
 fn grant() -> RunGrant {
     RunGrant {
@@ -10,13 +11,33 @@ fn grant() -> RunGrant {
     }
 }
 
+/// Signs `claims` with `signer`'s current key, naming it in the header.
+fn forge(signer: &RunTokenSigner, claims: &Claims) -> String {
+    let key = EncodingKey::from_ed_pem(signer.current_private_pem().as_bytes()).expect("key");
+    let mut header = Header::new(Algorithm::EdDSA);
+    header.kid = Some(signer.current_kid());
+    jsonwebtoken::encode(&header, claims, &key).expect("encodes")
+}
+
+fn claims(grant: RunGrant, exp: u64) -> Claims {
+    Claims {
+        grant,
+        iss: ISSUER.into(),
+        aud: AUDIENCE.into(),
+        iat: 1,
+        exp,
+    }
+}
+
 #[test]
-fn a_minted_token_verifies_and_carries_the_grant() {
+fn a_minted_token_verifies_and_carries_the_grant_and_its_key() {
     let signer = RunTokenSigner::generate();
     let token = signer.mint(&grant(), Duration::from_secs(60));
-    let back = signer.verifier().verify(&token).expect("verifies");
-    assert_eq!(back, grant());
-    assert!(back.allows("file.read") && !back.allows("file.write"));
+    let back = signer.verifier().verify_token(&token).expect("verifies");
+    assert_eq!(back.grant, grant());
+    assert_eq!(back.kid, signer.current_kid());
+    assert!(back.expires_at >= unix_now() + 59);
+    assert!(back.grant.allows("file.read") && !back.grant.allows("file.write"));
 }
 
 #[test]
@@ -26,22 +47,43 @@ fn a_token_from_another_key_is_refused() {
         .verifier()
         .verify(&token)
         .expect_err("foreign key");
-    assert_eq!(err, TokenError::BadSignature);
+    assert!(matches!(err, TokenError::UnknownKey(_)), "{err}");
+}
+
+#[test]
+fn a_token_naming_a_known_key_but_signed_by_another_is_refused() {
+    let signer = RunTokenSigner::generate();
+    let other = RunTokenSigner::generate();
+    let key = EncodingKey::from_ed_pem(other.current_private_pem().as_bytes()).expect("key");
+    let mut header = Header::new(Algorithm::EdDSA);
+    header.kid = Some(signer.current_kid());
+    let token =
+        jsonwebtoken::encode(&header, &claims(grant(), unix_now() + 60), &key).expect("encodes");
+    assert_eq!(
+        signer.verifier().verify(&token),
+        Err(TokenError::BadSignature)
+    );
 }
 
 #[test]
 fn an_expired_token_is_refused() {
     let signer = RunTokenSigner::generate();
-    let claims = Claims {
-        grant: grant(),
-        iss: ISSUER.into(),
-        aud: AUDIENCE.into(),
-        iat: 1,
-        exp: unix_now() - 1,
-    };
-    let token = jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims, &signer.encoding)
-        .expect("encodes");
+    let token = forge(&signer, &claims(grant(), unix_now() - 1));
     assert_eq!(signer.verifier().verify(&token), Err(TokenError::Expired));
+}
+
+#[test]
+fn a_token_without_a_key_id_is_refused_with_what_to_do() {
+    let signer = RunTokenSigner::generate();
+    let key = EncodingKey::from_ed_pem(signer.current_private_pem().as_bytes()).expect("key");
+    let token = jsonwebtoken::encode(
+        &Header::new(Algorithm::EdDSA),
+        &claims(grant(), unix_now() + 60),
+        &key,
+    )
+    .expect("encodes");
+    let err = signer.verifier().verify(&token).expect_err("no kid");
+    assert!(err.to_string().contains("start the run again"), "{err}");
 }
 
 #[test]
@@ -52,19 +94,7 @@ fn a_tampered_token_is_refused() {
     // Swap in claims that grant more, keeping the original signature.
     let mut wider = grant();
     wider.tools.push("bash".into());
-    let claims = Claims {
-        grant: wider,
-        iss: ISSUER.into(),
-        aud: AUDIENCE.into(),
-        iat: 1,
-        exp: unix_now() + 60,
-    };
-    let other = jsonwebtoken::encode(
-        &Header::new(Algorithm::EdDSA),
-        &claims,
-        &RunTokenSigner::generate().encoding,
-    )
-    .expect("encodes");
+    let other = forge(&RunTokenSigner::generate(), &claims(wider, unix_now() + 60));
     parts[1] = other.split('.').nth(1).expect("payload").to_owned();
     assert_eq!(
         signer.verifier().verify(&parts.join(".")),
@@ -96,21 +126,77 @@ fn an_unsigned_token_is_refused() {
 }
 
 #[test]
-fn key_files_are_created_once_and_reloaded() {
+fn lifetimes_are_capped() {
+    let signer = RunTokenSigner::generate();
+    let token = signer.mint(&grant(), Duration::from_secs(100 * 365 * 24 * 3600));
+    let back = signer.verifier().verify_token(&token).expect("verifies");
+    assert!(back.expires_at <= unix_now() + MAX_TOKEN_TTL.as_secs());
+}
+
+#[test]
+fn the_key_set_is_created_once_owner_only_and_reloaded() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let first = load_or_create_signer(dir.path()).expect("creates");
-    let mode = std::fs::metadata(dir.path().join(PRIVATE_KEY_FILE))
-        .expect("key file")
-        .permissions();
-    assert_eq!(
-        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
-        0o600
-    );
-    let again = load_or_create_signer(dir.path()).expect("reloads");
+    let data = dir.path().join("data");
+    let first = load_or_create_signer(&data).expect("creates");
+    let mode = |p: &std::path::Path| {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).expect("meta").permissions())
+            & 0o777
+    };
+    assert_eq!(mode(&data.join(KEY_SET_FILE)), 0o600);
+    assert_eq!(mode(&data), 0o700);
+    let again = load_or_create_signer(&data).expect("reloads");
     assert_eq!(first.public_pem(), again.public_pem());
+    assert_eq!(first.current_kid(), again.current_kid());
     let token = again.mint(&grant(), Duration::from_secs(60));
-    let verifier = load_verifier(&dir.path().join(PUBLIC_KEY_FILE)).expect("public key");
+    let verifier = load_verifier(&data.join(PUBLIC_KEY_FILE)).expect("public key");
     assert_eq!(verifier.verify(&token).expect("verifies").run_id, "run-1");
+}
+
+#[test]
+fn an_older_single_key_file_is_adopted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let old = RunTokenSigner::generate();
+    std::fs::write(dir.path().join("run-token.key"), old.current_private_pem()).expect("write");
+    let signer = load_or_create_signer(dir.path()).expect("adopts");
+    assert_eq!(signer.current_kid(), old.current_kid());
+    assert!(!dir.path().join("run-token.key").exists());
+}
+
+#[test]
+fn rotation_keeps_old_tokens_valid_and_signs_new_ones_with_the_new_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let signer = load_or_create_signer(dir.path()).expect("creates");
+    let verifier = signer.verifier();
+    let old_kid = signer.current_kid();
+    let old = signer.mint(&grant(), Duration::from_secs(60));
+    let new_key = signer.rotate().expect("rotates");
+    assert_ne!(new_key.kid, old_kid);
+    let new = signer.mint(&grant(), Duration::from_secs(60));
+    // A verifier handed out before the rotation follows it.
+    assert_eq!(verifier.verify_token(&old).expect("old").kid, old_kid);
+    assert_eq!(verifier.verify_token(&new).expect("new").kid, new_key.kid);
+    let published = signer.public_keys();
+    assert_eq!(published.len(), 2);
+    assert!(published[0].retired_ms.is_some() && published[1].retired_ms.is_none());
+    // The rotation was saved: a restart signs with the new key, verifies both.
+    let reloaded = load_or_create_signer(dir.path()).expect("reloads");
+    assert_eq!(reloaded.current_kid(), new_key.kid);
+    assert!(reloaded.verifier().verify(&old).is_ok());
+    let file = load_verifier(&dir.path().join(PUBLIC_KEY_FILE)).expect("public keys");
+    assert_eq!(file.kids().len(), 2);
+}
+
+#[test]
+fn a_verifier_takes_only_keys_whose_id_is_their_own() {
+    let a = RunTokenSigner::generate();
+    let b = RunTokenSigner::generate();
+    let verifier = RunTokenVerifier::from_public_pem(&a.public_pem()).expect("pem");
+    let taken = verifier.replace(vec![
+        (a.current_kid(), b.public_pem()),
+        (b.current_kid(), b.public_pem()),
+    ]);
+    assert_eq!(taken, 1);
+    assert_eq!(verifier.kids(), vec![b.current_kid()]);
 }
 
 #[test]

@@ -230,7 +230,8 @@ async fn other_processes_cannot_be_seen_or_signalled() {
 async fn nothing_outlives_the_program() {
     let sandbox = sandbox().await;
     let dirs = dirs();
-    let marker = "chorus-escapee-outlive";
+    // This binary also runs as nobody at the same time: each run its own marker.
+    let marker = &format!("chorus-escapee-outlive-{}", std::process::id());
     let script = format!(
         "{} {} echo started",
         escapees(marker),
@@ -250,7 +251,8 @@ async fn nothing_outlives_the_program() {
 async fn stopping_reaches_every_process_and_killing_ends_them_all() {
     let sandbox = sandbox().await;
     let dirs = dirs();
-    let marker = "chorus-escapee-stop";
+    // This binary also runs as nobody at the same time: each run its own marker.
+    let marker = &format!("chorus-escapee-stop-{}", std::process::id());
     let script = format!(
         "trap '' TERM; {} while :; do sleep 1; done",
         escapees(marker)
@@ -286,7 +288,8 @@ async fn stopping_reaches_every_process_and_killing_ends_them_all() {
 #[tokio::test]
 async fn the_sandbox_dies_with_the_service() {
     let dirs = dirs();
-    let marker = "chorus-escapee-service";
+    // This binary also runs as nobody at the same time: each run its own marker.
+    let marker = &format!("chorus-escapee-service-{}", std::process::id());
     let script = format!("{} while :; do sleep 1; done", escapees(marker));
     let policy = serde_json::to_string(&chorus_sandbox::Policy {
         parent: None,

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
+use chorus_auth::tls::{PeerRoles, ServerTls};
 use chorus_run_token::RunTokenVerifier;
 
 use crate::gate::RunGate;
@@ -27,20 +28,46 @@ pub struct Limits {
     pub bash_max_timeout: Duration,
     /// Timeout of every git command.
     pub git_timeout: Duration,
+    /// Deadline of every tool call. bash and git calls get more when their own
+    /// timeouts are longer (see [`crate::runner`]).
+    pub tool_timeout: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_file_bytes: 10 * 1024 * 1024,
-            max_write_bytes: 10 * 1024 * 1024,
+            max_file_bytes: chorus_proto::limits::DEFAULT_CONTENT_BYTES,
+            max_write_bytes: chorus_proto::limits::DEFAULT_CONTENT_BYTES,
             max_output_bytes: 256 * 1024,
             max_list_entries: 10_000,
             max_search_results: 10_000,
             bash_default_timeout: Duration::from_secs(120),
             bash_max_timeout: Duration::from_secs(600),
             git_timeout: Duration::from_secs(120),
+            tool_timeout: Duration::from_secs(120),
         }
+    }
+}
+
+impl Limits {
+    /// The largest gRPC message these limits make: one that carries a whole
+    /// write, a whole file, or both of bash's streams (see
+    /// [`chorus_proto::limits::message_bytes`]).
+    pub fn message_bytes(&self) -> usize {
+        let output = u64::try_from(self.max_output_bytes)
+            .unwrap_or(u64::MAX)
+            .saturating_mul(2);
+        chorus_proto::limits::message_bytes(
+            self.max_write_bytes.max(self.max_file_bytes).max(output),
+        )
+    }
+
+    /// What a caller over [`Limits::message_bytes`] is told to do.
+    pub fn message_hint(&self) -> String {
+        format!(
+            "a call carries at most {} bytes of file content (--max-write-bytes): send less",
+            self.max_write_bytes
+        )
     }
 }
 
@@ -57,6 +84,10 @@ pub struct ToolExecConfig {
     /// Checks runs with the orchestrator and records calls in task history. None:
     /// the token alone decides (standalone development use).
     pub gate: Option<Arc<dyn RunGate>>,
+    /// TLS on the listener; None: plaintext.
+    pub tls: Option<ServerTls>,
+    /// Client certificates that act with a role.
+    pub peers: PeerRoles,
 }
 
 impl ToolExecConfig {
@@ -67,6 +98,8 @@ impl ToolExecConfig {
             limits: Limits::default(),
             shutdown_grace: Duration::from_secs(10),
             gate: None,
+            tls: None,
+            peers: PeerRoles::default(),
         }
     }
 }

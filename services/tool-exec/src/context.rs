@@ -1,16 +1,20 @@
-//! What a tool implementation gets: the sandbox, the grant, the limits, and a
-//! cancellation token that fires when the service shuts down.
+//! What a tool implementation gets: the sandbox, the grant, the limits, and the
+//! call's stop signal (its deadline, its caller leaving, service shutdown).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use chorus_run_token::RunGrant;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Limits;
 use crate::error::ToolError;
 use crate::sandbox::Sandbox;
+use crate::stop::StopSignal;
+
+/// How long a stopped call waits for its blocking work to wind down.
+pub const STOPPED_WORK_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct ToolContext {
@@ -19,21 +23,41 @@ pub struct ToolContext {
     pub limits: Limits,
     /// Where bash and git run.
     pub processes: chorus_sandbox::Sandbox,
-    /// Fires on service shutdown: long-running tools stop and clean up.
-    pub cancel: CancellationToken,
+    /// Fires when the call must stop: long-running tools stop and clean up.
+    pub stop: StopSignal,
 }
 
 impl ToolContext {
-    /// Runs blocking filesystem work off the async threads.
+    /// Runs blocking filesystem work off the async threads. The work gets the
+    /// call's stop signal to check between steps and to commit a change with.
+    ///
+    /// When the call is stopped before the work committed a change, the work
+    /// can change nothing any more, and the stop's error is the answer. The work
+    /// normally notices at its next check and cleans up (a temporary file), and
+    /// the answer waits for that; a thread stuck in the kernel is waited for at
+    /// most [`STOPPED_WORK_WAIT`]. Work that committed is waited for, and its
+    /// own result is the answer.
     pub async fn blocking<T, F>(&self, work: F) -> Result<T, ToolError>
     where
         T: Send + 'static,
-        F: FnOnce(&Sandbox) -> Result<T, ToolError> + Send + 'static,
+        F: FnOnce(&Sandbox, &StopSignal) -> Result<T, ToolError> + Send + 'static,
     {
+        self.stop.check()?;
         let sandbox = Arc::clone(&self.sandbox);
-        tokio::task::spawn_blocking(move || work(&sandbox))
-            .await
-            .map_err(|e| ToolError::Internal(format!("tool task failed: {e}")))?
+        let stop = self.stop.clone();
+        let mut task = tokio::task::spawn_blocking(move || work(&sandbox, &stop));
+        let joined = tokio::select! {
+            biased;
+            joined = &mut task => joined,
+            () = self.stop.token().cancelled() => {
+                if self.stop.abandon() {
+                    let _ = tokio::time::timeout(STOPPED_WORK_WAIT, &mut task).await;
+                    return Err(self.stop.error());
+                }
+                task.await
+            }
+        };
+        joined.map_err(|e| ToolError::Internal(format!("tool task failed: {e}")))?
     }
 }
 
@@ -81,5 +105,86 @@ impl ToolOutcome {
             message: message.into(),
         });
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use tokio::sync::oneshot;
+    use tonic::Code;
+
+    use crate::stop::StopReason;
+    use crate::tools::test_support::Workspace;
+
+    /// Longer than any answer here may take; past it the test fails.
+    const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+
+    #[tokio::test]
+    async fn a_call_stopped_before_its_change_answers_though_its_work_is_stuck() {
+        let ws = Workspace::new();
+        let (started, work_started) = oneshot::channel();
+        let (release, held) = mpsc::channel::<()>();
+        let (committed, commit_result) = oneshot::channel();
+        let call = ws.ctx.blocking(move |_, stop| {
+            let _ = started.send(());
+            // The thread is stuck until the answer is out.
+            let _ = held.recv();
+            let _ = committed.send(stop.commit().map_err(|e| e.code()));
+            Ok(())
+        });
+        tokio::pin!(call);
+        tokio::select! {
+            biased;
+            answer = &mut call => panic!("answered before the work started: {answer:?}"),
+            _ = work_started => {}
+        }
+
+        ws.ctx.stop.stop(StopReason::CallerLeft);
+        let answer = tokio::time::timeout(ANSWER_WITHIN, call)
+            .await
+            .expect("answers while the work is still stuck");
+        assert_eq!(answer.expect_err("stopped").code(), Code::Cancelled);
+
+        release.send(()).expect("the work waits");
+        assert_eq!(
+            commit_result.await.expect("the work ends"),
+            Err(Code::Cancelled),
+            "the work's change is refused"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_stopped_after_its_change_committed_answers_with_the_change() {
+        let ws = Workspace::new();
+        let (committed, work_committed) = oneshot::channel();
+        let (release, held) = mpsc::channel::<()>();
+        let call = ws.ctx.blocking(move |_, stop| {
+            stop.commit()?;
+            let _ = committed.send(());
+            let _ = held.recv();
+            Ok("changed")
+        });
+        tokio::pin!(call);
+        tokio::select! {
+            biased;
+            answer = &mut call => panic!("answered before the work committed: {answer:?}"),
+            _ = work_committed => {}
+        }
+
+        ws.ctx.stop.stop(StopReason::CallerLeft);
+        // The call sees the stop, and waits for the committed work.
+        tokio::select! {
+            biased;
+            answer = &mut call => panic!("answered before the committed work ended: {answer:?}"),
+            () = tokio::task::yield_now() => {}
+        }
+        release.send(()).expect("the work waits");
+        let answer = tokio::time::timeout(ANSWER_WITHIN, call)
+            .await
+            .expect("answers once the work ended");
+        assert_eq!(answer.expect("the change is the answer"), "changed");
     }
 }

@@ -48,8 +48,10 @@ pub enum ToolError {
     IsDirectory { path: String },
     #[error("'{path}' is not a directory")]
     NotADirectory { path: String },
-    #[error("'{path}' is not a regular file")]
-    NotAFile { path: String },
+    #[error(
+        "'{path}' is {kind}, not a regular file; file tools read and change regular files only"
+    )]
+    NotAFile { path: String, kind: &'static str },
     #[error(
         "'{path}' is {size} bytes, over the {limit}-byte limit; read a part of it with bash (head, sed -n) or find lines with file.search"
     )]
@@ -70,9 +72,12 @@ pub enum ToolError {
     WorkspaceUnavailable { root: PathBuf, reason: String },
     #[error("workspace root '{given}' does not match this run's workspace '{expected}'")]
     RootMismatch { given: String, expected: String },
-    /// A bounded operation (e.g. a git command) ran past its time limit and was killed.
+    /// A bounded operation (a call, a git command) ran past its time limit and was stopped.
     #[error("{0}")]
     DeadlineExceeded(String),
+    /// The caller went away; the call was stopped.
+    #[error("{0}")]
+    Cancelled(String),
     /// The orchestrator refused the call (run not active, tool not allowed, ...).
     #[error("{message}")]
     Refused { code: Code, message: String },
@@ -115,6 +120,7 @@ impl ToolError {
             | Self::FailedPrecondition(_)
             | Self::WorkspaceUnavailable { .. } => Code::FailedPrecondition,
             Self::DeadlineExceeded(_) => Code::DeadlineExceeded,
+            Self::Cancelled(_) => Code::Cancelled,
             Self::Refused { code, .. } => *code,
             Self::ShuttingDown | Self::GateUnavailable(_) => Code::Unavailable,
             Self::Io { .. } | Self::Internal(_) => Code::Internal,

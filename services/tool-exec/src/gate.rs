@@ -1,35 +1,32 @@
 //! The run gate: before a tool runs, the orchestrator confirms the run is active
-//! and may use the tool; after it ran, the orchestrator records it in the task's
-//! history. tool-exec verifies the token itself either way; without a gate
-//! (standalone, development) the token alone decides.
+//! and may use the tool, checking every claim of its token against the stored
+//! run; after it ran, the orchestrator records it in the task's history. The
+//! gate also keeps tool-exec's run-token keys current and checks API keys
+//! presented to tool-exec. tool-exec verifies the token itself either way;
+//! without a gate (`--standalone`, development) the token alone decides.
+//!
+//! Two gates: [`OrchestratorGate`] asks an orchestrator over gRPC with
+//! tool-exec's service key (role tool-exec); the orchestrator's embedded
+//! tool-exec uses one that calls it in-process.
 
 use std::fmt::Debug;
 use std::time::Duration;
 
-use chorus_proto::json;
+use chorus_auth::tls::ClientTls;
+use chorus_auth::{Principal, Role};
 use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
-use chorus_proto::orchestrator::v1::{AuthorizeToolCallRequest, RecordToolCallRequest};
+use chorus_proto::orchestrator::v1::{
+    AuthenticateKeyRequest, AuthorizeToolCallRequest, GetRunTokenKeysRequest, RecordToolCallRequest,
+};
+use chorus_proto::{json, limits};
+use chorus_run_token::RunTokenVerifier;
 use serde_json::Value;
 use tonic::metadata::MetadataValue;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::error::ToolError;
-
-/// Most bytes of a tool's output kept in its history record.
-pub const OUTPUT_EXCERPT_BYTES: usize = 2048;
-
-/// One finished tool call, as the task's history records it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolCallRecord {
-    pub tool: String,
-    pub input: Value,
-    /// "ok", or the failure's gRPC code name in lower snake case.
-    pub status: String,
-    pub duration_ms: u64,
-    /// The start of the output, or the error message.
-    pub output_excerpt: String,
-}
+pub use crate::record::ToolCallRecord;
 
 /// Asks whether a run may call a tool, and records what it called.
 #[tonic::async_trait]
@@ -38,43 +35,62 @@ pub trait RunGate: Send + Sync + Debug {
     async fn authorize(&self, token: &str, tool: &str) -> Result<(), ToolError>;
     /// Records a finished call in the run's task history.
     async fn record(&self, token: &str, call: ToolCallRecord) -> Result<(), ToolError>;
+    /// Whose API key `key` (presented to tool-exec by an operator) is.
+    async fn authenticate_key(&self, key: &str) -> Result<Principal, ToolError>;
+    /// Brings `verifier`'s keys up to date with the orchestrator's; a gate
+    /// whose verifier is the signer's own has nothing to do.
+    async fn refresh_keys(&self, verifier: &RunTokenVerifier) -> Result<(), ToolError> {
+        let _ = verifier;
+        Ok(())
+    }
 }
 
 /// The orchestrator's `AgentTools` service as the gate.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct OrchestratorGate {
     client: AgentToolsClient<Channel>,
     addr: String,
+    /// tool-exec's own API key (role tool-exec), the credential of every call
+    /// (None: its client certificate is).
+    service_key: Option<String>,
+}
+
+impl Debug for OrchestratorGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrchestratorGate")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
 }
 
 impl OrchestratorGate {
-    /// A gate for the orchestrator at `addr` (`host:port` or a URL). Connects lazily.
-    pub fn new(addr: &str) -> Result<Self, ToolError> {
-        let url = if addr.contains("://") {
-            addr.to_owned()
-        } else {
-            format!("http://{addr}")
-        };
-        let channel = Endpoint::from_shared(url.clone())
-            .map_err(|e| {
-                ToolError::Internal(format!(
-                    "orchestrator address '{addr}' is not a valid URI: {e}"
-                ))
-            })?
+    /// A gate for the orchestrator at `addr` (`host:port` or a URL) that calls it
+    /// with `service_key` (tool-exec's API key; None when its client certificate
+    /// is its credential), over TLS when `tls` says so. Connects lazily.
+    pub fn new(addr: &str, service_key: Option<&str>, tls: &ClientTls) -> Result<Self, ToolError> {
+        let channel = tls
+            .endpoint(addr)
+            .map_err(|e| ToolError::Internal(format!("orchestrator address: {e}")))?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
             .connect_lazy();
         Ok(Self {
-            client: AgentToolsClient::new(channel),
-            addr: url,
+            // Its answers are small; its records are cut before they are sent.
+            client: AgentToolsClient::new(channel)
+                .max_decoding_message_size(limits::DEFAULT_MESSAGE_BYTES),
+            addr: tls.url(addr),
+            service_key: service_key.map(|k| k.trim().to_owned()),
         })
     }
 
-    fn request<T>(&self, token: &str, message: T) -> Result<tonic::Request<T>, ToolError> {
+    fn request<T>(&self, message: T) -> Result<tonic::Request<T>, ToolError> {
         let mut request = tonic::Request::new(message);
-        let bearer = MetadataValue::try_from(format!("Bearer {token}"))
-            .map_err(|_| ToolError::Internal("run token is not valid metadata".to_owned()))?;
-        request.metadata_mut().insert("authorization", bearer);
+        if let Some(key) = &self.service_key {
+            let bearer = MetadataValue::try_from(format!("Bearer {key}")).map_err(|_| {
+                ToolError::Internal("the service key is not valid metadata".to_owned())
+            })?;
+            request.metadata_mut().insert("authorization", bearer);
+        }
         Ok(request)
     }
 
@@ -105,12 +121,10 @@ impl OrchestratorGate {
 #[tonic::async_trait]
 impl RunGate for OrchestratorGate {
     async fn authorize(&self, token: &str, tool: &str) -> Result<(), ToolError> {
-        let request = self.request(
-            token,
-            AuthorizeToolCallRequest {
-                tool: tool.to_owned(),
-            },
-        )?;
+        let request = self.request(AuthorizeToolCallRequest {
+            tool: tool.to_owned(),
+            run_token: token.to_owned(),
+        })?;
         self.client
             .clone()
             .authorize_tool_call(request)
@@ -124,16 +138,16 @@ impl RunGate for OrchestratorGate {
             Value::Object(map) => Some(json::to_struct(map)),
             _ => None,
         };
-        let request = self.request(
-            token,
-            RecordToolCallRequest {
-                tool: call.tool,
-                input,
-                status: call.status,
-                duration_ms: call.duration_ms,
-                output_excerpt: call.output_excerpt,
-            },
-        )?;
+        let request = self.request(RecordToolCallRequest {
+            tool: call.tool,
+            input,
+            status: call.status,
+            duration_ms: call.duration_ms,
+            output_excerpt: call.output_excerpt,
+            run_token: token.to_owned(),
+            input_bytes: call.input_bytes,
+            output_bytes: call.output_bytes,
+        })?;
         self.client
             .clone()
             .record_tool_call(request)
@@ -141,30 +155,58 @@ impl RunGate for OrchestratorGate {
             .map_err(|s| self.refused(&s))?;
         Ok(())
     }
-}
 
-/// The first `OUTPUT_EXCERPT_BYTES` of `text`, cut at a character boundary.
-pub fn excerpt(text: &str) -> String {
-    if text.len() <= OUTPUT_EXCERPT_BYTES {
-        return text.to_owned();
+    async fn authenticate_key(&self, key: &str) -> Result<Principal, ToolError> {
+        let request = self.request(AuthenticateKeyRequest {
+            key: key.to_owned(),
+        })?;
+        let answer = self
+            .client
+            .clone()
+            .authenticate_key(request)
+            .await
+            .map_err(|s| self.refused(&s))?
+            .into_inner();
+        let role = match answer.role() {
+            chorus_proto::orchestrator::v1::Role::Admin => Role::Admin,
+            chorus_proto::orchestrator::v1::Role::Operator => Role::Operator,
+            chorus_proto::orchestrator::v1::Role::Viewer => Role::Viewer,
+            chorus_proto::orchestrator::v1::Role::ToolExec => Role::ToolExec,
+            chorus_proto::orchestrator::v1::Role::Unspecified => {
+                return Err(ToolError::Internal(
+                    "the orchestrator answered a key without a role".to_owned(),
+                ));
+            }
+        };
+        Ok(Principal::Key {
+            id: answer.id,
+            name: answer.name,
+            role,
+        })
     }
-    let cut = (0..=OUTPUT_EXCERPT_BYTES)
-        .rev()
-        .find(|i| text.is_char_boundary(*i))
-        .unwrap_or(0);
-    format!("{}…", &text[..cut])
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn excerpts_are_cut_at_a_character_boundary() {
-        assert_eq!(excerpt("short"), "short");
-        let long = "é".repeat(OUTPUT_EXCERPT_BYTES);
-        let cut = excerpt(&long);
-        assert!(cut.len() <= OUTPUT_EXCERPT_BYTES + "…".len());
-        assert!(cut.ends_with('…'));
+    async fn refresh_keys(&self, verifier: &RunTokenVerifier) -> Result<(), ToolError> {
+        let request = self.request(GetRunTokenKeysRequest {})?;
+        let keys = self
+            .client
+            .clone()
+            .get_run_token_keys(request)
+            .await
+            .map_err(|s| self.refused(&s))?
+            .into_inner()
+            .keys;
+        let offered = keys.len();
+        let taken = verifier.replace(
+            keys.into_iter()
+                .map(|k| (k.kid, k.public_key_pem))
+                .collect(),
+        );
+        if taken != offered {
+            return Err(ToolError::Internal(format!(
+                "{} of the orchestrator's {offered} run-token keys were not valid",
+                offered - taken
+            )));
+        }
+        Ok(())
     }
 }

@@ -4,18 +4,21 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use chorus_auth::Principal;
 use chorus_catalog::{Category, Executor, PROFILES, TOOLS};
 use chorus_proto::json;
 use chorus_proto::tools::v1 as pb;
+use chorus_run_token::RunGrant;
 use chorus_run_token::{RunTokenVerifier, TokenError};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 use tracing::{error, info, warn};
 
 use crate::context::ToolOutcome;
 use crate::error::ToolError;
-use crate::gate::{RunGate, ToolCallRecord, excerpt};
+use crate::gate::{RunGate, ToolCallRecord};
 use crate::runner::ToolRunner;
 
 /// Implements `chorus.tools.v1.ToolExec`.
@@ -46,12 +49,20 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
         &self,
         request: Request<pb::ExecuteToolRequest>,
     ) -> Result<Response<pb::ExecuteToolResponse>, Status> {
-        let token = bearer_token(request.metadata())?.to_owned();
-        let grant = self.verifier.verify(&token).map_err(ToolError::from)?;
+        let (grant, token) = match request.extensions().get::<Principal>() {
+            Some(Principal::Run { verified, token }) => (verified.grant.clone(), token.clone()),
+            // Without the auth layer (tests of the service alone) the token is read here.
+            _ => {
+                let token = bearer_token(request.metadata())?.to_owned();
+                (
+                    self.verifier.verify(&token).map_err(ToolError::from)?,
+                    token,
+                )
+            }
+        };
         check_workspace_root(request.metadata(), &grant.root)?;
         let pb::ExecuteToolRequest { tool, arguments } = request.into_inner();
         let arguments = arguments.map_or(Value::Null, |s| Value::Object(json::from_struct(s)));
-        let (run_id, agent) = (grant.run_id.clone(), grant.agent.clone());
 
         // The orchestrator confirms the run is active and allowed; a refusal
         // executes nothing and is not recorded here (the orchestrator records
@@ -59,50 +70,25 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
         if let Some(gate) = &self.gate
             && let Err(err) = gate.authorize(&token, &tool).await
         {
-            warn!(run_id = %run_id, agent = %agent, tool = %tool, code = ?err.code(), error = %err, "run gate refused the call");
+            warn!(run_id = %grant.run_id, agent = %grant.agent, tool = %tool, code = ?err.code(), error = %err, "run gate refused the call");
             return Err(err.into());
         }
 
-        let started = Instant::now();
-        let result = self.runner.execute(grant, &tool, arguments.clone()).await;
-        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let (status, excerpt_text) = match &result {
-            Ok(outcome) => (
-                outcome
-                    .error
-                    .as_ref()
-                    .map_or_else(|| "ok".to_owned(), |e| e.code.clone()),
-                outcome
-                    .error
-                    .as_ref()
-                    .map_or_else(|| outcome.output.to_string(), |e| e.message.clone()),
-            ),
-            Err(err) => (
-                chorus_proto::code_name(err.code()).to_owned(),
-                err.to_string(),
-            ),
-        };
-        match &result {
-            Ok(_) => {
-                info!(run_id = %run_id, agent = %agent, tool = %tool, status = %status, duration_ms, "tool executed")
-            }
-            Err(err) => {
-                warn!(run_id = %run_id, agent = %agent, tool = %tool, code = ?err.code(), error = %err, "tool failed")
-            }
-        }
-        if let Some(gate) = &self.gate {
-            let record = ToolCallRecord {
-                tool: tool.clone(),
-                input: arguments,
-                status,
-                duration_ms,
-                output_excerpt: excerpt(&excerpt_text),
-            };
-            if let Err(err) = gate.record(&token, record).await {
-                // The call has happened; its answer still goes back to the agent.
-                error!(run_id = %run_id, tool = %tool, error = %err, "could not record the tool call in the task history");
-            }
-        }
+        // The call runs in a task of its own, which outlives this future: when
+        // the caller goes away (tonic drops this future), the guard stops the
+        // tool, and what it did is still recorded.
+        let caller_gone = CancellationToken::new();
+        let _stop_when_caller_leaves = caller_gone.clone().drop_guard();
+        let call = tokio::spawn(self.clone().execute_and_record(
+            token,
+            grant,
+            tool,
+            arguments,
+            caller_gone,
+        ));
+        let result = call
+            .await
+            .map_err(|e| ToolError::Internal(format!("tool call task failed: {e}")))?;
         result
             .map(|outcome| Response::new(outcome.into()))
             .map_err(Into::into)
@@ -142,6 +128,59 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             sandbox: Some(sandbox_status(self.runner.processes().status())),
         }))
+    }
+}
+
+impl ToolExecService {
+    /// Executes an authorized call and records it through the gate, whether or
+    /// not anyone still waits for the answer.
+    async fn execute_and_record(
+        self,
+        token: String,
+        grant: RunGrant,
+        tool: String,
+        arguments: Value,
+        caller_gone: CancellationToken,
+    ) -> Result<ToolOutcome, ToolError> {
+        let (run_id, agent) = (grant.run_id.clone(), grant.agent.clone());
+        let started = Instant::now();
+        let result = self
+            .runner
+            .execute_until(grant, &tool, arguments.clone(), &caller_gone)
+            .await;
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let (status, output) = match &result {
+            Ok(outcome) => (
+                outcome
+                    .error
+                    .as_ref()
+                    .map_or_else(|| "ok".to_owned(), |e| e.code.clone()),
+                outcome
+                    .error
+                    .as_ref()
+                    .map_or_else(|| outcome.output.to_string(), |e| e.message.clone()),
+            ),
+            Err(err) => (
+                chorus_proto::code_name(err.code()).to_owned(),
+                err.to_string(),
+            ),
+        };
+        match &result {
+            Ok(_) => {
+                info!(run_id = %run_id, agent = %agent, tool = %tool, status = %status, duration_ms, "tool executed")
+            }
+            Err(err) => {
+                warn!(run_id = %run_id, agent = %agent, tool = %tool, code = ?err.code(), error = %err, "tool failed")
+            }
+        }
+        if let Some(gate) = &self.gate {
+            let record = ToolCallRecord::new(&tool, &arguments, status, duration_ms, &output);
+            if let Err(err) = gate.record(&token, record).await {
+                // The call has happened; its answer still goes back to the agent.
+                error!(run_id = %run_id, tool = %tool, error = %err, "could not record the tool call in the task history");
+            }
+        }
+        result
     }
 }
 

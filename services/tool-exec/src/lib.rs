@@ -2,15 +2,18 @@
 //! runs, confined to each run's workspace and checked against its run token.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod config;
 pub mod context;
 pub mod error;
 pub mod gate;
 pub mod grpc;
 pub mod process;
+pub mod record;
 pub mod runner;
 pub mod sandbox;
 pub mod server;
+pub mod stop;
 pub mod tools;
 
 pub use config::{Limits, ToolExecConfig};

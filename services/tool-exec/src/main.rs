@@ -3,13 +3,15 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use chorus_run_token::{
-    PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, RunGrant, load_or_create_signer, load_verifier,
+    KEY_SET_FILE, PUBLIC_KEY_FILE, RunGrant, RunTokenVerifier, load_or_create_signer, load_verifier,
 };
 use chorus_telemetry::{LogFormat, init_logging, shutdown_signal};
+use chorus_tool_exec::gate::{OrchestratorGate, RunGate};
 use chorus_tool_exec::{Limits, ToolExecConfig};
 use clap::{Args, Parser, Subcommand};
 use tracing::{info, warn};
@@ -77,11 +79,13 @@ struct ServeArgs {
         default_value = "127.0.0.1:50052"
     )]
     listen: SocketAddr,
-    /// Directory holding the run-token public key when --public-key is not given.
-    /// If it has no key pair yet, a development pair is created there.
+    /// With --standalone: directory holding the run-token public keys when
+    /// --public-key is not given. If it has no key set yet, a development set is
+    /// created there.
     #[arg(long, env = "CHORUS_DATA_DIR", default_value = ".chorus")]
     data_dir: PathBuf,
-    /// PEM file with the orchestrator's run-token public key (Ed25519, SPKI).
+    /// With --standalone: PEM file with the run-token public key(s) (Ed25519,
+    /// SPKI). With an orchestrator the keys are fetched from it.
     #[arg(long, env = "CHORUS_RUN_TOKEN_PUBLIC_KEY")]
     public_key: Option<PathBuf>,
     /// Largest file (bytes) tools will read.
@@ -99,15 +103,30 @@ struct ServeArgs {
     /// Largest bash timeout a call may ask for, in seconds.
     #[arg(long, env = "CHORUS_BASH_MAX_TIMEOUT_SECS", default_value_t = Limits::default().bash_max_timeout.as_secs())]
     bash_max_timeout_secs: u64,
+    /// Deadline of every tool call, in seconds (bash and git calls get their own
+    /// timeouts plus 10 s when that is longer).
+    #[arg(long, env = "CHORUS_TOOL_TIMEOUT_SECS", default_value_t = Limits::default().tool_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    tool_timeout_secs: u64,
     /// Orchestrator address (host:port): runs are checked with it before every tool
-    /// call and every call is recorded in the task's history. Unset: tokens alone decide.
+    /// call, every call is recorded in the task's history, and the run-token keys
+    /// are fetched from it. Needs --orchestrator-key-file.
     #[arg(long, env = "CHORUS_ORCHESTRATOR_ADDR")]
     orchestrator_addr: Option<String>,
+    /// File holding tool-exec's own API key (role tool-exec; an admin makes one
+    /// with CreateApiKey), its credential with the orchestrator.
+    #[arg(long, env = "CHORUS_ORCHESTRATOR_KEY_FILE")]
+    orchestrator_key_file: Option<PathBuf>,
+    /// Run without an orchestrator (development): run tokens alone decide, nothing
+    /// is recorded, and an ended run's token keeps working until it expires.
+    #[arg(long, env = "CHORUS_STANDALONE", conflicts_with = "orchestrator_addr")]
+    standalone: bool,
     /// Log format.
     #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
     #[command(flatten)]
     sandbox: chorus_sandbox::cli::SandboxArgs,
+    #[command(flatten)]
+    tls: chorus_auth::cli::TlsArgs,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -148,9 +167,37 @@ fn mint(args: MintArgs) -> anyhow::Result<()> {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_logging(args.log_format);
-    let verifier = match &args.public_key {
-        Some(path) => load_verifier(path)?,
-        None => dev_verifier(&args.data_dir)?,
+    let (verifier, gate) = match (&args.orchestrator_addr, args.standalone) {
+        (Some(addr), _) => {
+            // Its credential: an API key of role tool-exec, or a client certificate
+            // the orchestrator maps to that role.
+            let key = match (&args.orchestrator_key_file, &args.tls.tls_client_cert) {
+                (Some(file), _) => Some(
+                    std::fs::read_to_string(file)
+                        .with_context(|| format!("reading the service key {}", file.display()))?,
+                ),
+                (None, Some(_)) => None,
+                (None, None) => bail!(
+                    "--orchestrator-addr needs --orchestrator-key-file: a file with tool-exec's API key (role tool-exec), made by an admin with CreateApiKey (or a client certificate: --tls-client-cert)"
+                ),
+            };
+            // The keys are fetched from the orchestrator once serving.
+            (
+                RunTokenVerifier::from_keys(Vec::new()),
+                Some((addr.clone(), key)),
+            )
+        }
+        (None, true) => {
+            warn!("standalone: no orchestrator checks runs or records calls; for development only");
+            let verifier = match &args.public_key {
+                Some(path) => load_verifier(path)?,
+                None => dev_verifier(&args.data_dir)?,
+            };
+            (verifier, None)
+        }
+        (None, false) => bail!(
+            "tool-exec needs an orchestrator to check runs and record their tool calls: pass --orchestrator-addr and --orchestrator-key-file (or --standalone for development)"
+        ),
     };
     let limits = Limits {
         max_file_bytes: args.max_file_bytes,
@@ -158,6 +205,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_output_bytes: args.max_output_bytes,
         bash_default_timeout: Duration::from_secs(args.bash_timeout_secs),
         bash_max_timeout: Duration::from_secs(args.bash_max_timeout_secs),
+        tool_timeout: Duration::from_secs(args.tool_timeout_secs),
         ..Limits::default()
     };
     if limits.bash_default_timeout > limits.bash_max_timeout {
@@ -170,17 +218,34 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("binding {}", args.listen))?;
         let processes = chorus_sandbox::Sandbox::start(args.sandbox.config()).await;
+        // The gate's channel connects lazily, within the runtime.
+        let client_tls = args.tls.client();
+        let gate = match gate {
+            Some((addr, key)) => Some(Arc::new(OrchestratorGate::new(
+                &addr,
+                key.as_deref(),
+                &client_tls,
+            )?) as Arc<dyn RunGate>),
+            None => None,
+        };
         let config = ToolExecConfig {
             limits,
+            gate,
+            tls: args.tls.server(),
+            peers: args.tls.peers().map_err(anyhow::Error::msg)?,
             ..ToolExecConfig::new(verifier, processes)
         };
         chorus_tool_exec::run(listener, config, shutdown_signal()).await
-    })
+    });
+    // Calls had their grace period in `run`; a tool thread still stuck in the
+    // kernel must not keep the process alive (dropping the runtime would wait).
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    served
 }
 
 /// The public key from the data directory, creating a development key pair there
@@ -190,7 +255,7 @@ fn dev_verifier(data_dir: &Path) -> anyhow::Result<chorus_run_token::RunTokenVer
     if !public.exists() {
         warn!(dir = %data_dir.display(), "no run-token key pair found; creating a development pair (use --public-key in production)");
         load_or_create_signer(data_dir)?;
-        info!(private_key = %data_dir.join(PRIVATE_KEY_FILE).display(), "mint tokens with `chorus-tool-exec dev mint-token --root <dir>`");
+        info!(key_set = %data_dir.join(KEY_SET_FILE).display(), "mint tokens with `chorus-tool-exec dev mint-token --root <dir>`");
     }
     Ok(load_verifier(&public)?)
 }

@@ -12,11 +12,12 @@
 //! - the program exits: its sandbox goes with it, so background jobs it left
 //!   behind (`sleep 100 &`, setsid daemons) are dead when [`run`] returns;
 //! - the timeout passes, or
-//! - the cancellation token fires (service shutdown): every process of the
-//!   sandbox is killed, even ones that ignore SIGTERM.
+//! - the cancellation token fires (the call's deadline passed, its caller went
+//!   away, or the service is shutting down): every process of the sandbox is
+//!   killed, even ones that ignore SIGTERM.
 //!
-//! If the future is dropped midway (the gRPC call went away), dropping the
-//! child kills the sandbox's launcher, and the kernel the rest.
+//! If the future is dropped midway, dropping the child kills the sandbox's
+//! launcher, and the kernel the rest.
 //!
 //! With the sandbox off (`--sandbox off`) the program runs as the service's
 //! user, in a process group that is killed at the end; a process that leaves

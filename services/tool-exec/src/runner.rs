@@ -1,10 +1,17 @@
 //! The execution path of every tool call: catalog lookup → permission → argument
 //! validation → sandboxed execution → metadata.
+//!
+//! Every call has a deadline, `Limits::tool_timeout`. bash and git calls are
+//! bounded by their own timeouts, which kill their processes and are answered
+//! with their partial output; their deadline is the longer of `tool_timeout`
+//! and their longest timeout plus [`PROCESS_STOP_MARGIN`], so their own timeout
+//! ends them first. A call also stops when its caller goes away or the service
+//! shuts down (see [`crate::stop`]).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use chorus_catalog::{Executor, args};
+use chorus_catalog::{Category, Executor, ToolSpec, args};
 use chorus_run_token::RunGrant;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -14,7 +21,12 @@ use crate::config::Limits;
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
 use crate::sandbox::Sandbox;
+use crate::stop::{StopReason, StopSignal};
 use crate::tools;
+
+/// What a bash or git call gets past its own timeout to kill its processes and
+/// collect their output before the call's deadline.
+pub const PROCESS_STOP_MARGIN: Duration = Duration::from_secs(10);
 
 /// Runs tools for verified grants.
 #[derive(Debug, Clone)]
@@ -43,12 +55,26 @@ impl ToolRunner {
         &self.processes
     }
 
-    /// Executes `tool` with JSON `arguments` for the run `grant` describes.
+    /// Executes `tool` with JSON `arguments` for the run `grant` describes, for a
+    /// caller that waits for the answer.
     pub async fn execute(
         &self,
         grant: RunGrant,
         tool: &str,
         arguments: Value,
+    ) -> Result<ToolOutcome, ToolError> {
+        self.execute_until(grant, tool, arguments, &CancellationToken::new())
+            .await
+    }
+
+    /// Executes `tool` like [`ToolRunner::execute`], and stops it when
+    /// `caller_gone` fires (nobody waits for the answer any more).
+    pub async fn execute_until(
+        &self,
+        grant: RunGrant,
+        tool: &str,
+        arguments: Value,
+        caller_gone: &CancellationToken,
     ) -> Result<ToolOutcome, ToolError> {
         if self.shutdown.is_cancelled() {
             return Err(ToolError::ShuttingDown);
@@ -90,37 +116,74 @@ impl ToolRunner {
             _ => None,
         };
         let sandbox = Arc::new(Sandbox::open(&grant.root)?.owned_by(owner));
+        let stop = StopSignal::new(&self.shutdown, spec.name, self.deadline_of(spec));
         let ctx = ToolContext {
             sandbox,
             grant: Arc::new(grant),
             limits: self.limits,
             processes: self.processes.clone(),
-            cancel: self.shutdown.clone(),
+            stop: stop.clone(),
         };
 
         let started = Instant::now();
-        let outcome = match spec.name {
-            "file.read" => tools::read::run(&ctx, parse(tool, arguments)?).await,
-            "file.create" => tools::write::create(&ctx, parse(tool, arguments)?).await,
-            "file.write" => tools::write::write(&ctx, parse(tool, arguments)?).await,
-            "file.patch" => tools::patch::run(&ctx, parse(tool, arguments)?).await,
-            "file.delete" => tools::delete::run(&ctx, parse(tool, arguments)?).await,
-            "file.list" => tools::list::run(&ctx, parse(tool, arguments)?).await,
-            "file.search" => tools::search::run(&ctx, parse(tool, arguments)?).await,
-            "bash" => tools::bash::run(&ctx, parse(tool, arguments)?).await,
-            "git.status" => {
-                tools::git::status(&ctx, parse::<args::GitStatus>(tool, arguments)?).await
+        let work = dispatch(&ctx, spec.name, tool, arguments);
+        tokio::pin!(work);
+        // A stopped tool answers promptly (see `crate::stop`): wait for it.
+        let outcome = tokio::select! {
+            biased;
+            outcome = &mut work => outcome,
+            () = tokio::time::sleep(stop.deadline()) => {
+                stop.stop(StopReason::Deadline);
+                work.await
             }
-            "git.diff" => tools::git::diff(&ctx, parse(tool, arguments)?).await,
-            "git.commit" => tools::git::commit(&ctx, parse(tool, arguments)?).await,
-            "git.push" => tools::git::push(&ctx, parse(tool, arguments)?).await,
-            "help" => tools::help::run(&ctx, parse(tool, arguments)?),
-            other => Err(ToolError::Internal(format!(
-                "catalog tool '{other}' has no tool-exec implementation"
-            ))),
+            () = caller_gone.cancelled() => {
+                stop.stop(StopReason::CallerLeft);
+                work.await
+            }
         }?;
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         Ok(outcome.with_metadata("duration_ms", elapsed_ms))
+    }
+
+    /// How long a call of `spec` may run (see the module documentation).
+    fn deadline_of(&self, spec: &ToolSpec) -> Duration {
+        let own = if spec.name == "bash" {
+            self.limits.bash_max_timeout
+        } else if spec.category == Category::Git {
+            self.limits.git_timeout
+        } else {
+            return self.limits.tool_timeout;
+        };
+        self.limits
+            .tool_timeout
+            .max(own.saturating_add(PROCESS_STOP_MARGIN))
+    }
+}
+
+/// Runs the implementation of the catalog tool `name` (called as `tool`).
+async fn dispatch(
+    ctx: &ToolContext,
+    name: &str,
+    tool: &str,
+    arguments: Value,
+) -> Result<ToolOutcome, ToolError> {
+    match name {
+        "file.read" => tools::read::run(ctx, parse(tool, arguments)?).await,
+        "file.create" => tools::write::create(ctx, parse(tool, arguments)?).await,
+        "file.write" => tools::write::write(ctx, parse(tool, arguments)?).await,
+        "file.patch" => tools::patch::run(ctx, parse(tool, arguments)?).await,
+        "file.delete" => tools::delete::run(ctx, parse(tool, arguments)?).await,
+        "file.list" => tools::list::run(ctx, parse(tool, arguments)?).await,
+        "file.search" => tools::search::run(ctx, parse(tool, arguments)?).await,
+        "bash" => tools::bash::run(ctx, parse(tool, arguments)?).await,
+        "git.status" => tools::git::status(ctx, parse::<args::GitStatus>(tool, arguments)?).await,
+        "git.diff" => tools::git::diff(ctx, parse(tool, arguments)?).await,
+        "git.commit" => tools::git::commit(ctx, parse(tool, arguments)?).await,
+        "git.push" => tools::git::push(ctx, parse(tool, arguments)?).await,
+        "help" => tools::help::run(ctx, parse(tool, arguments)?),
+        other => Err(ToolError::Internal(format!(
+            "catalog tool '{other}' has no tool-exec implementation"
+        ))),
     }
 }
 

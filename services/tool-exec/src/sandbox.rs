@@ -7,20 +7,28 @@
 //! the root and directories swapped for symlinks mid-operation cannot escape: the
 //! kernel is asked about each component, not a string prefix.
 //!
+//! Files are opened for reading non-blocking and checked on the opened handle,
+//! so a FIFO or device, even one swapped in between a look and the open, is
+//! refused and never waited on. Writes open only new temporary files.
+//!
 //! Paths shown to agents are always relative to the root ("." for the root itself).
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
+use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt, OpenOptionsSyncExt};
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, File, Metadata, OpenOptions};
+use cap_std::fs::{Dir, File, FileTypeExt, Metadata, OpenOptions, OpenOptionsExt};
 
 use crate::error::ToolError;
+use crate::stop::StopSignal;
 
 /// Longest accepted path (bytes), as Linux's PATH_MAX.
 const MAX_PATH_BYTES: usize = 4096;
 /// Longest accepted path component (bytes), as Linux's NAME_MAX.
 const MAX_NAME_BYTES: usize = 255;
+/// How much of a file is read between two checks of the call's stop.
+const READ_CHUNK_BYTES: u64 = 1024 * 1024;
 
 /// A workspace root opened as a directory handle.
 #[derive(Debug)]
@@ -240,37 +248,48 @@ impl Sandbox {
             .map_err(|e| self.fs_error(path, e))
     }
 
-    /// Opens a regular file for reading.
-    pub fn open_file(&self, path: &WorkspacePath) -> Result<File, ToolError> {
-        // Look before opening: opening a FIFO for reading would block until a
-        // writer appears. The check after opening covers an entry swapped meanwhile.
+    /// Opens a regular file for reading, following symlinks that stay inside
+    /// the root. Returns the file with the metadata of the open handle.
+    pub fn open_file(&self, path: &WorkspacePath) -> Result<(File, Metadata), ToolError> {
+        // A look first, so that a FIFO or device named directly is not even
+        // opened; the open and the check on its handle below cover an entry
+        // swapped meanwhile.
         require_regular_file(path, &self.metadata(path)?)?;
-        let file = self
-            .dir
-            .open(path.as_path())
-            .map_err(|e| self.fs_error(path, e))?;
-        require_regular_file(path, &file.metadata().map_err(|e| self.fs_error(path, e))?)?;
-        Ok(file)
+        self.open_for_reading(path, FollowSymlinks::Yes)
     }
 
     /// Opens a regular file found by a directory walk, for reading: a symlink in
-    /// the last component is not followed and a FIFO or device cannot block the
-    /// caller. Returns the file with the metadata of the open handle, so the
-    /// size and type checked are those of the file actually read.
+    /// the last component is not followed. Returns the file with the metadata
+    /// of the open handle, so the size and type checked are those of the file
+    /// actually read.
     pub fn open_walked_file(&self, path: &WorkspacePath) -> Result<(File, Metadata), ToolError> {
-        use cap_fs_ext::{FollowSymlinks, OpenOptionsFollowExt, OpenOptionsSyncExt};
+        self.open_for_reading(path, FollowSymlinks::No)
+    }
+
+    /// Opens `path` so that nothing can block the open, then checks the type of
+    /// what was opened, on its handle. O_NONBLOCK: a FIFO opens at once instead
+    /// of waiting for a writer, a device does not wait for its line. O_NOCTTY: a
+    /// terminal does not become the service's. O_NONBLOCK stays set: a regular
+    /// file ignores it, and a file that says it is regular but behaves like a
+    /// pipe (`/proc/kmsg`, were procfs mounted inside a workspace) answers
+    /// "would block" instead of blocking the read.
+    fn open_for_reading(
+        &self,
+        path: &WorkspacePath,
+        follow: FollowSymlinks,
+    ) -> Result<(File, Metadata), ToolError> {
         let mut options = OpenOptions::new();
-        options.read(true).follow(FollowSymlinks::No).nonblock(true);
+        options
+            .read(true)
+            .follow(follow)
+            .nonblock(true)
+            .custom_flags(nix::fcntl::OFlag::O_NOCTTY.bits());
         let file = self
             .dir
             .open_with(path.as_path(), &options)
             .map_err(|e| self.fs_error(path, e))?;
         let meta = file.metadata().map_err(|e| self.fs_error(path, e))?;
-        if !meta.is_file() {
-            return Err(ToolError::NotAFile {
-                path: path.display(),
-            });
-        }
+        require_regular_file(path, &meta)?;
         Ok((file, meta))
     }
 
@@ -290,11 +309,17 @@ impl Sandbox {
             .map_err(|e| self.fs_error(path, e))
     }
 
-    /// Reads a whole regular file, refusing files over `limit` bytes.
-    pub fn read_file(&self, path: &WorkspacePath, limit: u64) -> Result<Vec<u8>, ToolError> {
+    /// Reads a whole regular file, refusing files over `limit` bytes. Reads in
+    /// chunks and stops between them when the call is stopped.
+    pub fn read_file(
+        &self,
+        path: &WorkspacePath,
+        limit: u64,
+        stop: &StopSignal,
+    ) -> Result<Vec<u8>, ToolError> {
         use std::io::Read;
-        let file = self.open_file(path)?;
-        let size = file.metadata().map_err(|e| self.fs_error(path, e))?.len();
+        let (file, meta) = self.open_file(path)?;
+        let size = meta.len();
         if size > limit {
             return Err(ToolError::TooLarge {
                 path: path.display(),
@@ -304,9 +329,17 @@ impl Sandbox {
         }
         let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
         // Read at most limit + 1 bytes: a file that grew meanwhile is still refused.
-        file.take(limit + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| self.fs_error(path, e))?;
+        let mut rest = file.take(limit + 1);
+        loop {
+            stop.check()?;
+            let read = (&mut rest)
+                .take(READ_CHUNK_BYTES)
+                .read_to_end(&mut bytes)
+                .map_err(|e| self.fs_error(path, e))?;
+            if read == 0 {
+                break;
+            }
+        }
         if bytes.len() as u64 > limit {
             return Err(ToolError::TooLarge {
                 path: path.display(),
@@ -334,18 +367,39 @@ impl Sandbox {
 }
 
 /// Refuses anything but a regular file: a directory, a FIFO, a socket, a device.
-fn require_regular_file(path: &WorkspacePath, meta: &Metadata) -> Result<(), ToolError> {
+pub(crate) fn require_regular_file(path: &WorkspacePath, meta: &Metadata) -> Result<(), ToolError> {
     if meta.is_dir() {
         return Err(ToolError::IsDirectory {
             path: path.display(),
         });
     }
     if !meta.is_file() {
-        return Err(ToolError::NotAFile {
-            path: path.display(),
-        });
+        return Err(not_a_file(path, meta));
     }
     Ok(())
+}
+
+/// The error for an entry that is neither a regular file nor a directory,
+/// naming what it is.
+pub(crate) fn not_a_file(path: &WorkspacePath, meta: &Metadata) -> ToolError {
+    let kind = meta.file_type();
+    let kind = if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_symlink() {
+        "a symlink"
+    } else {
+        "a special file"
+    };
+    ToolError::NotAFile {
+        path: path.display(),
+        kind,
+    }
 }
 
 /// Maps an I/O error on `path` to the error an agent can act on.
@@ -378,6 +432,11 @@ pub fn fs_error(path: &WorkspacePath, err: io::Error) -> ToolError {
         // with no OS error number.
         io::ErrorKind::PermissionDenied => ToolError::OutsideWorkspace { path: shown },
         io::ErrorKind::InvalidInput | io::ErrorKind::InvalidFilename => invalid(&err.to_string()),
+        // Files are opened non-blocking: one that behaves like a pipe says so.
+        io::ErrorKind::WouldBlock => ToolError::FailedPrecondition(format!(
+            "'{shown}' has no data to read now: it behaves like a pipe or a device, not a \
+             regular file; read it with bash if you must"
+        )),
         _ => ToolError::io(format!("accessing '{shown}'"), err),
     }
 }

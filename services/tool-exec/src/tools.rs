@@ -14,6 +14,6 @@ pub mod patch;
 pub mod read;
 pub mod search;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod walk;
 pub mod write;

@@ -1,6 +1,9 @@
 //! Agents: who does the work, with which instructions and tools.
 
-use super::{DomainError, Name};
+use super::{DomainError, Name, ProviderKind};
+
+/// Most bytes of an agent's instructions (they are part of every run's prompt).
+pub const MAX_INSTRUCTIONS_BYTES: usize = 32 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -49,12 +52,74 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Checks an allow-list: every entry a catalog tool or a `@profile`. Returns
-    /// the tool names it grants (always-granted tools included).
+    /// Checks an allow-list: every entry a catalog tool or a `@profile`, and not
+    /// the planner's own tool. Returns the tool names it grants (always-granted
+    /// tools included).
     pub fn check_allowed_tools(entries: &[String]) -> Result<Vec<String>, DomainError> {
+        if let Some(entry) = entries.iter().find(|e| e.trim() == PLANNER_TOOL) {
+            return Err(DomainError::invalid(
+                "allowed_tools",
+                format!(
+                    "'{}' is Chorus's planner's own tool and cannot be granted; PlanTask runs the planner",
+                    entry.trim()
+                ),
+            ));
+        }
+        Self::expand(entries)
+    }
+
+    fn expand(entries: &[impl AsRef<str>]) -> Result<Vec<String>, DomainError> {
         chorus_catalog::expand_allow_list(entries)
             .map(|tools| tools.into_iter().map(str::to_owned).collect())
             .map_err(|e| DomainError::invalid("allowed_tools", e.to_string()))
+    }
+
+    /// Checks instructions against [`MAX_INSTRUCTIONS_BYTES`].
+    pub fn check_instructions(instructions: &str) -> Result<(), DomainError> {
+        if instructions.len() > MAX_INSTRUCTIONS_BYTES {
+            return Err(DomainError::invalid(
+                "instructions",
+                format!(
+                    "{} bytes, over the {MAX_INSTRUCTIONS_BYTES}-byte limit; keep them short and put long material in the workspace's files",
+                    instructions.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks that a provider of `kind` can run this agent: web.search exists
+    /// only for providers with a web search of their own.
+    pub fn check_provider_kind(
+        &self,
+        provider: &str,
+        kind: ProviderKind,
+    ) -> Result<(), DomainError> {
+        let wants_search = chorus_catalog::named_tools(&self.allowed_tools)
+            .iter()
+            .any(|t| t.name == "web.search");
+        if wants_search && !kind.has_web_search() {
+            return Err(DomainError::invalid(
+                "allowed_tools",
+                format!(
+                    "agent '{}' has web.search, which only Claude Code providers offer; provider '{provider}' is {}: drop web.search or give the agent a Claude Code provider",
+                    self.name,
+                    kind.label()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The allow-list as stored: entries trimmed, empty ones and repeats dropped.
+    pub fn normalize_allowed_tools(entries: &[String]) -> Vec<String> {
+        let mut normalized: Vec<String> = Vec::new();
+        for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+            if !normalized.iter().any(|n| n == entry) {
+                normalized.push(entry.to_owned());
+            }
+        }
+        normalized
     }
 
     /// Refuses a change only user-defined agents take: internal agents are part of
@@ -69,15 +134,18 @@ impl Agent {
         }
     }
 
-    /// The tool names a run of this agent may call. Internal agents get only the
-    /// always-granted tools.
+    /// The tool names a run of this agent may call. Internal agents (the
+    /// planner) get the always-granted tools and planner-output.
     pub fn granted_tools(&self) -> Result<Vec<String>, DomainError> {
         match self.kind {
             AgentKind::UserDefined => Self::check_allowed_tools(&self.allowed_tools),
-            AgentKind::Internal => Self::check_allowed_tools(&[]),
+            AgentKind::Internal => Self::expand(&[PLANNER_TOOL]),
         }
     }
 }
+
+/// The tool only Chorus's planner is granted.
+pub const PLANNER_TOOL: &str = "planner-output";
 
 /// Name of the internal planning agent.
 pub const TASK_VALIDATOR: &str = "task-validator";

@@ -2,6 +2,7 @@
 //! do to a run and its task. Pure rules; the store applies them in a transaction.
 
 use chorus_catalog::args::{CompletionReport, PlannerOutput, ReportStatus};
+use chorus_tool_exec::record::ToolCallRecord;
 use serde_json::{Value, json};
 
 use super::{
@@ -53,6 +54,110 @@ pub fn check_tool_call(run: &Run, tool: &str) -> Result<(), DomainError> {
             run.tools.join(", ")
         )))
     }
+}
+
+/// Most bytes of a status reason a person gives (UpdateTaskStatus, CancelTask).
+pub const MAX_REASON_BYTES: usize = 2048;
+
+/// Checks a reason against [`MAX_REASON_BYTES`].
+pub fn check_status_reason(reason: &str) -> Result<(), DomainError> {
+    if reason.len() > MAX_REASON_BYTES {
+        return Err(DomainError::invalid(
+            "reason",
+            format!(
+                "{} bytes, over the {MAX_REASON_BYTES}-byte limit; keep it to a sentence or two",
+                reason.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a task may be deleted: it is over and none of its `live_runs` is going.
+pub fn check_deletable(task: &Task, live_runs: u64) -> Result<(), DomainError> {
+    let over = matches!(
+        task.status,
+        TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Canceled
+    );
+    if !over || live_runs > 0 {
+        return Err(DomainError::Transition(format!(
+            "task {} is {}; only a completed, failed or canceled task with no run going can be deleted: cancel it with CancelTask first",
+            task.id,
+            task.status.as_str()
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a change by hand to a task whose runs are still going.
+pub fn check_no_live_runs(task: &Task, runs: &[Run]) -> Result<(), DomainError> {
+    match runs.first() {
+        None => Ok(()),
+        Some(run) => Err(DomainError::Transition(format!(
+            "task {} has a run in progress (agent {}, run {}); CancelTask stops its runs and ends the task, or wait until they end",
+            task.id, run.agent, run.id
+        ))),
+    }
+}
+
+/// Refuses a plan change once the task is completed (its plan is its record)
+/// or while the planner writes it.
+pub fn check_planning_editable(task: &Task) -> Result<(), DomainError> {
+    if task.status == TaskStatus::Completed {
+        return Err(DomainError::Transition(format!(
+            "task {} is {}; its plan and Q&A are kept as they were: create a new task to plan again",
+            task.id,
+            task.status.as_str()
+        )));
+    }
+    if task.status == TaskStatus::Planning {
+        return Err(DomainError::Transition(format!(
+            "task {} is being planned; change its plan once the planner is done",
+            task.id
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that a finished call of `tool` may be recorded for `run`: the run has
+/// not ended (a call that outlived its run is not written after the run's end)
+/// and the tool is one the run may call (nobody records what it could not do).
+pub fn check_recordable(run: &Run, tool: &str) -> Result<(), DomainError> {
+    if run.state == RunState::Finished {
+        return Err(DomainError::RunNotActive(format!(
+            "run {} has ended; a call it made is no longer recorded",
+            run.id
+        )));
+    }
+    let allowed = chorus_catalog::get(tool)
+        .is_some_and(|spec| spec.always_granted || run.tools.iter().any(|t| t == tool));
+    if !allowed {
+        return Err(DomainError::NotAllowed(format!(
+            "tool '{tool}' is not allowed for agent '{}', so no call of it is recorded",
+            run.agent
+        )));
+    }
+    Ok(())
+}
+
+/// The `tool_executed` event of a finished call of `run`, its input and output
+/// bounded by the history's one rule (`chorus_tool_exec::record`).
+pub fn tool_executed(run: &Run, call: ToolCallRecord) -> (EventKind, Value) {
+    let call = call.bounded();
+    (
+        EventKind::ToolExecuted,
+        json!({
+            "run_id": run.id.to_string(),
+            "agent": run.agent.as_str(),
+            "tool": call.tool,
+            "input": call.input,
+            "input_bytes": call.input_bytes,
+            "status": call.status,
+            "duration_ms": call.duration_ms,
+            "output_excerpt": call.output_excerpt,
+            "output_bytes": call.output_bytes,
+        }),
+    )
 }
 
 /// The events recording a denied call (the caller records them; nothing else changes).

@@ -1,6 +1,6 @@
 //! Providers: how agents are run (a CLI, or an OpenAI-compatible API).
 
-use super::{DomainError, Name};
+use super::{DomainError, KeySource, Name};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -15,6 +15,21 @@ pub enum ProviderKind {
 
 impl ProviderKind {
     pub const ALL: [ProviderKind; 3] = [Self::ClaudeCode, Self::Opencode, Self::OpenaiCompatible];
+
+    /// Whether agents of this kind have a web search of their own (web.search
+    /// maps to it; Chorus has none to offer the others).
+    pub fn has_web_search(self) -> bool {
+        self == Self::ClaudeCode
+    }
+
+    /// How people name the kind.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::ClaudeCode => "Claude Code",
+            Self::Opencode => "OpenCode",
+            Self::OpenaiCompatible => "OpenAI-compatible",
+        }
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -46,13 +61,19 @@ pub struct Provider {
     pub base_url: Option<String>,
     /// Model used when the agent names none.
     pub model: Option<String>,
-    /// Whether an API key is stored. The key itself is never returned.
-    pub api_key_set: bool,
+    /// Where its API key comes from (None: it has none). The key itself is
+    /// never returned; references are not secret and are shown.
+    pub api_key_source: Option<KeySource>,
     pub created_ms: i64,
     pub updated_ms: i64,
 }
 
 impl Provider {
+    /// Whether it has an API key, stored or referenced.
+    pub fn api_key_set(&self) -> bool {
+        self.api_key_source.is_some()
+    }
+
     /// Checks the kind-specific fields: an openai_compatible provider needs an
     /// http(s) base URL and a model; for CLI providers both are optional (a
     /// base URL is the API the CLI talks to: `ANTHROPIC_BASE_URL` for Claude Code,
@@ -66,12 +87,7 @@ impl Provider {
         match kind {
             ProviderKind::OpenaiCompatible => {
                 let url = base_url.ok_or_else(|| DomainError::invalid("base_url", "an openai_compatible provider needs a base URL, e.g. http://localhost:11434/v1"))?;
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err(DomainError::invalid(
-                        "base_url",
-                        format!("'{url}' must start with http:// or https://"),
-                    ));
-                }
+                check_base_url(url)?;
                 if model.is_none_or(str::is_empty) {
                     return Err(DomainError::invalid(
                         "model",
@@ -82,18 +98,34 @@ impl Provider {
             ProviderKind::ClaudeCode | ProviderKind::Opencode => {
                 // Optional: a gateway or local model server, and its key. Without
                 // them the CLI uses its own login or the passed environment.
-                if let Some(url) = base_url
-                    && !(url.starts_with("http://") || url.starts_with("https://"))
-                {
-                    return Err(DomainError::invalid(
-                        "base_url",
-                        format!("'{url}' must start with http:// or https://"),
-                    ));
+                if let Some(url) = base_url {
+                    check_base_url(url)?;
                 }
                 let _ = api_key_set;
             }
         }
         Ok(())
+    }
+}
+
+/// Checks a base URL: http or https, with a host, at most 2 KiB.
+fn check_base_url(text: &str) -> Result<(), DomainError> {
+    const MAX_URL_BYTES: usize = 2048;
+    let refuse = |why: String| Err(DomainError::invalid("base_url", why));
+    if text.len() > MAX_URL_BYTES {
+        return refuse(format!("longer than {MAX_URL_BYTES} bytes"));
+    }
+    match url::Url::parse(text) {
+        Ok(url) if !matches!(url.scheme(), "http" | "https") => {
+            refuse(format!("'{text}' must start with http:// or https://"))
+        }
+        Ok(url) if url.host_str().is_none_or(str::is_empty) => refuse(format!(
+            "'{text}' names no host, e.g. http://localhost:11434/v1"
+        )),
+        Ok(_) => Ok(()),
+        Err(e) => refuse(format!(
+            "'{text}' is not a URL ({e}), e.g. http://localhost:11434/v1"
+        )),
     }
 }
 
@@ -137,6 +169,12 @@ mod tests {
     fn cli_providers_may_name_an_api_and_a_key() {
         assert!(Provider::check(ProviderKind::ClaudeCode, None, Some("sonnet"), false).is_ok());
         assert!(Provider::check(ProviderKind::Opencode, Some("http://x"), None, false).is_ok());
+        for bad in ["http://", "ftp://x", "localhost:11434", "http://:80"] {
+            let err = Provider::check(ProviderKind::Opencode, Some(bad), None, false)
+                .expect_err(bad)
+                .to_string();
+            assert!(err.contains("base_url"), "{bad}: {err}");
+        }
         assert!(Provider::check(ProviderKind::ClaudeCode, None, None, true).is_ok());
         assert!(
             Provider::check(ProviderKind::ClaudeCode, Some("localhost:1"), None, true).is_err()

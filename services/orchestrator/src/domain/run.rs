@@ -121,6 +121,18 @@ pub struct Run {
     pub prompt: Option<String>,
     /// Its final text, once it ended.
     pub output: Option<String>,
+    /// What its run token was minted for; None for a run that has no token.
+    pub token: Option<TokenBinding>,
+}
+
+/// The claims of a run's token that its other fields do not hold: every token
+/// presented for the run must carry exactly these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenBinding {
+    /// The workspace root its paths are confined to.
+    pub root: std::path::PathBuf,
+    /// When the token expires (whole seconds, in ms).
+    pub expires_ms: i64,
 }
 
 /// Why a handoff failed, as its caller is told.

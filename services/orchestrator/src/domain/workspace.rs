@@ -1,6 +1,6 @@
 //! A workspace: one root directory every file tool of its tasks is confined to.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{DomainError, Name};
 
@@ -71,9 +71,110 @@ impl Workspace {
     }
 }
 
+/// Where workspace roots may be: under one of the allowed prefixes, never `/`,
+/// and never a directory that holds (or is, or lies in) one of the service's own
+/// (the data directory: keys, database, run directories).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RootPolicy {
+    /// Prefixes a root must lie under (symlinks resolved); empty: anywhere.
+    pub allowed: Vec<PathBuf>,
+    /// The service's own directories (symlinks resolved).
+    pub protected: Vec<PathBuf>,
+}
+
+impl RootPolicy {
+    /// A policy over `allowed` prefixes and `protected` directories; each path is
+    /// made absolute with its symlinks resolved where it exists.
+    pub fn new(allowed: &[PathBuf], protected: &[PathBuf]) -> Self {
+        let resolve = |p: &PathBuf| {
+            p.canonicalize()
+                .or_else(|_| std::path::absolute(p))
+                .unwrap_or_else(|_| p.clone())
+        };
+        Self {
+            allowed: allowed.iter().map(resolve).collect(),
+            protected: protected.iter().map(resolve).collect(),
+        }
+    }
+
+    /// Adds one of the service's own paths (a key file kept elsewhere).
+    pub fn protect(&mut self, path: &Path) {
+        let resolved = path
+            .canonicalize()
+            .or_else(|_| std::path::absolute(path))
+            .unwrap_or_else(|_| path.to_owned());
+        if !self.protected.contains(&resolved) {
+            self.protected.push(resolved);
+        }
+    }
+
+    /// Checks a root already resolved by [`Workspace::check_root`].
+    pub fn check(&self, root: &Path) -> Result<(), DomainError> {
+        let refuse = |why: String| Err(DomainError::invalid("workspace root", why));
+        if root.parent().is_none() {
+            return refuse(format!(
+                "'{}' is the file system's root; choose a project directory",
+                root.display()
+            ));
+        }
+        if let Some(own) = self
+            .protected
+            .iter()
+            .find(|own| own.starts_with(root) || root.starts_with(own))
+        {
+            return refuse(format!(
+                "'{}' holds or lies in Chorus's own data ({}), which agents must never reach; choose a directory apart from it",
+                root.display(),
+                own.display()
+            ));
+        }
+        if !self.allowed.is_empty() && !self.allowed.iter().any(|p| root.starts_with(p)) {
+            let allowed: Vec<String> = self
+                .allowed
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            return refuse(format!(
+                "'{}' is outside the directories workspaces may be in ({}); the operator sets them with --workspace-roots",
+                root.display(),
+                allowed.join(", ")
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn roots_lie_under_the_allowed_prefixes_and_apart_from_the_services_data() {
+        let policy = RootPolicy {
+            allowed: vec!["/srv/projects".into(), "/home/ana".into()],
+            protected: vec!["/home/ana/.chorus".into()],
+        };
+        assert!(policy.check(Path::new("/srv/projects/app")).is_ok());
+        assert!(policy.check(Path::new("/srv/projects")).is_ok());
+        assert!(policy.check(Path::new("/home/ana/code")).is_ok());
+        for (root, says) in [
+            ("/", "file system's root"),
+            ("/srv", "outside the directories"),
+            ("/srv/projects-other", "outside the directories"),
+            ("/home/ana", "Chorus's own data"),
+            ("/home/ana/.chorus", "Chorus's own data"),
+            ("/home/ana/.chorus/runs/x", "Chorus's own data"),
+        ] {
+            let err = policy.check(Path::new(root)).expect_err(root).to_string();
+            assert!(err.contains(says), "{root}: {err}");
+        }
+        let anywhere = RootPolicy {
+            allowed: vec![],
+            protected: vec!["/data".into()],
+        };
+        assert!(anywhere.check(Path::new("/tmp/x")).is_ok());
+        assert!(anywhere.check(Path::new("/")).is_err());
+    }
 
     #[test]
     fn a_root_must_be_an_existing_absolute_directory() {

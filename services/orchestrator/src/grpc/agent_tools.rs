@@ -1,31 +1,35 @@
-//! `chorus.orchestrator.v1.AgentTools`: what agent runs use, authenticated by
-//! their run token. CallTool executes the orchestration tools; AuthorizeToolCall
-//! and RecordToolCall are tool-exec's questions and reports for workspace tools.
+//! `chorus.orchestrator.v1.AgentTools`: what agent runs use. CallTool executes
+//! the orchestration tools for the run whose token is the call's credential;
+//! AuthorizeToolCall and RecordToolCall are tool-exec's questions and reports
+//! for workspace tools (tool-exec's service key is the credential, the agent's
+//! token is in the request); GetRunTokenKeys and AuthenticateKey give tool-exec
+//! what it needs to check credentials itself.
 //!
-//! A call from an unknown, still-starting, waiting or ended run is refused with
-//! FAILED_PRECONDITION and leaves no trace in history (only a warning log). A
-//! tool outside the run's allow-list is refused with PERMISSION_DENIED and
-//! recorded as `tool_denied`.
+//! Every run token is checked claim by claim against its stored run
+//! ([`crate::auth::runs::run_of_token`]). A call from an unknown,
+//! still-starting, waiting or ended run is refused with FAILED_PRECONDITION and
+//! leaves no trace in history (only a warning log). A tool outside the run's
+//! allow-list is refused with PERMISSION_DENIED and recorded as `tool_denied`.
 
 use std::time::Instant;
 
+use chorus_auth::{ApiKey, Principal};
 use chorus_catalog::{Executor, args, outputs};
 use chorus_proto::json;
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_run_token::TokenError;
+use chorus_tool_exec::record::ToolCallRecord;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
+use crate::auth::runs::run_of_token;
 use crate::domain::policy;
-use crate::domain::{AgentKind, DomainError, EventKind, Run, RunId, Task, TaskId, TaskStatus};
+use crate::domain::{AgentKind, DomainError, Run, Task, TaskId, TaskStatus};
 use crate::error::ServiceError;
+use crate::grpc::convert;
 use crate::state::AppState;
-
-/// Most bytes of a tool's output kept in its `tool_executed` event.
-const EXCERPT_BYTES: usize = 2048;
 
 #[derive(Debug, Clone)]
 pub struct AgentToolsService {
@@ -37,53 +41,12 @@ impl AgentToolsService {
         Self { state }
     }
 
-    /// The run named by the request's token. Unknown runs are "not active".
-    async fn run_of(&self, metadata: &MetadataMap) -> Result<Run, ServiceError> {
-        let header = metadata.get("authorization").ok_or(TokenError::Missing)?;
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(|h| {
-                h.strip_prefix("Bearer ")
-                    .or_else(|| h.strip_prefix("bearer "))
-            })
-            .ok_or_else(|| {
-                TokenError::Malformed(
-                    "the authorization header must be 'Bearer <token>'".to_owned(),
-                )
-            })?;
-        run_of_token(&self.state, token).await
-    }
-
     async fn authorize(&self, run: &Run, tool: &str) -> Result<(), ServiceError> {
         authorize(&self.state, run, tool).await
     }
 
-    async fn record(
-        &self,
-        run: &Run,
-        tool: &str,
-        input: Value,
-        status: &str,
-        duration_ms: u64,
-        excerpt: &str,
-    ) -> Result<(), ServiceError> {
-        let data = json!({
-            "run_id": run.id.to_string(),
-            "agent": run.agent.as_str(),
-            "tool": tool,
-            "input": input,
-            "status": status,
-            "duration_ms": duration_ms,
-            "output_excerpt": cut(excerpt),
-        });
-        let events = self
-            .state
-            .store
-            .append_events(run.task_id, vec![(EventKind::ToolExecuted, data)])
-            .await?;
-        self.state.publish(&events);
-        Ok(())
+    async fn record(&self, run: &Run, call: ToolCallRecord) -> Result<(), ServiceError> {
+        record(&self.state, run, call).await
     }
 
     /// Executes one orchestration tool for `run`.
@@ -249,7 +212,7 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         &self,
         request: Request<pb::CallToolRequest>,
     ) -> Result<Response<pb::CallToolResponse>, Status> {
-        let run = self.run_of(request.metadata()).await?;
+        let run = run_of_caller(&self.state, &request).await?;
         let pb::CallToolRequest { tool, arguments } = request.into_inner();
         let spec = chorus_catalog::get(&tool).ok_or_else(|| {
             ServiceError::Invalid(format!(
@@ -270,13 +233,13 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         let started = Instant::now();
         let result = self.execute(&run, &tool, arguments.clone()).await;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let (status, excerpt) = match &result {
-            Ok(output) => ("ok".to_owned(), output.to_string()),
-            Err(e) => (chorus_proto::code_name(e.code()).to_owned(), e.to_string()),
+        let (status, output) = match &result {
+            Ok(output) => ("ok", output.to_string()),
+            Err(e) => (chorus_proto::code_name(e.code()), e.to_string()),
         };
         info!(run_id = %run.id, agent = %run.agent, tool = %tool, status = %status, "orchestration tool called");
-        self.record(&run, &tool, arguments, &status, duration_ms, &excerpt)
-            .await?;
+        let call = ToolCallRecord::new(&tool, &arguments, status, duration_ms, &output);
+        self.record(&run, call).await?;
         let output = result?;
         let metadata = json::to_struct(serde_json::Map::from_iter([(
             "duration_ms".to_owned(),
@@ -292,8 +255,9 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         &self,
         request: Request<pb::AuthorizeToolCallRequest>,
     ) -> Result<Response<pb::AuthorizeToolCallResponse>, Status> {
-        let run = self.run_of(request.metadata()).await?;
-        self.authorize(&run, &request.get_ref().tool).await?;
+        let r = request.into_inner();
+        let run = run_of_token_text(&self.state, &r.run_token).await?;
+        self.authorize(&run, &r.tool).await?;
         Ok(Response::new(pb::AuthorizeToolCallResponse {}))
     }
 
@@ -301,36 +265,120 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         &self,
         request: Request<pb::RecordToolCallRequest>,
     ) -> Result<Response<pb::RecordToolCallResponse>, Status> {
-        let run = self.run_of(request.metadata()).await?;
         let r = request.into_inner();
-        let input = r
-            .input
-            .map_or(Value::Null, |s| Value::Object(json::from_struct(s)));
-        self.record(
-            &run,
-            &r.tool,
-            input,
-            &r.status,
-            r.duration_ms,
-            &r.output_excerpt,
-        )
-        .await?;
+        let run = run_of_token_text(&self.state, &r.run_token).await?;
+        // Nothing is recorded for a run that has ended.
+        policy::check_recordable(&run, &r.tool).map_err(ServiceError::from)?;
+        let call = ToolCallRecord {
+            input: r
+                .input
+                .map_or(Value::Null, |s| Value::Object(json::from_struct(s))),
+            input_bytes: r.input_bytes,
+            tool: r.tool,
+            status: r.status,
+            duration_ms: r.duration_ms,
+            output_excerpt: r.output_excerpt,
+            output_bytes: r.output_bytes,
+        };
+        self.record(&run, call).await?;
         Ok(Response::new(pb::RecordToolCallResponse {}))
+    }
+
+    async fn get_run_token_keys(
+        &self,
+        _request: Request<pb::GetRunTokenKeysRequest>,
+    ) -> Result<Response<pb::RunTokenKeys>, Status> {
+        Ok(Response::new(run_token_keys(&self.state)))
+    }
+
+    async fn authenticate_key(
+        &self,
+        request: Request<pb::AuthenticateKeyRequest>,
+    ) -> Result<Response<pb::AuthenticateKeyResponse>, Status> {
+        let key = ApiKey::parse(request.get_ref().key.trim()).ok_or_else(|| {
+            ServiceError::Invalid("key: not an API key (expected chorus_<id>_<secret>)".to_owned())
+        })?;
+        match self.state.auth.principal(&key).await? {
+            Principal::Key { id, name, role } => Ok(Response::new(pb::AuthenticateKeyResponse {
+                id,
+                name,
+                role: convert::role(role).into(),
+            })),
+            other => Err(ServiceError::BadCredential(format!(
+                "{} is not an API key",
+                other.describe()
+            ))
+            .into()),
+        }
     }
 }
 
-/// The run a run token names. Unknown runs are "not active".
-pub(crate) async fn run_of_token(state: &AppState, token: &str) -> Result<Run, ServiceError> {
-    let grant = state.verifier.verify(token.trim())?;
-    let run_id = RunId::parse(&grant.run_id)
-        .map_err(|_| DomainError::RunNotActive(format!("run {} is unknown", grant.run_id)))?;
-    match state.store.get_run(run_id).await {
-        Ok(run) => Ok(run),
-        Err(crate::store::StoreError::NotFound { .. }) => {
-            Err(DomainError::RunNotActive(format!("run {run_id} is unknown")).into())
-        }
-        Err(e) => Err(e.into()),
+/// The published run-token keys.
+pub(crate) fn run_token_keys(state: &AppState) -> pb::RunTokenKeys {
+    pb::RunTokenKeys {
+        keys: state
+            .signer
+            .public_keys()
+            .into_iter()
+            .map(|k| pb::RunTokenKey {
+                kid: k.kid,
+                public_key_pem: k.pem,
+                created_ms: k.created_ms,
+                retired_ms: k.retired_ms.unwrap_or(0),
+            })
+            .collect(),
+        current_kid: state.signer.current_kid(),
     }
+}
+
+/// The run whose token was the request's credential (checked by the auth layer's
+/// signature check, and here against the stored run).
+pub(crate) async fn run_of_caller<T>(
+    state: &AppState,
+    request: &Request<T>,
+) -> Result<Run, ServiceError> {
+    match request.extensions().get::<Principal>() {
+        Some(Principal::Run { verified, .. }) => run_of_token(state, verified).await,
+        _ => Err(TokenError::Missing.into()),
+    }
+}
+
+/// The parent of a Handoff call: the run whose token was its credential (then
+/// it must be allowed to hand off now), or none for a caller with a key.
+pub(crate) async fn parent_of<T>(
+    state: &AppState,
+    request: &Request<T>,
+) -> Result<Option<Run>, ServiceError> {
+    match request.extensions().get::<Principal>() {
+        Some(Principal::Run { verified, .. }) => {
+            let parent = run_of_token(state, verified).await?;
+            authorize(state, &parent, "handoff").await?;
+            Ok(Some(parent))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The run of a run token given as text (tool-exec passes the agent's token in
+/// the request): its key, signature and expiry, then every claim.
+pub(crate) async fn run_of_token_text(state: &AppState, token: &str) -> Result<Run, ServiceError> {
+    let verified = state.verifier.verify_token(token)?;
+    run_of_token(state, &verified).await
+}
+
+/// Records one finished tool call of `run` as `tool_executed`, bounded by the
+/// history's rule whoever reported it.
+pub(crate) async fn record(
+    state: &AppState,
+    run: &Run,
+    call: ToolCallRecord,
+) -> Result<(), ServiceError> {
+    let events = state
+        .store
+        .append_events(run.task_id, vec![policy::tool_executed(run, call)])
+        .await?;
+    state.publish(&events);
+    Ok(())
 }
 
 /// Checks `run` may call `tool` now; records a denial as `tool_denied`.
@@ -361,10 +409,6 @@ fn parse<T: DeserializeOwned>(tool: &str, arguments: Value) -> Result<T, Service
 fn to_json<T: serde::Serialize>(value: &T) -> Value {
     serde_json::to_value(value)
         .unwrap_or_else(|e| Value::String(format!("unserializable output: {e}")))
-}
-
-fn cut(text: &str) -> String {
-    crate::providers::cut(text, EXCERPT_BYTES)
 }
 
 /// A task as agents see it.

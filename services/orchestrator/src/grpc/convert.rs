@@ -1,11 +1,12 @@
 //! Domain → wire, and wire → validated domain values.
 
+use chorus_auth::Role;
 use chorus_proto::json;
 use chorus_proto::orchestrator::v1 as pb;
 
 use crate::domain::{
-    Agent, AgentKind, DomainError, Event, Name, Planning, Provider, ProviderKind, Question, Run,
-    RunId, StageExt, Task, TaskId, TaskSource, Workspace, WorkspaceId,
+    Agent, AgentKind, ApiKeyRecord, DomainError, Event, Name, Planning, Provider, ProviderKind,
+    Question, Run, RunId, StageExt, Task, TaskId, TaskSource, Workspace, WorkspaceId,
 };
 
 pub fn workspace(w: &Workspace) -> pb::Workspace {
@@ -30,7 +31,12 @@ pub fn provider(workspace_id: &str, p: &Provider) -> pb::Provider {
         kind: provider_kind(p.kind) as i32,
         base_url: p.base_url.clone().unwrap_or_default(),
         model: p.model.clone().unwrap_or_default(),
-        api_key_set: p.api_key_set,
+        api_key_set: p.api_key_set(),
+        api_key_source: p
+            .api_key_source
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
         created_ms: p.created_ms,
         updated_ms: p.updated_ms,
     }
@@ -54,6 +60,39 @@ pub fn provider_kind_from(value: i32) -> Result<ProviderKind, DomainError> {
             "kind",
             "choose PROVIDER_KIND_CLAUDE_CODE, PROVIDER_KIND_OPENCODE or PROVIDER_KIND_OPENAI_COMPATIBLE",
         )),
+    }
+}
+
+pub fn role(role: Role) -> pb::Role {
+    match role {
+        Role::Admin => pb::Role::Admin,
+        Role::Operator => pb::Role::Operator,
+        Role::Viewer => pb::Role::Viewer,
+        Role::ToolExec => pb::Role::ToolExec,
+    }
+}
+
+/// The wire enum as a role; UNSPECIFIED and unknown numbers are refused.
+pub fn role_from(value: i32) -> Result<Role, DomainError> {
+    match pb::Role::try_from(value) {
+        Ok(pb::Role::Admin) => Ok(Role::Admin),
+        Ok(pb::Role::Operator) => Ok(Role::Operator),
+        Ok(pb::Role::Viewer) => Ok(Role::Viewer),
+        Ok(pb::Role::ToolExec) => Ok(Role::ToolExec),
+        _ => Err(DomainError::invalid(
+            "role",
+            "choose ROLE_ADMIN, ROLE_OPERATOR, ROLE_VIEWER or ROLE_TOOL_EXEC",
+        )),
+    }
+}
+
+pub fn api_key(key: &ApiKeyRecord) -> pb::ApiKey {
+    pb::ApiKey {
+        id: key.id.clone(),
+        name: key.name.to_string(),
+        role: role(key.role).into(),
+        created_ms: key.created_ms,
+        revoked_ms: key.revoked_ms.unwrap_or(0),
     }
 }
 

@@ -7,6 +7,7 @@
 //! this file only wires them to the generated trait.
 
 mod agents;
+mod keys;
 mod providers;
 mod runs;
 mod tasks;
@@ -211,6 +212,13 @@ impl Orchestrator for OrchestratorService {
         reply(crate::runner::cancel_task(&self.state, request.into_inner()).await)
     }
 
+    async fn delete_task(
+        &self,
+        request: Request<pb::DeleteTaskRequest>,
+    ) -> Result<Response<pb::DeleteTaskResponse>, Status> {
+        reply(tasks::delete(&self.state, request.into_inner()).await)
+    }
+
     async fn get_history(
         &self,
         request: Request<pb::GetHistoryRequest>,
@@ -233,7 +241,13 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<pb::HandoffRequest>,
     ) -> Result<Response<Self::HandoffStream>, Status> {
-        reply(crate::runner::handoff::handoff(&self.state, request.into_inner()).await)
+        let parent = crate::grpc::agent_tools::parent_of(&self.state, &request).await;
+        reply(match parent {
+            Ok(parent) => {
+                crate::runner::handoff::handoff(&self.state, request.into_inner(), parent).await
+            }
+            Err(e) => Err(e),
+        })
     }
 
     async fn open_run(
@@ -275,5 +289,33 @@ impl Orchestrator for OrchestratorService {
             )),
             embedded_tool_exec: self.state.addresses.embedded_tool_exec,
         }))
+    }
+
+    async fn create_api_key(
+        &self,
+        request: Request<pb::CreateApiKeyRequest>,
+    ) -> Result<Response<pb::CreateApiKeyResponse>, Status> {
+        reply(keys::create(&self.state, request.into_inner()).await)
+    }
+
+    async fn list_api_keys(
+        &self,
+        request: Request<pb::ListApiKeysRequest>,
+    ) -> Result<Response<pb::ListApiKeysResponse>, Status> {
+        reply(keys::list(&self.state, request.into_inner()).await)
+    }
+
+    async fn revoke_api_key(
+        &self,
+        request: Request<pb::RevokeApiKeyRequest>,
+    ) -> Result<Response<pb::ApiKey>, Status> {
+        reply(keys::revoke(&self.state, request.into_inner()).await)
+    }
+
+    async fn rotate_run_token_key(
+        &self,
+        _request: Request<pb::RotateRunTokenKeyRequest>,
+    ) -> Result<Response<pb::RunTokenKeys>, Status> {
+        reply(keys::rotate(&self.state).await)
     }
 }

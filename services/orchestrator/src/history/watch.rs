@@ -6,13 +6,16 @@ use tokio_util::sync::CancellationToken;
 use super::EventHub;
 use crate::domain::{Event, EventKind, TaskId, TaskStatus};
 
-/// Events read from the store per round trip while replaying.
+/// Most events read from the store per round trip while replaying (the store
+/// also bounds a batch by bytes).
 const REPLAY_BATCH: u32 = 500;
 
 /// Where committed events are read from (the store).
 pub trait EventSource: Send + Sync {
     type Error: Send;
-    /// Events of `task` with a sequence number above `after`, in order, at most `limit`.
+    /// Events of `task` with a sequence number above `after`, in order, at most
+    /// `limit`, maybe fewer (large events make short batches): only an empty
+    /// batch means there are no more.
     fn events_after(
         &self,
         task: TaskId,
@@ -71,7 +74,8 @@ pub async fn watch_task<S: EventSource>(
                 }
             }
         };
-        // Replay what the store has after the cursor.
+        // Replay what the store has after the cursor, until a batch is empty.
+        let mut replayed_an_end = false;
         loop {
             let batch = match source.events_after(task, cursor, REPLAY_BATCH).await {
                 Ok(batch) => batch,
@@ -80,19 +84,31 @@ pub async fn watch_task<S: EventSource>(
                     return WatchEnd::SourceFailed;
                 }
             };
-            let full = batch.len() == REPLAY_BATCH as usize;
+            if batch.is_empty() {
+                break;
+            }
             for event in batch {
                 cursor = event.sequence;
+                replayed_an_end |= ends_task(&event) || ends_run(&event);
                 if tx.send(Ok(event)).await.is_err() {
                     return WatchEnd::ReceiverGone;
                 }
             }
-            if !full {
-                break;
-            }
         }
         if settled_before_replay {
             return WatchEnd::TaskFinished;
+        }
+        // An end committed after the check above was replayed: live, it would
+        // come again below the cursor and be skipped.
+        if replayed_an_end && !follow {
+            match source.settled(task).await {
+                Ok(true) => return WatchEnd::TaskFinished,
+                Ok(false) => {}
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return WatchEnd::SourceFailed;
+                }
+            }
         }
         // Follow live events until one does not continue the cursor, or one that
         // may settle the task does (then replay what is left and end).

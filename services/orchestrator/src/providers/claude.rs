@@ -190,6 +190,7 @@ impl Stream {
                 tool,
                 input,
                 reason: cut(&reason, PROGRESS_TEXT_BYTES),
+                by: "cli",
             });
         }
         denied
@@ -256,6 +257,7 @@ mod tests {
                 tool: "Bash".to_owned(),
                 input: json!({"command": "cat /etc/passwd"}),
                 reason: "cat in '/etc/passwd' was blocked.".to_owned(),
+                by: "cli",
             }]
         );
         let accepted = stream.line(

@@ -4,8 +4,10 @@
 //! through chorus-tools, so it maps to the Bash tool restricted to
 //! `Bash(<chorus-tools path> *)`; web.search maps to the CLI's own WebSearch;
 //! names the catalog does not know are dropped (passing them through let the CLI
-//! fall back to all of its built-in tools); an empty result still gets the
-//! chorus-tools rule, so the agent can report. The CLI's own sub-agent tools are
+//! fall back to all of its built-in tools). Every list gets the chorus-tools
+//! rule, first: completion-report is always granted and goes through
+//! chorus-tools, so an agent granted only web.search still reports
+//! (`--tools "Bash WebSearch" --allowedTools "Bash(<chorus-tools> *) WebSearch"`). The CLI's own sub-agent tools are
 //! always disallowed. These flags are a second fence: tool-exec and the
 //! orchestrator check every call against the run's allow-list anyway.
 
@@ -27,7 +29,7 @@ const SUB_AGENT_TOOLS: &str = "Agent Task";
 /// Maps an allow-list (tool names and `@profile` references) to the CLI's flags.
 pub fn claude_tool_flags(chorus_tools: &Path, allow_list: &[String]) -> ClaudeToolFlags {
     let bash_rule = format!("Bash({} *)", chorus_tools.display());
-    let mut allowed: Vec<String> = Vec::new();
+    let mut allowed: Vec<String> = vec![bash_rule.clone()];
     for spec in chorus_catalog::named_tools(allow_list) {
         let rule = match spec.executor {
             Executor::ToolExec | Executor::Orchestrator => bash_rule.clone(),
@@ -37,9 +39,6 @@ pub fn claude_tool_flags(chorus_tools: &Path, allow_list: &[String]) -> ClaudeTo
         if !allowed.contains(&rule) {
             allowed.push(rule);
         }
-    }
-    if allowed.is_empty() {
-        allowed.push(bash_rule);
     }
     let tools: Vec<&str> = allowed
         .iter()
@@ -64,7 +63,12 @@ mod tests {
         let bash = "Bash(/opt/chorus/bin/chorus-tools *)";
         let cases: &[(&[&str], &str, String)] = &[
             (&["file.read", "file.write"], "Bash", bash.to_owned()),
-            (&["web.search"], "WebSearch", "WebSearch".to_owned()),
+            // Reporting goes through chorus-tools: the rule is always there.
+            (
+                &["web.search"],
+                "Bash WebSearch",
+                format!("{bash} WebSearch"),
+            ),
             (
                 &["file.read", "web.search"],
                 "Bash WebSearch",
@@ -81,8 +85,8 @@ mod tests {
             (&["@researcher"], "Bash", bash.to_owned()),
             (
                 &["web.search", "@reviewer"],
-                "WebSearch Bash",
-                format!("WebSearch {bash}"),
+                "Bash WebSearch",
+                format!("{bash} WebSearch"),
             ),
         ];
         for (allow_list, tools, allowed) in cases {

@@ -199,20 +199,35 @@ pub async fn attempt(
                 .pointer("/function/arguments")
                 .and_then(Value::as_str)
                 .unwrap_or("{}");
+            // A call that cannot be made is answered to the model and recorded.
+            let mut invalid = |reason: String| {
+                progress(Progress::Denied {
+                    tool: cut(function, 200),
+                    input: Value::String(cut(raw, 2048)),
+                    reason: reason.clone(),
+                    by: "chorus",
+                });
+                error_content("invalid_argument", &reason)
+            };
             let content = match (tool_of(function), serde_json::from_str::<Value>(raw)) {
-                (None, _) => {
-                    error_content("invalid_argument", &format!("unknown tool '{function}'"))
+                (None, _) => invalid(format!("unknown tool '{function}'")),
+                (Some(_), Err(e)) => invalid(format!("the arguments are not valid JSON: {e}")),
+                (Some(_), Ok(other)) if !other.is_object() && !other.is_null() => {
+                    invalid(format!("the arguments must be a JSON object, not {other}"))
                 }
-                (Some(_), Err(e)) => error_content(
-                    "invalid_argument",
-                    &format!("the arguments are not valid JSON: {e}"),
-                ),
                 (Some(tool), Ok(arguments)) => {
                     progress(Progress::ToolUse {
                         tool: tool.to_owned(),
                         input: arguments.clone(),
                     });
-                    match router.call(tool, arguments).await {
+                    // The run's end (timeout, cancel) stops the call at once: the
+                    // dropped request stops the tool in tool-exec too.
+                    let called = tokio::select! {
+                        r = router.call(tool, arguments) => r,
+                        () = ctx.clock.expired() => return Err(timed_out(ctx, &end)),
+                        () = ctx.stop.cancelled() => return Err(AttemptError::Stopped { partial: end.clone() }),
+                    };
+                    match called {
                         Ok(output) => {
                             if matches!(tool, "completion-report" | "planner-output") {
                                 reported = true;
@@ -384,7 +399,7 @@ mod tests {
             "{read}"
         );
         assert!(read["parameters"].get("$schema").is_none());
-        let planner = tool_definitions(&[], AgentKind::Internal);
+        let planner = tool_definitions(&["planner-output".to_owned()], AgentKind::Internal);
         let names: Vec<&str> = planner
             .iter()
             .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))

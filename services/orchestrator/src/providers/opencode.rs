@@ -185,6 +185,7 @@ impl Stream {
                         tool,
                         input,
                         reason: cut(reason, PROGRESS_TEXT_BYTES),
+                        by: "cli",
                     });
                 }
             }
@@ -263,6 +264,7 @@ mod tests {
                 tool: "bash".to_owned(),
                 input: json!({"command": "touch x"}),
                 reason: "The user has specified a rule which prevents you from using this specific tool call.".to_owned(),
+                by: "cli",
             }]
         );
         // A command that ran and failed is no denial.

@@ -15,8 +15,10 @@
 //! - the orchestrator is shutting down → `run_interrupted` and the task waits;
 //! - CancelTask already ended the run → only its usage and session are kept.
 
+use chorus_auth::tls::ClientTls;
 use std::sync::Arc;
 
+use chorus_tool_exec::record::input_excerpt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -88,11 +90,16 @@ async fn run_attempts(
         });
         return outcome;
     }
-    // Spawning → active: from now on its tool calls are accepted.
+    // Spawning → active: from now on its tool calls are accepted. The event
+    // says which provider runs it (an agent without its own runs on the
+    // workspace's).
+    let provider = ctx.provider.name.to_string();
     match state
         .store
-        .change_run(ctx.run_id, |run, task| {
-            Ok(vec![policy::activate_run(run, task)?])
+        .change_run(ctx.run_id, move |run, task| {
+            let (kind, mut data) = policy::activate_run(run, task)?;
+            data["provider"] = serde_json::Value::String(provider);
+            Ok(vec![(kind, data)])
         })
         .await
     {
@@ -171,7 +178,13 @@ async fn prepare(ctx: &RunContext) -> Result<(), String> {
         tmp_dir(&ctx.run_dir),
         work_dir(&ctx.run_dir),
     ] {
-        tokio::fs::create_dir_all(dir).await.map_err(failed)?;
+        // Owner-only from the start (the runs directory too, when it is new).
+        tokio::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .await
+            .map_err(failed)?;
     }
     if ctx.provider.kind == ProviderKind::Opencode {
         tokio::fs::write(
@@ -255,7 +268,11 @@ async fn run_attempt(
             )
         }
         ProviderKind::OpenaiCompatible => {
-            let router = ToolRouter::new(&ctx.tools_addr, &ctx.orchestrator_addr, &ctx.token)
+            let tls = ClientTls {
+                ca: runner.config().tls_ca.clone(),
+                ..ClientTls::default()
+            };
+            let router = ToolRouter::new(&ctx.tools_addr, &ctx.orchestrator_addr, &ctx.token, &tls)
                 .map_err(|reason| AttemptError::Failed {
                     reason,
                     partial: AttemptEnd::default(),
@@ -391,9 +408,11 @@ async fn record_progress(
                 tool,
                 input,
                 reason,
+                by,
             } => {
                 let run_id = ctx.run_id;
                 let agent = ctx.agent.clone();
+                let (input, input_bytes) = input_excerpt(&input);
                 state
                     .store
                     .change_task(ctx.task_id, move |_task| {
@@ -404,8 +423,9 @@ async fn record_progress(
                                 "agent": agent.as_str(),
                                 "tool": tool,
                                 "input": input,
+                                "input_bytes": input_bytes,
                                 "reason": reason,
-                                "by": "cli",
+                                "by": by,
                             }),
                         )])
                     })
@@ -420,7 +440,11 @@ async fn record_progress(
                     }
                     Progress::Text(text) => ("text", json!({ "text": text })),
                     Progress::ToolUse { tool, input } => {
-                        ("tool_use", json!({ "tool": tool, "input": input }))
+                        let (input, input_bytes) = input_excerpt(&input);
+                        (
+                            "tool_use",
+                            json!({ "tool": tool, "input": input, "input_bytes": input_bytes }),
+                        )
                     }
                     Progress::Session(_) | Progress::Denied { .. } => continue,
                 };

@@ -18,6 +18,7 @@ use std::pin::Pin;
 
 use chorus_proto::json;
 use chorus_proto::orchestrator::v1 as pb;
+use chorus_tool_exec::record::ToolCallRecord;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
@@ -26,13 +27,13 @@ use tonic::Status;
 use tracing::{info, warn};
 
 use super::launch::Launch;
-use super::start::{task_message, timeout_or};
+use super::start::{check_prompt, task_message, timeout_or};
+use crate::domain::policy;
 use crate::domain::policy::handoff::begin_handoff;
 use crate::domain::{
     AgentKind, Event, EventKind, HandoffFailure, Name, Run, RunId, Task, TaskId, TaskStatus,
 };
 use crate::error::ServiceError;
-use crate::grpc::agent_tools::{authorize, run_of_token};
 use crate::grpc::convert;
 use crate::history;
 use crate::state::AppState;
@@ -45,21 +46,15 @@ pub type HandoffStream = Pin<Box<dyn Stream<Item = Result<pb::HandoffEvent, Stat
 const STREAM_BUFFER: usize = 64;
 
 /// Starts a handoff (or re-opens one) and returns its stream.
+/// `parent` is the run handing off (its token was the call's credential).
 pub async fn handoff(
     state: &AppState,
     req: pb::HandoffRequest,
+    parent: Option<Run>,
 ) -> Result<HandoffStream, ServiceError> {
     if let Some(run_id) = convert::non_empty(req.run_id.clone()) {
-        return reopen(state, req, &run_id).await;
+        return reopen(state, req, &run_id, parent.as_ref()).await;
     }
-    let parent = match convert::non_empty(req.parent_run_token.clone()) {
-        Some(token) => {
-            let parent = run_of_token(state, &token).await?;
-            authorize(state, &parent, "handoff").await?;
-            Some(parent)
-        }
-        None => None,
-    };
     let task_id = match (&parent, convert::non_empty(req.task_id.clone())) {
         (Some(parent), None) => parent.task_id,
         (Some(parent), Some(id)) => {
@@ -81,6 +76,7 @@ pub async fn handoff(
     };
     let agent_name = Name::parse("agent", req.agent.trim())?;
     let prompt = req.prompt.trim().to_owned();
+    check_prompt(&prompt)?;
     if prompt.is_empty() {
         return Err(ServiceError::Invalid(
             "prompt: say what the agent should do".to_owned(),
@@ -139,7 +135,7 @@ pub async fn handoff(
     };
 
     let message = match &parent {
-        Some(parent) => child_message(&task, parent, &prompt),
+        Some(parent) => child_message(&task, parent, &prompt, &launch.tools),
         None => task_message(&task, &prompt),
     };
     let new = NewRun {
@@ -148,6 +144,7 @@ pub async fn handoff(
         parent: parent.as_ref().map(|p| p.id),
         tools: launch.tools.clone(),
         handoff_prompt: Some(prompt),
+        token: Some(launch.token_binding()),
     };
     // The parent's clock stops before the child can possibly end. Only the call
     // that stopped it starts it again if opening fails (a parallel second handoff
@@ -182,16 +179,25 @@ async fn reopen(
     state: &AppState,
     req: pb::HandoffRequest,
     run_id: &str,
+    caller: Option<&Run>,
 ) -> Result<HandoffStream, ServiceError> {
-    if !req.agent.is_empty() || !req.prompt.is_empty() || !req.parent_run_token.is_empty() {
+    if !req.agent.is_empty() || !req.prompt.is_empty() {
         return Err(ServiceError::Invalid(
-            "run_id re-opens a handoff: leave agent, prompt and parent_run_token empty".to_owned(),
+            "run_id re-opens a handoff: leave agent and prompt empty".to_owned(),
         ));
     }
     let run = state
         .store
         .get_run(convert::run_id("run_id", run_id)?)
         .await?;
+    if let Some(caller) = caller
+        && caller.task_id != run.task_id
+    {
+        return Err(ServiceError::Invalid(format!(
+            "run_id: run {} belongs to another task; an agent follows handoffs of its own task only",
+            run.id
+        )));
+    }
     if let Some(task) = convert::non_empty(req.task_id)
         && TaskId::parse(&task)? != run.task_id
     {
@@ -389,18 +395,11 @@ async fn record_refused_call(
     failure: HandoffFailure,
     reason: &str,
 ) {
-    let data = json!({
-        "run_id": parent.id.to_string(),
-        "agent": parent.agent.as_str(),
-        "tool": "handoff",
-        "input": { "agent": agent.as_str(), "prompt": crate::providers::cut(prompt, 4096) },
-        "status": failure.code_name(),
-        "duration_ms": 0,
-        "output_excerpt": reason,
-    });
+    let input = json!({ "agent": agent.as_str(), "prompt": prompt });
+    let call = ToolCallRecord::new("handoff", &input, failure.code_name(), 0, reason);
     match state
         .store
-        .append_events(parent.task_id, vec![(EventKind::ToolExecuted, data)])
+        .append_events(parent.task_id, vec![policy::tool_executed(parent, call)])
         .await
     {
         Ok(events) => state.publish(&events),
@@ -423,9 +422,16 @@ async fn agent_names(state: &AppState, workspace: crate::domain::WorkspaceId) ->
 
 /// The first message of a child run: who handed off and what to do. The task
 /// itself is a task.get away.
-fn child_message(task: &Task, parent: &Run, prompt: &str) -> String {
+/// The first message of a handoff's run; it mentions task.get only to an
+/// agent that may call it.
+fn child_message(task: &Task, parent: &Run, prompt: &str, tools: &[String]) -> String {
+    let whole = if tools.iter().any(|t| t == "task.get") {
+        " (task.get shows the whole task)"
+    } else {
+        ""
+    };
     format!(
-        "Agent '{}' hands you part of task {} (task.get shows the whole task). Do this, then submit your completion report; its output goes back to '{}':\n\n{prompt}\n",
+        "Agent '{}' hands you part of task {}{whole}. Do this, then submit your completion report; its output goes back to '{}':\n\n{prompt}\n",
         parent.agent, task.id, parent.agent
     )
 }

@@ -6,10 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chorus_run_token::RunGrant;
 use tracing::info;
 
-use crate::domain::{Agent, AgentKind, Name, ProviderKind, Run, Workspace};
+use crate::domain::{
+    Agent, AgentKind, Name, ProviderKey, ProviderKind, Run, TokenBinding, Workspace,
+};
 use crate::error::ServiceError;
 use crate::providers::prompt::{Invocation, system_prompt};
 use crate::providers::{ProviderSettings, RunClock, RunContext};
@@ -41,7 +42,9 @@ impl Launch {
     /// NOT_FOUND for a missing agent or provider; FAILED_PRECONDITION when the
     /// agent has no provider, the workspace no system provider, chorus-tools is
     /// missing, no tool-exec is configured for a CLI agent, the sandbox is
-    /// unavailable or has no user to run a CLI agent as in this workspace.
+    /// unavailable or has no user to run a CLI agent as in this workspace, the
+    /// provider's stored key does not decrypt, or its key reference (`env:NAME`,
+    /// `file:/path`) does not resolve.
     pub async fn prepare(
         state: &AppState,
         workspace: Workspace,
@@ -67,29 +70,46 @@ impl Launch {
     ) -> Result<Self, ServiceError> {
         let runner = &state.runner;
         let agent_name = &agent.name;
-        let provider_name = match agent.kind {
-            AgentKind::UserDefined => agent.provider.clone(),
-            AgentKind::Internal => workspace.system_provider.clone(),
-        }
-        .ok_or_else(|| {
-            ServiceError::Precondition(match agent.kind {
-                AgentKind::UserDefined => format!(
-                    "agent '{agent_name}' has no provider; give it one with UpdateAgent"
-                ),
-                AgentKind::Internal => format!(
-                    "workspace '{}' has no system provider to run '{agent_name}'; set one with UpdateWorkspace (system_provider)",
-                    workspace.name
-                ),
-            })
-        })?;
+        // An agent without a provider of its own runs on the workspace's system
+        // provider, as the internal planner does.
+        let provider_name = agent
+            .provider
+            .clone()
+            .or_else(|| workspace.system_provider.clone())
+            .ok_or_else(|| {
+                ServiceError::Precondition(match agent.kind {
+                    AgentKind::UserDefined => format!(
+                        "agent '{agent_name}' has no provider and workspace '{}' has no system provider to run it on; give the agent one with UpdateAgent, or set the workspace's system_provider with UpdateWorkspace",
+                        workspace.name
+                    ),
+                    AgentKind::Internal => format!(
+                        "workspace '{}' has no system provider to run '{agent_name}'; set one with UpdateWorkspace (system_provider)",
+                        workspace.name
+                    ),
+                })
+            })?;
         let provider = state
             .store
             .get_provider(workspace.id, provider_name.clone())
             .await?;
-        let api_key = state
+        let api_key = match state
             .store
-            .provider_api_key(workspace.id, provider_name)
-            .await?;
+            .provider_api_key(workspace.id, provider_name.clone())
+            .await?
+        {
+            None => None,
+            Some(ProviderKey::Secret(key)) => Some(key),
+            Some(ProviderKey::Reference(reference)) => Some(
+                crate::secrets::resolve(&reference, &state.roots.protected)
+                    .await
+                    .map_err(|e| {
+                        ServiceError::Precondition(format!("provider '{provider_name}': {e}"))
+                    })?,
+            ),
+        };
+        agent
+            .check_provider_kind(provider.name.as_str(), provider.kind)
+            .map_err(|e| ServiceError::Precondition(e.to_string()))?;
         let mut identity = chorus_sandbox::Identity::Service;
         if provider.kind != ProviderKind::OpenaiCompatible {
             runner
@@ -141,16 +161,19 @@ impl Launch {
         })
     }
 
-    /// Starts the driver of `run` (just opened, spawning) with its first message.
+    /// What the token of a run opened for this launch is minted for: the
+    /// workspace root, and a lifetime beyond the run's timeout (its clock stops
+    /// during handoffs; an ended run is refused by its state anyway).
+    pub fn token_binding(&self) -> TokenBinding {
+        crate::auth::runs::binding(&self.workspace.root, TOKEN_TTL.max(self.timeout * 2))
+    }
+
+    /// Starts the driver of `run` (just opened with [`Launch::token_binding`],
+    /// spawning) with its first message.
     pub fn start(self, state: &AppState, run: &Run, message: String) {
         let runner = Arc::clone(&state.runner);
-        let grant = RunGrant {
-            run_id: run.id.to_string(),
-            task_id: run.task_id.to_string(),
-            agent: run.agent.to_string(),
-            tools: self.tools.clone(),
-            root: self.workspace.root.clone(),
-        };
+        // A run opened with this launch's binding always has a token.
+        let token = crate::auth::runs::mint(state, run).unwrap_or_default();
         let ctx = RunContext {
             run_id: run.id,
             task_id: run.task_id,
@@ -160,7 +183,7 @@ impl Launch {
             model: self.model,
             tools: self.tools,
             system_prompt: self.system_prompt,
-            token: state.signer.mint(&grant, TOKEN_TTL.max(self.timeout * 2)),
+            token,
             tools_addr: state.addresses.tool_exec.clone(),
             orchestrator_addr: state.addresses.orchestrator.clone(),
             workspace_root: self.workspace.root.clone(),

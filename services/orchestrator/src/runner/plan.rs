@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use chorus_proto::orchestrator::v1 as pb;
 
 use super::launch::Launch;
-use super::start::timeout_or;
+use super::start::{MAX_RUN_TIMEOUT, bounded_timeout};
 use crate::domain::policy::planning;
 use crate::domain::{Agent, AgentKind, Name, TASK_VALIDATOR, Task, TaskStatus};
 use crate::error::ServiceError;
@@ -55,7 +55,11 @@ async fn launch_planner(
     let workspace = state.store.get_workspace(task.workspace_id).await?;
     let planner = Name::parse("agent", TASK_VALIDATOR)?;
     let agents = state.store.list_agents(workspace.id).await?;
-    let timeout = timeout_or(timeout_secs, state.runner.config().run_timeout);
+    let timeout = bounded_timeout(
+        timeout_secs,
+        state.runner.config().run_timeout,
+        MAX_RUN_TIMEOUT,
+    )?;
     let launch = Launch::prepare(state, workspace, &planner, timeout).await?;
     let new = NewRun {
         task_id: task.id,
@@ -63,6 +67,7 @@ async fn launch_planner(
         parent: None,
         tools: launch.tools.clone(),
         handoff_prompt: None,
+        token: Some(launch.token_binding()),
     };
     let (run, task, events) = state
         .store

@@ -7,10 +7,11 @@ use chorus_proto::orchestrator::v1 as pb;
 use tracing::info;
 
 use super::launch::Launch;
-use crate::domain::{Name, Task, TaskStatus, now_ms, policy};
+use crate::domain::{AgentKind, Name, Task, TaskStatus, now_ms, policy};
 use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::state::AppState;
+use crate::store::NewRun;
 
 /// Starts an agent on a task: checks everything that can be checked first
 /// (agent, provider, status), then in one transaction moves the task to active
@@ -32,12 +33,34 @@ pub async fn start_task(
             )
         })?,
     };
-    let timeout = timeout_or(req.timeout_secs, state.runner.config().run_timeout);
-    let launch = Launch::prepare(state, workspace, &agent_name, timeout).await?;
+    let timeout = bounded_timeout(
+        req.timeout_secs,
+        state.runner.config().run_timeout,
+        MAX_RUN_TIMEOUT,
+    )?;
+    check_prompt(&req.prompt)?;
+    let agent = state
+        .store
+        .get_agent(workspace.id, agent_name.clone())
+        .await?;
+    if agent.kind == AgentKind::Internal {
+        return Err(ServiceError::Invalid(format!(
+            "agent: '{agent_name}' is internal to Chorus (the planner; PlanTask runs it); start a user-defined agent"
+        )));
+    }
+    let launch = Launch::prepare_agent(state, workspace, agent, timeout).await?;
     let message = task_message(&task, req.prompt.trim());
+    let new = NewRun {
+        task_id,
+        agent: agent_name,
+        parent: None,
+        tools: launch.tools.clone(),
+        handoff_prompt: None,
+        token: Some(launch.token_binding()),
+    };
     let (run, task, events) = state
         .store
-        .create_run_with(task_id, agent_name, None, launch.tools.clone(), |task| {
+        .create_run_with(new, |task| {
             Ok(vec![policy::change_status(task, TaskStatus::Active, None)?])
         })
         .await?;
@@ -49,12 +72,46 @@ pub async fn start_task(
     })
 }
 
+/// The longest a run may be given (StartTask, PlanTask).
+pub const MAX_RUN_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Most bytes of a prompt given with StartTask or Handoff.
+pub const MAX_PROMPT_BYTES: usize = 64 * 1024;
+
 /// A request's timeout in seconds, or `default` for 0.
 pub fn timeout_or(secs: u32, default: Duration) -> Duration {
     match secs {
         0 => default,
         secs => Duration::from_secs(u64::from(secs)),
     }
+}
+
+/// [`timeout_or`], refused (INVALID_ARGUMENT naming the bound) above `longest`.
+pub fn bounded_timeout(
+    secs: u32,
+    default: Duration,
+    longest: Duration,
+) -> Result<Duration, ServiceError> {
+    let timeout = timeout_or(secs, default);
+    if timeout > longest {
+        return Err(ServiceError::Invalid(format!(
+            "timeout_secs: at most {} s ({} h)",
+            longest.as_secs(),
+            longest.as_secs() / 3600
+        )));
+    }
+    Ok(timeout)
+}
+
+/// Checks a prompt against [`MAX_PROMPT_BYTES`].
+pub fn check_prompt(prompt: &str) -> Result<(), ServiceError> {
+    if prompt.len() > MAX_PROMPT_BYTES {
+        return Err(ServiceError::Invalid(format!(
+            "prompt: {} bytes, over the {MAX_PROMPT_BYTES}-byte limit; put long material in the workspace's files",
+            prompt.len()
+        )));
+    }
+    Ok(())
 }
 
 /// The first message of a run: the task and what its plan says.
@@ -91,6 +148,7 @@ pub async fn cancel_task(
 ) -> Result<pb::Task, ServiceError> {
     let task_id = convert::task_id("id", &req.id)?;
     let reason = convert::non_empty(req.reason).unwrap_or_else(|| "canceled".to_owned());
+    policy::check_status_reason(&reason)?;
     let now = now_ms();
     let (task, _runs, events) = state
         .store

@@ -6,16 +6,18 @@
 
 use std::time::Duration;
 
+use chorus_auth::tls::ClientTls;
 use chorus_catalog::Executor;
 use chorus_proto::handoff::HandoffError;
 use chorus_proto::json;
+use chorus_proto::limits::DEFAULT_MESSAGE_BYTES;
 use chorus_proto::orchestrator::v1::CallToolRequest;
 use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
 use chorus_proto::tools::v1::ExecuteToolRequest;
 use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
 use serde_json::{Map, Value, json};
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// A tool call that did not succeed: the gRPC code name and the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,14 +34,10 @@ pub struct ToolRouter {
     bearer: MetadataValue<Ascii>,
 }
 
-fn channel(addr: &str) -> Result<Channel, String> {
-    let uri = if addr.contains("://") {
-        addr.to_owned()
-    } else {
-        format!("http://{addr}")
-    };
-    Ok(Endpoint::from_shared(uri)
-        .map_err(|e| format!("'{addr}' is not a valid address: {e}"))?
+fn channel(addr: &str, tls: &ClientTls) -> Result<Channel, String> {
+    Ok(tls
+        .endpoint(addr)
+        .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .connect_lazy())
@@ -48,14 +46,19 @@ fn channel(addr: &str) -> Result<Channel, String> {
 impl ToolRouter {
     /// # Errors
     /// An address or the token cannot be used.
-    pub fn new(tools_addr: &str, orchestrator_addr: &str, token: &str) -> Result<Self, String> {
+    pub fn new(
+        tools_addr: &str,
+        orchestrator_addr: &str,
+        token: &str,
+        tls: &ClientTls,
+    ) -> Result<Self, String> {
         Ok(Self {
             tool_exec: if tools_addr.is_empty() {
                 None
             } else {
-                Some(channel(tools_addr)?)
+                Some(channel(tools_addr, tls)?)
             },
-            orchestrator: channel(orchestrator_addr)?,
+            orchestrator: channel(orchestrator_addr, tls)?,
             bearer: MetadataValue::try_from(format!("Bearer {token}"))
                 .map_err(|_| "the run token cannot be sent as metadata".to_owned())?,
         })
@@ -100,6 +103,7 @@ impl ToolRouter {
                     message: "no tool-exec is configured for this orchestrator".to_owned(),
                 })?;
                 let response = ToolExecClient::new(channel)
+                    .max_decoding_message_size(DEFAULT_MESSAGE_BYTES)
                     .execute_tool(self.request(ExecuteToolRequest {
                         tool: tool.to_owned(),
                         arguments: Some(json::to_struct(arguments)),
@@ -136,6 +140,7 @@ impl ToolRouter {
             }
             Executor::Orchestrator => {
                 let response = AgentToolsClient::new(self.orchestrator.clone())
+                    .max_decoding_message_size(DEFAULT_MESSAGE_BYTES)
                     .call_tool(self.request(CallToolRequest {
                         tool: tool.to_owned(),
                         arguments: Some(json::to_struct(arguments)),

@@ -5,10 +5,10 @@ use diesel::prelude::*;
 
 use super::connection::{AnyConnection, first_locked};
 use super::rows::AgentRow;
-use super::schema::agents;
+use super::schema::{agents, providers};
 use super::workspaces::{ensure_provider, ensure_workspace};
 use super::{Db, Store, StoreError, or_exists, or_missing};
-use crate::domain::{Agent, AgentKind, Name, WorkspaceId, now_ms};
+use crate::domain::{Agent, AgentKind, Name, ProviderKind, WorkspaceId, now_ms};
 
 /// A user-defined agent to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,23 +39,29 @@ impl Store {
         workspace: WorkspaceId,
         new: NewAgent,
     ) -> Result<Agent, StoreError> {
-        Agent::check_allowed_tools(&new.allowed_tools)?;
+        let allowed_tools = Agent::normalize_allowed_tools(&new.allowed_tools);
+        Agent::check_allowed_tools(&allowed_tools)?;
+        Agent::check_instructions(&new.instructions)?;
         self.write(move |conn| {
             ensure_workspace(conn, workspace)?;
-            if let Some(provider) = &new.provider {
-                ensure_provider(conn, workspace, provider)?;
-            }
             let now = now_ms();
             let agent = Agent {
                 name: new.name,
                 kind: AgentKind::UserDefined,
                 instructions: new.instructions,
-                allowed_tools: new.allowed_tools,
+                allowed_tools,
                 provider: new.provider,
                 model: new.model,
                 created_ms: now,
                 updated_ms: now,
             };
+            if let Some(provider) = &agent.provider {
+                ensure_provider(conn, workspace, provider)?;
+                agent.check_provider_kind(
+                    provider.as_str(),
+                    provider_kind(conn, workspace, provider)?,
+                )?;
+            }
             or_exists(
                 diesel::insert_into(agents::table)
                     .values(AgentRow::from_domain(workspace, &agent)?)
@@ -107,8 +113,13 @@ impl Store {
         name: Name,
         changes: AgentChanges,
     ) -> Result<Agent, StoreError> {
-        if let Some(tools) = &changes.allowed_tools {
+        let mut changes = changes;
+        if let Some(tools) = &mut changes.allowed_tools {
+            *tools = Agent::normalize_allowed_tools(tools);
             Agent::check_allowed_tools(tools)?;
+        }
+        if let Some(instructions) = &changes.instructions {
+            Agent::check_instructions(instructions)?;
         }
         self.write(move |conn| {
             let key = (workspace.to_string(), name.to_string());
@@ -143,6 +154,12 @@ impl Store {
             }
             if let Some(model) = model {
                 agent.model = model;
+            }
+            if let Some(provider) = &agent.provider {
+                agent.check_provider_kind(
+                    provider.as_str(),
+                    provider_kind(conn, workspace, provider)?,
+                )?;
             }
             agent.updated_ms = now_ms().max(agent.updated_ms);
             let row = AgentRow::from_domain(workspace, &agent)?;
@@ -185,6 +202,23 @@ impl Store {
         })
         .await
     }
+}
+
+/// The kind of the workspace's provider `name`.
+fn provider_kind(
+    conn: &mut AnyConnection,
+    workspace: WorkspaceId,
+    name: &Name,
+) -> Result<ProviderKind, StoreError> {
+    let kind: String = providers::table
+        .filter(providers::workspace_id.eq(workspace.to_string()))
+        .filter(providers::name.eq(name.as_str()))
+        .select(providers::kind)
+        .first(conn)
+        .optional()
+        .db()?
+        .ok_or_else(|| StoreError::not_found("provider", name))?;
+    ProviderKind::parse(&kind).map_err(StoreError::from)
 }
 
 /// The row, or `NotFound` for the workspace (when it is missing) or the agent.

@@ -1,6 +1,7 @@
 //! Connections: which backend a URL names, the pool, SQLite's pragmas, migrations
 //! and the write transaction that both backends share.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use diesel::{Connection, PgConnection, SqliteConnection};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 use super::{Db, StoreError};
+use crate::owner_only;
 
 const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
@@ -91,20 +93,12 @@ impl Target {
     }
 }
 
-/// Opens the pool: creates a SQLite file's directory, migrates on one connection
-/// (so a bad URL fails at once with the database's own message), then builds the pool.
+/// Opens the pool: makes a SQLite file owner-only ([`prepare_sqlite_file`]),
+/// migrates on one connection (so a bad URL fails at once with the database's
+/// own message), then builds the pool.
 pub(super) fn open_pool(target: Target) -> Result<ConnectionPool, StoreError> {
-    if let Target::Sqlite(path) = &target
-        && let Some(dir) = Path::new(path)
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-    {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            StoreError::Database(format!(
-                "cannot create the directory '{}' for the database: {e}",
-                dir.display()
-            ))
-        })?;
+    if let Target::Sqlite(path) = &target {
+        prepare_sqlite_file(Path::new(path))?;
     }
     let mut conn = target.connect().map_err(|e| {
         StoreError::Database(format!("cannot connect to {}: {e}", target.describe()))
@@ -124,6 +118,42 @@ pub(super) fn open_pool(target: Target) -> Result<ConnectionPool, StoreError> {
         .connection_customizer(Box::new(SessionSettings))
         .build(Manager { target })
         .map_err(|e| StoreError::Database(format!("cannot open {description}: {e}")))
+}
+
+/// Makes a SQLite database owner-only before SQLite opens it: its missing
+/// directories are created 0700, a missing file is created empty with mode 0600
+/// (SQLite gives its `-wal` and `-shm` files the database file's mode), and an
+/// existing file and its companions readable by others are tightened (logged).
+fn prepare_sqlite_file(path: &Path) -> Result<(), StoreError> {
+    let failed = |what: &str, e: std::io::Error| {
+        StoreError::Database(format!(
+            "cannot {what} for the database '{}': {e}",
+            path.display()
+        ))
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        owner_only::create_dir(dir).map_err(|e| failed("create the directory", e))?;
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            for suffix in ["", "-wal", "-shm", "-journal"] {
+                let mut file = path.as_os_str().to_owned();
+                file.push(suffix);
+                let file = std::path::PathBuf::from(file);
+                if file.exists() {
+                    owner_only::tighten_logged(&file, "database file");
+                }
+            }
+            Ok(())
+        }
+        Err(e) => Err(failed("create the file", e)),
+    }
 }
 
 fn migrate(conn: &mut AnyConnection, target: &Target) -> Result<(), StoreError> {
@@ -153,15 +183,28 @@ fn migrate(conn: &mut AnyConnection, target: &Target) -> Result<(), StoreError> 
 }
 
 /// Per-connection settings of SQLite: WAL so readers never block the writer, a busy
-/// timeout so writers queue instead of failing, enforced foreign keys, and
-/// `synchronous=NORMAL` (durable across application crashes; WAL keeps it consistent).
+/// timeout so writers queue instead of failing, enforced foreign keys,
+/// `synchronous=NORMAL` (durable across application crashes; WAL keeps it
+/// consistent), and `secure_delete`, so what a change replaces is overwritten
+/// with zeros instead of lingering in free space (a key an earlier version
+/// stored in clear does not outlive its sealing).
 fn sqlite_pragmas(conn: &mut SqliteConnection) -> diesel::QueryResult<()> {
     conn.batch_execute(&format!(
         "PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS};
          PRAGMA journal_mode = WAL;
          PRAGMA synchronous = NORMAL;
-         PRAGMA foreign_keys = ON;"
+         PRAGMA foreign_keys = ON;
+         PRAGMA secure_delete = ON;"
     ))
+}
+
+/// Copies SQLite's WAL into the database file and empties it, so the page
+/// versions it held before a change are gone from disk; nothing on PostgreSQL.
+pub(super) fn truncate_wal(conn: &mut AnyConnection) -> Result<(), StoreError> {
+    match conn {
+        AnyConnection::Sqlite(c) => c.batch_execute("PRAGMA wal_checkpoint(TRUNCATE);").db(),
+        AnyConnection::Pg(_) => Ok(()),
+    }
 }
 
 /// Applies the session settings to every new pooled connection.
@@ -271,6 +314,43 @@ mod tests {
         );
         assert!(Target::parse("").is_err());
         assert!(Target::parse(":memory:").is_err());
+    }
+
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).expect("exists").mode() & 0o777
+    }
+
+    #[test]
+    fn a_new_sqlite_database_is_owner_only_with_its_wal() {
+        let base = tempfile::tempdir().expect("dir");
+        let dir = base.path().join("state");
+        let path = dir.join("chorus.db");
+        let pool = open_pool(Target::Sqlite(path.display().to_string())).expect("open");
+        let mut conn = pool.get().expect("connection");
+        conn.batch_execute("INSERT INTO api_keys VALUES ('k', 'n', 'viewer', 'h', 0, NULL)")
+            .expect("a write, so the WAL has something");
+        assert_eq!(mode(&dir), 0o700);
+        for file in ["chorus.db", "chorus.db-wal", "chorus.db-shm"] {
+            assert_eq!(mode(&dir.join(file)), 0o600, "{file}");
+        }
+    }
+
+    #[test]
+    fn an_existing_sqlite_database_readable_by_others_is_tightened() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("chorus.db");
+        for file in ["chorus.db", "chorus.db-wal"] {
+            let file = dir.path().join(file);
+            std::fs::write(&file, "").expect("file");
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        }
+        // Held open: the last connection to close removes the WAL.
+        let _pool = open_pool(Target::Sqlite(path.display().to_string())).expect("open");
+        for file in ["chorus.db", "chorus.db-wal"] {
+            assert_eq!(mode(&dir.path().join(file)), 0o600, "{file}");
+        }
     }
 
     #[test]

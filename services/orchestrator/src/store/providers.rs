@@ -1,62 +1,35 @@
 //! Providers of a workspace. The API key is write-only: [`Provider`] says only
-//! whether one is set; [`Store::provider_api_key`] is the one way to read it.
-
-use std::fmt;
+//! where it comes from; [`Store::provider_api_key`] is the one way to read it.
+//! A key itself is sealed for its row ([`super::provider_keys`]); a reference is
+//! kept as written.
 
 use diesel::prelude::*;
 
 use super::connection::{AnyConnection, first_locked};
+use super::provider_keys::{decode, encode};
 use super::rows::ProviderRow;
 use super::schema::{agents, providers};
 use super::workspaces::{ensure_workspace, load_workspace};
 use super::{Db, Store, StoreError, or_exists};
-use crate::domain::{Name, Provider, ProviderKind, WorkspaceId, now_ms};
+use crate::domain::{Name, Provider, ProviderKey, ProviderKind, WorkspaceId, now_ms};
 
 /// A provider to create. Its `Debug` hides the API key.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewProvider {
     pub name: Name,
     pub kind: ProviderKind,
     pub base_url: Option<String>,
     pub model: Option<String>,
-    pub api_key: Option<String>,
+    pub api_key: Option<ProviderKey>,
 }
 
 /// Changes to a provider: `None` keeps a field, `Some(None)` clears it,
 /// `Some(Some(v))` sets it. Name and kind do not change. Its `Debug` hides the API key.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProviderChanges {
     pub base_url: Option<Option<String>>,
     pub model: Option<Option<String>>,
-    pub api_key: Option<Option<String>>,
-}
-
-impl fmt::Debug for NewProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NewProvider")
-            .field("name", &self.name)
-            .field("kind", &self.kind)
-            .field("base_url", &self.base_url)
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<hidden>"))
-            .finish()
-    }
-}
-
-impl fmt::Debug for ProviderChanges {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ProviderChanges")
-            .field("base_url", &self.base_url)
-            .field("model", &self.model)
-            .field(
-                "api_key",
-                &self
-                    .api_key
-                    .as_ref()
-                    .map(|key| key.as_ref().map(|_| "<hidden>")),
-            )
-            .finish()
-    }
+    pub api_key: Option<Option<ProviderKey>>,
 }
 
 impl Store {
@@ -71,16 +44,21 @@ impl Store {
             new.model.as_deref(),
             new.api_key.is_some(),
         )?;
+        let secrets = self.secrets.clone();
         self.write(move |conn| {
             ensure_workspace(conn, workspace)?;
             let now = now_ms();
+            let (workspace_id, name) = (workspace.to_string(), new.name.to_string());
+            let api_key = new
+                .api_key
+                .map(|key| encode(&secrets, &workspace_id, &name, &key));
             let row = ProviderRow {
-                workspace_id: workspace.to_string(),
-                name: new.name.to_string(),
+                workspace_id,
+                name,
                 kind: new.kind.as_str().to_owned(),
                 base_url: new.base_url,
                 model: new.model,
-                api_key: new.api_key,
+                api_key,
                 created_ms: now,
                 updated_ms: now,
             };
@@ -132,6 +110,7 @@ impl Store {
         name: Name,
         changes: ProviderChanges,
     ) -> Result<Provider, StoreError> {
+        let secrets = self.secrets.clone();
         self.write(move |conn| {
             let key = (workspace.to_string(), name.to_string());
             let mut row: ProviderRow = first_locked!(
@@ -154,7 +133,7 @@ impl Store {
                 row.model = model;
             }
             if let Some(api_key) = api_key {
-                row.api_key = api_key;
+                row.api_key = api_key.map(|new| encode(&secrets, &key.0, &key.1, &new));
             }
             let kind = ProviderKind::parse(&row.kind).map_err(|e| StoreError::Corrupt {
                 what: "provider",
@@ -226,14 +205,25 @@ impl Store {
         .await
     }
 
-    /// The provider's API key, for the agent runner only. `None` when none is set.
+    /// The provider's API key, for the agent runner only: opened, or the
+    /// reference to resolve. `None` when none is set.
+    ///
+    /// # Errors
+    /// [`StoreError::Undecryptable`] when the stored key does not open with
+    /// this store's secrets key (another key, or a value moved from another row).
     pub async fn provider_api_key(
         &self,
         workspace: WorkspaceId,
         name: Name,
-    ) -> Result<Option<String>, StoreError> {
-        self.with_conn(move |conn| Ok(load_provider(conn, workspace, &name)?.api_key))
-            .await
+    ) -> Result<Option<ProviderKey>, StoreError> {
+        let secrets = self.secrets.clone();
+        self.with_conn(move |conn| {
+            let row = load_provider(conn, workspace, &name)?;
+            row.api_key
+                .map(|text| decode(&secrets, &row.workspace_id, &row.name, &text))
+                .transpose()
+        })
+        .await
     }
 }
 

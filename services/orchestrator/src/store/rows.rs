@@ -10,10 +10,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::StoreError;
-use super::schema::{agents, providers, runs, task_events, tasks, workspaces};
+use super::schema::{agents, api_keys, providers, runs, task_events, tasks, workspaces};
 use crate::domain::{
-    Agent, AgentKind, DomainError, Event, EventKind, Name, Provider, ProviderKind, Run, RunId,
-    RunState, Stage, StageExt, Task, TaskId, TaskStatus, Workspace, WorkspaceId,
+    Agent, AgentKind, ApiKeyRecord, DomainError, Event, EventKind, Name, Provider, ProviderKind,
+    Run, RunId, RunState, Stage, StageExt, Task, TaskId, TaskStatus, TokenBinding, Workspace,
+    WorkspaceId,
 };
 
 fn corrupt(what: &'static str, key: impl fmt::Display, reason: impl fmt::Display) -> StoreError {
@@ -98,7 +99,8 @@ impl WorkspaceRow {
     }
 }
 
-/// No `Debug`: it holds the API key.
+/// No `Debug`: it holds the API key (sealed, or an earlier version's in clear
+/// until the first start seals it).
 #[derive(Queryable, Selectable, Insertable)]
 #[diesel(table_name = providers)]
 pub(super) struct ProviderRow {
@@ -113,19 +115,25 @@ pub(super) struct ProviderRow {
 }
 
 impl ProviderRow {
-    /// The provider without its key (only whether one is set).
+    /// The provider without its key (only where it comes from).
     pub fn into_domain(self) -> Result<Provider, StoreError> {
         let key = format!("{}/{}", self.workspace_id, self.name);
         let r = Reader {
             what: "provider",
             key: &key,
         };
+        let api_key_source = self
+            .api_key
+            .as_deref()
+            .map(super::provider_keys::source)
+            .transpose()
+            .map_err(|reason| corrupt("provider", &key, reason))?;
         Ok(Provider {
             name: r.name("provider name", &self.name)?,
             kind: r.check(ProviderKind::parse(&self.kind))?,
             base_url: self.base_url,
             model: self.model,
-            api_key_set: self.api_key.is_some(),
+            api_key_source,
             created_ms: self.created_ms,
             updated_ms: self.updated_ms,
         })
@@ -293,6 +301,8 @@ pub(super) struct RunRow {
     pub handoff_index: Option<i64>,
     pub prompt: Option<String>,
     pub output: Option<String>,
+    pub token_root: Option<String>,
+    pub token_expires_ms: Option<i64>,
 }
 
 impl RunRow {
@@ -314,6 +324,19 @@ impl RunRow {
             handoff_index: run.handoff_index.map(i64::from),
             prompt: run.prompt.clone(),
             output: run.output.clone(),
+            token_root: run
+                .token
+                .as_ref()
+                .map(|t| {
+                    t.root.to_str().map(str::to_owned).ok_or_else(|| {
+                        StoreError::Domain(DomainError::invalid(
+                            "workspace root",
+                            format!("'{}' is not valid UTF-8", t.root.display()),
+                        ))
+                    })
+                })
+                .transpose()?,
+            token_expires_ms: run.token.as_ref().map(|t| t.expires_ms),
         })
     }
 
@@ -363,6 +386,56 @@ impl RunRow {
                 .transpose()?,
             prompt: self.prompt.clone(),
             output: self.output.clone(),
+            token: match (&self.token_root, self.token_expires_ms) {
+                (Some(root), Some(expires_ms)) => Some(TokenBinding {
+                    root: root.into(),
+                    expires_ms,
+                }),
+                _ => None,
+            },
+        })
+    }
+}
+
+#[derive(Debug, Queryable, Selectable, Insertable)]
+#[diesel(table_name = api_keys)]
+pub(super) struct ApiKeyRow {
+    pub id: String,
+    pub name: String,
+    pub role: String,
+    pub hash: String,
+    pub created_ms: i64,
+    pub revoked_ms: Option<i64>,
+}
+
+impl ApiKeyRow {
+    pub fn from_domain(key: &ApiKeyRecord) -> Self {
+        Self {
+            id: key.id.clone(),
+            name: key.name.to_string(),
+            role: key.role.as_str().to_owned(),
+            hash: key.hash.clone(),
+            created_ms: key.created_ms,
+            revoked_ms: key.revoked_ms,
+        }
+    }
+
+    pub fn into_domain(self) -> Result<ApiKeyRecord, StoreError> {
+        let r = Reader {
+            what: "api key",
+            key: &self.id,
+        };
+        Ok(ApiKeyRecord {
+            name: r.name("key name", &self.name)?,
+            role: self.role.parse().map_err(|reason| StoreError::Corrupt {
+                what: "api key",
+                key: self.id.clone(),
+                reason,
+            })?,
+            id: self.id,
+            hash: self.hash,
+            created_ms: self.created_ms,
+            revoked_ms: self.revoked_ms,
         })
     }
 }

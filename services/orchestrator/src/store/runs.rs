@@ -11,7 +11,7 @@ use super::schema::{run_messages, runs, tasks};
 use super::tasks::{EventDraft, lock_task, save_task};
 use super::{Db, Store, StoreError};
 use crate::domain::{
-    DomainError, Event, EventKind, Name, Run, RunId, RunState, Task, TaskId, now_ms,
+    DomainError, Event, EventKind, Name, Run, RunId, RunState, Task, TaskId, TokenBinding, now_ms,
 };
 
 /// A run to open.
@@ -24,6 +24,8 @@ pub struct NewRun {
     pub tools: Vec<String>,
     /// Set for a run started by Handoff: the prompt it is given.
     pub handoff_prompt: Option<String>,
+    /// What its token will be minted for (None: a run that gets no token).
+    pub token: Option<TokenBinding>,
 }
 
 impl Store {
@@ -36,32 +38,30 @@ impl Store {
         parent: Option<RunId>,
         tools: Vec<String>,
     ) -> Result<(Run, Vec<Event>), StoreError> {
-        self.create_run_with(task_id, agent, parent, tools, |_| Ok(Vec::new()))
-            .await
-            .map(|(run, _task, events)| (run, events))
-    }
-
-    /// [`Store::create_run`] that also changes the task in the same transaction:
-    /// `change` runs first (e.g. moving the task to active) and names its events;
-    /// when it fails nothing is written.
-    pub async fn create_run_with<F>(
-        &self,
-        task_id: TaskId,
-        agent: Name,
-        parent: Option<RunId>,
-        tools: Vec<String>,
-        change: F,
-    ) -> Result<(Run, Task, Vec<Event>), StoreError>
-    where
-        F: FnOnce(&mut Task) -> Result<Vec<EventDraft>, DomainError> + Send + 'static,
-    {
         let new = NewRun {
             task_id,
             agent,
             parent,
             tools,
             handoff_prompt: None,
+            token: None,
         };
+        self.create_run_with(new, |_| Ok(Vec::new()))
+            .await
+            .map(|(run, _task, events)| (run, events))
+    }
+
+    /// [`Store::open_run`] with a change to the task alone: `change` runs first
+    /// (e.g. moving the task to active) and names its events; when it fails
+    /// nothing is written.
+    pub async fn create_run_with<F>(
+        &self,
+        new: NewRun,
+        change: F,
+    ) -> Result<(Run, Task, Vec<Event>), StoreError>
+    where
+        F: FnOnce(&mut Task) -> Result<Vec<EventDraft>, DomainError> + Send + 'static,
+    {
         self.open_run(new, |task, _run, _parent| change(task)).await
     }
 
@@ -132,6 +132,7 @@ impl Store {
                 handoff_index,
                 prompt: new.handoff_prompt,
                 output: None,
+                token: new.token,
             };
             let mut parent = parent_before.clone();
             let opened = json!({

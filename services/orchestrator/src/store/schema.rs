@@ -20,6 +20,8 @@ diesel::table! {
         kind -> Text,
         base_url -> Nullable<Text>,
         model -> Nullable<Text>,
+        /// `enc:v1:<base64>` (sealed for its row), `env:NAME` or `file:/path`
+        /// (references); `plain:<key>` only until the first start seals it.
         api_key -> Nullable<Text>,
         created_ms -> BigInt,
         updated_ms -> BigInt,
@@ -93,6 +95,20 @@ diesel::table! {
         handoff_index -> Nullable<BigInt>,
         prompt -> Nullable<Text>,
         output -> Nullable<Text>,
+        token_root -> Nullable<Text>,
+        token_expires_ms -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    api_keys (id) {
+        id -> Text,
+        name -> Text,
+        role -> Text,
+        /// `sha256:<hex>` of the whole key.
+        hash -> Text,
+        created_ms -> BigInt,
+        revoked_ms -> Nullable<BigInt>,
     }
 }
 
@@ -119,5 +135,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     tasks,
     task_events,
     runs,
-    run_messages
+    run_messages,
+    api_keys
 );

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::connection::{AnyConnection, first_locked};
 use super::rows::{EventRow, TaskRow};
-use super::schema::{task_events, tasks};
+use super::schema::{runs, task_events, tasks};
 use super::workspaces::ensure_workspace;
 use super::{Db, Store, StoreError, or_missing};
 use crate::domain::{
@@ -24,6 +24,16 @@ pub const DEFAULT_PAGE_SIZE: u32 = 100;
 pub const MAX_PAGE_SIZE: u32 = 500;
 /// Largest batch of `events`.
 pub const MAX_EVENTS: u32 = 1000;
+/// Most bytes of event data in one batch of `events` that a caller should ask
+/// for (GetHistory's page, WatchTask's replay batch): well under a client's
+/// 4 MiB message limit. An event larger than that comes alone.
+pub const EVENT_PAGE_BYTES: usize = 1024 * 1024;
+
+diesel::define_sql_function! {
+    /// Bytes of a text value (PostgreSQL; SQLite since 3.43), read without
+    /// loading the value.
+    fn octet_length(text: diesel::sql_types::Text) -> diesel::sql_types::Integer;
+}
 
 impl Store {
     /// Creates a task (pending, in the backlog) and its `task_created` event
@@ -181,13 +191,17 @@ impl Store {
             .map(|(_, events)| events)
     }
 
-    /// The task's events after `after_sequence` (0 for all), in order, at most
-    /// `limit` of them (0 or more than [`MAX_EVENTS`] means [`MAX_EVENTS`]).
+    /// The task's events after `after_sequence` (0 for all), in order: at most
+    /// `limit` of them (0 or more than [`MAX_EVENTS`] means [`MAX_EVENTS`]) and,
+    /// past the first, no more than `max_bytes` of event data together. So a
+    /// batch may be short while more events follow: only an empty one says
+    /// there are none.
     pub async fn events(
         &self,
         task_id: TaskId,
         after_sequence: u64,
         limit: u32,
+        max_bytes: usize,
     ) -> Result<Vec<Event>, StoreError> {
         let limit = match limit {
             0 => MAX_EVENTS,
@@ -197,15 +211,16 @@ impl Store {
         let after = i64::try_from(after_sequence).unwrap_or(i64::MAX);
         self.with_conn(move |conn| {
             let key = task_id.to_string();
-            let rows: Vec<EventRow> = task_events::table
+            // The sizes first, so that large events are never loaded only to be left out.
+            let sizes: Vec<(i64, i32)> = task_events::table
                 .filter(task_events::task_id.eq(&key))
                 .filter(task_events::sequence.gt(after))
-                .select(EventRow::as_select())
+                .select((task_events::sequence, octet_length(task_events::data)))
                 .order(task_events::sequence.asc())
                 .limit(i64::from(limit))
                 .load(conn)
                 .db()?;
-            if rows.is_empty() {
+            let Some(last) = last_within(&sizes, max_bytes) else {
                 let found: i64 = tasks::table
                     .filter(tasks::id.eq(&key))
                     .count()
@@ -214,14 +229,63 @@ impl Store {
                 if found == 0 {
                     return Err(StoreError::not_found("task", task_id));
                 }
-            }
+                return Ok(Vec::new());
+            };
+            let rows: Vec<EventRow> = task_events::table
+                .filter(task_events::task_id.eq(&key))
+                .filter(task_events::sequence.gt(after))
+                .filter(task_events::sequence.le(last))
+                .select(EventRow::as_select())
+                .order(task_events::sequence.asc())
+                .load(conn)
+                .db()?;
             rows.into_iter().map(EventRow::into_domain).collect()
         })
         .await
     }
 }
 
+/// The sequence of the last event of `sizes` (sequence and bytes, in order)
+/// that fits in `max_bytes` together with the events before it; at least the
+/// first one, whatever its size. None when `sizes` is empty.
+fn last_within(sizes: &[(i64, i32)], max_bytes: usize) -> Option<i64> {
+    let (first, _) = sizes.first()?;
+    let mut total = 0usize;
+    let mut last = *first;
+    for (sequence, bytes) in sizes {
+        total = total.saturating_add(usize::try_from(*bytes).unwrap_or(0));
+        if total > max_bytes && *sequence != *first {
+            break;
+        }
+        last = *sequence;
+    }
+    Some(last)
+}
+
 /// Loads a task and locks it until the transaction ends.
+impl Store {
+    /// Deletes a task that is over (completed, failed or canceled, no run still
+    /// going) with its history and runs. FAILED_PRECONDITION otherwise.
+    pub async fn delete_task(&self, id: TaskId) -> Result<(), StoreError> {
+        self.write(move |conn| {
+            let task = lock_task(conn, id)?;
+            let live: i64 = runs::table
+                .filter(runs::task_id.eq(id.to_string()))
+                .filter(runs::finished_ms.is_null())
+                .count()
+                .get_result(conn)
+                .db()?;
+            crate::domain::policy::check_deletable(&task, u64::try_from(live).unwrap_or(u64::MAX))?;
+            // Its events, runs and their messages go with it (ON DELETE CASCADE).
+            diesel::delete(tasks::table.find(id.to_string()))
+                .execute(conn)
+                .db()?;
+            Ok(())
+        })
+        .await
+    }
+}
+
 pub(super) fn lock_task(conn: &mut AnyConnection, id: TaskId) -> Result<Task, StoreError> {
     let key = id.to_string();
     let row: Option<TaskRow> = first_locked!(
@@ -309,6 +373,16 @@ impl PageToken {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_ends_before_the_event_that_passes_the_bytes_but_has_one_at_least() {
+        let sizes = [(4, 400), (5, 500), (6, 200), (7, 10)];
+        assert_eq!(last_within(&sizes, 1000), Some(5));
+        assert_eq!(last_within(&sizes, 900), Some(5));
+        assert_eq!(last_within(&sizes, 2000), Some(7));
+        assert_eq!(last_within(&sizes, 10), Some(4), "the first comes alone");
+        assert_eq!(last_within(&[], 10), None);
+    }
 
     #[test]
     fn page_tokens_round_trip_and_bad_ones_are_refused() {

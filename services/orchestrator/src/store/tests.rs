@@ -3,6 +3,7 @@
 //! fresh schema that is dropped afterwards.
 
 mod agents;
+mod provider_keys;
 mod providers;
 mod runs;
 mod tasks;
@@ -14,6 +15,7 @@ use tempfile::TempDir;
 
 use super::Store;
 use crate::domain::{Name, TaskSource, Workspace};
+use crate::secrets::SecretBox;
 
 /// The variable that names a PostgreSQL database for tests (CI sets it).
 const DATABASE_URL_VAR: &str = "CHORUS_TEST_DATABASE_URL";
@@ -23,6 +25,8 @@ pub(crate) struct TestStore {
     pub store: Store,
     /// What `Store::open` was given.
     pub url: String,
+    /// The key provider API keys are sealed with (to open the store again).
+    pub secrets: SecretBox,
     /// "sqlite" or "postgres", for assertion messages.
     pub backend: &'static str,
     /// Holds the SQLite file and the workspace roots.
@@ -48,10 +52,14 @@ async fn sqlite() -> TestStore {
     // A directory that does not exist yet: open creates it.
     let path = dir.path().join("state").join("chorus.db");
     let url = format!("sqlite://{}", path.to_str().expect("utf-8 temp path"));
-    let store = Store::open(&url).await.expect("open sqlite");
+    let secrets = SecretBox::ephemeral();
+    let store = Store::open(&url, secrets.clone())
+        .await
+        .expect("open sqlite");
     TestStore {
         store,
         url,
+        secrets,
         backend: "sqlite",
         dir,
         _schema: None,
@@ -74,10 +82,14 @@ async fn postgres(base_url: String) -> TestStore {
     .expect("create schema task");
     let separator = if base_url.contains('?') { '&' } else { '?' };
     let url = format!("{base_url}{separator}options=-c%20search_path%3D{schema}");
-    let store = Store::open(&url).await.expect("open postgres");
+    let secrets = SecretBox::ephemeral();
+    let store = Store::open(&url, secrets.clone())
+        .await
+        .expect("open postgres");
     TestStore {
         store,
         url,
+        secrets,
         backend: "postgres",
         dir: tempfile::tempdir().expect("temp dir"),
         _schema: Some(guard),

@@ -1,4 +1,5 @@
 use super::*;
+use crate::stop::StopSignal;
 
 fn sandbox() -> (tempfile::TempDir, Sandbox) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -97,7 +98,9 @@ fn symlinks_leading_out_are_refused_when_used() {
     symlink("../../../../../../../../etc", dir.path().join("up"));
     for rel in ["out/secret.txt", "up/passwd"] {
         let path = sandbox.resolve(rel).expect("resolves lexically");
-        let err = sandbox.read_file(&path, 1024).expect_err(rel);
+        let err = sandbox
+            .read_file(&path, 1024, &StopSignal::idle())
+            .expect_err(rel);
         assert!(
             matches!(err, ToolError::OutsideWorkspace { .. }),
             "{rel}: {err}"
@@ -137,10 +140,10 @@ fn write_atomic_keeps_temporary_names_short_enough_for_long_file_names() {
     let name = "é".repeat(127); // 254 bytes
     let path = sandbox.resolve(&name).expect("resolves");
     sandbox
-        .write_atomic(&path, b"one", WriteMode::CreateNew)
+        .write_atomic(&path, b"one", WriteMode::CreateNew, &StopSignal::idle())
         .expect("creates");
     sandbox
-        .write_atomic(&path, b"two", WriteMode::Replace)
+        .write_atomic(&path, b"two", WriteMode::Replace, &StopSignal::idle())
         .expect("replaces");
     assert_eq!(std::fs::read(dir.path().join(&name)).expect("read"), b"two");
     assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 1);
@@ -159,19 +162,28 @@ fn the_git_directory_is_protected_under_any_name() {
     for rel in ["g/hooks/pre-commit", "hooks/post-checkout", "g/a/b/c"] {
         let path = sandbox.resolve_for_write(rel).expect("not .git by name");
         let err = sandbox
-            .write_atomic(&path, b"#!/bin/sh\n", WriteMode::CreateNew)
+            .write_atomic(
+                &path,
+                b"#!/bin/sh\n",
+                WriteMode::CreateNew,
+                &StopSignal::idle(),
+            )
             .expect_err(rel);
         assert!(protected(err), "{rel}");
     }
     let path = sandbox.resolve_for_write("cfg").expect("not .git by name");
     let err = sandbox
-        .write_atomic(&path, b"x", WriteMode::Replace)
+        .write_atomic(&path, b"x", WriteMode::Replace, &StopSignal::idle())
         .expect_err("through link");
     assert!(protected(err));
     let path = sandbox
         .resolve_for_write("g/config")
         .expect("not .git by name");
-    assert!(protected(sandbox.remove_file(&path).expect_err("remove")));
+    assert!(protected(
+        sandbox
+            .remove_file(&path, &StopSignal::idle())
+            .expect_err("remove")
+    ));
 
     assert!(!dir.path().join(".git/a").exists(), "no directory was made");
     assert_eq!(
@@ -186,7 +198,9 @@ fn the_git_directory_is_protected_under_any_name() {
     );
     // Removing the link itself changes nothing in .git.
     let path = sandbox.resolve_for_write("cfg").expect("resolves");
-    sandbox.remove_file(&path).expect("removes the link");
+    sandbox
+        .remove_file(&path, &StopSignal::idle())
+        .expect("removes the link");
     assert!(dir.path().join(".git/config").exists());
 }
 
@@ -199,7 +213,7 @@ fn create_new_refuses_a_parent_that_leads_outside() {
         .resolve_for_write("out/new/file.txt")
         .expect("resolves");
     let err = sandbox
-        .write_atomic(&path, b"x", WriteMode::CreateNew)
+        .write_atomic(&path, b"x", WriteMode::CreateNew, &StopSignal::idle())
         .expect_err("outside");
     assert!(matches!(err, ToolError::OutsideWorkspace { .. }), "{err}");
     assert_eq!(

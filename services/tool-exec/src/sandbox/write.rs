@@ -6,18 +6,24 @@ use std::os::fd::AsFd;
 
 use cap_std::fs::{MetadataExt, OpenOptions};
 
-use super::{Sandbox, WorkspacePath, WriteMode, require_regular_file};
+use super::{Sandbox, WorkspacePath, WriteMode, not_a_file, require_regular_file};
 use crate::error::ToolError;
+use crate::stop::StopSignal;
 
 impl Sandbox {
     /// Writes `content` so that readers see the old file or the new one, never a
     /// half-written one: the bytes go to a temporary file in the same directory,
     /// which is then renamed (Replace) or linked (CreateNew) into place.
+    ///
+    /// The change is committed with `stop` right before the first thing that
+    /// stays (a missing parent directory, the rename or the link): a call
+    /// stopped before that leaves nothing behind.
     pub fn write_atomic(
         &self,
         path: &WorkspacePath,
         content: &[u8],
         mode: WriteMode,
+        stop: &StopSignal,
     ) -> Result<(), ToolError> {
         if path.is_in_git_dir() {
             return Err(ToolError::ProtectedPath {
@@ -60,7 +66,7 @@ impl Sandbox {
                 let parent = path.parent();
                 self.refuse_git_target(path, &parent)?;
                 if !parent.is_root() {
-                    self.create_parents(path, &parent)?;
+                    self.create_parents(path, &parent, stop)?;
                 }
                 (path.clone(), None, self.owner)
             }
@@ -73,6 +79,7 @@ impl Sandbox {
         ));
         let result = self
             .write_temp(&tmp, content, permissions, owner)
+            .and_then(|()| stop.commit())
             .and_then(|()| match mode {
                 WriteMode::Replace => self
                     .dir
@@ -93,11 +100,13 @@ impl Sandbox {
     }
 
     /// Makes the missing directories of `parent` (the directory of `path`),
-    /// each belonging to the workspace's owner.
+    /// each belonging to the workspace's owner. Making the first one commits
+    /// the call's change.
     fn create_parents(
         &self,
         path: &WorkspacePath,
         parent: &WorkspacePath,
+        stop: &StopSignal,
     ) -> Result<(), ToolError> {
         let mut at = WorkspacePath::root();
         for part in parent.as_path().components() {
@@ -107,6 +116,7 @@ impl Sandbox {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(self.fs_error(&at, e)),
             }
+            stop.commit()?;
             match self.dir.create_dir(at.as_path()) {
                 Ok(()) => {}
                 // Made meanwhile by someone else: used as it is.
@@ -139,6 +149,8 @@ impl Sandbox {
         permissions: Option<cap_std::fs::Permissions>,
         owner: Option<(u32, u32)>,
     ) -> Result<(), ToolError> {
+        // create_new (O_CREAT | O_EXCL): the open makes a new regular file or
+        // fails; it never opens what is there, so a FIFO cannot block it.
         let mut options = OpenOptions::new();
         options.write(true).create_new(true);
         let mut file = self
@@ -159,8 +171,9 @@ impl Sandbox {
     }
 
     /// Removes one file or symlink (never a directory). A symlink is removed
-    /// itself; one whose target lies outside the root is refused.
-    pub fn remove_file(&self, path: &WorkspacePath) -> Result<(), ToolError> {
+    /// itself; one whose target lies outside the root is refused. The removal
+    /// is committed with `stop` right before it is made.
+    pub fn remove_file(&self, path: &WorkspacePath, stop: &StopSignal) -> Result<(), ToolError> {
         if path.is_in_git_dir() {
             return Err(ToolError::ProtectedPath {
                 path: path.display(),
@@ -186,10 +199,9 @@ impl Sandbox {
                 Err(e) => return Err(self.fs_error(path, e)),
             }
         } else if !meta.is_file() {
-            return Err(ToolError::NotAFile {
-                path: path.display(),
-            });
+            return Err(not_a_file(path, &meta));
         }
+        stop.commit()?;
         self.dir
             .remove_file(path.as_path())
             .map_err(|e| self.fs_error(path, e))

@@ -5,13 +5,15 @@
 //! network unless the run holds the `network` grant, and an allow-listed
 //! environment plus `CHORUS_WORKSPACE_ROOT` (the root). stdout and stderr are
 //! kept up to `max_output_bytes` each. When the command returns, the timeout
-//! passes or the service shuts down, every process it started is gone (see
-//! [`crate::process`]).
+//! passes, the caller goes away or the service shuts down, every process it
+//! started is gone (see [`crate::process`]).
 //!
-//! A non-zero exit is a result, not an error (`exit_code` tells it). A timeout and a
-//! shutdown are reported in-band, alongside the partial output: `deadline_exceeded`
-//! and `cancelled`. The latter deliberately is not UNAVAILABLE: the command may have
-//! done part of its work, so it must not be retried blindly elsewhere.
+//! A non-zero exit is a result, not an error (`exit_code` tells it). A timeout, a
+//! caller that left and a shutdown are reported in-band, alongside the partial
+//! output: `deadline_exceeded` and `cancelled`. A shutdown deliberately is not
+//! UNAVAILABLE: the command may have done part of its work, so it must not be
+//! retried blindly elsewhere. The call's deadline is longer than the longest bash
+//! timeout, so the command's own timeout ends it first.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -24,6 +26,7 @@ use crate::config::Limits;
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
 use crate::process::{self, Ending, RunLimits};
+use crate::stop::StopReason;
 
 const TOOL: &str = "bash";
 
@@ -65,7 +68,7 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
         timeout,
         max_output_bytes: ctx.limits.max_output_bytes,
     };
-    let finished = process::run(&ctx.processes, &spec, limits, &ctx.cancel)
+    let finished = process::run(&ctx.processes, &spec, limits, ctx.stop.token())
         .await
         .map_err(|e| {
             e.into_tool_error(
@@ -94,11 +97,24 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
                 timeout.as_secs()
             ),
         ),
-        Ending::Cancelled => outcome.with_error(
-            "cancelled",
-            "tool-exec is shutting down; the command and every process it started were killed; \
-             check what it already changed before running it again",
-        ),
+        Ending::Cancelled => {
+            let (code, why) = match ctx.stop.reason() {
+                Some(StopReason::Deadline) => {
+                    ("deadline_exceeded", "the call ran past its deadline")
+                }
+                Some(StopReason::CallerLeft) => ("cancelled", "the caller went away"),
+                Some(StopReason::ShuttingDown) | None => {
+                    ("cancelled", "tool-exec is shutting down")
+                }
+            };
+            outcome.with_error(
+                code,
+                format!(
+                    "{why}; the command and every process it started were killed; check what \
+                     it already changed before running it again"
+                ),
+            )
+        }
     })
 }
 

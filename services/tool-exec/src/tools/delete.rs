@@ -11,7 +11,7 @@ pub async fn run(ctx: &ToolContext, args: args::FileDelete) -> Result<ToolOutcom
     let path = ctx.sandbox.resolve_for_write(&args.path)?;
     {
         let path = path.clone();
-        ctx.blocking(move |sandbox| sandbox.remove_file(&path))
+        ctx.blocking(move |sandbox, stop| sandbox.remove_file(&path, stop))
             .await?;
     }
     Ok(ToolOutcome::ok(&outputs::FileDeleted {

@@ -18,17 +18,17 @@ use std::time::UNIX_EPOCH;
 use cap_std::fs::{Dir, Metadata};
 use chorus_catalog::{args, outputs};
 use ignore::DirEntry;
-use tokio_util::sync::CancellationToken;
 
 use super::walk::{PathGlob, Walk};
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
 use crate::sandbox::{Sandbox, WorkspacePath, fs_error};
+use crate::stop::StopSignal;
 
 const TOOL: &str = "file.list";
 
-/// How often (in walked entries) the walk checks for shutdown.
-const CANCEL_CHECK_EVERY: usize = 256;
+/// How often (in entries) a listing checks whether the call was stopped.
+const STOP_CHECK_EVERY: usize = 256;
 
 pub async fn run(ctx: &ToolContext, args: args::FileList) -> Result<ToolOutcome, ToolError> {
     let glob = args
@@ -37,18 +37,17 @@ pub async fn run(ctx: &ToolContext, args: args::FileList) -> Result<ToolOutcome,
         .map(|pattern| PathGlob::new(TOOL, pattern))
         .transpose()?;
     let limit = ctx.limits.max_list_entries;
-    let cancel = ctx.cancel.clone();
     // The walk's ignore-rule cache needs a sandbox it can own.
     let shared_sandbox = Arc::clone(&ctx.sandbox);
-    ctx.blocking(move |sandbox| {
+    ctx.blocking(move |sandbox, stop| {
         let dir = sandbox.resolve(&args.path)?;
         let handle = sandbox.open_dir(&dir)?;
         let listing = if glob.is_none() && !args.recursive {
-            list_entries(&dir, &handle, limit)?
+            list_entries(&dir, &handle, limit, stop)?
         } else {
             drop(handle);
             let walk = Walk::new(&shared_sandbox, &dir, args.include_ignored);
-            list_walk(sandbox, &walk, glob.as_ref(), limit, &cancel)?
+            list_walk(sandbox, &walk, glob.as_ref(), limit, stop)?
         };
         let count = listing.entries.len();
         let output = outputs::FileList {
@@ -68,15 +67,30 @@ struct Listing {
 }
 
 /// The directory's own entries, read and stat'ed through its handle.
-fn list_entries(dir: &WorkspacePath, handle: &Dir, limit: usize) -> Result<Listing, ToolError> {
+fn list_entries(
+    dir: &WorkspacePath,
+    handle: &Dir,
+    limit: usize,
+    stop: &StopSignal,
+) -> Result<Listing, ToolError> {
     let read = handle.entries().map_err(|e| fs_error(dir, e))?;
-    let mut found: Vec<_> = read
-        .filter_map(Result::ok)
-        .filter(|entry| entry.file_name() != ".git")
-        .collect();
+    let mut found = Vec::new();
+    for (seen, entry) in read.enumerate() {
+        if seen % STOP_CHECK_EVERY == 0 {
+            stop.check()?;
+        }
+        if let Ok(entry) = entry
+            && entry.file_name() != ".git"
+        {
+            found.push(entry);
+        }
+    }
     found.sort_by_cached_key(cap_std::fs::DirEntry::file_name);
     let mut listing = Listing::default();
-    for entry in found {
+    for (seen, entry) in found.into_iter().enumerate() {
+        if seen % STOP_CHECK_EVERY == 0 {
+            stop.check()?;
+        }
         // The entry may have gone since the directory was read.
         let Ok(meta) = entry.metadata() else { continue };
         if listing.entries.len() == limit {
@@ -95,11 +109,11 @@ fn list_walk(
     walk: &Walk,
     glob: Option<&PathGlob>,
     limit: usize,
-    cancel: &CancellationToken,
+    stop: &StopSignal,
 ) -> Result<Listing, ToolError> {
     let mut builder = walk.builder();
     builder.sort_by_file_name(|a, b| a.cmp(b));
-    collect_walked(sandbox, walk, builder.build(), glob, limit, cancel)
+    collect_walked(sandbox, walk, builder.build(), glob, limit, stop)
 }
 
 /// Turns walked entries into listing entries, each stat'ed through the sandbox.
@@ -109,13 +123,13 @@ fn collect_walked(
     walked: impl IntoIterator<Item = Result<DirEntry, ignore::Error>>,
     glob: Option<&PathGlob>,
     limit: usize,
-    cancel: &CancellationToken,
+    stop: &StopSignal,
 ) -> Result<Listing, ToolError> {
     let mut listing = Listing::default();
     let mut keys: Vec<PathBuf> = Vec::new();
     for (seen, result) in walked.into_iter().enumerate() {
-        if seen % CANCEL_CHECK_EVERY == 0 && cancel.is_cancelled() {
-            return Err(ToolError::ShuttingDown);
+        if seen % STOP_CHECK_EVERY == 0 {
+            stop.check()?;
         }
         // Unreadable directories and vanished entries are skipped.
         let Ok(entry) = result else { continue };

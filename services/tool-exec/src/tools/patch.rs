@@ -8,6 +8,7 @@ use chorus_catalog::{args, outputs};
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
 use crate::sandbox::WriteMode;
+use crate::stop::StopSignal;
 use crate::tools::read::{lines, load_text, prefix_at_char_boundary};
 use crate::tools::write::check_write_size;
 
@@ -29,9 +30,9 @@ pub async fn run(ctx: &ToolContext, args: args::FilePatch) -> Result<ToolOutcome
     let patches_applied = patches.len() as u64;
     let bytes_written = {
         let path = path.clone();
-        ctx.blocking(move |sandbox| {
-            let original = load_text(sandbox, &path, limits.max_file_bytes)?;
-            let patched = apply_all(&original, &patches)?;
+        ctx.blocking(move |sandbox, stop| {
+            let original = load_text(sandbox, &path, limits.max_file_bytes, stop)?;
+            let patched = apply_all(&original, &patches, stop)?;
             check_write_size(
                 "file.patch",
                 "the patched file",
@@ -39,7 +40,7 @@ pub async fn run(ctx: &ToolContext, args: args::FilePatch) -> Result<ToolOutcome
                 limits.max_write_bytes,
             )?;
             if patched != original {
-                sandbox.write_atomic(&path, patched.as_bytes(), WriteMode::Replace)?;
+                sandbox.write_atomic(&path, patched.as_bytes(), WriteMode::Replace, stop)?;
             }
             Ok(patched.len() as u64)
         })
@@ -53,11 +54,17 @@ pub async fn run(ctx: &ToolContext, args: args::FilePatch) -> Result<ToolOutcome
 }
 
 /// Applies `patches` in order to `original`; each sees the text the previous ones
-/// left. The first that cannot apply fails the whole call.
-fn apply_all(original: &str, patches: &[args::Patch]) -> Result<String, ToolError> {
+/// left. The first that cannot apply fails the whole call, and so does a stop
+/// of the call, checked before each patch.
+fn apply_all(
+    original: &str,
+    patches: &[args::Patch],
+    stop: &StopSignal,
+) -> Result<String, ToolError> {
     let total = patches.len();
     let mut text = original.to_owned();
     for (i, patch) in patches.iter().enumerate() {
+        stop.check()?;
         apply_one(&mut text, patch, (i > 0).then_some(original)).map_err(|reason| {
             ToolError::PatchFailed {
                 index: i + 1,

@@ -10,6 +10,7 @@ use chorus_catalog::{args, outputs};
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
 use crate::sandbox::{Sandbox, WorkspacePath};
+use crate::stop::StopSignal;
 
 /// How much of the start of a file is checked for NUL bytes.
 const BINARY_PROBE_BYTES: usize = 8 * 1024;
@@ -25,7 +26,7 @@ pub async fn run(ctx: &ToolContext, args: args::FileRead) -> Result<ToolOutcome,
     let max_file_bytes = ctx.limits.max_file_bytes;
     let text = {
         let path = path.clone();
-        ctx.blocking(move |sandbox| load_text(sandbox, &path, max_file_bytes))
+        ctx.blocking(move |sandbox, stop| load_text(sandbox, &path, max_file_bytes, stop))
             .await?
     };
     let page = Page::of(
@@ -53,8 +54,9 @@ pub(crate) fn load_text(
     sandbox: &Sandbox,
     path: &WorkspacePath,
     max_bytes: u64,
+    stop: &StopSignal,
 ) -> Result<String, ToolError> {
-    let bytes = sandbox.read_file(path, max_bytes)?;
+    let bytes = sandbox.read_file(path, max_bytes, stop)?;
     decode_text(path, bytes)
 }
 

@@ -22,7 +22,6 @@ use std::sync::Arc;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, SearcherBuilder};
 use ignore::WalkState;
-use tokio_util::sync::CancellationToken;
 
 use chorus_catalog::args;
 
@@ -31,7 +30,8 @@ use super::walk::{PathGlob, Walk};
 use crate::config::Limits;
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
-use crate::sandbox::{Sandbox, WorkspacePath};
+use crate::sandbox::{Sandbox, WorkspacePath, not_a_file};
+use crate::stop::StopSignal;
 
 const TOOL: &str = "file.search";
 
@@ -44,10 +44,9 @@ const MAX_LINE_BYTES: usize = 2000;
 
 pub async fn run(ctx: &ToolContext, args: args::FileSearch) -> Result<ToolOutcome, ToolError> {
     let query = Query::new(&args, &ctx.limits)?;
-    let cancel = ctx.cancel.clone();
     // The walk's ignore-rule cache needs a sandbox it can own.
     let shared_sandbox = Arc::clone(&ctx.sandbox);
-    ctx.blocking(move |sandbox| {
+    ctx.blocking(move |sandbox, stop| {
         let target = sandbox.resolve(&args.path)?;
         let meta = sandbox.metadata(&target)?;
         let shared = Shared::new(&query);
@@ -55,18 +54,13 @@ pub async fn run(ctx: &ToolContext, args: args::FileSearch) -> Result<ToolOutcom
             // Re-checked through the handle: the directory exists inside the root.
             drop(sandbox.open_dir(&target)?);
             let walk = Walk::new(&shared_sandbox, &target, args.include_ignored);
-            search_walk(sandbox, &walk, &query, &shared, &cancel);
+            search_walk(sandbox, &walk, &query, &shared, stop);
         } else if meta.is_file() {
-            search_one(sandbox, &target, &query, &shared)?;
+            search_one(sandbox, &target, &query, &shared, stop)?;
         } else {
-            // Opening a FIFO would wait for a writer.
-            return Err(ToolError::NotAFile {
-                path: target.display(),
-            });
+            return Err(not_a_file(&target, &meta));
         }
-        if cancel.is_cancelled() {
-            return Err(ToolError::ShuttingDown);
-        }
+        stop.check()?;
         let stats = shared.stats();
         let (found, stopped) = shared.into_found();
         let output = answer::assemble(found, query.max_results, query.max_output_bytes, stopped);
@@ -149,17 +143,11 @@ impl Query {
 }
 
 /// Searches every file below the walked directory, on as many threads as cores.
-fn search_walk(
-    sandbox: &Sandbox,
-    walk: &Walk,
-    query: &Query,
-    shared: &Shared,
-    cancel: &CancellationToken,
-) {
+fn search_walk(sandbox: &Sandbox, walk: &Walk, query: &Query, shared: &Shared, stop: &StopSignal) {
     walk.builder().build_parallel().run(|| {
-        let mut worker = Worker::new(sandbox, query, shared);
+        let mut worker = Worker::new(sandbox, query, shared, stop);
         Box::new(move |result| {
-            if shared.is_stopped() || cancel.is_cancelled() {
+            if shared.is_stopped() || stop.is_stopped() {
                 return WalkState::Quit;
             }
             // Unreadable directories and vanished entries are skipped.
@@ -190,12 +178,10 @@ fn search_one(
     path: &WorkspacePath,
     query: &Query,
     shared: &Shared,
+    stop: &StopSignal,
 ) -> Result<(), ToolError> {
-    let file = sandbox.open_file(path)?;
-    let size = file
-        .metadata()
-        .map_err(|e| sandbox.fs_error(path, e))?
-        .len();
+    let (file, meta) = sandbox.open_file(path)?;
+    let size = meta.len();
     if size > query.max_file_bytes {
         return Err(ToolError::FailedPrecondition(format!(
             "'{}' is {size} bytes, over the {}-byte search limit; search it with bash (grep -n)",
@@ -203,7 +189,7 @@ fn search_one(
             query.max_file_bytes
         )));
     }
-    Worker::new(sandbox, query, shared).search(path.clone(), file);
+    Worker::new(sandbox, query, shared, stop).search(path.clone(), file);
     Ok(())
 }
 

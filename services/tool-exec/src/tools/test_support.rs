@@ -4,11 +4,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use chorus_run_token::RunGrant;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Limits;
 use crate::context::ToolContext;
 use crate::sandbox::Sandbox;
+use crate::stop::StopSignal;
 
 #[derive(Debug)]
 pub(crate) struct Workspace {
@@ -51,7 +51,7 @@ impl Workspace {
             grant: Arc::new(grant),
             limits,
             processes: chorus_sandbox::Sandbox::refusing("file tools start no process"),
-            cancel: CancellationToken::new(),
+            stop: StopSignal::idle(),
         };
         Self { dir, ctx }
     }

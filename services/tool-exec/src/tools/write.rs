@@ -45,8 +45,10 @@ async fn write_whole(
     let bytes_written = content.len() as u64;
     {
         let path = path.clone();
-        ctx.blocking(move |sandbox| sandbox.write_atomic(&path, content.as_bytes(), mode))
-            .await?;
+        ctx.blocking(move |sandbox, stop| {
+            sandbox.write_atomic(&path, content.as_bytes(), mode, stop)
+        })
+        .await?;
     }
     Ok(ToolOutcome::ok(&outputs::FileWritten {
         path: path.display(),

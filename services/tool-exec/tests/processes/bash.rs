@@ -3,6 +3,7 @@
 
 use chorus_tool_exec::{Limits, ToolError};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use chorus_sandbox::testing::{
     ESCAPEES, await_escapees, escapees, eventually, give_to_test_user, owned_by_test_user,
@@ -190,6 +191,38 @@ async fn shutdown_kills_a_running_command_promptly() {
         "the command survived the shutdown"
     );
     assert_eq!(output(&outcome).signal, Some(9));
+}
+
+#[tokio::test]
+async fn a_command_whose_caller_leaves_is_killed_and_says_so() {
+    let h = Harness::new().await;
+    let marker = "chorus-bash-caller-left";
+    let runner = h.runner.clone();
+    let grant = h.grant();
+    let caller_gone = CancellationToken::new();
+    let command = format!("{} wait", escapees(marker));
+    let call = {
+        let caller_gone = caller_gone.clone();
+        tokio::spawn(async move {
+            runner
+                .execute_until(grant, "bash", json!({ "command": command }), &caller_gone)
+                .await
+        })
+    };
+    eventually("the command's children started", || {
+        survivors(marker).len() == ESCAPEES
+    })
+    .await;
+    caller_gone.cancel();
+    let outcome = call.await.expect("call task").expect("an in-band answer");
+    assert_eq!(in_band_code(&outcome), Some("cancelled"));
+    let message = &outcome.error.as_ref().expect("in-band error").message;
+    assert!(message.starts_with("the caller went away;"), "{message}");
+    assert_eq!(
+        survivors(marker),
+        Vec::<i32>::new(),
+        "the command survived its caller"
+    );
 }
 
 #[tokio::test]

@@ -49,6 +49,10 @@ pub(crate) struct Arena {
 
 impl Arena {
     pub(crate) fn new() -> Self {
+        Self::with_limits(Limits::default())
+    }
+
+    pub(crate) fn with_limits(limits: Limits) -> Self {
         let tmp = tempfile::tempdir().expect("tempdir");
         let base = tmp.path().canonicalize().expect("canonical tempdir");
         let root = base.join("root");
@@ -99,7 +103,7 @@ impl Arena {
             outside,
             stash,
             runner: ToolRunner::new(
-                Limits::default(),
+                limits,
                 chorus_sandbox::Sandbox::refusing("file-tool attacks start no process"),
                 CancellationToken::new(),
             ),

@@ -1,5 +1,8 @@
 use std::path::Path;
+use std::time::Duration;
 
+use chorus_tool_exec::Limits;
+use nix::sys::stat::{Mode, SFlag, makedev, mknod};
 use serde_json::json;
 use tonic::Code;
 
@@ -43,19 +46,48 @@ async fn a_file_where_a_directory_is_expected_is_refused() {
 }
 
 #[tokio::test]
-async fn a_fifo_is_refused_without_hanging() {
-    let a = Arena::new();
-    let made = std::process::Command::new("mkfifo")
-        .arg(a.root.join("pipe"))
-        .status()
-        .expect("runs mkfifo");
-    assert!(made.success());
-    a.refused("file.read", read("pipe"), Code::InvalidArgument)
-        .await;
-    a.refused("file.patch", patch("pipe"), Code::InvalidArgument)
-        .await;
-    a.refused("file.write", content("pipe"), Code::InvalidArgument)
-        .await;
+async fn a_fifo_or_device_named_directly_is_refused_before_its_deadline() {
+    // A short deadline: an answer past it would be DEADLINE_EXCEEDED, not a refusal.
+    let a = Arena::with_limits(Limits {
+        tool_timeout: Duration::from_secs(5),
+        ..Limits::default()
+    });
+    nix::unistd::mkfifo(&a.root.join("pipe"), Mode::from_bits_truncate(0o644)).expect("mkfifo");
+    let mut specials = vec![("pipe", "a FIFO (named pipe)")];
+    // A device like /dev/zero, which never ends: only root may make one.
+    match mknod(
+        &a.root.join("zero"),
+        SFlag::S_IFCHR,
+        Mode::from_bits_truncate(0o666),
+        makedev(1, 5),
+    ) {
+        Ok(()) => specials.push(("zero", "a character device")),
+        Err(e) => eprintln!("no device case: mknod refused ({e}); run as root to include it"),
+    }
+    for (path, kind) in specials {
+        let search = json!({ "path": path, "pattern": "x" });
+        for (tool, args) in [
+            ("file.read", read(path)),
+            ("file.patch", patch(path)),
+            ("file.write", content(path)),
+            ("file.search", search),
+        ] {
+            let err = a.refused(tool, args, Code::InvalidArgument).await;
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "'{path}' is {kind}, not a regular file; file tools read and change \
+                     regular files only"
+                )
+            );
+        }
+    }
+    // A walk skips them.
+    let walked = a
+        .call("file.search", json!({ "path": ".", "pattern": "inside" }))
+        .await
+        .expect("the walk answers");
+    assert_eq!(walked.output["matches"][0]["path"], "file.txt");
 }
 
 // ---- the .git directory ------------------------------------------------------------

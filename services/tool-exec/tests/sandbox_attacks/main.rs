@@ -23,9 +23,13 @@
 //! ```
 //!
 //! Every case asserts the exact gRPC code and that nothing outside the root changed
-//! (names, kinds, link targets and bytes of everything next to `root/`).
+//! (names, kinds, link targets and bytes of everything next to `root/`). Entries
+//! that are not regular files (FIFOs, devices), named directly or swapped in
+//! mid-call, are refused without blocking.
 
 mod arena;
+#[path = "../support/fifo_swap.rs"]
+mod fifo_swap;
 mod kinds;
 mod paths;
 mod race;

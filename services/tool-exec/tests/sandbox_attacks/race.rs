@@ -4,11 +4,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
+use std::time::Duration;
 
-use serde_json::json;
+use chorus_catalog::outputs;
+use chorus_tool_exec::Limits;
+use serde_json::{Value, json};
 use tonic::Code;
 
 use crate::arena::*;
+use crate::fifo_swap::FifoSwap;
 
 // ---- a directory swapped for a symlink while tools run ---------------------------------
 
@@ -116,4 +120,97 @@ async fn a_directory_swapped_for_an_outside_symlink_mid_call_never_lets_a_write_
     );
     assert_eq!(ok + refused.values().sum::<usize>(), ROUNDS * 3);
     eprintln!("race: {ok} calls succeeded, refused {refused:?}, {swaps} swaps");
+}
+
+// ---- a file swapped for a FIFO while tools read it -------------------------------------
+
+const SWAPPED_CONTENT: &str = "hello from the regular file";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_swapped_for_a_fifo_mid_call_never_blocks_a_tool() {
+    const ROUNDS: usize = 150;
+    let limits = Limits {
+        tool_timeout: Duration::from_secs(5),
+        ..Limits::default()
+    };
+    // Past this a call is taken to be blocked; no call may even reach its deadline.
+    let blocked_after = limits.tool_timeout * 3;
+    let a = Arena::with_limits(limits);
+    let dir = a.root.join("swap");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let swap = FifoSwap::start(&dir, "f.txt", "pipe", &format!("{SWAPPED_CONTENT}\n"));
+
+    let mut answered = 0usize;
+    let mut refused = 0usize;
+    for _ in 0..ROUNDS {
+        let calls = [
+            ("file.read", read("swap/f.txt")),
+            (
+                "file.patch",
+                json!({ "path": "swap/f.txt", "patches": [{ "find": "hello", "replace": "hello" }] }),
+            ),
+            (
+                "file.search",
+                json!({ "path": "swap/f.txt", "pattern": "hello" }),
+            ),
+            ("file.search", json!({ "path": "swap", "pattern": "hello" })),
+        ];
+        for (tool, args) in calls {
+            let result = tokio::time::timeout(blocked_after, a.call(tool, args.clone()))
+                .await
+                .unwrap_or_else(|_| panic!("{tool} {args} blocked"));
+            match result {
+                Ok(outcome) => {
+                    answered += 1;
+                    assert_correct(tool, &args, outcome.output);
+                }
+                Err(err) => {
+                    refused += 1;
+                    assert_eq!(err.code(), Code::InvalidArgument, "{tool} {args}: {err}");
+                    assert!(
+                        err.to_string()
+                            .contains("'swap/f.txt' is a FIFO (named pipe), not a regular file"),
+                        "{tool} {args}: {err}"
+                    );
+                }
+            }
+        }
+    }
+    let swaps = swap.stop();
+    assert!(
+        answered > 0 && refused > 0,
+        "the race did not show both kinds: {answered} answered, {refused} refused"
+    );
+    eprintln!("fifo race: {answered} answered, {refused} refused, {swaps} swaps");
+}
+
+/// An answer given while the names swapped: the regular file's content, never
+/// anything else.
+fn assert_correct(tool: &str, args: &Value, output: Value) {
+    match tool {
+        "file.read" => {
+            let read: outputs::FileRead = serde_json::from_value(output).expect("read output");
+            assert_eq!(
+                read.content,
+                format!("     1\t{SWAPPED_CONTENT}\n"),
+                "{args}"
+            );
+        }
+        "file.patch" => {
+            let patched: outputs::FilePatched =
+                serde_json::from_value(output).expect("patch output");
+            assert_eq!(patched.patches_applied, 1, "{args}");
+            assert_eq!(patched.bytes_written, SWAPPED_CONTENT.len() as u64 + 1);
+        }
+        _ => {
+            let found: outputs::FileSearch = serde_json::from_value(output).expect("search output");
+            // A file named directly matches once; a walk may meet the regular
+            // file under either name, both or neither.
+            let expected = if args["path"] == "swap" { 0..=2 } else { 1..=1 };
+            assert!(expected.contains(&found.matches.len()), "{args}: {found:?}");
+            for m in &found.matches {
+                assert_eq!(m.content, SWAPPED_CONTENT, "{args}: {found:?}");
+            }
+        }
+    }
 }

@@ -3,6 +3,7 @@
 //! works again. Only a root run's report decides the task. A run that ends takes
 //! its unfinished children with it.
 
+use chorus_tool_exec::record::ToolCallRecord;
 use serde_json::{Value, json};
 
 use super::{Events, change_status, end_run};
@@ -119,17 +120,11 @@ pub fn end_handoff(
         ),
         HandoffOutcome::Failed(failure, reason) => (failure.code_name(), reason.clone()),
     };
-    events.push((
-        EventKind::ToolExecuted,
-        json!({
-            "run_id": parent.id.to_string(),
-            "agent": parent.agent.as_str(),
-            "tool": "handoff",
-            "input": { "agent": child.agent.as_str(), "prompt": crate::providers::cut(child.prompt.as_deref().unwrap_or_default(), EVENT_TEXT_BYTES) },
-            "status": status,
-            "duration_ms": now_ms.saturating_sub(child.started_ms).max(0),
-            "output_excerpt": crate::providers::cut(&excerpt, 2048),
-        }),
+    let input = json!({ "agent": child.agent.as_str(), "prompt": child.prompt.as_deref().unwrap_or_default() });
+    let duration_ms = u64::try_from(now_ms.saturating_sub(child.started_ms)).unwrap_or(0);
+    events.push(super::tool_executed(
+        parent,
+        ToolCallRecord::new("handoff", &input, status, duration_ms, &excerpt),
     ));
     Ok(events)
 }

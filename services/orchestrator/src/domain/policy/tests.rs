@@ -19,6 +19,7 @@ fn run(state: RunState, tools: &[&str], parent: Option<RunId>) -> Run {
         handoff_index: None,
         prompt: None,
         output: None,
+        token: None,
     }
 }
 
@@ -73,9 +74,13 @@ fn tools_outside_the_allow_list_are_denied_but_reporting_is_always_granted() {
         matches!(err, DomainError::NotAllowed(ref m) if m.contains("'bash' is not allowed for agent 'writer'")),
         "{err}"
     );
-    for tool in ["completion-report", "planner-output", "help"] {
+    for tool in ["completion-report", "help"] {
         assert!(check_tool_call(&active, tool).is_ok(), "{tool}");
     }
+    // The planner's own tool is granted to the planner's runs only.
+    assert!(check_tool_call(&active, "planner-output").is_err());
+    let planner = run(RunState::Active, &["planner-output"], None);
+    assert!(check_tool_call(&planner, "planner-output").is_ok());
     assert!(matches!(
         check_tool_call(&active, "nope"),
         Err(DomainError::Invalid { .. })

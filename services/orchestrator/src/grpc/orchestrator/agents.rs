@@ -67,8 +67,17 @@ pub(super) async fn update(
             "invalid allowed_tools: set set_allowed_tools to replace the allow-list".to_owned(),
         ));
     }
+    let instructions = match (req.instructions, req.reset_instructions) {
+        (Some(_), true) => {
+            return Err(ServiceError::Invalid(
+                "instructions: give new instructions or reset_instructions, not both".to_owned(),
+            ));
+        }
+        (None, true) => Some(default_instructions(&name)?),
+        (given, false) => given,
+    };
     let changes = AgentChanges {
-        instructions: req.instructions,
+        instructions,
         allowed_tools: req.set_allowed_tools.then_some(req.allowed_tools),
         // Absent keeps it, "" clears it, anything else sets it.
         provider: req
@@ -79,6 +88,19 @@ pub(super) async fn update(
     };
     let agent = state.store.update_agent(workspace, name, changes).await?;
     Ok(convert::agent(&workspace.to_string(), &agent))
+}
+
+/// The instructions a default agent was created with.
+fn default_instructions(name: &Name) -> Result<String, ServiceError> {
+    crate::domain::default_agents()
+        .into_iter()
+        .find(|(default, ..)| *default == name.as_str())
+        .map(|(.., instructions)| instructions.to_owned())
+        .ok_or_else(|| {
+            ServiceError::Invalid(format!(
+                "reset_instructions: '{name}' is not one of the agents a workspace starts with, so it has no original instructions"
+            ))
+        })
 }
 
 pub(super) async fn delete(

@@ -1,13 +1,27 @@
 //! Providers of a workspace. The API key is write-only: requests may set or clear
-//! it, answers only say whether one is stored.
+//! it — the key itself, or a reference `env:NAME` / `file:/path` resolved when a
+//! run starts — and answers say only where it comes from.
 
 use chorus_proto::orchestrator::v1 as pb;
 
-use crate::domain::{Name, WorkspaceId};
+use crate::domain::{Name, ProviderKey, WorkspaceId};
 use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::state::AppState;
 use crate::store::{NewProvider, ProviderChanges};
+
+/// A request's API key: "" is none; a reference may not point at Chorus's own
+/// secrets (the data directory, the secrets key, `CHORUS_*` variables).
+fn api_key(state: &AppState, text: String) -> Result<Option<ProviderKey>, ServiceError> {
+    let Some(text) = convert::non_empty(text) else {
+        return Ok(None);
+    };
+    let key = ProviderKey::parse(&text)?;
+    if let ProviderKey::Reference(reference) = &key {
+        reference.check(&state.roots.protected)?;
+    }
+    Ok(Some(key))
+}
 
 /// The workspace id and provider name every per-provider request carries.
 fn key(workspace_id: &str, name: &str) -> Result<(WorkspaceId, Name), ServiceError> {
@@ -27,7 +41,7 @@ pub(super) async fn create(
         kind: convert::provider_kind_from(req.kind)?,
         base_url: convert::non_empty(req.base_url),
         model: convert::non_empty(req.model),
-        api_key: convert::non_empty(req.api_key),
+        api_key: api_key(state, req.api_key)?,
     };
     let provider = state.store.create_provider(workspace, new).await?;
     Ok(convert::provider(&workspace.to_string(), &provider))
@@ -66,7 +80,7 @@ pub(super) async fn update(
     let changes = ProviderChanges {
         base_url: req.base_url.map(convert::non_empty),
         model: req.model.map(convert::non_empty),
-        api_key: req.api_key.map(convert::non_empty),
+        api_key: req.api_key.map(|text| api_key(state, text)).transpose()?,
     };
     let provider = state
         .store

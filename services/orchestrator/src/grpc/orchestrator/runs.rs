@@ -4,9 +4,8 @@
 use std::time::Duration;
 
 use chorus_proto::orchestrator::v1 as pb;
-use chorus_run_token::RunGrant;
 
-use crate::domain::{Name, now_ms, policy};
+use crate::domain::{AgentKind, Name, TaskStatus, now_ms, policy};
 use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::state::AppState;
@@ -28,12 +27,23 @@ pub(super) async fn open(
         0 => DEFAULT_TOKEN_TTL,
         n => Duration::from_secs(u64::from(n)),
     };
+    if ttl > chorus_run_token::MAX_TOKEN_TTL {
+        return Err(ServiceError::Invalid(format!(
+            "ttl_secs: at most {} s (48 h)",
+            chorus_run_token::MAX_TOKEN_TTL.as_secs()
+        )));
+    }
     let task = state.store.get_task(task_id).await?;
     let workspace = state.store.get_workspace(task.workspace_id).await?;
     let agent = state
         .store
         .get_agent(workspace.id, agent_name.clone())
         .await?;
+    if agent.kind == AgentKind::Internal {
+        return Err(ServiceError::Invalid(format!(
+            "agent: '{agent_name}' is internal to Chorus (the planner; PlanTask runs it); open a run of a user-defined agent"
+        )));
+    }
     let tools = agent.granted_tools()?;
 
     let new = crate::store::NewRun {
@@ -42,24 +52,25 @@ pub(super) async fn open(
         parent: None,
         tools,
         handoff_prompt: None,
+        token: Some(crate::auth::runs::binding(&workspace.root, ttl)),
     };
     let (run, _task, events) = state
         .store
         .open_run(new, |task, run, _parent| {
-            Ok(vec![policy::activate_run(run, task)?])
+            // A run works on an active task: a planned or waiting one becomes
+            // active, as with StartTask; others are refused.
+            let mut events = Vec::new();
+            if task.status != TaskStatus::Active {
+                events.push(policy::change_status(task, TaskStatus::Active, None)?);
+            }
+            events.push(policy::activate_run(run, task)?);
+            Ok(events)
         })
         .await?;
     state.publish(&events);
 
-    let grant = RunGrant {
-        run_id: run.id.to_string(),
-        task_id: run.task_id.to_string(),
-        agent: run.agent.to_string(),
-        tools: run.tools.clone(),
-        root: workspace.root,
-    };
     Ok(pb::OpenRunResponse {
-        token: state.signer.mint(&grant, ttl),
+        token: crate::auth::runs::mint(state, &run)?,
         run: Some(convert::run(&run)),
         tools_addr: state.addresses.tool_exec.clone(),
         orchestrator_addr: state.addresses.orchestrator.clone(),

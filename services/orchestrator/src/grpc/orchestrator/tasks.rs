@@ -16,7 +16,7 @@ use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::history::{self, WatchEnd};
 use crate::state::AppState;
-use crate::store::StoreError;
+use crate::store::{EVENT_PAGE_BYTES, StoreError};
 
 /// ListTasks page size when the request says 0 (the contract's default).
 const DEFAULT_PAGE_SIZE: u32 = 50;
@@ -85,14 +85,30 @@ pub(super) async fn update_status(
     }
     let to = req.status.parse::<TaskStatus>()?;
     let reason = convert::non_empty(req.reason);
-    let (task, events) = state
+    if let Some(reason) = &reason {
+        policy::check_status_reason(reason)?;
+    }
+    // A task whose runs are still going is not moved by hand: CancelTask ends
+    // them with it (checked in the same transaction as the change).
+    let (task, _runs, events) = state
         .store
-        .change_task(id, move |task| {
+        .change_task_runs(id, move |task, runs| {
+            policy::check_no_live_runs(task, runs)?;
             Ok(vec![policy::change_status(task, to, reason)?])
         })
         .await?;
     state.publish(&events);
     Ok(convert::task(&task))
+}
+
+/// Deletes a task that is over, with its history and runs.
+pub(super) async fn delete(
+    state: &AppState,
+    req: pb::DeleteTaskRequest,
+) -> Result<pb::DeleteTaskResponse, ServiceError> {
+    let id = convert::task_id("id", &req.id)?;
+    state.store.delete_task(id).await?;
+    Ok(pb::DeleteTaskResponse {})
 }
 
 pub(super) async fn update_planning(
@@ -117,6 +133,7 @@ pub(super) async fn update_planning(
     let (task, events) = state
         .store
         .change_task(id, move |task| {
+            policy::check_planning_editable(task)?;
             task.planning = planning;
             Ok(vec![(EventKind::PlanningUpdated, data)])
         })
@@ -134,7 +151,10 @@ pub(super) async fn history(
         0 => DEFAULT_HISTORY_LIMIT,
         n => n,
     };
-    let events = state.store.events(id, req.after_sequence, limit).await?;
+    let events = state
+        .store
+        .events(id, req.after_sequence, limit, EVENT_PAGE_BYTES)
+        .await?;
     Ok(pb::GetHistoryResponse {
         events: events.iter().map(convert::event).collect(),
     })
@@ -153,7 +173,15 @@ pub(super) async fn watch(
     req: pb::WatchTaskRequest,
 ) -> Result<TaskEventStream, ServiceError> {
     let task = convert::task_id("task_id", &req.task_id)?;
-    state.store.get_task(task).await?;
+    let last = state.store.get_task(task).await?.last_sequence;
+    // A sequence beyond the last event cannot be waited for: nothing would
+    // ever say the caller is ahead.
+    if req.after_sequence > last {
+        return Err(ServiceError::OutOfRange(format!(
+            "after_sequence {} is beyond task {task}'s last event ({last}); watch from {last} or less",
+            req.after_sequence
+        )));
+    }
     let (tx, rx) = mpsc::channel(WATCH_BUFFER);
     let cancel = state.shutdown.child_token();
     let (store, hub) = (state.store.clone(), state.hub.clone());

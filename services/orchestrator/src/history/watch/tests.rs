@@ -10,6 +10,8 @@ use crate::domain::now_ms;
 #[derive(Default)]
 struct Memory {
     events: Mutex<HashMap<TaskId, Vec<Event>>>,
+    /// Bytes of event data a batch ends at, past its first event, as the store's.
+    batch_bytes: Option<usize>,
 }
 
 impl Memory {
@@ -66,13 +68,19 @@ impl EventSource for Memory {
         limit: u32,
     ) -> Result<Vec<Event>, String> {
         let events = self.events.lock().expect("lock");
+        let mut bytes = 0;
         Ok(events
             .get(&task)
             .map(|list| {
                 list.iter()
                     .filter(|e| e.sequence > after)
                     .take(limit as usize)
-                    .cloned()
+                    .enumerate()
+                    .take_while(|(i, e)| {
+                        bytes += e.data.to_string().len();
+                        *i == 0 || self.batch_bytes.is_none_or(|max| bytes <= max)
+                    })
+                    .map(|(_, e)| e.clone())
                     .collect()
             })
             .unwrap_or_default())
@@ -175,6 +183,91 @@ async fn replay_from_a_cursor_then_live_has_no_gap_and_no_duplicate() {
     writer.await.expect("writer");
     assert_eq!(handle.await.expect("watcher"), WatchEnd::TaskFinished);
     assert_eq!(seen, (4..=1001).collect::<Vec<u64>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_cut_short_by_their_bytes_replay_every_event_once_in_order() {
+    let fx = Fixture {
+        memory: Arc::new(Memory {
+            batch_bytes: Some(2500),
+            ..Memory::default()
+        }),
+        ..Fixture::new()
+    };
+    // Events of about 1 KB: the store's batches hold two, and one alone when large.
+    for n in 0..20 {
+        let text = if n % 7 == 0 { 5000 } else { 1000 };
+        fx.memory.append(
+            &fx.hub,
+            fx.task,
+            EventKind::CommentAdded,
+            json!({ "text": "x".repeat(text), "n": n }),
+        );
+    }
+    fx.memory.finish(&fx.hub, fx.task);
+    for after in [0, 5] {
+        let (rx, handle, _cancel) = fx.watch(after, false, 4);
+        assert_eq!(sequences(rx).await, (after + 1..=21).collect::<Vec<u64>>());
+        assert_eq!(handle.await.expect("watcher"), WatchEnd::TaskFinished);
+    }
+}
+
+/// A store whose task is finished just after its first `settled` answer (a
+/// commit racing the watcher's check).
+struct FinishedAfterTheCheck {
+    memory: Arc<Memory>,
+    hub: Arc<EventHub>,
+    checked: std::sync::atomic::AtomicBool,
+}
+
+impl EventSource for FinishedAfterTheCheck {
+    type Error = String;
+
+    async fn events_after(
+        &self,
+        task: TaskId,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<Event>, String> {
+        self.memory.events_after(task, after, limit).await
+    }
+
+    async fn settled(&self, task: TaskId) -> Result<bool, String> {
+        let answer = self.memory.settled(task).await;
+        if !self.checked.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            self.memory.finish(&self.hub, task);
+        }
+        answer
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_status_committed_during_the_replay_ends_the_watch() {
+    let fx = Fixture::new();
+    for n in 0..3 {
+        fx.memory.comment(&fx.hub, fx.task, n);
+    }
+    let source = FinishedAfterTheCheck {
+        memory: Arc::clone(&fx.memory),
+        hub: Arc::clone(&fx.hub),
+        checked: false.into(),
+    };
+    let (tx, rx) = mpsc::channel(8);
+    let watch = watch_task(
+        &source,
+        fx.hub.as_ref(),
+        fx.task,
+        0,
+        false,
+        tx,
+        CancellationToken::new(),
+    );
+    // A safety net, not a timing assertion: without the fix the watch never ends.
+    let end = tokio::time::timeout(std::time::Duration::from_secs(60), watch)
+        .await
+        .expect("the watch ends once the task is finished");
+    assert_eq!(end, WatchEnd::TaskFinished);
+    assert_eq!(sequences(rx).await, [1, 2, 3, 4]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

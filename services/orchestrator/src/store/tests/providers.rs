@@ -1,15 +1,19 @@
 use super::workspaces::claude;
 use super::{name_of, test_stores};
-use crate::domain::{DomainError, ProviderKind, WorkspaceId};
+use crate::domain::{DomainError, ProviderKey, ProviderKind, WorkspaceId};
 use crate::store::{AgentChanges, NewProvider, ProviderChanges, StoreError};
 
-fn ollama(api_key: Option<&str>) -> NewProvider {
+pub(super) fn secret(key: &str) -> ProviderKey {
+    ProviderKey::Secret(key.to_owned())
+}
+
+pub(super) fn ollama(api_key: Option<&str>) -> NewProvider {
     NewProvider {
         name: name_of("ollama"),
         kind: ProviderKind::OpenaiCompatible,
         base_url: Some("http://localhost:11434/v1".into()),
         model: Some("llama3".into()),
-        api_key: api_key.map(str::to_owned),
+        api_key: api_key.map(secret),
     }
 }
 
@@ -25,7 +29,7 @@ async fn providers_are_created_listed_and_unique_per_workspace() {
             .await
             .expect(b);
         assert_eq!(created.kind, ProviderKind::OpenaiCompatible, "{b}");
-        assert!(!created.api_key_set, "{b}");
+        assert!(!created.api_key_set(), "{b}");
         t.store.create_provider(docs.id, claude()).await.expect(b);
 
         let err = t
@@ -106,13 +110,13 @@ async fn provider_rules_are_checked_on_create_and_update() {
                 ws.id,
                 name_of("claude"),
                 ProviderChanges {
-                    api_key: Some(Some("sk-1".into())),
+                    api_key: Some(Some(secret("sk-1"))),
                     ..ProviderChanges::default()
                 },
             )
             .await
             .expect(b);
-        assert!(keyed.api_key_set, "{b}");
+        assert!(keyed.api_key_set(), "{b}");
         let err = t
             .store
             .update_provider(
@@ -165,7 +169,7 @@ async fn the_api_key_is_write_only() {
         let ws = t.workspace("docs").await;
         let new = ollama(Some("sk-secret"));
         let changes = ProviderChanges {
-            api_key: Some(Some("sk-secret".into())),
+            api_key: Some(Some(secret("sk-secret"))),
             ..ProviderChanges::default()
         };
         for shown in [format!("{new:?}"), format!("{changes:?}")] {
@@ -175,7 +179,7 @@ async fn the_api_key_is_write_only() {
             );
         }
         let provider = t.store.create_provider(ws.id, new).await.expect(b);
-        assert!(provider.api_key_set, "{b}");
+        assert!(provider.api_key_set(), "{b}");
         let shown = format!("{provider:?}");
         assert!(!shown.contains("sk-secret"), "{b}: {shown}");
         let name = name_of("ollama");
@@ -183,9 +187,8 @@ async fn the_api_key_is_write_only() {
             t.store
                 .provider_api_key(ws.id, name.clone())
                 .await
-                .expect(b)
-                .as_deref(),
-            Some("sk-secret"),
+                .expect(b),
+            Some(secret("sk-secret")),
             "{b}"
         );
 
@@ -202,7 +205,7 @@ async fn the_api_key_is_write_only() {
             )
             .await
             .expect(b);
-        assert!(updated.api_key_set, "{b}");
+        assert!(updated.api_key_set(), "{b}");
         assert_eq!(updated.model.as_deref(), Some("qwen"), "{b}");
 
         let cleared = t
@@ -217,7 +220,7 @@ async fn the_api_key_is_write_only() {
             )
             .await
             .expect(b);
-        assert!(!cleared.api_key_set, "{b}");
+        assert!(!cleared.api_key_set(), "{b}");
         assert_eq!(
             t.store.provider_api_key(ws.id, name).await.expect(b),
             None,

@@ -3,7 +3,7 @@ use serde_json::json;
 
 use super::{name_of, source, test_stores};
 use crate::domain::{DomainError, EventKind, RunId, RunState, TaskStatus};
-use crate::store::StoreError;
+use crate::store::{EVENT_PAGE_BYTES, StoreError};
 
 fn tools() -> Vec<String> {
     vec!["file.read".into(), "completion-report".into()]
@@ -172,7 +172,11 @@ async fn a_run_and_its_task_change_together_with_their_events() {
         assert_eq!(t.store.get_run(run.id).await.expect(b), finished, "{b}");
         assert_eq!(t.store.get_task(task.id).await.expect(b), task_after, "{b}");
         assert_eq!(
-            t.store.events(task.id, 0, 0).await.expect(b).len(),
+            t.store
+                .events(task.id, 0, 0, EVENT_PAGE_BYTES)
+                .await
+                .expect(b)
+                .len(),
             5,
             "{b}"
         );
@@ -378,9 +382,21 @@ async fn a_handoff_opens_its_child_and_parks_its_parent_in_one_transaction() {
     for t in test_stores().await {
         let b = t.backend;
         let (_ws, task) = t.workspace_with_task("docs").await;
+        let binding = crate::domain::TokenBinding {
+            root: "/srv/docs".into(),
+            expires_ms: 1_900_000_000_000,
+        };
+        let new = NewRun {
+            task_id: task.id,
+            agent: name_of("writer-workflow"),
+            parent: None,
+            tools: tools(),
+            handoff_prompt: None,
+            token: Some(binding.clone()),
+        };
         let (root, _, _) = t
             .store
-            .create_run_with(task.id, name_of("writer-workflow"), None, tools(), |task| {
+            .create_run_with(new, |task| {
                 Ok(vec![
                     policy::change_status(task, TaskStatus::Planning, None)?,
                     policy::change_status(task, TaskStatus::Planned, None)?,
@@ -395,12 +411,16 @@ async fn a_handoff_opens_its_child_and_parks_its_parent_in_one_transaction() {
             })
             .await
             .expect(b);
+        // What the token was minted for is kept through every change of the run.
+        let stored = t.store.get_run(root.id).await.expect(b);
+        assert_eq!(stored.token, Some(binding), "{b}");
         let handoff = |agent: &str, parent| NewRun {
             task_id: task.id,
             agent: name_of(agent),
             parent: Some(parent),
             tools: tools(),
             handoff_prompt: Some(format!("{agent}: do it")),
+            token: None,
         };
         let (child, after, events) = t
             .store

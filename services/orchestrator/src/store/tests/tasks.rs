@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::{source, test_stores};
 use crate::domain::{DomainError, EventKind, Stage, TaskId, TaskStatus, WorkspaceId};
-use crate::store::{EventDraft, StoreError};
+use crate::store::{EVENT_PAGE_BYTES, EventDraft, StoreError};
 
 /// The change a status update makes: checked against the table, recorded as an event.
 fn move_to(
@@ -44,7 +44,14 @@ async fn creating_a_task_writes_its_first_event() {
             json!({"description": "write the README"}),
             "{b}"
         );
-        assert_eq!(t.store.events(task.id, 0, 0).await.expect(b), events, "{b}");
+        assert_eq!(
+            t.store
+                .events(task.id, 0, 0, EVENT_PAGE_BYTES)
+                .await
+                .expect(b),
+            events,
+            "{b}"
+        );
         assert_eq!(t.store.get_task(task.id).await.expect(b), task, "{b}");
 
         let err = t
@@ -102,7 +109,11 @@ async fn an_allowed_change_is_saved_with_its_event_and_a_refused_one_writes_noth
         );
         assert_eq!(t.store.get_task(task.id).await.expect(b), planning, "{b}");
         assert_eq!(
-            t.store.events(task.id, 0, 0).await.expect(b).len(),
+            t.store
+                .events(task.id, 0, 0, EVENT_PAGE_BYTES)
+                .await
+                .expect(b)
+                .len(),
             2,
             "{b}"
         );
@@ -189,7 +200,7 @@ async fn concurrent_appends_get_gapless_unique_sequences() {
             assert_eq!(events.len(), 1, "{b}");
         }
         for id in ids {
-            let events = t.store.events(id, 0, 0).await.expect(b);
+            let events = t.store.events(id, 0, 0, EVENT_PAGE_BYTES).await.expect(b);
             let sequences: Vec<u64> = events.iter().map(|e| e.sequence).collect();
             let expected: Vec<u64> = (1..=(APPENDS as u64 + 1)).collect();
             assert_eq!(sequences, expected, "{b}: gapless and unique");
@@ -216,7 +227,7 @@ async fn events_are_read_in_pages_after_a_sequence() {
         let sequences: Vec<u64> = appended.iter().map(|e| e.sequence).collect();
         assert_eq!(sequences, (2..=10).collect::<Vec<_>>(), "{b}");
 
-        let page = |after, limit| t.store.events(task.id, after, limit);
+        let page = |after, limit| t.store.events(task.id, after, limit, EVENT_PAGE_BYTES);
         let seqs = |events: Vec<crate::domain::Event>| -> Vec<u64> {
             events.iter().map(|e| e.sequence).collect()
         };
@@ -229,10 +240,55 @@ async fn events_are_read_in_pages_after_a_sequence() {
 
         let unknown = TaskId::new();
         assert_eq!(
-            t.store.events(unknown, 0, 10).await,
+            t.store.events(unknown, 0, 10, EVENT_PAGE_BYTES).await,
             Err(StoreError::not_found("task", unknown)),
             "{b}"
         );
+    }
+}
+
+#[tokio::test]
+async fn pages_of_large_events_end_at_their_bytes_and_a_larger_event_comes_alone() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let (_, task) = t.workspace_with_task("docs").await;
+        // 100 KB events, every fourth 600 KB: old data, recorded before inputs were cut.
+        let drafts = (0..12)
+            .map(|n| {
+                let size = if n % 4 == 3 { 600_000 } else { 100_000 };
+                (
+                    EventKind::CommentAdded,
+                    json!({ "n": n, "text": "x".repeat(size) }),
+                )
+            })
+            .collect();
+        t.store.append_events(task.id, drafts).await.expect(b);
+
+        let mut after = 0;
+        let mut pages = Vec::new();
+        loop {
+            let page = t.store.events(task.id, after, 20, 500_000).await.expect(b);
+            let Some(last) = page.last() else { break };
+            after = last.sequence;
+            let bytes: usize = page.iter().map(|e| e.data.to_string().len()).sum();
+            assert!(page.len() == 1 || bytes <= 500_000, "{b}: {bytes} bytes");
+            pages.push(page.iter().map(|e| e.sequence).collect::<Vec<u64>>());
+        }
+        // Sequence 1 is task_created; 5, 9 and 13 are the large ones.
+        assert_eq!(
+            pages,
+            [
+                vec![1, 2, 3, 4],
+                vec![5],
+                vec![6, 7, 8],
+                vec![9],
+                vec![10, 11, 12],
+                vec![13]
+            ],
+            "{b}"
+        );
+        let counted = t.store.events(task.id, 0, 3, 10_000_000).await.expect(b);
+        assert_eq!(counted.len(), 3, "{b}: the count bounds too");
     }
 }
 

@@ -3,7 +3,7 @@ use diesel::prelude::*;
 use super::{TestStore, name_of, source, test_stores};
 use crate::domain::{AgentKind, DomainError, WorkspaceId};
 use crate::store::schema::tasks;
-use crate::store::{Backend, NewProvider, Store, StoreError};
+use crate::store::{Backend, EVENT_PAGE_BYTES, NewProvider, Store, StoreError};
 
 #[tokio::test]
 async fn a_new_database_gets_its_schema_and_keeps_its_data_across_a_restart() {
@@ -19,6 +19,7 @@ async fn a_new_database_gets_its_schema_and_keeps_its_data_across_a_restart() {
         let TestStore {
             store,
             url,
+            secrets,
             _schema,
             ..
         } = t;
@@ -29,12 +30,16 @@ async fn a_new_database_gets_its_schema_and_keeps_its_data_across_a_restart() {
         drop(store);
 
         // Opening again applies no migration twice and finds everything.
-        let reopened = Store::open(&url).await.expect(b);
+        let reopened = Store::open(&url, secrets).await.expect(b);
         assert_eq!(reopened.get_workspace(ws.id).await.expect(b), ws, "{b}");
         assert_eq!(reopened.get_task(task.id).await.expect(b), task, "{b}");
         assert_eq!(reopened.list_agents(ws.id).await.expect(b).len(), 7, "{b}");
         assert_eq!(
-            reopened.events(task.id, 0, 0).await.expect(b).len(),
+            reopened
+                .events(task.id, 0, 0, EVENT_PAGE_BYTES)
+                .await
+                .expect(b)
+                .len(),
             1,
             "{b}"
         );

@@ -17,6 +17,7 @@ use serde_json::Value;
 use super::answer::match_value;
 use super::{MAX_LINE_BYTES, Query};
 use crate::sandbox::{Sandbox, WorkspacePath};
+use crate::stop::StopSignal;
 
 /// JSON keys, quotes and numbers around one match or context line, roughly.
 const MATCH_OVERHEAD: usize = 48;
@@ -136,6 +137,7 @@ pub(crate) struct Worker<'a> {
     sandbox: &'a Sandbox,
     query: &'a Query,
     shared: &'a Shared,
+    stop: &'a StopSignal,
     searcher: Searcher,
     matcher: RegexMatcher,
     /// The current file's matches; reused from file to file.
@@ -143,11 +145,17 @@ pub(crate) struct Worker<'a> {
 }
 
 impl<'a> Worker<'a> {
-    pub(crate) fn new(sandbox: &'a Sandbox, query: &'a Query, shared: &'a Shared) -> Self {
+    pub(crate) fn new(
+        sandbox: &'a Sandbox,
+        query: &'a Query,
+        shared: &'a Shared,
+        stop: &'a StopSignal,
+    ) -> Self {
         Self {
             sandbox,
             query,
             shared,
+            stop,
             searcher: query.searcher.build(),
             // A clone per thread: each gets its own regex caches.
             matcher: query.matcher.clone(),
@@ -156,8 +164,12 @@ impl<'a> Worker<'a> {
     }
 
     /// Opens a file found by the walk through the sandbox (a symlink is not
-    /// followed; anything the sandbox refuses is skipped) and searches it.
+    /// followed; a FIFO or device is refused on the opened handle; anything the
+    /// sandbox refuses is skipped) and searches it.
     pub(crate) fn search_walked(&mut self, path: WorkspacePath) {
+        if self.stop.is_stopped() {
+            return;
+        }
         let Ok((file, meta)) = self.sandbox.open_walked_file(&path) else {
             return;
         };
@@ -175,6 +187,7 @@ impl<'a> Worker<'a> {
         self.matches.clear();
         let mut sink = FileSink {
             shared: self.shared,
+            stop: self.stop,
             path_len,
             after_context: self.query.context_lines,
             matches: &mut self.matches,
@@ -209,6 +222,7 @@ impl<'a> Worker<'a> {
 /// Receives one file's matches and context lines from the searcher.
 struct FileSink<'a> {
     shared: &'a Shared,
+    stop: &'a StopSignal,
     path_len: usize,
     after_context: usize,
     matches: &'a mut Vec<SearchMatch>,
@@ -223,7 +237,7 @@ impl Sink for FileSink<'_> {
     type Error = std::io::Error;
 
     fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, Self::Error> {
-        if self.shared.is_stopped() {
+        if self.shared.is_stopped() || self.stop.is_stopped() {
             return Ok(false);
         }
         let found = SearchMatch {

@@ -538,7 +538,7 @@ async fn a_walked_path_through_an_outside_symlink_is_refused_by_the_sandbox() {
     let shared = Shared::new(&query);
 
     let path = ws.ctx.sandbox.resolve("dir/secret.txt").expect("resolves");
-    Worker::new(&ws.ctx.sandbox, &query, &shared).search_walked(path);
+    Worker::new(&ws.ctx.sandbox, &query, &shared, &ws.ctx.stop).search_walked(path);
 
     assert_eq!(shared.stats().files_searched, 0);
     assert!(shared.into_found().0.is_empty());

@@ -16,6 +16,8 @@ async fn an_opened_run_is_active_with_a_token_for_its_tools_and_root() {
         let b = f.backend();
         let ws = f.workspace("docs").await;
         let task = f.task(&ws, "write").await;
+        f.set_status(&task, "planning").await.expect(b);
+        f.set_status(&task, "planned").await.expect(b);
         let writer = f
             .svc
             .get_agent(Request::new(pb::GetAgentRequest {
@@ -65,14 +67,22 @@ async fn an_opened_run_is_active_with_a_token_for_its_tools_and_root() {
             .into_inner();
         assert_eq!(got, run, "{b}");
 
-        // Internal agents may be opened too.
-        let planner = f
+        // The internal planner is run by PlanTask only.
+        let err = f.svc.open_run(open(&task, "task-validator")).await;
+        assert_status(err, Code::InvalidArgument, "internal to Chorus", b);
+        // A run works on an active task: not a pending or a finished one.
+        let pending = f.task(&ws, "not planned").await;
+        let err = f.svc.open_run(open(&pending, "writer")).await;
+        assert_status(err, Code::FailedPrecondition, "from pending", b);
+        let err = f
             .svc
-            .open_run(open(&task, "task-validator"))
-            .await
-            .expect(b);
-        let planner = planner.into_inner().run.expect("run");
-        assert!(planner.tools.contains(&"planner-output".to_owned()), "{b}");
+            .open_run(Request::new(pb::OpenRunRequest {
+                task_id: task.id.clone(),
+                agent: "writer".into(),
+                ttl_secs: 200_000,
+            }))
+            .await;
+        assert_status(err, Code::InvalidArgument, "ttl_secs: at most 172800", b);
 
         let err = f.svc.open_run(open(&task, "ghost")).await;
         assert_status(err, Code::NotFound, "ghost", b);
@@ -106,6 +116,8 @@ async fn a_finished_run_records_its_end_and_cannot_finish_again() {
         let b = f.backend();
         let ws = f.workspace("docs").await;
         let task = f.task(&ws, "write").await;
+        f.set_status(&task, "planning").await.expect(b);
+        f.set_status(&task, "planned").await.expect(b);
         let run = f
             .svc
             .open_run(open(&task, "writer"))
@@ -158,13 +170,16 @@ async fn a_finished_run_records_its_end_and_cannot_finish_again() {
             kinds,
             [
                 "task_created",
+                "status_changed",
+                "status_changed",
                 "run_opened",
+                "status_changed",
                 "agent_started",
                 "agent_completed"
             ],
             "{b}"
         );
-        let data = chorus_proto::json::from_struct(events[3].data.clone().expect("data"));
+        let data = chorus_proto::json::from_struct(events[6].data.clone().expect("data"));
         assert_eq!(data["run_id"], run.id.as_str(), "{b}");
         assert_eq!(data["agent"], "writer", "{b}");
         assert_eq!(data["reason"], "done", "{b}");

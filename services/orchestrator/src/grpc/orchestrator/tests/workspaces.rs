@@ -170,6 +170,7 @@ async fn providers_keep_their_api_key_write_only_and_in_use_ones_stay() {
             .expect(b)
             .into_inner();
         assert!(created.api_key_set, "{b}");
+        assert_eq!(created.api_key_source, "stored", "{b}");
         assert_eq!(created.workspace_id, ws.id, "{b}");
         assert!(!format!("{created:?}").contains("sk-secret"), "{b}");
         let stored =
@@ -180,7 +181,11 @@ async fn providers_keep_their_api_key_write_only_and_in_use_ones_stay() {
                 )
                 .await
                 .expect(b);
-        assert_eq!(stored.as_deref(), Some("sk-secret"), "{b}");
+        assert_eq!(
+            stored,
+            Some(crate::domain::ProviderKey::Secret("sk-secret".into())),
+            "{b}"
+        );
 
         let err = f
             .svc
@@ -282,6 +287,61 @@ async fn providers_keep_their_api_key_write_only_and_in_use_ones_stay() {
         f.svc.delete_provider(delete()).await.expect(b);
         let err = f.svc.delete_provider(delete()).await;
         assert_status(err, Code::NotFound, "ollama", b);
+    }
+}
+
+#[tokio::test]
+async fn key_references_are_shown_and_never_point_at_chorus_own_secrets() {
+    for f in fixtures().await {
+        let b = f.backend();
+        let ws = f.workspace("docs").await;
+        let data_dir = f.t.dir.path().join("data");
+        std::fs::create_dir_all(&data_dir).expect("data dir");
+        let mut state = f.state.clone();
+        state.roots.protect(&data_dir);
+        let svc = super::OrchestratorService::new(state);
+
+        let created = svc
+            .create_provider(Request::new(ollama(&ws.id, "env:OPENAI_API_KEY")))
+            .await
+            .expect(b)
+            .into_inner();
+        assert!(created.api_key_set, "{b}");
+        assert_eq!(created.api_key_source, "env:OPENAI_API_KEY", "{b}");
+        let update = |api_key: &str| {
+            Request::new(pb::UpdateProviderRequest {
+                workspace_id: ws.id.clone(),
+                name: "ollama".into(),
+                api_key: Some(api_key.into()),
+                ..Default::default()
+            })
+        };
+        let updated = svc
+            .update_provider(update("file:/run/secrets/openai"))
+            .await
+            .expect(b)
+            .into_inner();
+        assert_eq!(updated.api_key_source, "file:/run/secrets/openai", "{b}");
+
+        let secrets_key = data_dir.join("secrets.key").display().to_string();
+        for (key, says) in [
+            ("env:CHORUS_SECRETS_KEY", "own configuration"),
+            ("env:NOT-A-NAME", "must name an environment variable"),
+            ("file:openai.key", "absolute path"),
+            (&format!("file:{secrets_key}"), "Chorus's own data"),
+        ] {
+            let err = svc.update_provider(update(key)).await;
+            assert_status(err, Code::InvalidArgument, says, b);
+        }
+        let got = svc
+            .get_provider(Request::new(pb::GetProviderRequest {
+                workspace_id: ws.id.clone(),
+                name: "ollama".into(),
+            }))
+            .await
+            .expect(b)
+            .into_inner();
+        assert_eq!(got, updated, "{b}: a refused change changes nothing");
     }
 }
 

@@ -1,0 +1,177 @@
+//! Run tokens bound to their runs: minted from what the run holds, and checked,
+//! claim by claim, against the stored run before anything is done for it.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use chorus_run_token::{RunGrant, VerifiedToken};
+use tracing::warn;
+
+use crate::domain::{DomainError, Run, RunId, TokenBinding, now_ms};
+use crate::error::ServiceError;
+use crate::state::AppState;
+use crate::store::StoreError;
+
+/// The binding of a run that opens now: its token confines it to `root` and
+/// expires after `ttl` (whole seconds, as tokens carry them).
+pub fn binding(root: &std::path::Path, ttl: Duration) -> TokenBinding {
+    let ttl = ttl.clamp(Duration::from_secs(1), chorus_run_token::MAX_TOKEN_TTL);
+    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    let expires_ms = now_ms().saturating_add(ttl_ms);
+    TokenBinding {
+        root: root.to_owned(),
+        expires_ms: expires_ms - expires_ms.rem_euclid(1000),
+    }
+}
+
+/// Mints the token of `run` from what the run holds.
+///
+/// # Errors
+/// FAILED_PRECONDITION for a run opened without a token binding.
+pub fn mint(state: &AppState, run: &Run) -> Result<String, ServiceError> {
+    let binding = run.token.as_ref().ok_or_else(|| {
+        ServiceError::Precondition(format!("run {} was opened without a token", run.id))
+    })?;
+    let grant = RunGrant {
+        run_id: run.id.to_string(),
+        task_id: run.task_id.to_string(),
+        agent: run.agent.to_string(),
+        tools: run.tools.clone(),
+        root: binding.root.clone(),
+    };
+    let expires =
+        UNIX_EPOCH + Duration::from_millis(u64::try_from(binding.expires_ms).unwrap_or(0));
+    Ok(state.signer.mint_until(&grant, expires))
+}
+
+/// The run a verified token names, once every claim of the token is the
+/// run's: task, agent, tools, workspace root and expiry. A mismatch is refused
+/// (UNAUTHENTICATED) and logged; an unknown run is "not active".
+pub async fn run_of_token(state: &AppState, token: &VerifiedToken) -> Result<Run, ServiceError> {
+    let grant = &token.grant;
+    let run_id = RunId::parse(&grant.run_id)
+        .map_err(|_| DomainError::RunNotActive(format!("run {} is unknown", grant.run_id)))?;
+    let run = match state.store.get_run(run_id).await {
+        Ok(run) => run,
+        Err(StoreError::NotFound { .. }) => {
+            return Err(DomainError::RunNotActive(format!("run {run_id} is unknown")).into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(claim) = mismatch(&run, token) {
+        warn!(run_id = %run.id, claim, kid = %token.kid, "a run token whose claims are not its run's was refused");
+        return Err(ServiceError::BadCredential(format!(
+            "run token refused: its {claim} is not run {}'s; it was not minted for this run",
+            run.id
+        )));
+    }
+    Ok(run)
+}
+
+/// The first claim of `token` that is not `run`'s, if any.
+pub fn mismatch(run: &Run, token: &VerifiedToken) -> Option<&'static str> {
+    let grant = &token.grant;
+    let Some(binding) = &run.token else {
+        return Some("run (the run was opened without a token)");
+    };
+    let sorted = |tools: &[String]| {
+        let mut tools = tools.to_vec();
+        tools.sort();
+        tools
+    };
+    if grant.task_id != run.task_id.to_string() {
+        Some("task")
+    } else if grant.agent != run.agent.as_str() {
+        Some("agent")
+    } else if sorted(&grant.tools) != sorted(&run.tools) {
+        Some("tool list")
+    } else if grant.root != binding.root {
+        Some("workspace root")
+    } else if i64::try_from(token.expires_at).ok() != Some(binding.expires_ms.div_euclid(1000)) {
+        Some("expiry")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Name, RunState, TaskId, Usage};
+
+    fn run() -> Run {
+        Run {
+            id: RunId::new(),
+            task_id: TaskId::new(),
+            agent: Name::parse("agent", "writer").expect("name"),
+            parent: None,
+            state: RunState::Active,
+            tools: vec!["file.read".into(), "bash".into()],
+            started_ms: 0,
+            finished_ms: None,
+            end_reason: None,
+            completion_report: None,
+            planner_output: None,
+            session_id: None,
+            usage: Usage::default(),
+            handoff_index: None,
+            prompt: None,
+            output: None,
+            token: Some(TokenBinding {
+                root: "/srv/ws".into(),
+                expires_ms: 1_700_000_000_000,
+            }),
+        }
+    }
+
+    fn token_of(run: &Run) -> VerifiedToken {
+        VerifiedToken {
+            grant: RunGrant {
+                run_id: run.id.to_string(),
+                task_id: run.task_id.to_string(),
+                agent: run.agent.to_string(),
+                tools: vec!["bash".into(), "file.read".into()],
+                root: "/srv/ws".into(),
+            },
+            kid: "k".into(),
+            expires_at: 1_700_000_000,
+        }
+    }
+
+    #[test]
+    fn a_token_minted_for_the_run_matches_in_any_tool_order() {
+        let run = run();
+        assert_eq!(mismatch(&run, &token_of(&run)), None);
+    }
+
+    #[test]
+    fn every_claim_that_is_not_the_runs_is_named() {
+        let run = run();
+        type Forge = fn(&mut VerifiedToken);
+        let cases: [(&str, Forge); 5] = [
+            ("task", |t| t.grant.task_id = TaskId::new().to_string()),
+            ("agent", |t| t.grant.agent = "editor".into()),
+            ("tool list", |t| t.grant.tools.push("git.push".into())),
+            ("workspace root", |t| t.grant.root = "/".into()),
+            ("expiry", |t| t.expires_at += 3600),
+        ];
+        for (claim, forge) in cases {
+            let mut token = token_of(&run);
+            forge(&mut token);
+            assert_eq!(mismatch(&run, &token), Some(claim));
+        }
+        let mut unbound = run.clone();
+        unbound.token = None;
+        assert!(mismatch(&unbound, &token_of(&run)).is_some());
+    }
+
+    #[test]
+    fn bindings_expire_on_whole_seconds_within_the_longest_lifetime() {
+        let b = binding(
+            std::path::Path::new("/w"),
+            Duration::from_secs(10 * 365 * 24 * 3600),
+        );
+        assert_eq!(b.expires_ms % 1000, 0);
+        let longest = i64::try_from(chorus_run_token::MAX_TOKEN_TTL.as_millis()).expect("fits");
+        assert!(b.expires_ms <= now_ms() + longest);
+    }
+}

@@ -1,0 +1,58 @@
+//! The embedded tool-exec's gate: the checks and records AgentTools does for a
+//! separate tool-exec, called in-process (no loopback gRPC, no service key).
+
+use chorus_auth::{ApiKey, Principal};
+use chorus_tool_exec::ToolError;
+use chorus_tool_exec::gate::{RunGate, ToolCallRecord};
+
+use crate::domain::policy;
+use crate::error::ServiceError;
+use crate::grpc::agent_tools::{authorize, record, run_of_token_text};
+use crate::state::AppState;
+
+/// [`RunGate`] over this process's own state.
+#[derive(Debug, Clone)]
+pub struct InProcessGate {
+    state: AppState,
+}
+
+impl InProcessGate {
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+}
+
+/// An orchestrator refusal as tool-exec reports it.
+fn refused(e: ServiceError) -> ToolError {
+    ToolError::Refused {
+        code: e.code(),
+        message: e.to_string(),
+    }
+}
+
+#[tonic::async_trait]
+impl RunGate for InProcessGate {
+    async fn authorize(&self, token: &str, tool: &str) -> Result<(), ToolError> {
+        let run = run_of_token_text(&self.state, token)
+            .await
+            .map_err(refused)?;
+        authorize(&self.state, &run, tool).await.map_err(refused)
+    }
+
+    async fn record(&self, token: &str, call: ToolCallRecord) -> Result<(), ToolError> {
+        let run = run_of_token_text(&self.state, token)
+            .await
+            .map_err(refused)?;
+        policy::check_recordable(&run, &call.tool).map_err(|e| refused(e.into()))?;
+        record(&self.state, &run, call).await.map_err(refused)
+    }
+
+    async fn authenticate_key(&self, key: &str) -> Result<Principal, ToolError> {
+        let key = ApiKey::parse(key.trim()).ok_or_else(|| {
+            refused(ServiceError::BadCredential(
+                "the API key is malformed (expected chorus_<id>_<secret>)".to_owned(),
+            ))
+        })?;
+        self.state.auth.principal(&key).await.map_err(refused)
+    }
+}

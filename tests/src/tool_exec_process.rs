@@ -1,0 +1,77 @@
+//! The `chorus-tool-exec` binary as a process of its own (the two-service
+//! shape), its port read from its log.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::TOOL_EXEC_SERVICE;
+
+/// A running `chorus-tool-exec`.
+pub struct ToolExecProcess {
+    child: tokio::process::Child,
+    pub addr: SocketAddr,
+}
+
+impl ToolExecProcess {
+    /// Starts the binary on a port of the system's choosing, checking runs with
+    /// the orchestrator at `orchestrator` with the service key in `key_file`,
+    /// and waits until it serves.
+    pub async fn spawn(orchestrator: SocketAddr, key_file: &Path) -> Self {
+        let mut child =
+            tokio::process::Command::new(crate::built_bin("chorus-tool-exec", "chorus-tool-exec"))
+                .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
+                .arg("--orchestrator-addr")
+                .arg(orchestrator.to_string())
+                .arg("--orchestrator-key-file")
+                .arg(key_file)
+                .arg("--sandbox-launcher")
+                .arg(chorus_sandbox::testing::built_launcher())
+                .env("RUST_LOG", "info")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("start chorus-tool-exec");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let mut seen = Vec::new();
+        let addr = loop {
+            let Some(line) = lines.next_line().await.expect("read the log") else {
+                panic!(
+                    "chorus-tool-exec exited before serving; its log:\n{}",
+                    seen.join("\n")
+                );
+            };
+            let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if entry["fields"]["message"] == "tool-exec serving"
+                && let Some(addr) = entry["fields"]["addr"]
+                    .as_str()
+                    .and_then(|a| a.parse().ok())
+            {
+                break addr;
+            }
+            seen.push(line);
+        };
+        // Keep reading the log so the process never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        crate::wait_serving(addr, TOOL_EXEC_SERVICE).await;
+        Self { child, addr }
+    }
+
+    /// Stops it with SIGTERM and waits for it.
+    pub async fn stop(mut self) -> std::process::ExitStatus {
+        let pid = self
+            .child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .expect("running");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("SIGTERM");
+        self.child.wait().await.expect("wait")
+    }
+}

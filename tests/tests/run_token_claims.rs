@@ -1,0 +1,279 @@
+//! A run token is checked claim by claim against its stored run, and the calls
+//! that record history take only tool-exec's own key. An attacker holding the
+//! signing key (a stolen key set) re-signs an agent's token with another
+//! workspace root, task, agent, tool list or expiry: refused, nothing read,
+//! nothing recorded. An agent that forges AuthorizeToolCall or RecordToolCall
+//! with its own token, active or finished, is refused and nothing is recorded.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
+use chorus_run_token::{RunGrant, RunTokenSigner};
+use chorus_tests::agents::{Client, add_agent, history, workspace};
+use chorus_tests::credentials::Bearer;
+use chorus_tests::orchestrator::{Orchestrator, channel_to};
+use chorus_tests::{ToolsEnv, chorus_tools};
+use serde_json::json;
+use tonic::Code;
+
+struct Setup {
+    orchestrator: Orchestrator,
+    client: Client,
+    /// The deployment's own key set, as an attacker who stole it has it.
+    stolen: RunTokenSigner,
+    task: pb::Task,
+    other_task: pb::Task,
+    opened: pb::OpenRunResponse,
+    root: tempfile::TempDir,
+    outside: tempfile::TempDir,
+    _data: tempfile::TempDir,
+}
+
+async fn setup() -> Setup {
+    let data = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let outside = tempfile::tempdir().expect("outside");
+    std::fs::write(root.path().join("notes.txt"), "inside\n").expect("notes");
+    std::fs::write(outside.path().join("notes.txt"), "outside-secret\n").expect("secret");
+    let orchestrator = Orchestrator::start(
+        &data.path().join("chorus.db").display().to_string(),
+        data.path(),
+    )
+    .await;
+    let stolen = chorus_run_token::load_or_create_signer(data.path()).expect("key set");
+    let mut client = orchestrator.client().await;
+    let ws = workspace(&mut client, "claims", root.path()).await;
+    add_agent(
+        &mut client,
+        &ws,
+        "reader",
+        &["file.read", "task.comment"],
+        "",
+    )
+    .await;
+    add_agent(
+        &mut client,
+        &ws,
+        "builder",
+        &["file.read", "file.write", "bash"],
+        "",
+    )
+    .await;
+    let mut task_of = async |description: &str| {
+        client
+            .create_task(pb::CreateTaskRequest {
+                workspace_id: ws.id.clone(),
+                description: description.into(),
+                source: None,
+            })
+            .await
+            .expect("task")
+            .into_inner()
+    };
+    let task = task_of("read the notes").await;
+    let other_task = task_of("another task").await;
+    let opened = client
+        .open_run(pb::OpenRunRequest {
+            task_id: task.id.clone(),
+            agent: "reader".into(),
+            ttl_secs: 600,
+        })
+        .await
+        .expect("run")
+        .into_inner();
+    Setup {
+        orchestrator,
+        client,
+        stolen,
+        task,
+        other_task,
+        opened,
+        root,
+        outside,
+        _data: data,
+    }
+}
+
+fn env(setup: &Setup, token: String) -> ToolsEnv {
+    ToolsEnv {
+        token: Some(token),
+        tools_addr: Some(setup.orchestrator.tool_exec_addr.to_string()),
+        orchestrator_addr: Some(setup.orchestrator.addr.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_re_signed_with_other_claims_is_refused_and_nothing_is_read() {
+    let mut s = setup().await;
+    let verified = s
+        .stolen
+        .verifier()
+        .verify_token(&s.opened.token)
+        .expect("the real token");
+    let honest = verified.grant.clone();
+    let expires = UNIX_EPOCH + Duration::from_secs(verified.expires_at);
+    // The real token works.
+    let read = json!({"tool": "file.read", "path": "notes.txt"}).to_string();
+    let answer = chorus_tools(&env(&s, s.opened.token.clone()), &[&read]).await;
+    assert!(
+        answer.output()["content"]
+            .as_str()
+            .expect("content")
+            .contains("inside")
+    );
+    let before = history(&mut s.client, &s.task.id).await;
+
+    let forged: Vec<(&str, RunGrant, std::time::SystemTime)> = vec![
+        (
+            "workspace root",
+            RunGrant {
+                root: s.outside.path().to_owned(),
+                ..honest.clone()
+            },
+            expires,
+        ),
+        (
+            "workspace root",
+            RunGrant {
+                root: "/".into(),
+                ..honest.clone()
+            },
+            expires,
+        ),
+        (
+            "task",
+            RunGrant {
+                task_id: s.other_task.id.clone(),
+                ..honest.clone()
+            },
+            expires,
+        ),
+        (
+            "agent",
+            RunGrant {
+                agent: "builder".into(),
+                ..honest.clone()
+            },
+            expires,
+        ),
+        (
+            "tool list",
+            RunGrant {
+                tools: [honest.tools.clone(), vec!["bash".into()]].concat(),
+                ..honest.clone()
+            },
+            expires,
+        ),
+        (
+            "expiry",
+            honest.clone(),
+            expires + Duration::from_secs(3600),
+        ),
+    ];
+    for (claim, grant, expires) in forged {
+        let token = s.stolen.mint_until(&grant, expires);
+        for call in [
+            read.clone(),
+            json!({"tool": "task.comment", "text": "forged"}).to_string(),
+        ] {
+            let refused = chorus_tools(&env(&s, token.clone()), &[&call]).await;
+            let message = refused.expect_failure(3, "unauthenticated");
+            assert!(message.contains(claim), "{claim}: {message}");
+            assert!(!refused.stdout.contains("outside-secret"), "{refused:?}");
+        }
+    }
+    assert_eq!(
+        history(&mut s.client, &s.task.id).await.len(),
+        before.len(),
+        "a refused token leaves no trace in the history"
+    );
+    s.orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_tool_exec_records_and_authorizes_and_never_for_an_ended_run_or_a_tool_not_granted() {
+    let mut s = setup().await;
+    let before = history(&mut s.client, &s.task.id).await.len();
+    let agent_tools = |credential: &str| {
+        let credential = credential.to_owned();
+        let addr = s.orchestrator.addr;
+        async move {
+            AgentToolsClient::with_interceptor(channel_to(addr).await, Bearer::new(&credential))
+        }
+    };
+    let record = |token: &str, tool: &str| pb::RecordToolCallRequest {
+        tool: tool.into(),
+        input: None,
+        status: "ok".into(),
+        duration_ms: 1,
+        output_excerpt: "done".into(),
+        run_token: token.into(),
+        ..Default::default()
+    };
+    let authorize = |token: &str, tool: &str| pb::AuthorizeToolCallRequest {
+        tool: tool.into(),
+        run_token: token.into(),
+    };
+    // The agent itself, with its own active token as the credential.
+    let mut agent = agent_tools(&s.opened.token).await;
+    let err = agent
+        .record_tool_call(record(&s.opened.token, "bash"))
+        .await
+        .expect_err("an agent records");
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    let err = agent
+        .authorize_tool_call(authorize(&s.opened.token, "file.read"))
+        .await
+        .expect_err("an agent authorizes");
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    // An admin is not tool-exec either.
+    let mut admin = agent_tools(&s.orchestrator.admin_key).await;
+    let err = admin
+        .record_tool_call(record(&s.opened.token, "file.read"))
+        .await
+        .expect_err("an admin records");
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+
+    // tool-exec's key, but a tool the run was not granted.
+    let service_key = s
+        .client
+        .create_api_key(pb::CreateApiKeyRequest {
+            name: "tool-exec".into(),
+            role: pb::Role::ToolExec.into(),
+        })
+        .await
+        .expect("key")
+        .into_inner()
+        .secret;
+    let mut tool_exec = agent_tools(&service_key).await;
+    let err = tool_exec
+        .record_tool_call(record(&s.opened.token, "bash"))
+        .await
+        .expect_err("a tool not granted");
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    assert_eq!(history(&mut s.client, &s.task.id).await.len(), before);
+
+    // The run ends: nothing more is authorized or recorded for it.
+    s.client
+        .finish_run(pb::FinishRunRequest {
+            id: s.opened.run.clone().expect("run").id,
+            reason: "done".into(),
+        })
+        .await
+        .expect("finish");
+    let ended = history(&mut s.client, &s.task.id).await.len();
+    let err = tool_exec
+        .record_tool_call(record(&s.opened.token, "file.read"))
+        .await
+        .expect_err("an ended run");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    let err = tool_exec
+        .authorize_tool_call(authorize(&s.opened.token, "file.read"))
+        .await
+        .expect_err("an ended run");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert_eq!(history(&mut s.client, &s.task.id).await.len(), ended);
+    let _ = (&s.root, &s.outside);
+    s.orchestrator.stop().await;
+}
