@@ -137,17 +137,23 @@ pub async fn planned_task(
         .await
         .expect("task")
         .into_inner();
+    mark_planned(client, &task.id).await;
+    task
+}
+
+/// Moves a pending task by hand to planned, as a planner would (OpenRun and
+/// StartTask take only planned, waiting or active tasks).
+pub async fn mark_planned(client: &mut Client, task_id: &str) {
     for status in ["planning", "planned"] {
         client
             .update_task_status(pb::UpdateTaskStatusRequest {
-                id: task.id.clone(),
+                id: task_id.to_owned(),
                 status: status.into(),
                 reason: String::new(),
             })
             .await
             .expect("status");
     }
-    task
 }
 
 /// A task moved by hand to active, with a run of `agent` opened on it (no

@@ -612,7 +612,7 @@ async fn start_task_refuses_what_cannot_run_and_changes_nothing() {
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
     assert_eq!(
         err.message(),
-        "agent 'loner' has no provider; give it one with UpdateAgent"
+        "agent 'loner' has no provider and workspace 'team' has no system provider to run it on; give the agent one with UpdateAgent, or set the workspace's system_provider with UpdateWorkspace"
     );
     let after = task_of(&mut client, &planned.id).await;
     assert_eq!(

@@ -195,15 +195,7 @@ async fn setup() -> Setup {
     let mut admin = orchestrator.client().await;
     let ws = workspace(&mut admin, "matrix", root.path()).await;
     add_agent(&mut admin, &ws, "lead", &["handoff", "file.read"], "").await;
-    let task = admin
-        .create_task(pb::CreateTaskRequest {
-            workspace_id: ws.id.clone(),
-            description: "a task".into(),
-            source: None,
-        })
-        .await
-        .expect("task")
-        .into_inner();
+    let task = chorus_tests::agents::planned_task(&mut admin, &ws, "a task").await;
     let run = admin
         .open_run(pb::OpenRunRequest {
             task_id: task.id.clone(),

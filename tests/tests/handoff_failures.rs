@@ -321,6 +321,7 @@ async fn handoff_refusals_are_precise_and_change_nothing() {
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
     assert!(err.message().contains("prompt"), "{err:?}");
 
+    chorus_tests::agents::mark_planned(&mut client, &task.id).await;
     // An agent without the handoff tool is refused, and that is recorded.
     let editor = client
         .open_run(pb::OpenRunRequest {

@@ -360,6 +360,7 @@ async fn a_separate_tool_exec_checks_runs_with_the_orchestrator() {
     let mut client = orchestrator.client().await;
     let (_workspace, task) =
         workspace_with_task(&mut client, "split", root.path(), "two processes").await;
+    chorus_tests::agents::mark_planned(&mut client, &task.id).await;
     let opened = client
         .open_run(pb::OpenRunRequest {
             task_id: task.id.clone(),

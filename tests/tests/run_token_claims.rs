@@ -60,19 +60,8 @@ async fn setup() -> Setup {
         "",
     )
     .await;
-    let mut task_of = async |description: &str| {
-        client
-            .create_task(pb::CreateTaskRequest {
-                workspace_id: ws.id.clone(),
-                description: description.into(),
-                source: None,
-            })
-            .await
-            .expect("task")
-            .into_inner()
-    };
-    let task = task_of("read the notes").await;
-    let other_task = task_of("another task").await;
+    let task = chorus_tests::agents::planned_task(&mut client, &ws, "read the notes").await;
+    let other_task = chorus_tests::agents::planned_task(&mut client, &ws, "another task").await;
     let opened = client
         .open_run(pb::OpenRunRequest {
             task_id: task.id.clone(),

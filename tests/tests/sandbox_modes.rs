@@ -194,6 +194,7 @@ async fn with_the_sandbox_off_agents_run_unconfined_as_the_operator_asked() {
     let events = wait_for(&mut client, &task.id, ends_run).await;
     assert_eq!(data(events.last().expect("end"))["reason"], "completed");
     // bash runs as the service's own user, seeing the host's processes.
+    let task = planned_task(&mut client, &team.workspace, "run a command").await;
     let ran = bash(&orchestrator, &mut client, &task, &team.agent, "id -u").await;
     assert_eq!(
         ran.output()["stdout"],

@@ -87,15 +87,7 @@ async fn a_separate_tool_exec_checks_records_refuses_ended_runs_and_follows_key_
         "",
     )
     .await;
-    let task = client
-        .create_task(pb::CreateTaskRequest {
-            workspace_id: ws.id.clone(),
-            description: "two processes".into(),
-            source: None,
-        })
-        .await
-        .expect("task")
-        .into_inner();
+    let task = chorus_tests::agents::planned_task(&mut client, &ws, "two processes").await;
     let first = open(&mut client, &task).await;
     assert_eq!(
         first.tools_addr, tools_at,
