@@ -15,7 +15,7 @@ use chorus_tool_exec::gate::RunGate;
 use chorus_tool_exec::{Limits, ToolExecConfig};
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
-use tracing::{info, info_span, warn};
+use tracing::{info, warn};
 
 use crate::domain::RootPolicy;
 use crate::embedded::InProcessGate;
@@ -175,7 +175,8 @@ pub async fn run(
         builder = builder.tls_config(tls.config()?)?;
     }
     let server = builder
-        .trace_fn(|request| info_span!("grpc", method = %request.uri().path()))
+        // Outermost: every call is traced and measured, refused ones too.
+        .layer(chorus_telemetry::grpc::ServerLayer)
         .layer(MessageLimitLayer::new(
             message_bytes,
             "send less: orchestration calls carry text, never whole files",
