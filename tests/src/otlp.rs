@@ -64,10 +64,7 @@ struct Shared {
 
 impl Shared {
     fn with<T>(&self, f: impl FnOnce(&mut Received) -> T) -> T {
-        f(&mut self
-            .received
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner))
+        f(&mut self.received.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
@@ -181,7 +178,9 @@ impl MetricsService for Shared {
 }
 
 #[allow(clippy::cast_precision_loss)]
-fn number(value: Option<&opentelemetry_proto::tonic::metrics::v1::number_data_point::Value>) -> f64 {
+fn number(
+    value: Option<&opentelemetry_proto::tonic::metrics::v1::number_data_point::Value>,
+) -> f64 {
     use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value;
     match value {
         Some(Value::AsDouble(d)) => *d,

@@ -11,10 +11,10 @@ use chorus_proto::tools::v1::ExecuteToolRequest;
 use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
 use chorus_telemetry::grpc::{TracedChannel, traced};
 use serde_json::{Map, Value};
-use tracing::Instrument as _;
-use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::exit::{Exit, Failure};
 use crate::usage::{Request, Route};
@@ -167,10 +167,7 @@ fn name_examples_by_this_binary(output: &mut Value) {
     }
 }
 
-async fn call_orchestrator(
-    channel: TracedChannel,
-    request: Request,
-) -> Result<Answer, Failure> {
+async fn call_orchestrator(channel: TracedChannel, request: Request) -> Result<Answer, Failure> {
     if request.tool == "handoff" {
         return handoff(channel, request).await;
     }

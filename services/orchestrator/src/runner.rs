@@ -14,8 +14,8 @@ pub mod plan;
 pub mod process;
 pub mod recover;
 mod start;
-mod trace;
 pub mod tools;
+mod trace;
 
 use std::collections::HashMap;
 use std::ffi::OsString;

@@ -205,7 +205,8 @@ impl http_body::Body for TracedBody {
                 }
             }
             Poll::Ready(Some(Err(status))) => {
-                this.call.finish(status.code() as i32, Some(status.message()));
+                this.call
+                    .finish(status.code() as i32, Some(status.message()));
             }
             Poll::Ready(None) => this.call.finish(tonic::Code::Ok as i32, None),
             Poll::Pending => {}

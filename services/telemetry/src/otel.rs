@@ -72,18 +72,20 @@ impl Export {
             return export;
         }
         let endpoint = get("OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
-        let wanted = |exporter: &str, endpoint_var: &str, problems: &mut Vec<String>| {
-            match get(exporter).as_deref() {
-                Some("none") => false,
-                Some("otlp") => true,
-                Some(other) => {
-                    problems.push(format!(
+        let wanted = |exporter: &str, endpoint_var: &str, problems: &mut Vec<String>| match get(
+            exporter,
+        )
+        .as_deref()
+        {
+            Some("none") => false,
+            Some("otlp") => true,
+            Some(other) => {
+                problems.push(format!(
                         "{exporter}={other} is not supported (only otlp or none); nothing is exported for it"
                     ));
-                    false
-                }
-                None => endpoint || get(endpoint_var).is_some(),
+                false
             }
+            None => endpoint || get(endpoint_var).is_some(),
         };
         export.traces = wanted(
             "OTEL_TRACES_EXPORTER",
@@ -172,9 +174,9 @@ fn providers(
             Ok(exporter) => tracer_provider = tracer_provider.with_batch_exporter(exporter),
             Err(e) => {
                 export.traces = false;
-                export
-                    .problems
-                    .push(format!("spans are not exported: cannot make the OTLP exporter: {e}"));
+                export.problems.push(format!(
+                    "spans are not exported: cannot make the OTLP exporter: {e}"
+                ));
             }
         }
     }
@@ -188,9 +190,9 @@ fn providers(
             ),
             Err(e) => {
                 export.metrics = false;
-                export
-                    .problems
-                    .push(format!("metrics are not exported: cannot make the OTLP exporter: {e}"));
+                export.problems.push(format!(
+                    "metrics are not exported: cannot make the OTLP exporter: {e}"
+                ));
                 None
             }
         }
@@ -211,14 +213,11 @@ pub fn init(service: &'static str, format: LogFormat) -> Telemetry {
     install(&tracer_provider, meter_provider.as_ref());
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let otel_layer =
-        tracing_opentelemetry::layer().with_tracer(tracer_provider.tracer(service));
+    let otel_layer = tracing_opentelemetry::layer().with_tracer(tracer_provider.tracer(service));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let registry = tracing_subscriber::registry().with(filter).with(otel_layer);
     match format {
-        LogFormat::Text => registry
-            .with(fmt.event_format(WithTraceIds::text()))
-            .init(),
+        LogFormat::Text => registry.with(fmt.event_format(WithTraceIds::text())).init(),
         LogFormat::Json => registry
             .with(
                 fmt.fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
@@ -248,9 +247,12 @@ pub fn init_quiet(service: &'static str) -> Option<Telemetry> {
     }
     let (tracer_provider, meter_provider) = providers(service, &mut export);
     install(&tracer_provider, meter_provider.as_ref());
-    let otel_layer =
-        tracing_opentelemetry::layer().with_tracer(tracer_provider.tracer(service));
-    let _ = tracing_subscriber::registry().with(otel_layer).try_init();
+    let otel_layer = tracing_opentelemetry::layer().with_tracer(tracer_provider.tracer(service));
+    // Its own spans, not its libraries' (h2 and hyper trace at debug and below).
+    let _ = tracing_subscriber::registry()
+        .with(tracing_subscriber::EnvFilter::new("info"))
+        .with(otel_layer)
+        .try_init();
     Some(Telemetry {
         tracer_provider,
         meter_provider,

@@ -103,11 +103,7 @@ pub fn context_of(traceparent: &str, tracestate: Option<&str>) -> opentelemetry:
 pub fn context_from_env() -> Option<opentelemetry::Context> {
     let parent = std::env::var(TRACEPARENT).ok()?;
     let context = context_of(&parent, std::env::var(TRACESTATE).ok().as_deref());
-    context
-        .span()
-        .span_context()
-        .is_valid()
-        .then_some(context)
+    context.span().span_context().is_valid().then_some(context)
 }
 
 /// [`context_from_env`], read once.

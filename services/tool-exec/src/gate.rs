@@ -20,9 +20,9 @@ use chorus_proto::orchestrator::v1::{
 };
 use chorus_proto::{json, limits};
 use chorus_run_token::RunTokenVerifier;
+use chorus_telemetry::grpc::{TracedChannel, traced};
 use serde_json::Value;
 use tonic::metadata::MetadataValue;
-use chorus_telemetry::grpc::{TracedChannel, traced};
 use tonic::{Code, Status};
 
 use crate::error::ToolError;

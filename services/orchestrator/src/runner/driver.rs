@@ -580,7 +580,13 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
             let how = events
                 .iter()
                 .rev()
-                .find_map(|e| e.kind.as_str().strip_prefix("run_"))
+                .find_map(|e| match e.kind {
+                    EventKind::AgentCompleted => Some("completed"),
+                    EventKind::RunFailed => Some("failed"),
+                    EventKind::RunCanceled => Some("canceled"),
+                    EventKind::RunInterrupted => Some("interrupted"),
+                    _ => None,
+                })
                 .unwrap_or("canceled");
             super::trace::ended(&ctx.span, ctx, how, Some(&run));
             state.publish(&events);

@@ -15,9 +15,9 @@ use chorus_proto::orchestrator::v1::CallToolRequest;
 use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
 use chorus_proto::tools::v1::ExecuteToolRequest;
 use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
+use chorus_telemetry::grpc::{TracedChannel, traced};
 use serde_json::{Map, Value, json};
 use tonic::metadata::{Ascii, MetadataValue};
-use chorus_telemetry::grpc::{TracedChannel, traced};
 
 /// A tool call that did not succeed: the gRPC code name and the message.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -111,7 +111,10 @@ fn usage(usage: &Usage, agent: KeyValue, provider: KeyValue, model: Option<&str>
     if let Some(model) = model {
         attributes.push(KeyValue::new("gen_ai.request.model", model.to_owned()));
     }
-    for (kind, tokens) in [("input", usage.input_tokens), ("output", usage.output_tokens)] {
+    for (kind, tokens) in [
+        ("input", usage.input_tokens),
+        ("output", usage.output_tokens),
+    ] {
         if tokens > 0 {
             let mut attributes = attributes.clone();
             attributes.push(KeyValue::new("gen_ai.token.type", kind));
