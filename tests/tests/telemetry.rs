@@ -7,8 +7,12 @@
 use std::collections::HashMap;
 
 use chorus_auth::Role;
-use chorus_tests::agents::{call, ends, handoff, planned_task, report, start, wait_for};
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_tests::agents::{
+    add_agent, call, ends, ends_run, handoff, planned_task, report, start, wait_for,
+};
 use chorus_tests::credentials::make_key;
+use chorus_tests::fake_openai::{FakeOpenAi, Step};
 use chorus_tests::orchestrator::OrchestratorProcess;
 use chorus_tests::otlp::{Receiver, Span};
 use chorus_tests::tool_exec_process::ToolExecProcess;
@@ -95,6 +99,29 @@ async fn a_task_is_one_trace_across_orchestrator_chorus_tools_and_tool_exec() {
     let root_run = started.run.expect("run").id;
     let events = wait_for(&mut client, &task.id, |e| ends(e, &root_run)).await;
     assert_eq!(events.last().expect("end").kind, "agent_completed");
+
+    // An API agent's model requests are spans of its run, with the GenAI
+    // conventions' attributes, and its tokens are counted.
+    let model = FakeOpenAi::start(vec![
+        Step::tool_call("file_read", json!({"path": "draft.md"})),
+        Step::text("Read it."),
+    ])
+    .await;
+    client
+        .create_provider(pb::CreateProviderRequest {
+            workspace_id: ws.id.clone(),
+            name: "api".into(),
+            kind: pb::ProviderKind::OpenaiCompatible.into(),
+            base_url: model.base_url(),
+            model: "fake-model".into(),
+            api_key: "sk-test".into(),
+        })
+        .await
+        .expect("provider");
+    add_agent(&mut client, &ws, "reader", &["file.read"], "api").await;
+    let api_task = planned_task(&mut client, &ws, "Read the draft.").await;
+    start(&mut client, &api_task, "reader", 60).await;
+    wait_for(&mut client, &api_task.id, ends_run).await;
     drop(client);
     // Stopping flushes what each service still holds.
     assert!(orchestrator.stop().await.success());
@@ -111,6 +138,7 @@ async fn a_task_is_one_trace_across_orchestrator_chorus_tools_and_tool_exec() {
                 is("chorus-tool-exec", "execute file.create"),
                 is("chorus-tool-exec", "execute file.read"),
                 is("chorus-tools", "chorus-tools handoff"),
+                is("chorus-orchestrator", "run reader"),
             ]
             .iter()
             .all(|wanted| spans.iter().any(wanted))
@@ -177,21 +205,61 @@ async fn a_task_is_one_trace_across_orchestrator_chorus_tools_and_tool_exec() {
         })
         .expect("the orchestrator's RecordToolCall under tool-exec's record span");
     assert_eq!(&recorded.trace_id, trace);
-    for authorized in spans
-        .iter()
-        .filter(|s| s.name == "chorus.orchestrator.v1.AgentTools/AuthorizeToolCall")
-    {
-        assert_eq!(&authorized.trace_id, trace, "{authorized:#?}");
+    for authorized in spans.iter().filter(|s| {
+        s.service == "chorus-orchestrator"
+            && s.name == "chorus.orchestrator.v1.AgentTools/AuthorizeToolCall"
+    }) {
+        let path = names(&ancestry(authorized, &by_id));
+        assert!(
+            path.contains(&"chorus-tool-exec: authorize".to_owned())
+                && path.last().is_some_and(|root| root.ends_with("CreateTask")),
+            "{path:#?}"
+        );
     }
 
     // Every span of the task's work is in the task's trace.
+    let runs: Vec<&String> = spans
+        .iter()
+        .filter(|s| s.attributes.get("chorus.task_id") == Some(&task.id))
+        .filter_map(|s| s.attributes.get("chorus.run_id"))
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
     for span in spans.iter().filter(|s| {
         s.attributes.get("chorus.task_id") == Some(&task.id)
-            || s.name.starts_with("execute ")
-            || s.service == "chorus-tools"
+            || s.attributes
+                .get("chorus.run_id")
+                .is_some_and(|r| runs.contains(&r))
     }) {
         assert_eq!(&span.trace_id, trace, "{span:#?}");
     }
+
+    // The API agent's model requests: under its run, in its task's trace.
+    let api_run = one("chorus-orchestrator", "run reader");
+    let chats: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.name == "chat fake-model")
+        .collect();
+    // The tool call, the answer, and the reminder to report.
+    assert!(chats.len() >= 2, "{chats:#?}");
+    for chat in &chats {
+        assert_eq!(chat.parent_span_id, api_run.span_id);
+        assert_eq!(chat.trace_id, api_run.trace_id);
+        assert_eq!(chat.attributes["gen_ai.operation.name"], "chat");
+        assert_eq!(chat.attributes["gen_ai.request.model"], "fake-model");
+        assert!(
+            chat.attributes["gen_ai.usage.input_tokens"]
+                .parse::<u64>()
+                .is_ok_and(|n| n > 0),
+            "{chat:#?}"
+        );
+        assert!(chat.attributes.contains_key("gen_ai.usage.output_tokens"));
+    }
+    // Its tool call went to tool-exec within the same trace.
+    let read = spans
+        .iter()
+        .find(|s| s.name == "execute file.read" && s.trace_id == api_run.trace_id)
+        .expect("the API agent's file.read in tool-exec");
+    assert!(names(&ancestry(read, &by_id)).contains(&"chorus-orchestrator: run reader".to_owned()));
 
     // The metrics of both services.
     receiver
@@ -204,6 +272,9 @@ async fn a_task_is_one_trace_across_orchestrator_chorus_tools_and_tool_exec() {
                     ("chorus-orchestrator", "chorus.handoff.duration"),
                     ("chorus-orchestrator", "chorus.events.appended"),
                     ("chorus-orchestrator", "rpc.server.call.duration"),
+                    ("chorus-orchestrator", "gen_ai.client.token.usage"),
+                    ("chorus-orchestrator", "chorus.db.pool.connections"),
+                    ("chorus-orchestrator", "chorus.runs.active"),
                     ("chorus-tool-exec", "chorus.tool.calls"),
                     ("chorus-tool-exec", "chorus.tool.duration"),
                     ("chorus-tool-exec", "rpc.server.call.duration"),

@@ -127,6 +127,24 @@ pub async fn run(
         }
         None => "admins make keys with CreateApiKey".to_owned(),
     };
+    // Database pool use, observed when metrics are collected (while served).
+    let pool_store = store.clone();
+    let _pool_gauge = chorus_telemetry::metrics()
+        .meter()
+        .i64_observable_gauge("chorus.db.pool.connections")
+        .with_description("Database connections of the pool, by state (used or idle)")
+        .with_callback(move |observer| {
+            let (open, idle) = pool_store.pool_use();
+            observer.observe(
+                i64::from(open.saturating_sub(idle)),
+                &[opentelemetry::KeyValue::new("state", "used")],
+            );
+            observer.observe(
+                i64::from(idle),
+                &[opentelemetry::KeyValue::new("state", "idle")],
+            );
+        })
+        .build();
     let processes = chorus_sandbox::Sandbox::start(config.sandbox).await;
     let mut state = AppState::new(store, config.signer, config.runner, processes.clone());
     state.roots = config.workspace_roots;
