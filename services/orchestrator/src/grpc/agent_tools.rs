@@ -228,11 +228,13 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         });
         let started = Instant::now();
         let result = self.execute(&run, &tool, arguments.clone()).await;
-        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let elapsed = started.elapsed();
+        let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         let (status, output) = match &result {
             Ok(output) => ("ok", output.to_string()),
             Err(e) => (chorus_proto::code_name(e.code()), e.to_string()),
         };
+        chorus_telemetry::metrics().tool_call(&tool, status, elapsed.as_secs_f64());
         info!(run_id = %run.id, agent = %run.agent, tool = %tool, status = %status, "orchestration tool called");
         let call = ToolCallRecord::new(&tool, &arguments, status, duration_ms, &output);
         record(&self.state, &run, call).await?;
