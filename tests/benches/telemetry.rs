@@ -59,7 +59,7 @@ async fn start(shape: &Shape, data: &std::path::Path) -> OrchestratorProcess {
     OrchestratorProcess::spawn_with_env(
         data,
         &database,
-        &["--claude-bin", &fake, "--log-format", "json"],
+        &["--claude-bin", &fake],
         &env,
     )
     .await
@@ -203,7 +203,7 @@ fn main() {
                 "| {} | {} ms | {} ms | {} | {} |",
                 shape.name,
                 ms(row.samples.median()),
-                ms(row.samples.percentile(0.99)),
+                ms(row.samples.percentile(99.0)),
                 per_call(row.service_cpu),
                 per_call(row.tools_cpu),
             );
