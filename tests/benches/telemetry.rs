@@ -56,13 +56,7 @@ async fn start(shape: &Shape, data: &std::path::Path) -> OrchestratorProcess {
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     let database = data.join("chorus.db").display().to_string();
-    OrchestratorProcess::spawn_with_env(
-        data,
-        &database,
-        &["--claude-bin", &fake],
-        &env,
-    )
-    .await
+    OrchestratorProcess::spawn_with_env(data, &database, &["--claude-bin", &fake], &env).await
 }
 
 struct CallRow {
@@ -85,8 +79,14 @@ async fn tool_calls(shape: &Shape, calls: usize) -> CallRow {
             .arg(r#"{"tool":"file.read","path":"notes.txt"}"#)
             .env_clear()
             .env("CHORUS_RUN_TOKEN", &opened.token)
-            .env("CHORUS_TOOLS_ADDR", format!("http://{}", orchestrator.tool_exec_addr))
-            .env("CHORUS_ORCHESTRATOR_ADDR", format!("http://{}", orchestrator.addr))
+            .env(
+                "CHORUS_TOOLS_ADDR",
+                format!("http://{}", orchestrator.tool_exec_addr),
+            )
+            .env(
+                "CHORUS_ORCHESTRATOR_ADDR",
+                format!("http://{}", orchestrator.addr),
+            )
             .env("TRACEPARENT", TRACEPARENT)
             .envs(shape.env.iter().map(|(k, v)| (k, v)))
             .stdout(std::process::Stdio::null());
@@ -209,7 +209,9 @@ fn main() {
             );
         }
         println!("\n## {runs} concurrent fake-CLI runs, each in the run sandbox\n");
-        println!("| telemetry | all runs ended | completed | orchestrator CPU (with its children) |");
+        println!(
+            "| telemetry | all runs ended | completed | orchestrator CPU (with its children) |"
+        );
         println!("|---|---|---|---|");
         for shape in &shapes {
             let row = concurrent_runs(shape, runs).await;

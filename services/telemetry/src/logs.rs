@@ -110,7 +110,10 @@ mod tests {
             );
             tracing::subscriber::with_default(subscriber, log_in_and_out)
         } else {
-            tracing::subscriber::with_default(registry.with(fmt.event_format(format)), log_in_and_out)
+            tracing::subscriber::with_default(
+                registry.with(fmt.event_format(format)),
+                log_in_and_out,
+            )
         };
         let text = String::from_utf8(lines.0.lock().expect("lines").clone()).expect("utf-8");
         (text, trace_id)
@@ -130,7 +133,10 @@ mod tests {
         let (text, trace_id) = written(WithTraceIds::text(), false);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "{text}");
-        assert!(lines[0].starts_with(&format!("trace_id={trace_id} span_id=")), "{text}");
+        assert!(
+            lines[0].starts_with(&format!("trace_id={trace_id} span_id=")),
+            "{text}"
+        );
         assert!(lines[0].ends_with("inside"), "{text}");
         assert!(!lines[1].contains("trace_id"), "{text}");
     }
