@@ -2,7 +2,9 @@
 //! signals that start a graceful shutdown. (OpenTelemetry export joins here.)
 #![forbid(unsafe_code)]
 
-use tracing::warn;
+mod shutdown;
+
+pub use shutdown::{Shutdown, StopSignal, shutdown_signal};
 
 /// How logs are written on stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -21,36 +23,5 @@ pub fn init_logging(format: LogFormat) {
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
-    }
-}
-
-/// Resolves on SIGTERM or Ctrl-C (SIGINT).
-///
-/// The handlers are installed when this is called, not when the future is first
-/// polled: call it before the service starts serving, so a signal that arrives
-/// right after start-up still leads to a graceful shutdown. Must be called inside
-/// a tokio runtime.
-pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send {
-    use tokio::signal::unix::{SignalKind, signal};
-    let term = signal(SignalKind::terminate());
-    let int = signal(SignalKind::interrupt());
-    async move {
-        match (term, int) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
-                }
-            }
-            (term, int) => {
-                let error = term
-                    .err()
-                    .or(int.err())
-                    .map(|e| e.to_string())
-                    .unwrap_or_default();
-                warn!(%error, "cannot listen for SIGTERM or SIGINT; the service stops only when killed");
-                std::future::pending::<()>().await;
-            }
-        }
     }
 }
