@@ -108,7 +108,7 @@ pub fn load(command: &Command, args: Vec<OsString>) -> Result<Loaded, ConfigErro
 
     let flags: HashMap<&str, &clap::Arg> = command
         .get_arguments()
-        .filter(|a| !NOT_IN_FILE.contains(&a.get_id().as_str()))
+        .filter(|a| !NOT_IN_FILE.contains(&a.get_id().as_str()) && !a.is_hide_set())
         .filter_map(|a| a.get_long().map(|long| (long, a)))
         .collect();
     let mut injected: Vec<OsString> = Vec::new();
@@ -151,6 +151,20 @@ pub fn load(command: &Command, args: Vec<OsString>) -> Result<Loaded, ConfigErro
         file: Some(file),
         from_file,
     })
+}
+
+/// [`load`] on this process's arguments. When they cannot be used, prints
+/// clap's answer (or `--help`, `--version`) or the file's error and exits:
+/// status 2 for an error, 0 for help and version.
+pub fn load_or_exit(command: &Command) -> Loaded {
+    match load(command, std::env::args_os().collect()) {
+        Ok(loaded) => loaded,
+        Err(ConfigError::Args(error)) => error.exit(),
+        Err(error) => {
+            eprintln!("error: {error}");
+            std::process::exit(2)
+        }
+    }
 }
 
 /// A file value as the flag's command-line words.
@@ -304,12 +318,13 @@ impl Loaded {
                 }
                 _ => match derived.get(key) {
                     Some((value, how)) => {
-                        let value = toml::Value::String((*value).clone());
-                        let value = if options.urls.contains(&key) {
-                            hide_url_password(value)
-                        } else {
-                            value
-                        };
+                        let mut value = toml::Value::String((*value).clone());
+                        if options.urls.contains(&key) {
+                            value = hide_url_password(value);
+                        }
+                        if matches!(arg.get_action(), ArgAction::Append) {
+                            value = toml::Value::Array(vec![value]);
+                        }
                         format!("{key} = {value} # default: {how}")
                     }
                     None => format!("# {key} = (unset)"),

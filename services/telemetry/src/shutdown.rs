@@ -80,7 +80,7 @@ impl Shutdown {
     }
 
     /// Resolves on the first signal: start the graceful shutdown.
-    pub fn requested(&self) -> impl Future<Output = ()> + Send + 'static {
+    pub fn requested(&self) -> impl Future<Output = ()> + Send + use<> {
         let nth = self.nth(1);
         async move {
             nth.await;
@@ -88,7 +88,7 @@ impl Shutdown {
     }
 
     /// Resolves on the second signal, with it.
-    pub fn forced(&self) -> impl Future<Output = Option<StopSignal>> + Send + 'static {
+    pub fn forced(&self) -> impl Future<Output = Option<StopSignal>> + Send + use<> {
         self.nth(2)
     }
 
@@ -109,11 +109,16 @@ impl Shutdown {
     }
 
     /// Resolves with the `n`th signal (1-based); None if no more can come.
-    fn nth(&self, n: usize) -> impl Future<Output = Option<StopSignal>> + Send + 'static {
+    fn nth(&self, n: usize) -> impl Future<Output = Option<StopSignal>> + Send + use<> {
         let mut seen = self.seen.clone();
         async move {
-            match seen.wait_for(|signals| signals.len() >= n).await {
-                Ok(signals) => signals.get(n - 1).copied(),
+            let signal = seen
+                .wait_for(|signals| signals.len() >= n)
+                .await
+                .map(|signals| signals.get(n - 1).copied());
+            match signal {
+                Ok(signal) => signal,
+                // No more signals can come (the handlers were not installed).
                 Err(_) => std::future::pending().await,
             }
         }
