@@ -186,7 +186,11 @@ impl OrchestratorSettings {
     /// # Errors
     /// The settings cannot work together.
     pub fn validate(&self) -> Result<(), String> {
-        if self.embeds_tool_exec() && self.tool_exec_listen == self.listen {
+        // Port 0: each listener gets a port of the system's choosing.
+        if self.embeds_tool_exec()
+            && self.tool_exec_listen == self.listen
+            && self.listen.port() != 0
+        {
             return Err(format!(
                 "--listen and --tool-exec-listen are both {}: give the embedded tool-exec another address, or --no-embedded-tool-exec",
                 self.listen
