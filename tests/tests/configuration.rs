@@ -233,9 +233,10 @@ fn tool_exec_reads_its_settings_from_the_file_too() {
     has_line(&printed, "max-concurrent-requests = 8 # file");
     has_line(&printed, "drain-secs = 7 # CHORUS_DRAIN_SECS");
     has_line(&printed, "tool-timeout-secs = 30 # file");
+    has_line(&printed, "# public-key = (unset)");
     has_line(
         &printed,
-        "public-key = \".chorus/run-token.pub\" # default: <data-dir>/run-token.pub",
+        "# standalone without public-key: the keys in .chorus/run-token.pub, a development key set made there when missing",
     );
 }
 

@@ -110,7 +110,7 @@ fn client_message(limit: Duration) -> String {
 /// "30 s", "1500 ms".
 fn human(duration: Duration) -> String {
     let ms = duration.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         format!("{ms} ms")

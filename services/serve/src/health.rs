@@ -81,6 +81,14 @@ impl Health {
         self.publish(&state).await;
     }
 
+    /// NOT_SERVING until the first check of `what` passes (a dependency
+    /// not known to answer yet).
+    pub async fn unchecked(&self, what: &str) {
+        let mut state = self.state.lock().await;
+        state.problem = Some(format!("{what} has not been checked yet"));
+        self.publish(&state).await;
+    }
+
     /// Records whether `what` (the dependency: "the database") answers.
     /// Changes are logged; while it fails every name is NOT_SERVING.
     pub async fn depends(&self, what: &str, outcome: Result<(), String>) {
@@ -88,7 +96,7 @@ impl Health {
         match (&state.problem, outcome) {
             (None, Ok(())) => return,
             (Some(_), Ok(())) => {
-                info!(dependency = what, "{what} answers again; health SERVING");
+                info!(dependency = what, "{what} answers; health SERVING");
                 state.problem = None;
             }
             (before, Err(problem)) => {

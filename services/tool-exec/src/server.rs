@@ -70,6 +70,7 @@ pub async fn run(
 
     let stop = CancellationToken::new();
     if let Some(gate) = config.gate.clone() {
+        health.unchecked("the orchestrator").await;
         tokio::spawn(refresh_keys(
             gate.clone(),
             config.verifier.clone(),

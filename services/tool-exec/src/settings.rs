@@ -138,13 +138,11 @@ impl ToolExecSettings {
     pub fn render(&self) -> Render<'static> {
         let mut render = Render::default();
         if self.standalone && self.public_key.is_none() {
-            render.derived.push((
-                "public-key",
+            render.notes.push(format!(
+                "standalone without public-key: the keys in {}, a development key set made there when missing",
                 self.data_dir
                     .join(chorus_run_token::PUBLIC_KEY_FILE)
                     .display()
-                    .to_string(),
-                "<data-dir>/run-token.pub",
             ));
         }
         render
