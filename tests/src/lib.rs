@@ -89,6 +89,7 @@ impl ToolExec {
         let mut config = ToolExecConfig::new(signer.verifier(), processes);
         configure(&mut config);
         let (stop, stopped) = oneshot::channel::<()>();
+        let gated = config.gate.is_some();
         let task = tokio::spawn(async move {
             chorus_tool_exec::run(listener, config, async move {
                 let _ = stopped.await;
@@ -96,7 +97,14 @@ impl ToolExec {
             .await
             .expect("tool-exec ran");
         });
-        wait_serving(addr, TOOL_EXEC_SERVICE).await;
+        // With a gate it is SERVING only while its orchestrator answers health,
+        // which a test's stand-in (or an absent one) may not: it serves once
+        // its health answers at all.
+        if gated {
+            wait_answering(addr, TOOL_EXEC_SERVICE).await;
+        } else {
+            wait_serving(addr, TOOL_EXEC_SERVICE).await;
+        }
         Self {
             addr,
             signer,
@@ -193,6 +201,27 @@ pub async fn wait_health(addr: SocketAddr, service: &str, status: ServingStatus)
         }
     }
     panic!("health stream of {service} ended before {status:?}");
+}
+
+/// Waits until the health service of `addr` answers for `service`, whatever
+/// its status: the server is serving calls.
+pub async fn wait_answering(addr: SocketAddr, service: &str) {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect health");
+    HealthClient::new(channel)
+        .watch(HealthCheckRequest {
+            service: service.to_owned(),
+        })
+        .await
+        .expect("health watch")
+        .into_inner()
+        .next()
+        .await
+        .expect("a first status")
+        .expect("health update");
 }
 
 /// What health Check answers for `service` now.
