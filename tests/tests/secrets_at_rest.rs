@@ -206,10 +206,12 @@ fn execute(url: &str, sql: &str) {
             .batch_execute(sql)
             .expect(sql);
     } else {
-        SqliteConnection::establish(url)
-            .expect("open")
-            .batch_execute(sql)
-            .expect(sql);
+        let mut conn = SqliteConnection::establish(url).expect("open");
+        // A program sharing the file waits for the other's lock, as the
+        // orchestrator does.
+        conn.batch_execute("PRAGMA busy_timeout = 5000;")
+            .expect("busy timeout");
+        conn.batch_execute(sql).expect(sql);
     }
 }
 

@@ -193,7 +193,7 @@ pub async fn run(
 
     let stop = state.shutdown.clone();
     let store = state.store.clone();
-    tokio::spawn(watch_dependency(
+    let database_watch = tokio::spawn(watch_dependency(
         health.clone(),
         "the database",
         serve.health_check,
@@ -298,6 +298,11 @@ pub async fn run(
             Ok(result) => result?,
             Err(e) => warn!(error = %e, "embedded tool-exec task failed"),
         }
+    }
+    // Its last check holds a database connection: the store is closed only
+    // once it is done.
+    if let Err(e) = database_watch.await {
+        warn!(error = %e, "the database health check failed");
     }
     info!("orchestrator stopped");
     Ok(())
