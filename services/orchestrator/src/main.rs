@@ -79,6 +79,11 @@ struct Cli {
     /// (default: <data-dir>/admin.key).
     #[arg(long, env = "CHORUS_ADMIN_KEY_FILE")]
     admin_key_file: Option<PathBuf>,
+    /// File with the API key a separate tool-exec presents (its
+    /// --orchestrator-key-file): stored with role tool-exec at start when the
+    /// database does not hold it. The file is only read.
+    #[arg(long, env = "CHORUS_TOOL_EXEC_KEY_FILE")]
+    tool_exec_key_file: Option<PathBuf>,
     /// File of the key that encrypts provider API keys in the database (32 random
     /// bytes in base64; must exist). Without it: the key itself from
     /// CHORUS_SECRETS_KEY, else <data-dir>/secrets.key, made when missing.
@@ -154,6 +159,7 @@ fn main() -> anyhow::Result<()> {
         if let Some(file) = &cli.admin_key_file {
             config.admin_key_file = Some(file.clone());
         }
+        config.tool_exec_key_file.clone_from(&cli.tool_exec_key_file);
         if let Some(source) = secrets_key(&cli) {
             config.secrets_key = source;
         }

@@ -56,6 +56,9 @@ pub struct OrchestratorConfig {
     /// Where the first admin key is written when the store has none; None:
     /// no key is made (keys come from elsewhere).
     pub admin_key_file: Option<PathBuf>,
+    /// A file with the API key a separate tool-exec presents: stored with role
+    /// tool-exec at start when the store does not hold it (the file is only read).
+    pub tool_exec_key_file: Option<PathBuf>,
     /// Where workspace roots may be (the data directory is always protected).
     pub workspace_roots: RootPolicy,
     /// The key that encrypts provider API keys in the database.
@@ -83,6 +86,7 @@ impl OrchestratorConfig {
             shutdown_grace: Duration::from_secs(10),
             sandbox: chorus_sandbox::SandboxConfig::default(),
             admin_key_file: Some(data_dir.join(ADMIN_KEY_FILE)),
+            tool_exec_key_file: None,
             workspace_roots: RootPolicy::new(&[], &[data_dir.to_owned()]),
             secrets_key: KeySource::default_file(data_dir),
             tls: None,
@@ -127,6 +131,9 @@ pub async fn run(
         }
         None => "admins make keys with CreateApiKey".to_owned(),
     };
+    if let Some(file) = &config.tool_exec_key_file {
+        crate::auth::bootstrap::accept_tool_exec_key(&store, file).await?;
+    }
     let processes = chorus_sandbox::Sandbox::start(config.sandbox).await;
     let mut state = AppState::new(store, config.signer, config.runner, processes.clone());
     state.roots = config.workspace_roots;

@@ -1,0 +1,478 @@
+//! Chorus as it is deployed: the images of deploy/Dockerfile, the Kubernetes
+//! manifests of deploy/k8s under `podman kube play`, and deploy/compose.yaml under
+//! podman-compose, driven with grpcurl through ports published on 127.0.0.1.
+//!
+//! They run with `CHORUS_TEST_CONTAINERS=1` (podman with runc: `.ci/run` sets it
+//! up and sets the variable when podman can run containers here) and print why
+//! they are skipped otherwise. The images are built from the binaries this
+//! `cargo test` built, in place of the Dockerfile's `build` stage; every other
+//! stage is the shipped one. The base is Debian 12 made with debootstrap
+//! (tests/containers/base-image.sh), so no registry is needed; images that cannot
+//! be pulled here (PostgreSQL, the OpenTelemetry Collector) are replaced in the
+//! compose test by stand-ins (tests/containers/compose.override.yaml).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use chorus_tests::containers::{
+    Cleanup, Grpcurl, event_summary, images, logs, podman, published, repo_root, run,
+    stand_in_image, try_run, unique, wait_serving,
+};
+use chorus_tests::fake_openai::{FakeOpenAi, Step};
+use serde_json::{Value, json};
+
+/// uid and gid of the services in the images.
+const SERVICE_UID: u32 = 10001;
+const ORCHESTRATOR: &str = "chorus.orchestrator.v1.Orchestrator";
+const AGENT_TOOLS: &str = "chorus.orchestrator.v1.AgentTools";
+const TOOL_EXEC: &str = "chorus.tools.v1.ToolExec";
+/// How long a service may take to serve after its container starts.
+const START: Duration = Duration::from_secs(90);
+/// How long a task's agent may take in a test.
+const TASK: Duration = Duration::from_secs(180);
+
+/// What every agent in these tests does: read the notes, run bash in the run
+/// sandbox, write a summary, report. Function names as the OpenAI tools have them.
+fn script() -> Vec<(String, Value)> {
+    vec![
+        ("file_read".into(), json!({"path": "notes.txt"})),
+        (
+            "bash".into(),
+            json!({"command": "id -u; wc -l < notes.txt"}),
+        ),
+        (
+            "file_create".into(),
+            json!({"path": "summary.txt", "content": "two lines of notes\n"}),
+        ),
+        (
+            "completion-report".into(),
+            json!({"status": "complete", "summary": "Summarised the notes.", "output": "two lines"}),
+        ),
+    ]
+}
+
+/// Makes a workspace, an OpenAI-compatible provider at `model_url`, an agent and
+/// a planned task, starts it and follows it until its run ends; returns the
+/// task's history: summarised ([`event_summary`]), and as it came.
+async fn run_a_task(api: &Grpcurl, root: &str, model_url: &str) -> (Vec<String>, Vec<Value>) {
+    let ws = api
+        .orchestrator("CreateWorkspace", &json!({"name": "demo", "root": root}))
+        .await["id"]
+        .as_str()
+        .expect("workspace id")
+        .to_owned();
+    api.orchestrator(
+        "CreateProvider",
+        &json!({"workspaceId": ws, "name": "model", "kind": "PROVIDER_KIND_OPENAI_COMPATIBLE",
+                "baseUrl": model_url, "model": "fake-model", "apiKey": "sk-test"}),
+    )
+    .await;
+    api.orchestrator(
+        "CreateAgent",
+        &json!({"workspaceId": ws, "name": "scribe", "instructions": "Summarise the notes.",
+                "allowedTools": ["file.read", "file.create", "bash"], "provider": "model"}),
+    )
+    .await;
+    let task = api
+        .orchestrator(
+            "CreateTask",
+            &json!({"workspaceId": ws, "description": "Summarise notes.txt"}),
+        )
+        .await["id"]
+        .as_str()
+        .expect("task id")
+        .to_owned();
+    // Planned by hand, as a planner would have it.
+    for status in ["planning", "planned"] {
+        api.orchestrator("UpdateTaskStatus", &json!({"id": task, "status": status}))
+            .await;
+    }
+    api.orchestrator("StartTask", &json!({"taskId": task, "agent": "scribe"}))
+        .await;
+    // Without follow, the stream ends once the task is over and its runs ended.
+    let events = api
+        .stream(
+            &format!("{ORCHESTRATOR}/WatchTask"),
+            &json!({"taskId": task}).to_string(),
+            TASK,
+        )
+        .await;
+    let mut history = event_summary(&events);
+    // A failure's reason, for the assertion that follows.
+    for event in events.iter().filter(|e| e["kind"] == "run_failed") {
+        history.push(format!("(run_failed: {})", event["data"]["reason"]));
+    }
+    (history, events)
+}
+
+/// The output of the task's bash call, as its history recorded it.
+fn bash_output(events: &[Value]) -> String {
+    events
+        .iter()
+        .find(|e| e["kind"] == "tool_executed" && e["data"]["tool"] == "bash")
+        .map(|e| e["data"].to_string())
+        .unwrap_or_default()
+}
+
+fn assert_ran_the_script(history: &[String]) {
+    for step in [
+        "agent_started",
+        "tool_executed file.read ok",
+        "tool_executed bash ok",
+        "tool_executed file.create ok",
+        "completion_report_submitted complete",
+        "status_changed completed",
+    ] {
+        assert!(
+            history.iter().any(|e| e == step),
+            "'{step}' missing from {history:#?}"
+        );
+    }
+}
+
+/// A workspace directory `demo` with `notes.txt`, owned by the services' user,
+/// under `<dir>/workspaces` (what is mounted at /srv/chorus/workspaces).
+fn workspaces_on_host(dir: &Path) -> std::path::PathBuf {
+    let workspaces = dir.join("workspaces");
+    let demo = workspaces.join("demo");
+    std::fs::create_dir_all(&demo).expect("workspace");
+    std::fs::write(demo.join("notes.txt"), "alpha\nbeta\n").expect("notes");
+    for path in [&workspaces, &demo, &demo.join("notes.txt")] {
+        std::os::unix::fs::chown(path, Some(SERVICE_UID), Some(SERVICE_UID)).expect("chown");
+    }
+    workspaces
+}
+
+#[test]
+fn the_collector_configuration_is_the_same_for_compose_and_kubernetes() {
+    let root = repo_root();
+    let compose = std::fs::read_to_string(root.join("deploy/otel-collector.yaml"))
+        .expect("deploy/otel-collector.yaml");
+    let k8s = std::fs::read_to_string(root.join("deploy/k8s/collector.yaml"))
+        .expect("deploy/k8s/collector.yaml");
+    let start = k8s.find("  config.yaml: |\n").expect("the config.yaml key") + 16;
+    let end = k8s[start..].find("\n---").map_or(k8s.len(), |e| start + e);
+    let embedded: String = k8s[start..end]
+        .lines()
+        .map(|l| l.strip_prefix("    ").unwrap_or(l).trim_end())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(embedded.trim(), compose.trim());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orchestrator_image_serves_grpcurl_and_runs_a_task_in_its_sandbox() {
+    if !chorus_tests::containers::enabled("the orchestrator image test") {
+        return;
+    }
+    let started = Instant::now();
+    let images = images();
+    let image = podman(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{.Config.User}} {{json .Config.Entrypoint}} {{json .Config.ExposedPorts}}",
+        &images.orchestrator,
+    ]);
+    assert!(
+        image.starts_with(
+            "10001:10001 [\"/usr/bin/tini\",\"--\",\"/usr/local/bin/chorus-orchestrator\"]"
+        ) && image.contains("50051/tcp"),
+        "{image}"
+    );
+
+    // The model is on the host, on 127.0.0.1; the container reaches the host's
+    // loopback as 10.0.2.2 (slirp4netns with allow_host_loopback).
+    let steps = script()
+        .into_iter()
+        .map(|(name, args)| Step::tool_call(name, args))
+        .collect();
+    let model = FakeOpenAi::start(steps).await;
+    let model_url = model.base_url().replace("127.0.0.1", "10.0.2.2");
+
+    let dir = tempfile::tempdir().expect("dir");
+    let workspaces = workspaces_on_host(dir.path());
+    let name = unique("allinone");
+    let mut cleanup = Cleanup::new();
+    cleanup.container(&name);
+    let mount = format!("{}:/srv/chorus/workspaces", workspaces.display());
+    podman(&[
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "--network",
+        "slirp4netns:allow_host_loopback=true",
+        "-p",
+        "127.0.0.1::50051",
+        "-v",
+        &mount,
+        // The run sandbox mounts a /proc of its own: deploy/README.md.
+        "--security-opt",
+        "unmask=/proc/*",
+        "--cap-drop",
+        "ALL",
+        "--read-only",
+        "--tmpfs",
+        "/tmp",
+        &images.orchestrator,
+    ]);
+    let addr = published(&name, 50051);
+    wait_serving(&addr, "", START, || logs(&name)).await;
+
+    let anonymous = Grpcurl::new(&addr);
+    let services = anonymous.list().await;
+    for service in [ORCHESTRATOR, AGENT_TOOLS, "grpc.health.v1.Health"] {
+        assert!(services.contains(service), "{service} not in {services}");
+    }
+    assert_eq!(anonymous.health("").await, "SERVING");
+    // The image's own health check, as compose and `podman run --health-cmd` use it.
+    let probe = podman(&["exec", &name, "chorus-health-probe"]);
+    assert!(probe.contains("SERVING"), "{probe}");
+
+    let admin_key = podman(&["exec", &name, "cat", "/var/lib/chorus/admin.key"]);
+    let api = anonymous.with_key(&admin_key);
+    let status = api.orchestrator("GetStatus", &json!({})).await;
+    assert_eq!(
+        status["sandbox"]["state"],
+        "enforced",
+        "{status}\n{}",
+        logs(&name)
+    );
+    assert_eq!(status["embeddedToolExec"], true, "{status}");
+
+    let (history, events) = run_a_task(&api, "/srv/chorus/workspaces/demo", &model_url).await;
+    assert_ran_the_script(&history);
+    // bash ran in the run sandbox as the services' user, in the workspace.
+    let bash = bash_output(&events);
+    assert!(bash.contains("10001") && bash.contains('2'), "{bash}");
+    let summary = workspaces.join("demo/summary.txt");
+    assert_eq!(
+        std::fs::read_to_string(&summary).expect("summary.txt"),
+        "two lines of notes\n"
+    );
+    assert_eq!(
+        std::fs::metadata(&summary).expect("summary").uid(),
+        SERVICE_UID,
+        "files are the services' user's"
+    );
+    assert!(
+        model
+            .authorization()
+            .iter()
+            .all(|a| a.as_deref() == Some("Bearer sk-test"))
+    );
+
+    // SIGTERM reaches the orchestrator through tini; it stops cleanly.
+    podman(&["stop", "-t", "30", &name]);
+    let code = podman(&["inspect", "--format", "{{.State.ExitCode}}", &name]);
+    assert_eq!(code, "0", "{}", logs(&name));
+    eprintln!(
+        "the orchestrator image test took {:.1?} (images: {:.1?})",
+        started.elapsed(),
+        images.took
+    );
+}
+
+/// The manifests of deploy/k8s as `podman kube play` takes them: the images
+/// built here, a host port for each container port (on 127.0.0.1), names of this
+/// test's own, one replica, and the Secret's files from a host directory —
+/// podman 4.3 cannot mount a Secret volume (it crashes), so the keys volume
+/// becomes a hostPath of the same files.
+fn for_kube_play(
+    manifest: &str,
+    images: &[(&str, &str)],
+    ports: &[(u16, u16)],
+    keys: &Path,
+    prefix: &str,
+) -> String {
+    let mut out = Vec::new();
+    let mut lines = manifest.lines().peekable();
+    while let Some(line) = lines.next() {
+        let indent = line.len() - line.trim_start().len();
+        let pad = " ".repeat(indent);
+        let trimmed = line.trim();
+        if let Some(image) = trimmed.strip_prefix("image: ")
+            && let Some((_, local)) = images.iter().find(|(name, _)| *name == image)
+        {
+            out.push(format!("{pad}image: {local}"));
+        } else if let Some(port) = trimmed.strip_prefix("containerPort: ") {
+            out.push(line.to_owned());
+            let port: u16 = port.parse().expect("port");
+            let host = ports
+                .iter()
+                .find(|(p, _)| *p == port)
+                .map(|(_, h)| *h)
+                .expect("a host port for each container port");
+            out.push(format!("{pad}hostPort: {host}"));
+            out.push(format!("{pad}hostIP: 127.0.0.1"));
+        } else if trimmed == "secret:" {
+            // Skip the Secret volume's own lines.
+            while lines
+                .peek()
+                .is_some_and(|next| next.len() - next.trim_start().len() > indent)
+            {
+                lines.next();
+            }
+            out.push(format!("{pad}hostPath:"));
+            out.push(format!("{pad}  path: {}", keys.display()));
+            out.push(format!("{pad}  type: Directory"));
+        } else if trimmed.starts_with("replicas: ") {
+            out.push(format!("{pad}replicas: 1"));
+        } else {
+            // Names of this test's own: claims, config, deployments (the pods).
+            out.push(
+                line.replace("name: chorus-", &format!("name: {prefix}-"))
+                    .replace("claimName: chorus-", &format!("claimName: {prefix}-")),
+            );
+        }
+    }
+    out.join("\n") + "\n"
+}
+
+/// The `grpc:` probes of a manifest: (probe kind, port, service).
+fn grpc_probes(manifest: &str) -> Vec<(String, u16, String)> {
+    let lines: Vec<&str> = manifest.lines().map(str::trim).collect();
+    let mut probes = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if *line == "grpc:" && i > 0 {
+            let kind = lines[i - 1].trim_end_matches(':').to_owned();
+            let port = lines[i + 1]
+                .strip_prefix("port: ")
+                .and_then(|p| p.parse().ok())
+                .expect("port after grpc:");
+            let service = lines[i + 2]
+                .strip_prefix("service: ")
+                .expect("service after port")
+                .trim_matches('"')
+                .to_owned();
+            probes.push((kind, port, service));
+        }
+    }
+    probes
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
+    if !chorus_tests::containers::enabled("the podman kube play test") {
+        return;
+    }
+    let started = Instant::now();
+    let images = images();
+    let k8s = repo_root().join("deploy/k8s");
+    let read = |file: &str| std::fs::read_to_string(k8s.join(file)).expect("manifest");
+    let prefix = unique("k8s");
+
+    let keys = tempfile::tempdir().expect("keys");
+    run(
+        &repo_root()
+            .join("deploy/make-secrets.sh")
+            .display()
+            .to_string(),
+        &[&keys.path().display().to_string()],
+        &[],
+    );
+    let pods = [
+        ("orchestrator.yaml", 50051, "orchestrator"),
+        ("tool-exec.yaml", 50052, "tool-exec"),
+    ];
+    let ports: Vec<(u16, u16)> = pods
+        .iter()
+        .map(|(_, port, _)| (*port, free_port()))
+        .collect();
+    let local = [
+        ("chorus-orchestrator", images.orchestrator.as_str()),
+        ("chorus-tool-exec", images.tool_exec.as_str()),
+    ];
+    let mut play = String::new();
+    for file in [
+        "configmap.yaml",
+        "storage.yaml",
+        "orchestrator.yaml",
+        "tool-exec.yaml",
+    ] {
+        // The Deployments without their Services: podman has no Services.
+        let text = read(file);
+        let text = text
+            .split("\n---\n")
+            .filter(|doc| !doc.contains("kind: Service"))
+            .collect::<Vec<_>>()
+            .join("\n---\n");
+        play.push_str(&for_kube_play(&text, &local, &ports, keys.path(), &prefix));
+        play.push_str("---\n");
+    }
+    let file = keys.path().join("play.yaml");
+    std::fs::write(&file, &play).expect("play.yaml");
+    let file = file.display().to_string();
+
+    let mut cleanup = Cleanup::new();
+    cleanup.push("podman", &["kube", "down", &file], &[]);
+    for claim in ["data", "workspaces"] {
+        cleanup.push(
+            "podman",
+            &["volume", "rm", "-f", &format!("{prefix}-{claim}")],
+            &[],
+        );
+    }
+    let played = try_run("podman", &["kube", "play", &file], &[]);
+    assert!(
+        played.status.success(),
+        "podman kube play failed: {}\n{play}",
+        String::from_utf8_lossy(&played.stderr)
+    );
+
+    let admin_key =
+        |container: &str| podman(&["exec", container, "cat", "/var/lib/chorus/admin.key"]);
+    for ((manifest, port, name), (_, host)) in pods.iter().zip(&ports) {
+        let container = format!("{prefix}-{name}-pod-0-{name}");
+        let addr = format!("127.0.0.1:{host}");
+        // The restricted security context as the runtime applied it.
+        let applied = podman(&[
+            "inspect",
+            "--format",
+            "{{.Config.User}} {{.HostConfig.ReadonlyRootfs}} {{json .HostConfig.SecurityOpt}} {{json .EffectiveCaps}}",
+            &container,
+        ]);
+        assert!(
+            applied.starts_with("10001:10001 true")
+                && applied.contains("no-new-privileges")
+                && (applied.ends_with("null") || applied.ends_with("[]")),
+            "{container}: {applied}"
+        );
+        // podman 4.3 does not run gRPC probes: each probe's check is made here,
+        // through the host port, as the kubelet would make it.
+        let probes = grpc_probes(&read(manifest));
+        assert!(
+            probes.len() >= 3,
+            "{manifest}: startup, readiness and liveness: {probes:?}"
+        );
+        for (kind, probe_port, service) in &probes {
+            assert_eq!(probe_port, port, "{manifest} {kind}");
+            wait_serving(&addr, service, START, || logs(&container)).await;
+        }
+        // Under the restricted context the run sandbox cannot mount its /proc: it
+        // says so, and bash, git and CLI agents are refused (deploy/README.md).
+        // (tool-exec's GetStatus needs the orchestrator to check the key, and
+        // podman has no Services to find it by.)
+        if *name == "orchestrator" {
+            let status = Grpcurl::new(&addr)
+                .with_key(&admin_key(&container))
+                .orchestrator("GetStatus", &json!({}))
+                .await;
+            assert_eq!(status["sandbox"]["state"], "unavailable", "{status}");
+            assert!(
+                status["sandbox"]["problems"].to_string().contains("/proc"),
+                "{status}"
+            );
+        }
+    }
+    eprintln!("the podman kube play test took {:.1?}", started.elapsed());
+}
