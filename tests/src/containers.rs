@@ -263,17 +263,7 @@ fn build_images() -> Images {
     if image_id(&runtime).is_none() {
         build_target("runtime", &runtime, &base, &[]);
     }
-    for stale in podman(&[
-        "images",
-        "--format",
-        "{{.Repository}}:{{.Tag}}",
-        "localhost/chorus-test-runtime",
-    ])
-    .lines()
-    .filter(|image| *image != runtime)
-    {
-        let _ = try_run("podman", &["rmi", stale], &[]);
-    }
+    remove_other_tags(&runtime);
 
     // The `build` stage replaced by the binaries this cargo test built.
     let prebuilt = tempfile::tempdir().expect("prebuilt dir");
@@ -319,6 +309,18 @@ fn build_images() -> Images {
     }
 }
 
+/// Removes the images of `image`'s repository with another tag (made from an
+/// earlier Dockerfile or base); one in use stays.
+fn remove_other_tags(image: &str) {
+    let repository = image.rsplit_once(':').map_or(image, |(r, _)| r);
+    for stale in podman(&["images", "--format", "{{.Repository}}:{{.Tag}}", repository])
+        .lines()
+        .filter(|other| *other != image)
+    {
+        let _ = try_run("podman", &["rmi", stale], &[]);
+    }
+}
+
 /// Builds an image from a Containerfile under `tests/containers/` with the base,
 /// once per content (tagged by its hash); returns the tag.
 pub fn stand_in_image(name: &str, containerfile: &str, base: &str) -> String {
@@ -349,6 +351,7 @@ pub fn stand_in_image(name: &str, containerfile: &str, base: &str) -> String {
             &[],
         );
     }
+    remove_other_tags(&tag);
     tag
 }
 

@@ -26,7 +26,6 @@ use serde_json::{Value, json};
 const SERVICE_UID: u32 = 10001;
 const ORCHESTRATOR: &str = "chorus.orchestrator.v1.Orchestrator";
 const AGENT_TOOLS: &str = "chorus.orchestrator.v1.AgentTools";
-const TOOL_EXEC: &str = "chorus.tools.v1.ToolExec";
 /// How long a service may take to serve after its container starts.
 const START: Duration = Duration::from_secs(90);
 /// How long a task's agent may take in a test.
@@ -322,9 +321,11 @@ fn for_kube_play(
             out.push(format!("{pad}replicas: 1"));
         } else {
             // Names of this test's own: claims, config, deployments (the pods).
+            // (podman makes a named volume of each emptyDir, by its name.)
             out.push(
                 line.replace("name: chorus-", &format!("name: {prefix}-"))
-                    .replace("claimName: chorus-", &format!("claimName: {prefix}-")),
+                    .replace("claimName: chorus-", &format!("claimName: {prefix}-"))
+                    .replace("name: tmp", &format!("name: {prefix}-tmp")),
             );
         }
     }
@@ -413,15 +414,16 @@ async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
     std::fs::write(&file, &play).expect("play.yaml");
     let file = file.display().to_string();
 
+    // Undone in reverse: the pods go, then their volumes.
     let mut cleanup = Cleanup::new();
-    cleanup.push("podman", &["kube", "down", &file], &[]);
-    for claim in ["data", "workspaces"] {
+    for volume in ["data", "workspaces", "tmp"] {
         cleanup.push(
             "podman",
-            &["volume", "rm", "-f", &format!("{prefix}-{claim}")],
+            &["volume", "rm", "-f", &format!("{prefix}-{volume}")],
             &[],
         );
     }
+    cleanup.push("podman", &["kube", "down", &file], &[]);
     let played = try_run("podman", &["kube", "play", &file], &[]);
     assert!(
         played.status.success(),
@@ -475,4 +477,245 @@ async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
         }
     }
     eprintln!("the podman kube play test took {:.1?}", started.elapsed());
+}
+
+/// deploy/compose.yaml with the test's override, under podman-compose.
+struct Compose {
+    project: String,
+    files: [String; 2],
+    env: Vec<(String, String)>,
+}
+
+impl Compose {
+    fn command(&self, args: &[&str]) -> (Vec<String>, Vec<(String, String)>) {
+        let mut all = vec!["-p".to_owned(), self.project.clone()];
+        for file in &self.files {
+            all.push("-f".to_owned());
+            all.push(file.clone());
+        }
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        (all, self.env.clone())
+    }
+
+    fn program() -> String {
+        std::env::var("PODMAN_COMPOSE").unwrap_or_else(|_| "podman-compose".to_owned())
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let (args, env) = self.command(args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        run(&Self::program(), &args, &env)
+    }
+
+    /// `podman-compose down -v` when `cleanup` is dropped.
+    fn down_on_drop(&self, cleanup: &mut Cleanup) {
+        let (args, env) = self.command(&["down", "-v", "-t", "10"]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        cleanup.push(&Self::program(), &args, &env);
+    }
+
+    /// The container of `service`.
+    fn container(&self, service: &str) -> String {
+        let project = format!("label=com.docker.compose.project={}", self.project);
+        let service = format!("label=com.docker.compose.service={service}");
+        let names = podman(&[
+            "ps",
+            "-a",
+            "--filter",
+            &project,
+            "--filter",
+            &service,
+            "--format",
+            "{{.Names}}",
+        ]);
+        names
+            .lines()
+            .next()
+            .unwrap_or_else(|| panic!("no container for {service}"))
+            .to_owned()
+    }
+}
+
+/// Runs the compose file's own health check of `container` until it passes.
+async fn wait_healthy(container: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    let mut poll = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        poll.tick().await;
+        let out = try_run("podman", &["healthcheck", "run", container], &[]);
+        if out.status.success() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{container} is not healthy after {within:?}: {}{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            logs(container)
+        );
+    }
+}
+
+/// The stack of deploy/compose.yaml — orchestrator, separate tool-exec,
+/// PostgreSQL, a collector — with a fake model beside it, runs a task; returns
+/// the stack (taken down when `cleanup` drops) and the task's history.
+async fn compose_runs_a_task(cleanup: &mut Cleanup) -> (Compose, Vec<String>) {
+    let images = images();
+    let postgres = stand_in_image("postgres", "postgres.Containerfile", &images.base);
+    let secrets = tempfile::tempdir().expect("secrets").keep();
+    cleanup.push("rm", &["-rf", &secrets.display().to_string()], &[]);
+    run(
+        &repo_root()
+            .join("deploy/make-secrets.sh")
+            .display()
+            .to_string(),
+        &[&secrets.display().to_string()],
+        &[],
+    );
+    let model_script: Vec<Value> = script()
+        .into_iter()
+        .map(|(tool, arguments)| json!({"tool": tool, "arguments": arguments}))
+        .collect();
+    let port = free_port();
+    let root = repo_root();
+    let compose = Compose {
+        project: unique("compose"),
+        files: [
+            root.join("deploy/compose.yaml").display().to_string(),
+            root.join("tests/containers/compose.override.yaml")
+                .display()
+                .to_string(),
+        ],
+        env: [
+            ("CHORUS_ORCHESTRATOR_IMAGE", images.orchestrator.clone()),
+            ("CHORUS_TOOL_EXEC_IMAGE", images.tool_exec.clone()),
+            ("CHORUS_PORT", port.to_string()),
+            ("CHORUS_SECRETS_DIR", secrets.display().to_string()),
+            ("CHORUS_TEST_POSTGRES_IMAGE", postgres),
+            ("CHORUS_TEST_BASE_IMAGE", images.base.clone()),
+            (
+                "CHORUS_TEST_BIN_DIR",
+                chorus_tests::containers::bin_dir().display().to_string(),
+            ),
+            (
+                "CHORUS_TEST_MODEL_SCRIPT",
+                Value::from(model_script).to_string(),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect(),
+    };
+    compose.down_on_drop(cleanup);
+    // podman 4.3 cannot wait for `condition: service_healthy` (podman-compose
+    // says so and goes on): the test brings the services up in the order the
+    // file's depends_on asks for, each once its health check passes.
+    compose.run(&["up", "-d", "postgres", "otel-collector", "model"]);
+    wait_healthy(&compose.container("postgres"), START).await;
+    compose.run(&["up", "-d", "orchestrator"]);
+    let orchestrator = compose.container("orchestrator");
+    let addr = format!("127.0.0.1:{port}");
+    wait_serving(&addr, "", START, || logs(&orchestrator)).await;
+    wait_healthy(&orchestrator, START).await;
+    compose.run(&["up", "-d", "tool-exec"]);
+    let tool_exec = compose.container("tool-exec");
+    wait_healthy(&tool_exec, START).await;
+
+    let admin_key = podman(&["exec", &orchestrator, "cat", "/var/lib/chorus/admin.key"]);
+    let api = Grpcurl::new(&addr).with_key(&admin_key);
+    let status = api.orchestrator("GetStatus", &json!({})).await;
+    // (grpcurl leaves out fields that are false.)
+    assert_ne!(status["embeddedToolExec"], true, "{status}");
+    assert_eq!(
+        status["sandbox"]["state"],
+        "enforced",
+        "{status}\n{}",
+        logs(&orchestrator)
+    );
+    let log = logs(&orchestrator);
+    assert!(log.contains("Postgres"), "the store is PostgreSQL: {log}");
+
+    // The workspace, on the volume both services mount.
+    podman(&[
+        "exec",
+        &orchestrator,
+        "bash",
+        "-c",
+        "mkdir /srv/chorus/workspaces/demo && printf 'alpha\\nbeta\\n' > /srv/chorus/workspaces/demo/notes.txt",
+    ]);
+    let (history, events) =
+        run_a_task(&api, "/srv/chorus/workspaces/demo", "http://model:8080/v1").await;
+    assert_ran_the_script(&history);
+    // bash ran in tool-exec's container, in its run sandbox.
+    let bash = bash_output(&events);
+    assert!(bash.contains("10001") && bash.contains('2'), "{bash}");
+    assert_eq!(
+        podman(&[
+            "exec",
+            &tool_exec,
+            "cat",
+            "/srv/chorus/workspaces/demo/summary.txt"
+        ]),
+        "two lines of notes"
+    );
+    (compose, history)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_runs_a_task_through_orchestrator_tool_exec_and_postgresql() {
+    if !chorus_tests::containers::enabled("the compose test") {
+        return;
+    }
+    let started = Instant::now();
+    let mut cleanup = Cleanup::new();
+    compose_runs_a_task(&mut cleanup).await;
+    eprintln!("the compose test took {:.1?}", started.elapsed());
+}
+
+/// The spans the collector stand-in printed.
+fn spans(collector: &str) -> Vec<Value> {
+    let out = try_run("podman", &["logs", collector], &[]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["signal"] == "span")
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OTLP export from the services (issue 12, items 1 and 2)"]
+async fn compose_sends_one_tasks_trace_to_the_collector() {
+    if !chorus_tests::containers::enabled("the compose trace test") {
+        return;
+    }
+    let mut cleanup = Cleanup::new();
+    let (compose, _) = compose_runs_a_task(&mut cleanup).await;
+    let collector = compose.container("otel-collector");
+    // Spans are exported in batches: wait for both services' spans of one trace.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut poll = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        poll.tick().await;
+        let spans = spans(&collector);
+        let trace_of = |service: &str| -> Vec<String> {
+            spans
+                .iter()
+                .filter(|s| s["service"] == service)
+                .filter_map(|s| s["trace_id"].as_str().map(str::to_owned))
+                .collect()
+        };
+        let orchestrator = trace_of("chorus-orchestrator");
+        let tool_exec = trace_of("chorus-tool-exec");
+        if tool_exec.iter().any(|t| orchestrator.contains(t)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no trace has spans of both services; the collector got {} spans:\n{}",
+            spans.len(),
+            logs(&collector)
+        );
+    }
 }
