@@ -112,8 +112,11 @@ pub fn logs(container: &str) -> String {
 /// `compose down`), run in reverse order when dropped, whatever happened.
 #[derive(Debug, Default)]
 pub struct Cleanup {
-    commands: Vec<(String, Vec<String>, Vec<(String, String)>)>,
+    commands: Vec<Undo>,
 }
+
+/// One command of a [`Cleanup`]: program, arguments, environment.
+type Undo = (String, Vec<String>, Vec<(String, String)>);
 
 impl Cleanup {
     pub fn new() -> Self {
