@@ -4,7 +4,6 @@
 //! same to every kind of agent.
 
 use serde_json::{Map, Value, json};
-use tonic::transport::Channel;
 
 use crate::json as pbjson;
 use crate::orchestrator::v1 as pb;
@@ -33,11 +32,17 @@ pub enum HandoffError {
 /// # Errors
 /// [`HandoffError::Status`] when the call is refused or the stream breaks,
 /// [`HandoffError::Failed`] when the handoff ends with `failed`.
-pub async fn call(
-    channel: Channel,
+pub async fn call<T>(
+    channel: T,
     token: &str,
     arguments: &Map<String, Value>,
-) -> Result<Value, HandoffError> {
+) -> Result<Value, HandoffError>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
     let text = |name: &str| {
         arguments
             .get(name)

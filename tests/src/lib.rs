@@ -14,6 +14,7 @@ pub mod fake_http;
 pub mod fake_openai;
 pub mod flows;
 pub mod orchestrator;
+pub mod otlp;
 pub mod pki;
 pub mod raw;
 pub mod stats;

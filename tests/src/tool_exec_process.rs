@@ -19,8 +19,18 @@ impl ToolExecProcess {
     /// the orchestrator at `orchestrator` with the service key in `key_file`,
     /// and waits until it serves.
     pub async fn spawn(orchestrator: SocketAddr, key_file: &Path) -> Self {
+        Self::spawn_with_env(orchestrator, key_file, &[]).await
+    }
+
+    /// [`Self::spawn`] with `env` added to its environment.
+    pub async fn spawn_with_env(
+        orchestrator: SocketAddr,
+        key_file: &Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut child =
             tokio::process::Command::new(crate::built_bin("chorus-tool-exec", "chorus-tool-exec"))
+                .envs(env.iter().copied())
                 .args(["--listen", "127.0.0.1:0", "--log-format", "json"])
                 .arg("--orchestrator-addr")
                 .arg(orchestrator.to_string())

@@ -9,9 +9,12 @@ use chorus_proto::orchestrator::v1::CallToolRequest;
 use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
 use chorus_proto::tools::v1::ExecuteToolRequest;
 use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
+use chorus_telemetry::grpc::{TracedChannel, traced};
 use serde_json::{Map, Value};
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::exit::{Exit, Failure};
 use crate::usage::{Request, Route};
@@ -48,7 +51,25 @@ pub struct Answer {
     pub error: Option<Failure>,
 }
 
+/// Sends the call, in a span that continues the agent's trace (`TRACEPARENT`).
 pub async fn send(request: Request) -> Result<Answer, Failure> {
+    let span = tracing::info_span!(
+        "chorus-tools",
+        otel.name = %format!("chorus-tools {}", request.tool),
+        chorus.tool = %request.tool,
+        otel.status_code = tracing::field::Empty,
+    );
+    if let Some(parent) = chorus_telemetry::propagation::started_in() {
+        let _ = span.set_parent(parent.clone());
+    }
+    let answer = send_call(request).instrument(span.clone()).await;
+    if answer.as_ref().map_or(true, |a| a.error.is_some()) {
+        span.record("otel.status_code", "ERROR");
+    }
+    answer
+}
+
+async fn send_call(request: Request) -> Result<Answer, Failure> {
     let (service, addr) = match &request.route {
         Route::ToolExec { addr } => ("tool-exec", addr),
         Route::Orchestrator { addr } => ("orchestrator", addr),
@@ -66,7 +87,7 @@ pub async fn send(request: Request) -> Result<Answer, Failure> {
             .tls_config(tls_config()?)
             .map_err(|e| Failure::usage(format!("TLS for {service} at {addr}: {e}")))?;
     }
-    let channel = endpoint.connect().await.map_err(|e| {
+    let channel = endpoint.connect().await.map(traced).map_err(|e| {
         Failure::new(
             Exit::Unavailable,
             "unavailable",
@@ -146,10 +167,7 @@ fn name_examples_by_this_binary(output: &mut Value) {
     }
 }
 
-async fn call_orchestrator(
-    channel: tonic::transport::Channel,
-    request: Request,
-) -> Result<Answer, Failure> {
+async fn call_orchestrator(channel: TracedChannel, request: Request) -> Result<Answer, Failure> {
     if request.tool == "handoff" {
         return handoff(channel, request).await;
     }
@@ -184,7 +202,7 @@ async fn call_orchestrator(
 
 /// A handoff: one streaming call that ends when the other agent does; prints its
 /// result like any tool's, or its failure as the tool's error (exit 1).
-async fn handoff(channel: tonic::transport::Channel, request: Request) -> Result<Answer, Failure> {
+async fn handoff(channel: TracedChannel, request: Request) -> Result<Answer, Failure> {
     match chorus_proto::handoff::call(channel, &request.token, &request.arguments).await {
         Ok(output) => Ok(Answer {
             stdout: serde_json::json!({ "output": output, "metadata": {} }).to_string(),

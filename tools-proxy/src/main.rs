@@ -48,7 +48,16 @@ fn main() -> ExitCode {
                     format!("cannot start the async runtime: {e}"),
                 )
             })?;
-        runtime.block_on(call::send(request))
+        runtime.block_on(async {
+            // Spans leave only when OTEL_* asks; the agent's TRACEPARENT goes on anyway.
+            let telemetry = chorus_telemetry::init_quiet("chorus-tools");
+            let answer = call::send(request).await;
+            if let Some(telemetry) = telemetry {
+                // Flushing blocks; the runtime must keep driving the export meanwhile.
+                let _ = tokio::task::spawn_blocking(move || drop(telemetry)).await;
+            }
+            answer
+        })
     });
     match result {
         Ok(answer) => {

@@ -5,9 +5,8 @@ use chorus_auth::{ApiKey, Principal};
 use chorus_tool_exec::ToolError;
 use chorus_tool_exec::gate::{RunGate, ToolCallRecord};
 
-use crate::domain::policy;
 use crate::error::ServiceError;
-use crate::grpc::agent_tools::{authorize, record, run_of_token_text};
+use crate::grpc::agent_tools::{authorize, record_reported, run_of_token_text};
 use crate::state::AppState;
 
 /// [`RunGate`] over this process's own state.
@@ -43,8 +42,9 @@ impl RunGate for InProcessGate {
         let run = run_of_token_text(&self.state, token)
             .await
             .map_err(refused)?;
-        policy::check_recordable(&run, &call.tool).map_err(|e| refused(e.into()))?;
-        record(&self.state, &run, call).await.map_err(refused)
+        record_reported(&self.state, &run, call)
+            .await
+            .map_err(refused)
     }
 
     async fn authenticate_key(&self, key: &str) -> Result<Principal, ToolError> {

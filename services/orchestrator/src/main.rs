@@ -8,7 +8,7 @@ use anyhow::Context;
 use chorus_orchestrator::secrets::{KeySource, SECRETS_KEY_VAR};
 use chorus_orchestrator::server::{EmbeddedToolExec, OrchestratorConfig};
 use chorus_run_token::{KEY_SET_FILE, load_or_create_signer};
-use chorus_telemetry::{LogFormat, init_logging, shutdown_signal};
+use chorus_telemetry::{LogFormat, shutdown_signal};
 use chorus_tool_exec::Limits;
 use clap::Parser;
 use tracing::{info, warn};
@@ -118,7 +118,14 @@ fn secrets_key(cli: &Cli) -> Option<KeySource> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    // Telemetry's OTLP client lives on the runtime.
+    let telemetry = {
+        let _entered = runtime.enter();
+        chorus_telemetry::init("chorus-orchestrator", cli.log_format)
+    };
     chorus_orchestrator::owner_only::secure_data_dir(&cli.data_dir)
         .with_context(|| format!("creating the data directory {}", cli.data_dir.display()))?;
     let signer = load_or_create_signer(&cli.data_dir).with_context(|| {
@@ -133,9 +140,6 @@ fn main() -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| cli.data_dir.join("chorus.db").display().to_string());
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
     let served = runtime.block_on(async move {
         // Bind every listener before serving anything.
         let listener = tokio::net::TcpListener::bind(cli.listen).await.with_context(|| format!("binding {}", cli.listen))?;
@@ -184,7 +188,9 @@ fn main() -> anyhow::Result<()> {
         chorus_orchestrator::server::run(listener, config, shutdown_signal()).await
     });
     // Calls had their grace period in `run`; a tool thread of the embedded
-    // tool-exec stuck in the kernel must not keep the process alive.
+    // tool-exec stuck in the kernel must not keep the process alive. Spans and
+    // metrics are flushed first, while the runtime still runs.
+    drop(telemetry);
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     served
 }

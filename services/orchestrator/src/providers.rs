@@ -99,6 +99,8 @@ pub struct RunContext {
     pub clock: RunClock,
     pub timeout: Duration,
     pub stop: CancellationToken,
+    /// The run's span (its agent process continues it through `TRACEPARENT`).
+    pub span: tracing::Span,
 }
 
 /// A run's time limit. The clock stops while the run waits for a handoff: a

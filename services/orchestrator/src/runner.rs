@@ -15,6 +15,7 @@ pub mod process;
 pub mod recover;
 mod start;
 pub mod tools;
+mod trace;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -25,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{Instrument as _, warn};
 
 use crate::domain::{RunId, TaskId};
 use crate::providers::openai::ApiLimits;
@@ -115,6 +116,7 @@ impl RunnerConfig {
             pass_env: DEFAULT_PASS_ENV
                 .iter()
                 .chain(&chorus_sandbox::NETWORK_ENV)
+                .chain(&chorus_telemetry::EXPORT_ENV)
                 .map(|s| (*s).to_owned())
                 .collect(),
             api: ApiLimits::default(),
@@ -212,6 +214,8 @@ impl CliSetup {
         if let Some(ca) = &self.tls_ca {
             env.push(("CHORUS_TLS_CA".to_owned(), ca.display().to_string()));
         }
+        // chorus-tools continues the run's trace.
+        env.extend(chorus_telemetry::propagation::env_of(&ctx.span));
         env.extend(self.passed.iter().cloned());
         env
     }
@@ -248,7 +252,8 @@ impl CliSetup {
 }
 
 /// The TCP ports a CLI may connect to: the Chorus services (`host:port`), its
-/// model endpoint (443 without a base URL) and the proxies among `passed`.
+/// model endpoint (443 without a base URL), and the proxies and the OTLP
+/// collector among `passed`.
 fn cli_ports(services: [&str; 2], base_url: Option<&str>, passed: &[(String, String)]) -> Vec<u16> {
     let mut ports: Vec<u16> = Vec::new();
     for addr in services {
@@ -264,7 +269,12 @@ fn cli_ports(services: [&str; 2], base_url: Option<&str>, passed: &[(String, Str
         None => ports.push(443),
     }
     for (name, value) in passed {
-        if name.to_ascii_lowercase().ends_with("_proxy") && !name.eq_ignore_ascii_case("no_proxy") {
+        let proxy =
+            name.to_ascii_lowercase().ends_with("_proxy") && !name.eq_ignore_ascii_case("no_proxy");
+        // chorus-tools exports its spans where the service exports its own.
+        let collector = name.starts_with("OTEL_EXPORTER_OTLP_") && name.ends_with("_ENDPOINT")
+            || name == "OTEL_EXPORTER_OTLP_ENDPOINT";
+        if proxy || collector {
             ports.extend(url_port(value));
         }
     }
@@ -401,6 +411,8 @@ impl Runner {
                 },
             );
         let runner = Arc::clone(self);
+        // The call that starts the run (a handoff's parent, or StartTask).
+        let caller = tracing::Span::current();
         tokio::spawn(async move {
             // Unregisters and signals the end even if the driver panics.
             let _guard = LiveGuard {
@@ -408,7 +420,12 @@ impl Runner {
                 run_id,
                 done,
             };
-            driver::drive(&state, &runner, ctx, message).await;
+            let mut ctx = ctx;
+            ctx.span = trace::run_span(&state, &ctx, parent.is_some(), &caller).await;
+            let span = ctx.span.clone();
+            driver::drive(&state, &runner, ctx, message)
+                .instrument(span)
+                .await;
         });
     }
 
@@ -513,7 +530,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cli_may_reach_the_services_its_model_and_its_proxies_only() {
+    fn a_cli_may_reach_the_services_its_model_its_proxies_and_the_collector_only() {
         let passed = [
             (
                 "HTTPS_PROXY".to_owned(),
@@ -521,6 +538,11 @@ mod tests {
             ),
             ("no_proxy".to_owned(), "localhost:9999".to_owned()),
             ("LANG".to_owned(), "C.UTF-8".to_owned()),
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
+                "http://collector:4317".to_owned(),
+            ),
+            ("OTEL_TRACES_SAMPLER_ARG".to_owned(), "0.5".to_owned()),
         ];
         assert_eq!(
             cli_ports(
@@ -528,7 +550,7 @@ mod tests {
                 Some("http://127.0.0.1:11434/v1"),
                 &passed
             ),
-            [3128, 11434, 50051, 50052]
+            [3128, 4317, 11434, 50051, 50052]
         );
         // No base URL: the provider's default endpoint over https.
         assert_eq!(

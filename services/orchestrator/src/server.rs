@@ -15,7 +15,7 @@ use chorus_tool_exec::gate::RunGate;
 use chorus_tool_exec::{Limits, ToolExecConfig};
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
-use tracing::{info, info_span, warn};
+use tracing::{info, warn};
 
 use crate::domain::RootPolicy;
 use crate::embedded::InProcessGate;
@@ -134,6 +134,24 @@ pub async fn run(
     if let Some(file) = &config.tool_exec_key_file {
         crate::auth::bootstrap::accept_tool_exec_key(&store, file).await?;
     }
+    // Database pool use, observed when metrics are collected (while served).
+    let pool_store = store.clone();
+    let _pool_gauge = chorus_telemetry::metrics()
+        .meter()
+        .i64_observable_gauge("chorus.db.pool.connections")
+        .with_description("Database connections of the pool, by state (used or idle)")
+        .with_callback(move |observer| {
+            let (open, idle) = pool_store.pool_use();
+            observer.observe(
+                i64::from(open.saturating_sub(idle)),
+                &[opentelemetry::KeyValue::new("state", "used")],
+            );
+            observer.observe(
+                i64::from(idle),
+                &[opentelemetry::KeyValue::new("state", "idle")],
+            );
+        })
+        .build();
     let processes = chorus_sandbox::Sandbox::start(config.sandbox).await;
     let mut state = AppState::new(store, config.signer, config.runner, processes.clone());
     state.roots = config.workspace_roots;
@@ -182,7 +200,8 @@ pub async fn run(
         builder = builder.tls_config(tls.config()?)?;
     }
     let server = builder
-        .trace_fn(|request| info_span!("grpc", method = %request.uri().path()))
+        // Outermost: every call is traced and measured, refused ones too.
+        .layer(chorus_telemetry::grpc::ServerLayer)
         .layer(MessageLimitLayer::new(
             message_bytes,
             "send less: orchestration calls carry text, never whole files",

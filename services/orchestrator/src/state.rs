@@ -65,6 +65,16 @@ impl AppState {
     /// Announces committed events to live watchers. Call after every store write
     /// that returned events.
     pub fn publish(&self, events: &[Event]) {
+        let appended = &chorus_telemetry::metrics().events_appended;
+        for event in events {
+            appended.add(
+                1,
+                &[opentelemetry::KeyValue::new(
+                    "chorus.event",
+                    event.kind.as_str(),
+                )],
+            );
+        }
         self.hub.publish(events);
     }
 }

@@ -201,6 +201,12 @@ impl Store {
         self.backend
     }
 
+    /// Connections of the pool: (open, idle).
+    pub fn pool_use(&self) -> (u32, u32) {
+        let state = self.pool.state();
+        (state.connections, state.idle_connections)
+    }
+
     /// Runs `f` on a pooled connection, off the async threads (reads: one query
     /// each, or a few whose races are harmless).
     async fn with_conn<T, F>(&self, f: F) -> Result<T, StoreError>

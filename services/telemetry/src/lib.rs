@@ -1,6 +1,17 @@
-//! What every Chorus service binary does the same way: logging set-up and the
-//! signals that start a graceful shutdown. (OpenTelemetry export joins here.)
+//! What every Chorus binary does the same way: logs, OpenTelemetry traces and
+//! metrics (exported over OTLP when the standard `OTEL_*` variables say so),
+//! W3C trace context across gRPC calls and processes, and the signals that
+//! start a graceful shutdown.
 #![forbid(unsafe_code)]
+
+pub mod grpc;
+mod logs;
+pub mod metrics;
+mod otel;
+pub mod propagation;
+
+pub use metrics::metrics;
+pub use otel::{EXPORT_ENV, Export, Telemetry, init, init_quiet};
 
 use tracing::warn;
 
@@ -9,19 +20,6 @@ use tracing::warn;
 pub enum LogFormat {
     Text,
     Json,
-}
-
-/// Installs the global subscriber: `RUST_LOG` filter (default `info`), text or JSON on stderr.
-pub fn init_logging(format: LogFormat) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C (SIGINT).

@@ -20,9 +20,9 @@ use chorus_proto::orchestrator::v1::{
 };
 use chorus_proto::{json, limits};
 use chorus_run_token::RunTokenVerifier;
+use chorus_telemetry::grpc::{TracedChannel, traced};
 use serde_json::Value;
 use tonic::metadata::MetadataValue;
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::error::ToolError;
@@ -48,7 +48,7 @@ pub trait RunGate: Send + Sync + Debug {
 /// The orchestrator's `AgentTools` service as the gate.
 #[derive(Clone)]
 pub struct OrchestratorGate {
-    client: AgentToolsClient<Channel>,
+    client: AgentToolsClient<TracedChannel>,
     addr: String,
     /// tool-exec's own API key (role tool-exec), the credential of every call
     /// (None: its client certificate is).
@@ -76,7 +76,7 @@ impl OrchestratorGate {
             .connect_lazy();
         Ok(Self {
             // Its answers are small; its records are cut before they are sent.
-            client: AgentToolsClient::new(channel)
+            client: AgentToolsClient::new(traced(channel))
                 .max_decoding_message_size(limits::DEFAULT_MESSAGE_BYTES),
             addr: tls.url(addr),
             service_key: service_key.map(|k| k.trim().to_owned()),

@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
-use tracing::{error, info, warn};
+use tracing::{Instrument as _, error, info, info_span, warn};
 
 use crate::context::ToolOutcome;
 use crate::error::ToolError;
@@ -68,7 +68,10 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
         // executes nothing and is not recorded here (the orchestrator records
         // denials itself).
         if let Some(gate) = &self.gate
-            && let Err(err) = gate.authorize(&token, &tool).await
+            && let Err(err) = gate
+                .authorize(&token, &tool)
+                .instrument(info_span!("authorize", chorus.tool = %tool))
+                .await
         {
             warn!(run_id = %grant.run_id, agent = %grant.agent, tool = %tool, code = ?err.code(), error = %err, "run gate refused the call");
             return Err(err.into());
@@ -79,13 +82,11 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
         // tool, and what it did is still recorded.
         let caller_gone = CancellationToken::new();
         let _stop_when_caller_leaves = caller_gone.clone().drop_guard();
-        let call = tokio::spawn(self.clone().execute_and_record(
-            token,
-            grant,
-            tool,
-            arguments,
-            caller_gone,
-        ));
+        let call = tokio::spawn(
+            self.clone()
+                .execute_and_record(token, grant, tool, arguments, caller_gone)
+                .instrument(tracing::Span::current()),
+        );
         let result = call
             .await
             .map_err(|e| ToolError::Internal(format!("tool call task failed: {e}")))?;
@@ -144,11 +145,21 @@ impl ToolExecService {
     ) -> Result<ToolOutcome, ToolError> {
         let (run_id, agent) = (grant.run_id.clone(), grant.agent.clone());
         let started = Instant::now();
+        let span = info_span!(
+            "execute",
+            otel.name = %format!("execute {tool}"),
+            chorus.tool = %tool,
+            chorus.run_id = %run_id,
+            chorus.agent = %agent,
+            chorus.outcome = tracing::field::Empty,
+        );
         let result = self
             .runner
             .execute_until(grant, &tool, arguments.clone(), &caller_gone)
+            .instrument(span.clone())
             .await;
-        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let elapsed = started.elapsed();
+        let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         let (status, output) = match &result {
             Ok(outcome) => (
                 outcome
@@ -165,6 +176,8 @@ impl ToolExecService {
                 err.to_string(),
             ),
         };
+        span.record("chorus.outcome", status.as_str());
+        chorus_telemetry::metrics().tool_call(&tool, &status, elapsed.as_secs_f64());
         match &result {
             Ok(_) => {
                 info!(run_id = %run_id, agent = %agent, tool = %tool, status = %status, duration_ms, "tool executed")
@@ -175,7 +188,11 @@ impl ToolExecService {
         }
         if let Some(gate) = &self.gate {
             let record = ToolCallRecord::new(&tool, &arguments, status, duration_ms, &output);
-            if let Err(err) = gate.record(&token, record).await {
+            if let Err(err) = gate
+                .record(&token, record)
+                .instrument(info_span!("record", chorus.tool = %tool))
+                .await
+            {
                 // The call has happened; its answer still goes back to the agent.
                 error!(run_id = %run_id, tool = %tool, error = %err, "could not record the tool call in the task history");
             }

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use chorus_run_token::{
     KEY_SET_FILE, PUBLIC_KEY_FILE, RunGrant, RunTokenVerifier, load_or_create_signer, load_verifier,
 };
-use chorus_telemetry::{LogFormat, init_logging, shutdown_signal};
+use chorus_telemetry::{LogFormat, shutdown_signal};
 use chorus_tool_exec::gate::{OrchestratorGate, RunGate};
 use chorus_tool_exec::{Limits, ToolExecConfig};
 use clap::{Args, Parser, Subcommand};
@@ -166,7 +166,14 @@ fn mint(args: MintArgs) -> anyhow::Result<()> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    init_logging(args.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    // Telemetry's OTLP client lives on the runtime.
+    let telemetry = {
+        let _entered = runtime.enter();
+        chorus_telemetry::init("chorus-tool-exec", args.log_format)
+    };
     let (verifier, gate) = match (&args.orchestrator_addr, args.standalone) {
         (Some(addr), _) => {
             // Its credential: an API key of role tool-exec, or a client certificate
@@ -215,9 +222,6 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             args.bash_max_timeout_secs
         );
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
     let served = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
@@ -242,6 +246,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         };
         chorus_tool_exec::run(listener, config, shutdown_signal()).await
     });
+    // Spans and metrics are flushed while the runtime still runs.
+    drop(telemetry);
     // Calls had their grace period in `run`; a tool thread still stuck in the
     // kernel must not keep the process alive (dropping the runtime would wait).
     runtime.shutdown_timeout(Duration::from_secs(1));

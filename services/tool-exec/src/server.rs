@@ -12,7 +12,7 @@ use chorus_proto::tools::v1::tool_exec_server::ToolExecServer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
-use tracing::{info, info_span, warn};
+use tracing::{info, warn};
 
 use crate::auth::ToolExecAuthenticator;
 use crate::config::ToolExecConfig;
@@ -72,7 +72,8 @@ pub async fn run(
     }
     let serve_stop = stop.clone();
     let server = builder
-        .trace_fn(|request| info_span!("grpc", method = %request.uri().path()))
+        // Outermost: every call is traced and measured, refused ones too.
+        .layer(chorus_telemetry::grpc::ServerLayer)
         .layer(MessageLimitLayer::new(
             message_bytes,
             config.limits.message_hint(),

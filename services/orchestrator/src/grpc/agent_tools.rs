@@ -45,10 +45,6 @@ impl AgentToolsService {
         authorize(&self.state, run, tool).await
     }
 
-    async fn record(&self, run: &Run, call: ToolCallRecord) -> Result<(), ServiceError> {
-        record(&self.state, run, call).await
-    }
-
     /// Executes one orchestration tool for `run`.
     async fn execute(
         &self,
@@ -232,14 +228,16 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         });
         let started = Instant::now();
         let result = self.execute(&run, &tool, arguments.clone()).await;
-        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let elapsed = started.elapsed();
+        let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         let (status, output) = match &result {
             Ok(output) => ("ok", output.to_string()),
             Err(e) => (chorus_proto::code_name(e.code()), e.to_string()),
         };
+        chorus_telemetry::metrics().tool_call(&tool, status, elapsed.as_secs_f64());
         info!(run_id = %run.id, agent = %run.agent, tool = %tool, status = %status, "orchestration tool called");
         let call = ToolCallRecord::new(&tool, &arguments, status, duration_ms, &output);
-        self.record(&run, call).await?;
+        record(&self.state, &run, call).await?;
         let output = result?;
         let metadata = json::to_struct(serde_json::Map::from_iter([(
             "duration_ms".to_owned(),
@@ -267,8 +265,6 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
     ) -> Result<Response<pb::RecordToolCallResponse>, Status> {
         let r = request.into_inner();
         let run = run_of_token_text(&self.state, &r.run_token).await?;
-        // Nothing is recorded for a run that has ended.
-        policy::check_recordable(&run, &r.tool).map_err(ServiceError::from)?;
         let call = ToolCallRecord {
             input: r
                 .input
@@ -280,7 +276,7 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
             output_excerpt: r.output_excerpt,
             output_bytes: r.output_bytes,
         };
-        self.record(&run, call).await?;
+        record_reported(&self.state, &run, call).await?;
         Ok(Response::new(pb::RecordToolCallResponse {}))
     }
 
@@ -376,6 +372,28 @@ pub(crate) async fn record(
     let events = state
         .store
         .append_events(run.task_id, vec![policy::tool_executed(run, call)])
+        .await?;
+    state.publish(&events);
+    Ok(())
+}
+
+/// Records a call tool-exec reports for `run`, unless the run has ended or
+/// never held the tool. Checked under the task's lock, so that no call is
+/// recorded after the event that ends its run.
+pub(crate) async fn record_reported(
+    state: &AppState,
+    run: &Run,
+    call: ToolCallRecord,
+) -> Result<(), ServiceError> {
+    policy::check_recordable(run, &call.tool)?;
+    let tool = call.tool.clone();
+    let draft = policy::tool_executed(run, call);
+    let (_, _, events) = state
+        .store
+        .change_run(run.id, move |run, _| {
+            policy::check_recordable(run, &tool)?;
+            Ok(vec![draft])
+        })
         .await?;
     state.publish(&events);
     Ok(())

@@ -12,7 +12,7 @@ use std::time::Duration;
 use chorus_catalog::Executor;
 use serde_json::{Value, json};
 use tokio::time::sleep;
-use tracing::{debug, warn};
+use tracing::{Instrument as _, debug, warn};
 
 use super::{Attempt, AttemptEnd, AttemptError, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
 use crate::domain::{AgentKind, Usage};
@@ -147,8 +147,20 @@ pub async fn attempt(
             "stream": false,
         });
         debug!(run_id = %ctx.run_id, turn, "model request");
-        let answer = post(client, limits, ctx, &url, &body, &end).await?;
-        end.usage.add(usage_of(&answer));
+        let span = model_span(ctx, model);
+        let answer = match post(client, limits, ctx, &url, &body, &end)
+            .instrument(span.clone())
+            .await
+        {
+            Ok(answer) => answer,
+            Err(e) => {
+                span.record("otel.status_code", "ERROR");
+                return Err(e);
+            }
+        };
+        let usage = usage_of(&answer);
+        answered(&span, &answer, &usage);
+        end.usage.add(usage);
         let message = answer
             .pointer("/choices/0/message")
             .cloned()
@@ -257,6 +269,41 @@ pub async fn attempt(
 
 fn error_content(code: &str, message: &str) -> String {
     json!({ "error": { "code": code, "message": message } }).to_string()
+}
+
+/// A model request's span, with the GenAI conventions' attributes.
+fn model_span(ctx: &RunContext, model: &str) -> tracing::Span {
+    tracing::info_span!(
+        "chat",
+        otel.name = %format!("chat {model}"),
+        otel.kind = "client",
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = %ctx.provider.kind.as_str(),
+        gen_ai.request.model = %model,
+        gen_ai.agent.name = %ctx.agent,
+        gen_ai.response.id = tracing::field::Empty,
+        gen_ai.response.model = tracing::field::Empty,
+        gen_ai.response.finish_reasons = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    )
+}
+
+/// What the answer says about itself, on its span.
+fn answered(span: &tracing::Span, answer: &Value, usage: &Usage) {
+    let text = |pointer: &str| answer.pointer(pointer).and_then(Value::as_str);
+    if let Some(id) = text("/id") {
+        span.record("gen_ai.response.id", id);
+    }
+    if let Some(model) = text("/model") {
+        span.record("gen_ai.response.model", model);
+    }
+    if let Some(reason) = text("/choices/0/finish_reason") {
+        span.record("gen_ai.response.finish_reasons", reason);
+    }
+    span.record("gen_ai.usage.input_tokens", usage.input_tokens);
+    span.record("gen_ai.usage.output_tokens", usage.output_tokens);
 }
 
 fn usage_of(answer: &Value) -> Usage {

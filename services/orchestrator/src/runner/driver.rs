@@ -575,13 +575,30 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
         .await;
     match end {
         Ok((run, _task, events)) => {
+            // The run's own end event is the last run event (its handoff
+            // children's come before it); none: it had been ended already.
+            let how = events
+                .iter()
+                .rev()
+                .find_map(|e| match e.kind {
+                    EventKind::AgentCompleted => Some("completed"),
+                    EventKind::RunFailed => Some("failed"),
+                    EventKind::RunCanceled => Some("canceled"),
+                    EventKind::RunInterrupted => Some("interrupted"),
+                    _ => None,
+                })
+                .unwrap_or("canceled");
+            super::trace::ended(&ctx.span, ctx, how, Some(&run));
             state.publish(&events);
             info!(run_id = %run.id, reason = run.end_reason.as_deref().unwrap_or(""), "run ended");
             if let Some(parent) = run.parent {
                 state.runner.resume_clock(parent);
             }
         }
-        Err(e) => warn!(run_id = %ctx.run_id, error = %e, "cannot record the end of a run"),
+        Err(e) => {
+            super::trace::ended(&ctx.span, ctx, "unrecorded", None);
+            warn!(run_id = %ctx.run_id, error = %e, "cannot record the end of a run");
+        }
     }
     // Its handoff children were canceled with it: stop their processes too.
     state.runner.stop_descendants(ctx.run_id).await;

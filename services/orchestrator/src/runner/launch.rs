@@ -192,6 +192,7 @@ impl Launch {
             clock: RunClock::start(self.timeout),
             timeout: self.timeout,
             stop: state.shutdown.child_token(),
+            span: tracing::Span::none(),
         };
         info!(run_id = %run.id, task_id = %run.task_id, agent = %run.agent, parent = ?run.parent, provider = %ctx.provider.name, kind = ctx.provider.kind.as_str(), "starting agent");
         runner.launch(state.clone(), ctx, run.parent, message);

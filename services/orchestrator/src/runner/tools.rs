@@ -15,9 +15,9 @@ use chorus_proto::orchestrator::v1::CallToolRequest;
 use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
 use chorus_proto::tools::v1::ExecuteToolRequest;
 use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
+use chorus_telemetry::grpc::{TracedChannel, traced};
 use serde_json::{Map, Value, json};
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::Channel;
 
 /// A tool call that did not succeed: the gRPC code name and the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,18 +29,19 @@ pub struct ToolCallError {
 /// Sends one run's tool calls.
 #[derive(Debug, Clone)]
 pub struct ToolRouter {
-    tool_exec: Option<Channel>,
-    orchestrator: Channel,
+    tool_exec: Option<TracedChannel>,
+    orchestrator: TracedChannel,
     bearer: MetadataValue<Ascii>,
 }
 
-fn channel(addr: &str, tls: &ClientTls) -> Result<Channel, String> {
-    Ok(tls
-        .endpoint(addr)
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .connect_lazy())
+fn channel(addr: &str, tls: &ClientTls) -> Result<TracedChannel, String> {
+    Ok(traced(
+        tls.endpoint(addr)
+            .map_err(|e| e.to_string())?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .connect_lazy(),
+    ))
 }
 
 impl ToolRouter {

@@ -59,6 +59,8 @@ diesel::table! {
         created_ms -> BigInt,
         updated_ms -> BigInt,
         last_sequence -> BigInt,
+        /// `traceparent` of the task's trace.
+        trace_context -> Nullable<Text>,
     }
 }
 

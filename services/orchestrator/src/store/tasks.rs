@@ -44,6 +44,19 @@ impl Store {
         description: String,
         source: TaskSource,
     ) -> Result<(Task, Vec<Event>), StoreError> {
+        self.create_traced_task(workspace, description, source, None)
+            .await
+    }
+
+    /// [`Self::create_task`], keeping `trace_context` (a W3C `traceparent`)
+    /// as the trace the task's work continues.
+    pub async fn create_traced_task(
+        &self,
+        workspace: WorkspaceId,
+        description: String,
+        source: TaskSource,
+        trace_context: Option<String>,
+    ) -> Result<(Task, Vec<Event>), StoreError> {
         Task::check_description(&description)?;
         self.write(move |conn| {
             ensure_workspace(conn, workspace)?;
@@ -71,7 +84,10 @@ impl Store {
             };
             or_missing(
                 diesel::insert_into(tasks::table)
-                    .values(TaskRow::from_domain(&task)?)
+                    .values((
+                        TaskRow::from_domain(&task)?,
+                        tasks::trace_context.eq(trace_context),
+                    ))
                     .execute(conn),
                 "workspace",
                 workspace,
@@ -81,6 +97,20 @@ impl Store {
                 .execute(conn)
                 .db()?;
             Ok((task, vec![event]))
+        })
+        .await
+    }
+
+    /// The `traceparent` of the task's trace, if it was created with one.
+    pub async fn task_trace_context(&self, id: TaskId) -> Result<Option<String>, StoreError> {
+        self.with_conn(move |conn| {
+            tasks::table
+                .find(id.to_string())
+                .select(tasks::trace_context)
+                .first(conn)
+                .optional()
+                .db()?
+                .ok_or_else(|| StoreError::not_found("task", id))
         })
         .await
     }

@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
+use tracing::Instrument as _;
 
 use crate::domain::{DomainError, Event, EventKind, TaskStatus, policy};
 use crate::error::ServiceError;
@@ -30,10 +31,26 @@ pub(super) async fn create(
     req: pb::CreateTaskRequest,
 ) -> Result<pb::Task, ServiceError> {
     let workspace = convert::workspace_id("workspace_id", &req.workspace_id)?;
+    // The task's trace: its runs' spans continue this one (which continues the
+    // caller's trace when the call carried one).
+    let span = tracing::info_span!(
+        "task",
+        otel.name = "task",
+        chorus.workspace_id = %workspace,
+        chorus.task_id = tracing::field::Empty,
+    );
+    let trace = chorus_telemetry::propagation::traceparent(&span);
     let (task, events) = state
         .store
-        .create_task(workspace, req.description, convert::source_from(req.source))
+        .create_traced_task(
+            workspace,
+            req.description,
+            convert::source_from(req.source),
+            trace,
+        )
+        .instrument(span.clone())
         .await?;
+    span.record("chorus.task_id", task.id.to_string());
     state.publish(&events);
     Ok(convert::task(&task))
 }
@@ -187,12 +204,30 @@ pub(super) async fn watch(
     let (store, hub) = (state.store.clone(), state.hub.clone());
     let (after, follow) = (req.after_sequence, req.follow);
     let producer = tokio::spawn(async move {
+        let _watching = Watching::new();
         history::watch_task(&store, &hub, task, after, follow, tx, cancel).await
     });
     Ok(TaskEventStream {
         events: ReceiverStream::new(rx),
         producer: Some(producer),
     })
+}
+
+/// One open WatchTask stream, counted in the `chorus.watchers` metric while
+/// its producer lives.
+struct Watching;
+
+impl Watching {
+    fn new() -> Self {
+        chorus_telemetry::metrics().watchers.add(1, &[]);
+        Self
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        chorus_telemetry::metrics().watchers.add(-1, &[]);
+    }
 }
 
 /// The WatchTask stream: the events the producer sends, converted to the wire;

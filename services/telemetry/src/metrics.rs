@@ -1,0 +1,144 @@
+//! The instruments every Chorus process records into. They come from the global
+//! meter provider the first time [`metrics`] is called, so call [`crate::init`]
+//! first; without it (tests) they record nowhere.
+
+use std::sync::OnceLock;
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Histogram, Meter, UpDownCounter};
+
+/// Seconds, the unit of every duration.
+const SECONDS: &str = "s";
+
+/// Bucket bounds (seconds) for calls and runs, from 1 ms to 1 h.
+const DURATION_BOUNDS: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0, 600.0,
+    3600.0,
+];
+
+/// Bucket bounds for token counts (the GenAI conventions' advice).
+const TOKEN_BOUNDS: [f64; 14] = [
+    1.0,
+    4.0,
+    16.0,
+    64.0,
+    256.0,
+    1024.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    16_777_216.0,
+    67_108_864.0,
+];
+
+#[derive(Debug)]
+pub struct Metrics {
+    meter: Meter,
+    /// `rpc.server.call.duration`: every RPC served, by service, method and code.
+    pub rpc_duration: Histogram<f64>,
+    /// `chorus.runs.started`, by agent and provider.
+    pub runs_started: Counter<u64>,
+    /// `chorus.runs.active`.
+    pub runs_active: UpDownCounter<i64>,
+    /// `chorus.runs.ended`, by agent and reason.
+    pub runs_ended: Counter<u64>,
+    /// `chorus.tool.calls`, by tool and outcome.
+    pub tool_calls: Counter<u64>,
+    /// `chorus.tool.duration`, by tool and outcome.
+    pub tool_duration: Histogram<f64>,
+    /// `chorus.handoff.duration`, by target agent and outcome.
+    pub handoff_duration: Histogram<f64>,
+    /// `gen_ai.client.token.usage`, by token type, provider, model and agent.
+    pub tokens: Histogram<u64>,
+    /// `chorus.model.cost`: US dollars a provider reported, by provider and agent.
+    pub cost: Counter<f64>,
+    /// `chorus.events.appended`, by kind.
+    pub events_appended: Counter<u64>,
+    /// `chorus.watchers`: WatchTask streams open.
+    pub watchers: UpDownCounter<i64>,
+}
+
+impl Metrics {
+    fn new(meter: Meter) -> Self {
+        Self {
+            rpc_duration: meter
+                .f64_histogram("rpc.server.call.duration")
+                .with_unit(SECONDS)
+                .with_description("Duration of RPCs served, streams until their end")
+                .with_boundaries(DURATION_BOUNDS.to_vec())
+                .build(),
+            runs_started: meter
+                .u64_counter("chorus.runs.started")
+                .with_description("Agent runs started")
+                .build(),
+            runs_active: meter
+                .i64_up_down_counter("chorus.runs.active")
+                .with_description("Agent runs running now")
+                .build(),
+            runs_ended: meter
+                .u64_counter("chorus.runs.ended")
+                .with_description("Agent runs ended, by reason")
+                .build(),
+            tool_calls: meter
+                .u64_counter("chorus.tool.calls")
+                .with_description("Tool calls, by tool and outcome")
+                .build(),
+            tool_duration: meter
+                .f64_histogram("chorus.tool.duration")
+                .with_unit(SECONDS)
+                .with_description("Duration of tool calls")
+                .with_boundaries(DURATION_BOUNDS.to_vec())
+                .build(),
+            handoff_duration: meter
+                .f64_histogram("chorus.handoff.duration")
+                .with_unit(SECONDS)
+                .with_description("Duration of handoffs, from the call to the child's end")
+                .with_boundaries(DURATION_BOUNDS.to_vec())
+                .build(),
+            tokens: meter
+                .u64_histogram("gen_ai.client.token.usage")
+                .with_unit("{token}")
+                .with_description("Tokens used by model requests")
+                .with_boundaries(TOKEN_BOUNDS.to_vec())
+                .build(),
+            cost: meter
+                .f64_counter("chorus.model.cost")
+                .with_unit("USD")
+                .with_description("Model cost providers reported")
+                .build(),
+            events_appended: meter
+                .u64_counter("chorus.events.appended")
+                .with_description("Task history events appended")
+                .build(),
+            watchers: meter
+                .i64_up_down_counter("chorus.watchers")
+                .with_description("WatchTask streams open")
+                .build(),
+            meter,
+        }
+    }
+
+    /// The meter, for instruments a service observes itself (database pool use).
+    pub fn meter(&self) -> &Meter {
+        &self.meter
+    }
+
+    /// One tool call: counted and timed.
+    pub fn tool_call(&self, tool: &str, outcome: &str, seconds: f64) {
+        let attributes = [
+            KeyValue::new("chorus.tool", tool.to_owned()),
+            KeyValue::new("chorus.outcome", outcome.to_owned()),
+        ];
+        self.tool_calls.add(1, &attributes);
+        self.tool_duration.record(seconds, &attributes);
+    }
+}
+
+/// The process's instruments.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(|| Metrics::new(opentelemetry::global::meter("chorus")))
+}
