@@ -7,6 +7,9 @@
 //! The tests run only with `CHORUS_TEST_CONTAINERS=1`; otherwise they say why
 //! and pass.
 
+pub mod compose;
+pub mod kube;
+
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -530,4 +533,12 @@ pub fn event_summary(events: &[Value]) -> Vec<String> {
             line
         })
         .collect()
+}
+
+/// A port on 127.0.0.1 that nothing listened on a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
 }

@@ -15,8 +15,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use chorus_tests::containers::compose::{Compose, spans, wait_healthy};
+use chorus_tests::containers::kube::{for_kube_play, grpc_probes};
 use chorus_tests::containers::{
-    Cleanup, Grpcurl, event_summary, images, logs, podman, published, repo_root, run,
+    Cleanup, Grpcurl, event_summary, free_port, images, logs, podman, published, repo_root, run,
     stand_in_image, try_run, unique, wait_serving,
 };
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
@@ -274,93 +276,6 @@ async fn the_orchestrator_image_serves_grpcurl_and_runs_a_task_in_its_sandbox() 
     );
 }
 
-/// The manifests of deploy/k8s as `podman kube play` takes them: the images
-/// built here, a host port for each container port (on 127.0.0.1), names of this
-/// test's own, one replica, and the Secret's files from a host directory —
-/// podman 4.3 cannot mount a Secret volume (it crashes), so the keys volume
-/// becomes a hostPath of the same files.
-fn for_kube_play(
-    manifest: &str,
-    images: &[(&str, &str)],
-    ports: &[(u16, u16)],
-    keys: &Path,
-    prefix: &str,
-) -> String {
-    let mut out = Vec::new();
-    let mut lines = manifest.lines().peekable();
-    while let Some(line) = lines.next() {
-        let indent = line.len() - line.trim_start().len();
-        let pad = " ".repeat(indent);
-        let trimmed = line.trim();
-        if let Some(image) = trimmed.strip_prefix("image: ")
-            && let Some((_, local)) = images.iter().find(|(name, _)| *name == image)
-        {
-            out.push(format!("{pad}image: {local}"));
-        } else if let Some(port) = trimmed.strip_prefix("containerPort: ") {
-            out.push(line.to_owned());
-            let port: u16 = port.parse().expect("port");
-            let host = ports
-                .iter()
-                .find(|(p, _)| *p == port)
-                .map(|(_, h)| *h)
-                .expect("a host port for each container port");
-            out.push(format!("{pad}hostPort: {host}"));
-            out.push(format!("{pad}hostIP: 127.0.0.1"));
-        } else if trimmed == "secret:" {
-            // Skip the Secret volume's own lines.
-            while lines
-                .peek()
-                .is_some_and(|next| next.len() - next.trim_start().len() > indent)
-            {
-                lines.next();
-            }
-            out.push(format!("{pad}hostPath:"));
-            out.push(format!("{pad}  path: {}", keys.display()));
-            out.push(format!("{pad}  type: Directory"));
-        } else if trimmed.starts_with("replicas: ") {
-            out.push(format!("{pad}replicas: 1"));
-        } else {
-            // Names of this test's own: claims, config, deployments (the pods).
-            // (podman makes a named volume of each emptyDir, by its name.)
-            out.push(
-                line.replace("name: chorus-", &format!("name: {prefix}-"))
-                    .replace("claimName: chorus-", &format!("claimName: {prefix}-"))
-                    .replace("name: tmp", &format!("name: {prefix}-tmp")),
-            );
-        }
-    }
-    out.join("\n") + "\n"
-}
-
-/// The `grpc:` probes of a manifest: (probe kind, port, service).
-fn grpc_probes(manifest: &str) -> Vec<(String, u16, String)> {
-    let lines: Vec<&str> = manifest.lines().map(str::trim).collect();
-    let mut probes = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        if *line == "grpc:" && i > 0 {
-            let kind = lines[i - 1].trim_end_matches(':').to_owned();
-            let port = lines[i + 1]
-                .strip_prefix("port: ")
-                .and_then(|p| p.parse().ok())
-                .expect("port after grpc:");
-            let service = lines[i + 2]
-                .strip_prefix("service: ")
-                .expect("service after port")
-                .trim_matches('"')
-                .to_owned();
-            probes.push((kind, port, service));
-        }
-    }
-    probes
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
     if !chorus_tests::containers::enabled("the podman kube play test") {
@@ -479,85 +394,6 @@ async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
     eprintln!("the podman kube play test took {:.1?}", started.elapsed());
 }
 
-/// deploy/compose.yaml with the test's override, under podman-compose.
-struct Compose {
-    project: String,
-    files: [String; 2],
-    env: Vec<(String, String)>,
-}
-
-impl Compose {
-    fn command(&self, args: &[&str]) -> (Vec<String>, Vec<(String, String)>) {
-        let mut all = vec!["-p".to_owned(), self.project.clone()];
-        for file in &self.files {
-            all.push("-f".to_owned());
-            all.push(file.clone());
-        }
-        all.extend(args.iter().map(|a| (*a).to_owned()));
-        (all, self.env.clone())
-    }
-
-    fn program() -> String {
-        std::env::var("PODMAN_COMPOSE").unwrap_or_else(|_| "podman-compose".to_owned())
-    }
-
-    fn run(&self, args: &[&str]) -> String {
-        let (args, env) = self.command(args);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        run(&Self::program(), &args, &env)
-    }
-
-    /// `podman-compose down -v` when `cleanup` is dropped.
-    fn down_on_drop(&self, cleanup: &mut Cleanup) {
-        let (args, env) = self.command(&["down", "-v", "-t", "10"]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        cleanup.push(&Self::program(), &args, &env);
-    }
-
-    /// The container of `service`.
-    fn container(&self, service: &str) -> String {
-        let project = format!("label=com.docker.compose.project={}", self.project);
-        let service = format!("label=com.docker.compose.service={service}");
-        let names = podman(&[
-            "ps",
-            "-a",
-            "--filter",
-            &project,
-            "--filter",
-            &service,
-            "--format",
-            "{{.Names}}",
-        ]);
-        names
-            .lines()
-            .next()
-            .unwrap_or_else(|| panic!("no container for {service}"))
-            .to_owned()
-    }
-}
-
-/// Runs the compose file's own health check of `container` until it passes.
-async fn wait_healthy(container: &str, within: Duration) {
-    let deadline = Instant::now() + within;
-    let mut poll = tokio::time::interval(Duration::from_millis(500));
-    loop {
-        poll.tick().await;
-        let out = try_run("podman", &["healthcheck", "run", container], &[]);
-        if out.status.success() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{container} is not healthy after {within:?}: {}{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            logs(container)
-        );
-    }
-}
-
 /// The stack of deploy/compose.yaml — orchestrator, separate tool-exec,
 /// PostgreSQL, a collector — with a fake model beside it, runs a task; returns
 /// the stack (taken down when `cleanup` drops) and the task's history.
@@ -661,16 +497,6 @@ async fn compose_runs_a_task(cleanup: &mut Cleanup) -> (Compose, Vec<String>) {
         "two lines of notes"
     );
     (compose, history)
-}
-
-/// The spans the collector stand-in printed.
-fn spans(collector: &str) -> Vec<Value> {
-    let out = try_run("podman", &["logs", collector], &[]);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|line| line["signal"] == "span")
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
