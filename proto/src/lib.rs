@@ -5,6 +5,8 @@
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "client")]
+pub mod channel;
+#[cfg(feature = "client")]
 pub mod handoff;
 pub mod json;
 pub mod limits;

@@ -20,17 +20,10 @@ use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{Client, ends_run, fake_cli_team, planned_task, wait_for};
 use chorus_tests::orchestrator::Orchestrator;
 use chorus_tests::stats::{
-    PeakSampler, Samples, children_cpu_seconds, cpu_seconds, ms, peak_rss_mib,
+    PeakSampler, Samples, children_cpu_seconds, cpu_seconds, env_number, ms, peak_rss_mib,
 };
 use chorus_tests::{ToolExec, ToolsEnv, chorus_tools};
 use serde_json::Value;
-
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 async fn time_calls(env: &ToolsEnv, calls: usize) -> Samples {
     let mut samples = Vec::with_capacity(calls);

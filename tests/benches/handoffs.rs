@@ -23,15 +23,8 @@ use chorus_tests::agents::{
     Client, add_agent, call, data, ends, handoff, planned_task, report, wait_for,
 };
 use chorus_tests::orchestrator::Orchestrator;
-use chorus_tests::stats::{Samples, cpu_seconds, ms, peak_rss_mib};
+use chorus_tests::stats::{Samples, cpu_seconds, env_number, ms, peak_rss_mib};
 use serde_json::json;
-
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 async fn orchestrator(data: &Path) -> Orchestrator {
     Orchestrator::with_fake_cli_on_sqlite(data, |config| {

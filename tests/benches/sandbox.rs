@@ -22,17 +22,10 @@ use chorus_sandbox::testing::{built_launcher, give_to_test_user};
 use chorus_sandbox::{Mode, Sandbox, SandboxConfig};
 use chorus_tests::agents::{Client, data, ends_run, fake_cli_team, planned_task, report, wait_for};
 use chorus_tests::orchestrator::{Orchestrator, OrchestratorProcess};
-use chorus_tests::stats::{Samples, ms};
+use chorus_tests::stats::{Samples, env_number, ms};
 use chorus_tool_exec::{Limits, ToolRunner};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn config(mode: Mode) -> SandboxConfig {
     SandboxConfig {

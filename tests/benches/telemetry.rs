@@ -19,14 +19,7 @@ use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{Client, ends_run, fake_cli_team, opened_run, planned_task, wait_for};
 use chorus_tests::orchestrator::OrchestratorProcess;
 use chorus_tests::otlp::Receiver;
-use chorus_tests::stats::{Samples, children_cpu_seconds, ms};
-
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use chorus_tests::stats::{Samples, children_cpu_seconds, env_number, ms};
 
 /// User + system CPU seconds of process `pid` and its reaped children.
 fn process_cpu_seconds(pid: i32) -> f64 {

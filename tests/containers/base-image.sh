@@ -34,4 +34,7 @@ if [ ! -s "$tarball" ]; then
   tar -C "$work/rootfs" -cf "$tarball.part" .
   mv "$tarball.part" "$tarball"
 fi
-podman import --quiet --change 'CMD ["/bin/bash"]' "$tarball" "$image" >/dev/null
+# PATH as the Debian images set it.
+podman import --quiet \
+  --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+  --change 'CMD ["/bin/bash"]' "$tarball" "$image" >/dev/null

@@ -66,18 +66,32 @@ impl ToolExec {
         signer: RunTokenSigner,
         gate: Option<Arc<dyn RunGate>>,
     ) -> Self {
+        Self::start_configured(
+            |config| {
+                config.limits = limits;
+                config.gate = gate;
+            },
+            signer,
+        )
+        .await
+    }
+
+    /// Starts tool-exec with the defaults changed by `configure`, verifying
+    /// tokens of `signer`, and waits until it is SERVING.
+    pub async fn start_configured(
+        configure: impl FnOnce(&mut ToolExecConfig),
+        signer: RunTokenSigner,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
         let processes =
             chorus_sandbox::testing::enforced(chorus_sandbox::SandboxConfig::default()).await;
-        let config = ToolExecConfig {
-            limits,
-            gate,
-            ..ToolExecConfig::new(signer.verifier(), processes)
-        };
+        let mut config = ToolExecConfig::new(signer.verifier(), processes);
+        configure(&mut config);
         let (stop, stopped) = oneshot::channel::<()>();
+        let gated = config.gate.is_some();
         let task = tokio::spawn(async move {
             chorus_tool_exec::run(listener, config, async move {
                 let _ = stopped.await;
@@ -85,7 +99,14 @@ impl ToolExec {
             .await
             .expect("tool-exec ran");
         });
-        wait_serving(addr, TOOL_EXEC_SERVICE).await;
+        // With a gate it is SERVING only while its orchestrator answers health,
+        // which a test's stand-in (or an absent one) may not: it serves once
+        // its health answers at all.
+        if gated {
+            wait_answering(addr, TOOL_EXEC_SERVICE).await;
+        } else {
+            wait_serving(addr, TOOL_EXEC_SERVICE).await;
+        }
         Self {
             addr,
             signer,
@@ -160,6 +181,68 @@ pub fn grant(root: &Path, tools: &[&str]) -> RunGrant {
 /// Waits on the health Watch stream until `service` is SERVING.
 pub async fn wait_serving(addr: SocketAddr, service: &str) {
     wait_serving_over(addr, service, &chorus_auth::tls::ClientTls::default()).await;
+}
+
+/// Waits on the health Watch stream until `service` reports `status`.
+pub async fn wait_health(addr: SocketAddr, service: &str, status: ServingStatus) {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect health");
+    let mut updates = HealthClient::new(channel)
+        .watch(HealthCheckRequest {
+            service: service.to_owned(),
+        })
+        .await
+        .expect("health watch")
+        .into_inner();
+    while let Some(update) = updates.next().await {
+        if update.expect("health update").status == status as i32 {
+            return;
+        }
+    }
+    panic!("health stream of {service} ended before {status:?}");
+}
+
+/// Waits until the health service of `addr` answers for `service`, whatever
+/// its status: the server is serving calls.
+pub async fn wait_answering(addr: SocketAddr, service: &str) {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect health");
+    HealthClient::new(channel)
+        .watch(HealthCheckRequest {
+            service: service.to_owned(),
+        })
+        .await
+        .expect("health watch")
+        .into_inner()
+        .next()
+        .await
+        .expect("a first status")
+        .expect("health update");
+}
+
+/// What health Check answers for `service` now.
+pub async fn health_status(
+    addr: SocketAddr,
+    service: &str,
+) -> Result<ServingStatus, tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect health");
+    let answer = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: service.to_owned(),
+        })
+        .await?
+        .into_inner();
+    Ok(ServingStatus::try_from(answer.status).unwrap_or(ServingStatus::Unknown))
 }
 
 /// [`wait_serving`] over TLS when `tls` says so.

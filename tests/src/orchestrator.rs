@@ -225,14 +225,33 @@ impl OrchestratorProcess {
         env: &[(&str, &str)],
     ) -> Self {
         let admin_key = crate::credentials::admin_key(database_url).await;
-        Self::spawn_keyed(data_dir, database_url, extra, env, Some(admin_key)).await
+        Self::spawn_keyed(data_dir, database_url, extra, env, Some(admin_key), None).await
+    }
+
+    /// Starts the binary as the user `uid` (its group the same number), as a
+    /// new user does: it writes its first admin key to `admin_key_file` (which
+    /// `extra` must name with --admin-key-file), and this client presents it.
+    pub async fn spawn_as_user(
+        data_dir: &Path,
+        database_url: &str,
+        extra: &[&str],
+        uid: u32,
+        admin_key_file: &Path,
+    ) -> Self {
+        let mut child =
+            Self::spawn_keyed(data_dir, database_url, extra, &[], None, Some(uid)).await;
+        child.admin_key = std::fs::read_to_string(admin_key_file)
+            .expect("the admin key the binary wrote")
+            .trim()
+            .to_owned();
+        child
     }
 
     /// Starts the binary as a new user does: no key made beforehand, so the
     /// binary writes its first admin key to `<data_dir>/admin.key` (or finds
     /// one from an earlier start), which this client then presents.
     pub async fn spawn_as_installed(data_dir: &Path, database_url: &str, extra: &[&str]) -> Self {
-        Self::spawn_keyed(data_dir, database_url, extra, &[], None).await
+        Self::spawn_keyed(data_dir, database_url, extra, &[], None, None).await
     }
 
     async fn spawn_keyed(
@@ -241,10 +260,11 @@ impl OrchestratorProcess {
         extra: &[&str],
         env: &[(&str, &str)],
         admin_key: Option<String>,
+        uid: Option<u32>,
     ) -> Self {
         use tokio::io::{AsyncBufReadExt, BufReader};
 
-        let mut child = Self::command(data_dir, database_url, extra, env);
+        let mut child = Self::command(data_dir, database_url, extra, env, uid);
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
         let (mut addr, mut tool_exec_addr) = (None, None);
         let mut seen = Vec::new();
@@ -274,12 +294,15 @@ impl OrchestratorProcess {
             .windows(2)
             .find(|w| w[0] == "--tool-exec-addr")
             .and_then(|w| w[1].parse().ok());
-        let admin_key = admin_key.unwrap_or_else(|| {
-            std::fs::read_to_string(data_dir.join("admin.key"))
+        let admin_key = match (admin_key, uid) {
+            (Some(key), _) => key,
+            // The caller reads the key from where it was placed.
+            (None, Some(_)) => String::new(),
+            (None, None) => std::fs::read_to_string(data_dir.join("admin.key"))
                 .expect("the admin key the binary wrote")
                 .trim()
-                .to_owned()
-        });
+                .to_owned(),
+        };
         Self {
             child,
             addr,
@@ -300,7 +323,7 @@ impl OrchestratorProcess {
     ) {
         use tokio::io::{AsyncBufReadExt, BufReader};
 
-        let mut child = Self::command(data_dir, database_url, extra, &[]);
+        let mut child = Self::command(data_dir, database_url, extra, &[], None);
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
         loop {
             let Some(line) = lines.next_line().await.expect("read the log") else {
@@ -320,6 +343,7 @@ impl OrchestratorProcess {
         database_url: &str,
         extra: &[&str],
         env: &[(&str, &str)],
+        uid: Option<u32>,
     ) -> tokio::process::Child {
         let mut command = tokio::process::Command::new(crate::built_bin(
             "chorus-orchestrator",
@@ -340,7 +364,11 @@ impl OrchestratorProcess {
             .arg("--chorus-tools")
             .arg(crate::chorus_tools_bin())
             .args(extra)
-            .envs(env.iter().copied())
+            .envs(env.iter().copied());
+        if let Some(uid) = uid {
+            command.uid(uid).gid(uid);
+        }
+        command
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -372,12 +400,18 @@ impl OrchestratorProcess {
     }
 
     /// Stops it with SIGTERM (a graceful shutdown) and waits for it.
-    pub async fn stop(mut self) -> std::process::ExitStatus {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.pid()),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .expect("SIGTERM");
+    pub async fn stop(self) -> std::process::ExitStatus {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        self.wait().await
+    }
+
+    /// Sends it `signal`.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), signal).expect("signal");
+    }
+
+    /// Waits for it to exit.
+    pub async fn wait(mut self) -> std::process::ExitStatus {
         self.child.wait().await.expect("wait")
     }
 }

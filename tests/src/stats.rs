@@ -142,6 +142,14 @@ impl PeakSampler {
     }
 }
 
+/// A bench's size setting: the number in variable `name`, else `default`.
+pub fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,8 +6,6 @@ use std::path::Path;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::TOOL_EXEC_SERVICE;
-
 /// A running `chorus-tool-exec`.
 pub struct ToolExecProcess {
     child: tokio::process::Child,
@@ -19,13 +17,27 @@ impl ToolExecProcess {
     /// the orchestrator at `orchestrator` with the service key in `key_file`,
     /// and waits until it serves.
     pub async fn spawn(orchestrator: SocketAddr, key_file: &Path) -> Self {
-        Self::spawn_with_env(orchestrator, key_file, &[]).await
+        Self::spawn_configured(orchestrator, key_file, &[], &[]).await
+    }
+
+    /// [`Self::spawn`] with `extra` arguments.
+    pub async fn spawn_with(orchestrator: SocketAddr, key_file: &Path, extra: &[&str]) -> Self {
+        Self::spawn_configured(orchestrator, key_file, extra, &[]).await
     }
 
     /// [`Self::spawn`] with `env` added to its environment.
     pub async fn spawn_with_env(
         orchestrator: SocketAddr,
         key_file: &Path,
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::spawn_configured(orchestrator, key_file, &[], env).await
+    }
+
+    async fn spawn_configured(
+        orchestrator: SocketAddr,
+        key_file: &Path,
+        extra: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
         let mut child =
@@ -38,6 +50,7 @@ impl ToolExecProcess {
                 .arg(key_file)
                 .arg("--sandbox-launcher")
                 .arg(chorus_sandbox::testing::built_launcher())
+                .args(extra)
                 .env("RUST_LOG", "info")
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
@@ -66,22 +79,29 @@ impl ToolExecProcess {
         };
         // Keep reading the log so the process never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        crate::wait_serving(addr, TOOL_EXEC_SERVICE).await;
+        // It serves; its health is SERVING only once its orchestrator answers
+        // (which a test may start after it): see `wait_serving`.
         Self { child, addr }
     }
 
     /// Stops it with SIGTERM and waits for it.
     pub async fn stop(mut self) -> std::process::ExitStatus {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        self.child.wait().await.expect("wait")
+    }
+
+    /// Sends it `signal`.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
         let pid = self
             .child
             .id()
             .and_then(|p| i32::try_from(p).ok())
             .expect("running");
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .expect("SIGTERM");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).expect("signal");
+    }
+
+    /// Waits for it to exit.
+    pub async fn wait(mut self) -> std::process::ExitStatus {
         self.child.wait().await.expect("wait")
     }
 }

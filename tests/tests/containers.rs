@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use chorus_tests::containers::compose::{Compose, spans, wait_healthy};
-use chorus_tests::containers::kube::{for_kube_play, grpc_probes};
+use chorus_tests::containers::kube::{Check, for_kube_play, probes};
 use chorus_tests::containers::{
     Cleanup, Grpcurl, event_summary, free_port, images, logs, podman, published, repo_root, run,
     stand_in_image, try_run, unique, wait_serving,
@@ -364,32 +364,47 @@ async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
                 && (applied.ends_with("null") || applied.ends_with("[]")),
             "{container}: {applied}"
         );
-        // podman 4.3 does not run gRPC probes: each probe's check is made here,
-        // through the host port, as the kubelet would make it.
-        let probes = grpc_probes(&read(manifest));
+        // podman 4.3 runs no gRPC or TCP probes: each probe's check is made here,
+        // through the host port, as the kubelet would make it. tool-exec is ready
+        // once it reached the orchestrator (by its pod's name: see for_kube_play).
+        let probes = probes(&read(manifest));
         assert!(
             probes.len() >= 3,
             "{manifest}: startup, readiness and liveness: {probes:?}"
         );
-        for (kind, probe_port, service) in &probes {
-            assert_eq!(probe_port, port, "{manifest} {kind}");
-            wait_serving(&addr, service, START, || logs(&container)).await;
+        for (kind, check) in &probes {
+            match check {
+                Check::Grpc {
+                    port: probe_port,
+                    service,
+                } => {
+                    assert_eq!(probe_port, port, "{manifest} {kind}");
+                    wait_serving(&addr, service, START, || logs(&container)).await;
+                }
+                Check::Tcp { port: probe_port } => {
+                    assert_eq!(probe_port, port, "{manifest} {kind}");
+                    tokio::net::TcpStream::connect(&addr)
+                        .await
+                        .unwrap_or_else(|e| panic!("{manifest} {kind}: {addr}: {e}"));
+                }
+            }
         }
         // Under the restricted context the run sandbox cannot mount its /proc: it
         // says so, and bash, git and CLI agents are refused (deploy/README.md).
-        // (tool-exec's GetStatus needs the orchestrator to check the key, and
-        // podman has no Services to find it by.)
-        if *name == "orchestrator" {
-            let status = Grpcurl::new(&addr)
-                .with_key(&admin_key(&container))
-                .orchestrator("GetStatus", &json!({}))
-                .await;
-            assert_eq!(status["sandbox"]["state"], "unavailable", "{status}");
-            assert!(
-                status["sandbox"]["problems"].to_string().contains("/proc"),
-                "{status}"
-            );
-        }
+        let api = Grpcurl::new(&addr).with_key(&admin_key(&format!(
+            "{prefix}-orchestrator-pod-0-orchestrator"
+        )));
+        let status = if *name == "orchestrator" {
+            api.orchestrator("GetStatus", &json!({})).await
+        } else {
+            // The admin key, checked by tool-exec with its orchestrator.
+            api.call("chorus.tools.v1.ToolExec/GetStatus", "{}").await
+        };
+        assert_eq!(status["sandbox"]["state"], "unavailable", "{status}");
+        assert!(
+            status["sandbox"]["problems"].to_string().contains("/proc"),
+            "{status}"
+        );
     }
     eprintln!("the podman kube play test took {:.1?}", started.elapsed());
 }

@@ -1,7 +1,5 @@
 //! One gRPC call to the service that executes the tool.
 
-use std::time::Duration;
-
 use chorus_proto::handoff::HandoffError;
 use chorus_proto::json;
 use chorus_proto::limits::DEFAULT_MESSAGE_BYTES;
@@ -74,14 +72,13 @@ async fn send_call(request: Request) -> Result<Answer, Failure> {
         Route::ToolExec { addr } => ("tool-exec", addr),
         Route::Orchestrator { addr } => ("orchestrator", addr),
     };
-    let mut endpoint = Endpoint::from_shared(addr.clone())
-        .map_err(|e| {
+    // ExecuteTool and a handoff bound themselves; CallTool has a deadline.
+    let mut endpoint =
+        chorus_proto::channel::tune(Endpoint::from_shared(addr.clone()).map_err(|e| {
             Failure::usage(format!(
                 "{service} address '{addr}' is not a valid URI: {e}"
             ))
-        })?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
+        })?);
     if addr.starts_with("https://") {
         endpoint = endpoint
             .tls_config(tls_config()?)
@@ -171,10 +168,10 @@ async fn call_orchestrator(channel: TracedChannel, request: Request) -> Result<A
     if request.tool == "handoff" {
         return handoff(channel, request).await;
     }
-    let mut grpc = tonic::Request::new(CallToolRequest {
+    let mut grpc = chorus_proto::channel::short(tonic::Request::new(CallToolRequest {
         tool: request.tool.clone(),
         arguments: Some(json::to_struct(request.arguments)),
-    });
+    }));
     let bearer = MetadataValue::try_from(format!("Bearer {}", request.token.trim()))
         .map_err(|_| Failure::usage("CHORUS_RUN_TOKEN contains characters that cannot be sent"))?;
     grpc.metadata_mut().insert("authorization", bearer);

@@ -5,6 +5,9 @@ use std::process::ExitCode;
 use serde_json::json;
 use tonic::Code;
 
+/// Metadata of a refusal at a service's limit of calls: how long to wait.
+const RETRY_PUSHBACK: &str = "grpc-retry-pushback-ms";
+
 /// What the process exit code tells the calling agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
@@ -16,7 +19,8 @@ pub enum Exit {
     Denied = 3,
     /// 4: the tool's arguments were wrong (bad JSON, unknown tool, schema).
     InvalidArguments = 4,
-    /// 5: the service could not be reached or is not configured.
+    /// 5: the service could not be reached, is not configured, or is busy
+    /// (at its limit of calls: retry after the time its message gives).
     Unavailable = 5,
 }
 
@@ -47,6 +51,10 @@ impl Failure {
             Code::PermissionDenied | Code::Unauthenticated => Exit::Denied,
             Code::InvalidArgument => Exit::InvalidArguments,
             Code::Unavailable => Exit::Unavailable,
+            // Refused unrun at the service's limit of calls, with a retry hint.
+            Code::ResourceExhausted if status.metadata().contains_key(RETRY_PUSHBACK) => {
+                Exit::Unavailable
+            }
             _ => Exit::ToolFailed,
         };
         let message = match status.code() {
@@ -64,5 +72,29 @@ impl Failure {
     pub fn report(&self) -> ExitCode {
         eprintln!("{}", json!({"code": self.code, "message": self.message}));
         ExitCode::from(self.exit as u8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_service_is_unavailable_and_a_too_large_call_a_failure() {
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        metadata.insert(RETRY_PUSHBACK, "1000".parse().expect("ascii"));
+        let busy = tonic::Status::with_metadata(
+            Code::ResourceExhausted,
+            "tool-exec is serving its limit of 256 calls at once",
+            metadata,
+        );
+        let failure = Failure::from_status(&busy, "tool-exec");
+        assert_eq!(failure.exit, Exit::Unavailable);
+        assert_eq!(failure.code, "resource_exhausted");
+        let too_large = tonic::Status::resource_exhausted("the request is 17825792 bytes");
+        assert_eq!(
+            Failure::from_status(&too_large, "tool-exec").exit,
+            Exit::ToolFailed
+        );
     }
 }

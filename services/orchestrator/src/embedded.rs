@@ -55,4 +55,9 @@ impl RunGate for InProcessGate {
         })?;
         self.state.auth.principal(&key).await.map_err(refused)
     }
+
+    /// The embedded tool-exec answers while the orchestrator's database does.
+    async fn ready(&self) -> Result<(), String> {
+        self.state.store.ping().await.map_err(|e| e.to_string())
+    }
 }

@@ -17,5 +17,6 @@ pub mod providers;
 pub mod runner;
 pub mod secrets;
 pub mod server;
+pub mod settings;
 pub mod state;
 pub mod store;

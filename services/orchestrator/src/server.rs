@@ -3,7 +3,6 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use chorus_auth::AuthLayer;
 use chorus_auth::tls::{PeerRoles, ServerTls};
@@ -11,10 +10,12 @@ use chorus_proto::limits::MessageLimitLayer;
 use chorus_proto::orchestrator::v1::agent_tools_server::AgentToolsServer;
 use chorus_proto::orchestrator::v1::orchestrator_server::OrchestratorServer;
 use chorus_run_token::RunTokenSigner;
+use chorus_serve::health::watch_dependency;
+use chorus_serve::{Calls, Health, ServeConfig};
 use chorus_tool_exec::gate::RunGate;
 use chorus_tool_exec::{Limits, ToolExecConfig};
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::domain::RootPolicy;
@@ -46,8 +47,9 @@ pub struct OrchestratorConfig {
     pub embedded_tool_exec: Option<EmbeddedToolExec>,
     /// Address of a tool-exec run separately (when none is embedded), handed to agents.
     pub tool_exec_addr: Option<String>,
-    /// How long shutdown waits for calls and streams in flight.
-    pub shutdown_grace: Duration,
+    /// Limits and timeouts of calls, keepalive, health checks, the drain and
+    /// the grace of a shutdown (the embedded tool-exec's too).
+    pub serve: ServeConfig,
     /// How agents are run.
     pub runner: RunnerConfig,
     /// How the processes agents cause are confined (CLI agents here, bash and
@@ -83,7 +85,7 @@ impl OrchestratorConfig {
             signer,
             embedded_tool_exec: None,
             tool_exec_addr: None,
-            shutdown_grace: Duration::from_secs(10),
+            serve: ServeConfig::default(),
             sandbox: chorus_sandbox::SandboxConfig::default(),
             admin_key_file: Some(data_dir.join(ADMIN_KEY_FILE)),
             tool_exec_key_file: None,
@@ -104,14 +106,27 @@ impl OrchestratorConfig {
     }
 }
 
+/// The services this port serves, as health and reflection name them.
+pub const SERVICES: [&str; 2] = [
+    "chorus.orchestrator.v1.Orchestrator",
+    "chorus.orchestrator.v1.AgentTools",
+];
+
 /// Serves `chorus.orchestrator.v1` (Orchestrator and AgentTools), gRPC health and
 /// reflection (v1 and v1alpha) on `listener`, and the embedded tool-exec when
 /// configured, until `shutdown` resolves.
 ///
-/// Shutdown order: health goes NOT_SERVING, the shared cancellation token fires
-/// (WatchTask streams end, agent runs stop, the embedded tool-exec kills running
-/// commands), every run's processes are killed and its interruption recorded,
-/// the servers stop accepting and calls in flight get `shutdown_grace` to finish.
+/// Every call passes the load-shedding layer (`--max-concurrent-requests`,
+/// `--max-concurrent-streams`), the request timeout of unary calls, the
+/// message limit and authentication, in that order. Health (`""` and both
+/// services) is NOT_SERVING while the database does not answer.
+///
+/// Shutdown order: health goes NOT_SERVING (the embedded tool-exec's too) and
+/// calls are still served for the drain period; then the shared cancellation
+/// token fires (the servers stop accepting, WatchTask streams end, agent runs
+/// stop, the embedded tool-exec kills running commands), every run's
+/// processes are killed and its interruption recorded, and calls in flight
+/// get the shutdown grace to finish.
 pub async fn run(
     listener: TcpListener,
     config: OrchestratorConfig,
@@ -177,17 +192,25 @@ pub async fn run(
     // anyone can ask.
     crate::runner::recover::recover(&state).await?;
 
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<AgentToolsServer<AgentToolsService>>()
-        .await;
+    let serve = config.serve;
+    let health = Health::new(&SERVICES).await;
+    let calls = Calls::from_descriptors(chorus_proto::FILE_DESCRIPTOR_SET, &SERVICES, &[])?;
     // Reflection lists what this port serves, nothing else.
-    let (reflection_v1, reflection_v1alpha) = chorus_proto::reflection::services(&[
-        "chorus.orchestrator.v1.Orchestrator",
-        "chorus.orchestrator.v1.AgentTools",
-    ])?;
+    let (reflection_v1, reflection_v1alpha) = chorus_proto::reflection::services(&SERVICES)?;
 
     let stop = state.shutdown.clone();
+    let store = state.store.clone();
+    tokio::spawn(watch_dependency(
+        health.clone(),
+        "the database",
+        serve.health_check,
+        store.failures(),
+        stop.clone(),
+        move || {
+            let store = store.clone();
+            async move { store.ping().await.map_err(|e| e.to_string()) }
+        },
+    ));
     let serve_stop = stop.clone();
     let auth = AuthLayer::with_peers(
         state.auth.clone(),
@@ -195,19 +218,21 @@ pub async fn run(
         key_hint,
         config.peers.clone(),
     );
-    let mut builder = tonic::transport::Server::builder();
+    let mut builder = serve.server();
     if let Some(tls) = &config.tls {
         builder = builder.tls_config(tls.config()?)?;
     }
     let server = builder
-        // Outermost: every call is traced and measured, refused ones too.
+        // Outermost: every call is traced and measured, refused and shed ones too.
         .layer(chorus_telemetry::grpc::ServerLayer)
+        .layer(serve.load_shed(&calls, "the orchestrator"))
+        .layer(serve.deadline(&calls))
         .layer(MessageLimitLayer::new(
             message_bytes,
             "send less: orchestration calls carry text, never whole files",
         ))
         .layer(auth)
-        .add_service(health_service)
+        .add_service(health.service())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(
@@ -218,15 +243,14 @@ pub async fn run(
             AgentToolsServer::new(AgentToolsService::new(state.clone()))
                 .max_decoding_message_size(message_bytes),
         )
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async move {
-                serve_stop.cancelled().await;
-            },
-        );
+        .serve_with_incoming_shutdown(serve.incoming(listener), async move {
+            serve_stop.cancelled().await;
+        });
     let mut server = std::pin::pin!(server);
 
-    // The embedded tool-exec checks runs and records calls in-process.
+    // The embedded tool-exec checks runs and records calls in-process; it
+    // drains with the orchestrator.
+    let draining = CancellationToken::new();
     let tool_exec = match config.embedded_tool_exec {
         Some(embedded) => {
             let gate: Arc<dyn RunGate> = Arc::new(InProcessGate::new(state.clone()));
@@ -235,9 +259,10 @@ pub async fn run(
                 gate: Some(gate),
                 tls: config.tls.clone(),
                 peers: config.peers.clone(),
+                serve,
                 ..ToolExecConfig::new(state.verifier.clone(), processes.clone())
             };
-            let tool_exec_stop = stop.clone();
+            let tool_exec_stop = draining.clone();
             info!(addr = %embedded.listener.local_addr()?, "embedded tool-exec");
             Some(tokio::spawn(chorus_tool_exec::run(
                 embedded.listener,
@@ -256,20 +281,23 @@ pub async fn run(
         () = shutdown => {}
     }
 
+    health.drain().await;
+    draining.cancel();
+    if !serve.drain.is_zero() {
+        info!(drain = ?serve.drain, "orchestrator draining: health NOT_SERVING, calls still served");
+        tokio::select! {
+            result = &mut server => return result.map_err(Into::into),
+            () = tokio::time::sleep(serve.drain) => {}
+        }
+    }
     info!("orchestrator shutting down");
-    health
-        .set_not_serving::<AgentToolsServer<AgentToolsService>>()
-        .await;
-    health
-        .set_service_status("", tonic_health::ServingStatus::NotServing)
-        .await;
     stop.cancel();
     // Every run's processes are killed and its end recorded before the store goes.
     state.runner.shutdown().await;
-    match tokio::time::timeout(config.shutdown_grace, &mut server).await {
+    match tokio::time::timeout(serve.shutdown_grace, &mut server).await {
         Ok(result) => result?,
         Err(_) => {
-            warn!(grace = ?config.shutdown_grace, "calls still running after the grace period; stopping anyway")
+            warn!(grace = ?serve.shutdown_grace, "calls still running after the grace period; stopping anyway")
         }
     }
     if let Some(tool_exec) = tool_exec {

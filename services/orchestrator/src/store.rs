@@ -24,6 +24,11 @@ mod workspaces;
 pub(crate) mod tests;
 
 use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use crate::domain::DomainError;
 use crate::secrets::SecretBox;
@@ -164,7 +169,23 @@ pub struct Store {
     backend: Backend,
     /// Seals and opens provider API keys.
     secrets: SecretBox,
+    /// A SQLite file and its identity when opened (see [`Store::ping`]).
+    sqlite_file: Option<(PathBuf, FileId)>,
+    /// Notified when a call fails on the database.
+    failures: Arc<Notify>,
 }
+
+/// A file's device and inode.
+type FileId = (u64, u64);
+
+fn file_id(path: &Path) -> std::io::Result<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)?;
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// How long [`Store::ping`] waits for a connection.
+const PING_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -189,12 +210,67 @@ impl Store {
             Target::Sqlite(_) => Backend::Sqlite,
             Target::Postgres(_) => Backend::Postgres,
         };
+        let sqlite_path = match &target {
+            Target::Sqlite(path) => Some(PathBuf::from(path)),
+            Target::Postgres(_) => None,
+        };
         let pool = blocking(move || connection::open_pool(target)).await?;
+        let sqlite_file = match sqlite_path {
+            Some(path) => {
+                let id = file_id(&path).map_err(|e| {
+                    StoreError::Database(format!("cannot read {}: {e}", path.display()))
+                })?;
+                Some((path, id))
+            }
+            None => None,
+        };
         Ok(Self {
             pool,
             backend,
             secrets,
+            sqlite_file,
+            failures: Arc::new(Notify::new()),
         })
+    }
+
+    /// Whether the database answers now: a pooled connection (waited for at
+    /// most a few seconds) runs a trivial query, and a SQLite file is still
+    /// the file that was opened (one removed or replaced would take every
+    /// later write with it). The error says what is wrong.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        if let Some((path, opened)) = &self.sqlite_file {
+            match file_id(path) {
+                Ok(id) if id == *opened => {}
+                Ok(_) => {
+                    return Err(StoreError::Database(format!(
+                        "the database file {} is not the file the orchestrator opened (it was replaced); restart the orchestrator",
+                        path.display()
+                    )));
+                }
+                Err(e) => {
+                    return Err(StoreError::Database(format!(
+                        "the database file {} cannot be found ({e}); put it back, or restart the orchestrator",
+                        path.display()
+                    )));
+                }
+            }
+        }
+        let pool = self.pool.clone();
+        blocking(move || {
+            let mut conn = pool.get_timeout(PING_TIMEOUT).map_err(|e| {
+                StoreError::Database(format!(
+                    "no database connection within {PING_TIMEOUT:?}: {e}"
+                ))
+            })?;
+            connection::ping(&mut conn)
+        })
+        .await
+    }
+
+    /// Notified whenever a call fails on the database, so its health is
+    /// checked again at once.
+    pub fn failures(&self) -> Arc<Notify> {
+        Arc::clone(&self.failures)
     }
 
     pub fn backend(&self) -> Backend {
@@ -215,13 +291,17 @@ impl Store {
         F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
     {
         let pool = self.pool.clone();
-        blocking(move || {
+        let result = blocking(move || {
             let mut conn = pool.get().map_err(|e| {
                 StoreError::Database(format!("no database connection available: {e}"))
             })?;
             f(&mut conn)
         })
-        .await
+        .await;
+        if let Err(StoreError::Database(_)) = &result {
+            self.failures.notify_one();
+        }
+        result
     }
 
     /// Runs `f` in one write transaction (see `connection::write_transaction`).

@@ -85,8 +85,8 @@ impl Entry {
 pub struct RunTokenSigner {
     /// Oldest first; the last one is current.
     keys: RwLock<Vec<Entry>>,
-    /// The data directory the set is saved in; None: in memory only.
-    dir: Option<PathBuf>,
+    /// Where the set is saved; None: in memory only.
+    files: Option<Files>,
     /// Shares its keys with every verifier handed out, so a rotation reaches them.
     verifier: RunTokenVerifier,
 }
@@ -94,7 +94,7 @@ pub struct RunTokenSigner {
 impl std::fmt::Debug for RunTokenSigner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunTokenSigner")
-            .field("dir", &self.dir)
+            .field("file", &self.files.as_ref().map(|f| &f.set))
             .finish_non_exhaustive()
     }
 }
@@ -113,11 +113,11 @@ impl RunTokenSigner {
         Ok(Self::from_entries(vec![entry], None))
     }
 
-    fn from_entries(entries: Vec<Entry>, dir: Option<PathBuf>) -> Self {
+    fn from_entries(entries: Vec<Entry>, files: Option<Files>) -> Self {
         let verifier = RunTokenVerifier::with_keys(publics(&entries));
         Self {
             keys: RwLock::new(entries),
-            dir,
+            files,
             verifier,
         }
     }
@@ -188,8 +188,8 @@ impl RunTokenSigner {
         }
         next.push(Entry::new(keys::generate(), now, None)?);
         prune(&mut next, now);
-        if let Some(dir) = &self.dir {
-            save(dir, &next)?;
+        if let Some(files) = &self.files {
+            save(files, &next)?;
         }
         *keys = next;
         self.verifier.replace(publics(&keys));
@@ -224,12 +224,45 @@ fn prune(keys: &mut Vec<Entry>, now: i64) {
     keys.retain(|e| e.retired_ms.is_none_or(|retired| now - retired < keep_ms));
 }
 
-/// Loads the key set of `dir`, or creates it with one key (an older single key
-/// file is adopted as the first key). The set file is 0600 and the directory is
-/// created 0700; the public keys are written to [`PUBLIC_KEY_FILE`].
+/// Where a key set is kept.
+#[derive(Debug, Clone)]
+struct Files {
+    /// The set, private keys included (0600).
+    set: PathBuf,
+    /// The public keys as PEM blocks (0644); None: not written.
+    public: Option<PathBuf>,
+    /// The single private key file of earlier versions, adopted into the set.
+    legacy: Option<PathBuf>,
+}
+
+/// Loads the key set of the data directory `dir` ([`KEY_SET_FILE`]), or
+/// creates it with one key (an older single key file is adopted as the first
+/// key). The set file is 0600 and the directory is created 0700; the public
+/// keys are written to [`PUBLIC_KEY_FILE`] beside it.
 pub fn load_or_create_signer(dir: &Path) -> Result<RunTokenSigner, KeyError> {
-    let path = dir.join(KEY_SET_FILE);
-    let mut entries = match fs::read_to_string(&path) {
+    load(Files {
+        set: dir.join(KEY_SET_FILE),
+        public: Some(dir.join(PUBLIC_KEY_FILE)),
+        legacy: Some(dir.join(LEGACY_PRIVATE_KEY_FILE)),
+    })
+}
+
+/// Loads the key set in `file` (placed apart from the data directory, e.g. a
+/// mounted secret), or creates it there (0600, its directory 0700) with one
+/// key. No public key file is written beside it. A set that cannot be
+/// written (a read-only mount) is used as it is; rotating it then fails,
+/// naming the file.
+pub fn load_or_create_signer_file(file: &Path) -> Result<RunTokenSigner, KeyError> {
+    load(Files {
+        set: file.to_owned(),
+        public: None,
+        legacy: None,
+    })
+}
+
+fn load(files: Files) -> Result<RunTokenSigner, KeyError> {
+    let path = &files.set;
+    let mut entries = match fs::read_to_string(path) {
         Ok(text) => {
             let stored: StoredSet = serde_json::from_str(&text).map_err(|e| {
                 KeyError::Invalid(format!("{} is not a key set: {e}", path.display()))
@@ -244,14 +277,25 @@ pub fn load_or_create_signer(dir: &Path) -> Result<RunTokenSigner, KeyError> {
                 .collect::<Result<Vec<_>, _>>()?
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(source) => return Err(KeyError::Read { path, source }),
+        Err(source) => {
+            return Err(KeyError::Read {
+                path: path.clone(),
+                source,
+            });
+        }
     };
     let mut changed = false;
     if entries.is_empty() {
-        create_dir(dir)?;
-        let pair = match fs::read_to_string(dir.join(LEGACY_PRIVATE_KEY_FILE)) {
-            Ok(pem) => keys::from_private_pem(&pem)?,
-            Err(_) => keys::generate(),
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            create_dir(dir)?;
+        }
+        let legacy = files
+            .legacy
+            .as_ref()
+            .and_then(|l| fs::read_to_string(l).ok());
+        let pair = match legacy {
+            Some(pem) => keys::from_private_pem(&pem)?,
+            None => keys::generate(),
         };
         entries.push(Entry::new(pair, now_ms(), None)?);
         changed = true;
@@ -259,7 +303,7 @@ pub fn load_or_create_signer(dir: &Path) -> Result<RunTokenSigner, KeyError> {
     let before = entries.len();
     prune(&mut entries, now_ms());
     if changed || entries.len() != before {
-        save(dir, &entries)?;
+        save(&files, &entries)?;
     }
     if entries.last().is_none_or(|e| e.retired_ms.is_some()) {
         return Err(KeyError::Invalid(format!(
@@ -267,9 +311,11 @@ pub fn load_or_create_signer(dir: &Path) -> Result<RunTokenSigner, KeyError> {
             path.display()
         )));
     }
-    write_public_keys(dir, &entries)?;
-    let _ = fs::remove_file(dir.join(LEGACY_PRIVATE_KEY_FILE));
-    Ok(RunTokenSigner::from_entries(entries, Some(dir.to_owned())))
+    write_public_keys(&files, &entries)?;
+    if let Some(legacy) = &files.legacy {
+        let _ = fs::remove_file(legacy);
+    }
+    Ok(RunTokenSigner::from_entries(entries, Some(files)))
 }
 
 fn create_dir(dir: &Path) -> Result<(), KeyError> {
@@ -288,7 +334,7 @@ fn create_dir(dir: &Path) -> Result<(), KeyError> {
 }
 
 /// Writes the set atomically (a temporary file renamed over it), owner-only.
-fn save(dir: &Path, keys: &[Entry]) -> Result<(), KeyError> {
+fn save(files: &Files, keys: &[Entry]) -> Result<(), KeyError> {
     let stored = StoredSet {
         keys: keys
             .iter()
@@ -302,13 +348,16 @@ fn save(dir: &Path, keys: &[Entry]) -> Result<(), KeyError> {
     };
     let text = serde_json::to_string_pretty(&stored)
         .map_err(|e| KeyError::Invalid(format!("cannot encode the key set: {e}")))?;
-    write_atomic(&dir.join(KEY_SET_FILE), &text, 0o600)?;
-    write_public_keys(dir, keys)
+    write_atomic(&files.set, &text, 0o600)?;
+    write_public_keys(files, keys)
 }
 
-fn write_public_keys(dir: &Path, keys: &[Entry]) -> Result<(), KeyError> {
+fn write_public_keys(files: &Files, keys: &[Entry]) -> Result<(), KeyError> {
+    let Some(public) = &files.public else {
+        return Ok(());
+    };
     let text: String = keys.iter().map(|e| e.pair.public_pem.as_str()).collect();
-    write_atomic(&dir.join(PUBLIC_KEY_FILE), &text, 0o644)
+    write_atomic(public, &text, 0o644)
 }
 
 fn write_atomic(path: &Path, content: &str, mode: u32) -> Result<(), KeyError> {

@@ -19,7 +19,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 pub use keys::{KeyError, key_id};
-pub use keyset::{KEY_SET_FILE, PUBLIC_KEY_FILE, PublicKey, RunTokenSigner, load_or_create_signer};
+pub use keyset::{
+    KEY_SET_FILE, PUBLIC_KEY_FILE, PublicKey, RunTokenSigner, load_or_create_signer,
+    load_or_create_signer_file,
+};
 pub use verifier::{RunTokenVerifier, VerifiedToken, load_verifier};
 
 const ISSUER: &str = "chorus-orchestrator";

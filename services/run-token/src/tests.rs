@@ -153,6 +153,31 @@ fn the_key_set_is_created_once_owner_only_and_reloaded() {
 }
 
 #[test]
+fn a_key_set_placed_apart_is_created_there_alone_and_rotates_in_place() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("secrets").join("keys.json");
+    let first = load_or_create_signer_file(&file).expect("creates");
+    let mode = |p: &std::path::Path| {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).expect("meta").permissions())
+            & 0o777
+    };
+    assert_eq!(mode(&file), 0o600);
+    assert_eq!(mode(&dir.path().join("secrets")), 0o700);
+    let beside: Vec<_> = std::fs::read_dir(dir.path().join("secrets"))
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(
+        beside,
+        vec![std::ffi::OsString::from("keys.json")],
+        "nothing written beside it"
+    );
+    let rotated = first.rotate().expect("rotates");
+    let again = load_or_create_signer_file(&file).expect("reloads");
+    assert_eq!(again.current_kid(), rotated.kid);
+}
+
+#[test]
 fn an_older_single_key_file_is_adopted() {
     let dir = tempfile::tempdir().expect("tempdir");
     let old = RunTokenSigner::generate();

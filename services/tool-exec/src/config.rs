@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use chorus_auth::tls::{PeerRoles, ServerTls};
 use chorus_run_token::RunTokenVerifier;
+use chorus_serve::ServeConfig;
 
 use crate::gate::RunGate;
 
@@ -79,8 +80,9 @@ pub struct ToolExecConfig {
     /// Where bash and git run: the run sandbox (see `chorus_sandbox`).
     pub processes: chorus_sandbox::Sandbox,
     pub limits: Limits,
-    /// How long shutdown waits for calls in flight before cutting them off.
-    pub shutdown_grace: Duration,
+    /// Limits and timeouts of calls, keepalive, health checks, the drain and
+    /// the grace of a shutdown.
+    pub serve: ServeConfig,
     /// Checks runs with the orchestrator and records calls in task history. None:
     /// the token alone decides (standalone development use).
     pub gate: Option<Arc<dyn RunGate>>,
@@ -96,7 +98,7 @@ impl ToolExecConfig {
             verifier,
             processes,
             limits: Limits::default(),
-            shutdown_grace: Duration::from_secs(10),
+            serve: ServeConfig::default(),
             gate: None,
             tls: None,
             peers: PeerRoles::default(),

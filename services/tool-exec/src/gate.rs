@@ -10,7 +10,6 @@
 //! tool-exec uses one that calls it in-process.
 
 use std::fmt::Debug;
-use std::time::Duration;
 
 use chorus_auth::tls::ClientTls;
 use chorus_auth::{Principal, Role};
@@ -18,12 +17,16 @@ use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
 use chorus_proto::orchestrator::v1::{
     AuthenticateKeyRequest, AuthorizeToolCallRequest, GetRunTokenKeysRequest, RecordToolCallRequest,
 };
-use chorus_proto::{json, limits};
+use chorus_proto::{channel, json, limits};
 use chorus_run_token::RunTokenVerifier;
 use chorus_telemetry::grpc::{TracedChannel, traced};
 use serde_json::Value;
 use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
 use tonic::{Code, Status};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
 
 use crate::error::ToolError;
 pub use crate::record::ToolCallRecord;
@@ -43,12 +46,18 @@ pub trait RunGate: Send + Sync + Debug {
         let _ = verifier;
         Ok(())
     }
+    /// Whether the gate can answer now (tool-exec's health follows it): the
+    /// orchestrator reachable and SERVING; why not, when it is not.
+    async fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The orchestrator's `AgentTools` service as the gate.
 #[derive(Clone)]
 pub struct OrchestratorGate {
     client: AgentToolsClient<TracedChannel>,
+    health: HealthClient<Channel>,
     addr: String,
     /// tool-exec's own API key (role tool-exec), the credential of every call
     /// (None: its client certificate is).
@@ -63,19 +72,24 @@ impl Debug for OrchestratorGate {
     }
 }
 
+/// The name whose health a separate tool-exec follows on its orchestrator.
+const GATE_SERVICE: &str = "chorus.orchestrator.v1.AgentTools";
+
 impl OrchestratorGate {
     /// A gate for the orchestrator at `addr` (`host:port` or a URL) that calls it
     /// with `service_key` (tool-exec's API key; None when its client certificate
     /// is its credential), over TLS when `tls` says so. Connects lazily.
     pub fn new(addr: &str, service_key: Option<&str>, tls: &ClientTls) -> Result<Self, ToolError> {
-        let channel = tls
+        let endpoint = tls
             .endpoint(addr)
-            .map_err(|e| ToolError::Internal(format!("orchestrator address: {e}")))?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
+            .map_err(|e| ToolError::Internal(format!("orchestrator address: {e}")))?;
+        // Every call to the orchestrator is short.
+        let channel = channel::tune(endpoint)
+            .timeout(channel::CALL_TIMEOUT)
             .connect_lazy();
         Ok(Self {
             // Its answers are small; its records are cut before they are sent.
+            health: HealthClient::new(channel.clone()),
             client: AgentToolsClient::new(traced(channel))
                 .max_decoding_message_size(limits::DEFAULT_MESSAGE_BYTES),
             addr: tls.url(addr),
@@ -84,7 +98,7 @@ impl OrchestratorGate {
     }
 
     fn request<T>(&self, message: T) -> Result<tonic::Request<T>, ToolError> {
-        let mut request = tonic::Request::new(message);
+        let mut request = channel::short(tonic::Request::new(message));
         if let Some(key) = &self.service_key {
             let bearer = MetadataValue::try_from(format!("Bearer {key}")).map_err(|_| {
                 ToolError::Internal("the service key is not valid metadata".to_owned())
@@ -183,6 +197,21 @@ impl RunGate for OrchestratorGate {
             name: answer.name,
             role,
         })
+    }
+
+    async fn ready(&self) -> Result<(), String> {
+        let request = channel::short(tonic::Request::new(HealthCheckRequest {
+            service: GATE_SERVICE.to_owned(),
+        }));
+        match self.health.clone().check(request).await {
+            Ok(answer) if answer.get_ref().status() == ServingStatus::Serving => Ok(()),
+            Ok(answer) => Err(format!(
+                "the orchestrator at {} reports {:?}",
+                self.addr,
+                answer.get_ref().status()
+            )),
+            Err(status) => Err(self.refused(&status).to_string()),
+        }
     }
 
     async fn refresh_keys(&self, verifier: &RunTokenVerifier) -> Result<(), ToolError> {

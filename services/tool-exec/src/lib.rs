@@ -13,6 +13,7 @@ pub mod record;
 pub mod runner;
 pub mod sandbox;
 pub mod server;
+pub mod settings;
 pub mod stop;
 pub mod tools;
 

@@ -1,7 +1,6 @@
 //! `chorus-tool-exec`: the tool execution service, plus development helpers to
 //! create a key pair and mint run tokens.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,10 +9,11 @@ use anyhow::{Context, bail};
 use chorus_run_token::{
     KEY_SET_FILE, PUBLIC_KEY_FILE, RunGrant, RunTokenVerifier, load_or_create_signer, load_verifier,
 };
-use chorus_telemetry::{LogFormat, shutdown_signal};
+use chorus_telemetry::Shutdown;
+use chorus_tool_exec::ToolExecConfig;
 use chorus_tool_exec::gate::{OrchestratorGate, RunGate};
-use chorus_tool_exec::{Limits, ToolExecConfig};
-use clap::{Args, Parser, Subcommand};
+use chorus_tool_exec::settings::{GateSettings, ToolExecSettings};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracing::{info, warn};
 
 /// Chorus tool-exec: runs file, search, bash and git tools for agent runs, inside
@@ -26,7 +26,7 @@ use tracing::{info, warn};
 )]
 struct Cli {
     #[command(flatten)]
-    serve: ServeArgs,
+    serve: ToolExecSettings,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -70,67 +70,10 @@ struct MintArgs {
     ttl_secs: u64,
 }
 
-#[derive(Debug, Args)]
-struct ServeArgs {
-    /// Address to serve gRPC on.
-    #[arg(
-        long,
-        env = "CHORUS_TOOL_EXEC_LISTEN",
-        default_value = "127.0.0.1:50052"
-    )]
-    listen: SocketAddr,
-    /// With --standalone: directory holding the run-token public keys when
-    /// --public-key is not given. If it has no key set yet, a development set is
-    /// created there.
-    #[arg(long, env = "CHORUS_DATA_DIR", default_value = ".chorus")]
-    data_dir: PathBuf,
-    /// With --standalone: PEM file with the run-token public key(s) (Ed25519,
-    /// SPKI). With an orchestrator the keys are fetched from it.
-    #[arg(long, env = "CHORUS_RUN_TOKEN_PUBLIC_KEY")]
-    public_key: Option<PathBuf>,
-    /// Largest file (bytes) tools will read.
-    #[arg(long, env = "CHORUS_MAX_FILE_BYTES", default_value_t = Limits::default().max_file_bytes)]
-    max_file_bytes: u64,
-    /// Largest content (bytes) tools will write.
-    #[arg(long, env = "CHORUS_MAX_WRITE_BYTES", default_value_t = Limits::default().max_write_bytes)]
-    max_write_bytes: u64,
-    /// Largest tool output (bytes): read content, each bash stream, diff text.
-    #[arg(long, env = "CHORUS_MAX_OUTPUT_BYTES", default_value_t = Limits::default().max_output_bytes)]
-    max_output_bytes: usize,
-    /// Default bash timeout in seconds.
-    #[arg(long, env = "CHORUS_BASH_TIMEOUT_SECS", default_value_t = Limits::default().bash_default_timeout.as_secs())]
-    bash_timeout_secs: u64,
-    /// Largest bash timeout a call may ask for, in seconds.
-    #[arg(long, env = "CHORUS_BASH_MAX_TIMEOUT_SECS", default_value_t = Limits::default().bash_max_timeout.as_secs())]
-    bash_max_timeout_secs: u64,
-    /// Deadline of every tool call, in seconds (bash and git calls get their own
-    /// timeouts plus 10 s when that is longer).
-    #[arg(long, env = "CHORUS_TOOL_TIMEOUT_SECS", default_value_t = Limits::default().tool_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
-    tool_timeout_secs: u64,
-    /// Orchestrator address (host:port): runs are checked with it before every tool
-    /// call, every call is recorded in the task's history, and the run-token keys
-    /// are fetched from it. Needs --orchestrator-key-file.
-    #[arg(long, env = "CHORUS_ORCHESTRATOR_ADDR")]
-    orchestrator_addr: Option<String>,
-    /// File holding tool-exec's own API key (role tool-exec; an admin makes one
-    /// with CreateApiKey), its credential with the orchestrator.
-    #[arg(long, env = "CHORUS_ORCHESTRATOR_KEY_FILE")]
-    orchestrator_key_file: Option<PathBuf>,
-    /// Run without an orchestrator (development): run tokens alone decide, nothing
-    /// is recorded, and an ended run's token keeps working until it expires.
-    #[arg(long, env = "CHORUS_STANDALONE", conflicts_with = "orchestrator_addr")]
-    standalone: bool,
-    /// Log format.
-    #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value = "text")]
-    log_format: LogFormat,
-    #[command(flatten)]
-    sandbox: chorus_sandbox::cli::SandboxArgs,
-    #[command(flatten)]
-    tls: chorus_auth::cli::TlsArgs,
-}
-
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let command = Cli::command();
+    let loaded = chorus_serve::config::load_or_exit(&command);
+    let cli = Cli::from_arg_matches(&loaded.matches).unwrap_or_else(|e| e.exit());
     match cli.command {
         Some(Command::Dev(DevCommand::Keygen { data_dir })) => {
             load_or_create_signer(&data_dir)
@@ -139,7 +82,14 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::Dev(DevCommand::MintToken(args))) => mint(args),
-        None => serve(cli.serve),
+        None => {
+            let gate = cli.serve.validate().map_err(anyhow::Error::msg)?;
+            if cli.serve.config.print_config {
+                print!("{}", loaded.render(&command, &cli.serve.render()));
+                return Ok(());
+            }
+            serve(cli.serve, gate)
+        }
     }
 }
 
@@ -165,7 +115,7 @@ fn mint(args: MintArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<()> {
+fn serve(args: ToolExecSettings, gate: GateSettings) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -174,27 +124,20 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let _entered = runtime.enter();
         chorus_telemetry::init("chorus-tool-exec", args.log_format)
     };
-    let (verifier, gate) = match (&args.orchestrator_addr, args.standalone) {
-        (Some(addr), _) => {
-            // Its credential: an API key of role tool-exec, or a client certificate
-            // the orchestrator maps to that role.
-            let key = match (&args.orchestrator_key_file, &args.tls.tls_client_cert) {
-                (Some(file), _) => Some(
-                    std::fs::read_to_string(file)
-                        .with_context(|| format!("reading the service key {}", file.display()))?,
-                ),
-                (None, Some(_)) => None,
-                (None, None) => bail!(
-                    "--orchestrator-addr needs --orchestrator-key-file: a file with tool-exec's API key (role tool-exec), made by an admin with CreateApiKey (or a client certificate: --tls-client-cert)"
-                ),
-            };
+    let (verifier, gate) = match gate {
+        GateSettings::Orchestrator { addr, key_file } => {
+            // Its credential: an API key of role tool-exec, or a client
+            // certificate the orchestrator maps to that role.
+            let key = key_file
+                .map(|file| {
+                    std::fs::read_to_string(&file)
+                        .with_context(|| format!("reading the service key {}", file.display()))
+                })
+                .transpose()?;
             // The keys are fetched from the orchestrator once serving.
-            (
-                RunTokenVerifier::from_keys(Vec::new()),
-                Some((addr.clone(), key)),
-            )
+            (RunTokenVerifier::from_keys(Vec::new()), Some((addr, key)))
         }
-        (None, true) => {
+        GateSettings::Standalone => {
             warn!("standalone: no orchestrator checks runs or records calls; for development only");
             let verifier = match &args.public_key {
                 Some(path) => load_verifier(path)?,
@@ -202,27 +145,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             };
             (verifier, None)
         }
-        (None, false) => bail!(
-            "tool-exec needs an orchestrator to check runs and record their tool calls: pass --orchestrator-addr and --orchestrator-key-file (or --standalone for development)"
-        ),
     };
-    let limits = Limits {
-        max_file_bytes: args.max_file_bytes,
-        max_write_bytes: args.max_write_bytes,
-        max_output_bytes: args.max_output_bytes,
-        bash_default_timeout: Duration::from_secs(args.bash_timeout_secs),
-        bash_max_timeout: Duration::from_secs(args.bash_max_timeout_secs),
-        tool_timeout: Duration::from_secs(args.tool_timeout_secs),
-        ..Limits::default()
-    };
-    if limits.bash_default_timeout > limits.bash_max_timeout {
-        bail!(
-            "--bash-timeout-secs ({}) is larger than --bash-max-timeout-secs ({})",
-            args.bash_timeout_secs,
-            args.bash_max_timeout_secs
-        );
-    }
+    let limits = args.limits();
+    let shutdown_runtime = std::time::Duration::from_secs(1);
     let served = runtime.block_on(async move {
+        let signals = Shutdown::install();
+        signals.exit_on_second_signal();
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("binding {}", args.listen))?;
@@ -240,17 +168,18 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let config = ToolExecConfig {
             limits,
             gate,
+            serve: args.serve(),
             tls: args.tls.server(),
             peers: args.tls.peers().map_err(anyhow::Error::msg)?,
             ..ToolExecConfig::new(verifier, processes)
         };
-        chorus_tool_exec::run(listener, config, shutdown_signal()).await
+        chorus_tool_exec::run(listener, config, signals.requested()).await
     });
-    // Spans and metrics are flushed while the runtime still runs.
-    drop(telemetry);
     // Calls had their grace period in `run`; a tool thread still stuck in the
     // kernel must not keep the process alive (dropping the runtime would wait).
-    runtime.shutdown_timeout(Duration::from_secs(1));
+    // Spans and metrics are flushed first, while the runtime still runs.
+    drop(telemetry);
+    runtime.shutdown_timeout(shutdown_runtime);
     served
 }
 

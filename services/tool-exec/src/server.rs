@@ -9,9 +9,11 @@ use chorus_run_token::RunTokenVerifier;
 
 use chorus_proto::limits::MessageLimitLayer;
 use chorus_proto::tools::v1::tool_exec_server::ToolExecServer;
+use chorus_serve::health::watch_dependency;
+use chorus_serve::{Calls, Health};
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
 use tracing::{info, warn};
 
 use crate::auth::ToolExecAuthenticator;
@@ -20,13 +22,28 @@ use crate::gate::RunGate;
 use crate::grpc::ToolExecService;
 use crate::runner::ToolRunner;
 
+/// The service this server serves, as health and reflection name it.
+pub const SERVICE: &str = "chorus.tools.v1.ToolExec";
+
+/// ExecuteTool bounds itself (`--tool-timeout-secs`, the bash timeout) and
+/// answers with partial output when that passes: the request timeout leaves
+/// it alone.
+const OWN_DEADLINE: [&str; 1] = ["/chorus.tools.v1.ToolExec/ExecuteTool"];
+
 /// Serves `chorus.tools.v1.ToolExec`, gRPC health and reflection (v1 and v1alpha)
 /// on `listener` until `shutdown` resolves.
 ///
-/// Shutdown order: health goes NOT_SERVING, the server stops accepting, the
-/// cancellation token fires (running bash and git processes are killed with their
-/// process groups, file tools stop at their next check and answer UNAVAILABLE),
-/// and calls in flight get `shutdown_grace` to finish. Blocking threads still
+/// Every call passes the load-shedding layer (`--max-concurrent-requests`),
+/// the request timeout (not ExecuteTool, which has its own), the message
+/// limit and authentication, in that order. Health (`""` and
+/// `chorus.tools.v1.ToolExec`) is NOT_SERVING while the gate's orchestrator
+/// cannot be reached.
+///
+/// Shutdown order: health goes NOT_SERVING, calls are still served for the
+/// drain period, then the server stops accepting, the cancellation token
+/// fires (running bash and git processes are killed with their process
+/// groups, file tools stop at their next check and answer UNAVAILABLE), and
+/// calls in flight get the shutdown grace to finish. Blocking threads still
 /// busy after that are the binary's to cut off (`Runtime::shutdown_timeout`).
 pub async fn run(
     listener: TcpListener,
@@ -34,6 +51,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
+    let serve = config.serve;
     let cancel = CancellationToken::new();
     let runner = ToolRunner::new(config.limits, config.processes.clone(), cancel.clone());
     let message_bytes = config.limits.message_bytes();
@@ -44,17 +62,31 @@ pub async fn run(
     ))
     .max_decoding_message_size(message_bytes);
 
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<ToolExecServer<ToolExecService>>()
-        .await;
+    let health = Health::new(&[SERVICE]).await;
+    let calls =
+        Calls::from_descriptors(chorus_proto::FILE_DESCRIPTOR_SET, &[SERVICE], &OWN_DEADLINE)?;
     // Reflection lists what this port serves, nothing else.
-    let (reflection_v1, reflection_v1alpha) =
-        chorus_proto::reflection::services(&["chorus.tools.v1.ToolExec"])?;
+    let (reflection_v1, reflection_v1alpha) = chorus_proto::reflection::services(&[SERVICE])?;
 
     let stop = CancellationToken::new();
     if let Some(gate) = config.gate.clone() {
-        tokio::spawn(refresh_keys(gate, config.verifier.clone(), stop.clone()));
+        health.unchecked("the orchestrator").await;
+        tokio::spawn(refresh_keys(
+            gate.clone(),
+            config.verifier.clone(),
+            stop.clone(),
+        ));
+        tokio::spawn(watch_dependency(
+            health.clone(),
+            "the orchestrator",
+            serve.health_check,
+            Arc::new(Notify::new()),
+            stop.clone(),
+            move || {
+                let gate = Arc::clone(&gate);
+                async move { gate.ready().await }
+            },
+        ));
     }
     let authenticator = Arc::new(ToolExecAuthenticator::new(
         config.verifier.clone(),
@@ -66,27 +98,28 @@ pub async fn run(
         "agents pass their run token (CHORUS_RUN_TOKEN); operators an API key of role viewer or more",
         config.peers.clone(),
     );
-    let mut builder = tonic::transport::Server::builder();
+    let mut builder = serve.server();
     if let Some(tls) = &config.tls {
         builder = builder.tls_config(tls.config()?)?;
     }
     let serve_stop = stop.clone();
     let server = builder
-        // Outermost: every call is traced and measured, refused ones too.
+        // Outermost: every call is traced and measured, refused and shed ones too.
         .layer(chorus_telemetry::grpc::ServerLayer)
+        .layer(serve.load_shed(&calls, "tool-exec"))
+        .layer(serve.deadline(&calls))
         .layer(MessageLimitLayer::new(
             message_bytes,
             config.limits.message_hint(),
         ))
         .layer(auth)
-        .add_service(health_service)
+        .add_service(health.service())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(service)
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async move { serve_stop.cancelled().await },
-        );
+        .serve_with_incoming_shutdown(serve.incoming(listener), async move {
+            serve_stop.cancelled().await
+        });
     let mut server = std::pin::pin!(server);
 
     info!(%addr, "tool-exec serving");
@@ -95,19 +128,21 @@ pub async fn run(
         () = shutdown => {}
     }
 
+    health.drain().await;
+    if !serve.drain.is_zero() {
+        info!(drain = ?serve.drain, "tool-exec draining: health NOT_SERVING, calls still served");
+        tokio::select! {
+            result = &mut server => return result.map_err(Into::into),
+            () = tokio::time::sleep(serve.drain) => {}
+        }
+    }
     info!("tool-exec shutting down");
-    health
-        .set_not_serving::<ToolExecServer<ToolExecService>>()
-        .await;
-    health
-        .set_service_status("", tonic_health::ServingStatus::NotServing)
-        .await;
     stop.cancel();
     cancel.cancel();
-    match tokio::time::timeout(config.shutdown_grace, &mut server).await {
+    match tokio::time::timeout(serve.shutdown_grace, &mut server).await {
         Ok(result) => result?,
         Err(_) => {
-            warn!(grace = ?config.shutdown_grace, "calls still running after the grace period; stopping anyway")
+            warn!(grace = ?serve.shutdown_grace, "calls still running after the grace period; stopping anyway")
         }
     }
     info!("tool-exec stopped");

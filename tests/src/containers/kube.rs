@@ -1,5 +1,5 @@
 //! The manifests of deploy/k8s made ready for `podman kube play`, and their
-//! gRPC probes read back, for the container tests.
+//! probes read back, for the container tests.
 
 use std::path::Path;
 
@@ -7,7 +7,9 @@ use std::path::Path;
 /// built here, a host port for each container port (on 127.0.0.1), names of this
 /// test's own, one replica, and the Secret's files from a host directory —
 /// podman 4.3 cannot mount a Secret volume (it crashes), so the keys volume
-/// becomes a hostPath of the same files.
+/// becomes a hostPath of the same files. podman has no Services: an address
+/// `chorus-<x>:<port>` in the configuration becomes the pod's DNS name
+/// `<prefix>-<x>-pod-0:<port>` on podman's kube network.
 pub fn for_kube_play(
     manifest: &str,
     images: &[(&str, &str)],
@@ -46,6 +48,13 @@ pub fn for_kube_play(
             out.push(format!("{pad}hostPath:"));
             out.push(format!("{pad}  path: {}", keys.display()));
             out.push(format!("{pad}  type: Directory"));
+        } else if let Some((key, value)) = trimmed.split_once(": ")
+            && key.starts_with("CHORUS_")
+            && key.ends_with("_ADDR")
+            && let Some(service) = value.strip_prefix("chorus-")
+            && let Some((name, port)) = service.split_once(':')
+        {
+            out.push(format!("{pad}{key}: {prefix}-{name}-pod-0:{port}"));
         } else if trimmed.starts_with("replicas: ") {
             out.push(format!("{pad}replicas: 1"));
         } else {
@@ -61,23 +70,39 @@ pub fn for_kube_play(
     out.join("\n") + "\n"
 }
 
-/// The `grpc:` probes of a manifest: (probe kind, port, service).
-pub fn grpc_probes(manifest: &str) -> Vec<(String, u16, String)> {
+/// What a probe checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Check {
+    /// gRPC health of `service` on `port`.
+    Grpc { port: u16, service: String },
+    /// A TCP connection to `port`.
+    Tcp { port: u16 },
+}
+
+/// The `grpc:` and `tcpSocket:` probes of a manifest: (probe kind, what it checks).
+pub fn probes(manifest: &str) -> Vec<(String, Check)> {
     let lines: Vec<&str> = manifest.lines().map(str::trim).collect();
+    let field = |line: &str, name: &str| -> String {
+        line.strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix(": "))
+            .unwrap_or_else(|| panic!("{name}: expected, found {line:?}"))
+            .trim_matches('"')
+            .to_owned()
+    };
     let mut probes = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        if *line == "grpc:" && i > 0 {
-            let kind = lines[i - 1].trim_end_matches(':').to_owned();
-            let port = lines[i + 1]
-                .strip_prefix("port: ")
-                .and_then(|p| p.parse().ok())
-                .expect("port after grpc:");
-            let service = lines[i + 2]
-                .strip_prefix("service: ")
-                .expect("service after port")
-                .trim_matches('"')
-                .to_owned();
-            probes.push((kind, port, service));
+    for (i, line) in lines.iter().enumerate().skip(1) {
+        let kind = lines[i - 1].trim_end_matches(':').to_owned();
+        let port = || field(lines[i + 1], "port").parse().expect("a port number");
+        match *line {
+            "grpc:" => probes.push((
+                kind,
+                Check::Grpc {
+                    port: port(),
+                    service: field(lines[i + 2], "service"),
+                },
+            )),
+            "tcpSocket:" => probes.push((kind, Check::Tcp { port: port() })),
+            _ => {}
         }
     }
     probes
@@ -101,10 +126,16 @@ spec:
           ports:
             - name: grpc
               containerPort: 50052
+          envFrom:
+            - configMapRef:
+                name: chorus-config
           readinessProbe:
             grpc:
               port: 50052
               service: chorus.tools.v1.ToolExec
+          livenessProbe:
+            tcpSocket:
+              port: 50052
           volumeMounts:
             - name: tmp
               mountPath: /tmp
@@ -139,6 +170,7 @@ spec:
             "            claimName: t-1-workspaces",
             "        - name: keys\n          hostPath:\n            path: /keys\n            type: Directory\n        - name: t-1-tmp",
             "            - name: t-1-tmp\n",
+            "                name: t-1-config",
         ] {
             assert!(played.contains(line), "{line:?} not in:\n{played}");
         }
@@ -148,12 +180,32 @@ spec:
     #[test]
     fn probes_are_read_with_their_port_and_service() {
         assert_eq!(
-            grpc_probes(DEPLOYMENT),
-            [(
-                "readinessProbe".to_owned(),
-                50052,
-                "chorus.tools.v1.ToolExec".to_owned()
-            )]
+            probes(DEPLOYMENT),
+            [
+                (
+                    "readinessProbe".to_owned(),
+                    Check::Grpc {
+                        port: 50052,
+                        service: "chorus.tools.v1.ToolExec".to_owned()
+                    }
+                ),
+                ("livenessProbe".to_owned(), Check::Tcp { port: 50052 }),
+            ]
+        );
+    }
+
+    #[test]
+    fn service_addresses_become_pod_names() {
+        let played = for_kube_play(
+            "data:\n  CHORUS_ORCHESTRATOR_ADDR: chorus-orchestrator:50051\n  CHORUS_LOG_FORMAT: json\n",
+            &[],
+            &[],
+            Path::new("/keys"),
+            "t-1",
+        );
+        assert_eq!(
+            played,
+            "data:\n  CHORUS_ORCHESTRATOR_ADDR: t-1-orchestrator-pod-0:50051\n  CHORUS_LOG_FORMAT: json\n"
         );
     }
 }

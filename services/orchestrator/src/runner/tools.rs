@@ -4,8 +4,6 @@
 //! orchestration tools to the orchestrator's AgentTools — so permission checks,
 //! execution and history are the same for every kind of agent.
 
-use std::time::Duration;
-
 use chorus_auth::tls::ClientTls;
 use chorus_catalog::Executor;
 use chorus_proto::handoff::HandoffError;
@@ -34,14 +32,11 @@ pub struct ToolRouter {
     bearer: MetadataValue<Ascii>,
 }
 
+/// A channel for the run's calls; only CallTool has a client deadline
+/// (see [`chorus_proto::channel`]).
 fn channel(addr: &str, tls: &ClientTls) -> Result<TracedChannel, String> {
-    Ok(traced(
-        tls.endpoint(addr)
-            .map_err(|e| e.to_string())?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .connect_lazy(),
-    ))
+    let endpoint = tls.endpoint(addr).map_err(|e| e.to_string())?;
+    Ok(traced(chorus_proto::channel::tune(endpoint).connect_lazy()))
 }
 
 impl ToolRouter {
@@ -142,10 +137,12 @@ impl ToolRouter {
             Executor::Orchestrator => {
                 let response = AgentToolsClient::new(self.orchestrator.clone())
                     .max_decoding_message_size(DEFAULT_MESSAGE_BYTES)
-                    .call_tool(self.request(CallToolRequest {
-                        tool: tool.to_owned(),
-                        arguments: Some(json::to_struct(arguments)),
-                    }))
+                    .call_tool(chorus_proto::channel::short(self.request(
+                        CallToolRequest {
+                            tool: tool.to_owned(),
+                            arguments: Some(json::to_struct(arguments)),
+                        },
+                    )))
                     .await
                     .map_err(failed)?
                     .into_inner();

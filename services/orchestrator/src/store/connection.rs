@@ -198,6 +198,14 @@ fn sqlite_pragmas(conn: &mut SqliteConnection) -> diesel::QueryResult<()> {
     ))
 }
 
+/// A trivial query: does the connection still work?
+pub(super) fn ping(conn: &mut AnyConnection) -> Result<(), StoreError> {
+    match conn {
+        AnyConnection::Sqlite(c) => c.batch_execute("SELECT 1").db(),
+        AnyConnection::Pg(c) => c.batch_execute("SELECT 1").db(),
+    }
+}
+
 /// Copies SQLite's WAL into the database file and empties it, so the page
 /// versions it held before a change are gone from disk; nothing on PostgreSQL.
 pub(super) fn truncate_wal(conn: &mut AnyConnection) -> Result<(), StoreError> {
