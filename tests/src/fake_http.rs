@@ -25,6 +25,12 @@ impl HttpServer {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0");
+        Self::start_on(listener, router)
+    }
+
+    /// Serves `router` on a listener bound elsewhere (a fake in a container
+    /// listens on all of its addresses).
+    pub fn start_on(listener: TcpListener, router: Router) -> Self {
         let addr = listener.local_addr().expect("local addr");
         let task = tokio::spawn(async move {
             axum::serve(listener, router).await.expect("fake server");

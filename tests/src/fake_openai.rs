@@ -76,6 +76,14 @@ pub struct FakeOpenAi {
 impl FakeOpenAi {
     /// Serves on 127.0.0.1:0 until dropped.
     pub async fn start(steps: Vec<Step>) -> FakeOpenAi {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        Self::start_on(listener, steps)
+    }
+
+    /// Serves on `listener` until dropped.
+    pub fn start_on(listener: tokio::net::TcpListener, steps: Vec<Step>) -> FakeOpenAi {
         let shared = Arc::new(Shared {
             steps,
             cursor: AtomicUsize::new(0),
@@ -86,7 +94,7 @@ impl FakeOpenAi {
             .route("/v1/models", get(models))
             .fallback(not_found)
             .with_state(Arc::clone(&shared));
-        let server = HttpServer::start(router).await;
+        let server = HttpServer::start_on(listener, router);
         FakeOpenAi { server, shared }
     }
 

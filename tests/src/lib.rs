@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agents;
+pub mod containers;
 pub mod credentials;
 pub mod db;
 pub mod fake_anthropic;

@@ -201,6 +201,12 @@ impl Receiver {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the OTLP receiver");
+        Self::start_on(listener)
+    }
+
+    /// Serves on a listener bound elsewhere (a receiver in a container listens
+    /// on all of its addresses: tests/src/bin/otlp_sink.rs).
+    pub fn start_on(listener: tokio::net::TcpListener) -> Self {
         let addr = listener.local_addr().expect("addr");
         let shared = Shared::default();
         let server = tonic::transport::Server::builder()

@@ -186,3 +186,121 @@ async fn a_separate_tool_exec_checks_records_refuses_ended_runs_and_follows_key_
     assert!(orchestrator.stop().await.success());
     assert!(tool_exec.stop().await.success());
 }
+
+/// The deployed shape (compose, Kubernetes): tool-exec's key is a secret file
+/// given to both services; the orchestrator takes it at start (the file is only
+/// read), so no CreateApiKey call is needed. A restart with the same file changes
+/// nothing; a file with no key, or with a revoked key, stops the start with a
+/// message saying what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_exec_key_given_to_both_services_as_a_file_lets_tool_exec_in() {
+    let data = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let database = data.path().join("chorus.db").display().to_string();
+    let key_file = data.path().join("tool-exec.key");
+    let key = chorus_auth::ApiKey::generate();
+    std::fs::write(&key_file, format!("{}\n", key.expose())).expect("key file");
+    let key_arg = key_file.display().to_string();
+
+    let orchestrator_addr = free_port();
+    let tool_exec = ToolExecProcess::spawn(orchestrator_addr, &key_file).await;
+    let listen = orchestrator_addr.to_string();
+    let tools_at = tool_exec.addr.to_string();
+    let args = [
+        "--listen",
+        &listen,
+        "--tool-exec-addr",
+        &tools_at,
+        "--tool-exec-key-file",
+        &key_arg,
+    ];
+    let orchestrator = OrchestratorProcess::spawn(data.path(), &database, &args).await;
+    let mut client = orchestrator.client().await;
+    let keys = client
+        .list_api_keys(pb::ListApiKeysRequest {
+            include_revoked: true,
+        })
+        .await
+        .expect("keys")
+        .into_inner()
+        .keys;
+    let stored: Vec<(&str, &str)> = keys
+        .iter()
+        .filter(|k| k.role == pb::Role::ToolExec as i32)
+        .map(|k| (k.id.as_str(), k.name.as_str()))
+        .collect();
+    assert_eq!(stored, [(key.id(), "tool-exec")]);
+
+    let ws = workspace(&mut client, "split", root.path()).await;
+    add_agent(&mut client, &ws, "scribe", &["file.create"], "").await;
+    let task = chorus_tests::agents::planned_task(&mut client, &ws, "keyed by file").await;
+    let run = open(&mut client, &task).await;
+    let env = ToolsEnv {
+        token: Some(run.token.clone()),
+        tools_addr: Some(tools_at.clone()),
+        orchestrator_addr: Some(listen.clone()),
+    };
+    let create = json!({"tool": "file.create", "path": "a.md", "content": "x"}).to_string();
+    assert_eq!(
+        chorus_tools(&env, &[&create]).await.output()["bytes_written"],
+        1
+    );
+    assert_eq!(
+        calls(&history(&mut client, &task.id).await),
+        ["tool_executed file.create ok"],
+        "tool-exec asked the orchestrator with the key from the file, and recorded"
+    );
+    assert!(orchestrator.stop().await.success());
+
+    // Again with the same file: the key is there already.
+    let orchestrator = OrchestratorProcess::spawn(data.path(), &database, &args).await;
+    let mut client = orchestrator.client().await;
+    let again = client
+        .list_api_keys(pb::ListApiKeysRequest {
+            include_revoked: true,
+        })
+        .await
+        .expect("keys")
+        .into_inner()
+        .keys;
+    let tool_exec_keys = |keys: &[pb::ApiKey]| {
+        keys.iter()
+            .filter(|k| k.role == pb::Role::ToolExec as i32)
+            .count()
+    };
+    assert_eq!(tool_exec_keys(&again), 1);
+    client
+        .revoke_api_key(pb::RevokeApiKeyRequest {
+            id: key.id().to_owned(),
+        })
+        .await
+        .expect("revoke");
+    assert!(orchestrator.stop().await.success());
+    assert!(tool_exec.stop().await.success());
+
+    // A revoked key, and a file that holds no key, stop the start.
+    let refused = |file: &str| {
+        let out = std::process::Command::new(chorus_tests::built_bin(
+            "chorus-orchestrator",
+            "chorus-orchestrator",
+        ))
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(["--database-url", &database, "--listen", "127.0.0.1:0"])
+        .args(["--no-embedded-tool-exec", "--tool-exec-key-file", file])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run chorus-orchestrator");
+        assert!(!out.status.success(), "it started with {file}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let message = refused(&key_arg);
+    assert!(
+        message.contains("it was revoked") && message.contains("put a new key in the file"),
+        "{message}"
+    );
+    let not_a_key = data.path().join("not-a-key");
+    std::fs::write(&not_a_key, "hunter2\n").expect("file");
+    let message = refused(&not_a_key.display().to_string());
+    assert!(message.contains("does not hold an API key"), "{message}");
+}

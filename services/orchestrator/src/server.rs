@@ -58,6 +58,9 @@ pub struct OrchestratorConfig {
     /// Where the first admin key is written when the store has none; None:
     /// no key is made (keys come from elsewhere).
     pub admin_key_file: Option<PathBuf>,
+    /// A file with the API key a separate tool-exec presents: stored with role
+    /// tool-exec at start when the store does not hold it (the file is only read).
+    pub tool_exec_key_file: Option<PathBuf>,
     /// Where workspace roots may be (the data directory is always protected).
     pub workspace_roots: RootPolicy,
     /// The key that encrypts provider API keys in the database.
@@ -85,6 +88,7 @@ impl OrchestratorConfig {
             serve: ServeConfig::default(),
             sandbox: chorus_sandbox::SandboxConfig::default(),
             admin_key_file: Some(data_dir.join(ADMIN_KEY_FILE)),
+            tool_exec_key_file: None,
             workspace_roots: RootPolicy::new(&[], &[data_dir.to_owned()]),
             secrets_key: KeySource::default_file(data_dir),
             tls: None,
@@ -142,6 +146,9 @@ pub async fn run(
         }
         None => "admins make keys with CreateApiKey".to_owned(),
     };
+    if let Some(file) = &config.tool_exec_key_file {
+        crate::auth::bootstrap::accept_tool_exec_key(&store, file).await?;
+    }
     // Database pool use, observed when metrics are collected (while served).
     let pool_store = store.clone();
     let _pool_gauge = chorus_telemetry::metrics()

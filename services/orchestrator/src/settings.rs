@@ -101,6 +101,11 @@ pub struct OrchestratorSettings {
     /// (default: <data-dir>/admin.key).
     #[arg(long, env = "CHORUS_ADMIN_KEY_FILE")]
     pub admin_key_file: Option<PathBuf>,
+    /// File with the API key a separate tool-exec presents (its
+    /// --orchestrator-key-file): stored with role tool-exec at start when the
+    /// database does not hold it. The file is only read.
+    #[arg(long, env = "CHORUS_TOOL_EXEC_KEY_FILE")]
+    pub tool_exec_key_file: Option<PathBuf>,
     /// File of the key that encrypts provider API keys in the database (32 random
     /// bytes in base64; must exist). Without it: the key itself from
     /// CHORUS_SECRETS_KEY, else <data-dir>/secrets.key, made when missing.
@@ -223,6 +228,7 @@ impl OrchestratorSettings {
             sandbox: self.sandbox.config(),
             serve: self.serve.config(),
             admin_key_file: Some(self.admin_key_file()),
+            tool_exec_key_file: self.tool_exec_key_file.clone(),
             secrets_key,
             tls: self.tls.server(),
             peers: self.tls.peers().map_err(anyhow::Error::msg)?,

@@ -74,3 +74,80 @@ fn write_secret(file: &Path, secret: &str) -> std::io::Result<()> {
     std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(0o600))?;
     std::fs::rename(&temp, file)
 }
+
+/// Accepts the API key in `file` as tool-exec's: when the store does not hold
+/// it, it is stored (its hash) with role `tool-exec`. A deployment gives a
+/// separate tool-exec its key as a mounted secret and the orchestrator the same
+/// file, so the two shapes need no CreateApiKey call to start. The file is read,
+/// never written. Returns whether the key was new.
+///
+/// # Errors
+/// UNAVAILABLE when the file cannot be read or holds no API key, or when the
+/// store holds a key of that id with another secret, another role, or revoked
+/// (the message says what to do); INTERNAL when the store fails.
+pub async fn accept_tool_exec_key(store: &Store, file: &Path) -> Result<bool, ServiceError> {
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        ServiceError::Unavailable(format!(
+            "cannot read tool-exec's key from {}: {e}",
+            file.display()
+        ))
+    })?;
+    let key = ApiKey::parse(text.trim()).ok_or_else(|| {
+        ServiceError::Unavailable(format!(
+            "{} does not hold an API key (chorus_<16 hex digits>_<32 bytes in base64url>); deploy/README.md shows how to make one",
+            file.display()
+        ))
+    })?;
+    let now = now_ms();
+    let mut name = "tool-exec".to_owned();
+    for _ in 0..2 {
+        match store.get_api_key(key.id().to_owned()).await {
+            Ok(stored) => return check_stored_tool_exec_key(&stored, &key, file).map(|()| false),
+            Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let record = ApiKeyRecord {
+            id: key.id().to_owned(),
+            name: Name::parse("key name", &name)?,
+            role: Role::ToolExec,
+            hash: key.hash(),
+            created_ms: now,
+            revoked_ms: None,
+        };
+        match store.create_api_key(record).await {
+            Ok(_) => {
+                info!(file = %file.display(), id = key.id(), "accepted tool-exec's key from its file");
+                return Ok(true);
+            }
+            // Another key holds the name, or another orchestrator stored this one
+            // a moment ago: look again, under a name of its own.
+            Err(StoreError::AlreadyExists { .. }) => name = format!("tool-exec-{now}"),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let stored = store.get_api_key(key.id().to_owned()).await?;
+    check_stored_tool_exec_key(&stored, &key, file)?;
+    Ok(false)
+}
+
+/// The stored key of the file's id must be this very key, active, of role tool-exec.
+fn check_stored_tool_exec_key(
+    stored: &ApiKeyRecord,
+    key: &ApiKey,
+    file: &Path,
+) -> Result<(), ServiceError> {
+    let problem = if !key.matches(&stored.hash) {
+        "another key with the same id is stored"
+    } else if !stored.is_active() {
+        "it was revoked"
+    } else if stored.role != Role::ToolExec {
+        "it is stored with another role"
+    } else {
+        return Ok(());
+    };
+    Err(ServiceError::Unavailable(format!(
+        "the key in {} (id {}) cannot be tool-exec's: {problem}; put a new key in the file for both services",
+        file.display(),
+        key.id()
+    )))
+}
