@@ -73,7 +73,7 @@ fn main() -> anyhow::Result<()> {
                 limits: Limits::default(),
             })
         } else {
-            warn!("no embedded tool-exec: start chorus-tool-exec with --orchestrator-addr {} and --orchestrator-key-file (an API key of role tool-exec, made with CreateApiKey)", settings.listen);
+            warn!("no embedded tool-exec: start chorus-tool-exec with --orchestrator-addr {} and --orchestrator-key-file: an API key of role tool-exec, made by an admin with CreateApiKey or given to this orchestrator with --tool-exec-key-file", settings.listen);
             None
         };
         let config = settings.config(signer, embedded_tool_exec, secrets_key, &cwd)?;

@@ -4,10 +4,10 @@
 
 use std::process::Output;
 
-use chorus_tests::{TOOL_EXEC_SERVICE, ToolExec, built_bin};
+use chorus_tests::{TOOL_EXEC_SERVICE, ToolExec};
 
 async fn probe(args: &[&str]) -> Output {
-    tokio::process::Command::new(built_bin("chorus-health-probe", "chorus-health-probe"))
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_chorus-health-probe"))
         .args(args)
         .output()
         .await
