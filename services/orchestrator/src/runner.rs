@@ -564,6 +564,23 @@ mod tests {
     }
 
     #[test]
+    fn agents_get_where_spans_go_but_never_the_collectors_credentials() {
+        let passed = RunnerConfig::new(Path::new("/data")).pass_env;
+        for name in ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_SAMPLER"] {
+            assert!(passed.iter().any(|p| p == name), "{name} is not passed");
+        }
+        for secret in [
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            "OTEL_SERVICE_NAME",
+            "CHORUS_SECRETS_KEY",
+            "CHORUS_DATABASE_URL",
+        ] {
+            assert!(!passed.iter().any(|p| p == secret), "{secret} is passed");
+        }
+    }
+
+    #[test]
     fn a_cli_installed_by_npm_brings_its_node_modules_tree() {
         let dir = tempfile::tempdir().expect("dir");
         let modules = dir.path().join("node_modules");
