@@ -1,4 +1,5 @@
 use std::future::Future;
+use std::sync::Arc;
 
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -49,7 +50,7 @@ pub enum WatchEnd {
 /// `cancel` fires.
 pub async fn watch_task<S: EventSource>(
     source: &S,
-    hub: &EventHub,
+    hub: &Arc<EventHub>,
     task: TaskId,
     after: u64,
     follow: bool,

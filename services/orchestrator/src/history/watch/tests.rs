@@ -141,7 +141,7 @@ impl Fixture {
         let handle = tokio::spawn(async move {
             watch_task(
                 memory.as_ref(),
-                hub.as_ref(),
+                &hub,
                 task,
                 after,
                 follow,
@@ -255,7 +255,7 @@ async fn a_final_status_committed_during_the_replay_ends_the_watch() {
     let (tx, rx) = mpsc::channel(8);
     let watch = watch_task(
         &source,
-        fx.hub.as_ref(),
+        &fx.hub,
         fx.task,
         0,
         false,
@@ -386,7 +386,7 @@ async fn fifty_watchers_of_the_store_see_every_committed_event_once() {
                 let handle = tokio::spawn(async move {
                     watch_task(
                         &store,
-                        hub.as_ref(),
+                        &hub,
                         task.id,
                         cursor,
                         false,
