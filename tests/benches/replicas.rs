@@ -108,14 +108,10 @@ fn ms(d: Duration) -> f64 {
 /// NOTIFY → LISTEN on two connections of the bare database, and `SELECT 1`.
 async fn notify_latency(url: &str) -> (Vec<Duration>, Vec<Duration>) {
     use tokio_postgres::{AsyncMessage, NoTls};
-    let (listener, mut connection) = tokio_postgres::connect(url, NoTls)
-        .await
-        .expect("connect");
+    let (listener, mut connection) = tokio_postgres::connect(url, NoTls).await.expect("connect");
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
-        while let Some(Ok(message)) =
-            std::future::poll_fn(|cx| connection.poll_message(cx)).await
-        {
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
             if let AsyncMessage::Notification(n) = message {
                 let _ = tx.send((Instant::now(), n.payload().to_owned()));
             }
@@ -125,9 +121,7 @@ async fn notify_latency(url: &str) -> (Vec<Duration>, Vec<Duration>) {
         .batch_execute("LISTEN chorus_bench")
         .await
         .expect("listen");
-    let (sender, connection) = tokio_postgres::connect(url, NoTls)
-        .await
-        .expect("connect");
+    let (sender, connection) = tokio_postgres::connect(url, NoTls).await.expect("connect");
     tokio::spawn(connection);
     let mut notify = Vec::new();
     let mut select = Vec::new();
@@ -150,7 +144,8 @@ async fn notify_latency(url: &str) -> (Vec<Duration>, Vec<Duration>) {
 /// Tasks started round-robin over the replicas, each reading a file
 /// [`READS`] times and reporting: (runs/s, tool calls/s).
 async fn throughput(cluster: &Cluster, ws: &pb::Workspace) -> (f64, f64) {
-    let read = chorus_tests::agents::call(&serde_json::json!({"tool": "file.read", "path": "notes.txt"}));
+    let read =
+        chorus_tests::agents::call(&serde_json::json!({"tool": "file.read", "path": "notes.txt"}));
     let script = std::iter::repeat_n(read, READS)
         .chain([report("complete", "read")])
         .collect::<Vec<_>>()

@@ -125,13 +125,8 @@ impl Cluster {
 
     /// The replicas that are up, behind the balancer.
     fn rebalance(&self) {
-        self.balancer.set_backends(
-            self.replicas
-                .iter()
-                .flatten()
-                .map(|r| r.addr)
-                .collect(),
-        );
+        self.balancer
+            .set_backends(self.replicas.iter().flatten().map(|r| r.addr).collect());
     }
 
     /// Replica `r<i>`, which must be up.

@@ -489,10 +489,7 @@ async fn shutdown_kills_the_runs_and_hands_them_on_to_be_resumed_at_the_next_sta
     let mut client = orchestrator.client().await;
     let events = wait_for(&mut client, &task.id, ends_run).await;
     let story = summary(&events);
-    assert!(
-        !story.contains(&"run_interrupted".to_owned()),
-        "{story:#?}"
-    );
+    assert!(!story.contains(&"run_interrupted".to_owned()), "{story:#?}");
     let resumed = events
         .iter()
         .find(|e| e.kind == "run_resumed")
@@ -506,7 +503,10 @@ async fn shutdown_kills_the_runs_and_hands_them_on_to_be_resumed_at_the_next_sta
     let last = chorus_tests::agents::runs_of(&mut client, &task.id, "")
         .await
         .remove(0);
-    assert_eq!((last.epoch, last.session_id.as_str()), (1, run.session_id.as_str()));
+    assert_eq!(
+        (last.epoch, last.session_id.as_str()),
+        (1, run.session_id.as_str())
+    );
     orchestrator.stop().await;
 }
 

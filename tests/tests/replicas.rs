@@ -13,8 +13,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use chorus_proto::orchestrator::v1 as pb;
+use chorus_sandbox::testing::processes_with_arg_containing;
 use chorus_tests::agents::{Client, data, handoff, history, planned_task, report, start, task_of};
-use chorus_tests::cluster::{Cluster, alive, replica_of};
+use chorus_tests::cluster::{Cluster, replica_of};
 use tokio_stream::StreamExt;
 
 /// The safety net of every wait here: a bound that only a hang reaches.
@@ -93,10 +94,18 @@ fn check_history(events: &[pb::TaskEvent]) {
     let mut ends: HashMap<String, usize> = HashMap::new();
     for event in events.iter().filter(|e| chorus_tests::agents::ends_run(e)) {
         *ends
-            .entry(data(event)["run_id"].as_str().unwrap_or_default().to_owned())
+            .entry(
+                data(event)["run_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
             .or_default() += 1;
     }
-    assert!(ends.values().all(|n| *n == 1), "each run ends once: {ends:?}");
+    assert!(
+        ends.values().all(|n| *n == 1),
+        "each run ends once: {ends:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -140,14 +149,25 @@ async fn handoff_chains_spread_over_three_replicas_complete_and_every_replica_se
             task_of(&mut clients[1], &task.id).await.status,
             "completed",
             "{:#?}",
-            record.iter().map(|e| (&e.kind, data(e))).collect::<Vec<_>>()
+            record
+                .iter()
+                .map(|e| (&e.kind, data(e)))
+                .collect::<Vec<_>>()
         );
         check_history(&record);
         for (i, events) in seen[&task.id].iter().enumerate() {
-            assert_eq!(
-                events, &record,
-                "the watch on replica r{i} saw every event of task {} in order",
-                task.id
+            let kinds = |events: &[pb::TaskEvent]| {
+                events
+                    .iter()
+                    .map(|e| format!("{} {} {}", e.sequence, e.kind, data(e)["agent"]))
+                    .collect::<Vec<_>>()
+            };
+            assert!(
+                events == &record,
+                "the watch on replica r{i} saw every event of task {} in order: {:#?} != {:#?}",
+                task.id,
+                kinds(events),
+                kinds(&record)
             );
         }
         let on: BTreeSet<String> = started_on(&record).into_values().collect();
@@ -176,20 +196,34 @@ async fn a_replica_killed_mid_chain_has_its_runs_resumed_elsewhere_and_nothing_i
     let mut client = cluster.client(0).await;
     let ws = cluster.team(&mut client).await;
     // C records its pid and waits at a gate; resumed, it reports at once.
-    let c = [
-        "fake: record pid.json".to_owned(),
-        "fake: wait gate.fifo".to_owned(),
-        report("complete", "C done"),
-        "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"C resumed\",\"output\":\"C resumed\"}".to_owned(),
-    ];
-    let resume_b = "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"B resumed\",\"output\":\"B resumed\"}";
-    let b = [handoff("c", &c), report("complete", "B done"), resume_b.to_owned()];
-    let resume_a = "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"A resumed\",\"output\":\"A resumed\"}";
-    let script = [handoff("b", &b), report("complete", "A done"), resume_a.to_owned()].join("\n");
+    // C's own arguments carry `killed"<n>`; its parents' carry it escaped in
+    // their JSON (`killed\"<n>`), so the marker finds C's processes only.
+    let marker = |n: usize| format!("killed\"{}-{n}", std::process::id());
+    let script = |n: usize| {
+        let c = [
+            format!("fake: say {}", marker(n)),
+            "fake: wait gate.fifo".to_owned(),
+            report("complete", "C done"),
+            "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"C resumed\",\"output\":\"C resumed\"}".to_owned(),
+        ];
+        let resume_b = "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"B resumed\",\"output\":\"B resumed\"}";
+        let b = [
+            handoff("c", &c),
+            report("complete", "B done"),
+            resume_b.to_owned(),
+        ];
+        let resume_a = "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"A resumed\",\"output\":\"A resumed\"}";
+        [
+            handoff("b", &b),
+            report("complete", "A done"),
+            resume_a.to_owned(),
+        ]
+        .join("\n")
+    };
     const CHAINS: usize = 9;
     let mut tasks = Vec::new();
     for n in 0..CHAINS {
-        let task = planned_task(&mut client, &ws, &script).await;
+        let task = planned_task(&mut client, &ws, &script(n)).await;
         let mut starter = cluster.client(n % 3).await;
         start(&mut starter, &task, "a", 0).await;
         tasks.push(task);
@@ -209,8 +243,12 @@ async fn a_replica_killed_mid_chain_has_its_runs_resumed_elsewhere_and_nothing_i
     }
     // The replica that drives the most runs dies.
     let mut driven: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut handoff_runs = BTreeSet::new();
     for task in &tasks {
         for run in chorus_tests::agents::runs_of(&mut client, &task.id, "").await {
+            if run.handoff_index > 0 {
+                handoff_runs.insert(run.id.clone());
+            }
             driven.entry(run.replica.clone()).or_default().push(run.id);
         }
     }
@@ -228,21 +266,9 @@ async fn a_replica_killed_mid_chain_has_its_runs_resumed_elsewhere_and_nothing_i
         .iter()
         .map(|t| (t.id.clone(), watch(observer.clone(), t.id.clone())))
         .collect();
-    // The victim's C runs, and their CLI's pids.
-    let victim_cs: Vec<(String, i32)> = gates
-        .iter()
-        .filter(|(_, run)| victim_runs.contains(run))
-        .map(|(_, run)| {
-            let record: serde_json::Value = serde_json::from_str(
-                &std::fs::read_to_string(cluster.run_file(run, "pid.json")).expect("pid record"),
-            )
-            .expect("json");
-            (run.clone(), record["pid"].as_i64().expect("pid") as i32)
-        })
-        .collect();
     // Handoff streams re-opened on the survivor for the victim's handoff runs.
     let mut streams = Vec::new();
-    for run in &victim_runs {
+    for run in victim_runs.iter().filter(|r| handoff_runs.contains(*r)) {
         let mut c = observer.clone();
         let run = run.clone();
         streams.push(tokio::spawn(async move {
@@ -250,11 +276,27 @@ async fn a_replica_killed_mid_chain_has_its_runs_resumed_elsewhere_and_nothing_i
         }));
     }
 
+    for n in 0..CHAINS {
+        assert!(
+            !processes_with_arg_containing(&marker(n)).is_empty(),
+            "C {n} runs"
+        );
+    }
     cluster.take(victim_index).kill().await;
-    // Its agent processes died with it.
-    for (run, pid) in &victim_cs {
-        let pid = *pid;
-        chorus_sandbox::testing::eventually(&format!("the CLI of run {run} dies with its replica"), move || !alive(pid)).await;
+    // Its agent processes died with it; the others' live on.
+    for (n, (_, run)) in gates.iter().enumerate() {
+        if victim_runs.contains(run) {
+            let marker = marker(n);
+            chorus_sandbox::testing::eventually("the victim's agent processes die with it", || {
+                processes_with_arg_containing(&marker).is_empty()
+            })
+            .await;
+        } else {
+            assert!(
+                !processes_with_arg_containing(&marker(n)).is_empty(),
+                "C {n} lives on"
+            );
+        }
     }
     // The live Cs go on through their gates; the resumed ones report at once.
     for (_, run) in gates.iter().filter(|(_, run)| !victim_runs.contains(run)) {
@@ -275,7 +317,10 @@ async fn a_replica_killed_mid_chain_has_its_runs_resumed_elsewhere_and_nothing_i
             .expect("watcher");
         let record = history(&mut observer, &task).await;
         check_history(&record);
-        assert_eq!(events, record, "the survivor's watch of {task} lost nothing");
+        assert_eq!(
+            events, record,
+            "the survivor's watch of {task} lost nothing"
+        );
         // Each of the victim's runs was resumed by a survivor, once.
         for event in record.iter().filter(|e| e.kind == "run_resumed") {
             let d = data(event);
@@ -287,7 +332,12 @@ async fn a_replica_killed_mid_chain_has_its_runs_resumed_elsewhere_and_nothing_i
     for task in &tasks {
         for event in history(&mut observer, &task.id).await {
             if event.kind == "run_resumed" {
-                resumed.insert(data(&event)["run_id"].as_str().unwrap_or_default().to_owned());
+                resumed.insert(
+                    data(&event)["run_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                );
             }
             assert_ne!(event.kind, "run_interrupted", "every run could be resumed");
         }
@@ -300,23 +350,30 @@ async fn a_replica_killed_mid_chain_has_its_runs_resumed_elsewhere_and_nothing_i
             .expect("the handoff stream on a survivor ends")
             .expect("stream");
         assert!(
-            matches!(events.last(), Some(pb::handoff_event::Event::Completed(_)) | Some(pb::handoff_event::Event::Failed(_))),
+            matches!(
+                events.last(),
+                Some(pb::handoff_event::Event::Completed(_))
+                    | Some(pb::handoff_event::Event::Failed(_))
+            ),
             "{events:?}"
         );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cancel_task_on_a_replica_that_does_not_drive_the_run_returns_once_its_processes_are_dead() {
+async fn cancel_task_on_a_replica_that_does_not_drive_the_run_returns_once_its_processes_are_dead()
+{
     let Some(cluster) = Cluster::start(2, 10).await else {
         return no_postgres();
     };
     let mut driver = cluster.client(0).await;
     let ws = cluster.team(&mut driver).await;
+    // The CLI's arguments carry its message, and so this marker.
+    let marker = format!("cancel-elsewhere-{}", std::process::id());
     let task = planned_task(
         &mut driver,
         &ws,
-        "fake: record pid.json\nfake: wait gate.fifo",
+        &format!("fake: say {marker}\nfake: wait gate.fifo"),
     )
     .await;
     let run = start(&mut driver, &task, "c", 0).await.run.expect("run");
@@ -325,12 +382,7 @@ async fn cancel_task_on_a_replica_that_does_not_drive_the_run_returns_once_its_p
     })
     .await;
     assert_eq!(replica_of(&mut driver, &run.id).await, "r0");
-    let pid: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(cluster.run_file(&run.id, "pid.json")).expect("pid record"),
-    )
-    .expect("json");
-    let pid = pid["pid"].as_i64().expect("pid") as i32;
-    assert!(alive(pid));
+    assert!(!processes_with_arg_containing(&marker).is_empty());
 
     let mut other = cluster.client(1).await;
     let canceled = other
@@ -342,11 +394,16 @@ async fn cancel_task_on_a_replica_that_does_not_drive_the_run_returns_once_its_p
         .expect("cancel")
         .into_inner();
     assert_eq!(canceled.status, "canceled");
-    assert!(
-        !alive(pid),
+    assert_eq!(
+        processes_with_arg_containing(&marker),
+        Vec::<i32>::new(),
         "CancelTask on r1 returned while r0's agent process still ran"
     );
-    assert_eq!(replica_of(&mut other, &run.id).await, "", "the run was released");
+    assert_eq!(
+        replica_of(&mut other, &run.id).await,
+        "",
+        "the run was released"
+    );
     let record = history(&mut other, &task.id).await;
     check_history(&record);
     assert!(record.iter().any(|e| e.kind == "run_canceled"));
@@ -419,7 +476,12 @@ async fn a_replica_that_starts_while_others_run_touches_nothing_of_theirs() {
     let ws = cluster.team(&mut client).await;
     let mut tasks = Vec::new();
     for n in 0..4 {
-        let task = planned_task(&mut client, &ws, "fake: wait gate.fifo\nfake: say done").await;
+        let script = [
+            "fake: wait gate.fifo".to_owned(),
+            report("complete", "done"),
+        ]
+        .join("\n");
+        let task = planned_task(&mut client, &ws, &script).await;
         let mut starter = cluster.client(n % 2).await;
         let run = start(&mut starter, &task, "c", 0).await.run.expect("run");
         chorus_tests::agents::wait_for(&mut client, &task.id, |e| {
@@ -448,21 +510,38 @@ async fn a_replica_that_starts_while_others_run_touches_nothing_of_theirs() {
             .map(|r| r.heartbeat_ms)
             .unwrap_or_default()
     };
-    let first = beats(&newcomer.get_status(pb::GetStatusRequest {}).await.expect("status").into_inner());
+    let first = beats(
+        &newcomer
+            .get_status(pb::GetStatusRequest {})
+            .await
+            .expect("status")
+            .into_inner(),
+    );
     let mut seen = BTreeSet::from([first]);
     let mut poll = tokio::time::interval(Duration::from_millis(100));
     tokio::time::timeout(HANG, async {
         while seen.len() < 4 {
             poll.tick().await;
-            let status = newcomer.get_status(pb::GetStatusRequest {}).await.expect("status").into_inner();
-            assert!(status.replicas.iter().filter(|r| r.live).count() == 3, "{status:?}");
+            let status = newcomer
+                .get_status(pb::GetStatusRequest {})
+                .await
+                .expect("status")
+                .into_inner();
+            assert!(
+                status.replicas.iter().filter(|r| r.live).count() == 3,
+                "{status:?}"
+            );
             seen.insert(beats(&status));
         }
     })
     .await
     .expect("the newcomer heartbeats");
     for ((task, run), earlier) in tasks.iter().zip(&before) {
-        assert_eq!(&history(&mut newcomer, &task.id).await, earlier, "nothing was recorded");
+        assert_eq!(
+            &history(&mut newcomer, &task.id).await,
+            earlier,
+            "nothing was recorded"
+        );
         let now = newcomer
             .get_run(pb::GetRunRequest { id: run.id.clone() })
             .await
@@ -495,7 +574,12 @@ async fn a_second_orchestrator_on_one_sqlite_file_is_refused_saying_why() {
         "chorus-orchestrator",
         "chorus-orchestrator",
     ))
-    .args(["--listen", "127.0.0.1:0", "--tool-exec-listen", "127.0.0.1:0"])
+    .args([
+        "--listen",
+        "127.0.0.1:0",
+        "--tool-exec-listen",
+        "127.0.0.1:0",
+    ])
     .arg("--data-dir")
     .arg(dir.path().join("two"))
     .args(["--database-url", &database])

@@ -72,7 +72,11 @@ async fn killed_and_restarted(sessions: Sessions) {
             format!("fake: say {chain}"),
             handoff(
                 "worker",
-                &[format!("fake: say {chain}"), stubborn(&marker), resumed("worker")],
+                &[
+                    format!("fake: say {chain}"),
+                    stubborn(&marker),
+                    resumed("worker"),
+                ],
             ),
             resumed("lead"),
         ]

@@ -30,12 +30,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, warn};
 
 use crate::domain::RunId;
+use crate::providers::RunContext;
 use crate::providers::openai::ApiLimits;
-use crate::providers::{RunClock, RunContext};
 use crate::state::AppState;
 
-pub use launch::Launch;
 pub use driver::{PLANNER_RESUMED, RESUMED};
+pub use launch::Launch;
 pub use start::{cancel_task, start_task, task_message, timeout_or};
 
 /// Environment variables an agent process gets from the orchestrator's own

@@ -20,13 +20,13 @@ use tracing::{info, warn};
 
 use crate::domain::RootPolicy;
 use crate::embedded::InProcessGate;
-use crate::history::relay::Relay;
-use crate::store::{Backend, ReplicaIdentity};
 use crate::grpc::agent_tools::AgentToolsService;
 use crate::grpc::orchestrator::OrchestratorService;
+use crate::history::relay::Relay;
 use crate::runner::RunnerConfig;
 use crate::secrets::KeySource;
 use crate::state::AppState;
+use crate::store::{Backend, ReplicaIdentity};
 
 /// File of the first admin key in the data directory.
 pub const ADMIN_KEY_FILE: &str = "admin.key";
@@ -160,8 +160,9 @@ fn lock_sqlite(store: &crate::store::Store) -> anyhow::Result<std::fs::File> {
 
 /// This host's name: the default replica id with PostgreSQL.
 fn host_name() -> anyhow::Result<String> {
-    let name = nix::unistd::gethostname()
-        .map_err(|e| anyhow::anyhow!("cannot read the host name for the replica id ({e}); give --replica-id"))?;
+    let name = nix::unistd::gethostname().map_err(|e| {
+        anyhow::anyhow!("cannot read the host name for the replica id ({e}); give --replica-id")
+    })?;
     let name = name.to_string_lossy().into_owned();
     check_replica_id(&name).map_err(|e| anyhow::anyhow!("{e}; give --replica-id"))?;
     Ok(name)
@@ -234,7 +235,9 @@ pub async fn run(
     store.register_replica().await?;
     info!(backend = ?store.backend(), replica = %replica_id, lease = ?config.lease, "store open");
     match store.backend() {
-        Backend::Postgres => info!(replica = %replica_id, "PostgreSQL: replicas may share this database, each with its own --replica-id"),
+        Backend::Postgres => {
+            info!(replica = %replica_id, "PostgreSQL: replicas may share this database, each with its own --replica-id")
+        }
         Backend::Sqlite => info!("SQLite serves one orchestrator; use PostgreSQL to run replicas"),
     }
     let key_hint = match &config.admin_key_file {
@@ -271,11 +274,11 @@ pub async fn run(
     // Replicas sign with one key set, kept in the database (sealed); the
     // first replica's own set becomes it.
     if store.backend() == Backend::Postgres {
-        let shared = store
-            .shared_run_token_keys(config.signer.export())
-            .await?;
+        let shared = store.shared_run_token_keys(config.signer.export()).await?;
         config.signer.adopt(shared)?;
-        info!("run tokens are signed with the key set the replicas share in the database (RotateRunTokenKey rotates it for all)");
+        info!(
+            "run tokens are signed with the key set the replicas share in the database (RotateRunTokenKey rotates it for all)"
+        );
     }
     let processes = chorus_sandbox::Sandbox::start(config.sandbox).await;
     let mut state = AppState::new(store, config.signer, config.runner, processes.clone());
@@ -326,8 +329,7 @@ pub async fn run(
         None => None,
     };
     let leases = tokio::spawn(
-        crate::runner::lease::Leases::new(state.clone())
-            .keep(state.shutdown.clone(), lost.clone()),
+        crate::runner::lease::Leases::new(state.clone()).keep(state.shutdown.clone(), lost.clone()),
     );
 
     let serve = config.serve;

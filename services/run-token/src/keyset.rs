@@ -256,7 +256,13 @@ impl RunTokenSigner {
     pub fn adopt(&self, shared: Vec<SharedKey>) -> Result<(), KeyError> {
         let mut next = shared
             .into_iter()
-            .map(|k| Entry::new(keys::from_private_pem(&k.private_pem)?, k.created_ms, k.retired_ms))
+            .map(|k| {
+                Entry::new(
+                    keys::from_private_pem(&k.private_pem)?,
+                    k.created_ms,
+                    k.retired_ms,
+                )
+            })
             .collect::<Result<Vec<_>, _>>()?;
         prune(&mut next, now_ms());
         // Retired keys first (oldest first), the current one last.

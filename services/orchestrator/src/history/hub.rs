@@ -166,7 +166,11 @@ mod tests {
         drop(first);
         assert_eq!(hub.watched_tasks(), 1);
         drop(second);
-        assert_eq!(hub.watched_tasks(), 0, "no ring is kept for a task nobody watches");
+        assert_eq!(
+            hub.watched_tasks(),
+            0,
+            "no ring is kept for a task nobody watches"
+        );
     }
 
     #[tokio::test]

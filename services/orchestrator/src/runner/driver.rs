@@ -47,12 +47,7 @@ pub const RESUMED: &str = "Chorus resumed you after an interruption: the orchest
 /// The planner's version.
 pub const PLANNER_RESUMED: &str = "Chorus resumed you after an interruption: the orchestrator that ran you stopped. Your work so far is above; continue, and submit your planner output with planner-output when you are done.";
 
-pub(super) async fn drive(
-    state: &AppState,
-    runner: &Arc<Runner>,
-    ctx: RunContext,
-    first: Attempt,
-) {
+pub(super) async fn drive(state: &AppState, runner: &Arc<Runner>, ctx: RunContext, first: Attempt) {
     let run_id = ctx.run_id;
     let outcome = run_attempts(state, runner, &ctx, first).await;
     if state.shutdown.is_cancelled()
@@ -233,9 +228,17 @@ async fn hand_on(state: &AppState, ctx: &RunContext, outcome: &Outcome) -> bool 
     if kept.is_err() {
         return false;
     }
-    match state.store.release_runs(vec![(ctx.run_id, ctx.epoch)]).await {
-        Ok(()) => info!(run_id = %ctx.run_id, "run handed on: a live replica resumes it (or this one, when it starts again)"),
-        Err(e) => warn!(run_id = %ctx.run_id, error = %e, "cannot end the run's lease; it is taken over when the lease runs out"),
+    match state
+        .store
+        .release_runs(vec![(ctx.run_id, ctx.epoch)])
+        .await
+    {
+        Ok(()) => {
+            info!(run_id = %ctx.run_id, "run handed on: a live replica resumes it (or this one, when it starts again)")
+        }
+        Err(e) => {
+            warn!(run_id = %ctx.run_id, error = %e, "cannot end the run's lease; it is taken over when the lease runs out")
+        }
     }
     true
 }

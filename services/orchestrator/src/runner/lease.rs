@@ -208,7 +208,10 @@ impl Leases {
                 self.last_beat = Instant::now();
                 self.fenced = false;
                 if !beat.lost.is_empty() {
-                    info!(runs = beat.lost.len(), "runs ended or taken over elsewhere: stopping their processes");
+                    info!(
+                        runs = beat.lost.len(),
+                        "runs ended or taken over elsewhere: stopping their processes"
+                    );
                     self.state.runner.stop_runs(&beat.lost);
                 }
             }
@@ -239,7 +242,10 @@ impl Leases {
             .map(|(id, _)| id)
             .collect();
         if !self.fenced || !driven.is_empty() {
-            warn!(runs = driven.len(), why, "stopping every run of this replica: their leases cannot be kept");
+            warn!(
+                runs = driven.len(),
+                why, "stopping every run of this replica: their leases cannot be kept"
+            );
         }
         self.fenced = true;
         self.state.runner.stop_runs(&driven);

@@ -82,7 +82,12 @@ async fn launch_planner(
         })
         .await?;
     state.publish(&events);
-    launch.start(state, &run, planner_message(&task, &agents), before(&events));
+    launch.start(
+        state,
+        &run,
+        planner_message(&task, &agents),
+        before(&events),
+    );
     Ok(pb::PlanTaskResponse {
         task: Some(convert::task(&task)),
         run: Some(convert::run(&run)),

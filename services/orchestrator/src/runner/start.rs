@@ -142,9 +142,7 @@ pub fn task_message(task: &Task, extra: &str) -> String {
 
 /// The sequence just before `events` (what a run's supervisor follows from).
 pub fn before(events: &[crate::domain::Event]) -> u64 {
-    events
-        .first()
-        .map_or(0, |e| e.sequence.saturating_sub(1))
+    events.first().map_or(0, |e| e.sequence.saturating_sub(1))
 }
 
 /// Cancels a task: in one transaction it goes canceled and its unfinished runs

@@ -261,9 +261,7 @@ impl Store {
         let me = self.replica.id.clone();
         self.with_conn(move |conn| {
             let now = now_ms();
-            let mut query = runs::table
-                .filter(runs::replica.is_not_null())
-                .into_boxed();
+            let mut query = runs::table.filter(runs::replica.is_not_null()).into_boxed();
             query = if own {
                 query.filter(
                     runs::lease_expires_ms

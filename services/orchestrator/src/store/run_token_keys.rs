@@ -56,7 +56,11 @@ fn load(conn: &mut AnyConnection, secrets: &SecretBox) -> Result<Vec<SharedKey>,
         .collect()
 }
 
-fn insert(conn: &mut AnyConnection, secrets: &SecretBox, key: &SharedKey) -> Result<(), StoreError> {
+fn insert(
+    conn: &mut AnyConnection,
+    secrets: &SecretBox,
+    key: &SharedKey,
+) -> Result<(), StoreError> {
     diesel::insert_into(run_token_keys::table)
         .values((
             run_token_keys::kid.eq(&key.kid),

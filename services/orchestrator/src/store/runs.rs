@@ -393,7 +393,11 @@ impl Store {
 /// Saves what may change of a run (its state, end, report, output, session and
 /// usage; never its identity, parent, tools or start) and returns it as saved.
 /// A run finished without a finish time gets the current time.
-pub(super) fn save_run(conn: &mut AnyConnection, before: &Run, run: &Run) -> Result<Run, StoreError> {
+pub(super) fn save_run(
+    conn: &mut AnyConnection,
+    before: &Run,
+    run: &Run,
+) -> Result<Run, StoreError> {
     let mut run = run.clone();
     run.id = before.id;
     run.task_id = before.task_id;

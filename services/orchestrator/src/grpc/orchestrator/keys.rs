@@ -65,8 +65,9 @@ pub(super) async fn revoke(
 
 /// A new current signing key; tokens the old one signed stay valid until they expire.
 pub(super) async fn rotate(state: &AppState) -> Result<pb::RunTokenKeys, ServiceError> {
-    let unusable =
-        |e: chorus_run_token::KeyError| ServiceError::Unavailable(format!("cannot rotate the run-token key: {e}"));
+    let unusable = |e: chorus_run_token::KeyError| {
+        ServiceError::Unavailable(format!("cannot rotate the run-token key: {e}"))
+    };
     if state.store.backend() == crate::store::Backend::Postgres {
         // The set the replicas share: every replica is told.
         let keys = state

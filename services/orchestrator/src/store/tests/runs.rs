@@ -441,6 +441,7 @@ async fn a_handoff_opens_its_child_and_parks_its_parent_in_one_transaction() {
             tools: tools(),
             handoff_prompt: None,
             token: Some(binding.clone()),
+            drive: None,
         };
         let (root, _, _) = t
             .store
@@ -469,6 +470,7 @@ async fn a_handoff_opens_its_child_and_parks_its_parent_in_one_transaction() {
             tools: tools(),
             handoff_prompt: Some(format!("{agent}: do it")),
             token: None,
+            drive: None,
         };
         let (child, after, events) = t
             .store
