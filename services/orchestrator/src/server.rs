@@ -159,12 +159,16 @@ fn lock_sqlite(store: &crate::store::Store) -> anyhow::Result<std::fs::File> {
 }
 
 /// This host's name: the default replica id with PostgreSQL.
-fn host_name() -> anyhow::Result<String> {
+///
+/// # Errors
+/// It cannot be read, or is not a valid replica id; the message says to give
+/// `--replica-id`.
+pub fn host_name() -> Result<String, String> {
     let name = nix::unistd::gethostname().map_err(|e| {
-        anyhow::anyhow!("cannot read the host name for the replica id ({e}); give --replica-id")
+        format!("cannot read the host name for the replica id ({e}); give --replica-id")
     })?;
     let name = name.to_string_lossy().into_owned();
-    check_replica_id(&name).map_err(|e| anyhow::anyhow!("{e}; give --replica-id"))?;
+    check_replica_id(&name).map_err(|e| format!("{e}; give --replica-id"))?;
     Ok(name)
 }
 
@@ -221,7 +225,7 @@ pub async fn run(
     let replica_id = match (&config.replica_id, store.backend()) {
         (Some(id), _) => id.clone(),
         (None, Backend::Sqlite) => "local".to_owned(),
-        (None, Backend::Postgres) => host_name()?,
+        (None, Backend::Postgres) => host_name().map_err(anyhow::Error::msg)?,
     };
     let store = store.as_replica(ReplicaIdentity::new(&replica_id, config.lease));
     // One live process per replica id: the replica's advisory lock, held by

@@ -145,6 +145,23 @@ impl OrchestratorSettings {
             .unwrap_or_else(|| self.data_dir.join(DATABASE_FILE).display().to_string())
     }
 
+    /// This replica's id: `--replica-id`, else the host name with
+    /// PostgreSQL, `local` with SQLite.
+    ///
+    /// # Errors
+    /// The host name cannot be read, or is not a valid replica id.
+    pub fn replica_id(&self) -> Result<String, String> {
+        if let Some(id) = &self.replica_id {
+            return Ok(id.clone());
+        }
+        let url = self.database_url();
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            crate::server::host_name()
+        } else {
+            Ok("local".to_owned())
+        }
+    }
+
     /// The run-token key set file.
     pub fn run_token_keys(&self) -> PathBuf {
         self.run_token_keys
@@ -251,7 +268,7 @@ impl OrchestratorSettings {
             secrets_key,
             tls: self.tls.server(),
             peers: self.tls.peers().map_err(anyhow::Error::msg)?,
-            replica_id: self.replica_id.clone(),
+            replica_id: Some(self.replica_id().map_err(anyhow::Error::msg)?),
             advertise_addr: self.advertise_addr.clone(),
             lease: Duration::from_secs(self.lease_secs),
             ..OrchestratorConfig::new(self.database_url(), signer, &self.data_dir)
