@@ -111,10 +111,16 @@ async fn killed_and_restarted(sessions: Sessions) {
         let second = OrchestratorProcess::spawn(data_dir.path(), &db.url, &args).await;
         let mut client = second.client().await;
         if sessions == Sessions::Kept {
+            // The lead's run is the last to end.
             let events = wait_for(&mut client, &task.id, |e| {
-                e.kind == "status_changed" && data(e)["to"] == "completed"
+                e.kind == "agent_completed" && data(e)["agent"] == "lead"
             })
             .await;
+            assert_eq!(
+                task_of(&mut client, &task.id).await.status,
+                "completed",
+                "{b}"
+            );
             // Nothing recorded before the kill was lost; both runs were
             // resumed by the restarted replica, in one claim.
             assert_eq!(events[..before.len()], before[..], "{b}");
@@ -145,8 +151,16 @@ async fn killed_and_restarted(sessions: Sessions) {
             );
             let completed: Vec<pb::handoff_event::Event> =
                 reopen_handoff(&mut client, &worker_run).await;
-            assert!(
-                matches!(completed.last(), Some(pb::handoff_event::Event::Completed(c)) if c.output == "worker resumed"),
+            let summary = match completed.last() {
+                Some(pb::handoff_event::Event::Completed(c)) => c
+                    .completion_report
+                    .clone()
+                    .map(|r| chorus_proto::json::from_struct(r)["summary"].clone()),
+                _ => None,
+            };
+            assert_eq!(
+                summary,
+                Some(serde_json::json!("worker resumed")),
                 "{b}: {completed:?}"
             );
             drop(client);

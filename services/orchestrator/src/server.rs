@@ -122,13 +122,14 @@ impl OrchestratorConfig {
 /// What keeps a second process from acting as this replica.
 enum ReplicaLock {
     /// PostgreSQL: the listener's connection holds the replica's advisory lock.
-    Relay(Relay),
-    /// SQLite: an exclusive lock on `<database>.lock`, held while the file is open.
-    File(std::fs::File),
+    Relay(Box<Relay>),
+    /// SQLite: an exclusive lock on `<database>.lock`, held while it lives.
+    File(nix::fcntl::Flock<std::fs::File>),
 }
 
 /// Takes the SQLite database's orchestrator lock.
-fn lock_sqlite(store: &crate::store::Store) -> anyhow::Result<std::fs::File> {
+fn lock_sqlite(store: &crate::store::Store) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    use nix::fcntl::{Flock, FlockArg};
     let Some(database) = store.sqlite_path() else {
         anyhow::bail!("no SQLite file to lock");
     };
@@ -145,16 +146,14 @@ fn lock_sqlite(store: &crate::store::Store) -> anyhow::Result<std::fs::File> {
             .open(&path)
     }
     .map_err(|e| anyhow::anyhow!("cannot open the lock file {}: {e}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(lock),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => anyhow::bail!(
             "another orchestrator uses the SQLite database {} (it holds {}); SQLite serves one orchestrator: stop the other one, or use PostgreSQL to run replicas",
             database.display(),
             path.display()
         ),
-        Err(std::fs::TryLockError::Error(e)) => {
-            anyhow::bail!("cannot lock {}: {e}", path.display())
-        }
+        Err((_, e)) => anyhow::bail!("cannot lock {}: {e}", path.display()),
     }
 }
 
@@ -233,7 +232,7 @@ pub async fn run(
     // (PostgreSQL), or a lock file beside the database (SQLite: one
     // orchestrator per file).
     let replica_lock = match store.backend() {
-        Backend::Postgres => ReplicaLock::Relay(Relay::start(&store).await?),
+        Backend::Postgres => ReplicaLock::Relay(Box::new(Relay::start(&store).await?)),
         Backend::Sqlite => ReplicaLock::File(lock_sqlite(&store)?),
     };
     store.register_replica().await?;
@@ -316,7 +315,7 @@ pub async fn run(
     let lost = CancellationToken::new();
     // The SQLite lock is held until `run` returns.
     let (relay, _sqlite_lock) = match replica_lock {
-        ReplicaLock::Relay(relay) => (Some(relay), None),
+        ReplicaLock::Relay(relay) => (Some(*relay), None),
         ReplicaLock::File(file) => (None, Some(file)),
     };
     let relay = match relay {

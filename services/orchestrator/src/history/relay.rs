@@ -168,7 +168,7 @@ impl Relay {
                 _ = resync.tick() => {
                     catch_up_all(&store, &hub).await;
                     ticks = ticks.wrapping_add(1);
-                    if ticks % KEYS_EVERY == 0 {
+                    if ticks.is_multiple_of(KEYS_EVERY) {
                         reload_keys(&store, &signer).await;
                     }
                     continue;

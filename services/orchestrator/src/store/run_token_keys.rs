@@ -17,7 +17,7 @@ use crate::secrets::SecretBox;
 /// The PostgreSQL channel a rotation is announced on.
 pub const KEYS_CHANNEL: &str = "chorus_keys";
 /// Key of the advisory lock that serializes changes to the set.
-const KEYS_LOCK: i64 = 0x6368_6f72_7573_6b;
+const KEYS_LOCK: i64 = 0x0063_686f_7275_736b;
 
 fn bound_to(kid: &str) -> Vec<u8> {
     format!("chorus run-token key\0{kid}").into_bytes()
