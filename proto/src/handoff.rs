@@ -24,21 +24,28 @@ pub enum HandoffError {
     },
 }
 
+/// How many times a broken handoff stream is re-opened (the replica serving
+/// it stopped; the handoff itself goes on, wherever it runs).
+const REOPENS: u32 = 5;
+
 /// Hands off with the tool's arguments (`agent` or `agentName`, `prompt`,
 /// optional `timeout_secs`) on behalf of the run holding `token`, and waits for
 /// the other agent to finish. Returns the tool's output: the agent, its run id,
-/// its final text, its completion report and its usage.
+/// its final text, its completion report and its usage. A stream that breaks
+/// once the handoff started (the orchestrator replica serving it stopped) is
+/// re-opened by its run id, on the same channel (through a load balancer:
+/// another replica), a few times.
 ///
 /// # Errors
-/// [`HandoffError::Status`] when the call is refused or the stream breaks,
-/// [`HandoffError::Failed`] when the handoff ends with `failed`.
+/// [`HandoffError::Status`] when the call is refused or the stream breaks
+/// for good, [`HandoffError::Failed`] when the handoff ends with `failed`.
 pub async fn call<T>(
     channel: T,
     token: &str,
     arguments: &Map<String, Value>,
 ) -> Result<Value, HandoffError>
 where
-    T: tonic::client::GrpcService<tonic::body::Body>,
+    T: tonic::client::GrpcService<tonic::body::Body> + Clone,
     T::Error: Into<tonic::codegen::StdError>,
     T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
     <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
@@ -58,41 +65,90 @@ where
         .get("timeout_secs")
         .and_then(Value::as_u64)
         .map_or(0, |t| u32::try_from(t).unwrap_or(u32::MAX));
-    let mut request = tonic::Request::new(pb::HandoffRequest {
+    // The agent's run token is the call's credential: its run is the parent.
+    let bearer: tonic::metadata::MetadataValue<tonic::metadata::Ascii> =
+        format!("Bearer {}", token.trim()).parse().map_err(|_| {
+            HandoffError::Status(tonic::Status::unauthenticated(
+                "the run token is not valid metadata",
+            ))
+        })?;
+    let mut request = pb::HandoffRequest {
         task_id: String::new(),
         agent,
         prompt: text("prompt"),
         timeout_secs,
         run_id: String::new(),
-    });
-    // The agent's run token is the call's credential: its run is the parent.
-    let bearer = format!("Bearer {}", token.trim()).parse().map_err(|_| {
-        HandoffError::Status(tonic::Status::unauthenticated(
-            "the run token is not valid metadata",
-        ))
-    })?;
-    request.metadata_mut().insert("authorization", bearer);
-    let mut stream = pb::orchestrator_client::OrchestratorClient::new(channel)
+    };
+    let mut reopened = 0;
+    loop {
+        let mut call = tonic::Request::new(request.clone());
+        call.metadata_mut().insert("authorization", bearer.clone());
+        let (outcome, started) = follow(channel.clone(), call).await;
+        match outcome {
+            Err(HandoffError::Status(status))
+                if reopened < REOPENS
+                    && !started.is_empty()
+                    && matches!(
+                        status.code(),
+                        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
+                    ) =>
+            {
+                reopened += 1;
+                request = pb::HandoffRequest {
+                    run_id: started,
+                    ..pb::HandoffRequest::default()
+                };
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// Reads one Handoff stream to its outcome; also returns the handoff's run
+/// id once it started (empty before).
+async fn follow<T>(
+    channel: T,
+    request: tonic::Request<pb::HandoffRequest>,
+) -> (Result<Value, HandoffError>, String)
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    let mut started = request.get_ref().run_id.clone();
+    let stream = pb::orchestrator_client::OrchestratorClient::new(channel)
         .max_decoding_message_size(crate::limits::DEFAULT_MESSAGE_BYTES)
         .handoff(request)
-        .await
-        .map_err(HandoffError::Status)?
-        .into_inner();
-    while let Some(message) = stream.message().await.map_err(HandoffError::Status)? {
+        .await;
+    let mut stream = match stream {
+        Ok(stream) => stream.into_inner(),
+        Err(status) => return (Err(HandoffError::Status(status)), started),
+    };
+    loop {
+        let message = match stream.message().await {
+            Ok(Some(message)) => message,
+            Ok(None) => break,
+            Err(status) => return (Err(HandoffError::Status(status)), started),
+        };
         match message.event {
+            Some(pb::handoff_event::Event::Started(s)) => started = s.run_id,
             Some(pb::handoff_event::Event::Completed(done)) => {
                 let usage = done.usage.unwrap_or_default();
-                return Ok(json!({
-                    "agent": done.agent,
-                    "run_id": done.run_id,
-                    "output": done.output,
-                    "completion_report": done.completion_report.map(|r| Value::Object(pbjson::from_struct(r))),
-                    "usage": {
-                        "input_tokens": usage.input_tokens,
-                        "output_tokens": usage.output_tokens,
-                        "cost_usd": usage.cost_usd,
-                    },
-                }));
+                return (
+                    Ok(json!({
+                        "agent": done.agent,
+                        "run_id": done.run_id,
+                        "output": done.output,
+                        "completion_report": done.completion_report.map(|r| Value::Object(pbjson::from_struct(r))),
+                        "usage": {
+                            "input_tokens": usage.input_tokens,
+                            "output_tokens": usage.output_tokens,
+                            "cost_usd": usage.cost_usd,
+                        },
+                    })),
+                    started,
+                );
             }
             Some(pb::handoff_event::Event::Failed(failed)) => {
                 let failure = pb::HandoffFailure::try_from(failed.failure)
@@ -100,16 +156,22 @@ where
                     .as_str_name()
                     .trim_start_matches("HANDOFF_FAILURE_")
                     .to_ascii_lowercase();
-                return Err(HandoffError::Failed {
-                    failure,
-                    reason: failed.reason,
-                    run_id: failed.run_id,
-                });
+                return (
+                    Err(HandoffError::Failed {
+                        failure,
+                        reason: failed.reason,
+                        run_id: failed.run_id,
+                    }),
+                    started,
+                );
             }
             _ => {}
         }
     }
-    Err(HandoffError::Status(tonic::Status::unavailable(
-        "the handoff stream ended without its outcome; the orchestrator may have stopped",
-    )))
+    (
+        Err(HandoffError::Status(tonic::Status::unavailable(
+            "the handoff stream ended without its outcome; the orchestrator may have stopped",
+        ))),
+        started,
+    )
 }

@@ -338,7 +338,7 @@ pub async fn use_provider(
     }
 }
 
-/// The run ids of the task's runs of `agent`, in the order they started.
+/// The task's runs of `agent` (every agent's when empty), in the order they started.
 pub async fn runs_of(client: &mut Client, task: &str, agent: &str) -> Vec<pb::Run> {
     client
         .list_runs(pb::ListRunsRequest {
@@ -349,7 +349,7 @@ pub async fn runs_of(client: &mut Client, task: &str, agent: &str) -> Vec<pb::Ru
         .into_inner()
         .runs
         .into_iter()
-        .filter(|r| r.agent == agent)
+        .filter(|r| agent.is_empty() || r.agent == agent)
         .collect()
 }
 

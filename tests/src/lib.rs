@@ -6,6 +6,8 @@
 #![forbid(unsafe_code)]
 
 pub mod agents;
+pub mod balancer;
+pub mod cluster;
 pub mod containers;
 pub mod credentials;
 pub mod db;

@@ -285,8 +285,24 @@ impl OrchestratorProcess {
             }
             seen.push(line);
         }
-        // Keep reading the log so the process never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        // Keep reading the log so the process never blocks on a full pipe;
+        // with CHORUS_TEST_LOG_DIR set, it is kept there (<pid>.log).
+        let keep = std::env::var_os("CHORUS_TEST_LOG_DIR").map(|dir| {
+            std::path::Path::new(&dir).join(format!("{}.log", child.id().unwrap_or_default()))
+        });
+        tokio::spawn(async move {
+            let mut file = keep.and_then(|path| std::fs::File::create(path).ok());
+            for line in &seen {
+                if let Some(file) = file.as_mut() {
+                    let _ = std::io::Write::write_all(file, format!("{line}\n").as_bytes());
+                }
+            }
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(file) = file.as_mut() {
+                    let _ = std::io::Write::write_all(file, format!("{line}\n").as_bytes());
+                }
+            }
+        });
         let addr = addr.expect("serving address");
         crate::wait_serving(addr, AGENT_TOOLS_SERVICE).await;
         // Without an embedded one, the separate tool-exec it was given.

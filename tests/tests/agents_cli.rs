@@ -470,45 +470,55 @@ async fn cancel_kills_every_process_of_the_run_before_it_returns() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_kills_the_runs_and_leaves_their_tasks_waiting() {
+async fn shutdown_kills_the_runs_and_hands_them_on_to_be_resumed_at_the_next_start() {
     let data_dir = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
-    let orchestrator = orchestrator(data_dir.path()).await;
+    let orchestrator = orchestrator_again(data_dir.path()).await;
     let mut client = orchestrator.client().await;
     let marker = "chorus-escapee-shutdown";
     let task = stubborn_run(&mut client, root.path(), marker, 0).await;
+    let run = chorus_tests::agents::runs_of(&mut client, &task.id, "")
+        .await
+        .remove(0);
     orchestrator.stop().await;
     assert_eq!(survivors(marker), Vec::<i32>::new(), "alive after shutdown");
-    // Start again on the same database: the interruption is recorded.
+    // Start again on the same database: the run was handed on, not ended; the
+    // replica takes it back and resumes its session (the fake CLI, resumed,
+    // plays no step and ends; reminded, it ends again without a report).
     let orchestrator = orchestrator_again(data_dir.path()).await;
     let mut client = orchestrator.client().await;
-    let task = task_of(&mut client, &task.id).await;
-    assert_eq!(task.status, "waiting");
-    assert!(
-        task.status_reason.starts_with("interrupted"),
-        "{}",
-        task.status_reason
-    );
-    let events = client
-        .get_history(pb::GetHistoryRequest {
-            task_id: task.id.clone(),
-            after_sequence: 0,
-            limit: 0,
-        })
+    let events = wait_for(&mut client, &task.id, ends_run).await;
+    let story = summary(&events);
+    assert!(!story.contains(&"run_interrupted".to_owned()), "{story:#?}");
+    let resumed = events
+        .iter()
+        .find(|e| e.kind == "run_resumed")
+        .unwrap_or_else(|| panic!("the run was resumed: {story:#?}"));
+    let resumed = data(resumed);
+    assert_eq!(resumed["run_id"], run.id.as_str());
+    assert_eq!(resumed["epoch"], 1);
+    assert_eq!(resumed["from_replica"], "local");
+    assert_eq!(resumed["session_id"], run.session_id.as_str());
+    // The resumed CLI was given the session and told what happened.
+    let last = chorus_tests::agents::runs_of(&mut client, &task.id, "")
         .await
-        .expect("history")
-        .into_inner()
-        .events;
-    assert!(
-        summary(&events).contains(&"run_interrupted".to_owned()),
-        "{:#?}",
-        summary(&events)
+        .remove(0);
+    assert_eq!(
+        (last.epoch, last.session_id.as_str()),
+        (1, run.session_id.as_str())
     );
     orchestrator.stop().await;
 }
 
+/// An orchestrator whose run directories (the CLIs' sessions) are in
+/// `data_dir`, so the next one on the same data finds them.
 async fn orchestrator_again(data_dir: &Path) -> Orchestrator {
-    orchestrator(data_dir).await
+    let runs = data_dir.join("runs");
+    Orchestrator::with_fake_cli_on_sqlite(data_dir, move |config| {
+        config.runner.keep_run_dirs = true;
+        config.runner.runs_dir = runs;
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,9 +1,11 @@
 //! An orchestrator killed with SIGKILL in the middle of a handoff, then started
-//! again on the same data: nothing recorded is lost, the runs it was driving are
-//! marked interrupted (the handoff's stream, re-opened, says so), the task waits
-//! to be started again, and no agent process is left running — not even before
-//! the restart: every process of a run lives in its sandbox, which the kernel
-//! kills with the orchestrator.
+//! again on the same data: nothing recorded is lost, and no agent process is
+//! left running — not even before the restart: every process of a run lives in
+//! its sandbox, which the kernel kills with the orchestrator. The runs it was
+//! driving are resumed (their sessions are in the runs directory), and the task
+//! completes; when their session files are gone (a replica that does not see
+//! them), they are marked interrupted instead (the handoff's stream, re-opened,
+//! says so), and the task waits to be started again.
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_sandbox::testing::{eventually, processes_with_arg_containing, survivors};
@@ -15,8 +17,26 @@ use chorus_tests::db::databases;
 use chorus_tests::flows::stubborn;
 use chorus_tests::orchestrator::OrchestratorProcess;
 
+/// What the restarted orchestrator finds of the killed one's runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sessions {
+    /// The run directories with the CLI's sessions: the runs resume.
+    Kept,
+    /// Removed: the runs cannot resume.
+    Gone,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process_left() {
+async fn a_killed_orchestrator_restarts_and_resumes_its_runs_with_no_process_left() {
+    killed_and_restarted(Sessions::Kept).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_orchestrator_without_its_runs_sessions_restarts_with_them_interrupted() {
+    killed_and_restarted(Sessions::Gone).await;
+}
+
+async fn killed_and_restarted(sessions: Sessions) {
     let data_dir = tempfile::tempdir().expect("data");
     for db in databases(data_dir.path()) {
         let b = db.backend;
@@ -41,9 +61,24 @@ async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process
         // In both CLIs' arguments.
         let chain = format!("the restart chain on {b}");
         let marker = format!("chorus-escapee-restart-{b}");
+        // Resumed, each reports at once.
+        let resumed = |who: &str| {
+            format!(
+                "fake-resume: call {}",
+                serde_json::json!({"tool": "completion-report", "status": "complete", "summary": format!("{who} resumed"), "output": format!("{who} resumed")})
+            )
+        };
         let script = [
             format!("fake: say {chain}"),
-            handoff("worker", &[format!("fake: say {chain}"), stubborn(&marker)]),
+            handoff(
+                "worker",
+                &[
+                    format!("fake: say {chain}"),
+                    stubborn(&marker),
+                    resumed("worker"),
+                ],
+            ),
+            resumed("lead"),
         ]
         .join("\n");
         let task = planned_task(&mut client, &ws, &script).await;
@@ -70,8 +105,69 @@ async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process
         )
         .await;
 
+        if sessions == Sessions::Gone {
+            std::fs::remove_dir_all(data_dir.path().join("runs")).expect("remove the runs");
+        }
         let second = OrchestratorProcess::spawn(data_dir.path(), &db.url, &args).await;
         let mut client = second.client().await;
+        if sessions == Sessions::Kept {
+            // The lead's run is the last to end.
+            let events = wait_for(&mut client, &task.id, |e| {
+                e.kind == "agent_completed" && data(e)["agent"] == "lead"
+            })
+            .await;
+            assert_eq!(
+                task_of(&mut client, &task.id).await.status,
+                "completed",
+                "{b}"
+            );
+            // Nothing recorded before the kill was lost; both runs were
+            // resumed by the restarted replica, in one claim.
+            assert_eq!(events[..before.len()], before[..], "{b}");
+            let added: Vec<&str> = events[before.len()..]
+                .iter()
+                .map(|e| e.kind.as_str())
+                .collect();
+            assert_eq!(added[..2], ["run_resumed", "run_resumed"], "{b}: {added:?}");
+            let runs = client
+                .list_runs(pb::ListRunsRequest {
+                    task_id: task.id.clone(),
+                })
+                .await
+                .expect("runs")
+                .into_inner()
+                .runs;
+            assert!(
+                runs.iter().all(|r| r.epoch == 1 && r.state == "finished"),
+                "{b}: {runs:?}"
+            );
+            // The lead resumed once its handoff had ended, and reported.
+            let lead = runs.iter().find(|r| r.agent == "lead").expect("lead");
+            let report = lead.completion_report.clone().expect("the lead's report");
+            assert_eq!(
+                chorus_proto::json::from_struct(report)["summary"],
+                "lead resumed",
+                "{b}"
+            );
+            let completed: Vec<pb::handoff_event::Event> =
+                reopen_handoff(&mut client, &worker_run).await;
+            let summary = match completed.last() {
+                Some(pb::handoff_event::Event::Completed(c)) => c
+                    .completion_report
+                    .clone()
+                    .map(|r| chorus_proto::json::from_struct(r)["summary"].clone()),
+                _ => None,
+            };
+            assert_eq!(
+                summary,
+                Some(serde_json::json!("worker resumed")),
+                "{b}: {completed:?}"
+            );
+            drop(client);
+            let status = second.stop().await;
+            assert!(status.success(), "{b}: a graceful stop exits 0: {status:?}");
+            continue;
+        }
 
         // Nothing recorded before the kill was lost; the end was added after it.
         let after = history(&mut client, &task.id).await;
@@ -88,6 +184,7 @@ async fn a_killed_orchestrator_restarts_with_its_runs_interrupted_and_no_process
             [
                 "run_interrupted",
                 "agent_handoff_completed:interrupted",
+                "tool_executed",
                 "run_interrupted",
                 "status_changed",
             ],

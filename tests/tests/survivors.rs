@@ -286,12 +286,19 @@ impl OnBinary {
     }
 
     /// Starts the binary again on the same data: nothing of the runs is left,
-    /// and each task's status is one of `statuses`.
+    /// and each task comes to one of `statuses` (a run the restart resumed
+    /// plays no step of its script, so it ends without a report: the task
+    /// waits).
     async fn restart_expecting(&self, statuses: &[&str]) {
         let again = self.spawn().await;
         let mut client = again.client().await;
         assert!(none_left(&self.runs), "after the restart");
         for (task, marker) in &self.runs {
+            wait_for(&mut client, &task.id, |e| {
+                e.kind == "status_changed"
+                    && statuses.contains(&data(e)["to"].as_str().unwrap_or_default())
+            })
+            .await;
             let task = task_of(&mut client, &task.id).await;
             assert!(
                 statuses.contains(&task.status.as_str()),
@@ -300,6 +307,7 @@ impl OnBinary {
                 task.status_reason
             );
         }
+        assert!(none_left(&self.runs), "after the resumed runs ended");
         drop(client);
         let status = again.stop().await;
         assert!(status.success(), "{status:?}");

@@ -54,6 +54,7 @@ impl ServiceError {
                 | StoreError::Undecryptable { .. },
             ) => Code::FailedPrecondition,
             Self::Store(StoreError::Domain(e)) | Self::Domain(e) => domain_code(e),
+            Self::Store(StoreError::ReplicaTaken { .. }) => Code::Unavailable,
             Self::Store(StoreError::Corrupt { .. } | StoreError::Database(_)) => Code::Internal,
             Self::Unauthenticated(_) | Self::BadCredential(_) => Code::Unauthenticated,
             Self::Invalid(_) => Code::InvalidArgument,

@@ -7,7 +7,8 @@
 //! missed, so a slow or lagging watcher never loses an event.
 
 mod hub;
+pub mod relay;
 mod watch;
 
-pub use hub::EventHub;
+pub use hub::{EventHub, Subscription};
 pub use watch::{EventSource, WatchEnd, watch_task};

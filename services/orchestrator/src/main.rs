@@ -34,7 +34,8 @@ fn main() -> anyhow::Result<()> {
     // Telemetry's OTLP client lives on the runtime.
     let telemetry = {
         let _entered = runtime.enter();
-        chorus_telemetry::init("chorus-orchestrator", settings.log_format)
+        let replica = settings.replica_id().map_err(anyhow::Error::msg)?;
+        chorus_telemetry::init_instance("chorus-orchestrator", settings.log_format, Some(&replica))
     };
     if settings.secrets_key_file.is_some() && env_key.is_some() {
         warn!("{SECRETS_KEY_VAR} is ignored: --secrets-key-file names the key file");

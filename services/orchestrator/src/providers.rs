@@ -75,6 +75,12 @@ impl std::fmt::Debug for ProviderSettings {
 #[derive(Debug, Clone)]
 pub struct RunContext {
     pub run_id: RunId,
+    /// The epoch this driver writes as (see `Run::epoch`).
+    pub epoch: u32,
+    /// The run was taken over from a replica that died or shut down: its
+    /// session is resumed, and what it cost so far is `prior_usage`.
+    pub resumed: bool,
+    pub prior_usage: Usage,
     pub task_id: TaskId,
     pub agent: Name,
     pub agent_kind: AgentKind,
@@ -150,6 +156,19 @@ impl RunClock {
                 };
             }
         });
+    }
+
+    /// Whether the clock is stopped (a handoff runs).
+    pub fn is_paused(&self) -> bool {
+        matches!(*self.state.borrow(), Clock::Paused { .. })
+    }
+
+    /// The time left.
+    pub fn left(&self) -> Duration {
+        match *self.state.borrow() {
+            Clock::Running { deadline } => deadline.saturating_duration_since(Instant::now()),
+            Clock::Paused { left } => left,
+        }
     }
 
     /// Completes when the time is up (never while paused).

@@ -10,10 +10,11 @@
 mod driver;
 pub mod handoff;
 mod launch;
+pub mod lease;
 pub mod plan;
 pub mod process;
-pub mod recover;
 mod start;
+mod supervise;
 pub mod tools;
 mod trace;
 
@@ -28,11 +29,12 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, warn};
 
-use crate::domain::{RunId, TaskId};
+use crate::domain::RunId;
+use crate::providers::RunContext;
 use crate::providers::openai::ApiLimits;
-use crate::providers::{RunClock, RunContext};
 use crate::state::AppState;
 
+pub use driver::{PLANNER_RESUMED, RESUMED};
 pub use launch::Launch;
 pub use start::{cancel_task, start_task, task_message, timeout_or};
 
@@ -321,13 +323,11 @@ pub fn work_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("work")
 }
 
-/// A run in progress in this process.
+/// A run this process drives.
 #[derive(Debug)]
 struct Live {
-    task_id: TaskId,
-    /// The run that handed off to this one.
-    parent: Option<RunId>,
-    clock: RunClock,
+    /// The epoch its driver writes as.
+    epoch: u32,
     stop: CancellationToken,
     /// Fires when the driver is done: processes dead, end recorded.
     done: CancellationToken,
@@ -343,7 +343,7 @@ pub struct Runner {
     live: Mutex<HashMap<RunId, Live>>,
 }
 
-/// How long CancelTask and shutdown wait for a run's driver to finish.
+/// How long shutdown waits for a run's driver to finish.
 const STOP_WAIT: Duration = Duration::from_secs(20);
 
 impl Runner {
@@ -387,32 +387,45 @@ impl Runner {
         }
     }
 
-    /// Starts the driver of a run that was just created (spawning).
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, Live>> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts the driver of a run that was just opened or taken over here,
+    /// and its supervisor, which follows the task's history from `after`:
+    /// the run's clock stops while a handoff of its runs, and its processes
+    /// stop when another call or replica ends it.
     fn launch(
         self: &Arc<Self>,
         state: AppState,
         ctx: RunContext,
         parent: Option<RunId>,
-        message: String,
+        after: u64,
+        first: crate::providers::Attempt,
     ) {
         let done = CancellationToken::new();
         let run_id = ctx.run_id;
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(
-                run_id,
-                Live {
-                    task_id: ctx.task_id,
-                    parent,
-                    clock: ctx.clock.clone(),
-                    stop: ctx.stop.clone(),
-                    done: done.clone(),
-                },
-            );
+        self.lock().insert(
+            run_id,
+            Live {
+                epoch: ctx.epoch,
+                stop: ctx.stop.clone(),
+                done: done.clone(),
+            },
+        );
+        tokio::spawn(supervise::supervise(
+            state.clone(),
+            ctx.run_id,
+            ctx.task_id,
+            after,
+            ctx.clock.clone(),
+            ctx.stop.clone(),
+            done.clone(),
+        ));
         let runner = Arc::clone(self);
         // The call that starts the run (a handoff's parent, or StartTask).
         let caller = tracing::Span::current();
+        let child = parent.is_some();
         tokio::spawn(async move {
             // Unregisters and signals the end even if the driver panics.
             let _guard = LiveGuard {
@@ -421,42 +434,35 @@ impl Runner {
                 done,
             };
             let mut ctx = ctx;
-            ctx.span = trace::run_span(&state, &ctx, parent.is_some(), &caller).await;
+            ctx.span = trace::run_span(&state, &ctx, child, &caller).await;
             let span = ctx.span.clone();
-            driver::drive(&state, &runner, ctx, message)
+            driver::drive(&state, &runner, ctx, first)
                 .instrument(span)
                 .await;
         });
     }
 
-    /// Stops the live runs of a task (or all of them) and waits until their
-    /// drivers are done.
-    async fn stop(&self, task: Option<TaskId>) {
-        self.stop_where(|_, l| task.is_none_or(|t| l.task_id == t))
-            .await;
+    /// The runs this process drives, with the epoch each driver writes as.
+    pub fn driven(&self) -> Vec<(RunId, u32)> {
+        self.lock().iter().map(|(id, l)| (*id, l.epoch)).collect()
     }
 
-    /// Stops the live runs below `ancestor` in the handoff tree and waits until
-    /// their drivers are done.
-    pub async fn stop_descendants(&self, ancestor: RunId) {
-        self.stop_where(|live, l| {
-            let mut parent = l.parent;
-            while let Some(p) = parent {
-                if p == ancestor {
-                    return true;
-                }
-                parent = live.get(&p).and_then(|l| l.parent);
+    /// Stops the drivers of `runs` (they are no longer this replica's, or it
+    /// lost the database) without waiting.
+    pub fn stop_runs(&self, runs: &[RunId]) {
+        let live = self.lock();
+        for id in runs {
+            if let Some(l) = live.get(id) {
+                l.stop.cancel();
             }
-            false
-        })
-        .await;
+        }
     }
 
-    async fn stop_where(&self, select: impl Fn(&HashMap<RunId, Live>, &Live) -> bool) {
+    /// Stops every live run (orchestrator shutdown) and waits for them.
+    pub async fn shutdown(&self) {
         let waits: Vec<CancellationToken> = {
-            let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+            let live = self.lock();
             live.values()
-                .filter(|l| select(&live, l))
                 .map(|l| {
                     l.stop.cancel();
                     l.done.clone()
@@ -473,38 +479,9 @@ impl Runner {
         }
     }
 
-    /// Stops the clock of a live run (it waits for a handoff); false when the run
-    /// is not live here or its clock was stopped already (another handoff).
-    pub fn pause_clock(&self, run: RunId) -> bool {
-        self.clock_of(run).is_some_and(|c| c.pause())
-    }
-
-    /// Starts the clock of a live run again (its handoff returned).
-    pub fn resume_clock(&self, run: RunId) {
-        if let Some(clock) = self.clock_of(run) {
-            clock.resume();
-        }
-    }
-
-    fn clock_of(&self, run: RunId) -> Option<RunClock> {
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&run)
-            .map(|l| l.clock.clone())
-    }
-
-    /// Stops every live run (orchestrator shutdown) and waits for them.
-    pub async fn shutdown(&self) {
-        self.stop(None).await;
-    }
-
     /// How many runs are live in this process.
     pub fn live_runs(&self) -> usize {
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.lock().len()
     }
 }
 
@@ -516,11 +493,7 @@ struct LiveGuard {
 
 impl Drop for LiveGuard {
     fn drop(&mut self) {
-        self.runner
-            .live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.run_id);
+        self.runner.lock().remove(&self.run_id);
         self.done.cancel();
     }
 }

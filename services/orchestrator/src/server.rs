@@ -22,9 +22,11 @@ use crate::domain::RootPolicy;
 use crate::embedded::InProcessGate;
 use crate::grpc::agent_tools::AgentToolsService;
 use crate::grpc::orchestrator::OrchestratorService;
+use crate::history::relay::Relay;
 use crate::runner::RunnerConfig;
 use crate::secrets::KeySource;
 use crate::state::AppState;
+use crate::store::{Backend, ReplicaIdentity};
 
 /// File of the first admin key in the data directory.
 pub const ADMIN_KEY_FILE: &str = "admin.key";
@@ -70,6 +72,14 @@ pub struct OrchestratorConfig {
     pub tls: Option<ServerTls>,
     /// Client certificates that act with a role (mTLS).
     pub peers: PeerRoles,
+    /// This replica's id; None: the host name with PostgreSQL, `local` with
+    /// SQLite.
+    pub replica_id: Option<String>,
+    /// How long a lease on a run lasts without a heartbeat.
+    pub lease: std::time::Duration,
+    /// Where agents reach the orchestrator (a load balancer in front of the
+    /// replicas); None: the listener's address.
+    pub advertise_addr: Option<String>,
 }
 
 impl OrchestratorConfig {
@@ -93,6 +103,9 @@ impl OrchestratorConfig {
             secrets_key: KeySource::default_file(data_dir),
             tls: None,
             peers: PeerRoles::default(),
+            replica_id: None,
+            lease: std::time::Duration::from_secs(15),
+            advertise_addr: None,
         }
     }
 
@@ -104,6 +117,79 @@ impl OrchestratorConfig {
             .map_or_else(Limits::default, |embedded| embedded.limits)
             .message_bytes()
     }
+}
+
+/// What keeps a second process from acting as this replica.
+enum ReplicaLock {
+    /// PostgreSQL: the listener's connection holds the replica's advisory lock.
+    Relay(Box<Relay>),
+    /// SQLite: an exclusive lock on `<database>.lock`, held while it lives.
+    File(nix::fcntl::Flock<std::fs::File>),
+}
+
+/// Takes the SQLite database's orchestrator lock.
+fn lock_sqlite(store: &crate::store::Store) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    use nix::fcntl::{Flock, FlockArg};
+    let Some(database) = store.sqlite_path() else {
+        anyhow::bail!("no SQLite file to lock");
+    };
+    let mut path = database.as_os_str().to_owned();
+    path.push(".lock");
+    let path = PathBuf::from(path);
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+    }
+    .map_err(|e| anyhow::anyhow!("cannot open the lock file {}: {e}", path.display()))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(lock),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => anyhow::bail!(
+            "another orchestrator uses the SQLite database {} (it holds {}); SQLite serves one orchestrator: stop the other one, or use PostgreSQL to run replicas",
+            database.display(),
+            path.display()
+        ),
+        Err((_, e)) => anyhow::bail!("cannot lock {}: {e}", path.display()),
+    }
+}
+
+/// This host's name: the default replica id with PostgreSQL.
+///
+/// # Errors
+/// It cannot be read, or is not a valid replica id; the message says to give
+/// `--replica-id`.
+pub fn host_name() -> Result<String, String> {
+    let name = nix::unistd::gethostname().map_err(|e| {
+        format!("cannot read the host name for the replica id ({e}); give --replica-id")
+    })?;
+    let name = name.to_string_lossy().into_owned();
+    check_replica_id(&name).map_err(|e| format!("{e}; give --replica-id"))?;
+    Ok(name)
+}
+
+/// A replica id: 1 to 128 letters, digits, `.`, `_` or `-`.
+///
+/// # Errors
+/// The message says what is wrong.
+pub fn check_replica_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > 128 {
+        return Err(format!(
+            "replica id '{id}': give 1 to 128 characters (--replica-id)"
+        ));
+    }
+    if let Some(bad) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "replica id '{id}': '{bad}' is not allowed; use letters, digits, '.', '_' and '-' (--replica-id)"
+        ));
+    }
+    Ok(())
 }
 
 /// The services this port serves, as health and reflection name them.
@@ -135,7 +221,28 @@ pub async fn run(
     let addr = listener.local_addr()?;
     let message_bytes = config.message_bytes();
     let store = crate::secrets::open_store(&config.database_url, &config.secrets_key).await?;
-    info!(backend = ?store.backend(), "store open");
+    let replica_id = match (&config.replica_id, store.backend()) {
+        (Some(id), _) => id.clone(),
+        (None, Backend::Sqlite) => "local".to_owned(),
+        (None, Backend::Postgres) => host_name().map_err(anyhow::Error::msg)?,
+    };
+    let store = store.as_replica(ReplicaIdentity::new(&replica_id, config.lease));
+    // One live process per replica id: the replica's advisory lock, held by
+    // the connection that listens for the other replicas' events
+    // (PostgreSQL), or a lock file beside the database (SQLite: one
+    // orchestrator per file).
+    let replica_lock = match store.backend() {
+        Backend::Postgres => ReplicaLock::Relay(Box::new(Relay::start(&store).await?)),
+        Backend::Sqlite => ReplicaLock::File(lock_sqlite(&store)?),
+    };
+    store.register_replica().await?;
+    info!(backend = ?store.backend(), replica = %replica_id, lease = ?config.lease, "store open");
+    match store.backend() {
+        Backend::Postgres => {
+            info!(replica = %replica_id, "PostgreSQL: replicas may share this database, each with its own --replica-id")
+        }
+        Backend::Sqlite => info!("SQLite serves one orchestrator; use PostgreSQL to run replicas"),
+    }
     let key_hint = match &config.admin_key_file {
         Some(file) => {
             crate::auth::bootstrap::ensure_admin_key(&store, file).await?;
@@ -167,6 +274,15 @@ pub async fn run(
             );
         })
         .build();
+    // Replicas sign with one key set, kept in the database (sealed); the
+    // first replica's own set becomes it.
+    if store.backend() == Backend::Postgres {
+        let shared = store.shared_run_token_keys(config.signer.export()).await?;
+        config.signer.adopt(shared)?;
+        info!(
+            "run tokens are signed with the key set the replicas share in the database (RotateRunTokenKey rotates it for all)"
+        );
+    }
     let processes = chorus_sandbox::Sandbox::start(config.sandbox).await;
     let mut state = AppState::new(store, config.signer, config.runner, processes.clone());
     state.roots = config.workspace_roots;
@@ -180,7 +296,12 @@ pub async fn run(
         _ => addr,
     };
     state.addresses = crate::state::Addresses {
-        orchestrator: scheme(addr.to_string()),
+        orchestrator: scheme(
+            config
+                .advertise_addr
+                .clone()
+                .unwrap_or_else(|| addr.to_string()),
+        ),
         tool_exec: scheme(match &config.embedded_tool_exec {
             Some(embedded) => embedded.listener.local_addr()?.to_string(),
             None => config.tool_exec_addr.clone().unwrap_or_default(),
@@ -188,9 +309,31 @@ pub async fn run(
         embedded_tool_exec: config.embedded_tool_exec.is_some(),
     };
 
-    // Runs a previous orchestrator left unfinished are over: record it before
-    // anyone can ask.
-    crate::runner::recover::recover(&state).await?;
+    // Runs an earlier process of this replica left unfinished are over:
+    // record it before anyone can ask.
+    crate::runner::lease::claim(&state, true).await?;
+    let lost = CancellationToken::new();
+    // The SQLite lock is held until `run` returns.
+    let (relay, _sqlite_lock) = match replica_lock {
+        ReplicaLock::Relay(relay) => (Some(*relay), None),
+        ReplicaLock::File(file) => (None, Some(file)),
+    };
+    let relay = match relay {
+        Some(relay) => {
+            let (store, hub, signer, stop, lost) = (
+                state.store.clone(),
+                state.hub.clone(),
+                state.signer.clone(),
+                state.shutdown.clone(),
+                lost.clone(),
+            );
+            Some(tokio::spawn(relay.run(store, hub, signer, stop, lost)))
+        }
+        None => None,
+    };
+    let leases = tokio::spawn(
+        crate::runner::lease::Leases::new(state.clone()).keep(state.shutdown.clone(), lost.clone()),
+    );
 
     let serve = config.serve;
     let health = Health::new(&SERVICES).await;
@@ -294,6 +437,14 @@ pub async fn run(
     stop.cancel();
     // Every run's processes are killed and its end recorded before the store goes.
     state.runner.shutdown().await;
+    for task in [Some(leases), relay].into_iter().flatten() {
+        if let Err(e) = task.await {
+            warn!(error = %e, "a replica task failed");
+        }
+    }
+    if let Err(e) = state.store.stop_replica().await {
+        warn!(error = %e, "cannot record that this replica stopped");
+    }
     match tokio::time::timeout(serve.shutdown_grace, &mut server).await {
         Ok(result) => result?,
         Err(_) => {

@@ -111,6 +111,22 @@ pub struct OrchestratorSettings {
     /// CHORUS_SECRETS_KEY, else <data-dir>/secrets.key, made when missing.
     #[arg(long, env = "CHORUS_SECRETS_KEY_FILE")]
     pub secrets_key_file: Option<PathBuf>,
+    /// Where agents reach the orchestrator (host:port), when not at
+    /// --listen: the load balancer in front of the replicas, so an agent's
+    /// handoff may start on any replica.
+    #[arg(long, env = "CHORUS_ADVERTISE_ADDR")]
+    pub advertise_addr: Option<String>,
+    /// This orchestrator's replica id. Replicas sharing one PostgreSQL
+    /// database each need their own, kept across restarts where possible (a
+    /// restarted replica takes its own runs back at once). Default: the host
+    /// name; with SQLite, which serves one orchestrator, `local`.
+    #[arg(long, env = "CHORUS_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// Seconds a replica's lease on the runs it drives lasts without a
+    /// heartbeat (it beats three times per lease): the runs of a replica that
+    /// died are taken over after at most this long.
+    #[arg(long, env = "CHORUS_LEASE_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub lease_secs: u64,
     #[command(flatten)]
     pub serve: ServeArgs,
     #[command(flatten)]
@@ -127,6 +143,23 @@ impl OrchestratorSettings {
         self.database_url
             .clone()
             .unwrap_or_else(|| self.data_dir.join(DATABASE_FILE).display().to_string())
+    }
+
+    /// This replica's id: `--replica-id`, else the host name with
+    /// PostgreSQL, `local` with SQLite.
+    ///
+    /// # Errors
+    /// The host name cannot be read, or is not a valid replica id.
+    pub fn replica_id(&self) -> Result<String, String> {
+        if let Some(id) = &self.replica_id {
+            return Ok(id.clone());
+        }
+        let url = self.database_url();
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            crate::server::host_name()
+        } else {
+            Ok("local".to_owned())
+        }
     }
 
     /// The run-token key set file.
@@ -201,6 +234,9 @@ impl OrchestratorSettings {
                 self.listen
             ));
         }
+        if let Some(id) = &self.replica_id {
+            crate::server::check_replica_id(id)?;
+        }
         if let Some(path) = &self.chorus_tools
             && path.as_os_str().is_empty()
         {
@@ -232,6 +268,9 @@ impl OrchestratorSettings {
             secrets_key,
             tls: self.tls.server(),
             peers: self.tls.peers().map_err(anyhow::Error::msg)?,
+            replica_id: Some(self.replica_id().map_err(anyhow::Error::msg)?),
+            advertise_addr: self.advertise_addr.clone(),
+            lease: Duration::from_secs(self.lease_secs),
             ..OrchestratorConfig::new(self.database_url(), signer, &self.data_dir)
         };
         let allowed = if self.workspace_roots.is_empty() {

@@ -14,7 +14,9 @@ mod api_keys;
 mod connection;
 mod provider_keys;
 mod providers;
+mod replicas;
 mod rows;
+mod run_token_keys;
 mod runs;
 mod schema;
 mod tasks;
@@ -35,8 +37,13 @@ use crate::secrets::SecretBox;
 
 pub use agents::{AgentChanges, NewAgent};
 pub use providers::{NewProvider, ProviderChanges};
+pub use replicas::{Claim, Heartbeat, ReplicaIdentity, ReplicaRecord};
+pub use run_token_keys::KEYS_CHANNEL;
 pub use runs::NewRun;
-pub use tasks::{DEFAULT_PAGE_SIZE, EVENT_PAGE_BYTES, EventDraft, MAX_EVENTS, MAX_PAGE_SIZE};
+pub use tasks::{
+    DEFAULT_PAGE_SIZE, EVENT_PAGE_BYTES, EventDraft, MAX_EVENTS, MAX_PAGE_SIZE, TASK_CHANNEL,
+    parse_task_notice,
+};
 
 use connection::{AnyConnection, ConnectionPool, Target};
 
@@ -78,6 +85,12 @@ pub enum StoreError {
         key: String,
         reason: String,
     },
+    /// Another process holds this replica's id now (it was started with the
+    /// same `--replica-id` after this one lost the database).
+    #[error(
+        "replica '{id}' is held by another orchestrator process now; this one stops driving runs"
+    )]
+    ReplicaTaken { id: String },
     /// The database failed in a way no caller can fix.
     #[error("database error: {0}")]
     Database(String),
@@ -173,6 +186,10 @@ pub struct Store {
     sqlite_file: Option<(PathBuf, FileId)>,
     /// Notified when a call fails on the database.
     failures: Arc<Notify>,
+    /// Which replica this process is, and how long its leases last.
+    replica: Arc<ReplicaIdentity>,
+    /// The database URL (PostgreSQL: the replicas' listener connects to it).
+    url: Arc<str>,
 }
 
 /// A file's device and inode.
@@ -206,6 +223,7 @@ impl Store {
     /// are sealed and opened with `secrets`.
     pub async fn open(url: &str, secrets: SecretBox) -> Result<Self, StoreError> {
         let target = Target::parse(url)?;
+        let full_url: Arc<str> = Arc::from(url);
         let backend = match target {
             Target::Sqlite(_) => Backend::Sqlite,
             Target::Postgres(_) => Backend::Postgres,
@@ -230,7 +248,38 @@ impl Store {
             secrets,
             sqlite_file,
             failures: Arc::new(Notify::new()),
+            replica: Arc::new(ReplicaIdentity::default()),
+            url: full_url,
         })
+    }
+
+    /// The same store, acting as replica `identity` (the default: the single
+    /// replica `local` with 30-second leases).
+    #[must_use]
+    pub fn as_replica(mut self, identity: ReplicaIdentity) -> Self {
+        self.replica = Arc::new(identity);
+        self
+    }
+
+    /// Which replica this process is.
+    pub fn replica(&self) -> &ReplicaIdentity {
+        &self.replica
+    }
+
+    /// The SQLite database file, when that is the backend.
+    pub fn sqlite_path(&self) -> Option<&Path> {
+        self.sqlite_file.as_ref().map(|(path, _)| path.as_path())
+    }
+
+    /// The URL the store was opened with (it may hold credentials: never log it).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// When a lease taken or extended now ends.
+    fn lease_end(&self) -> i64 {
+        let lease = i64::try_from(self.replica.lease.as_millis()).unwrap_or(i64::MAX);
+        crate::domain::now_ms().saturating_add(lease)
     }
 
     /// Whether the database answers now: a pooled connection (waited for at

@@ -28,6 +28,41 @@ pub const PUBLIC_KEY_FILE: &str = "run-token.pub";
 /// The single private key file of earlier versions, adopted into the set.
 const LEGACY_PRIVATE_KEY_FILE: &str = "run-token.key";
 
+/// A key of a set with its private half, as replicas sharing a database
+/// keep it there (sealed).
+#[derive(Clone, PartialEq, Eq)]
+pub struct SharedKey {
+    pub kid: String,
+    /// PKCS#8 PEM.
+    pub private_pem: String,
+    pub created_ms: i64,
+    /// When it stopped signing; None for the current key.
+    pub retired_ms: Option<i64>,
+}
+
+impl std::fmt::Debug for SharedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedKey")
+            .field("kid", &self.kid)
+            .field("created_ms", &self.created_ms)
+            .field("retired_ms", &self.retired_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedKey {
+    /// A fresh key, current from now.
+    pub fn generate() -> Self {
+        let pair = keys::generate();
+        Self {
+            kid: pair.kid,
+            private_pem: pair.private_pem,
+            created_ms: now_ms(),
+            retired_ms: None,
+        }
+    }
+}
+
 /// A published public key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublicKey {
@@ -194,6 +229,53 @@ impl RunTokenSigner {
         *keys = next;
         self.verifier.replace(publics(&keys));
         Ok(current(&keys).public())
+    }
+
+    /// The keys with their private halves, oldest first (the current one
+    /// last): what replicas sharing a database store there.
+    pub fn export(&self) -> Vec<SharedKey> {
+        self.read(|keys| {
+            keys.iter()
+                .map(|e| SharedKey {
+                    kid: e.pair.kid.clone(),
+                    private_pem: e.pair.private_pem.clone(),
+                    created_ms: e.created_ms,
+                    retired_ms: e.retired_ms,
+                })
+                .collect()
+        })
+    }
+
+    /// Uses `shared` (a set kept elsewhere: the database replicas share)
+    /// instead of this signer's keys; its verifiers follow. The set's file,
+    /// if any, is left as it is. Keys retired over [`MAX_TOKEN_TTL`] ago are
+    /// dropped; the newest key not retired is current.
+    ///
+    /// # Errors
+    /// A key does not parse, or none is current; nothing changes then.
+    pub fn adopt(&self, shared: Vec<SharedKey>) -> Result<(), KeyError> {
+        let mut next = shared
+            .into_iter()
+            .map(|k| {
+                Entry::new(
+                    keys::from_private_pem(&k.private_pem)?,
+                    k.created_ms,
+                    k.retired_ms,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        prune(&mut next, now_ms());
+        // Retired keys first (oldest first), the current one last.
+        next.sort_by_key(|e| (e.retired_ms.is_none(), e.created_ms));
+        if next.last().is_none_or(|e| e.retired_ms.is_some()) {
+            return Err(KeyError::Invalid(
+                "the shared key set has no current key".to_owned(),
+            ));
+        }
+        let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        *keys = next;
+        self.verifier.replace(publics(&keys));
+        Ok(())
     }
 
     fn read<T>(&self, f: impl FnOnce(&[Entry]) -> T) -> T {

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use keys::{KeyError, key_id};
 pub use keyset::{
-    KEY_SET_FILE, PUBLIC_KEY_FILE, PublicKey, RunTokenSigner, load_or_create_signer,
+    KEY_SET_FILE, PUBLIC_KEY_FILE, PublicKey, RunTokenSigner, SharedKey, load_or_create_signer,
     load_or_create_signer_file,
 };
 pub use verifier::{RunTokenVerifier, VerifiedToken, load_verifier};

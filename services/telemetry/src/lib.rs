@@ -12,7 +12,7 @@ pub mod propagation;
 mod shutdown;
 
 pub use metrics::metrics;
-pub use otel::{EXPORT_ENV, Export, Telemetry, init, init_quiet};
+pub use otel::{EXPORT_ENV, Export, Telemetry, init, init_instance, init_quiet};
 pub use shutdown::{Shutdown, StopSignal, shutdown_signal};
 
 /// How logs are written on stderr.

@@ -8,20 +8,41 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
 /// The standard text or JSON line, with `trace_id` and `span_id` added when the
-/// event happened inside a span.
+/// event happened inside a span, and the process's instance (an orchestrator's
+/// replica id) when it has one.
 #[derive(Debug)]
-pub enum WithTraceIds {
+pub struct WithTraceIds {
+    kind: Kind,
+    /// Written as `replica` on every line.
+    instance: Option<String>,
+}
+
+#[derive(Debug)]
+enum Kind {
     Text(Format),
     Json(Format<Json>),
 }
 
 impl WithTraceIds {
     pub fn text() -> Self {
-        Self::Text(Format::default())
+        Self {
+            kind: Kind::Text(Format::default()),
+            instance: None,
+        }
     }
 
     pub fn json() -> Self {
-        Self::Json(Format::default().json())
+        Self {
+            kind: Kind::Json(Format::default().json()),
+            instance: None,
+        }
+    }
+
+    /// Every line names `instance` as `replica`.
+    #[must_use]
+    pub fn with_instance(mut self, instance: Option<&str>) -> Self {
+        self.instance = instance.map(str::to_owned);
+        self
     }
 }
 
@@ -46,25 +67,37 @@ where
         event: &Event<'_>,
     ) -> std::fmt::Result {
         let ids = current_ids();
-        match self {
-            Self::Text(inner) => {
+        match &self.kind {
+            Kind::Text(inner) => {
+                if let Some(instance) = &self.instance {
+                    write!(writer, "replica={instance} ")?;
+                }
                 if let Some((trace_id, span_id)) = &ids {
                     write!(writer, "trace_id={trace_id} span_id={span_id} ")?;
                 }
                 inner.format_event(ctx, writer, event)
             }
-            Self::Json(inner) => {
-                let Some((trace_id, span_id)) = ids else {
+            Kind::Json(inner) => {
+                let mut prefix = String::new();
+                if let Some((trace_id, span_id)) = &ids {
+                    prefix.push_str(&format!(
+                        "\"trace_id\":\"{trace_id}\",\"span_id\":\"{span_id}\","
+                    ));
+                }
+                if let Some(instance) = &self.instance {
+                    prefix.push_str(&format!(
+                        "\"replica\":{},",
+                        serde_json::Value::String(instance.clone())
+                    ));
+                }
+                if prefix.is_empty() {
                     return inner.format_event(ctx, writer, event);
-                };
+                }
                 // The JSON object, with the ids as its first fields.
                 let mut line = String::new();
                 inner.format_event(ctx, Writer::new(&mut line), event)?;
                 match line.strip_prefix('{') {
-                    Some(rest) => write!(
-                        writer,
-                        "{{\"trace_id\":\"{trace_id}\",\"span_id\":\"{span_id}\",{rest}"
-                    ),
+                    Some(rest) => write!(writer, "{{{prefix}{rest}"),
                     None => writer.write_str(&line),
                 }
             }
@@ -153,5 +186,24 @@ mod tests {
         assert_eq!(lines[0]["span_id"].as_str().map(str::len), Some(16));
         assert_eq!(lines[0]["fields"]["message"], "inside");
         assert!(lines[1].get("trace_id").is_none(), "{text}");
+    }
+
+    #[test]
+    fn every_line_of_a_replica_names_it() {
+        let (text, trace_id) = written(WithTraceIds::json().with_instance(Some("r-1")), true);
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines[0]["trace_id"], trace_id.as_str());
+        for line in &lines {
+            assert_eq!(line["replica"], "r-1", "{text}");
+        }
+        let (text, _) = written(WithTraceIds::text().with_instance(Some("r-1")), false);
+        assert!(
+            text.lines().all(|l| l.starts_with("replica=r-1 ")),
+            "{text}"
+        );
     }
 }

@@ -148,12 +148,18 @@ impl Drop for Telemetry {
 /// The resource every signal of `service` carries: `service.name` (unless
 /// `OTEL_SERVICE_NAME` says otherwise), `service.version` and what
 /// `OTEL_RESOURCE_ATTRIBUTES` adds.
-fn resource(service: &'static str) -> Resource {
+fn resource(service: &'static str, instance: Option<&str>) -> Resource {
     let named = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.trim().is_empty());
-    let builder = Resource::builder().with_attribute(opentelemetry::KeyValue::new(
+    let mut builder = Resource::builder().with_attribute(opentelemetry::KeyValue::new(
         "service.version",
         env!("CARGO_PKG_VERSION"),
     ));
+    if let Some(instance) = instance {
+        builder = builder.with_attribute(opentelemetry::KeyValue::new(
+            "service.instance.id",
+            instance.to_owned(),
+        ));
+    }
     if named {
         builder.build()
     } else {
@@ -165,9 +171,10 @@ fn resource(service: &'static str) -> Resource {
 /// a tokio runtime when anything is exported.
 fn providers(
     service: &'static str,
+    instance: Option<&str>,
     export: &mut Export,
 ) -> (SdkTracerProvider, Option<SdkMeterProvider>) {
-    let resource = resource(service);
+    let resource = resource(service, instance);
     let mut tracer_provider = SdkTracerProvider::builder().with_resource(resource.clone());
     if export.traces {
         match SpanExporter::builder().with_tonic().build() {
@@ -208,8 +215,19 @@ fn providers(
 ///
 /// Call it inside the tokio runtime the service runs on.
 pub fn init(service: &'static str, format: LogFormat) -> Telemetry {
+    init_instance(service, format, None)
+}
+
+/// [`init`] for one instance of a replicated service (an orchestrator's
+/// replica id): spans and metrics carry it as `service.instance.id`, log
+/// lines as `replica`.
+pub fn init_instance(
+    service: &'static str,
+    format: LogFormat,
+    instance: Option<&str>,
+) -> Telemetry {
     let mut export = Export::from_env();
-    let (tracer_provider, meter_provider) = providers(service, &mut export);
+    let (tracer_provider, meter_provider) = providers(service, instance, &mut export);
     install(&tracer_provider, meter_provider.as_ref());
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
@@ -217,11 +235,13 @@ pub fn init(service: &'static str, format: LogFormat) -> Telemetry {
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let registry = tracing_subscriber::registry().with(filter).with(otel_layer);
     match format {
-        LogFormat::Text => registry.with(fmt.event_format(WithTraceIds::text())).init(),
+        LogFormat::Text => registry
+            .with(fmt.event_format(WithTraceIds::text().with_instance(instance)))
+            .init(),
         LogFormat::Json => registry
             .with(
                 fmt.fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
-                    .event_format(WithTraceIds::json()),
+                    .event_format(WithTraceIds::json().with_instance(instance)),
             )
             .init(),
     }
@@ -245,7 +265,7 @@ pub fn init_quiet(service: &'static str) -> Option<Telemetry> {
     if !export.traces {
         return None;
     }
-    let (tracer_provider, meter_provider) = providers(service, &mut export);
+    let (tracer_provider, meter_provider) = providers(service, None, &mut export);
     install(&tracer_provider, meter_provider.as_ref());
     let otel_layer = tracing_opentelemetry::layer().with_tracer(tracer_provider.tracer(service));
     // Its own spans, not its libraries' (h2 and hyper trace at debug and below).

@@ -120,6 +120,9 @@ mod tests {
                 root: "/srv/ws".into(),
                 expires_ms: 1_700_000_000_000,
             }),
+            replica: None,
+            epoch: 0,
+            timeout_ms: None,
         }
     }
 

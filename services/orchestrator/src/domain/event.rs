@@ -29,10 +29,13 @@ pub enum EventKind {
     RunFailed,
     RunCanceled,
     RunInterrupted,
+    /// A live replica took over a run whose replica died or shut down, and
+    /// resumed its session.
+    RunResumed,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 23] = [
+    pub const ALL: [EventKind; 24] = [
         Self::TaskCreated,
         Self::StatusChanged,
         Self::StageChanged,
@@ -56,6 +59,7 @@ impl EventKind {
         Self::RunFailed,
         Self::RunCanceled,
         Self::RunInterrupted,
+        Self::RunResumed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -83,6 +87,7 @@ impl EventKind {
             Self::RunFailed => "run_failed",
             Self::RunCanceled => "run_canceled",
             Self::RunInterrupted => "run_interrupted",
+            Self::RunResumed => "run_resumed",
         }
     }
 

@@ -6,7 +6,8 @@ use chorus_tool_exec::record::ToolCallRecord;
 use serde_json::{Value, json};
 
 use super::{
-    DomainError, EventKind, HandoffFailure, Run, RunState, Stage, StageExt, Task, TaskStatus,
+    DomainError, EventKind, HandoffFailure, HandoffOutcome, Run, RunId, RunState, Stage, StageExt,
+    Task, TaskStatus, TokenBinding,
 };
 
 pub mod handoff;
@@ -411,6 +412,149 @@ pub fn interrupt_task(
         _ => {}
     }
     Ok(events)
+}
+
+/// Checks that the driver of `epoch` on replica `replica` still drives `run`:
+/// a run taken over (a new epoch) or released is written by its new driver
+/// only.
+pub fn check_driver(run: &Run, replica: &str, epoch: u32) -> Result<(), DomainError> {
+    if run.replica.as_deref() == Some(replica) && run.epoch == epoch {
+        return Ok(());
+    }
+    Err(DomainError::RunNotActive(format!(
+        "run {} is driven by {} (epoch {}) now, not by replica '{replica}' (epoch {epoch})",
+        run.id,
+        run.replica
+            .as_deref()
+            .map_or_else(|| "no replica".to_owned(), |r| format!("replica '{r}'")),
+        run.epoch
+    )))
+}
+
+/// Ends the `claimed` runs of `runs` (the task's unfinished runs), whose
+/// replica is gone, as interrupted (`run_interrupted`), children before their
+/// parents. What each takes with it is what its own end would: its unfinished
+/// handoff children are canceled; the handoff of a child fails as
+/// interrupted, and its parent works again; a root run's task waits (or, when
+/// it was being planned, fails to be planned again).
+pub fn interrupt_runs(
+    task: &mut Task,
+    runs: &mut [Run],
+    claimed: &[RunId],
+    reason: &str,
+    now_ms: i64,
+) -> Result<Events, DomainError> {
+    let depth = |id: RunId, runs: &[Run]| {
+        let mut depth = 0;
+        let mut at = runs.iter().find(|r| r.id == id).and_then(|r| r.parent);
+        while let Some(parent) = at {
+            depth += 1;
+            at = runs.iter().find(|r| r.id == parent).and_then(|r| r.parent);
+        }
+        depth
+    };
+    let mut order: Vec<RunId> = claimed.to_vec();
+    order.sort_by_key(|id| std::cmp::Reverse(depth(*id, runs)));
+    let mut events = Events::new();
+    for id in order {
+        let Some(i) = runs.iter().position(|r| r.id == id) else {
+            continue;
+        };
+        if runs[i].state == RunState::Finished {
+            continue;
+        }
+        let why = format!(
+            "the run of '{}' that handed off to it was interrupted",
+            runs[i].agent
+        );
+        events.extend(handoff::end_descendants(
+            id,
+            runs,
+            task,
+            handoff::Ending {
+                kind: EventKind::RunCanceled,
+                failure: HandoffFailure::Canceled,
+                reason: &why,
+                now_ms,
+            },
+        )?);
+        let run = &mut runs[i];
+        events.push(end_run(
+            run,
+            task,
+            EventKind::RunInterrupted,
+            reason.to_owned(),
+            Value::Null,
+            now_ms,
+        )?);
+        run.replica = None;
+        let run = run.clone();
+        match run.parent {
+            Some(parent) if run.handoff_index.is_some() => {
+                let parent = runs.iter_mut().find(|r| r.id == parent);
+                events.extend(handoff::end_handoff(
+                    &run,
+                    parent,
+                    task,
+                    &HandoffOutcome::Failed(HandoffFailure::Interrupted, reason.to_owned()),
+                    now_ms,
+                )?);
+            }
+            Some(_) => {}
+            None => match task.status {
+                TaskStatus::Active => events.push(change_status(
+                    task,
+                    TaskStatus::Waiting,
+                    Some(format!("{reason}; start it again")),
+                )?),
+                TaskStatus::Planning => {
+                    events.push((EventKind::PlanningFailed, json!({ "reason": reason })));
+                    events.push(change_status(
+                        task,
+                        TaskStatus::Failed,
+                        Some(format!(
+                            "{reason}; plan it again (move it to pending, then PlanTask)"
+                        )),
+                    )?);
+                }
+                _ => {}
+            },
+        }
+    }
+    Ok(events)
+}
+
+/// Takes `run` over for replica `replica`, to resume it there: the run is
+/// leased to `replica` with the next epoch (its earlier driver writes nothing
+/// more) and `token` (a new expiry: tokens of the earlier epoch no longer
+/// match it). Records `run_resumed`, naming the replica it left.
+pub fn resume_run(
+    run: &mut Run,
+    replica: &str,
+    token: TokenBinding,
+    reason: &str,
+) -> Result<(EventKind, Value), DomainError> {
+    if run.state == RunState::Finished {
+        return Err(DomainError::RunNotActive(format!(
+            "run {} has already finished; it cannot be resumed",
+            run.id
+        )));
+    }
+    let from = run.replica.replace(replica.to_owned());
+    run.epoch += 1;
+    run.token = Some(token);
+    Ok((
+        EventKind::RunResumed,
+        json!({
+            "run_id": run.id.to_string(),
+            "agent": run.agent.as_str(),
+            "from_replica": from,
+            "replica": replica,
+            "epoch": run.epoch,
+            "session_id": run.session_id,
+            "reason": reason,
+        }),
+    ))
 }
 
 /// A comment on a task's history.

@@ -123,6 +123,16 @@ pub struct Run {
     pub output: Option<String>,
     /// What its run token was minted for; None for a run that has no token.
     pub token: Option<TokenBinding>,
+    /// The orchestrator replica driving the run (its processes live there),
+    /// while one does; None for a run that ended or that its caller drives
+    /// (OpenRun).
+    pub replica: Option<String>,
+    /// How many times the run was taken over by another driver: each driver
+    /// writes only as the epoch it started with.
+    pub epoch: u32,
+    /// How long it may take (its clock stops during handoffs); None for a run
+    /// its caller drives.
+    pub timeout_ms: Option<i64>,
 }
 
 /// The claims of a run's token that its other fields do not hold: every token

@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use crate::auth::runs::run_of_token;
 use crate::domain::policy;
-use crate::domain::{AgentKind, DomainError, Run, Task, TaskId, TaskStatus};
+use crate::domain::{AgentKind, DomainError, Run, RunState, Task, TaskId, TaskStatus};
 use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::state::AppState;
@@ -350,6 +350,38 @@ pub(crate) async fn parent_of<T>(
             let parent = run_of_token(state, verified).await?;
             authorize(state, &parent, "handoff").await?;
             Ok(Some(parent))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// For a Handoff call that re-opens a handoff's stream (`run_id`): the run
+/// of the token, which may be waiting for that very handoff (its first
+/// stream broke), but must not have ended and must hold the handoff tool.
+pub(crate) async fn follower_of<T>(
+    state: &AppState,
+    request: &Request<T>,
+) -> Result<Option<Run>, ServiceError> {
+    match request.extensions().get::<Principal>() {
+        Some(Principal::Run { verified, .. }) => {
+            let run = run_of_token(state, verified).await?;
+            match run.state {
+                RunState::Finished => Err(DomainError::RunNotActive(format!(
+                    "run {} has ended; it can do nothing more",
+                    run.id
+                ))
+                .into()),
+                RunState::Spawning | RunState::AwaitingHandoff | RunState::Active => {
+                    if !run.tools.iter().any(|t| t == "handoff") {
+                        return Err(DomainError::NotAllowed(format!(
+                            "run {} may not call handoff",
+                            run.id
+                        ))
+                        .into());
+                    }
+                    Ok(Some(run))
+                }
+            }
         }
         _ => Ok(None),
     }

@@ -229,6 +229,8 @@ pub fn run(r: &Run) -> pb::Run {
         handoff_index: r.handoff_index.unwrap_or_default(),
         prompt: r.prompt.clone().unwrap_or_default(),
         output: r.output.clone().unwrap_or_default(),
+        replica: r.replica.clone().unwrap_or_default(),
+        epoch: r.epoch,
     }
 }
 

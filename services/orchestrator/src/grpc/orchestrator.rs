@@ -241,7 +241,13 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<pb::HandoffRequest>,
     ) -> Result<Response<Self::HandoffStream>, Status> {
-        let parent = crate::grpc::agent_tools::parent_of(&self.state, &request).await;
+        // Re-opening a handoff's stream is following, not handing off: the
+        // caller may be the run that waits for it.
+        let parent = if request.get_ref().run_id.is_empty() {
+            crate::grpc::agent_tools::parent_of(&self.state, &request).await
+        } else {
+            crate::grpc::agent_tools::follower_of(&self.state, &request).await
+        };
         reply(match parent {
             Ok(parent) => {
                 crate::runner::handoff::handoff(&self.state, request.into_inner(), parent).await
@@ -282,12 +288,30 @@ impl Orchestrator for OrchestratorService {
         &self,
         _request: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
+        let now = crate::domain::now_ms();
+        let replicas = match self.state.store.list_replicas().await {
+            Ok(replicas) => replicas,
+            Err(e) => return Err(crate::error::ServiceError::from(e).into()),
+        };
         Ok(Response::new(pb::GetStatusResponse {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             sandbox: Some(chorus_tool_exec::grpc::sandbox_status(
                 self.state.runner.processes().status(),
             )),
             embedded_tool_exec: self.state.addresses.embedded_tool_exec,
+            replica: self.state.store.replica().id.clone(),
+            replicas: replicas
+                .into_iter()
+                .map(|r| pb::Replica {
+                    live: r.is_live(now),
+                    id: r.id,
+                    started_ms: r.started_ms,
+                    heartbeat_ms: r.heartbeat_ms,
+                    lease_expires_ms: r.lease_expires_ms,
+                    stopped_ms: r.stopped_ms.unwrap_or_default(),
+                })
+                .collect(),
+            live_runs: u32::try_from(self.state.runner.live_runs()).unwrap_or(u32::MAX),
         }))
     }
 

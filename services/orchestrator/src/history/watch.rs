@@ -1,4 +1,5 @@
 use std::future::Future;
+use std::sync::Arc;
 
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -49,7 +50,7 @@ pub enum WatchEnd {
 /// `cancel` fires.
 pub async fn watch_task<S: EventSource>(
     source: &S,
-    hub: &EventHub,
+    hub: &Arc<EventHub>,
     task: TaskId,
     after: u64,
     follow: bool,
@@ -99,10 +100,12 @@ pub async fn watch_task<S: EventSource>(
             return WatchEnd::TaskFinished;
         }
         // An end committed after the check above was replayed: live, it would
-        // come again below the cursor and be skipped.
+        // come again below the cursor and be skipped. Settled now: replay once
+        // more (what was committed between the replay and this check, e.g. the
+        // run's own end after the report that completed the task), then end.
         if replayed_an_end && !follow {
             match source.settled(task).await {
-                Ok(true) => return WatchEnd::TaskFinished,
+                Ok(true) => continue,
                 Ok(false) => {}
                 Err(e) => {
                     let _ = tx.send(Err(e)).await;

@@ -328,7 +328,7 @@ async fn persist(
     end: &AttemptEnd,
 ) -> Result<(), AttemptError> {
     store
-        .append_run_messages(ctx.run_id, new.clone())
+        .append_run_messages(ctx.run_id, ctx.epoch, new.clone())
         .await
         .map_err(|e| AttemptError::Failed {
             reason: format!("cannot store the conversation: {e}"),

@@ -29,7 +29,7 @@ use super::{Runner, home_dir, tmp_dir, work_dir};
 use crate::domain::policy::{handoff, planning};
 use crate::domain::{
     AgentKind, EventKind, HandoffFailure, HandoffOutcome, Name, ProviderKind, Run, RunState,
-    TaskStatus, Usage, now_ms, policy,
+    TaskStatus, now_ms, policy,
 };
 use crate::providers::{
     Attempt, AttemptEnd, AttemptError, Progress, RunContext, claude, openai, opencode,
@@ -41,14 +41,23 @@ pub const REMINDER: &str = "You ended without submitting your completion report.
 /// The planner's version of the reminder.
 pub const PLANNER_REMINDER: &str = "You ended without submitting your planner output. Submit it now with planner-output; it must be your last action.";
 
-pub(super) async fn drive(
-    state: &AppState,
-    runner: &Arc<Runner>,
-    ctx: RunContext,
-    message: String,
-) {
+/// The message that resumes a run taken over from a replica that died or
+/// shut down.
+pub const RESUMED: &str = "Chorus resumed you after an interruption: the orchestrator that ran you stopped. Your work so far is above; a tool call that was running when it stopped may not have finished, so check its effect before repeating it. Continue the task, and submit your completion report when you are done.";
+/// The planner's version.
+pub const PLANNER_RESUMED: &str = "Chorus resumed you after an interruption: the orchestrator that ran you stopped. Your work so far is above; continue, and submit your planner output with planner-output when you are done.";
+
+pub(super) async fn drive(state: &AppState, runner: &Arc<Runner>, ctx: RunContext, first: Attempt) {
     let run_id = ctx.run_id;
-    let outcome = run_attempts(state, runner, &ctx, message).await;
+    let outcome = run_attempts(state, runner, &ctx, first).await;
+    if state.shutdown.is_cancelled()
+        && matches!(outcome.result, Err(AttemptError::Stopped { .. }))
+        && hand_on(state, &ctx, &outcome).await
+    {
+        // Its directory stays: the replica that resumes the session needs it.
+        super::trace::ended(&ctx.span, &ctx, "handed on", None);
+        return;
+    }
     // Every process of the run is dead: its directory can go before the end is
     // announced.
     if !runner.config().keep_run_dirs
@@ -65,7 +74,7 @@ pub(super) async fn drive(
 struct Outcome {
     result: Result<AttemptEnd, AttemptError>,
     /// Summed over the attempts.
-    usage: Usage,
+    usage: crate::domain::Usage,
     session_id: Option<String>,
     /// The reminder was sent.
     resumed: bool,
@@ -75,11 +84,11 @@ async fn run_attempts(
     state: &AppState,
     runner: &Arc<Runner>,
     ctx: &RunContext,
-    message: String,
+    first: Attempt,
 ) -> Outcome {
     let mut outcome = Outcome {
         result: Ok(AttemptEnd::default()),
-        usage: Usage::default(),
+        usage: ctx.prior_usage,
         session_id: None,
         resumed: false,
     };
@@ -90,15 +99,32 @@ async fn run_attempts(
         });
         return outcome;
     }
+    let mut attempt = first;
+    if ctx.resumed {
+        // Taken over: the run is active already, or waits for a handoff
+        // whose outcome its session has not seen.
+        match await_handoff(state, ctx).await {
+            Ok(Some(note)) => attempt.message = format!("{}\n\n{note}", attempt.message),
+            Ok(None) => {}
+            Err(e) => {
+                outcome.result = Err(e);
+                return outcome;
+            }
+        }
+        return run_attempt_loop(state, runner, ctx, attempt, outcome).await;
+    }
     // Spawning → active: from now on its tool calls are accepted. The event
     // says which provider runs it (an agent without its own runs on the
     // workspace's).
     let provider = ctx.provider.name.to_string();
+    let (me, epoch) = driver_of(state, ctx);
     match state
         .store
         .change_run(ctx.run_id, move |run, task| {
+            policy::check_driver(run, &me, epoch)?;
             let (kind, mut data) = policy::activate_run(run, task)?;
             data["provider"] = serde_json::Value::String(provider);
+            data["replica"] = serde_json::Value::String(me);
             Ok(vec![(kind, data)])
         })
         .await
@@ -114,12 +140,20 @@ async fn run_attempts(
         }
     }
 
+    run_attempt_loop(state, runner, ctx, attempt, outcome).await
+}
+
+/// Runs attempts from `attempt` on: a second one resumes the session with a
+/// reminder when the first ended without the run's report.
+async fn run_attempt_loop(
+    state: &AppState,
+    runner: &Arc<Runner>,
+    ctx: &RunContext,
+    mut attempt: Attempt,
+    mut outcome: Outcome,
+) -> Outcome {
     let (progress_tx, progress_rx) = mpsc::unbounded_channel();
     let recorder = tokio::spawn(record_progress(state.clone(), ctx.clone(), progress_rx));
-    let mut attempt = Attempt {
-        message,
-        resume: None,
-    };
     loop {
         let result = run_attempt(state, runner, ctx, &attempt, &progress_tx).await;
         let partial = match &result {
@@ -153,6 +187,116 @@ async fn run_attempts(
         warn!(run_id = %ctx.run_id, error = %e, "the progress recorder failed");
     }
     outcome
+}
+
+/// At shutdown, leaves a run that may be resumed (an API agent, or a CLI
+/// with a session) to a live replica, or to this replica's next start,
+/// instead of ending it: what it cost, its session and the time it has left
+/// are kept, and its lease ends now. False when it cannot be (it has no
+/// session, it ended meanwhile, or the store failed): it is ended as
+/// interrupted.
+async fn hand_on(state: &AppState, ctx: &RunContext, outcome: &Outcome) -> bool {
+    let session = outcome.session_id.clone();
+    let usage = outcome.usage;
+    let left = i64::try_from(ctx.clock.left().as_millis())
+        .unwrap_or(i64::MAX)
+        .max(1000);
+    let api = ctx.provider.kind == ProviderKind::OpenaiCompatible;
+    let (me, epoch) = driver_of(state, ctx);
+    let kept = state
+        .store
+        .change_run(ctx.run_id, move |run, _task| {
+            policy::check_driver(run, &me, epoch)?;
+            if run.state == RunState::Finished || run.state == RunState::Spawning {
+                return Err(crate::domain::DomainError::RunNotActive(
+                    "not resumable".to_owned(),
+                ));
+            }
+            if session.is_some() {
+                run.session_id.clone_from(&session);
+            }
+            if !api && run.session_id.is_none() {
+                return Err(crate::domain::DomainError::RunNotActive(
+                    "no session to resume".to_owned(),
+                ));
+            }
+            run.usage = usage;
+            run.timeout_ms = Some(left);
+            Ok(Vec::new())
+        })
+        .await;
+    if kept.is_err() {
+        return false;
+    }
+    match state
+        .store
+        .release_runs(vec![(ctx.run_id, ctx.epoch)])
+        .await
+    {
+        Ok(()) => {
+            info!(run_id = %ctx.run_id, "run handed on: a live replica resumes it (or this one, when it starts again)")
+        }
+        Err(e) => {
+            warn!(run_id = %ctx.run_id, error = %e, "cannot end the run's lease; it is taken over when the lease runs out")
+        }
+    }
+    true
+}
+
+/// How often a resumed run waiting for its handoff checks the store besides
+/// when its task changes.
+const RECHECK: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// For a resumed run that waits for a handoff: waits until the handoff ends
+/// (its child may run on any replica) and says how it ended, for the
+/// session that never saw it. None for a run that does not wait.
+async fn await_handoff(state: &AppState, ctx: &RunContext) -> Result<Option<String>, AttemptError> {
+    let stopped = || AttemptError::Stopped {
+        partial: AttemptEnd::default(),
+    };
+    let failed = |e: crate::store::StoreError| AttemptError::Failed {
+        reason: format!("cannot read the resumed run: {e}"),
+        partial: AttemptEnd::default(),
+    };
+    let mut changes = state.hub.subscribe(ctx.task_id);
+    let mut waited = false;
+    loop {
+        let run = state.store.get_run(ctx.run_id).await.map_err(failed)?;
+        match run.state {
+            RunState::AwaitingHandoff => waited = true,
+            RunState::Finished => return Err(stopped()),
+            RunState::Spawning | RunState::Active if !waited => return Ok(None),
+            RunState::Spawning | RunState::Active => break,
+        }
+        tokio::select! {
+            () = changes.changed() => {}
+            () = tokio::time::sleep(RECHECK) => {}
+            () = ctx.stop.cancelled() => return Err(stopped()),
+        }
+    }
+    let runs = state.store.list_runs(ctx.task_id).await.map_err(failed)?;
+    let Some(child) = runs
+        .iter()
+        .filter(|r| r.parent == Some(ctx.run_id) && r.handoff_index.is_some())
+        .max_by_key(|r| r.handoff_index)
+    else {
+        return Ok(None);
+    };
+    let outcome = match &child.completion_report {
+        Some(report) if child.state == RunState::Finished => json!({
+            "outcome": "completed",
+            "output": child.output,
+            "completion_report": report,
+        }),
+        _ => json!({
+            "outcome": "failed",
+            "reason": child.end_reason,
+        }),
+    };
+    Ok(Some(format!(
+        "While you were stopped, your handoff to '{}' (run {}) ended: {outcome}",
+        child.agent, child.id
+    )))
 }
 
 /// The message that resumes an agent of `kind` that ended without its report.
@@ -395,10 +539,12 @@ async fn record_progress(
     mut rx: mpsc::UnboundedReceiver<Progress>,
 ) {
     while let Some(progress) = rx.recv().await {
+        let (me, epoch) = driver_of(&state, &ctx);
         let result = match progress {
             Progress::Session(session) => state
                 .store
                 .change_run(ctx.run_id, move |run, _task| {
+                    policy::check_driver(run, &me, epoch)?;
                     run.session_id = Some(session);
                     Ok(Vec::new())
                 })
@@ -415,7 +561,8 @@ async fn record_progress(
                 let (input, input_bytes) = input_excerpt(&input);
                 state
                     .store
-                    .change_task(ctx.task_id, move |_task| {
+                    .change_run(ctx.run_id, move |run, _task| {
+                        policy::check_driver(run, &me, epoch)?;
                         Ok(vec![(
                             EventKind::ToolDenied,
                             json!({
@@ -430,7 +577,7 @@ async fn record_progress(
                         )])
                     })
                     .await
-                    .map(|(_, events)| events)
+                    .map(|(_, _, events)| events)
             }
             other => {
                 let (kind, details) = match other {
@@ -452,7 +599,8 @@ async fn record_progress(
                 let agent = ctx.agent.clone();
                 state
                     .store
-                    .change_task(ctx.task_id, move |_task| {
+                    .change_run(ctx.run_id, move |run, _task| {
+                        policy::check_driver(run, &me, epoch)?;
                         let data = json!({ "run_id": run_id.to_string(), "agent": agent.as_str(), "kind": kind });
                         let mut data = data;
                         if let (Some(d), Value::Object(extra)) = (data.as_object_mut(), details) {
@@ -461,7 +609,7 @@ async fn record_progress(
                         Ok(vec![(EventKind::AgentProgress, data)])
                     })
                     .await
-                    .map(|(_, events)| events)
+                    .map(|(_, _, events)| events)
             }
         };
         match result {
@@ -494,9 +642,14 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
         resumed,
     } = outcome;
     let agent = ctx.agent.clone();
+    let (me, epoch) = driver_of(state, ctx);
     let end = state
         .store
         .change_run_family(ctx.run_id, move |run, task, others| {
+            // A run taken over by another replica is its new driver's to end.
+            policy::check_driver(run, &me, epoch)?;
+            // Every process of the run is dead: the run is released.
+            run.replica = None;
             run.usage = usage;
             if session_id.is_some() {
                 run.session_id.clone_from(&session_id);
@@ -591,17 +744,20 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
             super::trace::ended(&ctx.span, ctx, how, Some(&run));
             state.publish(&events);
             info!(run_id = %run.id, reason = run.end_reason.as_deref().unwrap_or(""), "run ended");
-            if let Some(parent) = run.parent {
-                state.runner.resume_clock(parent);
-            }
         }
         Err(e) => {
             super::trace::ended(&ctx.span, ctx, "unrecorded", None);
             warn!(run_id = %ctx.run_id, error = %e, "cannot record the end of a run");
         }
     }
-    // Its handoff children were canceled with it: stop their processes too.
-    state.runner.stop_descendants(ctx.run_id).await;
+    // Released even when nothing was recorded (a canceled run): whoever waits
+    // for its processes to be gone here (CancelTask) hears it at once.
+    state.hub.poke(ctx.task_id);
+}
+
+/// The replica and epoch this driver writes as.
+fn driver_of(state: &AppState, ctx: &RunContext) -> (String, u32) {
+    (state.store.replica().id.clone(), ctx.epoch)
 }
 
 /// What a run's end means, from how its attempts ended.

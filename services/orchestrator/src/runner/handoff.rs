@@ -27,7 +27,7 @@ use tonic::Status;
 use tracing::{info, warn};
 
 use super::launch::Launch;
-use super::start::{check_prompt, task_message, timeout_or};
+use super::start::{before, check_prompt, task_message, timeout_or};
 use crate::domain::policy;
 use crate::domain::policy::handoff::begin_handoff;
 use crate::domain::{
@@ -145,32 +145,20 @@ pub async fn handoff(
         tools: launch.tools.clone(),
         handoff_prompt: Some(prompt),
         token: Some(launch.token_binding()),
+        drive: Some(timeout),
     };
-    // The parent's clock stops before the child can possibly end. Only the call
-    // that stopped it starts it again if opening fails (a parallel second handoff
-    // is refused without touching the first one's clock).
-    let paused = parent
-        .as_ref()
-        .is_some_and(|p| state.runner.pause_clock(p.id));
-    let opened = state
+    // The parent's clock stops when its driver, wherever it runs, reads
+    // `agent_handoff_started`, and starts again at `agent_handoff_completed`.
+    let (run, _task, events) = state
         .store
         .open_run(new, |task, run, parent| begin_handoff(task, run, parent))
-        .await;
-    let (run, _task, events) = match opened {
-        Ok(opened) => opened,
-        Err(e) => {
-            if let (true, Some(parent)) = (paused, &parent) {
-                state.runner.resume_clock(parent.id);
-            }
-            return Err(e.into());
-        }
-    };
+        .await?;
     state.publish(&events);
     let started = events
         .iter()
         .find(|e| e.kind == EventKind::AgentHandoffStarted)
         .map_or(0, |e| e.sequence);
-    launch.start(state, &run, message);
+    launch.start(state, &run, message, before(&events));
     Ok(follow(state, task_id, run.id, started.saturating_sub(1)))
 }
 

@@ -9,11 +9,12 @@ use std::time::Duration;
 use tracing::info;
 
 use crate::domain::{
-    Agent, AgentKind, Name, ProviderKey, ProviderKind, Run, TokenBinding, Workspace,
+    Agent, AgentKind, Name, ProviderKey, ProviderKind, Run, RunState, TokenBinding, Usage,
+    Workspace,
 };
 use crate::error::ServiceError;
 use crate::providers::prompt::{Invocation, system_prompt};
-use crate::providers::{ProviderSettings, RunClock, RunContext};
+use crate::providers::{Attempt, ProviderSettings, RunClock, RunContext};
 use crate::state::AppState;
 
 /// The longest run token lifetime. A token outlives its run's timeout because
@@ -168,14 +169,45 @@ impl Launch {
         crate::auth::runs::binding(&self.workspace.root, TOKEN_TTL.max(self.timeout * 2))
     }
 
+    /// The kind of provider the run is on.
+    pub fn provider_kind(&self) -> ProviderKind {
+        self.provider.kind
+    }
+
     /// Starts the driver of `run` (just opened with [`Launch::token_binding`],
-    /// spawning) with its first message.
-    pub fn start(self, state: &AppState, run: &Run, message: String) {
+    /// spawning) with its first message; its supervisor follows the task's
+    /// history after `after`.
+    pub fn start(self, state: &AppState, run: &Run, message: String, after: u64) {
+        let attempt = Attempt {
+            message,
+            resume: None,
+        };
+        self.drive(state, run, attempt, after, false);
+    }
+
+    /// Starts the driver of `run`, just taken over from a replica that is
+    /// gone, resuming `session` (a CLI's session, or the run's stored
+    /// conversation for an API agent) with the message that says so. A run
+    /// that waits for a handoff starts with its clock stopped.
+    pub fn resume(self, state: &AppState, run: &Run, session: String, after: u64) {
+        let message = match self.agent.kind {
+            AgentKind::UserDefined => super::RESUMED,
+            AgentKind::Internal => super::PLANNER_RESUMED,
+        };
+        let attempt = Attempt {
+            message: message.to_owned(),
+            resume: Some(session),
+        };
+        self.drive(state, run, attempt, after, true);
+    }
+
+    fn drive(self, state: &AppState, run: &Run, attempt: Attempt, after: u64, resumed: bool) {
         let runner = Arc::clone(&state.runner);
         // A run opened with this launch's binding always has a token.
         let token = crate::auth::runs::mint(state, run).unwrap_or_default();
         let ctx = RunContext {
             run_id: run.id,
+            epoch: run.epoch,
             task_id: run.task_id,
             agent: run.agent.clone(),
             agent_kind: self.agent.kind,
@@ -191,10 +223,15 @@ impl Launch {
             identity: self.identity,
             clock: RunClock::start(self.timeout),
             timeout: self.timeout,
+            resumed,
+            prior_usage: if resumed { run.usage } else { Usage::default() },
             stop: state.shutdown.child_token(),
             span: tracing::Span::none(),
         };
-        info!(run_id = %run.id, task_id = %run.task_id, agent = %run.agent, parent = ?run.parent, provider = %ctx.provider.name, kind = ctx.provider.kind.as_str(), "starting agent");
-        runner.launch(state.clone(), ctx, run.parent, message);
+        if run.state == RunState::AwaitingHandoff {
+            ctx.clock.pause();
+        }
+        info!(run_id = %run.id, task_id = %run.task_id, agent = %run.agent, parent = ?run.parent, provider = %ctx.provider.name, kind = ctx.provider.kind.as_str(), replica = %state.store.replica().id, epoch = run.epoch, resumed, "starting agent");
+        runner.launch(state.clone(), ctx, run.parent, after, attempt);
     }
 }

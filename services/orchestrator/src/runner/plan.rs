@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use chorus_proto::orchestrator::v1 as pb;
 
 use super::launch::Launch;
-use super::start::{MAX_RUN_TIMEOUT, bounded_timeout};
+use super::start::{MAX_RUN_TIMEOUT, before, bounded_timeout};
 use crate::domain::policy::planning;
 use crate::domain::{Agent, AgentKind, Name, TASK_VALIDATOR, Task, TaskStatus};
 use crate::error::ServiceError;
@@ -68,6 +68,7 @@ async fn launch_planner(
         tools: launch.tools.clone(),
         handoff_prompt: None,
         token: Some(launch.token_binding()),
+        drive: Some(timeout),
     };
     let (run, task, events) = state
         .store
@@ -81,7 +82,12 @@ async fn launch_planner(
         })
         .await?;
     state.publish(&events);
-    launch.start(state, &run, planner_message(&task, &agents));
+    launch.start(
+        state,
+        &run,
+        planner_message(&task, &agents),
+        before(&events),
+    );
     Ok(pb::PlanTaskResponse {
         task: Some(convert::task(&task)),
         run: Some(convert::run(&run)),

@@ -4,10 +4,10 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use chorus_proto::orchestrator::v1 as pb;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::launch::Launch;
-use crate::domain::{AgentKind, Name, Task, TaskStatus, now_ms, policy};
+use crate::domain::{AgentKind, Name, Task, TaskId, TaskStatus, now_ms, policy};
 use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::state::AppState;
@@ -57,6 +57,7 @@ pub async fn start_task(
         tools: launch.tools.clone(),
         handoff_prompt: None,
         token: Some(launch.token_binding()),
+        drive: Some(timeout),
     };
     let (run, task, events) = state
         .store
@@ -65,7 +66,7 @@ pub async fn start_task(
         })
         .await?;
     state.publish(&events);
-    launch.start(state, &run, message);
+    launch.start(state, &run, message, before(&events));
     Ok(pb::StartTaskResponse {
         task: Some(convert::task(&task)),
         run: Some(convert::run(&run)),
@@ -139,9 +140,16 @@ pub fn task_message(task: &Task, extra: &str) -> String {
     out
 }
 
+/// The sequence just before `events` (what a run's supervisor follows from).
+pub fn before(events: &[crate::domain::Event]) -> u64 {
+    events.first().map_or(0, |e| e.sequence.saturating_sub(1))
+}
+
 /// Cancels a task: in one transaction it goes canceled and its unfinished runs
-/// end with `run_canceled` (so nothing they still try is accepted); then every
-/// live run of the task is stopped and its processes killed before this returns.
+/// end with `run_canceled` (so nothing they still try is accepted); the
+/// replicas driving them read that and kill their processes, and this
+/// returns once each has released its runs (or, for a replica that is gone,
+/// once its lease ran out and a live replica released them).
 pub async fn cancel_task(
     state: &AppState,
     req: pb::CancelTaskRequest,
@@ -157,9 +165,34 @@ pub async fn cancel_task(
         })
         .await?;
     state.publish(&events);
-    state.runner.stop(Some(task_id)).await;
+    wait_released(state, task_id).await?;
     info!(task_id = %task_id, "task canceled");
     Ok(convert::task(&task))
+}
+
+/// How often a wait for released runs checks the store besides when the
+/// task changes.
+const RECHECK: Duration = Duration::from_millis(500);
+
+/// Waits until no replica drives a run of the task: every process of its
+/// runs is dead. Bounded by twice the lease (a replica that died is claimed
+/// within one); past that it logs and returns.
+async fn wait_released(state: &AppState, task: TaskId) -> Result<(), ServiceError> {
+    let mut changes = state.hub.subscribe(task);
+    let deadline = tokio::time::Instant::now() + 2 * state.store.replica().lease;
+    loop {
+        if !state.store.has_driven_runs(task).await? {
+            return Ok(());
+        }
+        tokio::select! {
+            () = changes.changed() => {}
+            () = tokio::time::sleep(RECHECK) => {}
+            () = tokio::time::sleep_until(deadline) => {
+                warn!(task_id = %task, "runs of the canceled task are still held by a replica; their processes end when it notices or its lease runs out");
+                return Ok(());
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -303,6 +303,11 @@ pub(super) struct RunRow {
     pub output: Option<String>,
     pub token_root: Option<String>,
     pub token_expires_ms: Option<i64>,
+    pub replica: Option<String>,
+    /// Not part of the domain run: the store keeps leases.
+    pub lease_expires_ms: Option<i64>,
+    pub epoch: i64,
+    pub timeout_ms: Option<i64>,
 }
 
 impl RunRow {
@@ -337,6 +342,10 @@ impl RunRow {
                 })
                 .transpose()?,
             token_expires_ms: run.token.as_ref().map(|t| t.expires_ms),
+            replica: run.replica.clone(),
+            lease_expires_ms: None,
+            epoch: i64::from(run.epoch),
+            timeout_ms: run.timeout_ms,
         })
     }
 
@@ -393,6 +402,11 @@ impl RunRow {
                 }),
                 _ => None,
             },
+            replica: self.replica.clone(),
+            epoch: r.check(u32::try_from(self.epoch).map_err(|_| {
+                DomainError::invalid("epoch", format!("{} is out of range", self.epoch))
+            }))?,
+            timeout_ms: self.timeout_ms,
         })
     }
 }

@@ -26,6 +26,10 @@ pub struct NewRun {
     pub handoff_prompt: Option<String>,
     /// What its token will be minted for (None: a run that gets no token).
     pub token: Option<TokenBinding>,
+    /// Set when this replica drives the run (a CLI process or an API loop):
+    /// how long it may take. The run is leased to this replica from the
+    /// start. None: its caller drives it (OpenRun).
+    pub drive: Option<std::time::Duration>,
 }
 
 impl Store {
@@ -45,6 +49,7 @@ impl Store {
             tools,
             handoff_prompt: None,
             token: None,
+            drive: None,
         };
         self.create_run_with(new, |_| Ok(Vec::new()))
             .await
@@ -81,6 +86,8 @@ impl Store {
             + Send
             + 'static,
     {
+        let lease_end = self.lease_end();
+        let replica = self.replica.id.clone();
         self.write(move |conn| {
             let before = lock_task(conn, new.task_id)?;
             let mut task = before.clone();
@@ -133,6 +140,11 @@ impl Store {
                 prompt: new.handoff_prompt,
                 output: None,
                 token: new.token,
+                replica: new.drive.map(|_| replica),
+                epoch: 0,
+                timeout_ms: new
+                    .drive
+                    .map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX)),
             };
             let mut parent = parent_before.clone();
             let opened = json!({
@@ -142,8 +154,12 @@ impl Store {
             });
             let mut drafts = vec![(EventKind::RunOpened, opened)];
             drafts.extend(change(&mut task, &mut run, parent.as_mut())?);
+            let mut row = RunRow::from_domain(&run)?;
+            if run.replica.is_some() {
+                row.lease_expires_ms = Some(lease_end);
+            }
             diesel::insert_into(runs::table)
-                .values(RunRow::from_domain(&run)?)
+                .values(row)
                 .execute(conn)
                 .db()?;
             if let (Some(before), Some(after)) = (&parent_before, &parent) {
@@ -210,6 +226,21 @@ impl Store {
                 }
             }
             rows.into_iter().map(RunRow::into_domain).collect()
+        })
+        .await
+    }
+
+    /// Whether a replica still drives a run of the task (its processes may
+    /// live).
+    pub async fn has_driven_runs(&self, task_id: TaskId) -> Result<bool, StoreError> {
+        self.with_conn(move |conn| {
+            let count: i64 = runs::table
+                .filter(runs::task_id.eq(task_id.to_string()))
+                .filter(runs::replica.is_not_null())
+                .count()
+                .get_result(conn)
+                .db()?;
+            Ok(count > 0)
         })
         .await
     }
@@ -301,15 +332,18 @@ impl Store {
     }
 
     /// Appends chat messages to a run's conversation, numbered after the ones
-    /// stored, in one transaction.
+    /// stored, in one transaction. Only the run's driver of `epoch` on this replica appends.
     pub async fn append_run_messages(
         &self,
         run_id: RunId,
+        epoch: u32,
         messages: Vec<serde_json::Value>,
     ) -> Result<(), StoreError> {
+        let me = self.replica.id.clone();
         self.write(move |conn| {
             let key = run_id.to_string();
-            load_run(conn, run_id)?;
+            let run = load_run(conn, run_id)?;
+            crate::domain::policy::check_driver(&run, &me, epoch)?;
             let last: Option<i64> = run_messages::table
                 .filter(run_messages::run_id.eq(&key))
                 .select(diesel::dsl::max(run_messages::sequence))
@@ -359,7 +393,11 @@ impl Store {
 /// Saves what may change of a run (its state, end, report, output, session and
 /// usage; never its identity, parent, tools or start) and returns it as saved.
 /// A run finished without a finish time gets the current time.
-fn save_run(conn: &mut AnyConnection, before: &Run, run: &Run) -> Result<Run, StoreError> {
+pub(super) fn save_run(
+    conn: &mut AnyConnection,
+    before: &Run,
+    run: &Run,
+) -> Result<Run, StoreError> {
     let mut run = run.clone();
     run.id = before.id;
     run.task_id = before.task_id;
@@ -376,23 +414,41 @@ fn save_run(conn: &mut AnyConnection, before: &Run, run: &Run) -> Result<Run, St
         let row = RunRow::from_domain(&run)?;
         diesel::update(runs::table.find(&row.id))
             .set((
-                runs::state.eq(&row.state),
-                runs::finished_ms.eq(row.finished_ms),
-                runs::end_reason.eq(&row.end_reason),
-                runs::completion_report.eq(&row.completion_report),
-                runs::planner_output.eq(&row.planner_output),
-                runs::session_id.eq(&row.session_id),
-                runs::usage.eq(&row.usage),
-                runs::output.eq(&row.output),
+                (
+                    runs::state.eq(&row.state),
+                    runs::finished_ms.eq(row.finished_ms),
+                    runs::end_reason.eq(&row.end_reason),
+                    runs::completion_report.eq(&row.completion_report),
+                    runs::planner_output.eq(&row.planner_output),
+                    runs::session_id.eq(&row.session_id),
+                    runs::usage.eq(&row.usage),
+                    runs::output.eq(&row.output),
+                ),
+                (
+                    runs::token_root.eq(&row.token_root),
+                    runs::token_expires_ms.eq(row.token_expires_ms),
+                    runs::replica.eq(&row.replica),
+                    runs::epoch.eq(row.epoch),
+                    runs::timeout_ms.eq(row.timeout_ms),
+                ),
             ))
             .execute(conn)
             .db()?;
+        if run.replica.is_none() && before.replica.is_some() {
+            // Released: no process of it is left. Whoever waits for that
+            // (CancelTask on another replica) hears it.
+            diesel::update(runs::table.find(&row.id))
+                .set(runs::lease_expires_ms.eq(None::<i64>))
+                .execute(conn)
+                .db()?;
+            super::tasks::notify_task(conn, run.task_id, 0)?;
+        }
     }
     Ok(run)
 }
 
 /// The runs that have not finished (of one task, or all), oldest first.
-fn load_unfinished(
+pub(super) fn load_unfinished(
     conn: &mut AnyConnection,
     task_id: Option<TaskId>,
 ) -> Result<Vec<Run>, StoreError> {

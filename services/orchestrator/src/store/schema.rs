@@ -99,6 +99,35 @@ diesel::table! {
         output -> Nullable<Text>,
         token_root -> Nullable<Text>,
         token_expires_ms -> Nullable<BigInt>,
+        /// The replica driving the run, while one does.
+        replica -> Nullable<Text>,
+        /// Until when the replica's lease holds (its heartbeat extends it).
+        lease_expires_ms -> Nullable<BigInt>,
+        /// Bumped each time the run is taken over.
+        epoch -> BigInt,
+        timeout_ms -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    replicas (id) {
+        id -> Text,
+        /// The process holding the replica id now.
+        instance -> Text,
+        started_ms -> BigInt,
+        heartbeat_ms -> BigInt,
+        lease_expires_ms -> BigInt,
+        stopped_ms -> Nullable<BigInt>,
+    }
+}
+
+diesel::table! {
+    run_token_keys (kid) {
+        kid -> Text,
+        /// Sealed with the secrets key.
+        private_key -> Text,
+        created_ms -> BigInt,
+        retired_ms -> Nullable<BigInt>,
     }
 }
 
@@ -138,5 +167,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     task_events,
     runs,
     run_messages,
-    api_keys
+    api_keys,
+    replicas,
+    run_token_keys
 );

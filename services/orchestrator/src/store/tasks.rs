@@ -365,7 +365,61 @@ pub(super) fn save_task(
         .set(TaskRow::from_domain(task)?)
         .execute(conn)
         .db()?;
+    notify_task(conn, task.id, task.last_sequence)?;
     Ok(events)
+}
+
+/// The PostgreSQL channel on which every commit that changes a task is
+/// announced to every replica: `<task id> <last sequence>`.
+pub const TASK_CHANNEL: &str = "chorus_tasks";
+
+/// Announces, when the transaction commits, that `task` changed and its
+/// history now ends at `last_sequence` (PostgreSQL `NOTIFY`, delivered to the
+/// other replicas' listeners only if the transaction commits); nothing on
+/// SQLite, which has one orchestrator.
+pub(super) fn notify_task(
+    conn: &mut AnyConnection,
+    task: TaskId,
+    last_sequence: u64,
+) -> Result<(), StoreError> {
+    if let AnyConnection::Pg(c) = conn {
+        diesel::sql_query("SELECT pg_notify($1, $2)")
+            .bind::<diesel::sql_types::Text, _>(TASK_CHANNEL)
+            .bind::<diesel::sql_types::Text, _>(format!("{task} {last_sequence}"))
+            .execute(c)
+            .db()?;
+    }
+    Ok(())
+}
+
+/// Parses a [`TASK_CHANNEL`] payload.
+pub fn parse_task_notice(payload: &str) -> Option<(TaskId, u64)> {
+    let (task, sequence) = payload.split_once(' ')?;
+    Some((TaskId::parse(task).ok()?, sequence.parse().ok()?))
+}
+
+impl Store {
+    /// The last event sequence of each of `ids` (tasks that are gone are left out).
+    pub async fn last_sequences(&self, ids: Vec<TaskId>) -> Result<Vec<(TaskId, u64)>, StoreError> {
+        self.with_conn(move |conn| {
+            let mut out = Vec::with_capacity(ids.len());
+            for chunk in ids.chunks(500) {
+                let keys: Vec<String> = chunk.iter().map(ToString::to_string).collect();
+                let rows: Vec<(String, i64)> = tasks::table
+                    .filter(tasks::id.eq_any(&keys))
+                    .select((tasks::id, tasks::last_sequence))
+                    .load(conn)
+                    .db()?;
+                for (id, last) in rows {
+                    if let (Ok(id), Ok(last)) = (TaskId::parse(&id), u64::try_from(last)) {
+                        out.push((id, last));
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
 }
 
 /// Where a page of `list_tasks` ends: the last task's creation time and id.

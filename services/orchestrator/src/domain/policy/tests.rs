@@ -20,6 +20,9 @@ fn run(state: RunState, tools: &[&str], parent: Option<RunId>) -> Run {
         prompt: None,
         output: None,
         token: None,
+        replica: None,
+        epoch: 0,
+        timeout_ms: None,
     }
 }
 

@@ -65,10 +65,20 @@ pub(super) async fn revoke(
 
 /// A new current signing key; tokens the old one signed stay valid until they expire.
 pub(super) async fn rotate(state: &AppState) -> Result<pb::RunTokenKeys, ServiceError> {
-    let key = state
-        .signer
-        .rotate()
-        .map_err(|e| ServiceError::Unavailable(format!("cannot rotate the run-token key: {e}")))?;
-    info!(kid = %key.kid, "run-token signing key rotated");
+    let unusable = |e: chorus_run_token::KeyError| {
+        ServiceError::Unavailable(format!("cannot rotate the run-token key: {e}"))
+    };
+    if state.store.backend() == crate::store::Backend::Postgres {
+        // The set the replicas share: every replica is told.
+        let keys = state
+            .store
+            .rotate_run_token_keys(chorus_run_token::SharedKey::generate())
+            .await?;
+        state.signer.adopt(keys).map_err(unusable)?;
+        info!(kid = %state.signer.current_kid(), "run-token signing key rotated for every replica");
+    } else {
+        let key = state.signer.rotate().map_err(unusable)?;
+        info!(kid = %key.kid, "run-token signing key rotated");
+    }
     Ok(crate::grpc::agent_tools::run_token_keys(state))
 }

@@ -53,6 +53,8 @@ pub(super) async fn open(
         tools,
         handoff_prompt: None,
         token: Some(crate::auth::runs::binding(&workspace.root, ttl)),
+        // Its caller drives it: no replica does.
+        drive: None,
     };
     let (run, _task, events) = state
         .store

@@ -139,16 +139,7 @@ impl Fixture {
             cancel.clone(),
         );
         let handle = tokio::spawn(async move {
-            watch_task(
-                memory.as_ref(),
-                hub.as_ref(),
-                task,
-                after,
-                follow,
-                tx,
-                token,
-            )
-            .await
+            watch_task(memory.as_ref(), &hub, task, after, follow, tx, token).await
         });
         (rx, handle, cancel)
     }
@@ -255,7 +246,7 @@ async fn a_final_status_committed_during_the_replay_ends_the_watch() {
     let (tx, rx) = mpsc::channel(8);
     let watch = watch_task(
         &source,
-        fx.hub.as_ref(),
+        &fx.hub,
         fx.task,
         0,
         false,
@@ -268,6 +259,82 @@ async fn a_final_status_committed_during_the_replay_ends_the_watch() {
         .expect("the watch ends once the task is finished");
     assert_eq!(end, WatchEnd::TaskFinished);
     assert_eq!(sequences(rx).await, [1, 2, 3, 4]);
+}
+
+/// A store where the run's end is committed between the watcher's replay
+/// (which read the report that completed the task) and its check that the
+/// task is settled: another replica's commit, seen by no hub here.
+struct RunEndsAfterTheReplay {
+    memory: Arc<Memory>,
+    run: String,
+    replays: std::sync::atomic::AtomicUsize,
+}
+
+impl EventSource for RunEndsAfterTheReplay {
+    type Error = String;
+
+    async fn events_after(
+        &self,
+        task: TaskId,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<Event>, String> {
+        self.memory.events_after(task, after, limit).await
+    }
+
+    async fn settled(&self, task: TaskId) -> Result<bool, String> {
+        // The first check (before the replay) says no; then the run ends,
+        // committed elsewhere: no hub hears it.
+        if self
+            .replays
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            == 1
+        {
+            let elsewhere = EventHub::new();
+            self.memory.append(
+                &elsewhere,
+                task,
+                EventKind::AgentCompleted,
+                json!({ "run_id": self.run }),
+            );
+        }
+        self.memory.settled(task).await
+    }
+}
+
+#[tokio::test]
+async fn a_runs_end_committed_between_the_replay_and_the_settled_check_is_delivered() {
+    let fx = Fixture::new();
+    let run = "the-run".to_owned();
+    fx.memory.append(
+        &fx.hub,
+        fx.task,
+        EventKind::RunOpened,
+        json!({ "run_id": run }),
+    );
+    fx.memory.finish(&fx.hub, fx.task);
+    let source = RunEndsAfterTheReplay {
+        memory: Arc::clone(&fx.memory),
+        run,
+        replays: 0.into(),
+    };
+    let (tx, rx) = mpsc::channel(8);
+    let end = watch_task(
+        &source,
+        &fx.hub,
+        fx.task,
+        0,
+        false,
+        tx,
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(end, WatchEnd::TaskFinished);
+    assert_eq!(
+        sequences(rx).await,
+        [1, 2, 3],
+        "the run's end is the last event seen"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -386,7 +453,7 @@ async fn fifty_watchers_of_the_store_see_every_committed_event_once() {
                 let handle = tokio::spawn(async move {
                     watch_task(
                         &store,
-                        hub.as_ref(),
+                        &hub,
                         task.id,
                         cursor,
                         false,

@@ -276,15 +276,63 @@ async fn a_run_keeps_its_session_usage_and_conversation_in_order() {
             "{b}"
         );
 
+        // Only the run's driver appends to its conversation: this run has none.
+        let undriven = t
+            .store
+            .append_run_messages(run.id, 0, vec![json!({"role": "system"})])
+            .await
+            .expect_err(b);
+        assert!(
+            matches!(
+                undriven,
+                StoreError::Domain(crate::domain::DomainError::RunNotActive(_))
+            ),
+            "{b}: {undriven}"
+        );
+        let (run, _, _) = t
+            .store
+            .open_run(
+                crate::store::NewRun {
+                    task_id: task.id,
+                    agent: name_of("writer"),
+                    parent: None,
+                    tools: tools(),
+                    handoff_prompt: None,
+                    token: None,
+                    drive: Some(std::time::Duration::from_secs(60)),
+                },
+                |_, _, _| Ok(Vec::new()),
+            )
+            .await
+            .expect(b);
+        assert_eq!(
+            (run.replica.as_deref(), run.epoch, run.timeout_ms),
+            (Some("local"), 0, Some(60_000)),
+            "{b}: a driven run is leased to this replica"
+        );
         t.store
             .append_run_messages(
                 run.id,
+                0,
                 vec![json!({"role": "system"}), json!({"role": "user"})],
             )
             .await
             .expect(b);
+        let stale = t
+            .store
+            .append_run_messages(run.id, 1, vec![json!({"role": "user"})])
+            .await
+            .expect_err(b);
+        assert!(
+            stale.to_string().contains("epoch 1"),
+            "{b}: a driver of another epoch is refused: {stale}"
+        );
         t.store
-            .append_run_messages(run.id, vec![json!({"role": "assistant", "content": "é"})])
+            .append_run_messages(
+                run.id,
+                0,
+                vec![json!({"role": "assistant", "content": "é"})],
+            )
             .await
             .expect(b);
         let roles: Vec<serde_json::Value> = t
@@ -302,7 +350,7 @@ async fn a_run_keeps_its_session_usage_and_conversation_in_order() {
         );
         let missing = t
             .store
-            .append_run_messages(RunId::new(), vec![json!({})])
+            .append_run_messages(RunId::new(), 0, vec![json!({})])
             .await
             .expect_err(b);
         assert!(
@@ -393,6 +441,7 @@ async fn a_handoff_opens_its_child_and_parks_its_parent_in_one_transaction() {
             tools: tools(),
             handoff_prompt: None,
             token: Some(binding.clone()),
+            drive: None,
         };
         let (root, _, _) = t
             .store
@@ -421,6 +470,7 @@ async fn a_handoff_opens_its_child_and_parks_its_parent_in_one_transaction() {
             tools: tools(),
             handoff_prompt: Some(format!("{agent}: do it")),
             token: None,
+            drive: None,
         };
         let (child, after, events) = t
             .store

@@ -1,0 +1,253 @@
+//! Leases: this replica's heartbeat, and the claim of runs whose replica is
+//! gone.
+//!
+//! Every [`Leases::beat`] extends the leases of the runs this process drives
+//! and learns which of them it drives no more (ended by a call on another
+//! replica, or taken over): their processes stop. A replica that cannot reach
+//! the database for two thirds of a lease stops all of its runs, before any
+//! other replica may claim them. Runs whose lease ran out are claimed by a
+//! live replica: ended runs are released; unfinished ones are resumed there
+//! (`run_resumed`, a new epoch and token, the CLI's session or the API
+//! agent's stored conversation continued) when they can be, else recorded
+//! interrupted (`run_interrupted`: a handoff among them fails as interrupted
+//! and its parent works again; a root run's task waits, or fails to be
+//! planned). At start-up a replica claims its own runs at once: the process
+//! that had them is gone, since this one holds the replica's lock. There is
+//! no process to look for: every process of a run lived in its sandbox, which
+//! the kernel killed when its orchestrator died (parent-death signal to the
+//! launcher, whose PID namespace died with it).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::Launch;
+use crate::domain::{ProviderKind, Run, RunId, RunState, TokenBinding, now_ms, policy};
+use crate::state::AppState;
+use crate::store::StoreError;
+
+/// Why claimed runs that cannot be resumed ended.
+pub const INTERRUPTED: &str = "interrupted: the orchestrator stopped while it ran";
+/// Why claimed runs were resumed (`run_resumed`).
+const RESUMED_REASON: &str = "the replica that drove it stopped";
+
+/// Claims the runs whose lease ran out (with `own`, also every run leased to
+/// this replica id): each is resumed here when it can be (see
+/// [`resumable`]), else recorded interrupted. Returns how many were claimed.
+///
+/// # Errors
+/// The store could not be read or written.
+pub async fn claim(state: &AppState, own: bool) -> Result<usize, StoreError> {
+    let mut claimed = 0;
+    for (task, runs) in state.store.claimable_runs(own).await? {
+        let mut plans: HashMap<RunId, Resume> = HashMap::new();
+        for run in &runs {
+            if let Some(plan) = resumable(state, run).await {
+                plans.insert(run.id, plan);
+            }
+        }
+        let candidates: Vec<RunId> = runs.iter().map(|r| r.id).collect();
+        let bindings: HashMap<RunId, TokenBinding> = plans
+            .iter()
+            .map(|(id, plan)| (*id, plan.launch.token_binding()))
+            .collect();
+        let now = now_ms();
+        let (_, taken, events) = state
+            .store
+            .claim_runs(task, own, candidates, move |task, claim| {
+                let (resume, interrupt): (Vec<RunId>, Vec<RunId>) = claim
+                    .claimed
+                    .iter()
+                    .copied()
+                    .partition(|id| bindings.contains_key(id));
+                let mut events =
+                    policy::interrupt_runs(task, claim.runs, &interrupt, INTERRUPTED, now)?;
+                for id in resume {
+                    // Ended with a run it depended on, just above.
+                    let Some(run) = claim
+                        .runs
+                        .iter_mut()
+                        .find(|r| r.id == id && r.state != RunState::Finished)
+                    else {
+                        continue;
+                    };
+                    let binding = bindings[&id].clone();
+                    events.push(policy::resume_run(
+                        run,
+                        claim.replica,
+                        binding,
+                        RESUMED_REASON,
+                    )?);
+                }
+                Ok(events)
+            })
+            .await?;
+        claimed += taken.len();
+        state.publish(&events);
+        let after = crate::runner::start::before(&events);
+        for run in taken {
+            if run.state == RunState::Finished {
+                continue;
+            }
+            if let Some(plan) = plans.remove(&run.id) {
+                info!(run_id = %run.id, task_id = %run.task_id, epoch = run.epoch, "resuming a run whose replica stopped");
+                plan.launch.resume(state, &run, plan.session, after);
+            }
+        }
+    }
+    if claimed > 0 {
+        info!(runs = claimed, "claimed the runs of a replica that is gone");
+    }
+    Ok(claimed)
+}
+
+/// How a claimed run is resumed here.
+struct Resume {
+    launch: Launch,
+    /// The CLI's session, or the run id (an API agent's stored conversation).
+    session: String,
+}
+
+/// Whether `run` can be resumed here, and how: an API agent with a stored
+/// conversation; a CLI agent with a session whose files this replica sees
+/// (its run directory: the same host, or a runs directory shared by the
+/// replicas); everything its launch needs (agent, provider, sandbox) as
+/// when it started. Runs ended, or driven by their callers, are not.
+async fn resumable(state: &AppState, run: &Run) -> Option<Resume> {
+    if run.state == RunState::Finished || run.state == RunState::Spawning {
+        return None;
+    }
+    let timeout = Duration::from_millis(u64::try_from(run.timeout_ms?).ok()?.max(1000));
+    let task = state.store.get_task(run.task_id).await.ok()?;
+    let workspace = state.store.get_workspace(task.workspace_id).await.ok()?;
+    let agent = state
+        .store
+        .get_agent(workspace.id, run.agent.clone())
+        .await
+        .ok()?;
+    let mut launch = Launch::prepare_agent(state, workspace, agent, timeout)
+        .await
+        .map_err(|e| info!(run_id = %run.id, reason = %e, "a run of a replica that is gone cannot be resumed here"))
+        .ok()?;
+    // The grant the run was opened with, not the agent's current one.
+    launch.tools.clone_from(&run.tools);
+    let session = match launch.provider_kind() {
+        ProviderKind::OpenaiCompatible => {
+            let stored = state.store.run_messages(run.id).await.ok()?;
+            if stored.is_empty() {
+                return None;
+            }
+            run.id.to_string()
+        }
+        ProviderKind::ClaudeCode | ProviderKind::Opencode => {
+            let session = run.session_id.clone()?;
+            let home = super::home_dir(&state.runner.config().runs_dir.join(run.id.to_string()));
+            if !home.is_dir() {
+                info!(run_id = %run.id, home = %home.display(), "a CLI run of a replica that is gone cannot be resumed here: its session's files are not in this replica's runs directory (share --runs-dir between replicas to resume CLI runs)");
+                return None;
+            }
+            session
+        }
+    };
+    Some(Resume { launch, session })
+}
+
+/// This replica's heartbeat and claims.
+#[derive(Debug)]
+pub struct Leases {
+    state: AppState,
+    /// When the database last took a heartbeat.
+    last_beat: Instant,
+    fenced: bool,
+}
+
+impl Leases {
+    pub fn new(state: AppState) -> Self {
+        Self {
+            state,
+            last_beat: Instant::now(),
+            fenced: false,
+        }
+    }
+
+    /// How often the heartbeat runs: three times per lease.
+    pub fn period(&self) -> Duration {
+        self.state.store.replica().lease / 3
+    }
+
+    /// Beats and claims every [`Leases::period`] until `stop` fires; `lost`
+    /// fires if the replica's id went to another process.
+    pub async fn keep(mut self, stop: CancellationToken, lost: CancellationToken) {
+        let mut tick = tokio::time::interval(self.period());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = lost.cancelled() => {
+                    self.fence("another process holds this replica's id");
+                    return;
+                }
+                _ = tick.tick() => {}
+            }
+            self.beat().await;
+            if let Err(e) = claim(&self.state, false).await {
+                warn!(error = %e, "cannot claim the runs of replicas that are gone");
+            }
+        }
+    }
+
+    /// One heartbeat: extends the leases of the runs this process drives, and
+    /// stops those it drives no more.
+    pub async fn beat(&mut self) {
+        let driven = self.state.runner.driven();
+        match self.state.store.heartbeat(driven).await {
+            Ok(beat) => {
+                self.last_beat = Instant::now();
+                self.fenced = false;
+                if !beat.lost.is_empty() {
+                    info!(
+                        runs = beat.lost.len(),
+                        "runs ended or taken over elsewhere: stopping their processes"
+                    );
+                    self.state.runner.stop_runs(&beat.lost);
+                }
+            }
+            Err(StoreError::ReplicaTaken { id }) => {
+                self.fence(&format!("another process holds replica id '{id}'"));
+            }
+            Err(e) => {
+                let lease = self.state.store.replica().lease;
+                if self.last_beat.elapsed() >= lease * 2 / 3 {
+                    self.fence(&format!(
+                        "no heartbeat reached the database for {:?} ({e})",
+                        self.last_beat.elapsed()
+                    ));
+                } else {
+                    warn!(error = %e, "a heartbeat failed");
+                }
+            }
+        }
+    }
+
+    /// Stops every run this process drives: another replica may claim them.
+    fn fence(&mut self, why: &str) {
+        let driven: Vec<_> = self
+            .state
+            .runner
+            .driven()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        if !self.fenced || !driven.is_empty() {
+            warn!(
+                runs = driven.len(),
+                why, "stopping every run of this replica: their leases cannot be kept"
+            );
+        }
+        self.fenced = true;
+        self.state.runner.stop_runs(&driven);
+    }
+}

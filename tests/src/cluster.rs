@@ -1,0 +1,216 @@
+//! Several `chorus-orchestrator` replicas on one PostgreSQL schema, as users
+//! run them: each its own process with its own `--replica-id` and data
+//! directory; one separate `chorus-tool-exec`; a load balancer in front of
+//! the replicas that agents and tool-exec reach them through; the runs
+//! directory and the secrets key shared, as the operations guide says. CLI
+//! agents are the fake CLI.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use chorus_auth::Role;
+use chorus_proto::orchestrator::v1 as pb;
+
+use crate::agents::Client;
+use crate::balancer::Balancer;
+use crate::db::TestDatabase;
+use crate::orchestrator::{OrchestratorProcess, client_at};
+use crate::tool_exec_process::ToolExecProcess;
+
+/// The replicas, their tool-exec and balancer, on one database.
+pub struct Cluster {
+    pub db: TestDatabase,
+    pub dir: tempfile::TempDir,
+    /// The workspace root (owned by the test user).
+    pub root: tempfile::TempDir,
+    pub balancer: Balancer,
+    pub tool_exec: ToolExecProcess,
+    /// Index i is replica `r<i>`; None while it is down.
+    pub replicas: Vec<Option<OrchestratorProcess>>,
+    lease_secs: u64,
+}
+
+impl Cluster {
+    /// `n` replicas with leases of `lease_secs`, on a new PostgreSQL schema;
+    /// None when no PostgreSQL is configured (`CHORUS_TEST_DATABASE_URL`).
+    pub async fn start(n: usize, lease_secs: u64) -> Option<Self> {
+        let dir = tempfile::tempdir().expect("dir");
+        let db = crate::db::databases(dir.path())
+            .into_iter()
+            .find(|d| d.backend == "postgres")?;
+        let root = tempfile::tempdir().expect("root");
+        std::fs::create_dir_all(dir.path().join("runs")).expect("runs dir");
+        // One secrets key for all: it opens the providers' keys and the
+        // shared run-token keys.
+        let key: [u8; 32] = rand_bytes();
+        let key_file = dir.path().join("secrets.key");
+        {
+            use base64::Engine as _;
+            std::fs::write(
+                &key_file,
+                base64::engine::general_purpose::STANDARD.encode(key),
+            )
+            .expect("secrets key");
+        }
+        let service_key = crate::credentials::make_key(&db.url, "tool-exec", Role::ToolExec).await;
+        let service_key_file = dir.path().join("tool-exec.key");
+        std::fs::write(&service_key_file, &service_key).expect("key file");
+        let balancer = Balancer::start(Vec::new()).await;
+        let tool_exec = ToolExecProcess::spawn(balancer.addr, &service_key_file).await;
+        let mut cluster = Self {
+            db,
+            dir,
+            root,
+            balancer,
+            tool_exec,
+            replicas: (0..n).map(|_| None).collect(),
+            lease_secs,
+        };
+        for i in 0..n {
+            cluster.start_replica(i).await;
+        }
+        Some(cluster)
+    }
+
+    /// The runs directory the replicas share.
+    pub fn runs_dir(&self) -> PathBuf {
+        self.dir.path().join("runs")
+    }
+
+    /// `runs/<run>/home/<name>`.
+    pub fn run_file(&self, run: &str, name: &str) -> PathBuf {
+        self.runs_dir().join(run).join("home").join(name)
+    }
+
+    /// Starts (or starts again) replica `r<i>` and puts it behind the balancer.
+    pub async fn start_replica(&mut self, i: usize) {
+        let data = self.dir.path().join(format!("r{i}"));
+        let (id, lease, runs, key, tools, advertise) = (
+            format!("r{i}"),
+            self.lease_secs.to_string(),
+            self.runs_dir().display().to_string(),
+            self.dir.path().join("secrets.key").display().to_string(),
+            self.tool_exec.addr.to_string(),
+            self.balancer.addr.to_string(),
+        );
+        let fake = crate::agents::fake_cli().display().to_string();
+        let roots = self.root.path().display().to_string();
+        let replica = OrchestratorProcess::spawn(
+            &data,
+            &self.db.url,
+            &[
+                "--replica-id",
+                &id,
+                "--lease-secs",
+                &lease,
+                "--runs-dir",
+                &runs,
+                "--secrets-key-file",
+                &key,
+                "--tool-exec-addr",
+                &tools,
+                "--advertise-addr",
+                &advertise,
+                "--claude-bin",
+                &fake,
+                "--workspace-roots",
+                &roots,
+                "--keep-run-dirs",
+            ],
+        )
+        .await;
+        self.replicas[i] = Some(replica);
+        self.rebalance();
+    }
+
+    /// The replicas that are up, behind the balancer.
+    fn rebalance(&self) {
+        self.balancer
+            .set_backends(self.replicas.iter().flatten().map(|r| r.addr).collect());
+    }
+
+    /// Replica `r<i>`, which must be up.
+    pub fn replica(&self, i: usize) -> &OrchestratorProcess {
+        self.replicas[i].as_ref().expect("the replica is up")
+    }
+
+    /// Takes replica `r<i>` out (it is down).
+    pub fn take(&mut self, i: usize) -> OrchestratorProcess {
+        let replica = self.replicas[i].take().expect("the replica is up");
+        self.rebalance();
+        replica
+    }
+
+    /// A client of replica `r<i>` with an admin key.
+    pub async fn client(&self, i: usize) -> Client {
+        self.replica(i).client().await
+    }
+
+    /// A client through the balancer.
+    pub async fn balanced_client(&self) -> Client {
+        let key = self
+            .replicas
+            .iter()
+            .flatten()
+            .next()
+            .expect("a replica is up")
+            .admin_key
+            .clone();
+        client_at(self.balancer.addr, &key).await
+    }
+
+    /// Indexes of the replicas that are up.
+    pub fn up(&self) -> Vec<usize> {
+        (0..self.replicas.len())
+            .filter(|i| self.replicas[*i].is_some())
+            .collect()
+    }
+
+    /// The workspace, a Claude Code provider (the fake CLI) and agents `a`,
+    /// `b` (both may hand off) and `c`.
+    pub async fn team(&self, client: &mut Client) -> pb::Workspace {
+        let ws = crate::agents::workspace(client, "replicas", self.root.path()).await;
+        client
+            .create_provider(pb::CreateProviderRequest {
+                workspace_id: ws.id.clone(),
+                name: "claude".into(),
+                kind: pb::ProviderKind::ClaudeCode.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("provider");
+        for (name, tools) in [("a", &["handoff"][..]), ("b", &["handoff"]), ("c", &[])] {
+            crate::agents::add_agent(client, &ws, name, tools, "claude").await;
+        }
+        ws
+    }
+}
+
+fn rand_bytes() -> [u8; 32] {
+    use std::io::Read as _;
+    let mut out = [0_u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut out))
+        .expect("random bytes");
+    out
+}
+
+/// The replica the store says drives `run` (empty once it ended).
+pub async fn replica_of(client: &mut Client, run: &str) -> String {
+    client
+        .get_run(pb::GetRunRequest { id: run.to_owned() })
+        .await
+        .expect("run")
+        .into_inner()
+        .replica
+}
+
+/// Whether a process with this pid is running.
+pub fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The address replica `r<i>` serves on.
+pub fn addr_of(cluster: &Cluster, i: usize) -> SocketAddr {
+    cluster.replica(i).addr
+}
