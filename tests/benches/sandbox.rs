@@ -4,8 +4,10 @@
 //! 1. One bash tool call (`true`), through tool-exec's runner in this process.
 //! 2. One agent start: StartTask to the run's recorded end, for a fake CLI
 //!    that submits its report (one chorus-tools call) and exits.
-//! 3. A restart with 300 interrupted runs: from starting the orchestrator
-//!    binary to its serving, against a restart with none to recover.
+//! 3. A restart after SIGKILL with 300 runs of the killed process (fake CLIs
+//!    waiting at a gate): from starting the orchestrator binary to its
+//!    serving, when it resumes them (their sessions kept), when it records
+//!    them interrupted (their run directories removed), and with none.
 //!
 //! 200 concurrent sandboxed runs are measured by the agent_runs bench.
 //!
@@ -169,42 +171,71 @@ async fn agent_starts(starts: usize) {
     off.orchestrator.stop().await;
 }
 
-/// Runs `count` tasks to active with an open run each, on the binary, then
-/// kills it: `count` runs for the next start to recover.
-async fn interrupted_runs(data: &Path, database: &str, count: usize) {
-    let orchestrator = OrchestratorProcess::spawn(data, database, &[]).await;
+/// Starts `count` fake-CLI runs that wait at a gate, on the binary, then
+/// kills it: `count` runs of a replica that is gone, for the next start to
+/// take back.
+async fn interrupted_runs(data: &Path, database: &str, args: &[&str], count: usize) {
+    let orchestrator = OrchestratorProcess::spawn(data, database, args).await;
     let mut client = orchestrator.client().await;
     let root = tempfile::tempdir().expect("root");
-    let ws = chorus_tests::agents::workspace(&mut client, "recover", root.path()).await;
-    chorus_tests::agents::add_agent(&mut client, &ws, "dev", &["file.read"], "").await;
+    let team = chorus_tests::agents::fake_cli_team(&mut client, root.path(), &[], "").await;
+    let mut tasks = Vec::new();
     for _ in 0..count {
-        chorus_tests::agents::opened_run(&mut client, &ws, "dev", "to be interrupted").await;
+        let task = chorus_tests::agents::planned_task(
+            &mut client,
+            &team.workspace,
+            "fake: wait gate.fifo\nfake-resume: wait gate.fifo",
+        )
+        .await;
+        chorus_tests::agents::start(&mut client, &task, &team.agent, 0).await;
+        tasks.push(task);
+    }
+    for task in &tasks {
+        chorus_tests::agents::wait_for(&mut client, &task.id, |e| {
+            e.kind == "agent_progress"
+                && chorus_tests::agents::data(e)["text"] == "waiting on gate.fifo"
+        })
+        .await;
     }
     drop(client);
     orchestrator.kill().await;
 }
 
-async fn time_to_serve(data: &Path, database: &str) -> Duration {
+async fn time_to_serve(data: &Path, database: &str, args: &[&str], kill: bool) -> Duration {
     let started = Instant::now();
-    let orchestrator = OrchestratorProcess::spawn(data, database, &[]).await;
+    let orchestrator = OrchestratorProcess::spawn(data, database, args).await;
     let elapsed = started.elapsed();
-    let status = orchestrator.stop().await;
-    assert!(status.success(), "{status:?}");
+    if kill {
+        orchestrator.kill().await;
+    } else {
+        let status = orchestrator.stop().await;
+        assert!(status.success(), "{status:?}");
+    }
     elapsed
 }
 
 async fn recovery(count: usize) {
     let data = tempfile::tempdir().expect("data");
     let database = data.path().join("chorus.db").display().to_string();
-    interrupted_runs(data.path(), &database, count).await;
-    let with_runs = time_to_serve(data.path(), &database).await;
-    let without = time_to_serve(data.path(), &database).await;
+    let fake = chorus_tests::agents::fake_cli().display().to_string();
+    let args = ["--claude-bin", fake.as_str()];
+    interrupted_runs(data.path(), &database, &args, count).await;
+    // Their sessions are in the runs directory: the restart resumes them.
+    let resumed = time_to_serve(data.path(), &database, &args, true).await;
+    // Gone: the next restart can only record them interrupted.
+    std::fs::remove_dir_all(data.path().join("runs")).expect("remove the run directories");
+    let interrupted = time_to_serve(data.path(), &database, &args, false).await;
+    let without = time_to_serve(data.path(), &database, &args, false).await;
     println!("## Restart: starting the orchestrator binary to serving\n");
     println!("| restart | time to serve |");
     println!("|---|---|");
     println!(
-        "| with {count} interrupted runs to recover | {} ms |",
-        ms(with_runs)
+        "| with {count} runs of the killed process to resume | {} ms |",
+        ms(resumed)
+    );
+    println!(
+        "| with {count} runs to record interrupted (their sessions gone) | {} ms |",
+        ms(interrupted)
     );
     println!("| with none | {} ms |\n", ms(without));
 }

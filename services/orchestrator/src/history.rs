@@ -7,6 +7,7 @@
 //! missed, so a slow or lagging watcher never loses an event.
 
 mod hub;
+mod pg_connect;
 pub mod relay;
 mod watch;
 

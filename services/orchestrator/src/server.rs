@@ -320,20 +320,27 @@ pub async fn run(
     };
     let relay = match relay {
         Some(relay) => {
-            let (store, hub, signer, stop, lost) = (
+            let (store, hub, signer, claim_now, stop, lost) = (
                 state.store.clone(),
                 state.hub.clone(),
                 state.signer.clone(),
+                state.claim_now.clone(),
                 state.shutdown.clone(),
                 lost.clone(),
             );
-            Some(tokio::spawn(relay.run(store, hub, signer, stop, lost)))
+            Some(tokio::spawn(
+                relay.run(store, hub, signer, claim_now, stop, lost),
+            ))
         }
         None => None,
     };
-    let leases = tokio::spawn(
-        crate::runner::lease::Leases::new(state.clone()).keep(state.shutdown.clone(), lost.clone()),
-    );
+    // Set when the drain starts: a draining replica takes no more runs.
+    let draining = CancellationToken::new();
+    let leases = tokio::spawn(crate::runner::lease::Leases::new(state.clone()).keep(
+        state.shutdown.clone(),
+        draining.clone(),
+        lost.clone(),
+    ));
 
     let serve = config.serve;
     let health = Health::new(&SERVICES).await;
@@ -393,7 +400,6 @@ pub async fn run(
 
     // The embedded tool-exec checks runs and records calls in-process; it
     // drains with the orchestrator.
-    let draining = CancellationToken::new();
     let tool_exec = match config.embedded_tool_exec {
         Some(embedded) => {
             let gate: Arc<dyn RunGate> = Arc::new(InProcessGate::new(state.clone()));

@@ -38,6 +38,9 @@ pub struct AppState {
     pub auth: Arc<KeyAuthenticator>,
     /// Where workspace roots may be.
     pub roots: RootPolicy,
+    /// Rung when another replica handed runs on (or released one): claim
+    /// now rather than at the next heartbeat.
+    pub claim_now: Arc<tokio::sync::Notify>,
 }
 
 impl AppState {
@@ -59,6 +62,7 @@ impl AppState {
             addresses: Addresses::default(),
             runner: Arc::new(Runner::new(runner, processes)),
             roots: RootPolicy::default(),
+            claim_now: Arc::new(tokio::sync::Notify::new()),
         }
     }
 

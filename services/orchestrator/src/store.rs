@@ -37,7 +37,7 @@ use crate::secrets::SecretBox;
 
 pub use agents::{AgentChanges, NewAgent};
 pub use providers::{NewProvider, ProviderChanges};
-pub use replicas::{Claim, Heartbeat, ReplicaIdentity, ReplicaRecord};
+pub use replicas::{Claim, HANDED_ON_CHANNEL, Heartbeat, ReplicaIdentity, ReplicaRecord};
 pub use run_token_keys::KEYS_CHANNEL;
 pub use runs::NewRun;
 pub use tasks::{

@@ -26,7 +26,8 @@ use tracing::{debug, info, warn};
 use super::EventHub;
 use crate::domain::TaskId;
 use crate::store::{
-    EVENT_PAGE_BYTES, KEYS_CHANNEL, Store, StoreError, TASK_CHANNEL, parse_task_notice,
+    EVENT_PAGE_BYTES, HANDED_ON_CHANNEL, KEYS_CHANNEL, Store, StoreError, TASK_CHANNEL,
+    parse_task_notice,
 };
 
 /// How often watched tasks are checked against the store even without notices.
@@ -48,11 +49,13 @@ pub fn replica_lock_key(schema: &str, replica: &str) -> i64 {
     i64::from_be_bytes(bytes)
 }
 
+/// A connection's notifications (channel, payload), or why it failed.
+type Notices = mpsc::UnboundedReceiver<Result<(String, String), String>>;
+
 /// A live listener connection.
 struct Listener {
     client: tokio_postgres::Client,
-    /// (channel, payload), or why the connection failed.
-    notices: mpsc::UnboundedReceiver<Result<(String, String), String>>,
+    notices: Notices,
 }
 
 /// Connects, takes the replica's lock and listens.
@@ -61,9 +64,55 @@ struct Listener {
 /// The connection failed (the message says why), or `Ok(None)` when another
 /// process holds the replica's lock.
 async fn connect(url: &str, replica: &str) -> Result<Option<Listener>, String> {
-    let (client, mut connection) = tokio_postgres::connect(url, NoTls)
+    let connect = super::pg_connect::from_url(url)?;
+    let (client, notices) = match connect.tls {
+        Some(tls) => listen(
+            connect
+                .config
+                .connect(tls)
+                .await
+                .map_err(|e| e.to_string())?,
+        ),
+        None => listen(
+            connect
+                .config
+                .connect(NoTls)
+                .await
+                .map_err(|e| e.to_string())?,
+        ),
+    };
+    let schema: String = client
+        .query_one("SELECT current_schema()::text", &[])
+        .await
+        .map_err(|e| e.to_string())?
+        .get(0);
+    let lock_key = replica_lock_key(&schema, replica);
+    let locked: bool = client
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&lock_key])
+        .await
+        .map_err(|e| e.to_string())?
+        .get(0);
+    if !locked {
+        return Ok(None);
+    }
+    client
+        .batch_execute(&format!(
+            "LISTEN {TASK_CHANNEL}; LISTEN {KEYS_CHANNEL}; LISTEN {HANDED_ON_CHANNEL}"
+        ))
         .await
         .map_err(|e| e.to_string())?;
+    Ok(Some(Listener { client, notices }))
+}
+
+/// Drives a connection, forwarding its notifications (channel, payload), or
+/// why it failed.
+fn listen<S, T>(
+    (client, mut connection): (tokio_postgres::Client, tokio_postgres::Connection<S, T>),
+) -> (tokio_postgres::Client, Notices)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (tx, notices) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         loop {
@@ -88,25 +137,7 @@ async fn connect(url: &str, replica: &str) -> Result<Option<Listener>, String> {
             }
         }
     });
-    let schema: String = client
-        .query_one("SELECT current_schema()::text", &[])
-        .await
-        .map_err(|e| e.to_string())?
-        .get(0);
-    let lock_key = replica_lock_key(&schema, replica);
-    let locked: bool = client
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&lock_key])
-        .await
-        .map_err(|e| e.to_string())?
-        .get(0);
-    if !locked {
-        return Ok(None);
-    }
-    client
-        .batch_execute(&format!("LISTEN {TASK_CHANNEL}; LISTEN {KEYS_CHANNEL}"))
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(Some(Listener { client, notices }))
+    (client, notices)
 }
 
 /// The relay of one replica: started once its lock is held.
@@ -156,6 +187,7 @@ impl Relay {
         store: Store,
         hub: Arc<EventHub>,
         signer: Arc<RunTokenSigner>,
+        claim_now: Arc<tokio::sync::Notify>,
         stop: CancellationToken,
         lost: CancellationToken,
     ) {
@@ -178,6 +210,10 @@ impl Relay {
             let problem = match notice {
                 Some(Ok((channel, _))) if channel == KEYS_CHANNEL => {
                     reload_keys(&store, &signer).await;
+                    continue;
+                }
+                Some(Ok((channel, _))) if channel == HANDED_ON_CHANNEL => {
+                    claim_now.notify_one();
                     continue;
                 }
                 Some(Ok((_, payload))) => {

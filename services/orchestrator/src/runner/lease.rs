@@ -178,21 +178,35 @@ impl Leases {
         self.state.store.replica().lease / 3
     }
 
-    /// Beats and claims every [`Leases::period`] until `stop` fires; `lost`
-    /// fires if the replica's id went to another process.
-    pub async fn keep(mut self, stop: CancellationToken, lost: CancellationToken) {
+    /// Beats and claims every [`Leases::period`] until `stop` fires (from
+    /// `draining` on it only beats: a replica about to stop takes no more
+    /// runs); `lost` fires if the replica's id went to another process.
+    pub async fn keep(
+        mut self,
+        stop: CancellationToken,
+        draining: CancellationToken,
+        lost: CancellationToken,
+    ) {
         let mut tick = tokio::time::interval(self.period());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let claim_now = std::sync::Arc::clone(&self.state.claim_now);
         loop {
-            tokio::select! {
+            let beat = tokio::select! {
                 () = stop.cancelled() => return,
                 () = lost.cancelled() => {
                     self.fence("another process holds this replica's id");
                     return;
                 }
-                _ = tick.tick() => {}
+                _ = tick.tick() => true,
+                // Another replica handed runs on: claim them now.
+                () = claim_now.notified() => false,
+            };
+            if beat {
+                self.beat().await;
             }
-            self.beat().await;
+            if draining.is_cancelled() {
+                continue;
+            }
             if let Err(e) = claim(&self.state, false).await {
                 warn!(error = %e, "cannot claim the runs of replicas that are gone");
             }

@@ -89,6 +89,10 @@ pub struct Claim<'a> {
     pub replica: &'a str,
 }
 
+/// The PostgreSQL channel on which a replica says it handed runs on (it is
+/// shutting down): the others claim them at once.
+pub const HANDED_ON_CHANNEL: &str = "chorus_handed_on";
+
 /// Most ids per `IN (...)` list.
 const CHUNK: usize = 500;
 
@@ -112,6 +116,23 @@ impl Store {
                 ))
                 .execute(conn)
                 .db()?;
+            // Replicas gone for a day that hold no run are forgotten (a
+            // Deployment's pods get new names at every rollout).
+            let gone = now - 24 * 60 * 60 * 1000;
+            let holding: Vec<Option<String>> = runs::table
+                .filter(runs::replica.is_not_null())
+                .select(runs::replica)
+                .distinct()
+                .load(conn)
+                .db()?;
+            let holding: Vec<String> = holding.into_iter().flatten().collect();
+            diesel::delete(
+                replicas::table
+                    .filter(replicas::lease_expires_ms.lt(gone))
+                    .filter(replicas::id.ne_all(&holding)),
+            )
+            .execute(conn)
+            .db()?;
             if updated == 0 {
                 diesel::insert_into(replicas::table)
                     .values((
@@ -213,6 +234,11 @@ impl Store {
                 if let Ok(task) = TaskId::parse(&task) {
                     notify_task(conn, task, 0)?;
                 }
+                if let AnyConnection::Pg(c) = conn {
+                    diesel::sql_query(format!("NOTIFY {HANDED_ON_CHANNEL}"))
+                        .execute(c)
+                        .db()?;
+                }
             }
             Ok(())
         })
@@ -270,11 +296,8 @@ impl Store {
                         .or(runs::replica.eq(me)),
                 )
             } else {
-                query.filter(
-                    runs::lease_expires_ms
-                        .lt(now)
-                        .or(runs::lease_expires_ms.is_null()),
-                )
+                // A leased run always has a lease end (index `runs_leased`).
+                query.filter(runs::lease_expires_ms.lt(now))
             };
             let rows: Vec<RunRow> = query
                 .select(RunRow::as_select())

@@ -1,6 +1,6 @@
 DROP TABLE run_token_keys;
 DROP TABLE replicas;
-DROP INDEX runs_unfinished;
+DROP INDEX runs_leased;
 ALTER TABLE runs DROP COLUMN timeout_ms;
 ALTER TABLE runs DROP COLUMN epoch;
 ALTER TABLE runs DROP COLUMN lease_expires_ms;

@@ -7,7 +7,8 @@ ALTER TABLE runs ADD COLUMN replica TEXT;
 ALTER TABLE runs ADD COLUMN lease_expires_ms BIGINT;
 ALTER TABLE runs ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN timeout_ms BIGINT;
-CREATE INDEX runs_unfinished ON runs (state, lease_expires_ms) WHERE state <> 'finished';
+-- What the claims look for: leases that ran out.
+CREATE INDEX runs_leased ON runs (lease_expires_ms) WHERE replica IS NOT NULL;
 
 -- The orchestrator replicas that share this database: one row per replica id;
 -- `instance` is the process that holds it now.
