@@ -174,17 +174,22 @@ async fn agent_starts(starts: usize) {
 /// Starts `count` fake-CLI runs that wait at a gate, on the binary, then
 /// kills it: `count` runs of a replica that is gone, for the next start to
 /// take back.
-async fn interrupted_runs(data: &Path, database: &str, args: &[&str], count: usize) {
+async fn interrupted_runs(
+    data: &Path,
+    root: &Path,
+    database: &str,
+    args: &[&str],
+    count: usize,
+) -> Vec<String> {
     let orchestrator = OrchestratorProcess::spawn(data, database, args).await;
     let mut client = orchestrator.client().await;
-    let root = tempfile::tempdir().expect("root");
-    let team = chorus_tests::agents::fake_cli_team(&mut client, root.path(), &[], "").await;
+    let team = chorus_tests::agents::fake_cli_team(&mut client, root, &[], "").await;
     let mut tasks = Vec::new();
     for _ in 0..count {
         let task = chorus_tests::agents::planned_task(
             &mut client,
             &team.workspace,
-            "fake: wait gate.fifo\nfake-resume: wait gate.fifo",
+            "fake: wait gate.fifo\nfake-resume: wait resumed.fifo",
         )
         .await;
         chorus_tests::agents::start(&mut client, &task, &team.agent, 0).await;
@@ -199,18 +204,15 @@ async fn interrupted_runs(data: &Path, database: &str, args: &[&str], count: usi
     }
     drop(client);
     orchestrator.kill().await;
+    tasks.into_iter().map(|t| t.id).collect()
 }
 
-async fn time_to_serve(data: &Path, database: &str, args: &[&str], kill: bool) -> Duration {
+async fn time_to_serve(data: &Path, database: &str, args: &[&str]) -> Duration {
     let started = Instant::now();
     let orchestrator = OrchestratorProcess::spawn(data, database, args).await;
     let elapsed = started.elapsed();
-    if kill {
-        orchestrator.kill().await;
-    } else {
-        let status = orchestrator.stop().await;
-        assert!(status.success(), "{status:?}");
-    }
+    let status = orchestrator.stop().await;
+    assert!(status.success(), "{status:?}");
     elapsed
 }
 
@@ -219,13 +221,27 @@ async fn recovery(count: usize) {
     let database = data.path().join("chorus.db").display().to_string();
     let fake = chorus_tests::agents::fake_cli().display().to_string();
     let args = ["--claude-bin", fake.as_str()];
-    interrupted_runs(data.path(), &database, &args, count).await;
+    // The workspace outlives the killed process, as a real one does.
+    let root = tempfile::tempdir().expect("root");
+    let tasks = interrupted_runs(data.path(), root.path(), &database, &args, count).await;
     // Their sessions are in the runs directory: the restart resumes them.
-    let resumed = time_to_serve(data.path(), &database, &args, true).await;
+    let started = Instant::now();
+    let orchestrator = OrchestratorProcess::spawn(data.path(), &database, &args).await;
+    let resumed = started.elapsed();
+    let mut client = orchestrator.client().await;
+    for task in &tasks {
+        wait_for(&mut client, task, |e| {
+            e.kind == "agent_progress"
+                && chorus_tests::agents::data(e)["text"] == "waiting on resumed.fifo"
+        })
+        .await;
+    }
+    drop(client);
+    orchestrator.kill().await;
     // Gone: the next restart can only record them interrupted.
     std::fs::remove_dir_all(data.path().join("runs")).expect("remove the run directories");
-    let interrupted = time_to_serve(data.path(), &database, &args, false).await;
-    let without = time_to_serve(data.path(), &database, &args, false).await;
+    let interrupted = time_to_serve(data.path(), &database, &args).await;
+    let without = time_to_serve(data.path(), &database, &args).await;
     println!("## Restart: starting the orchestrator binary to serving\n");
     println!("| restart | time to serve |");
     println!("|---|---|");
