@@ -224,3 +224,88 @@ async fn killed_and_restarted(sessions: Sessions) {
         assert!(status.success(), "{b}: a graceful stop exits 0: {status:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_agent_killed_mid_call_resumes_its_conversation_after_a_restart() {
+    use chorus_tests::fake_openai::{FakeOpenAi, Step};
+    let data_dir = tempfile::tempdir().expect("data");
+    for db in databases(data_dir.path()) {
+        let b = db.backend;
+        let root = tempfile::tempdir().expect("root");
+        // First a bash call that outlives the orchestrator; resumed, the report.
+        let model = FakeOpenAi::start(vec![
+            Step::tool_call("bash", serde_json::json!({"command": "sleep 600"})),
+            Step::tool_call(
+                "completion-report",
+                serde_json::json!({"status": "complete", "summary": "done after the restart", "output": "done"}),
+            ),
+        ])
+        .await;
+        let first = OrchestratorProcess::spawn(data_dir.path(), &db.url, &[]).await;
+        let mut client = first.client().await;
+        let team = chorus_tests::agents::team(
+            &mut client,
+            root.path(),
+            pb::ProviderKind::OpenaiCompatible,
+            &model.base_url(),
+            "sk-test",
+            "fake-model",
+            &["bash"],
+            "You run commands and report.",
+        )
+        .await;
+        let task = planned_task(&mut client, &team.workspace, "Wait, then report.").await;
+        let run = start(&mut client, &task, &team.agent, 0)
+            .await
+            .run
+            .expect("run");
+        wait_for(&mut client, &task.id, |e| {
+            e.kind == "agent_progress" && data(e)["kind"] == "tool_use"
+        })
+        .await;
+        drop(client);
+        first.kill().await;
+
+        let second = OrchestratorProcess::spawn(data_dir.path(), &db.url, &[]).await;
+        let mut client = second.client().await;
+        let events = wait_for(&mut client, &task.id, chorus_tests::agents::ends_run).await;
+        let resumed = events
+            .iter()
+            .find(|e| e.kind == "run_resumed")
+            .unwrap_or_else(|| {
+                panic!(
+                    "{b}: the run was resumed: {:?}",
+                    chorus_tests::agents::summary(&events)
+                )
+            });
+        assert_eq!(data(resumed)["run_id"], run.id.as_str(), "{b}");
+        assert_eq!(
+            task_of(&mut client, &task.id).await.status,
+            "completed",
+            "{b}"
+        );
+        // The model was given its conversation back: the cut-off call answered
+        // as interrupted, then the message saying what happened.
+        let last = model.requests().pop().expect("requests");
+        let messages = last["messages"].as_array().expect("messages").clone();
+        let n = messages.len();
+        assert!(n >= 5, "{b}: {messages:#?}");
+        assert_eq!(messages[n - 2]["role"], "tool", "{b}");
+        assert!(
+            messages[n - 2]["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("interrupted")),
+            "{b}: {messages:#?}"
+        );
+        assert_eq!(messages[n - 1]["role"], "user", "{b}");
+        assert!(
+            messages[n - 1]["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("Chorus resumed you")),
+            "{b}: {messages:#?}"
+        );
+        drop(client);
+        let status = second.stop().await;
+        assert!(status.success(), "{b}: {status:?}");
+    }
+}

@@ -134,6 +134,9 @@ pub async fn attempt(
     if messages.is_empty() {
         new.push(json!({ "role": "system", "content": ctx.system_prompt }));
     }
+    // A conversation taken over from a replica that stopped mid-call: every
+    // call the model made gets an answer before the next message.
+    new.extend(unanswered_calls(&messages));
     new.push(json!({ "role": "user", "content": attempt.message }));
     persist(store, ctx, &mut messages, new, &end).await?;
     let tools = tool_definitions(&ctx.tools, ctx.agent_kind);
@@ -265,6 +268,40 @@ pub async fn attempt(
         ),
         &end,
     ))
+}
+
+/// Answers to the tool calls of the conversation's last assistant message
+/// that have none (the run's replica stopped while they ran): each says it
+/// was interrupted.
+fn unanswered_calls(messages: &[Value]) -> Vec<Value> {
+    let Some(at) = messages
+        .iter()
+        .rposition(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+    else {
+        return Vec::new();
+    };
+    let answered: Vec<&str> = messages[at + 1..]
+        .iter()
+        .filter_map(|m| m.get("tool_call_id").and_then(Value::as_str))
+        .collect();
+    messages[at]
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|call| call.get("id").and_then(Value::as_str))
+        .filter(|id| !answered.contains(id))
+        .map(|id| {
+            json!({
+                "role": "tool",
+                "tool_call_id": id,
+                "content": error_content(
+                    "unavailable",
+                    "interrupted: the orchestrator running you stopped before this call finished; it may or may not have taken effect, so check before repeating it",
+                ),
+            })
+        })
+        .collect()
 }
 
 fn error_content(code: &str, message: &str) -> String {
@@ -429,6 +466,30 @@ fn timed_out(ctx: &RunContext, end: &AttemptEnd) -> AttemptError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_cut_off_by_a_stopped_replica_are_answered_as_interrupted() {
+        let call = |id: &str| json!({ "id": id, "type": "function", "function": { "name": "bash", "arguments": "{}" } });
+        let conversation = [
+            json!({ "role": "system", "content": "s" }),
+            json!({ "role": "user", "content": "u" }),
+            json!({ "role": "assistant", "content": "", "tool_calls": [call("a")] }),
+            json!({ "role": "tool", "tool_call_id": "a", "content": "ok" }),
+            json!({ "role": "assistant", "content": "", "tool_calls": [call("b"), call("c")] }),
+            json!({ "role": "tool", "tool_call_id": "b", "content": "ok" }),
+        ];
+        let answers = unanswered_calls(&conversation);
+        assert_eq!(answers.len(), 1, "{answers:?}");
+        assert_eq!(answers[0]["tool_call_id"], "c");
+        assert!(
+            answers[0]["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("interrupted"))
+        );
+        // Every call answered, or none made: nothing to add.
+        assert!(unanswered_calls(&conversation[..4]).is_empty());
+        assert!(unanswered_calls(&conversation[..2]).is_empty());
+    }
 
     #[test]
     fn tools_are_the_granted_ones_with_api_safe_names() {
