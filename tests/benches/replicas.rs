@@ -166,7 +166,9 @@ async fn throughput(cluster: &Cluster, ws: &pb::Workspace) -> (f64, f64) {
         let task = task.clone();
         waits.push(tokio::spawn(async move {
             start(&mut client, &task, "reader", 0).await;
-            settle(&mut client, &task.id).await
+            chorus_tests::agents::settled(&mut client, &task.id)
+                .await
+                .status
         }));
     }
     for wait in waits {
@@ -175,20 +177,6 @@ async fn throughput(cluster: &Cluster, ws: &pb::Workspace) -> (f64, f64) {
     }
     let secs = started.elapsed().as_secs_f64();
     (TASKS as f64 / secs, (TASKS * READS) as f64 / secs)
-}
-
-async fn settle(client: &mut chorus_tests::agents::Client, task: &str) -> String {
-    let mut stream = client
-        .watch_task(pb::WatchTaskRequest {
-            task_id: task.to_owned(),
-            after_sequence: 0,
-            follow: false,
-        })
-        .await
-        .expect("watch")
-        .into_inner();
-    while stream.next().await.is_some() {}
-    chorus_tests::agents::task_of(client, task).await.status
 }
 
 /// Changes committed on r0, delivered to watchers on every replica:

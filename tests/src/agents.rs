@@ -249,6 +249,27 @@ pub async fn wait_for(
     seen
 }
 
+/// Follows the task's history until it is settled (completed, failed or
+/// canceled, every run ended); returns the task then. Fails after four
+/// minutes rather than hang (a safety net, not a timing assertion).
+pub async fn settled(client: &mut Client, task: &str) -> pb::Task {
+    tokio::time::timeout(Duration::from_secs(240), async {
+        let mut stream = client
+            .watch_task(pb::WatchTaskRequest {
+                task_id: task.to_owned(),
+                after_sequence: 0,
+                follow: false,
+            })
+            .await
+            .expect("watch")
+            .into_inner();
+        while stream.next().await.is_some() {}
+    })
+    .await
+    .expect("the task settles");
+    task_of(client, task).await
+}
+
 /// Whether an event ends a run (agent_completed, run_failed, run_canceled,
 /// run_interrupted).
 pub fn ends_run(event: &pb::TaskEvent) -> bool {

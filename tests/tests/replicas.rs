@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_sandbox::testing::processes_with_arg_containing;
-use chorus_tests::agents::{Client, data, handoff, history, planned_task, report, start, task_of};
+use chorus_tests::agents::{
+    Client, data, handoff, history, planned_task, report, settled, start, task_of,
+};
 use chorus_tests::cluster::{Cluster, replica_of};
 use tokio_stream::StreamExt;
 
@@ -50,25 +52,6 @@ fn watch(mut client: Client, task: String) -> tokio::task::JoinHandle<Vec<pb::Ta
 fn chain(c: &[String]) -> String {
     let b = [handoff("c", c), report("complete", "B done")];
     [handoff("b", &b), report("complete", "A done")].join("\n")
-}
-
-/// Waits until the task is completed, failed or canceled (on `client`).
-async fn settled(client: &mut Client, task: &str) -> pb::Task {
-    tokio::time::timeout(HANG, async {
-        let mut stream = client
-            .watch_task(pb::WatchTaskRequest {
-                task_id: task.to_owned(),
-                after_sequence: 0,
-                follow: false,
-            })
-            .await
-            .expect("watch")
-            .into_inner();
-        while stream.next().await.is_some() {}
-    })
-    .await
-    .expect("the task settles");
-    task_of(client, task).await
 }
 
 /// The replica each run started on (`agent_started`), by run id.

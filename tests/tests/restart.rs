@@ -27,16 +27,21 @@ enum Sessions {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_orchestrator_restarts_and_resumes_its_runs_with_no_process_left() {
-    killed_and_restarted(Sessions::Kept).await;
+async fn a_killed_orchestrator_restarts_and_resumes_its_claude_code_runs_with_no_process_left() {
+    killed_and_restarted(Sessions::Kept, pb::ProviderKind::ClaudeCode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_orchestrator_restarts_and_resumes_its_opencode_runs_with_no_process_left() {
+    killed_and_restarted(Sessions::Kept, pb::ProviderKind::Opencode).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_orchestrator_without_its_runs_sessions_restarts_with_them_interrupted() {
-    killed_and_restarted(Sessions::Gone).await;
+    killed_and_restarted(Sessions::Gone, pb::ProviderKind::ClaudeCode).await;
 }
 
-async fn killed_and_restarted(sessions: Sessions) {
+async fn killed_and_restarted(sessions: Sessions, kind: pb::ProviderKind) {
     let data_dir = tempfile::tempdir().expect("data");
     for db in databases(data_dir.path()) {
         let b = db.backend;
@@ -51,7 +56,7 @@ async fn killed_and_restarted(sessions: Sessions) {
             .create_provider(pb::CreateProviderRequest {
                 workspace_id: ws.id.clone(),
                 name: "cli".into(),
-                kind: pb::ProviderKind::ClaudeCode.into(),
+                kind: kind.into(),
                 ..Default::default()
             })
             .await

@@ -393,25 +393,31 @@ pub fn interrupt_task(
             now_ms,
         },
     )?;
-    match task.status {
-        TaskStatus::Active => events.push(change_status(
+    events.extend(interrupted_task(task, reason)?);
+    Ok(events)
+}
+
+/// What becomes of a task whose root run was interrupted: an active task
+/// waits to be started again, a planning one fails to be planned again.
+fn interrupted_task(task: &mut Task, reason: &str) -> Result<Events, DomainError> {
+    Ok(match task.status {
+        TaskStatus::Active => vec![change_status(
             task,
             TaskStatus::Waiting,
             Some(format!("{reason}; start it again")),
-        )?),
-        TaskStatus::Planning => {
-            events.push((EventKind::PlanningFailed, json!({ "reason": reason })));
-            events.push(change_status(
+        )?],
+        TaskStatus::Planning => vec![
+            (EventKind::PlanningFailed, json!({ "reason": reason })),
+            change_status(
                 task,
                 TaskStatus::Failed,
                 Some(format!(
                     "{reason}; plan it again (move it to pending, then PlanTask)"
                 )),
-            )?);
-        }
-        _ => {}
-    }
-    Ok(events)
+            )?,
+        ],
+        _ => Vec::new(),
+    })
 }
 
 /// Checks that the driver of `epoch` on replica `replica` still drives `run`:
@@ -501,24 +507,7 @@ pub fn interrupt_runs(
                 )?);
             }
             Some(_) => {}
-            None => match task.status {
-                TaskStatus::Active => events.push(change_status(
-                    task,
-                    TaskStatus::Waiting,
-                    Some(format!("{reason}; start it again")),
-                )?),
-                TaskStatus::Planning => {
-                    events.push((EventKind::PlanningFailed, json!({ "reason": reason })));
-                    events.push(change_status(
-                        task,
-                        TaskStatus::Failed,
-                        Some(format!(
-                            "{reason}; plan it again (move it to pending, then PlanTask)"
-                        )),
-                    )?);
-                }
-                _ => {}
-            },
+            None => events.extend(interrupted_task(task, reason)?),
         }
     }
     Ok(events)
