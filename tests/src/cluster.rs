@@ -5,8 +5,7 @@
 //! directory and the secrets key shared, as the operations guide says. CLI
 //! agents are the fake CLI.
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use chorus_auth::Role;
 use chorus_proto::orchestrator::v1 as pb;
@@ -14,7 +13,7 @@ use chorus_proto::orchestrator::v1 as pb;
 use crate::agents::Client;
 use crate::balancer::Balancer;
 use crate::db::TestDatabase;
-use crate::orchestrator::{OrchestratorProcess, client_at};
+use crate::orchestrator::OrchestratorProcess;
 use crate::tool_exec_process::ToolExecProcess;
 
 /// The replicas, their tool-exec and balancer, on one database.
@@ -146,19 +145,6 @@ impl Cluster {
         self.replica(i).client().await
     }
 
-    /// A client through the balancer.
-    pub async fn balanced_client(&self) -> Client {
-        let key = self
-            .replicas
-            .iter()
-            .flatten()
-            .next()
-            .expect("a replica is up")
-            .admin_key
-            .clone();
-        client_at(self.balancer.addr, &key).await
-    }
-
     /// Indexes of the replicas that are up.
     pub fn up(&self) -> Vec<usize> {
         (0..self.replicas.len())
@@ -203,14 +189,4 @@ pub async fn replica_of(client: &mut Client, run: &str) -> String {
         .expect("run")
         .into_inner()
         .replica
-}
-
-/// Whether a process with this pid is running.
-pub fn alive(pid: i32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// The address replica `r<i>` serves on.
-pub fn addr_of(cluster: &Cluster, i: usize) -> SocketAddr {
-    cluster.replica(i).addr
 }
