@@ -15,6 +15,7 @@ pub mod plan;
 pub mod process;
 mod start;
 mod supervise;
+mod takeover;
 pub mod tools;
 mod trace;
 
@@ -34,9 +35,9 @@ use crate::providers::RunContext;
 use crate::providers::openai::ApiLimits;
 use crate::state::AppState;
 
-pub use driver::{PLANNER_RESUMED, RESUMED};
 pub use launch::Launch;
 pub use start::{cancel_task, start_task, task_message, timeout_or};
+pub use takeover::{PLANNER_RESUMED, RESUMED};
 
 /// Environment variables an agent process gets from the orchestrator's own
 /// environment when they are set (besides PATH, which is extended): locale,

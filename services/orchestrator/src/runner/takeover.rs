@@ -1,0 +1,133 @@
+//! What a run's driver does about a takeover: at shutdown it hands a
+//! resumable run on instead of ending it; a driver that resumed a run taken
+//! over from a replica that stopped first waits for the handoff that run was
+//! waiting for, and tells the session how it ended.
+
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::domain::{ProviderKind, RunState, Usage, policy};
+use crate::providers::{AttemptEnd, AttemptError, RunContext};
+use crate::state::AppState;
+
+/// The message that resumes a run taken over from a replica that died or
+/// shut down.
+pub const RESUMED: &str = "Chorus resumed you after an interruption: the orchestrator that ran you stopped. Your work so far is above; a tool call that was running when it stopped may not have finished, so check its effect before repeating it. Continue the task, and submit your completion report when you are done.";
+/// The planner's version.
+pub const PLANNER_RESUMED: &str = "Chorus resumed you after an interruption: the orchestrator that ran you stopped. Your work so far is above; continue, and submit your planner output with planner-output when you are done.";
+
+/// At shutdown, leaves a run that may be resumed (an API agent, or a CLI
+/// with a session) to a live replica, or to this replica's next start,
+/// instead of ending it: what it cost, its session and the time it has left
+/// are kept, and its lease ends now. False when it cannot be (it has no
+/// session, it ended meanwhile, or the store failed): it is ended as
+/// interrupted.
+pub(super) async fn hand_on(
+    state: &AppState,
+    ctx: &RunContext,
+    session: Option<String>,
+    usage: Usage,
+) -> bool {
+    let left = i64::try_from(ctx.clock.left().as_millis())
+        .unwrap_or(i64::MAX)
+        .max(1000);
+    let api = ctx.provider.kind == ProviderKind::OpenaiCompatible;
+    let (me, epoch) = super::driver::driver_of(state, ctx);
+    let kept = state
+        .store
+        .change_run(ctx.run_id, move |run, _task| {
+            policy::check_driver(run, &me, epoch)?;
+            if run.state == RunState::Finished || run.state == RunState::Spawning {
+                return Err(crate::domain::DomainError::RunNotActive(
+                    "not resumable".to_owned(),
+                ));
+            }
+            if session.is_some() {
+                run.session_id.clone_from(&session);
+            }
+            if !api && run.session_id.is_none() {
+                return Err(crate::domain::DomainError::RunNotActive(
+                    "no session to resume".to_owned(),
+                ));
+            }
+            run.usage = usage;
+            run.timeout_ms = Some(left);
+            Ok(Vec::new())
+        })
+        .await;
+    if kept.is_err() {
+        return false;
+    }
+    match state
+        .store
+        .release_runs(vec![(ctx.run_id, ctx.epoch)])
+        .await
+    {
+        Ok(()) => {
+            info!(run_id = %ctx.run_id, "run handed on: a live replica resumes it (or this one, when it starts again)")
+        }
+        Err(e) => {
+            warn!(run_id = %ctx.run_id, error = %e, "cannot end the run's lease; it is taken over when the lease runs out")
+        }
+    }
+    true
+}
+
+/// How often a resumed run waiting for its handoff checks the store besides
+/// when its task changes.
+const RECHECK: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// For a resumed run that waits for a handoff: waits until the handoff ends
+/// (its child may run on any replica) and says how it ended, for the
+/// session that never saw it. None for a run that does not wait.
+pub(super) async fn await_handoff(
+    state: &AppState,
+    ctx: &RunContext,
+) -> Result<Option<String>, AttemptError> {
+    let stopped = || AttemptError::Stopped {
+        partial: AttemptEnd::default(),
+    };
+    let failed = |e: crate::store::StoreError| AttemptError::Failed {
+        reason: format!("cannot read the resumed run: {e}"),
+        partial: AttemptEnd::default(),
+    };
+    let mut changes = state.hub.subscribe(ctx.task_id);
+    let mut waited = false;
+    loop {
+        let run = state.store.get_run(ctx.run_id).await.map_err(failed)?;
+        match run.state {
+            RunState::AwaitingHandoff => waited = true,
+            RunState::Finished => return Err(stopped()),
+            RunState::Spawning | RunState::Active if !waited => return Ok(None),
+            RunState::Spawning | RunState::Active => break,
+        }
+        tokio::select! {
+            () = changes.changed() => {}
+            () = tokio::time::sleep(RECHECK) => {}
+            () = ctx.stop.cancelled() => return Err(stopped()),
+        }
+    }
+    let runs = state.store.list_runs(ctx.task_id).await.map_err(failed)?;
+    let Some(child) = runs
+        .iter()
+        .filter(|r| r.parent == Some(ctx.run_id) && r.handoff_index.is_some())
+        .max_by_key(|r| r.handoff_index)
+    else {
+        return Ok(None);
+    };
+    let outcome = match &child.completion_report {
+        Some(report) if child.state == RunState::Finished => json!({
+            "outcome": "completed",
+            "output": child.output,
+            "completion_report": report,
+        }),
+        _ => json!({
+            "outcome": "failed",
+            "reason": child.end_reason,
+        }),
+    };
+    Ok(Some(format!(
+        "While you were stopped, your handoff to '{}' (run {}) ended: {outcome}",
+        child.agent, child.id
+    )))
+}
