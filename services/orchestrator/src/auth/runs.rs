@@ -168,6 +168,25 @@ mod tests {
     }
 
     #[test]
+    fn a_token_of_the_driver_before_a_takeover_is_refused_after_it() {
+        // The process of the replica that lost the run (partitioned, not
+        // dead) still holds the old token; the run was resumed elsewhere.
+        let mut run = run();
+        let old = token_of(&run);
+        let later = TokenBinding {
+            root: "/srv/ws".into(),
+            expires_ms: 1_700_000_100_000,
+        };
+        crate::domain::policy::resume_run(&mut run, "r2", later, "the replica stopped")
+            .expect("resumed");
+        assert_eq!(mismatch(&run, &old), Some("expiry"));
+        assert_eq!(run.epoch, 1);
+        // ... and the old driver's own writes are refused too.
+        assert!(crate::domain::policy::check_driver(&run, "r1", 0).is_err());
+        assert!(crate::domain::policy::check_driver(&run, "r2", 1).is_ok());
+    }
+
+    #[test]
     fn bindings_expire_on_whole_seconds_within_the_longest_lifetime() {
         let b = binding(
             std::path::Path::new("/w"),
