@@ -266,3 +266,50 @@ async fn only_tool_exec_records_and_authorizes_and_never_for_an_ended_run_or_a_t
     let _ = (&s.root, &s.outside);
     s.orchestrator.stop().await;
 }
+
+/// An ended run can do nothing: its token, still within its expiry, gets
+/// neither the catalog nor the status from tool-exec (it got both before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_runs_token_gets_nothing_from_tool_exec() {
+    use chorus_proto::tools::v1 as tools;
+    use tools::tool_exec_client::ToolExecClient;
+    let mut s = setup().await;
+    let mut agent = ToolExecClient::with_interceptor(
+        channel_to(s.orchestrator.tool_exec_addr).await,
+        Bearer::new(&s.opened.token),
+    );
+    agent
+        .list_tools(tools::ListToolsRequest {})
+        .await
+        .expect("an active run lists its tools");
+    agent
+        .get_status(tools::GetStatusRequest {})
+        .await
+        .expect("an active run reads the status");
+
+    s.client
+        .finish_run(pb::FinishRunRequest {
+            id: s.opened.run.clone().expect("run").id,
+            reason: "done".into(),
+        })
+        .await
+        .expect("finish");
+    let err = agent
+        .list_tools(tools::ListToolsRequest {})
+        .await
+        .map(drop)
+        .expect_err("an ended run's token listed the tools");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    let err = agent
+        .get_status(tools::GetStatusRequest {})
+        .await
+        .map(drop)
+        .expect_err("an ended run's token read the status");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(
+        err.message().contains("ended") || err.message().contains("not active"),
+        "{err:?}"
+    );
+    let _ = (&s.root, &s.outside, &s.other_task, &s.stolen);
+    s.orchestrator.stop().await;
+}

@@ -304,11 +304,16 @@ async fn key_references_resolve_at_run_start_and_one_that_does_not_changes_nothi
         let key_path = secrets.path().join("model.key");
         std::fs::write(&key_path, "sk-from-a-file\n").expect("key file");
         let model = model(2).await;
+        let key_dir = secrets.path().display().to_string();
         let orchestrator = OrchestratorProcess::spawn_with_env(
             data.path(),
             &db.url,
-            &[],
-            &[("FAKE_MODEL_API_KEY", "sk-from-the-environment")],
+            &["--provider-key-dir", &key_dir],
+            &[
+                ("PROVIDER_KEY_FAKE_MODEL", "sk-from-the-environment"),
+                // Not a provider key variable: never sent anywhere.
+                ("FAKE_DATABASE_PASSWORD", "hunter2"),
+            ],
         )
         .await;
         let mut client = orchestrator.client().await;
@@ -317,7 +322,7 @@ async fn key_references_resolve_at_run_start_and_one_that_does_not_changes_nothi
             root.path(),
             pb::ProviderKind::OpenaiCompatible,
             &model.base_url(),
-            "env:FAKE_MODEL_API_KEY",
+            "env:PROVIDER_KEY_FAKE_MODEL",
             "fake-model",
             &[],
             "You report.",
@@ -326,7 +331,7 @@ async fn key_references_resolve_at_run_start_and_one_that_does_not_changes_nothi
         let shown = provider(&mut client, &team.workspace).await;
         assert_eq!(
             (shown.api_key_set, shown.api_key_source.as_str()),
-            (true, "env:FAKE_MODEL_API_KEY"),
+            (true, "env:PROVIDER_KEY_FAKE_MODEL"),
             "{b}"
         );
         let sent = run_once(&mut client, &team, &model).await;
@@ -349,8 +354,8 @@ async fn key_references_resolve_at_run_start_and_one_that_does_not_changes_nothi
         let missing_file = secrets.path().join("gone.key");
         for (reference, names) in [
             (
-                "env:NO_SUCH_MODEL_KEY_VARIABLE".to_owned(),
-                "NO_SUCH_MODEL_KEY_VARIABLE".to_owned(),
+                "env:PROVIDER_KEY_NO_SUCH_VARIABLE".to_owned(),
+                "PROVIDER_KEY_NO_SUCH_VARIABLE".to_owned(),
             ),
             (
                 format!("file:{}", missing_file.display()),
@@ -395,6 +400,29 @@ async fn key_references_resolve_at_run_start_and_one_that_does_not_changes_nothi
             assert!(runs.is_empty(), "{b}: {runs:?}");
             assert_eq!(model.requests().len(), requests, "{b}: nothing was sent");
         }
+        // An admin cannot have the orchestrator send any other secret it can
+        // read to the model URL of their choosing.
+        let before = provider(&mut client, &team.workspace).await;
+        for (reference, says) in [
+            ("env:FAKE_DATABASE_PASSWORD", "--provider-key-env-prefix"),
+            ("file:/etc/machine-id", "--provider-key-dir"),
+            (
+                &format!("file:{}", data.path().join("admin.key").display()),
+                "own data",
+            ),
+        ] {
+            let err = client
+                .update_provider(update_key(&team.workspace, reference))
+                .await
+                .expect_err("a reference outside the rules");
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{b}: {err:?}");
+            assert!(
+                err.message().contains(says),
+                "{b}: {reference}: {}",
+                err.message()
+            );
+        }
+        assert_eq!(provider(&mut client, &team.workspace).await, before, "{b}");
         drop(client);
         assert!(orchestrator.stop().await.success(), "{b}");
     }

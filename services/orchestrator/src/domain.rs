@@ -24,7 +24,9 @@ pub use error::DomainError;
 pub use event::{Event, EventKind};
 pub use name::Name;
 pub use provider::{Provider, ProviderKind};
-pub use provider_key::{KeyReference, KeySource, ProviderKey};
+pub use provider_key::{
+    DEFAULT_KEY_ENV_PREFIX, KeyReference, KeyReferenceRules, KeySource, ProviderKey,
+};
 pub use run::{HandoffFailure, HandoffOutcome, Run, RunId, RunState, TokenBinding, Usage};
 pub use stage::{Stage, StageExt};
 pub use status::TaskStatus;

@@ -7,7 +7,6 @@ use chorus_orchestrator::server::EmbeddedToolExec;
 use chorus_orchestrator::settings::OrchestratorSettings;
 use chorus_run_token::load_or_create_signer_file;
 use chorus_telemetry::Shutdown;
-use chorus_tool_exec::Limits;
 use clap::{CommandFactory, FromArgMatches};
 use tracing::{info, warn};
 
@@ -71,7 +70,7 @@ fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("binding the embedded tool-exec on {} (use --tool-exec-listen or --no-embedded-tool-exec)", settings.tool_exec_listen))?;
             Some(EmbeddedToolExec {
                 listener,
-                limits: Limits::default(),
+                limits: settings.tool_exec_limits(),
             })
         } else {
             warn!("no embedded tool-exec: start chorus-tool-exec with --orchestrator-addr {} and --orchestrator-key-file: an API key of role tool-exec, made by an admin with CreateApiKey or given to this orchestrator with --tool-exec-key-file", settings.listen);

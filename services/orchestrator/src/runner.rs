@@ -13,6 +13,7 @@ mod launch;
 pub mod lease;
 pub mod plan;
 pub mod process;
+mod run_dir;
 mod start;
 mod supervise;
 mod takeover;
@@ -309,19 +310,25 @@ pub fn installation(program: &Path, path: Option<&std::ffi::OsStr>) -> Option<Pa
         .map(Path::to_path_buf)
 }
 
+/// The names, in a run directory, of the run's HOME, its TMPDIR and a CLI's
+/// (empty) working directory.
+pub const HOME_DIR: &str = "home";
+pub const TMP_DIR: &str = "tmp";
+pub const WORK_DIR: &str = "work";
+
 /// A run's HOME.
 pub fn home_dir(run_dir: &Path) -> PathBuf {
-    run_dir.join("home")
+    run_dir.join(HOME_DIR)
 }
 
 /// A run's TMPDIR.
 pub fn tmp_dir(run_dir: &Path) -> PathBuf {
-    run_dir.join("tmp")
+    run_dir.join(TMP_DIR)
 }
 
 /// A CLI's working directory: empty, in the run directory.
 pub fn work_dir(run_dir: &Path) -> PathBuf {
-    run_dir.join("work")
+    run_dir.join(WORK_DIR)
 }
 
 /// A run this process drives.

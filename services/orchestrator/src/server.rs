@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::domain::RootPolicy;
+use crate::domain::{KeyReferenceRules, RootPolicy};
 use crate::embedded::InProcessGate;
 use crate::grpc::agent_tools::AgentToolsService;
 use crate::grpc::orchestrator::OrchestratorService;
@@ -65,6 +65,9 @@ pub struct OrchestratorConfig {
     pub tool_exec_key_file: Option<PathBuf>,
     /// Where workspace roots may be (the data directory is always protected).
     pub workspace_roots: RootPolicy,
+    /// Where provider key references may point (Chorus's own places, those
+    /// of `workspace_roots`, are added at start).
+    pub key_references: KeyReferenceRules,
     /// The key that encrypts provider API keys in the database.
     pub secrets_key: KeySource,
     /// TLS on every listener (the embedded tool-exec's too); None: plaintext.
@@ -100,6 +103,7 @@ impl OrchestratorConfig {
             admin_key_file: Some(data_dir.join(ADMIN_KEY_FILE)),
             tool_exec_key_file: None,
             workspace_roots: RootPolicy::new(&[], &[data_dir.to_owned()]),
+            key_references: KeyReferenceRules::default(),
             secrets_key: KeySource::default_file(data_dir),
             tls: None,
             peers: PeerRoles::default(),
@@ -290,6 +294,17 @@ pub async fn run(
     if let Some(file) = config.secrets_key.file() {
         state.roots.protect(file);
     }
+    // Its own directories say they are Chorus data: no deployment accepts
+    // them as workspaces.
+    for own in state.roots.protected.iter().filter(|p| p.is_dir()) {
+        if let Err(e) = chorus_serve::data_dir::mark(own) {
+            warn!(dir = %own.display(), error = %e, "cannot mark a data directory as Chorus's own; another deployment on this host could accept it as a workspace");
+        }
+    }
+    state.key_references = KeyReferenceRules {
+        protected: state.roots.protected.clone(),
+        ..config.key_references
+    };
     // Agents reach the services over TLS when they serve it.
     let scheme = |addr: String| match &config.tls {
         Some(_) if !addr.contains("://") && !addr.is_empty() => format!("https://{addr}"),

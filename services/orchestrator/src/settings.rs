@@ -19,7 +19,7 @@ use chorus_run_token::KEY_SET_FILE;
 use chorus_serve::ServeArgs;
 use chorus_serve::config::{ConfigArgs, Render};
 
-use crate::domain::RootPolicy;
+use crate::domain::{KeyReferenceRules, RootPolicy};
 use crate::secrets::{KeySource, SECRETS_KEY_FILE, SECRETS_KEY_VAR};
 use crate::server::{ADMIN_KEY_FILE, EmbeddedToolExec, OrchestratorConfig};
 
@@ -116,6 +116,19 @@ pub struct OrchestratorSettings {
     /// handoff may start on any replica.
     #[arg(long, env = "CHORUS_ADVERTISE_ADDR")]
     pub advertise_addr: Option<String>,
+    /// The directory provider key files live in: a `file:/path` key reference
+    /// must name a file in it (default: none, and file references are
+    /// refused).
+    #[arg(long, env = "CHORUS_PROVIDER_KEY_DIR", value_name = "DIR")]
+    pub provider_key_dir: Option<PathBuf>,
+    /// An `env:NAME` key reference must name a variable starting with this.
+    #[arg(long, env = "CHORUS_PROVIDER_KEY_ENV_PREFIX", default_value = crate::domain::DEFAULT_KEY_ENV_PREFIX)]
+    pub provider_key_env_prefix: String,
+    /// Let the embedded tool-exec's file tools read regular files that have
+    /// more than one hard link (refused by default: a link planted in a
+    /// workspace can name a file outside it).
+    #[arg(long, env = "CHORUS_ALLOW_HARD_LINKS")]
+    pub allow_hard_links: bool,
     /// This orchestrator's replica id. Replicas sharing one PostgreSQL
     /// database each need their own, kept across restarts where possible (a
     /// restarted replica takes its own runs back at once). Default: the host
@@ -196,6 +209,18 @@ impl OrchestratorSettings {
                 .is_some_and(|f| f.starts_with(&self.data_dir))
     }
 
+    /// The limits of the embedded tool-exec's calls.
+    pub fn tool_exec_limits(&self) -> chorus_tool_exec::Limits {
+        chorus_tool_exec::Limits {
+            hard_links: if self.allow_hard_links {
+                chorus_tool_exec::sandbox::HardLinks::Allow
+            } else {
+                chorus_tool_exec::sandbox::HardLinks::Refuse
+            },
+            ..chorus_tool_exec::Limits::default()
+        }
+    }
+
     /// Whether the embedded tool-exec is served.
     pub fn embeds_tool_exec(&self) -> bool {
         !self.no_embedded_tool_exec && self.tool_exec_addr.is_none()
@@ -237,6 +262,10 @@ impl OrchestratorSettings {
         if let Some(id) = &self.replica_id {
             crate::server::check_replica_id(id)?;
         }
+        KeyReferenceRules::new(
+            self.provider_key_dir.as_deref(),
+            &self.provider_key_env_prefix,
+        )?;
         if let Some(path) = &self.chorus_tools
             && path.as_os_str().is_empty()
         {
@@ -287,6 +316,11 @@ impl OrchestratorSettings {
             self.admin_key_file(),
         ];
         config.workspace_roots = RootPolicy::new(&allowed, &protected);
+        config.key_references = KeyReferenceRules::new(
+            self.provider_key_dir.as_deref(),
+            &self.provider_key_env_prefix,
+        )
+        .map_err(anyhow::Error::msg)?;
         let runner = &mut config.runner;
         runner.tls_ca = self
             .tls

@@ -7,7 +7,7 @@ use chorus_run_token::{RunTokenSigner, RunTokenVerifier};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeyAuthenticator;
-use crate::domain::{Event, RootPolicy, TaskId};
+use crate::domain::{Event, KeyReferenceRules, RootPolicy, TaskId};
 use crate::history::{EventHub, EventSource};
 use crate::runner::{Runner, RunnerConfig};
 use crate::store::{EVENT_PAGE_BYTES, Store, StoreError};
@@ -38,6 +38,8 @@ pub struct AppState {
     pub auth: Arc<KeyAuthenticator>,
     /// Where workspace roots may be.
     pub roots: RootPolicy,
+    /// Where provider key references may point.
+    pub key_references: KeyReferenceRules,
     /// Rung when another replica handed runs on (or released one): claim
     /// now rather than at the next heartbeat.
     pub claim_now: Arc<tokio::sync::Notify>,
@@ -62,6 +64,7 @@ impl AppState {
             addresses: Addresses::default(),
             runner: Arc::new(Runner::new(runner, processes)),
             roots: RootPolicy::default(),
+            key_references: KeyReferenceRules::default(),
             claim_now: Arc::new(tokio::sync::Notify::new()),
         }
     }

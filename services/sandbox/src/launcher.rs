@@ -235,6 +235,7 @@ mod tests {
             identity: Identity::Service,
             limits: crate::policy::Limits::default(),
             cgroups: None,
+            covers: Vec::new(),
         })
         .expect("json")
     }

@@ -23,7 +23,7 @@ pub mod service;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use policy::{Cgroups, Identity, Limits, NETWORK_ENV, Network, Policy};
+pub use policy::{Cgroups, Cover, Identity, Limits, NETWORK_ENV, Network, Policy};
 pub use service::{
     Mode, ProcessSpec, Sandbox, SandboxConfig, SandboxError, SandboxStatus, SandboxedChild,
 };

@@ -28,6 +28,19 @@ pub struct Policy {
     pub limits: Limits,
     /// Per-sandbox control groups, when the host lets the service make them.
     pub cgroups: Option<Cgroups>,
+    /// Files inside the visible paths shown with other content.
+    #[serde(default)]
+    pub covers: Vec<Cover>,
+}
+
+/// A file the sandbox shows with other content, read-only: `path` (an
+/// existing regular file inside one of the policy's paths, reached without
+/// any symlink) reads as `content`. The file itself is not changed. git's
+/// view of a repository's configuration is one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cover {
+    pub path: PathBuf,
+    pub content: String,
 }
 
 /// What the processes of a sandbox may reach over the network.
@@ -177,6 +190,10 @@ mod tests {
                 pids: Some("/sys/fs/cgroup/pids".into()),
                 memory: None,
             }),
+            covers: vec![Cover {
+                path: "/ws/.git/config".into(),
+                content: "[core]\n".into(),
+            }],
         };
         let json = serde_json::to_string(&policy).expect("serialize");
         assert_eq!(

@@ -33,7 +33,7 @@ use tracing::{error, info, warn};
 
 use crate::launcher::cgroup;
 use crate::policy::{
-    Cgroups, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, Identity, Limits,
+    Cgroups, Cover, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, Identity, Limits,
     MESSAGE_PREFIX, Network, PROBE_PROGRAM, Policy,
 };
 
@@ -131,6 +131,10 @@ pub struct ProcessSpec {
     /// Cap each process's address space when no memory cgroup exists (not for
     /// JavaScript runtimes, which reserve large ranges).
     pub address_space_limit: bool,
+    /// Files shown with other content (only in an enforced sandbox: with the
+    /// sandbox off nothing can be covered, and a caller that needs a cover
+    /// must not run the process).
+    pub covers: Vec<Cover>,
 }
 
 /// The sandbox of a service (cheap to clone).
@@ -325,6 +329,11 @@ impl Sandbox {
                 )));
             }
         };
+        if !enforced && !spec.covers.is_empty() {
+            return Err(SandboxError::Unavailable(
+                "the process needs files shown with other content, which only an enforced sandbox can do; it is not started with the sandbox off".to_owned(),
+            ));
+        }
         let mut cmd = if enforced {
             let launcher = self.inner.launcher.as_ref().ok_or_else(|| {
                 SandboxError::Unavailable("the sandbox launcher was not found".to_owned())
@@ -341,6 +350,7 @@ impl Sandbox {
                     ..self.inner.config.limits
                 },
                 cgroups: self.inner.cgroups.clone(),
+                covers: spec.covers.clone(),
             };
             let policy = serde_json::to_string(&policy).map_err(|e| {
                 SandboxError::Spawn(io::Error::other(format!("cannot write the policy: {e}")))
@@ -435,6 +445,7 @@ async fn self_check(
         },
         limits: Limits::default(),
         cgroups: cgroups.cloned(),
+        covers: Vec::new(),
     };
     let policy = serde_json::to_string(&policy).map_err(|e| e.to_string())?;
     let run = Command::new(launcher)

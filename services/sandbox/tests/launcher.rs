@@ -83,6 +83,7 @@ fn spec(dirs: &Dirs, script: &str) -> ProcessSpec {
             Identity::Service
         },
         address_space_limit: true,
+        covers: Vec::new(),
     }
 }
 
@@ -300,6 +301,7 @@ async fn the_sandbox_dies_with_the_service() {
         identity: spec(&dirs, "").identity,
         limits: chorus_sandbox::Limits::default(),
         cgroups: None,
+        covers: Vec::new(),
     })
     .expect("policy");
     // A stand-in service: a shell that starts the launcher and waits.
@@ -566,8 +568,57 @@ fn the_sandbox_holds_for_a_service_that_is_not_root() {
         .expect("setpriv runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.contains("test result: ok. 12 passed"),
+        out.status.success()
+            && stdout.contains("test result: ok.")
+            && !stdout.contains("ok. 0 passed"),
         "as nobody:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A covered file reads as the cover, read-only, inside the sandbox only; a
+/// cover is never placed through a symlink the program could have planted.
+#[tokio::test]
+async fn a_covered_file_shows_its_cover_and_never_follows_a_link() {
+    let sandbox = sandbox().await;
+    let d = dirs();
+    let config = d.workspace.join("config");
+    std::fs::write(&config, "the repository's own\n").expect("config");
+    let mut covered = spec(
+        &d,
+        "cat config; echo changed > config && echo WROTE; echo changed >> config && echo APPENDED; true",
+    );
+    covered.covers = vec![chorus_sandbox::Cover {
+        path: config.clone(),
+        content: "shown instead\n".into(),
+    }];
+    let ran = run(&sandbox, &covered).await;
+    assert!(ran.status.success(), "{}", ran.stderr);
+    assert_eq!(ran.stdout, "shown instead\n", "{}", ran.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&config).expect("config"),
+        "the repository's own\n",
+        "the real file is unchanged"
+    );
+
+    // The name is a symlink to a file outside: the launcher refuses rather
+    // than cover (or reveal) what it points to.
+    std::fs::remove_file(&config).expect("rm");
+    std::os::unix::fs::symlink(d.outside.join("key"), &config).expect("link");
+    let ran = run(&sandbox, &covered).await;
+    assert_eq!(ran.status.code(), Some(125), "{}", ran.stdout);
+    assert!(
+        ran.stderr.contains("it is not a regular file"),
+        "{}",
+        ran.stderr
+    );
+    // A file outside every path of the sandbox cannot be covered at all.
+    covered.covers[0].path = d.outside.join("key");
+    let ran = run(&sandbox, &covered).await;
+    assert_eq!(ran.status.code(), Some(125));
+    assert!(ran.stderr.contains("not inside a path"), "{}", ran.stderr);
+    assert_eq!(
+        std::fs::read_to_string(d.outside.join("key")).expect("key"),
+        "the-signing-key"
     );
 }

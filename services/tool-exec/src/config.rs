@@ -32,6 +32,8 @@ pub struct Limits {
     /// Deadline of every tool call. bash and git calls get more when their own
     /// timeouts are longer (see [`crate::runner`]).
     pub tool_timeout: Duration,
+    /// Whether file tools read regular files that have more than one link.
+    pub hard_links: crate::sandbox::HardLinks,
 }
 
 impl Default for Limits {
@@ -46,6 +48,7 @@ impl Default for Limits {
             bash_max_timeout: Duration::from_secs(600),
             git_timeout: Duration::from_secs(120),
             tool_timeout: Duration::from_secs(120),
+            hard_links: crate::sandbox::HardLinks::Refuse,
         }
     }
 }

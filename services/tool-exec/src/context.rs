@@ -45,7 +45,11 @@ impl ToolContext {
         self.stop.check()?;
         let sandbox = Arc::clone(&self.sandbox);
         let stop = self.stop.clone();
-        let mut task = tokio::task::spawn_blocking(move || work(&sandbox, &stop));
+        let mut task = tokio::task::spawn_blocking(move || {
+            // As the workspace's user, as the run's processes are.
+            let _acting = sandbox.act()?;
+            work(&sandbox, &stop)
+        });
         let joined = tokio::select! {
             biased;
             joined = &mut task => joined,

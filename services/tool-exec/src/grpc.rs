@@ -97,8 +97,9 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
 
     async fn list_tools(
         &self,
-        _request: Request<pb::ListToolsRequest>,
+        request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        self.run_still_active(&request).await?;
         let tools = TOOLS
             .iter()
             .map(|t| pb::ToolDescriptor {
@@ -123,8 +124,9 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
 
     async fn get_status(
         &self,
-        _request: Request<pb::GetStatusRequest>,
+        request: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
+        self.run_still_active(&request).await?;
         Ok(Response::new(pb::GetStatusResponse {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             sandbox: Some(sandbox_status(self.runner.processes().status())),
@@ -133,6 +135,16 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
 }
 
 impl ToolExecService {
+    /// A caller with a run token is served only while its run is active (the
+    /// gate asks whether it may call `help`, which every run holds): a run that
+    /// has ended can do nothing. API keys and calls without the auth layer pass.
+    async fn run_still_active<T>(&self, request: &Request<T>) -> Result<(), ToolError> {
+        match (request.extensions().get::<Principal>(), &self.gate) {
+            (Some(Principal::Run { token, .. }), Some(gate)) => gate.authorize(token, "help").await,
+            _ => Ok(()),
+        }
+    }
+
     /// Executes an authorized call and records it through the gate, whether or
     /// not anyone still waits for the answer.
     async fn execute_and_record(

@@ -43,6 +43,7 @@ impl ToolRunner {
         processes: chorus_sandbox::Sandbox,
         shutdown: CancellationToken,
     ) -> Self {
+        crate::sandbox::drop_supplementary_groups();
         Self {
             limits,
             processes,
@@ -108,14 +109,18 @@ impl ToolRunner {
         } else {
             arguments
         };
-        // A root service makes files as the user the run's processes act as.
+        // A root service's file tools act as the user the run's processes act as.
         let owner = match self.processes.identity_for(&grant.root) {
             Ok(chorus_sandbox::Identity::User { uid, gid }) if running_as_root() => {
                 Some((uid, gid))
             }
             _ => None,
         };
-        let sandbox = Arc::new(Sandbox::open(&grant.root)?.owned_by(owner));
+        let sandbox = Arc::new(
+            Sandbox::open(&grant.root)?
+                .owned_by(owner)
+                .with_hard_links(self.limits.hard_links),
+        );
         let stop = StopSignal::new(&self.shutdown, spec.name, self.deadline_of(spec));
         let ctx = ToolContext {
             sandbox,

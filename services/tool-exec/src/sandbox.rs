@@ -38,10 +38,24 @@ pub struct Sandbox {
     /// The same root with symlinks resolved, for recognising absolute paths.
     canonical_root: PathBuf,
     dir: Dir,
-    /// Who new files and directories belong to (uid, gid), when the service
-    /// runs as root: the user the run's processes act as, so that they can
-    /// change what the file tools made. None: the service's own user.
+    /// Who file tools act as (uid, gid), when the service runs as root: the
+    /// user the run's processes act as (see [`ActingAs`]). None: the
+    /// service's own user.
     owner: Option<(u32, u32)>,
+    /// Whether regular files with more than one link may be read.
+    hard_links: HardLinks,
+}
+
+/// Whether file tools read regular files that have other links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HardLinks {
+    /// Refused: a hard link planted in a workspace can name a file that lies
+    /// outside it, which the sandbox's path checks never see.
+    #[default]
+    Refuse,
+    /// Read like any file (the operator's choice, for workspaces made with
+    /// hard links such as `cp -al` copies).
+    Allow,
 }
 
 /// A path inside the workspace: relative, normalised, with no `.` or `..`.
@@ -132,15 +146,32 @@ impl Sandbox {
             canonical_root,
             dir,
             owner: None,
+            hard_links: HardLinks::Refuse,
         })
     }
 
-    /// New files and directories will belong to `uid:gid` (a root service
-    /// acting for the workspace's user).
+    /// File tools will act as `uid:gid` (a root service acting for the
+    /// workspace's user): see [`Sandbox::act`].
     #[must_use]
     pub fn owned_by(mut self, owner: Option<(u32, u32)>) -> Self {
         self.owner = owner;
         self
+    }
+
+    /// Whether files with more than one link are read.
+    #[must_use]
+    pub fn with_hard_links(mut self, hard_links: HardLinks) -> Self {
+        self.hard_links = hard_links;
+        self
+    }
+
+    /// The calling thread acts as the workspace's user until the result is
+    /// dropped: every file operation of a tool runs so.
+    ///
+    /// # Errors
+    /// The switch was refused.
+    pub fn act(&self) -> Result<ActingAs, ToolError> {
+        ActingAs::user(self.owner)
     }
 
     /// The root as named in the run token.
@@ -290,7 +321,22 @@ impl Sandbox {
             .map_err(|e| self.fs_error(path, e))?;
         let meta = file.metadata().map_err(|e| self.fs_error(path, e))?;
         require_regular_file(path, &meta)?;
+        self.refuse_other_links(path, &meta)?;
         Ok((file, meta))
+    }
+
+    /// Refuses a regular file that has other links, unless the operator allows
+    /// them: one of them may lie outside the workspace.
+    fn refuse_other_links(&self, path: &WorkspacePath, meta: &Metadata) -> Result<(), ToolError> {
+        use cap_std::fs::MetadataExt;
+        if self.hard_links == HardLinks::Allow || meta.nlink() <= 1 {
+            return Ok(());
+        }
+        Err(ToolError::FailedPrecondition(format!(
+            "'{}' has {} hard links, and file tools do not read a file linked from elsewhere (a link can lead outside the workspace); copy it to a file of its own (cp), or have the operator start tool-exec with --allow-hard-links",
+            path.display(),
+            meta.nlink()
+        )))
     }
 
     /// Opens a directory below the root as its own handle.
@@ -463,7 +509,10 @@ fn shorten(input: &str) -> String {
     format!("{}...", input[..cut].replace('\0', "\\0"))
 }
 
+mod identity;
 mod write;
+
+pub use identity::{ActingAs, drop_supplementary_groups};
 
 #[cfg(test)]
 mod tests;

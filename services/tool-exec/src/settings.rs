@@ -10,6 +10,7 @@ use chorus_serve::config::{ConfigArgs, Render};
 use chorus_serve::{ServeArgs, ServeConfig};
 
 use crate::config::Limits;
+use crate::sandbox::HardLinks;
 
 /// Everything `chorus-tool-exec` is told at start.
 #[derive(Debug, Clone, clap::Args)]
@@ -49,6 +50,11 @@ pub struct ToolExecSettings {
     /// timeouts plus 10 s when that is longer).
     #[arg(long, env = "CHORUS_TOOL_TIMEOUT_SECS", default_value_t = Limits::default().tool_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub tool_timeout_secs: u64,
+    /// Let file tools read regular files that have more than one hard link
+    /// (refused by default: a link planted in a workspace can name a file
+    /// outside it).
+    #[arg(long, env = "CHORUS_ALLOW_HARD_LINKS")]
+    pub allow_hard_links: bool,
     /// Orchestrator address (host:port): runs are checked with it before every tool
     /// call, every call is recorded in the task's history, and the run-token keys
     /// are fetched from it. Needs --orchestrator-key-file.
@@ -126,6 +132,11 @@ impl ToolExecSettings {
             bash_default_timeout: Duration::from_secs(self.bash_timeout_secs),
             bash_max_timeout: Duration::from_secs(self.bash_max_timeout_secs),
             tool_timeout: Duration::from_secs(self.tool_timeout_secs),
+            hard_links: if self.allow_hard_links {
+                HardLinks::Allow
+            } else {
+                HardLinks::Refuse
+            },
             ..Limits::default()
         }
     }

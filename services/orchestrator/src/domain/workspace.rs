@@ -128,6 +128,15 @@ impl RootPolicy {
                 own.display()
             ));
         }
+        // Another deployment's data directory (or this one's, moved) is
+        // marked as such.
+        if let Some(data) = chorus_serve::data_dir::marked_near(root) {
+            return refuse(format!(
+                "'{}' is, lies in or holds a Chorus data directory ({}), which agents must never reach; choose a directory apart from it",
+                root.display(),
+                data.display()
+            ));
+        }
         if !self.allowed.is_empty() && !self.allowed.iter().any(|p| root.starts_with(p)) {
             let allowed: Vec<String> = self
                 .allowed
@@ -174,6 +183,31 @@ mod tests {
         };
         assert!(anywhere.check(Path::new("/tmp/x")).is_ok());
         assert!(anywhere.check(Path::new("/")).is_err());
+    }
+
+    /// The attack: another deployment's data directory lies under the
+    /// allowed roots; as a workspace, a run token of this deployment would
+    /// read its admin key.
+    #[test]
+    fn another_deployments_data_directory_is_never_a_root() {
+        let top = tempfile::tempdir().expect("top");
+        let top = top.path().canonicalize().expect("canonical");
+        let other = top.join("other/.chorus");
+        std::fs::create_dir_all(other.join("runs/r1")).expect("dirs");
+        std::fs::write(other.join("admin.key"), "chorus_secret").expect("key");
+        std::fs::create_dir_all(top.join("project")).expect("project");
+        let policy = RootPolicy::new(std::slice::from_ref(&top), &[]);
+        assert_eq!(
+            policy.check(&other),
+            Ok(()),
+            "unmarked, it looks like any directory"
+        );
+        chorus_serve::data_dir::mark(&other).expect("the other deployment marks it");
+        for root in [other.clone(), other.join("runs/r1"), top.join("other")] {
+            let err = policy.check(&root).expect_err("a data directory as a root");
+            assert!(err.to_string().contains("Chorus data directory"), "{err}");
+        }
+        assert_eq!(policy.check(&top.join("project")), Ok(()));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use tracing::{info, warn};
 
 use super::process::{CliExit, Ending, run_cli};
 use super::tools::ToolRouter;
-use super::{Runner, home_dir, tmp_dir, work_dir};
+use super::{HOME_DIR, Runner, TMP_DIR, WORK_DIR};
 use crate::domain::policy::{handoff, planning};
 use crate::domain::{
     AgentKind, EventKind, HandoffFailure, HandoffOutcome, Name, ProviderKind, Run, RunState,
@@ -193,63 +193,34 @@ fn reminder(kind: AgentKind) -> &'static str {
 
 /// Creates the run directory — HOME, TMPDIR, the CLI's empty working
 /// directory and the provider's files — owned by the user the run's processes
-/// run as, and readable by nobody else.
+/// run as, and readable by nobody else; a resumed run's directory is repaired
+/// without following anything its agent left there (see [`super::run_dir`]).
 async fn prepare(ctx: &RunContext) -> Result<(), String> {
-    let failed = |e: std::io::Error| {
+    let run_dir = ctx.run_dir.clone();
+    let owner = match ctx.identity {
+        chorus_sandbox::Identity::User { uid, gid } => Some((uid, gid)),
+        chorus_sandbox::Identity::Service => None,
+    };
+    let instructions = (ctx.provider.kind == ProviderKind::Opencode)
+        .then(|| ctx.system_prompt.clone().into_bytes());
+    tokio::task::spawn_blocking(move || {
+        let dirs = [HOME_DIR, TMP_DIR, WORK_DIR];
+        let layout = super::run_dir::Layout {
+            dirs: &dirs,
+            file: instructions
+                .as_deref()
+                .map(|content| (opencode::INSTRUCTIONS_FILE, content)),
+        };
+        super::run_dir::prepare(&run_dir, owner, layout)
+    })
+    .await
+    .map_err(|e| format!("cannot prepare the run directory: {e}"))?
+    .map_err(|e| {
         format!(
             "cannot prepare the run directory {}: {e}",
             ctx.run_dir.display()
         )
-    };
-    for dir in [
-        home_dir(&ctx.run_dir),
-        tmp_dir(&ctx.run_dir),
-        work_dir(&ctx.run_dir),
-    ] {
-        // Owner-only from the start (the runs directory too, when it is new).
-        tokio::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .await
-            .map_err(failed)?;
-    }
-    if ctx.provider.kind == ProviderKind::Opencode {
-        tokio::fs::write(
-            ctx.run_dir.join(opencode::INSTRUCTIONS_FILE),
-            &ctx.system_prompt,
-        )
-        .await
-        .map_err(failed)?;
-    }
-    let (run_dir, identity) = (ctx.run_dir.clone(), ctx.identity);
-    tokio::task::spawn_blocking(move || hand_over(&run_dir, identity))
-        .await
-        .map_err(|e| format!("cannot prepare the run directory: {e}"))?
-        .map_err(failed)
-}
-
-/// Gives the run directory (and everything in it) to the run's user, mode 0700.
-fn hand_over(run_dir: &std::path::Path, identity: chorus_sandbox::Identity) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let owner = match identity {
-        chorus_sandbox::Identity::User { uid, gid } => Some((uid, gid)),
-        chorus_sandbox::Identity::Service => None,
-    };
-    let mut pending = vec![run_dir.to_path_buf()];
-    while let Some(path) = pending.pop() {
-        if let Some((uid, gid)) = owner {
-            std::os::unix::fs::lchown(&path, Some(uid), Some(gid))?;
-        }
-        let meta = std::fs::symlink_metadata(&path)?;
-        if meta.is_dir() {
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
-            for entry in std::fs::read_dir(&path)? {
-                pending.push(entry?.path());
-            }
-        }
-    }
-    Ok(())
+    })
 }
 
 /// Whether the run has submitted what it must finish with.

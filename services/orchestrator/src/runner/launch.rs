@@ -101,7 +101,7 @@ impl Launch {
             None => None,
             Some(ProviderKey::Secret(key)) => Some(key),
             Some(ProviderKey::Reference(reference)) => Some(
-                crate::secrets::resolve(&reference, &state.roots.protected)
+                crate::secrets::resolve(&reference, &state.key_references)
                     .await
                     .map_err(|e| {
                         ServiceError::Precondition(format!("provider '{provider_name}': {e}"))

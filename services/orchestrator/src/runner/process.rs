@@ -57,6 +57,7 @@ impl CliCommand {
             identity: self.identity,
             // JavaScript runtimes reserve large address ranges up front.
             address_space_limit: false,
+            covers: Vec::new(),
         }
     }
 }

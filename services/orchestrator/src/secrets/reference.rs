@@ -5,9 +5,8 @@
 //! was accepted when it was stored.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 
-use crate::domain::{DomainError, KeyReference};
+use crate::domain::{DomainError, KeyReference, KeyReferenceRules};
 
 /// A key file larger than this is not a key.
 const MAX_KEY_FILE_BYTES: u64 = 64 * 1024;
@@ -34,25 +33,25 @@ pub enum ReferenceError {
     },
 }
 
-/// The key `reference` points to now. `protected`: the orchestrator's own
-/// directories and files, which a reference may not read.
+/// The key `reference` points to now, if `rules` (the operator's, as they are
+/// now) allow it.
 ///
 /// # Errors
 /// The variable is unset or empty, the file is missing, unreadable, not a
 /// regular file, empty or too large, or the reference points at Chorus's own data.
 pub async fn resolve(
     reference: &KeyReference,
-    protected: &[PathBuf],
+    rules: &KeyReferenceRules,
 ) -> Result<String, ReferenceError> {
-    resolve_with(reference, protected, |name| std::env::var_os(name)).await
+    resolve_with(reference, rules, |name| std::env::var_os(name)).await
 }
 
 async fn resolve_with(
     reference: &KeyReference,
-    protected: &[PathBuf],
+    rules: &KeyReferenceRules,
     env: impl Fn(&str) -> Option<OsString>,
 ) -> Result<String, ReferenceError> {
-    reference.check(protected)?;
+    reference.check(rules)?;
     let unreadable = |reason: String| ReferenceError::Unreadable {
         reference: reference.clone(),
         reason,
@@ -109,22 +108,28 @@ mod tests {
 
     #[tokio::test]
     async fn a_variable_gives_its_value_and_an_unset_one_is_named() {
-        let reference = KeyReference::Env("OPENAI_API_KEY".into());
-        let key = resolve_with(&reference, &[], env_with("OPENAI_API_KEY", "sk-env\n")).await;
+        let rules = KeyReferenceRules::default();
+        let reference = KeyReference::Env("PROVIDER_KEY_OPENAI".into());
+        let key = resolve_with(
+            &reference,
+            &rules,
+            env_with("PROVIDER_KEY_OPENAI", "sk-env\n"),
+        )
+        .await;
         assert_eq!(key.as_deref(), Ok("sk-env"));
 
-        for env in [env_with("OTHER", "x"), env_with("OPENAI_API_KEY", " ")] {
-            let err = resolve_with(&reference, &[], env)
+        for env in [env_with("OTHER", "x"), env_with("PROVIDER_KEY_OPENAI", " ")] {
+            let err = resolve_with(&reference, &rules, env)
                 .await
                 .expect_err("unset")
                 .to_string();
             assert!(
-                err.starts_with("env:OPENAI_API_KEY: OPENAI_API_KEY is not set"),
+                err.starts_with("env:PROVIDER_KEY_OPENAI: PROVIDER_KEY_OPENAI is not set"),
                 "{err}"
             );
         }
         let own = KeyReference::Env("CHORUS_SECRETS_KEY".into());
-        let err = resolve_with(&own, &[], env_with("CHORUS_SECRETS_KEY", "k"))
+        let err = resolve_with(&own, &rules, env_with("CHORUS_SECRETS_KEY", "k"))
             .await
             .expect_err("own");
         assert!(matches!(err, ReferenceError::Refused(_)), "{err}");
@@ -136,7 +141,8 @@ mod tests {
         let file = dir.path().join("openai.key");
         std::fs::write(&file, "sk-file\n").expect("key file");
         let reference = KeyReference::File(file.clone());
-        assert_eq!(resolve(&reference, &[]).await.as_deref(), Ok("sk-file"));
+        let rules = KeyReferenceRules::new(Some(dir.path()), "PROVIDER_KEY_").expect("rules");
+        assert_eq!(resolve(&reference, &rules).await.as_deref(), Ok("sk-file"));
 
         let empty = dir.path().join("empty.key");
         std::fs::write(&empty, "\n").expect("empty");
@@ -149,7 +155,7 @@ mod tests {
             (big, "more than a key file may"),
         ] {
             let reference = KeyReference::File(path.clone());
-            let err = resolve(&reference, &[])
+            let err = resolve(&reference, &rules)
                 .await
                 .expect_err("unreadable")
                 .to_string();
@@ -160,8 +166,11 @@ mod tests {
             );
         }
 
-        let protected = vec![dir.path().canonicalize().expect("canonical")];
-        let err = resolve(&reference, &protected).await.expect_err("own data");
+        let own = KeyReferenceRules {
+            protected: vec![dir.path().canonicalize().expect("canonical")],
+            ..rules
+        };
+        let err = resolve(&reference, &own).await.expect_err("own data");
         assert!(matches!(err, ReferenceError::Refused(_)), "{err}");
     }
 }

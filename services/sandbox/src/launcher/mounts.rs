@@ -74,6 +74,10 @@ enum Entry {
     },
     Proc,
     Devpts,
+    /// An existing file of a bound path, covered read-only by `content`.
+    Cover {
+        content: String,
+    },
 }
 
 /// Builds the view and moves this process's root into it.
@@ -264,6 +268,34 @@ fn plan(policy: &Policy) -> Result<Vec<(PathBuf, Entry)>, String> {
             ));
         }
     }
+    for cover in &policy.covers {
+        let (Some(parent), Some(name)) = (cover.path.parent(), cover.path.file_name()) else {
+            return Err(format!(
+                "cannot cover {}: not a file path",
+                cover.path.display()
+            ));
+        };
+        let real = std::fs::canonicalize(parent)
+            .map_err(|e| format!("cannot resolve {}: {e}", parent.display()))?
+            .join(name);
+        let visible = policy
+            .read_write
+            .iter()
+            .chain(&policy.read_only)
+            .any(|p| std::fs::canonicalize(p).is_ok_and(|p| real.starts_with(&p) && real != p));
+        if !visible {
+            return Err(format!(
+                "cannot cover {}: it is not inside a path of the sandbox",
+                cover.path.display()
+            ));
+        }
+        plan.push((
+            real,
+            Entry::Cover {
+                content: cover.content.clone(),
+            },
+        ));
+    }
     // Parents before children; the order within a depth is kept.
     plan.sort_by_key(|(dest, _)| dest.components().count());
     Ok(plan)
@@ -345,6 +377,7 @@ fn place(stage: &Path, dest: &Path, entry: &Entry) -> Result<(), String> {
             }
             Ok(())
         }
+        Entry::Cover { content } => cover(stage, &target, content),
         Entry::Proc => {
             ensure_dir(stage, &relative)?;
             mount(
@@ -368,6 +401,48 @@ fn place(stage: &Path, dest: &Path, entry: &Entry) -> Result<(), String> {
             .map_err(|e| format!("cannot mount devpts: {e}"))
         }
     }
+}
+
+/// Covers the existing regular file `target` (inside a bound path of the view
+/// at `stage`) with `content`, read-only. The file is reached without any
+/// symlink (the bound path is the program's to change: a link there could
+/// lead anywhere), and the mount is made on the descriptor of the file that
+/// was checked.
+fn cover(stage: &Path, target: &Path, content: &str) -> Result<(), String> {
+    use nix::fcntl::{OpenHow, ResolveFlag, openat2};
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let file = openat2(nix::fcntl::AT_FDCWD, target, how)
+        .map_err(|e| format!("cannot open the file to cover: {e}"))?;
+    let stat = nix::sys::stat::fstat(&file).map_err(|e| format!("cannot read it: {e}"))?;
+    if nix::sys::stat::SFlag::from_bits_truncate(stat.st_mode) & nix::sys::stat::SFlag::S_IFMT
+        != nix::sys::stat::SFlag::S_IFREG
+    {
+        return Err("it is not a regular file (a symlink is never followed here)".to_owned());
+    }
+    // The content, in a file of the staging tmpfs that is gone once bound.
+    let source = stage.join(format!(".cover-{}", file.as_raw_fd()));
+    std::fs::write(&source, content).map_err(|e| format!("cannot stage the content: {e}"))?;
+    std::fs::set_permissions(&source, std::os::unix::fs::PermissionsExt::from_mode(0o444))
+        .map_err(|e| format!("cannot stage the content: {e}"))?;
+    let on = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let bound = mount(
+        Some(&source),
+        on.as_str(),
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| format!("cannot bind: {e}"));
+    let _ = std::fs::remove_file(&source);
+    bound?;
+    set_attributes(
+        target,
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        false,
+    )
+    .map_err(|e| format!("cannot make it read-only: {e}"))
 }
 
 /// Makes the directories of `relative` below `stage`, refusing to go through

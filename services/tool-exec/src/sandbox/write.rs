@@ -2,9 +2,8 @@
 //! that nothing inside a `.git` directory is changed by file tools.
 
 use std::io::{self, Write};
-use std::os::fd::AsFd;
 
-use cap_std::fs::{MetadataExt, OpenOptions};
+use cap_std::fs::OpenOptions;
 
 use super::{Sandbox, WorkspacePath, WriteMode, not_a_file, require_regular_file};
 use crate::error::ToolError;
@@ -33,7 +32,7 @@ impl Sandbox {
         let name = path.file_name().ok_or_else(|| ToolError::IsDirectory {
             path: path.display(),
         })?;
-        let (target, permissions, owner) = match mode {
+        let (target, permissions) = match mode {
             WriteMode::Replace => {
                 let meta = self.metadata(path)?;
                 require_regular_file(path, &meta)?;
@@ -49,9 +48,9 @@ impl Sandbox {
                         path: path.display(),
                     });
                 }
-                // The new content keeps the file's mode and owner.
-                let owner = Some((meta.uid(), meta.gid()));
-                (real, Some(meta.permissions()), owner)
+                // The new content keeps the file's mode; it belongs to whoever
+                // the tool acts as (the workspace's user), as after `mv`.
+                (real, Some(meta.permissions()))
             }
             WriteMode::CreateNew => {
                 match self.dir.symlink_metadata(path.as_path()) {
@@ -68,7 +67,7 @@ impl Sandbox {
                 if !parent.is_root() {
                     self.create_parents(path, &parent, stop)?;
                 }
-                (path.clone(), None, self.owner)
+                (path.clone(), None)
             }
         };
         let parent = target.parent();
@@ -78,7 +77,7 @@ impl Sandbox {
             uuid::Uuid::new_v4().simple()
         ));
         let result = self
-            .write_temp(&tmp, content, permissions, owner)
+            .write_temp(&tmp, content, permissions)
             .and_then(|()| stop.commit())
             .and_then(|()| match mode {
                 WriteMode::Replace => self
@@ -100,7 +99,7 @@ impl Sandbox {
     }
 
     /// Makes the missing directories of `parent` (the directory of `path`),
-    /// each belonging to the workspace's owner. Making the first one commits
+    /// as the user the tool acts as. Making the first one commits
     /// the call's change.
     fn create_parents(
         &self,
@@ -123,13 +122,6 @@ impl Sandbox {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(self.fs_error(&at, e)),
             }
-            if let Some(owner) = self.owner {
-                let dir = self
-                    .dir
-                    .open_dir(at.as_path())
-                    .map_err(|e| self.fs_error(&at, e))?;
-                give(&dir, owner)?;
-            }
         }
         // What holds each name must be a directory (not a broken symlink, not
         // an entry swapped in meanwhile).
@@ -147,7 +139,6 @@ impl Sandbox {
         tmp: &WorkspacePath,
         content: &[u8],
         permissions: Option<cap_std::fs::Permissions>,
-        owner: Option<(u32, u32)>,
     ) -> Result<(), ToolError> {
         // create_new (O_CREAT | O_EXCL): the open makes a new regular file or
         // fails; it never opens what is there, so a FIFO cannot block it.
@@ -157,9 +148,6 @@ impl Sandbox {
             .dir
             .open_with(tmp.as_path(), &options)
             .map_err(|e| self.fs_error(tmp, e))?;
-        if let Some(owner) = owner.filter(|_| self.owner.is_some()) {
-            give(&file, owner)?;
-        }
         file.write_all(content)
             .map_err(|e| ToolError::io("writing the new content", e))?;
         if let Some(permissions) = permissions {
@@ -231,19 +219,6 @@ impl Sandbox {
             }
         }
     }
-}
-
-/// Gives a file or directory to `owner` (uid, gid), by its handle (directory
-/// handles are O_PATH descriptors, hence AT_EMPTY_PATH).
-fn give(handle: &impl AsFd, (uid, gid): (u32, u32)) -> Result<(), ToolError> {
-    nix::unistd::fchownat(
-        handle,
-        "",
-        Some(nix::unistd::Uid::from_raw(uid)),
-        Some(nix::unistd::Gid::from_raw(gid)),
-        nix::fcntl::AtFlags::AT_EMPTY_PATH,
-    )
-    .map_err(|e| ToolError::io("giving the new file to the workspace's owner", e.into()))
 }
 
 /// How much of a file's name its temporary sibling keeps, so that the temporary

@@ -63,6 +63,7 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
         },
         identity,
         address_space_limit: true,
+        covers: Vec::new(),
     };
     let limits = RunLimits {
         timeout,

@@ -146,9 +146,21 @@ impl Query {
 fn search_walk(sandbox: &Sandbox, walk: &Walk, query: &Query, shared: &Shared, stop: &StopSignal) {
     walk.builder().build_parallel().run(|| {
         let mut worker = Worker::new(sandbox, query, shared, stop);
+        // Each search thread acts as the workspace's user from its first
+        // entry on (a thread visits a directory before it reads it).
+        let mut acting = None;
         Box::new(move |result| {
             if shared.is_stopped() || stop.is_stopped() {
                 return WalkState::Quit;
+            }
+            if acting.is_none() {
+                match sandbox.act() {
+                    Ok(guard) => acting = Some(guard),
+                    Err(_) => {
+                        shared.halt();
+                        return WalkState::Quit;
+                    }
+                }
             }
             // Unreadable directories and vanished entries are skipped.
             let Ok(entry) = result else {

@@ -5,3 +5,4 @@
 mod bash;
 mod common;
 mod git;
+mod git_config;

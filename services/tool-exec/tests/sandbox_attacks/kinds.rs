@@ -170,9 +170,12 @@ async fn writes_through_a_hard_link_to_an_outside_file_leave_that_file_alone() {
         a.root.join("hard2.txt"),
     )
     .expect("hard link");
-    a.call("file.patch", patch("hard2.txt"))
+    // A patch reads first: a file with another link is not read.
+    let err = a
+        .call("file.patch", patch("hard2.txt"))
         .await
-        .expect("patches the workspace entry");
+        .expect_err("reads through a hard link");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
     a.call("file.delete", read("hard2.txt"))
         .await
         .expect("deletes the workspace entry");

@@ -30,6 +30,7 @@
 mod arena;
 #[path = "../support/fifo_swap.rs"]
 mod fifo_swap;
+mod identity;
 mod kinds;
 mod paths;
 mod race;

@@ -18,7 +18,7 @@ fn api_key(state: &AppState, text: String) -> Result<Option<ProviderKey>, Servic
     };
     let key = ProviderKey::parse(&text)?;
     if let ProviderKey::Reference(reference) = &key {
-        reference.check(&state.roots.protected)?;
+        reference.check(&state.key_references)?;
     }
     Ok(Some(key))
 }

@@ -80,6 +80,11 @@ impl Shared {
         }
     }
 
+    /// Stops every thread; the answer says it is incomplete.
+    pub(crate) fn halt(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
     pub(crate) fn is_stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }

@@ -297,17 +297,24 @@ async fn key_references_are_shown_and_never_point_at_chorus_own_secrets() {
         let ws = f.workspace("docs").await;
         let data_dir = f.t.dir.path().join("data");
         std::fs::create_dir_all(&data_dir).expect("data dir");
+        let keys = f.t.dir.path().join("keys");
+        std::fs::create_dir_all(&keys).expect("key dir");
         let mut state = f.state.clone();
-        state.roots.protect(&data_dir);
+        state.key_references = crate::domain::KeyReferenceRules {
+            protected: vec![data_dir.canonicalize().expect("data")],
+            // The operator keeps key files next to the data directory.
+            ..crate::domain::KeyReferenceRules::new(Some(f.t.dir.path()), "PROVIDER_KEY_")
+                .expect("rules")
+        };
         let svc = super::OrchestratorService::new(state);
 
         let created = svc
-            .create_provider(Request::new(ollama(&ws.id, "env:OPENAI_API_KEY")))
+            .create_provider(Request::new(ollama(&ws.id, "env:PROVIDER_KEY_OPENAI")))
             .await
             .expect(b)
             .into_inner();
         assert!(created.api_key_set, "{b}");
-        assert_eq!(created.api_key_source, "env:OPENAI_API_KEY", "{b}");
+        assert_eq!(created.api_key_source, "env:PROVIDER_KEY_OPENAI", "{b}");
         let update = |api_key: &str| {
             Request::new(pb::UpdateProviderRequest {
                 workspace_id: ws.id.clone(),
@@ -316,16 +323,19 @@ async fn key_references_are_shown_and_never_point_at_chorus_own_secrets() {
                 ..Default::default()
             })
         };
+        let key_file = format!("file:{}", keys.join("openai").display());
         let updated = svc
-            .update_provider(update("file:/run/secrets/openai"))
+            .update_provider(update(&key_file))
             .await
             .expect(b)
             .into_inner();
-        assert_eq!(updated.api_key_source, "file:/run/secrets/openai", "{b}");
+        assert_eq!(updated.api_key_source, key_file, "{b}");
 
         let secrets_key = data_dir.join("secrets.key").display().to_string();
         for (key, says) in [
             ("env:CHORUS_SECRETS_KEY", "own configuration"),
+            ("env:DATABASE_URL", "--provider-key-env-prefix"),
+            ("file:/etc/machine-id", "--provider-key-dir"),
             ("env:NOT-A-NAME", "must name an environment variable"),
             ("file:openai.key", "absolute path"),
             (&format!("file:{secrets_key}"), "Chorus's own data"),
