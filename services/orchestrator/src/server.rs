@@ -324,9 +324,6 @@ pub async fn run(
         embedded_tool_exec: config.embedded_tool_exec.is_some(),
     };
 
-    // Runs an earlier process of this replica left unfinished are over:
-    // record it before anyone can ask.
-    crate::runner::lease::claim(&state, true).await?;
     let lost = CancellationToken::new();
     // The SQLite lock is held until `run` returns.
     let (relay, _sqlite_lock) = match replica_lock {
@@ -349,16 +346,17 @@ pub async fn run(
         }
         None => None,
     };
-    // Set when the drain starts: a draining replica takes no more runs.
-    let draining = CancellationToken::new();
-    let leases = tokio::spawn(crate::runner::lease::Leases::new(state.clone()).keep(
-        state.shutdown.clone(),
-        draining.clone(),
-        lost.clone(),
-    ));
-
     let serve = config.serve;
     let health = Health::new(&SERVICES).await;
+    // Set when the drain starts: a draining replica takes no more runs.
+    let draining = CancellationToken::new();
+    let leases = tokio::spawn(
+        crate::runner::lease::Leases::new(state.clone(), health.clone()).keep(
+            state.shutdown.clone(),
+            draining.clone(),
+            lost.clone(),
+        ),
+    );
     let calls = Calls::from_descriptors(chorus_proto::FILE_DESCRIPTOR_SET, &SERVICES, &[])?;
     // Reflection lists what this port serves, nothing else.
     let (reflection_v1, reflection_v1alpha) = chorus_proto::reflection::services(&SERVICES)?;
@@ -440,6 +438,9 @@ pub async fn run(
     };
 
     info!(%addr, "orchestrator serving");
+    // Runs an earlier process of this replica left unfinished are taken back
+    // once the port serves, paced (see `lease::take_back`).
+    let taken_back = tokio::spawn(crate::runner::lease::take_back(state.clone()));
     tokio::select! {
         result = &mut server => return result.map_err(Into::into),
         () = shutdown => {}
@@ -458,6 +459,7 @@ pub async fn run(
     stop.cancel();
     // Every run's processes are killed and its end recorded before the store goes.
     state.runner.shutdown().await;
+    taken_back.abort();
     for task in [Some(leases), relay].into_iter().flatten() {
         if let Err(e) = task.await {
             warn!(error = %e, "a replica task failed");

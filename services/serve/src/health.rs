@@ -35,13 +35,14 @@ impl std::fmt::Debug for Health {
 #[derive(Debug, Default)]
 struct State {
     draining: bool,
-    /// Why a dependency fails; None while it answers.
-    problem: Option<String>,
+    /// Why each failing dependency fails (by what it is); empty while every
+    /// one answers.
+    problems: std::collections::BTreeMap<String, String>,
 }
 
 impl State {
     fn status(&self) -> ServingStatus {
-        if self.draining || self.problem.is_some() {
+        if self.draining || !self.problems.is_empty() {
             ServingStatus::NotServing
         } else {
             ServingStatus::Serving
@@ -85,25 +86,32 @@ impl Health {
     /// not known to answer yet).
     pub async fn unchecked(&self, what: &str) {
         let mut state = self.state.lock().await;
-        state.problem = Some(format!("{what} has not been checked yet"));
+        state
+            .problems
+            .insert(what.to_owned(), format!("{what} has not been checked yet"));
         self.publish(&state).await;
     }
 
-    /// Records whether `what` (the dependency: "the database") answers.
-    /// Changes are logged; while it fails every name is NOT_SERVING.
+    /// Records whether `what` (a dependency: "the database", "the run
+    /// leases") answers. Changes are logged; while any dependency fails every
+    /// name is NOT_SERVING.
     pub async fn depends(&self, what: &str, outcome: Result<(), String>) {
         let mut state = self.state.lock().await;
-        match (&state.problem, outcome) {
+        match (state.problems.get(what), outcome) {
             (None, Ok(())) => return,
             (Some(_), Ok(())) => {
-                info!(dependency = what, "{what} answers; health SERVING");
-                state.problem = None;
+                state.problems.remove(what);
+                if state.problems.is_empty() {
+                    info!(dependency = what, "{what} answers; health SERVING");
+                } else {
+                    info!(dependency = what, still = ?state.problems.keys().collect::<Vec<_>>(), "{what} answers");
+                }
             }
             (before, Err(problem)) => {
-                if before.as_ref() != Some(&problem) {
+                if before != Some(&problem) {
                     warn!(dependency = what, %problem, "{what} fails; health NOT_SERVING until it answers");
                 }
-                state.problem = Some(problem);
+                state.problems.insert(what.to_owned(), problem);
             }
         }
         self.publish(&state).await;
@@ -182,7 +190,11 @@ mod tests {
                 ServingStatus::NotServing as i32
             );
         }
+        // Two dependencies: SERVING only once both answer.
+        health.depends("the leases", Err("late".to_owned())).await;
         health.depends("the database", Ok(())).await;
+        assert!(!health.serving().await, "the leases still fail");
+        health.depends("the leases", Ok(())).await;
         assert!(health.serving().await);
         health.drain().await;
         health.depends("the database", Ok(())).await;

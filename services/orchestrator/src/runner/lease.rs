@@ -11,8 +11,9 @@
 //! agent's stored conversation continued) when they can be, else recorded
 //! interrupted (`run_interrupted`: a handoff among them fails as interrupted
 //! and its parent works again; a root run's task waits, or fails to be
-//! planned). At start-up a replica claims its own runs at once: the process
-//! that had them is gone, since this one holds the replica's lock. There is
+//! planned). At start-up a replica on SQLite claims its own runs at once (the
+//! file lock proves the process that had them is gone); on PostgreSQL they
+//! are claimed once their leases ran out, like any replica's. There is
 //! no process to look for: every process of a run lived in its sandbox, which
 //! the kernel killed when its orchestrator died (parent-death signal to the
 //! launcher, whose PID namespace died with it).
@@ -41,6 +42,31 @@ const RESUMED_REASON: &str = "the replica that drove it stopped";
 /// # Errors
 /// The store could not be read or written.
 pub async fn claim(state: &AppState, own: bool) -> Result<usize, StoreError> {
+    claim_paced(state, own, Duration::ZERO).await
+}
+
+/// Resumes started at once after a restart, at most one per this: the port
+/// serves first, and hundreds of agents do not all start in the same instant.
+const RESUME_PACE: Duration = Duration::from_millis(5);
+
+/// At start, once the port serves: the runs an earlier process of this
+/// replica left unfinished. With SQLite the database file's lock proves that
+/// process is gone (and with it, by their parent-death signals, every process
+/// of its runs), so they are claimed at once. With PostgreSQL a process that
+/// lost its database sessions may still be driving them until their fences
+/// expire: they are claimed like any other replica's, once their leases ran
+/// out (the heartbeat's claims), unless that process handed them on.
+pub async fn take_back(state: AppState) {
+    if state.store.backend() != crate::store::Backend::Sqlite {
+        return;
+    }
+    if let Err(e) = claim_paced(&state, true, RESUME_PACE).await {
+        warn!(error = %e, "cannot take back the runs an earlier process left");
+    }
+}
+
+/// [`claim`], waiting `pace` after each resume it starts.
+async fn claim_paced(state: &AppState, own: bool, pace: Duration) -> Result<usize, StoreError> {
     let mut claimed = 0;
     for (task, runs) in state.store.claimable_runs(own).await? {
         let mut plans: HashMap<RunId, Resume> = HashMap::new();
@@ -95,6 +121,9 @@ pub async fn claim(state: &AppState, own: bool) -> Result<usize, StoreError> {
             if let Some(plan) = plans.remove(&run.id) {
                 info!(run_id = %run.id, task_id = %run.task_id, epoch = run.epoch, "resuming a run whose replica stopped");
                 plan.launch.resume(state, &run, plan.session, after);
+                if !pace.is_zero() {
+                    tokio::time::sleep(pace).await;
+                }
             }
         }
     }
@@ -159,15 +188,21 @@ async fn resumable(state: &AppState, run: &Run) -> Option<Resume> {
 #[derive(Debug)]
 pub struct Leases {
     state: AppState,
+    /// NOT_SERVING while a heartbeat fails.
+    health: chorus_serve::Health,
     /// When the database last took a heartbeat.
     last_beat: Instant,
     fenced: bool,
 }
 
+/// The name health gives the leases when they cannot be renewed.
+const LEASES: &str = "the run leases";
+
 impl Leases {
-    pub fn new(state: AppState) -> Self {
+    pub fn new(state: AppState, health: chorus_serve::Health) -> Self {
         Self {
             state,
+            health,
             last_beat: Instant::now(),
             fenced: false,
         }
@@ -214,11 +249,30 @@ impl Leases {
     }
 
     /// One heartbeat: extends the leases of the runs this process drives, and
-    /// stops those it drives no more.
+    /// stops those it drives no more. A heartbeat that has not reached the
+    /// database within a beat's period has failed (a hung connection must not
+    /// hold the leases' keeper: the runs stop at two thirds of a lease
+    /// whatever the database does).
     pub async fn beat(&mut self) {
         let driven = self.state.runner.driven();
-        match self.state.store.heartbeat(driven).await {
+        let period = self.period();
+        let beat = match tokio::time::timeout(period, self.state.store.heartbeat(driven)).await {
+            Ok(beat) => beat,
+            Err(_) => Err(StoreError::Database(format!(
+                "the heartbeat did not reach the database within {period:?}"
+            ))),
+        };
+        if let Err(e) = &beat {
+            self.health
+                .depends(
+                    LEASES,
+                    Err(format!("this replica cannot renew its run leases: {e}")),
+                )
+                .await;
+        }
+        match beat {
             Ok(beat) => {
+                self.health.depends(LEASES, Ok(())).await;
                 self.last_beat = Instant::now();
                 self.fenced = false;
                 if !beat.lost.is_empty() {

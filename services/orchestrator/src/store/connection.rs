@@ -73,7 +73,9 @@ impl Target {
     fn connect(&self) -> diesel::ConnectionResult<AnyConnection> {
         match self {
             Self::Sqlite(path) => SqliteConnection::establish(path).map(AnyConnection::Sqlite),
-            Self::Postgres(url) => PgConnection::establish(url).map(AnyConnection::Pg),
+            Self::Postgres(url) => {
+                PgConnection::establish(&with_timeouts(url)).map(AnyConnection::Pg)
+            }
         }
     }
 
@@ -91,6 +93,40 @@ impl Target {
             }
         }
     }
+}
+
+/// libpq settings every connection gets unless the URL sets them: a
+/// connection attempt, a dead peer and data the server stops acknowledging
+/// (a partition that drops packets) each fail in seconds instead of the
+/// minutes TCP would wait, so that a heartbeat fails in bounded time and the
+/// replica stops its runs before another replica may claim them.
+const PG_TIMEOUTS: [(&str, &str); 6] = [
+    ("connect_timeout", "5"),
+    ("keepalives", "1"),
+    ("keepalives_idle", "5"),
+    ("keepalives_interval", "2"),
+    ("keepalives_count", "3"),
+    ("tcp_user_timeout", "10000"),
+];
+
+/// `url` with the [`PG_TIMEOUTS`] it does not set itself.
+fn with_timeouts(url: &str) -> String {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let set: Vec<&str> = query
+        .split('&')
+        .filter_map(|p| p.split('=').next())
+        .collect();
+    let mut url = url.to_owned();
+    for (key, value) in PG_TIMEOUTS {
+        if set.contains(&key) {
+            continue;
+        }
+        url.push(if url.contains('?') { '&' } else { '?' });
+        url.push_str(key);
+        url.push('=');
+        url.push_str(value);
+    }
+    url
 }
 
 /// Opens the pool: makes a SQLite file owner-only ([`prepare_sqlite_file`]),
@@ -297,6 +333,25 @@ macro_rules! first_locked {
     }};
 }
 pub(super) use first_locked;
+
+#[cfg(test)]
+mod timeout_tests {
+    use super::with_timeouts;
+
+    #[test]
+    fn timeouts_are_added_unless_the_url_sets_them() {
+        assert_eq!(
+            with_timeouts("postgres://u@h/db"),
+            "postgres://u@h/db?connect_timeout=5&keepalives=1&keepalives_idle=5&keepalives_interval=2&keepalives_count=3&tcp_user_timeout=10000"
+        );
+        let own = with_timeouts("postgres://u@h/db?sslmode=require&connect_timeout=30");
+        assert!(
+            own.starts_with("postgres://u@h/db?sslmode=require&connect_timeout=30&keepalives=1"),
+            "{own}"
+        );
+        assert_eq!(own.matches("connect_timeout").count(), 1, "{own}");
+    }
+}
 
 #[cfg(test)]
 mod tests {
