@@ -14,7 +14,8 @@
 //! - **init**, PID 1 of the new PID namespace, dies with the monitor, creates
 //!   the mount, IPC, UTS and (without network) network namespaces, builds
 //!   the mount view (see [`mounts`]), gives up root and capabilities, applies
-//!   the limits and Landlock (see [`confine`]), starts the program and reaps
+//!   the limits and Landlock (see [`confine`]) and the seccomp filter (see
+//!   [`seccomp`]), starts the program and reaps
 //!   every orphan. When the program (the leader) exits, init exits, and with
 //!   it every process left in the namespace: setsid, double-forked and
 //!   environment-scrubbed ones too;
@@ -29,6 +30,7 @@ mod confine;
 mod init;
 mod mounts;
 mod net;
+mod seccomp;
 mod signals;
 
 use std::ffi::OsString;

@@ -94,6 +94,9 @@ pub struct SandboxStatus {
     pub launcher: String,
     /// Landlock as the self-check found it.
     pub landlock: String,
+    /// The seccomp filter as the self-check found it (e.g. `filter (3
+    /// programs)`).
+    pub seccomp: String,
     /// Who processes run as.
     pub identity: String,
     /// How processes and memory are limited.
@@ -185,6 +188,7 @@ impl Sandbox {
                 .map(|l| l.display().to_string())
                 .unwrap_or_default(),
             landlock: String::new(),
+            seccomp: String::new(),
             identity,
             limits,
             problems: Vec::new(),
@@ -196,6 +200,7 @@ impl Sandbox {
             (Mode::Off, _) => {
                 status.state = "off";
                 status.landlock = "not used".to_owned();
+                status.seccomp = "not used".to_owned();
                 status.problems.push(
                     "the operator turned the sandbox off (--sandbox off): bash, git and CLI agents run unconfined as the service's user".to_owned(),
                 );
@@ -217,6 +222,17 @@ impl Sandbox {
                             report["landlock"].as_str().unwrap_or("?"),
                             report["landlock_abi"].as_str().unwrap_or("?")
                         );
+                        let seccomp = report["seccomp"].as_str().unwrap_or("none");
+                        status.seccomp = format!(
+                            "{seccomp} ({} programs)",
+                            report["seccomp_filters"].as_u64().unwrap_or(0)
+                        );
+                        if seccomp != "filter" {
+                            status.state = "unavailable";
+                            status.problems.push(format!(
+                                "the sandbox self-check ran without a seccomp filter (seccomp: {seccomp})"
+                            ));
+                        }
                     }
                     Err(problem) => {
                         status.state = "unavailable";
@@ -228,7 +244,7 @@ impl Sandbox {
         if status.state == "unavailable" {
             error!(problems = ?status.problems, "the sandbox is unavailable: bash, git and CLI agents are refused until it is fixed, or until the service runs with --sandbox off");
         } else if status.state == "enforced" {
-            info!(launcher = %status.launcher, landlock = %status.landlock, limits = %status.limits, "sandbox enforced");
+            info!(launcher = %status.launcher, landlock = %status.landlock, seccomp = %status.seccomp, limits = %status.limits, "sandbox enforced");
         }
         Self {
             inner: Arc::new(Inner {
@@ -251,6 +267,7 @@ impl Sandbox {
                     state: "unavailable",
                     launcher: String::new(),
                     landlock: String::new(),
+                    seccomp: String::new(),
                     identity: String::new(),
                     limits: String::new(),
                     problems: vec![reason.to_owned()],
