@@ -203,6 +203,36 @@ async fn udp_and_other_sockets_need_the_host_network() {
 }
 
 #[tokio::test]
+async fn names_resolve_over_tcp_where_udp_is_refused() {
+    let sandbox = sandbox().await;
+    let ws = workspace();
+    // Landlock refuses a port it was not given with EACCES; the DNS port is
+    // given (nothing need listen on it here).
+    let body = "print('res_options=' + os.environ.get('RES_OPTIONS', ''))\n\
+         s = socket.socket()\n\
+         e = s.connect_ex(('127.0.0.1', 53))\n\
+         print('dns_tcp=' + ('ok' if e == 0 else errno.errorcode.get(e, str(e))))";
+    let ran = run(
+        &sandbox,
+        &spec_with(&ws, &python(body), Network::TcpPorts(vec![443])),
+    )
+    .await;
+    let got = answers(&ran.stdout);
+    assert_eq!(
+        answer(&got, "res_options"),
+        Some("use-vc"),
+        "the resolver is not told to use TCP: {}",
+        ran.stderr
+    );
+    assert!(
+        answer(&got, "dns_tcp").is_some_and(|e| e != "EACCES"),
+        "TCP to the DNS port is refused: {}{}",
+        ran.stdout,
+        ran.stderr
+    );
+}
+
+#[tokio::test]
 async fn new_namespaces_cannot_be_made() {
     let sandbox = sandbox().await;
     let ws = workspace();
