@@ -73,6 +73,9 @@ fn parse(args: Vec<OsString>) -> Result<(Policy, Target), String> {
     let json = json.to_str().ok_or("the policy is not UTF-8")?;
     let policy: Policy =
         serde_json::from_str(json).map_err(|e| format!("the policy is not valid: {e}"))?;
+    policy
+        .validate()
+        .map_err(|e| format!("the policy is not valid: {e}"))?;
     if args.next().as_deref() != Some("--".as_ref()) {
         return Err(USAGE.to_owned());
     }
@@ -105,7 +108,7 @@ fn run(policy: &Policy, target: Target) -> ! {
     let mask = signals::block();
 
     let cgroups = policy.cgroups.as_ref().map(|plan| {
-        cgroup::Created::make(plan, &policy.limits)
+        cgroup::Created::make(plan, &policy.limits, policy.run.as_deref())
             .unwrap_or_else(|e| fail(&format!("cannot make the sandbox's cgroup: {e}")))
     });
     let unwind = |message: String| -> ! {
@@ -237,6 +240,7 @@ mod tests {
             identity: Identity::Service,
             limits: crate::policy::Limits::default(),
             cgroups: None,
+            run: None,
         })
         .expect("json")
     }
@@ -266,5 +270,9 @@ mod tests {
         }
         let err = parse(args(&["--policy", "{}", "--", "x"])).expect_err("bad policy");
         assert!(err.starts_with("the policy is not valid"), "{err}");
+        let escaping = json.replace(r#""run":null"#, r#""run":"../../x""#);
+        assert_ne!(escaping, json);
+        let err = parse(args(&["--policy", &escaping, "--", "x"])).expect_err("bad run id");
+        assert!(err.contains("the run id '../../x' must be"), "{err}");
     }
 }

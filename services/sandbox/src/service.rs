@@ -134,6 +134,10 @@ pub struct ProcessSpec {
     /// Cap each process's address space when no memory cgroup exists (not for
     /// JavaScript runtimes, which reserve large ranges).
     pub address_space_limit: bool,
+    /// The run the process belongs to: the processes, memory and CPU weight
+    /// limits bound all of the run's sandboxes on this host together (its
+    /// CLI and every tool call). Letters, digits, '-' and '_' only.
+    pub run: Option<String>,
 }
 
 /// The sandbox of a service (cheap to clone).
@@ -167,12 +171,15 @@ impl Sandbox {
             )
         };
         let limits = match &cgroups {
-            Some(Cgroups::V2 { parent }) => format!("cgroup v2 under {}", parent.display()),
-            Some(Cgroups::V1 { pids, memory }) => format!(
-                "cgroup v1 ({}), rlimits for the rest",
+            Some(Cgroups::V2 { parent }) => {
+                format!("cgroup v2 per run under {}", parent.display())
+            }
+            Some(Cgroups::V1 { pids, memory, cpu }) => format!(
+                "cgroup v1 ({}) per run, rlimits for the rest",
                 [
                     pids.as_ref().map(|_| "pids"),
-                    memory.as_ref().map(|_| "memory")
+                    memory.as_ref().map(|_| "memory"),
+                    cpu.as_ref().map(|_| "cpu weight"),
                 ]
                 .into_iter()
                 .flatten()
@@ -358,6 +365,7 @@ impl Sandbox {
                     ..self.inner.config.limits
                 },
                 cgroups: self.inner.cgroups.clone(),
+                run: spec.run.clone(),
             };
             let policy = serde_json::to_string(&policy).map_err(|e| {
                 SandboxError::Spawn(io::Error::other(format!("cannot write the policy: {e}")))
@@ -488,6 +496,7 @@ async fn self_check(
         },
         limits: Limits::default(),
         cgroups: cgroups.cloned(),
+        run: None,
     };
     let policy = serde_json::to_string(&policy).map_err(|e| e.to_string())?;
     let run = Command::new(launcher)

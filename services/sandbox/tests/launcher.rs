@@ -83,6 +83,7 @@ fn spec(dirs: &Dirs, script: &str) -> ProcessSpec {
             Identity::Service
         },
         address_space_limit: true,
+        run: None,
     }
 }
 
@@ -300,6 +301,7 @@ async fn the_sandbox_dies_with_the_service() {
         identity: spec(&dirs, "").identity,
         limits: chorus_sandbox::Limits::default(),
         cgroups: None,
+        run: None,
     })
     .expect("policy");
     // A stand-in service: a shell that starts the launcher and waits.

@@ -42,6 +42,8 @@ pub struct CliCommand {
     pub read_only: Vec<PathBuf>,
     pub network: Network,
     pub identity: Identity,
+    /// The run: its CLI and its tool calls share the run's limits.
+    pub run: String,
 }
 
 impl CliCommand {
@@ -57,6 +59,7 @@ impl CliCommand {
             identity: self.identity,
             // JavaScript runtimes reserve large address ranges up front.
             address_space_limit: false,
+            run: Some(self.run.clone()),
         }
     }
 }
@@ -317,6 +320,7 @@ mod tests {
             read_only: Vec::new(),
             network: Network::None,
             identity: Identity::Service,
+            run: "run-test".to_owned(),
         }
     }
 

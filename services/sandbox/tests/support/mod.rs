@@ -71,6 +71,7 @@ pub fn bash(ws: &Workspace, script: &str) -> ProcessSpec {
         network: Network::None,
         identity: identity(),
         address_space_limit: false,
+        run: None,
     }
 }
 

@@ -28,6 +28,7 @@ fn sh_in(script: &str, cwd: &Path) -> ProcessSpec {
         network: Network::None,
         identity: Identity::Service,
         address_space_limit: false,
+        run: None,
     }
 }
 
