@@ -99,6 +99,7 @@ async fn the_status_shows_an_enforced_sandbox() {
         assert_eq!(sandbox.state, "enforced", "{sandbox:?}");
         assert!(sandbox.launcher.ends_with("chorus-sandbox"), "{sandbox:?}");
         assert!(sandbox.landlock.contains("Enforced"), "{sandbox:?}");
+        assert!(sandbox.seccomp.starts_with("filter"), "{sandbox:?}");
         assert!(sandbox.problems.is_empty(), "{sandbox:?}");
     }
     drop(client);

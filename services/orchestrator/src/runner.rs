@@ -242,6 +242,7 @@ impl CliSetup {
             read_only: self.read_only.clone(),
             network: Network::TcpPorts(self.ports(ctx)),
             identity: ctx.identity,
+            run: ctx.run_id.to_string(),
         }
     }
 

@@ -25,10 +25,12 @@ pub struct SandboxArgs {
     /// A delegated cgroup v2 directory for per-run cgroups (default: detected).
     #[arg(long = "sandbox-cgroup", env = "CHORUS_SANDBOX_CGROUP")]
     pub cgroup: Option<PathBuf>,
-    /// Most processes (and threads) one sandboxed process tree may have.
+    /// Most processes (and threads) one run may have: its CLI and every tool
+    /// call together, where a cgroup per run can be made.
     #[arg(long = "sandbox-max-processes", env = "CHORUS_SANDBOX_MAX_PROCESSES", default_value_t = Limits::default().processes)]
     pub max_processes: u64,
-    /// Most memory (MiB) one sandboxed process tree may use.
+    /// Most memory (MiB) one run may use: its CLI and every tool call
+    /// together, where a cgroup per run can be made.
     #[arg(long = "sandbox-max-memory-mib", env = "CHORUS_SANDBOX_MAX_MEMORY_MIB", default_value_t = Limits::default().memory_bytes >> 20)]
     pub max_memory_mib: u64,
     /// Most CPU seconds each sandboxed process may use.

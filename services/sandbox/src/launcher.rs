@@ -14,7 +14,8 @@
 //! - **init**, PID 1 of the new PID namespace, dies with the monitor, creates
 //!   the mount, IPC, UTS and (without network) network namespaces, builds
 //!   the mount view (see [`mounts`]), gives up root and capabilities, applies
-//!   the limits and Landlock (see [`confine`]), starts the program and reaps
+//!   the limits and Landlock (see [`confine`]) and the seccomp filter (see
+//!   [`seccomp`]), starts the program and reaps
 //!   every orphan. When the program (the leader) exits, init exits, and with
 //!   it every process left in the namespace: setsid, double-forked and
 //!   environment-scrubbed ones too;
@@ -29,6 +30,7 @@ mod confine;
 mod init;
 mod mounts;
 mod net;
+mod seccomp;
 mod signals;
 
 use std::ffi::OsString;
@@ -71,6 +73,9 @@ fn parse(args: Vec<OsString>) -> Result<(Policy, Target), String> {
     let json = json.to_str().ok_or("the policy is not UTF-8")?;
     let policy: Policy =
         serde_json::from_str(json).map_err(|e| format!("the policy is not valid: {e}"))?;
+    policy
+        .validate()
+        .map_err(|e| format!("the policy is not valid: {e}"))?;
     if args.next().as_deref() != Some("--".as_ref()) {
         return Err(USAGE.to_owned());
     }
@@ -103,7 +108,7 @@ fn run(policy: &Policy, target: Target) -> ! {
     let mask = signals::block();
 
     let cgroups = policy.cgroups.as_ref().map(|plan| {
-        cgroup::Created::make(plan, &policy.limits)
+        cgroup::Created::make(plan, &policy.limits, policy.run.as_deref())
             .unwrap_or_else(|e| fail(&format!("cannot make the sandbox's cgroup: {e}")))
     });
     let unwind = |message: String| -> ! {
@@ -236,6 +241,7 @@ mod tests {
             limits: crate::policy::Limits::default(),
             cgroups: None,
             covers: Vec::new(),
+            run: None,
         })
         .expect("json")
     }
@@ -265,5 +271,9 @@ mod tests {
         }
         let err = parse(args(&["--policy", "{}", "--", "x"])).expect_err("bad policy");
         assert!(err.starts_with("the policy is not valid"), "{err}");
+        let escaping = json.replace(r#""run":null"#, r#""run":"../../x""#);
+        assert_ne!(escaping, json);
+        let err = parse(args(&["--policy", &escaping, "--", "x"])).expect_err("bad run id");
+        assert!(err.contains("the run id '../../x' must be"), "{err}");
     }
 }

@@ -31,6 +31,11 @@ pub struct Policy {
     /// Files inside the visible paths shown with other content.
     #[serde(default)]
     pub covers: Vec<Cover>,
+    /// The run the sandbox belongs to: every sandbox of one run on a host
+    /// shares the run's cgroup, and its limits (see [`valid_run_id`]). None
+    /// (a self-check, a test): the sandbox's own limits.
+    #[serde(default)]
+    pub run: Option<String>,
 }
 
 /// A file the sandbox shows with other content, read-only: `path` (an
@@ -41,6 +46,33 @@ pub struct Policy {
 pub struct Cover {
     pub path: PathBuf,
     pub content: String,
+}
+
+impl Policy {
+    /// Refuses what the launcher must not act on.
+    ///
+    /// # Errors
+    /// A run id that is not a safe single path component.
+    pub fn validate(&self) -> Result<(), String> {
+        match &self.run {
+            Some(run) if !valid_run_id(run) => Err(format!(
+                "the run id '{run}' must be 1 to {MAX_RUN_ID} letters, digits, '-' or '_'"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The longest run id a policy may carry (it names a cgroup).
+pub const MAX_RUN_ID: usize = 128;
+
+/// Whether `run` can name the run's cgroup: 1 to [`MAX_RUN_ID`] ASCII letters,
+/// digits, '-' and '_' (no '/', no '.', nothing a path would read otherwise).
+pub fn valid_run_id(run: &str) -> bool {
+    (1..=MAX_RUN_ID).contains(&run.len())
+        && run
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// What the processes of a sandbox may reach over the network.
@@ -87,6 +119,11 @@ pub struct Limits {
     pub open_files: u64,
     /// Size of the sandbox's private /tmp.
     pub tmp_bytes: u64,
+    /// The run's CPU weight against other runs and the host's other processes
+    /// (cgroup v2's `cpu.weight`, 1 to 10000, 100 being a default process;
+    /// v1's `cpu.shares` is 1024 / 100 of it), where a cpu controller is
+    /// writable.
+    pub cpu_weight: u64,
 }
 
 impl Default for Limits {
@@ -99,6 +136,7 @@ impl Default for Limits {
             file_bytes: 8 << 30,
             open_files: 4096,
             tmp_bytes: 1 << 30,
+            cpu_weight: 100,
         }
     }
 }
@@ -114,6 +152,9 @@ pub enum Cgroups {
     V1 {
         pids: Option<PathBuf>,
         memory: Option<PathBuf>,
+        /// The CPU weight (`cpu.shares`) of a run, when writable.
+        #[serde(default)]
+        cpu: Option<PathBuf>,
     },
 }
 
@@ -138,7 +179,7 @@ impl Cgroups {
     pub fn parents(&self) -> Vec<&PathBuf> {
         match self {
             Self::V2 { parent } => vec![parent],
-            Self::V1 { pids, memory } => pids.iter().chain(memory.iter()).collect(),
+            Self::V1 { pids, memory, cpu } => pids.iter().chain(memory).chain(cpu).collect(),
         }
     }
 }
@@ -158,6 +199,8 @@ pub const NETWORK_ENV: [&str; 8] = [
 
 /// The prefix of every per-sandbox cgroup's name.
 pub const CGROUP_PREFIX: &str = "chorus-sandbox-";
+/// The prefix of every per-run cgroup's name (the run id follows).
+pub const RUN_CGROUP_PREFIX: &str = "chorus-run-";
 
 /// Exit code of the launcher when the sandbox could not be set up (the reason
 /// is on stderr, after [`MESSAGE_PREFIX`]).
@@ -189,11 +232,13 @@ mod tests {
             cgroups: Some(Cgroups::V1 {
                 pids: Some("/sys/fs/cgroup/pids".into()),
                 memory: None,
+                cpu: None,
             }),
             covers: vec![Cover {
                 path: "/ws/.git/config".into(),
                 content: "[core]\n".into(),
             }],
+            run: Some("0b5e-run_1".to_owned()),
         };
         let json = serde_json::to_string(&policy).expect("serialize");
         assert_eq!(
@@ -207,13 +252,39 @@ mod tests {
     }
 
     #[test]
+    fn run_ids_are_single_safe_path_components() {
+        for good in ["run-1", "0b5e8f2a-1c2d-4e5f-8a9b-0c1d2e3f4a5b", "a_b", "R"] {
+            assert!(valid_run_id(good), "{good}");
+        }
+        let long = "x".repeat(MAX_RUN_ID + 1);
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "../x",
+            "a b",
+            "a.b",
+            "é",
+            "a\0",
+            long.as_str(),
+        ] {
+            assert!(!valid_run_id(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn cgroups_say_what_they_limit() {
         let v1 = Cgroups::V1 {
             pids: Some("/p".into()),
             memory: None,
+            cpu: Some("/c".into()),
         };
         assert!(v1.limits_processes() && !v1.limits_memory());
-        assert_eq!(v1.parents(), vec![&PathBuf::from("/p")]);
+        assert_eq!(
+            v1.parents(),
+            vec![&PathBuf::from("/p"), &PathBuf::from("/c")]
+        );
         let v2 = Cgroups::V2 {
             parent: "/c".into(),
         };

@@ -15,36 +15,33 @@
 //! its own that is killed when it ends; a process that leaves the group
 //! (setsid, a daemon) escapes that.
 
+mod child;
+
 use std::ffi::OsString;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde::Serialize;
-use tokio::process::{Child, ChildStderr, ChildStdout, Command};
-use tokio::time::{Instant, sleep, timeout};
+use tokio::process::Command;
+use tokio::time::timeout;
 use tracing::{error, info, warn};
 
+pub use self::child::SandboxedChild;
 use crate::launcher::cgroup;
-use crate::policy::{
-    Cgroups, Cover, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, Identity, Limits,
-    MESSAGE_PREFIX, Network, PROBE_PROGRAM, Policy,
-};
+use crate::policy::{Cgroups, Cover, Identity, Limits, Network, PROBE_PROGRAM, Policy};
 
 /// The launcher's file name, looked for next to the service's executable and
 /// on PATH.
 pub const LAUNCHER: &str = "chorus-sandbox";
 /// The user a root service's self-check runs as.
 const PROBE_USER: u32 = 65_534;
-/// How long a stopped sandbox may take to go after SIGUSR1 before its
-/// launcher is killed outright.
-const KILL_WAIT: Duration = Duration::from_secs(5);
 
 /// Whether processes agents cause are sandboxed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -94,6 +91,9 @@ pub struct SandboxStatus {
     pub launcher: String,
     /// Landlock as the self-check found it.
     pub landlock: String,
+    /// The seccomp filter as the self-check found it (e.g. `filter (3
+    /// programs)`).
+    pub seccomp: String,
     /// Who processes run as.
     pub identity: String,
     /// How processes and memory are limited.
@@ -135,6 +135,10 @@ pub struct ProcessSpec {
     /// sandbox off nothing can be covered, and a caller that needs a cover
     /// must not run the process).
     pub covers: Vec<Cover>,
+    /// The run the process belongs to: the processes, memory and CPU weight
+    /// limits bound all of the run's sandboxes on this host together (its
+    /// CLI and every tool call). Letters, digits, '-' and '_' only.
+    pub run: Option<String>,
 }
 
 /// The sandbox of a service (cheap to clone).
@@ -168,12 +172,15 @@ impl Sandbox {
             )
         };
         let limits = match &cgroups {
-            Some(Cgroups::V2 { parent }) => format!("cgroup v2 under {}", parent.display()),
-            Some(Cgroups::V1 { pids, memory }) => format!(
-                "cgroup v1 ({}), rlimits for the rest",
+            Some(Cgroups::V2 { parent }) => {
+                format!("cgroup v2 per run under {}", parent.display())
+            }
+            Some(Cgroups::V1 { pids, memory, cpu }) => format!(
+                "cgroup v1 ({}) per run, rlimits for the rest",
                 [
                     pids.as_ref().map(|_| "pids"),
-                    memory.as_ref().map(|_| "memory")
+                    memory.as_ref().map(|_| "memory"),
+                    cpu.as_ref().map(|_| "cpu weight"),
                 ]
                 .into_iter()
                 .flatten()
@@ -189,6 +196,7 @@ impl Sandbox {
                 .map(|l| l.display().to_string())
                 .unwrap_or_default(),
             landlock: String::new(),
+            seccomp: String::new(),
             identity,
             limits,
             problems: Vec::new(),
@@ -200,6 +208,7 @@ impl Sandbox {
             (Mode::Off, _) => {
                 status.state = "off";
                 status.landlock = "not used".to_owned();
+                status.seccomp = "not used".to_owned();
                 status.problems.push(
                     "the operator turned the sandbox off (--sandbox off): bash, git and CLI agents run unconfined as the service's user".to_owned(),
                 );
@@ -221,6 +230,17 @@ impl Sandbox {
                             report["landlock"].as_str().unwrap_or("?"),
                             report["landlock_abi"].as_str().unwrap_or("?")
                         );
+                        let seccomp = report["seccomp"].as_str().unwrap_or("none");
+                        status.seccomp = format!(
+                            "{seccomp} ({} programs)",
+                            report["seccomp_filters"].as_u64().unwrap_or(0)
+                        );
+                        if seccomp != "filter" {
+                            status.state = "unavailable";
+                            status.problems.push(format!(
+                                "the sandbox self-check ran without a seccomp filter (seccomp: {seccomp})"
+                            ));
+                        }
                     }
                     Err(problem) => {
                         status.state = "unavailable";
@@ -232,7 +252,7 @@ impl Sandbox {
         if status.state == "unavailable" {
             error!(problems = ?status.problems, "the sandbox is unavailable: bash, git and CLI agents are refused until it is fixed, or until the service runs with --sandbox off");
         } else if status.state == "enforced" {
-            info!(launcher = %status.launcher, landlock = %status.landlock, limits = %status.limits, "sandbox enforced");
+            info!(launcher = %status.launcher, landlock = %status.landlock, seccomp = %status.seccomp, limits = %status.limits, "sandbox enforced");
         }
         Self {
             inner: Arc::new(Inner {
@@ -255,6 +275,7 @@ impl Sandbox {
                     state: "unavailable",
                     launcher: String::new(),
                     landlock: String::new(),
+                    seccomp: String::new(),
                     identity: String::new(),
                     limits: String::new(),
                     problems: vec![reason.to_owned()],
@@ -343,7 +364,7 @@ impl Sandbox {
                 cwd: spec.cwd.clone(),
                 read_write: spec.read_write.clone(),
                 read_only: spec.read_only.clone(),
-                network: spec.network.clone(),
+                network: with_dns_port(&spec.network),
                 identity: spec.identity,
                 limits: Limits {
                     address_space: spec.address_space_limit,
@@ -351,6 +372,7 @@ impl Sandbox {
                 },
                 cgroups: self.inner.cgroups.clone(),
                 covers: spec.covers.clone(),
+                run: spec.run.clone(),
             };
             let policy = serde_json::to_string(&policy).map_err(|e| {
                 SandboxError::Spawn(io::Error::other(format!("cannot write the policy: {e}")))
@@ -369,8 +391,12 @@ impl Sandbox {
             die_with_service(&mut cmd);
             cmd
         };
+        let mut env = spec.env.clone();
+        if enforced && matches!(spec.network, Network::TcpPorts(_)) {
+            resolve_over_tcp(&mut env);
+        }
         cmd.env_clear()
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -382,12 +408,39 @@ impl Sandbox {
             .and_then(|id| i32::try_from(id).ok())
             .map(Pid::from_raw)
             .ok_or_else(|| SandboxError::Spawn(io::Error::other("the process has no pid")))?;
-        Ok(SandboxedChild {
-            child,
-            pid,
-            enforced,
-            finished: false,
-        })
+        Ok(SandboxedChild::new(child, pid, enforced))
+    }
+}
+
+/// The DNS port, which a network limited to TCP ports always includes.
+const DNS_PORT: u16 = 53;
+
+/// A network limited to TCP ports: with the DNS port, since name resolution
+/// has to go over TCP (the seccomp filter refuses UDP sockets there).
+fn with_dns_port(network: &Network) -> Network {
+    match network {
+        Network::TcpPorts(ports) if !ports.contains(&DNS_PORT) => {
+            Network::TcpPorts(ports.iter().copied().chain([DNS_PORT]).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+/// Tells glibc's resolver (and others that read `RES_OPTIONS`) to ask over
+/// TCP (`use-vc`), keeping options the environment already has.
+fn resolve_over_tcp(env: &mut Vec<(OsString, OsString)>) {
+    const RES_OPTIONS: &str = "RES_OPTIONS";
+    match env.iter_mut().find(|(k, _)| k == RES_OPTIONS) {
+        Some((_, value)) => {
+            if !value
+                .to_string_lossy()
+                .split_whitespace()
+                .any(|o| o == "use-vc")
+            {
+                value.push(" use-vc");
+            }
+        }
+        None => env.push((RES_OPTIONS.into(), "use-vc".into())),
     }
 }
 
@@ -446,6 +499,7 @@ async fn self_check(
         limits: Limits::default(),
         cgroups: cgroups.cloned(),
         covers: Vec::new(),
+        run: None,
     };
     let policy = serde_json::to_string(&policy).map_err(|e| e.to_string())?;
     let run = Command::new(launcher)
@@ -480,191 +534,6 @@ async fn self_check(
         .map_err(|e| format!("the sandbox self-check said something unexpected ({e}): {stdout}"))
 }
 
-/// A process started by [`Sandbox::spawn`]. In an enforced sandbox the child is
-/// the launcher's monitor: when it has exited, every process of the sandbox is
-/// dead. With the sandbox off it is the program, leading its process group.
-#[derive(Debug)]
-pub struct SandboxedChild {
-    child: Child,
-    pid: Pid,
-    enforced: bool,
-    /// The started process has been reaped: its group id may be reused.
-    finished: bool,
-}
-
-impl SandboxedChild {
-    pub fn take_stdout(&mut self) -> Option<ChildStdout> {
-        self.child.stdout.take()
-    }
-
-    pub fn take_stderr(&mut self) -> Option<ChildStderr> {
-        self.child.stderr.take()
-    }
-
-    /// The pid of the process the service started (the monitor, or the program
-    /// with the sandbox off).
-    pub fn pid(&self) -> i32 {
-        self.pid.as_raw()
-    }
-
-    /// Waits until the program exits. In an enforced sandbox every process it
-    /// started is dead by then too (with the sandbox off, see [`Self::clean_up`]).
-    ///
-    /// # Errors
-    /// The process could not be waited for.
-    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
-        let status = self.child.wait().await;
-        self.finished = status.is_ok();
-        status
-    }
-
-    /// Asks every process to stop (SIGTERM to every process of the sandbox; to
-    /// the process group with the sandbox off).
-    pub fn terminate(&self) {
-        let result = if self.enforced {
-            kill(self.pid, Signal::SIGTERM)
-        } else {
-            killpg(self.pid, Signal::SIGTERM)
-        };
-        if let Err(e) = result
-            && e != Errno::ESRCH
-        {
-            warn!(pid = self.pid.as_raw(), error = %e, "cannot signal a sandboxed process");
-        }
-    }
-
-    /// Kills every process now and waits until they are dead; returns how the
-    /// started process ended.
-    ///
-    /// # Errors
-    /// The process could not be waited for.
-    pub async fn kill_all(&mut self) -> io::Result<ExitStatus> {
-        if self.enforced {
-            // The monitor kills init (and so the namespace), waits for it,
-            // then exits.
-            let _ = kill(self.pid, Signal::SIGUSR1);
-            if let Ok(status) = timeout(KILL_WAIT, self.wait()).await {
-                return status;
-            }
-            warn!(
-                pid = self.pid.as_raw(),
-                "the sandbox launcher did not stop in time; killing it"
-            );
-            let _ = killpg(self.pid, Signal::SIGKILL);
-            return self.wait().await;
-        }
-        let _ = killpg(self.pid, Signal::SIGKILL);
-        let status = self.wait().await;
-        wait_group_dead(self.pid).await;
-        status
-    }
-
-    /// After the program exited by itself: with the sandbox off, kills what it
-    /// left in its process group (an enforced sandbox is already empty).
-    pub async fn clean_up(&mut self) {
-        if !self.enforced {
-            let _ = killpg(self.pid, Signal::SIGKILL);
-            wait_group_dead(self.pid).await;
-        }
-    }
-
-    /// Stops everything: SIGTERM, up to `grace` to exit, then [`Self::kill_all`].
-    ///
-    /// # Errors
-    /// The process could not be waited for.
-    pub async fn stop(&mut self, grace: Duration) -> io::Result<ExitStatus> {
-        self.terminate();
-        match timeout(grace, self.wait()).await {
-            Ok(status) => {
-                self.clean_up().await;
-                status
-            }
-            Err(_) => self.kill_all().await,
-        }
-    }
-
-    /// The launcher's own reason when the sandbox could not start the program
-    /// (exit 125, 126 or 127 with its message on stderr).
-    pub fn launch_failure(&self, status: ExitStatus, stderr: &str) -> Option<String> {
-        let code = status.code()?;
-        if !self.enforced
-            || ![EXIT_SETUP_FAILED, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND].contains(&code)
-        {
-            return None;
-        }
-        stderr
-            .lines()
-            .rev()
-            .find_map(|l| l.strip_prefix(MESSAGE_PREFIX))
-            .map(str::to_owned)
-    }
-}
-
-impl Drop for SandboxedChild {
-    /// Dropped before its end (a caller went away): everything is killed — the
-    /// launcher and init with the sandbox on (the kernel then kills the rest),
-    /// the process group with it off.
-    fn drop(&mut self) {
-        if !self.finished {
-            let _ = killpg(self.pid, Signal::SIGKILL);
-        }
-    }
-}
-
-/// With the sandbox off: waits (bounded) until no member of group `pgid` is
-/// still running; zombies count as dead (their parent may never reap them).
-async fn wait_group_dead(pgid: Pid) {
-    let started = Instant::now();
-    let mut pause = Duration::from_micros(100);
-    loop {
-        if killpg(pgid, None) == Err(Errno::ESRCH) || running_members(pgid) == 0 {
-            return;
-        }
-        if started.elapsed() >= KILL_WAIT {
-            warn!(
-                pgid = pgid.as_raw(),
-                "processes of a group are still running after SIGKILL"
-            );
-            return;
-        }
-        // Killed again in case one joined the group late.
-        let _ = killpg(pgid, Signal::SIGKILL);
-        sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(20));
-    }
-}
-
-/// How many processes of group `pgid` are neither zombies nor dead.
-fn running_members(pgid: Pid) -> usize {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .as_encoded_bytes()
-                .iter()
-                .all(u8::is_ascii_digit)
-        })
-        .filter_map(|e| std::fs::read(e.path().join("stat")).ok())
-        .filter_map(|stat| parse_stat(&stat))
-        .filter(|(state, pgrp)| *pgrp == pgid.as_raw() && !matches!(state, b'Z' | b'X' | b'x'))
-        .count()
-}
-
-/// State letter and process group from `/proc/<pid>/stat`
-/// (`pid (comm) state ppid pgrp ...`, where comm may hold spaces and ')').
-fn parse_stat(stat: &[u8]) -> Option<(u8, i32)> {
-    let close = stat.iter().rposition(|b| *b == b')')?;
-    let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
-    let mut fields = rest.split_ascii_whitespace();
-    let state = *fields.next()?.as_bytes().first()?;
-    let _ppid = fields.next()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((state, pgrp))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -677,8 +546,22 @@ mod tests {
     }
 
     #[test]
-    fn stat_lines_give_state_and_group() {
-        assert_eq!(parse_stat(b"12 (a b) c) S 1 12 12 0"), Some((b'S', 12)));
-        assert_eq!(parse_stat(b"garbage"), None);
+    fn a_network_of_tcp_ports_resolves_names_over_tcp() {
+        assert_eq!(
+            with_dns_port(&Network::TcpPorts(vec![443])),
+            Network::TcpPorts(vec![443, 53])
+        );
+        assert_eq!(
+            with_dns_port(&Network::TcpPorts(vec![53])),
+            Network::TcpPorts(vec![53])
+        );
+        assert_eq!(with_dns_port(&Network::None), Network::None);
+        let mut env = vec![("PATH".into(), "/bin".into())];
+        resolve_over_tcp(&mut env);
+        assert_eq!(env[1], ("RES_OPTIONS".into(), "use-vc".into()));
+        let mut env = vec![("RES_OPTIONS".into(), "ndots:2".into())];
+        resolve_over_tcp(&mut env);
+        resolve_over_tcp(&mut env);
+        assert_eq!(env, [("RES_OPTIONS".into(), "ndots:2 use-vc".into())]);
     }
 }

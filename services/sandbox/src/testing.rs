@@ -62,6 +62,21 @@ pub fn built_launcher() -> PathBuf {
     launcher
 }
 
+/// Where a service started now would make per-sandbox cgroups, if anywhere
+/// (root, and a writable cgroup hierarchy).
+pub fn cgroups() -> Option<crate::Cgroups> {
+    crate::launcher::cgroup::detect(None)
+}
+
+/// The cgroup directories of `run` (one per hierarchy of `plan`), where its
+/// limits are and every sandbox of the run has its own child.
+pub fn run_cgroup_dirs(plan: &crate::Cgroups, run: &str) -> Vec<PathBuf> {
+    plan.parents()
+        .into_iter()
+        .map(|parent| parent.join(format!("{}{run}", crate::policy::RUN_CGROUP_PREFIX)))
+        .collect()
+}
+
 /// An enforced sandbox with the built launcher and `config` otherwise.
 pub async fn enforced(config: SandboxConfig) -> Sandbox {
     let sandbox = Sandbox::start(SandboxConfig {

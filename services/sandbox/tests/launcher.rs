@@ -84,6 +84,7 @@ fn spec(dirs: &Dirs, script: &str) -> ProcessSpec {
         },
         address_space_limit: true,
         covers: Vec::new(),
+        run: None,
     }
 }
 
@@ -302,6 +303,7 @@ async fn the_sandbox_dies_with_the_service() {
         limits: chorus_sandbox::Limits::default(),
         cgroups: None,
         covers: Vec::new(),
+        run: None,
     })
     .expect("policy");
     // A stand-in service: a shell that starts the launcher and waits.

@@ -221,6 +221,7 @@ pub fn sandbox_status(
         state: status.state.to_owned(),
         launcher: status.launcher.clone(),
         landlock: status.landlock.clone(),
+        seccomp: status.seccomp.clone(),
         identity: status.identity.clone(),
         limits: status.limits.clone(),
         problems: status.problems.clone(),

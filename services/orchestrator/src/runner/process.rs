@@ -42,6 +42,8 @@ pub struct CliCommand {
     pub read_only: Vec<PathBuf>,
     pub network: Network,
     pub identity: Identity,
+    /// The run: its CLI and its tool calls share the run's limits.
+    pub run: String,
 }
 
 impl CliCommand {
@@ -58,6 +60,7 @@ impl CliCommand {
             // JavaScript runtimes reserve large address ranges up front.
             address_space_limit: false,
             covers: Vec::new(),
+            run: Some(self.run.clone()),
         }
     }
 }
@@ -318,6 +321,7 @@ mod tests {
             read_only: Vec::new(),
             network: Network::None,
             identity: Identity::Service,
+            run: "run-test".to_owned(),
         }
     }
 

@@ -154,8 +154,8 @@ pub fn landlock(policy: &Policy) -> Result<RestrictionStatus, String> {
     Ok(status)
 }
 
-/// What the self-check reports: the Landlock enforcement and the identity the
-/// program gets.
+/// What the self-check reports: the Landlock enforcement, the seccomp mode
+/// and how many filters, and the identity the program gets.
 pub fn describe(landlock: &RestrictionStatus) -> String {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| {
@@ -170,6 +170,12 @@ pub fn describe(landlock: &RestrictionStatus) -> String {
         "landlock": format!("{:?}", landlock.ruleset),
         "landlock_abi": format!("{:?}", landlock.landlock),
         "no_new_privs": landlock.no_new_privs,
+        "seccomp": match field("Seccomp:").as_str() {
+            "2" => "filter",
+            "1" => "strict",
+            _ => "none",
+        },
+        "seccomp_filters": field("Seccomp_filters:").parse::<u32>().unwrap_or(0),
         "uid": getuid().as_raw(),
         "cap_eff": field("CapEff:"),
         "cap_bnd": field("CapBnd:"),

@@ -1,6 +1,7 @@
 //! init: PID 1 of the sandbox's namespaces. It confines itself (everything it
-//! starts inherits that), starts the leader, reaps orphans, passes stop requests
-//! on to every process of the namespace, and exits when the leader exits.
+//! starts inherits that: identity, limits, Landlock, the seccomp filter),
+//! starts the leader, reaps orphans, passes stop requests on to every process
+//! of the namespace, and exits when the leader exits.
 
 use std::ffi::{CString, OsString};
 use std::io::{Read, Write};
@@ -17,7 +18,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, chdir, execve, fork, pipe2, setsid};
 
 use super::cgroup::Created;
-use super::{Target, confine, fail, mounts, net, signals};
+use super::{Target, confine, fail, mounts, net, seccomp, signals};
 use crate::policy::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, Network, Policy};
 
 /// How the leader ended, as init reports it to the monitor.
@@ -78,6 +79,11 @@ pub fn run(
     };
     let landlock = confine::landlock(policy)
         .unwrap_or_else(|e| fail(&format!("cannot apply the Landlock rules: {e}")));
+    // After Landlock (which set no_new_privs), before the leader: init and
+    // everything it starts run under the filter.
+    if let Err(e) = seccomp::install(&policy.network) {
+        fail(&format!("cannot apply the seccomp filter: {e}"));
+    }
     if program.is_none() {
         // The self-check reports what it applied.
         println!("{}", confine::describe(&landlock));

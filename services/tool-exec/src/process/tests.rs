@@ -29,6 +29,7 @@ fn sh_in(script: &str, cwd: &Path) -> ProcessSpec {
         identity: Identity::Service,
         address_space_limit: false,
         covers: Vec::new(),
+        run: None,
     }
 }
 

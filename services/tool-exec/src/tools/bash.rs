@@ -64,6 +64,8 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
         identity,
         address_space_limit: true,
         covers: Vec::new(),
+        // Every call of the run shares the run's limits.
+        run: Some(ctx.grant.run_id.clone()),
     };
     let limits = RunLimits {
         timeout,

@@ -447,6 +447,7 @@ impl<'a> Git<'a> {
                 }],
                 _ => Vec::new(),
             },
+            run: Some(self.ctx.grant.run_id.clone()),
         };
         let limits = RunLimits {
             timeout: self.ctx.limits.git_timeout,

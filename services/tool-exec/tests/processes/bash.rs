@@ -335,3 +335,104 @@ async fn files_the_file_tools_make_are_the_workspace_owners_so_bash_can_change_t
     .await;
     assert!(owned_by_test_user(&h.root.join("made/by/tools.txt")));
 }
+
+/// Three bash calls of one run, each holding 200 MiB at once against the
+/// run's 256 MiB: the limit is the run's, so at most one holds to the end
+/// (the others are killed at the limit). Each call says `held <i>` on a FIFO
+/// once it holds; once every call has either said so or ended, none is
+/// allocating any more, and the calls are released.
+#[tokio::test]
+async fn concurrent_calls_of_one_run_share_the_runs_memory() {
+    use std::os::unix::fs::OpenOptionsExt;
+    use tokio::io::AsyncBufReadExt;
+
+    if !chorus_sandbox::testing::cgroups().is_some_and(|c| c.limits_memory()) {
+        eprintln!("skipped: this host gives the service no memory cgroup");
+        return;
+    }
+    const MIB: u64 = 1 << 20;
+    let h = Harness::with_sandbox(
+        Limits::default(),
+        chorus_sandbox::SandboxConfig {
+            limits: chorus_sandbox::Limits {
+                memory_bytes: 256 * MIB,
+                ..chorus_sandbox::Limits::default()
+            },
+            ..chorus_sandbox::SandboxConfig::default()
+        },
+    )
+    .await;
+    let fifo = |name: &str| {
+        let path = h.root.join(name);
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o644))
+            .expect("mkfifo");
+        give_to_test_user(&path);
+        path
+    };
+    let (release_path, reports_path) = (fifo("release"), fifo("reports"));
+    // Read-write: opening never waits for the other end; the calls see the
+    // end of `release` when this handle is dropped.
+    let release = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(nix::libc::O_CLOEXEC)
+        .open(&release_path)
+        .expect("release");
+    let reports = tokio::net::unix::pipe::OpenOptions::new()
+        .read_write(true)
+        .open_receiver(&reports_path)
+        .expect("reports");
+    let command = |i: usize| {
+        json!({"command": format!(
+            "exec python3 -c \"f = open('release'); x = b'x' * (200 << 20); \
+             r = open('reports', 'w'); r.write('held {i}\\n'); r.close(); f.read()\""
+        )})
+    };
+    let (ended, mut ends) = tokio::sync::mpsc::unbounded_channel();
+    let call = |i: usize| {
+        let ended = ended.clone();
+        let h = &h;
+        async move {
+            let outcome = h.call("bash", command(i)).await;
+            let _ = ended.send(i);
+            outcome
+        }
+    };
+    let coordinate = async {
+        let mut lines = tokio::io::BufReader::new(reports).lines();
+        let mut answered = std::collections::BTreeSet::new();
+        while answered.len() < 3 {
+            tokio::select! {
+                line = lines.next_line() => {
+                    let line = line.expect("reports").expect("a report");
+                    let i: usize = line.trim_start_matches("held ").parse().expect("held <i>");
+                    answered.insert(i);
+                }
+                Some(i) = ends.recv() => {
+                    answered.insert(i);
+                }
+            }
+        }
+        drop(release);
+    };
+    let ((a, b, c), ()) = tokio::join!(
+        async { tokio::join!(call(0), call(1), call(2)) },
+        coordinate
+    );
+    let outcomes: Vec<chorus_catalog::outputs::Bash> = [a, b, c]
+        .into_iter()
+        .map(|o| output(&o.expect("bash ran")))
+        .collect();
+    let held = outcomes.iter().filter(|o| o.exit_code == Some(0)).count();
+    assert!(
+        held <= 1,
+        "{held} bash calls of one run each held 200 MiB at once against the run's 256 MiB: {:?}",
+        outcomes
+            .iter()
+            .map(|o| (o.exit_code, o.signal))
+            .collect::<Vec<_>>()
+    );
+    for killed in outcomes.iter().filter(|o| o.exit_code != Some(0)) {
+        assert_eq!(killed.signal, Some(9), "{}", killed.stderr);
+    }
+}

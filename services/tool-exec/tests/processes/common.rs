@@ -3,6 +3,7 @@
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use chorus_sandbox::SandboxConfig;
 use chorus_sandbox::testing::{TEST_UID, give_to_test_user, running_as_root};
@@ -15,13 +16,18 @@ use tokio_util::sync::CancellationToken;
 
 /// A runner whose processes run in an enforced sandbox, its shutdown token, and
 /// a workspace in a temporary directory owned by the test user (sandboxed
-/// programs run as the workspace's owner).
+/// programs run as the workspace's owner), for a run of its own (the run's
+/// limits bound its calls together).
 pub struct Harness {
     pub runner: ToolRunner,
     pub shutdown: CancellationToken,
     pub root: PathBuf,
+    pub run_id: String,
     _dir: tempfile::TempDir,
 }
+
+/// Numbers the harnesses of this test binary (each its own run).
+static HARNESSES: AtomicU64 = AtomicU64::new(0);
 
 impl Harness {
     pub async fn new() -> Self {
@@ -29,15 +35,26 @@ impl Harness {
     }
 
     pub async fn with_limits(limits: Limits) -> Self {
+        Self::with_sandbox(limits, SandboxConfig::default()).await
+    }
+
+    /// A harness whose sandbox is configured as `sandbox` says.
+    pub async fn with_sandbox(limits: Limits, sandbox: SandboxConfig) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().canonicalize().expect("canonical root");
         give_to_test_user(&root);
         let shutdown = CancellationToken::new();
-        let processes = chorus_sandbox::testing::enforced(SandboxConfig::default()).await;
+        let processes = chorus_sandbox::testing::enforced(sandbox).await;
+        let run_id = format!(
+            "run-{}-{}",
+            std::process::id(),
+            HARNESSES.fetch_add(1, Ordering::Relaxed)
+        );
         Self {
             runner: ToolRunner::new(limits, processes, shutdown.clone()),
             shutdown,
             root,
+            run_id,
             _dir: dir,
         }
     }
@@ -48,7 +65,7 @@ impl Harness {
 
     pub fn grant_at(&self, root: &Path) -> RunGrant {
         RunGrant {
-            run_id: "run-1".to_owned(),
+            run_id: self.run_id.clone(),
             task_id: "task-1".to_owned(),
             agent: "coder".to_owned(),
             tools: chorus_catalog::TOOLS
