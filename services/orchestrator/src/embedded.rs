@@ -3,10 +3,10 @@
 
 use chorus_auth::{ApiKey, Principal};
 use chorus_tool_exec::ToolError;
-use chorus_tool_exec::gate::{RunGate, ToolCallRecord};
+use chorus_tool_exec::gate::{Authorized, RunGate, ToolCallRecord};
 
 use crate::error::ServiceError;
-use crate::grpc::agent_tools::{authorize, record_reported, run_of_token_text};
+use crate::grpc::agent_tools::{authorize, fence_of, record_reported, run_of_token_text};
 use crate::state::AppState;
 
 /// [`RunGate`] over this process's own state.
@@ -31,11 +31,15 @@ fn refused(e: ServiceError) -> ToolError {
 
 #[tonic::async_trait]
 impl RunGate for InProcessGate {
-    async fn authorize(&self, token: &str, tool: &str) -> Result<(), ToolError> {
+    async fn authorize(&self, token: &str, tool: &str) -> Result<Authorized, ToolError> {
         let run = run_of_token_text(&self.state, token)
             .await
             .map_err(refused)?;
-        authorize(&self.state, &run, tool).await.map_err(refused)
+        authorize(&self.state, &run, tool).await.map_err(refused)?;
+        let fence = fence_of(&self.state, &run).map_err(refused)?;
+        Ok(Authorized {
+            fence: fence.map(|ms| std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        })
     }
 
     async fn record(&self, token: &str, call: ToolCallRecord) -> Result<(), ToolError> {

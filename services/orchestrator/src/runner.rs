@@ -8,6 +8,7 @@
 //! (the executor path for API agents).
 
 mod driver;
+pub mod fence;
 pub mod handoff;
 mod launch;
 pub mod lease;
@@ -88,6 +89,9 @@ pub struct RunnerConfig {
     /// the services are plaintext, or their certificates chain to the system's
     /// roots.
     pub tls_ca: Option<PathBuf>,
+    /// This process's fence directory (see [`fence`]); None: CLI agents run
+    /// without a fence (tests of everything else).
+    pub fence_dir: Option<PathBuf>,
 }
 
 impl RunnerConfig {
@@ -127,6 +131,7 @@ impl RunnerConfig {
             keep_run_dirs: false,
             cli_read_only: Vec::new(),
             tls_ca: None,
+            fence_dir: None,
         }
     }
 
@@ -176,6 +181,8 @@ pub struct CliSetup {
     pub read_only: Vec<PathBuf>,
     /// The services' CA (CHORUS_TLS_CA for chorus-tools).
     pub tls_ca: Option<PathBuf>,
+    /// The replica's fence: the CLI dies with it.
+    pub fence: Option<PathBuf>,
 }
 
 impl CliSetup {
@@ -243,6 +250,7 @@ impl CliSetup {
             network: Network::TcpPorts(self.ports(ctx)),
             identity: ctx.identity,
             run: ctx.run_id.to_string(),
+            fence: self.fence.clone(),
         }
     }
 
@@ -348,6 +356,8 @@ pub struct Runner {
     config: RunnerConfig,
     /// Where CLI agents run.
     processes: Sandbox,
+    /// The replica's fence, when it has one.
+    fence: Option<fence::ReplicaFence>,
     http: reqwest::Client,
     live: Mutex<HashMap<RunId, Live>>,
 }
@@ -357,9 +367,15 @@ const STOP_WAIT: Duration = Duration::from_secs(20);
 
 impl Runner {
     pub fn new(config: RunnerConfig, processes: Sandbox) -> Self {
+        let fence = config.fence_dir.as_deref().and_then(|dir| {
+            fence::ReplicaFence::create(dir)
+                .map_err(|e| warn!(dir = %dir.display(), error = %e, "cannot make the fence directory: CLI agents run without a fence"))
+                .ok()
+        });
         Self {
             config,
             processes,
+            fence,
             http: reqwest::Client::new(),
             live: Mutex::new(HashMap::new()),
         }
@@ -367,6 +383,11 @@ impl Runner {
 
     pub fn config(&self) -> &RunnerConfig {
         &self.config
+    }
+
+    /// The replica's fence, when it has one.
+    pub fn fence(&self) -> Option<&fence::ReplicaFence> {
+        self.fence.as_ref()
     }
 
     /// The sandbox CLI agents run in.
@@ -393,6 +414,7 @@ impl Runner {
             bash_timeout: self.config.max_handoff_timeout() + Duration::from_secs(60),
             read_only,
             tls_ca: self.config.tls_ca.clone(),
+            fence: self.fence.as_ref().map(fence::ReplicaFence::path),
         }
     }
 

@@ -219,7 +219,7 @@ pub const SERVICES: [&str; 2] = [
 /// get the shutdown grace to finish.
 pub async fn run(
     listener: TcpListener,
-    config: OrchestratorConfig,
+    mut config: OrchestratorConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
@@ -288,6 +288,8 @@ pub async fn run(
         );
     }
     let processes = chorus_sandbox::Sandbox::start(config.sandbox).await;
+    // This process's own fence directory (see `runner::fence`).
+    config.runner.fence_dir = Some(crate::runner::fence::dir_for(&store.replica().instance));
     let mut state = AppState::new(store, config.signer, config.runner, processes.clone());
     state.roots = config.workspace_roots;
     // Neither a workspace nor a key reference may reach the secrets key.
@@ -438,9 +440,6 @@ pub async fn run(
     };
 
     info!(%addr, "orchestrator serving");
-    // Runs an earlier process of this replica left unfinished are taken back
-    // once the port serves, paced (see `lease::take_back`).
-    let taken_back = tokio::spawn(crate::runner::lease::take_back(state.clone()));
     tokio::select! {
         result = &mut server => return result.map_err(Into::into),
         () = shutdown => {}
@@ -459,7 +458,9 @@ pub async fn run(
     stop.cancel();
     // Every run's processes are killed and its end recorded before the store goes.
     state.runner.shutdown().await;
-    taken_back.abort();
+    if let Some(fence) = state.runner.fence() {
+        fence.remove();
+    }
     for task in [Some(leases), relay].into_iter().flatten() {
         if let Err(e) = task.await {
             warn!(error = %e, "a replica task failed");

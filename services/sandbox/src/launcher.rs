@@ -27,6 +27,7 @@
 
 pub(crate) mod cgroup;
 mod confine;
+mod fence;
 mod init;
 mod mounts;
 mod net;
@@ -43,7 +44,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid, getppid, pipe2};
 
-use crate::policy::{EXIT_SETUP_FAILED, Identity, MESSAGE_PREFIX, PROBE_PROGRAM, Policy};
+use crate::policy::{
+    EXIT_FENCED, EXIT_SETUP_FAILED, Identity, MESSAGE_PREFIX, PROBE_PROGRAM, Policy,
+};
 
 /// What the launcher was asked to run.
 #[derive(Debug, Clone)]
@@ -149,6 +152,14 @@ fn run(policy: &Policy, target: Target) -> ! {
         unwind(format!("cannot map the user namespace: {e}"));
     }
 
+    // A run whose fence is already down starts nothing.
+    if let Some(why) = policy.fence.as_deref().and_then(fence::down) {
+        if let Some(cgroups) = &cgroups {
+            cgroups.remove();
+        }
+        fenced(&why);
+    }
+
     // SAFETY: this process is single-threaded (the launcher starts no thread),
     // so the child may do anything after fork.
     #[allow(unsafe_code)]
@@ -168,7 +179,14 @@ fn run(policy: &Policy, target: Target) -> ! {
         Ok(ForkResult::Parent { child }) => {
             drop(report_write);
             drop(lifeline_read);
-            monitor(child, &mask, report_read, lifeline_write, cgroups.as_ref())
+            monitor(
+                child,
+                &mask,
+                policy.fence.as_deref(),
+                report_read,
+                lifeline_write,
+                cgroups.as_ref(),
+            )
         }
         Err(e) => unwind(format!("cannot start the sandbox's init: {e}")),
     }
@@ -181,28 +199,53 @@ fn map_own_ids(uid: u32, gid: u32) -> std::io::Result<()> {
     std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
 }
 
-/// Waits for init, passing stop requests on, then exits the way the program did.
+/// Prints why the run's fence is down and exits 124.
+fn fenced(why: &str) -> ! {
+    eprintln!("{MESSAGE_PREFIX}fenced: {why}");
+    std::process::exit(EXIT_FENCED)
+}
+
+/// Waits for init, passing stop requests on, then exits the way the program
+/// did; kills everything by itself once the run's `fence` is down.
 fn monitor(
     init: Pid,
     mask: &nix::sys::signal::SigSet,
+    fence: Option<&std::path::Path>,
     report: OwnedFd,
     _lifeline: OwnedFd,
     cgroups: Option<&cgroup::Created>,
 ) -> ! {
+    let mut waiter = fence::Waiter::new(mask, fence).unwrap_or_else(|e| {
+        let _ = kill(init, Signal::SIGKILL);
+        fail(&format!("cannot wait for signals: {e}"))
+    });
     let status = loop {
-        match mask.wait() {
-            Ok(Signal::SIGCHLD) => match waitpid(init, Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {}
-                Ok(status) => break Some(status),
-                Err(_) => break None,
-            },
-            Ok(Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP | Signal::SIGQUIT) => {
+        match waiter.next() {
+            fence::Event::Signal(Signal::SIGCHLD) => {
+                match waitpid(init, Some(WaitPidFlag::WNOHANG)) {
+                    Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {}
+                    Ok(status) => break Some(status),
+                    Err(_) => break None,
+                }
+            }
+            fence::Event::Signal(
+                Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP | Signal::SIGQUIT,
+            ) => {
                 let _ = kill(init, Signal::SIGTERM);
             }
-            Ok(Signal::SIGUSR1) => {
+            fence::Event::Signal(Signal::SIGUSR1) => {
                 let _ = kill(init, Signal::SIGKILL);
             }
-            _ => {}
+            fence::Event::Signal(_) => {}
+            fence::Event::Fenced(why) => {
+                // The kernel kills the namespace with its init.
+                let _ = kill(init, Signal::SIGKILL);
+                let _ = waitpid(init, None);
+                if let Some(cgroups) = cgroups {
+                    cgroups.remove();
+                }
+                fenced(&why)
+            }
         }
     };
     // init has exited: the kernel has killed and reaped every other process of
@@ -242,6 +285,7 @@ mod tests {
             cgroups: None,
             covers: Vec::new(),
             run: None,
+            fence: None,
         })
         .expect("json")
     }

@@ -16,6 +16,7 @@
 
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod fence;
 pub mod launcher;
 pub mod policy;
 mod procfs;

@@ -36,6 +36,10 @@ pub struct Policy {
     /// (a self-check, a test): the sandbox's own limits.
     #[serde(default)]
     pub run: Option<String>,
+    /// The run's fence (see the launcher's `fence` module): the sandbox is
+    /// killed once the time in this file has passed. None: no fence.
+    #[serde(default)]
+    pub fence: Option<PathBuf>,
 }
 
 /// A file the sandbox shows with other content, read-only: `path` (an
@@ -205,6 +209,9 @@ pub const RUN_CGROUP_PREFIX: &str = "chorus-run-";
 /// Exit code of the launcher when the sandbox could not be set up (the reason
 /// is on stderr, after [`MESSAGE_PREFIX`]).
 pub const EXIT_SETUP_FAILED: i32 = 125;
+/// Exit code when the sandbox was killed because its fence ran out (or at
+/// start, was already down).
+pub const EXIT_FENCED: i32 = 124;
 /// Exit code when the program exists but could not be executed.
 pub const EXIT_CANNOT_EXECUTE: i32 = 126;
 /// Exit code when the program was not found.
@@ -239,6 +246,7 @@ mod tests {
                 content: "[core]\n".into(),
             }],
             run: Some("0b5e-run_1".to_owned()),
+            fence: None,
         };
         let json = serde_json::to_string(&policy).expect("serialize");
         assert_eq!(

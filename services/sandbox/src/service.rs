@@ -139,6 +139,10 @@ pub struct ProcessSpec {
     /// limits bound all of the run's sandboxes on this host together (its
     /// CLI and every tool call). Letters, digits, '-' and '_' only.
     pub run: Option<String>,
+    /// The run's fence file (see [`crate::fence`]): the process and all it
+    /// started are killed by the launcher once its time has passed. None:
+    /// no fence.
+    pub fence: Option<PathBuf>,
 }
 
 /// The sandbox of a service (cheap to clone).
@@ -373,6 +377,7 @@ impl Sandbox {
                 cgroups: self.inner.cgroups.clone(),
                 covers: spec.covers.clone(),
                 run: spec.run.clone(),
+                fence: spec.fence.clone(),
             };
             let policy = serde_json::to_string(&policy).map_err(|e| {
                 SandboxError::Spawn(io::Error::other(format!("cannot write the policy: {e}")))
@@ -500,6 +505,7 @@ async fn self_check(
         cgroups: cgroups.cloned(),
         covers: Vec::new(),
         run: None,
+        fence: None,
     };
     let policy = serde_json::to_string(&policy).map_err(|e| e.to_string())?;
     let run = Command::new(launcher)

@@ -85,6 +85,7 @@ fn spec(dirs: &Dirs, script: &str) -> ProcessSpec {
         address_space_limit: true,
         covers: Vec::new(),
         run: None,
+        fence: None,
     }
 }
 
@@ -304,6 +305,7 @@ async fn the_sandbox_dies_with_the_service() {
         cgroups: None,
         covers: Vec::new(),
         run: None,
+        fence: None,
     })
     .expect("policy");
     // A stand-in service: a shell that starts the launcher and waits.
@@ -623,4 +625,63 @@ async fn a_covered_file_shows_its_cover_and_never_follows_a_link() {
         std::fs::read_to_string(d.outside.join("key")).expect("key"),
         "the-signing-key"
     );
+}
+
+/// The run's fence: a sandbox whose service stops renewing it (paused, cut
+/// from its database, hung) kills the program and everything it started by
+/// itself; one renewed in time goes on; one already down starts nothing.
+#[tokio::test]
+async fn a_sandbox_whose_fence_runs_out_kills_everything_by_itself() {
+    use chorus_sandbox::fence::{Fences, now_ms};
+    use tokio::io::AsyncBufReadExt;
+    let sandbox = sandbox().await;
+    let d = dirs();
+    let place = tempfile::tempdir().expect("fences");
+    let fences = Fences::create(&place.path().join("fences")).expect("fences");
+    let marker = &format!("chorus-escapee-fence-{}", std::process::id());
+
+    // Not renewed: gone soon after its time, escapees too, with no help.
+    fences.set("lapsed", now_ms() + 300).expect("set");
+    let mut lapsed = spec(
+        &d,
+        &format!(
+            "{} {} echo up; while :; do sleep 0.05; done",
+            escapees(marker),
+            await_escapees(marker)
+        ),
+    );
+    lapsed.fence = Some(fences.path("lapsed"));
+    let mut child = sandbox.spawn(&lapsed).expect("spawned");
+    let (stdout, stderr) = read_both(&mut child).await;
+    let status = child.wait().await.expect("waited");
+    assert_eq!(stdout.trim(), "up", "{stderr}");
+    assert_eq!(status.code(), Some(124), "{stderr}");
+    assert!(stderr.contains("chorus-sandbox: fenced:"), "{stderr}");
+    assert_eq!(survivors(marker), Vec::<i32>::new(), "processes outlived the fence");
+
+    // Renewed on every tick: it runs to its end, well past the first time.
+    fences.set("renewed", now_ms() + 300).expect("set");
+    let mut renewed = spec(&d, "for i in 1 2 3 4 5 6; do echo tick; sleep 0.1; done");
+    renewed.fence = Some(fences.path("renewed"));
+    let started = now_ms();
+    let mut child = sandbox.spawn(&renewed).expect("spawned");
+    let mut lines = tokio::io::BufReader::new(child.take_stdout().expect("stdout")).lines();
+    let mut ticks = 0;
+    while let Some(line) = lines.next_line().await.expect("read") {
+        assert_eq!(line, "tick");
+        ticks += 1;
+        fences.set("renewed", now_ms() + 300).expect("renew");
+    }
+    let status = child.wait().await.expect("waited");
+    assert!(status.success(), "a renewed fence stopped the program: {status}");
+    assert_eq!(ticks, 6);
+    assert!(now_ms() - started > 300, "it ran past its first time");
+
+    // Down before the start (removed: the run ended): nothing runs.
+    fences.remove("renewed");
+    let mut never = spec(&d, "touch started-anyway");
+    never.fence = Some(fences.path("renewed"));
+    let ran = run(&sandbox, &never).await;
+    assert_eq!(ran.status.code(), Some(124), "{}", ran.stderr);
+    assert!(!d.workspace.join("started-anyway").exists());
 }

@@ -25,6 +25,8 @@ pub struct ToolContext {
     pub processes: chorus_sandbox::Sandbox,
     /// Fires when the call must stop: long-running tools stop and clean up.
     pub stop: StopSignal,
+    /// The call's fence, for the processes it starts (see [`crate::watch`]).
+    pub fence: Option<std::path::PathBuf>,
 }
 
 impl ToolContext {

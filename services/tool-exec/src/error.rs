@@ -78,6 +78,9 @@ pub enum ToolError {
     /// The caller went away; the call was stopped.
     #[error("{0}")]
     Cancelled(String),
+    /// The run ended while the call ran; the call was stopped.
+    #[error("{0}")]
+    Aborted(String),
     /// The orchestrator refused the call (run not active, tool not allowed, ...).
     #[error("{message}")]
     Refused { code: Code, message: String },
@@ -121,6 +124,7 @@ impl ToolError {
             | Self::WorkspaceUnavailable { .. } => Code::FailedPrecondition,
             Self::DeadlineExceeded(_) => Code::DeadlineExceeded,
             Self::Cancelled(_) => Code::Cancelled,
+            Self::Aborted(_) => Code::Aborted,
             Self::Refused { code, .. } => *code,
             Self::ShuttingDown | Self::GateUnavailable(_) => Code::Unavailable,
             Self::Io { .. } | Self::Internal(_) => Code::Internal,

@@ -31,11 +31,20 @@ use tonic_health::pb::health_client::HealthClient;
 use crate::error::ToolError;
 pub use crate::record::ToolCallRecord;
 
+/// What an authorization says besides yes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Authorized {
+    /// For how long from the question the call's processes may run without
+    /// another yes (the run's driver holds its lease until then); None: no
+    /// such limit (the run's caller drives it, or there is no orchestrator).
+    pub fence: Option<std::time::Duration>,
+}
+
 /// Asks whether a run may call a tool, and records what it called.
 #[tonic::async_trait]
 pub trait RunGate: Send + Sync + Debug {
     /// Ok when the run holding `token` is active and may call `tool` now.
-    async fn authorize(&self, token: &str, tool: &str) -> Result<(), ToolError>;
+    async fn authorize(&self, token: &str, tool: &str) -> Result<Authorized, ToolError>;
     /// Records a finished call in the run's task history.
     async fn record(&self, token: &str, call: ToolCallRecord) -> Result<(), ToolError>;
     /// Whose API key `key` (presented to tool-exec by an operator) is.
@@ -134,17 +143,23 @@ impl OrchestratorGate {
 
 #[tonic::async_trait]
 impl RunGate for OrchestratorGate {
-    async fn authorize(&self, token: &str, tool: &str) -> Result<(), ToolError> {
+    async fn authorize(&self, token: &str, tool: &str) -> Result<Authorized, ToolError> {
         let request = self.request(AuthorizeToolCallRequest {
             tool: tool.to_owned(),
             run_token: token.to_owned(),
         })?;
-        self.client
+        let answer = self
+            .client
             .clone()
             .authorize_tool_call(request)
             .await
-            .map_err(|s| self.refused(&s))?;
-        Ok(())
+            .map_err(|s| self.refused(&s))?
+            .into_inner();
+        Ok(Authorized {
+            fence: answer
+                .fence_in_ms
+                .map(|ms| std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        })
     }
 
     async fn record(&self, token: &str, call: ToolCallRecord) -> Result<(), ToolError> {

@@ -19,6 +19,8 @@ use tracing::{Instrument as _, error, info, info_span, warn};
 use crate::context::ToolOutcome;
 use crate::error::ToolError;
 use crate::gate::{RunGate, ToolCallRecord};
+use crate::watch::CallWatch;
+use chorus_sandbox::fence::Fences;
 use crate::runner::ToolRunner;
 
 /// Implements `chorus.tools.v1.ToolExec`.
@@ -27,6 +29,9 @@ pub struct ToolExecService {
     runner: ToolRunner,
     verifier: RunTokenVerifier,
     gate: Option<Arc<dyn RunGate>>,
+    /// The fences of calls in progress (see [`crate::watch`]); None when none
+    /// can be made (processes then run without one).
+    fences: Option<Arc<Fences>>,
 }
 
 impl ToolExecService {
@@ -35,10 +40,20 @@ impl ToolExecService {
         verifier: RunTokenVerifier,
         gate: Option<Arc<dyn RunGate>>,
     ) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "chorus-fence-tool-exec-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let fences = Fences::create(&dir)
+            .map_err(|e| warn!(dir = %dir.display(), error = %e, "cannot make the call fence directory: bash and git run without fences"))
+            .ok()
+            .map(Arc::new);
         Self {
             runner,
             verifier,
             gate,
+            fences,
         }
     }
 }
@@ -67,15 +82,35 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
         // The orchestrator confirms the run is active and allowed; a refusal
         // executes nothing and is not recorded here (the orchestrator records
         // denials itself).
-        if let Some(gate) = &self.gate
-            && let Err(err) = gate
+        let asked = tokio::time::Instant::now();
+        let authorized = match &self.gate {
+            Some(gate) => match gate
                 .authorize(&token, &tool)
                 .instrument(info_span!("authorize", chorus.tool = %tool))
                 .await
-        {
-            warn!(run_id = %grant.run_id, agent = %grant.agent, tool = %tool, code = ?err.code(), error = %err, "run gate refused the call");
-            return Err(err.into());
-        }
+            {
+                Ok(authorized) => Some((Arc::clone(gate), authorized)),
+                Err(err) => {
+                    warn!(run_id = %grant.run_id, agent = %grant.agent, tool = %tool, code = ?err.code(), error = %err, "run gate refused the call");
+                    return Err(err.into());
+                }
+            },
+            None => None,
+        };
+        // A call that starts processes is watched while they run.
+        let watch = match (authorized, &self.fences) {
+            (Some((gate, authorized)), Some(fences)) if starts_processes(&tool) => {
+                Some(CallWatch::start(
+                    gate,
+                    Arc::clone(fences),
+                    token.clone(),
+                    tool.clone(),
+                    authorized,
+                    asked,
+                ))
+            }
+            _ => None,
+        };
 
         // The call runs in a task of its own, which outlives this future: when
         // the caller goes away (tonic drops this future), the guard stops the
@@ -84,7 +119,7 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
         let _stop_when_caller_leaves = caller_gone.clone().drop_guard();
         let call = tokio::spawn(
             self.clone()
-                .execute_and_record(token, grant, tool, arguments, caller_gone)
+                .execute_and_record(token, grant, tool, arguments, caller_gone, watch)
                 .instrument(tracing::Span::current()),
         );
         let result = call
@@ -140,7 +175,9 @@ impl ToolExecService {
     /// has ended can do nothing. API keys and calls without the auth layer pass.
     async fn run_still_active<T>(&self, request: &Request<T>) -> Result<(), ToolError> {
         match (request.extensions().get::<Principal>(), &self.gate) {
-            (Some(Principal::Run { token, .. }), Some(gate)) => gate.authorize(token, "help").await,
+            (Some(Principal::Run { token, .. }), Some(gate)) => {
+                gate.authorize(token, "help").await.map(drop)
+            }
             _ => Ok(()),
         }
     }
@@ -154,6 +191,7 @@ impl ToolExecService {
         tool: String,
         arguments: Value,
         caller_gone: CancellationToken,
+        watch: Option<CallWatch>,
     ) -> Result<ToolOutcome, ToolError> {
         let (run_id, agent) = (grant.run_id.clone(), grant.agent.clone());
         let started = Instant::now();
@@ -165,11 +203,14 @@ impl ToolExecService {
             chorus.agent = %agent,
             chorus.outcome = tracing::field::Empty,
         );
+        let watched = watch.as_ref().map(CallWatch::watched).cloned().unwrap_or_default();
         let result = self
             .runner
-            .execute_until(grant, &tool, arguments.clone(), &caller_gone)
+            .execute_watched(grant, &tool, arguments.clone(), &caller_gone, &watched)
             .instrument(span.clone())
             .await;
+        // The processes are gone: the watch and the fence go too.
+        drop(watch);
         let elapsed = started.elapsed();
         let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         let (status, output) = match &result {
@@ -211,6 +252,12 @@ impl ToolExecService {
         }
         result
     }
+}
+
+/// Whether calls of `tool` start processes (bash, git): those are watched.
+fn starts_processes(tool: &str) -> bool {
+    chorus_catalog::get(tool)
+        .is_some_and(|spec| spec.name == "bash" || spec.category == Category::Git)
 }
 
 /// The sandbox's status on the wire.

@@ -16,6 +16,7 @@ pub mod server;
 pub mod settings;
 pub mod stop;
 pub mod tools;
+pub mod watch;
 
 pub use config::{Limits, ToolExecConfig};
 pub use error::ToolError;

@@ -77,6 +77,21 @@ impl ToolRunner {
         arguments: Value,
         caller_gone: &CancellationToken,
     ) -> Result<ToolOutcome, ToolError> {
+        self.execute_watched(grant, tool, arguments, caller_gone, &Watched::default())
+            .await
+    }
+
+    /// Executes `tool` like [`ToolRunner::execute_until`], its processes
+    /// fenced by `watched.fence` and the call stopped when
+    /// `watched.run_ended` fires (see [`crate::watch`]).
+    pub async fn execute_watched(
+        &self,
+        grant: RunGrant,
+        tool: &str,
+        arguments: Value,
+        caller_gone: &CancellationToken,
+        watched: &Watched,
+    ) -> Result<ToolOutcome, ToolError> {
         if self.shutdown.is_cancelled() {
             return Err(ToolError::ShuttingDown);
         }
@@ -128,6 +143,7 @@ impl ToolRunner {
             limits: self.limits,
             processes: self.processes.clone(),
             stop: stop.clone(),
+            fence: watched.fence.clone(),
         };
 
         let started = Instant::now();
@@ -143,6 +159,10 @@ impl ToolRunner {
             }
             () = caller_gone.cancelled() => {
                 stop.stop(StopReason::CallerLeft);
+                work.await
+            }
+            () = watched.run_ended.cancelled() => {
+                stop.stop(StopReason::RunEnded);
                 work.await
             }
         }?;
@@ -163,6 +183,15 @@ impl ToolRunner {
             .tool_timeout
             .max(own.saturating_add(PROCESS_STOP_MARGIN))
     }
+}
+
+/// What watches a call from outside: its fence and its run's end.
+#[derive(Debug, Clone, Default)]
+pub struct Watched {
+    /// The fence file of the processes the call starts.
+    pub fence: Option<std::path::PathBuf>,
+    /// Fires when the run is no longer active.
+    pub run_ended: CancellationToken,
 }
 
 /// Runs the implementation of the catalog tool `name` (called as `tool`).

@@ -28,6 +28,8 @@ pub enum StopReason {
     CallerLeft,
     /// tool-exec is shutting down.
     ShuttingDown,
+    /// The run ended (or its driver lost it) while the call ran.
+    RunEnded,
 }
 
 /// Where a call stands with respect to its change.
@@ -120,6 +122,9 @@ impl StopSignal {
             )),
             Some(StopReason::CallerLeft) => ToolError::Cancelled(format!(
                 "the caller went away before {tool} finished; it was stopped and nothing was changed"
+            )),
+            Some(StopReason::RunEnded) => ToolError::Aborted(format!(
+                "the run ended while {tool} ran (or its orchestrator lost it); {tool} was stopped"
             )),
             Some(StopReason::ShuttingDown) | None => ToolError::ShuttingDown,
         }

@@ -123,6 +123,7 @@ mod tests {
             replica: None,
             epoch: 0,
             timeout_ms: None,
+            lease_expires_ms: None,
         }
     }
 

@@ -123,8 +123,15 @@ pub fn check_planning_editable(task: &Task) -> Result<(), DomainError> {
 /// Checks that a finished call of `tool` may be recorded for `run`: the run has
 /// not ended (a call that outlived its run is not written after the run's end)
 /// and the tool is one the run may call (nobody records what it could not do).
-pub fn check_recordable(run: &Run, tool: &str) -> Result<(), DomainError> {
-    if run.state == RunState::Finished {
+pub fn check_recordable(run: &Run, call: &ToolCallRecord, now_ms: i64) -> Result<(), DomainError> {
+    let tool = call.tool.as_str();
+    // A call the run's end stopped is recorded after it: it began while the
+    // run was active.
+    let stopped_by_the_end = call.status == STOPPED_BY_THE_RUNS_END
+        && run.finished_ms.is_some_and(|end| {
+            now_ms.saturating_sub(i64::try_from(call.duration_ms).unwrap_or(i64::MAX)) <= end
+        });
+    if run.state == RunState::Finished && !stopped_by_the_end {
         return Err(DomainError::RunNotActive(format!(
             "run {} has ended; a call it made is no longer recorded",
             run.id
@@ -140,6 +147,10 @@ pub fn check_recordable(run: &Run, tool: &str) -> Result<(), DomainError> {
     }
     Ok(())
 }
+
+/// The status of a call that the end of its run stopped (the gRPC code
+/// tool-exec answers it with, as history writes codes).
+pub const STOPPED_BY_THE_RUNS_END: &str = "aborted";
 
 /// The `tool_executed` event of a finished call of `run`, its input and output
 /// bounded by the history's one rule (`chorus_tool_exec::record`).

@@ -133,6 +133,39 @@ pub struct Run {
     /// How long it may take (its clock stops during handoffs); None for a run
     /// its caller drives.
     pub timeout_ms: Option<i64>,
+    /// When its driver's lease runs out unless renewed (as the store last
+    /// read it; only the store's lease queries write it). None: no driver.
+    pub lease_expires_ms: Option<i64>,
+}
+
+impl Run {
+    /// How long from `now_ms` the run's processes may go on without its
+    /// driver proving it still holds the run: until a third of a `lease`
+    /// before the driver's lease runs out (the driver's own fence falls at two
+    /// thirds of a lease after each renewal, which is never later). None: no
+    /// driver holds a lease on it (its caller drives it).
+    ///
+    /// # Errors
+    /// RUN_NOT_ACTIVE when that time has passed: the driver did not renew its
+    /// lease, and the run is about to be taken over.
+    pub fn fence_in(
+        &self,
+        lease: std::time::Duration,
+        now_ms: i64,
+    ) -> Result<Option<i64>, DomainError> {
+        let (Some(_), Some(expires)) = (&self.replica, self.lease_expires_ms) else {
+            return Ok(None);
+        };
+        let third = i64::try_from((lease / 3).as_millis()).unwrap_or(i64::MAX);
+        let left = expires.saturating_sub(third).saturating_sub(now_ms);
+        if left <= 0 {
+            return Err(DomainError::RunNotActive(format!(
+                "run {}'s driver has not renewed its lease in time; the run is being taken over by another replica: retry shortly",
+                self.id
+            )));
+        }
+        Ok(Some(left))
+    }
 }
 
 /// The claims of a run's token that its other fields do not hold: every token

@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use crate::auth::runs::run_of_token;
 use crate::domain::policy;
-use crate::domain::{AgentKind, DomainError, Run, RunState, Task, TaskId, TaskStatus};
+use crate::domain::{AgentKind, DomainError, Run, RunState, Task, TaskId, TaskStatus, now_ms};
 use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::state::AppState;
@@ -256,7 +256,9 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         let r = request.into_inner();
         let run = run_of_token_text(&self.state, &r.run_token).await?;
         self.authorize(&run, &r.tool).await?;
-        Ok(Response::new(pb::AuthorizeToolCallResponse {}))
+        Ok(Response::new(pb::AuthorizeToolCallResponse {
+            fence_in_ms: fence_of(&self.state, &run)?,
+        }))
     }
 
     async fn record_tool_call(
@@ -417,18 +419,25 @@ pub(crate) async fn record_reported(
     run: &Run,
     call: ToolCallRecord,
 ) -> Result<(), ServiceError> {
-    policy::check_recordable(run, &call.tool)?;
-    let tool = call.tool.clone();
+    policy::check_recordable(run, &call, now_ms())?;
+    let checked = call.clone();
     let draft = policy::tool_executed(run, call);
     let (_, _, events) = state
         .store
         .change_run(run.id, move |run, _| {
-            policy::check_recordable(run, &tool)?;
+            policy::check_recordable(run, &checked, now_ms())?;
             Ok(vec![draft])
         })
         .await?;
     state.publish(&events);
     Ok(())
+}
+
+/// For how long the processes of a call of `run` may run without another
+/// answer (see [`Run::fence_in`]); refused when the run's driver has let
+/// its lease lapse.
+pub(crate) fn fence_of(state: &AppState, run: &Run) -> Result<Option<i64>, ServiceError> {
+    Ok(run.fence_in(state.store.replica().lease, now_ms())?)
 }
 
 /// Checks `run` may call `tool` now; records a denial as `tool_denied`.

@@ -49,18 +49,18 @@ pub async fn claim(state: &AppState, own: bool) -> Result<usize, StoreError> {
 /// serves first, and hundreds of agents do not all start in the same instant.
 const RESUME_PACE: Duration = Duration::from_millis(5);
 
-/// At start, once the port serves: the runs an earlier process of this
+/// At start, while the port serves: the runs an earlier process of this
 /// replica left unfinished. With SQLite the database file's lock proves that
 /// process is gone (and with it, by their parent-death signals, every process
 /// of its runs), so they are claimed at once. With PostgreSQL a process that
 /// lost its database sessions may still be driving them until their fences
 /// expire: they are claimed like any other replica's, once their leases ran
 /// out (the heartbeat's claims), unless that process handed them on.
-pub async fn take_back(state: AppState) {
+async fn take_back(state: &AppState) {
     if state.store.backend() != crate::store::Backend::Sqlite {
         return;
     }
-    if let Err(e) = claim_paced(&state, true, RESUME_PACE).await {
+    if let Err(e) = claim_paced(state, true, RESUME_PACE).await {
         warn!(error = %e, "cannot take back the runs an earlier process left");
     }
 }
@@ -199,12 +199,26 @@ pub struct Leases {
 const LEASES: &str = "the run leases";
 
 impl Leases {
+    /// The keeper of this replica's leases; the replica's fence is held from
+    /// now (no lease this process wrote so far ends before two thirds of a
+    /// lease from now).
     pub fn new(state: AppState, health: chorus_serve::Health) -> Self {
-        Self {
+        let leases = Self {
             state,
             health,
             last_beat: Instant::now(),
             fenced: false,
+        };
+        leases.hold_fence(now_ms());
+        leases
+    }
+
+    /// Moves the replica's fence to two thirds of a lease after `since_ms`.
+    fn hold_fence(&self, since_ms: i64) {
+        if let Some(fence) = self.state.runner.fence()
+            && let Err(e) = fence.hold(since_ms, self.state.store.replica().lease)
+        {
+            warn!(error = %e, "cannot move the replica's fence: its CLI agents stop when it runs out");
         }
     }
 
@@ -225,6 +239,9 @@ impl Leases {
         let mut tick = tokio::time::interval(self.period());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let claim_now = std::sync::Arc::clone(&self.state.claim_now);
+        // Before any other claim (which would see them as handed on): this
+        // replica id's own runs, left by an earlier process.
+        take_back(&self.state).await;
         loop {
             let beat = tokio::select! {
                 () = stop.cancelled() => return,
@@ -256,6 +273,8 @@ impl Leases {
     pub async fn beat(&mut self) {
         let driven = self.state.runner.driven();
         let period = self.period();
+        // Before the write: every lease it extends ends a lease after this.
+        let since = now_ms();
         let beat = match tokio::time::timeout(period, self.state.store.heartbeat(driven)).await {
             Ok(beat) => beat,
             Err(_) => Err(StoreError::Database(format!(
@@ -272,6 +291,7 @@ impl Leases {
         }
         match beat {
             Ok(beat) => {
+                self.hold_fence(since);
                 self.health.depends(LEASES, Ok(())).await;
                 self.last_beat = Instant::now();
                 self.fenced = false;
@@ -316,6 +336,9 @@ impl Leases {
             );
         }
         self.fenced = true;
+        if let Some(fence) = self.state.runner.fence() {
+            fence.drop_all();
+        }
         self.state.runner.stop_runs(&driven);
     }
 }

@@ -44,6 +44,9 @@ pub struct CliCommand {
     pub identity: Identity,
     /// The run: its CLI and its tool calls share the run's limits.
     pub run: String,
+    /// The replica's fence: the CLI is killed by its launcher once the
+    /// replica can no longer prove it holds its runs.
+    pub fence: Option<PathBuf>,
 }
 
 impl CliCommand {
@@ -61,6 +64,7 @@ impl CliCommand {
             address_space_limit: false,
             covers: Vec::new(),
             run: Some(self.run.clone()),
+            fence: self.fence.clone(),
         }
     }
 }
@@ -322,6 +326,7 @@ mod tests {
             network: Network::None,
             identity: Identity::Service,
             run: "run-test".to_owned(),
+            fence: None,
         }
     }
 

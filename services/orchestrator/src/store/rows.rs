@@ -407,6 +407,7 @@ impl RunRow {
                 DomainError::invalid("epoch", format!("{} is out of range", self.epoch))
             }))?,
             timeout_ms: self.timeout_ms,
+            lease_expires_ms: self.lease_expires_ms,
         })
     }
 }

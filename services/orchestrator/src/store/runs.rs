@@ -145,6 +145,7 @@ impl Store {
                 timeout_ms: new
                     .drive
                     .map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX)),
+                lease_expires_ms: new.drive.map(|_| lease_end),
             };
             let mut parent = parent_before.clone();
             let opened = json!({
@@ -155,9 +156,7 @@ impl Store {
             let mut drafts = vec![(EventKind::RunOpened, opened)];
             drafts.extend(change(&mut task, &mut run, parent.as_mut())?);
             let mut row = RunRow::from_domain(&run)?;
-            if run.replica.is_some() {
-                row.lease_expires_ms = Some(lease_end);
-            }
+            row.lease_expires_ms = run.lease_expires_ms;
             diesel::insert_into(runs::table)
                 .values(row)
                 .execute(conn)

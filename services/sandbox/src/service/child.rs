@@ -12,7 +12,9 @@ use tokio::process::{Child, ChildStderr, ChildStdout};
 use tokio::time::{Instant, sleep, timeout};
 use tracing::warn;
 
-use crate::policy::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, MESSAGE_PREFIX};
+use crate::policy::{
+    EXIT_CANNOT_EXECUTE, EXIT_FENCED, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, MESSAGE_PREFIX,
+};
 
 /// How long a stopped sandbox may take to go after SIGUSR1 before its
 /// launcher is killed outright.
@@ -136,7 +138,7 @@ impl SandboxedChild {
     pub fn launch_failure(&self, status: ExitStatus, stderr: &str) -> Option<String> {
         let code = status.code()?;
         if !self.enforced
-            || ![EXIT_SETUP_FAILED, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND].contains(&code)
+            || ![EXIT_SETUP_FAILED, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_FENCED].contains(&code)
         {
             return None;
         }

@@ -73,6 +73,7 @@ pub fn bash(ws: &Workspace, script: &str) -> ProcessSpec {
         address_space_limit: false,
         run: None,
         covers: Vec::new(),
+        fence: None,
     }
 }
 

@@ -30,6 +30,7 @@ fn sh_in(script: &str, cwd: &Path) -> ProcessSpec {
         address_space_limit: false,
         covers: Vec::new(),
         run: None,
+        fence: None,
     }
 }
 

@@ -66,6 +66,7 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
         covers: Vec::new(),
         // Every call of the run shares the run's limits.
         run: Some(ctx.grant.run_id.clone()),
+        fence: ctx.fence.clone(),
     };
     let limits = RunLimits {
         timeout,
@@ -106,6 +107,10 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
                     ("deadline_exceeded", "the call ran past its deadline")
                 }
                 Some(StopReason::CallerLeft) => ("cancelled", "the caller went away"),
+                Some(StopReason::RunEnded) => (
+                    "aborted",
+                    "the run ended while the command ran (or its orchestrator lost it)",
+                ),
                 Some(StopReason::ShuttingDown) | None => {
                     ("cancelled", "tool-exec is shutting down")
                 }

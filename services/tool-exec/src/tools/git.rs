@@ -448,6 +448,7 @@ impl<'a> Git<'a> {
                 _ => Vec::new(),
             },
             run: Some(self.ctx.grant.run_id.clone()),
+            fence: self.ctx.fence.clone(),
         };
         let limits = RunLimits {
             timeout: self.ctx.limits.git_timeout,
@@ -480,6 +481,9 @@ impl<'a> Git<'a> {
             Some(StopReason::CallerLeft) => {
                 ToolError::Cancelled(format!("the caller went away; git {what} was killed"))
             }
+            Some(StopReason::RunEnded) => ToolError::Aborted(format!(
+                "the run ended while git {what} ran (or its orchestrator lost it); git was killed"
+            )),
             Some(StopReason::ShuttingDown) | None => ToolError::ShuttingDown,
         }
     }

@@ -52,6 +52,7 @@ impl Workspace {
             limits,
             processes: chorus_sandbox::Sandbox::refusing("file tools start no process"),
             stop: StopSignal::idle(),
+            fence: None,
         };
         Self { dir, ctx }
     }

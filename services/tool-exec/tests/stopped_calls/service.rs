@@ -56,9 +56,13 @@ struct RecordingGate {
 
 #[tonic::async_trait]
 impl RunGate for RecordingGate {
-    async fn authorize(&self, _token: &str, tool: &str) -> Result<(), ToolError> {
+    async fn authorize(
+        &self,
+        _token: &str,
+        tool: &str,
+    ) -> Result<chorus_tool_exec::gate::Authorized, ToolError> {
         let _ = self.events.send(GateEvent::Authorized(tool.to_owned()));
-        Ok(())
+        Ok(chorus_tool_exec::gate::Authorized::default())
     }
 
     async fn record(&self, _token: &str, call: ToolCallRecord) -> Result<(), ToolError> {

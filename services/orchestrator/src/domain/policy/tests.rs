@@ -23,6 +23,7 @@ fn run(state: RunState, tools: &[&str], parent: Option<RunId>) -> Run {
         replica: None,
         epoch: 0,
         timeout_ms: None,
+        lease_expires_ms: None,
     }
 }
 

@@ -1,0 +1,65 @@
+//! The replica's fence: one file, in a directory of this process's own, that
+//! every CLI agent's launcher watches (see `chorus_sandbox::fence`). Each
+//! heartbeat that reaches the database moves it to two thirds of a lease after
+//! the heartbeat began — before any lease it wrote runs out, so before any
+//! other replica may claim one of its runs. A replica that is paused, cut from
+//! its database or hung moves it no more, and its runs' processes are killed
+//! by their launchers at that time, with nobody's help.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chorus_sandbox::fence::Fences;
+
+/// The fence's name in its directory.
+const NAME: &str = "replica";
+
+/// This process's fence.
+#[derive(Debug)]
+pub struct ReplicaFence {
+    fences: Fences,
+}
+
+impl ReplicaFence {
+    /// Makes the directory; the fence is down until [`ReplicaFence::hold`].
+    ///
+    /// # Errors
+    /// The directory cannot be made.
+    pub fn create(dir: &Path) -> std::io::Result<Self> {
+        Ok(Self {
+            fences: Fences::create(dir)?,
+        })
+    }
+
+    /// The file launchers watch.
+    pub fn path(&self) -> PathBuf {
+        self.fences.path(NAME)
+    }
+
+    /// Holds the fence until two thirds of `lease` after `since_ms` (when
+    /// the write that extended the leases by `lease` began).
+    ///
+    /// # Errors
+    /// The file cannot be written (the fence then runs out at its last time).
+    pub fn hold(&self, since_ms: i64, lease: Duration) -> std::io::Result<()> {
+        let two_thirds = i64::try_from((lease * 2 / 3).as_millis()).unwrap_or(i64::MAX);
+        self.fences.set(NAME, since_ms.saturating_add(two_thirds))
+    }
+
+    /// Takes the fence down: every CLI agent of this process dies.
+    pub fn drop_all(&self) {
+        self.fences.remove(NAME);
+    }
+
+    /// Removes the directory (at shutdown, once every run has stopped).
+    pub fn remove(&self) {
+        self.fences.remove_all();
+    }
+}
+
+/// Where a replica instance keeps its fence: its own directory under the
+/// system's temporary directory (never shared, not even by a process with the
+/// same replica id).
+pub fn dir_for(instance: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("chorus-fence-{instance}"))
+}

@@ -1,0 +1,118 @@
+//! The monitor's wait: signals, and the run's fence.
+//!
+//! A fence is a file outside every sandbox, written by the service that drives
+//! the run: the time (milliseconds since the Unix epoch) until which the run
+//! may go on. The service moves it forward each time it proves it still holds
+//! the run (a heartbeat reached the database); a service that is paused,
+//! partitioned from its database or hung never does. The monitor reads the
+//! file at least every [`CHECK`], and once the time has passed — or the file
+//! is gone or unreadable — it kills the sandbox by itself: no other process,
+//! and nothing the service does or fails to do, is needed for the run's
+//! processes to stop before another replica may take the run over.
+
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+/// How often the monitor reads the fence at least.
+pub const CHECK: Duration = Duration::from_millis(100);
+
+/// What the monitor waited for.
+#[derive(Debug)]
+pub enum Event {
+    Signal(Signal),
+    /// The fence is down: the reason.
+    Fenced(String),
+}
+
+/// Waits for the blocked signals of `mask` and watches the fence.
+pub struct Waiter {
+    signals: SignalFd,
+    fence: Option<PathBuf>,
+}
+
+impl Waiter {
+    /// # Errors
+    /// The signal descriptor cannot be made.
+    pub fn new(mask: &SigSet, fence: Option<&Path>) -> nix::Result<Self> {
+        Ok(Self {
+            signals: SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC)?,
+            fence: fence.map(Path::to_path_buf),
+        })
+    }
+
+    /// The next signal, or the fence going down.
+    pub fn next(&mut self) -> Event {
+        loop {
+            if let Some(why) = self.fence.as_deref().and_then(down) {
+                return Event::Fenced(why);
+            }
+            let timeout = if self.fence.is_some() {
+                PollTimeout::try_from(CHECK).unwrap_or(PollTimeout::ZERO)
+            } else {
+                PollTimeout::NONE
+            };
+            let mut fds = [PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, timeout) {
+                Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                Ok(_) => {}
+                Err(e) => return Event::Fenced(format!("cannot wait for signals: {e}")),
+            }
+            if let Ok(Some(info)) = self.signals.read_signal()
+                && let Ok(signal) = Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0))
+            {
+                return Event::Signal(signal);
+            }
+        }
+    }
+}
+
+/// Why the fence at `path` is down, if it is: its time has passed, or it
+/// cannot be read as a time.
+pub fn down(path: &Path) -> Option<String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) => return Some(format!("the run's fence {} cannot be read ({e})", path.display())),
+    };
+    let Ok(until) = text.trim().parse::<u128>() else {
+        return Some(format!("the run's fence {} holds no time", path.display()));
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    (now >= until).then(|| {
+        format!(
+            "the run's fence ran out {} ms ago: its service could not prove it still holds the run",
+            now - until
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now_ms() -> u128 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_millis()
+    }
+
+    #[test]
+    fn a_fence_is_down_once_its_time_passed_or_it_cannot_be_read() {
+        let dir = tempfile::tempdir().expect("dir");
+        let fence = dir.path().join("run");
+        assert!(down(&fence).is_some_and(|w| w.contains("cannot be read")));
+        std::fs::write(&fence, "soon").expect("write");
+        assert!(down(&fence).is_some_and(|w| w.contains("holds no time")));
+        std::fs::write(&fence, (now_ms() + 60_000).to_string()).expect("write");
+        assert_eq!(down(&fence), None);
+        std::fs::write(&fence, (now_ms() - 5).to_string()).expect("write");
+        assert!(down(&fence).is_some_and(|w| w.contains("ran out")));
+    }
+}
