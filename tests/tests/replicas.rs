@@ -436,10 +436,26 @@ async fn a_rolling_restart_of_every_replica_while_tasks_run_finishes_them_all() 
             && run_now.into_inner().epoch == 0
             && fifo.exists()
         {
-            tokio::task::spawn_blocking(move || std::fs::write(fifo, "go"))
-                .await
-                .expect("writer")
-                .expect("open the gate");
+            // Only a CLI still waiting at its gate reads it: a run handed on
+            // and not yet taken back (its CLI gone) has nobody to read it.
+            let opened = tokio::task::spawn_blocking(move || {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(nix::libc::O_NONBLOCK)
+                    .open(fifo)
+                    .and_then(|mut f| f.write_all(b"go"))
+            })
+            .await
+            .expect("writer");
+            if let Err(e) = opened {
+                assert_eq!(
+                    e.raw_os_error(),
+                    Some(nix::libc::ENXIO),
+                    "open the gate: {e}"
+                );
+            }
         }
     }
     for (task, _) in &tasks {

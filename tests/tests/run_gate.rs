@@ -82,7 +82,9 @@ impl AgentTools for Shared {
                 "run {run} has ended; it can do nothing"
             )));
         }
-        Ok(Response::new(pb::AuthorizeToolCallResponse { fence_in_ms: None }))
+        Ok(Response::new(pb::AuthorizeToolCallResponse {
+            fence_in_ms: None,
+        }))
     }
 
     async fn record_tool_call(

@@ -657,7 +657,11 @@ async fn a_sandbox_whose_fence_runs_out_kills_everything_by_itself() {
     assert_eq!(stdout.trim(), "up", "{stderr}");
     assert_eq!(status.code(), Some(124), "{stderr}");
     assert!(stderr.contains("chorus-sandbox: fenced:"), "{stderr}");
-    assert_eq!(survivors(marker), Vec::<i32>::new(), "processes outlived the fence");
+    assert_eq!(
+        survivors(marker),
+        Vec::<i32>::new(),
+        "processes outlived the fence"
+    );
 
     // Renewed on every tick: it runs to its end, well past the first time.
     fences.set("renewed", now_ms() + 300).expect("set");
@@ -673,7 +677,10 @@ async fn a_sandbox_whose_fence_runs_out_kills_everything_by_itself() {
         fences.set("renewed", now_ms() + 300).expect("renew");
     }
     let status = child.wait().await.expect("waited");
-    assert!(status.success(), "a renewed fence stopped the program: {status}");
+    assert!(
+        status.success(),
+        "a renewed fence stopped the program: {status}"
+    );
     assert_eq!(ticks, 6);
     assert!(now_ms() - started > 300, "it ran past its first time");
 

@@ -19,9 +19,9 @@ use tracing::{Instrument as _, error, info, info_span, warn};
 use crate::context::ToolOutcome;
 use crate::error::ToolError;
 use crate::gate::{RunGate, ToolCallRecord};
+use crate::runner::ToolRunner;
 use crate::watch::CallWatch;
 use chorus_sandbox::fence::Fences;
-use crate::runner::ToolRunner;
 
 /// Implements `chorus.tools.v1.ToolExec`.
 #[derive(Debug, Clone)]
@@ -203,7 +203,11 @@ impl ToolExecService {
             chorus.agent = %agent,
             chorus.outcome = tracing::field::Empty,
         );
-        let watched = watch.as_ref().map(CallWatch::watched).cloned().unwrap_or_default();
+        let watched = watch
+            .as_ref()
+            .map(CallWatch::watched)
+            .cloned()
+            .unwrap_or_default();
         let result = self
             .runner
             .execute_watched(grant, &tool, arguments.clone(), &caller_gone, &watched)

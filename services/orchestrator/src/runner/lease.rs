@@ -133,6 +133,35 @@ async fn claim_paced(state: &AppState, own: bool, pace: Duration) -> Result<usiz
     Ok(claimed)
 }
 
+/// Claims the runs of replicas that are gone every `period`, and at once
+/// when another replica hands runs on, until `stop`; none from `draining` on.
+/// First of all, this replica id's own runs an earlier process left.
+async fn claims(
+    state: AppState,
+    period: Duration,
+    stop: CancellationToken,
+    draining: CancellationToken,
+) {
+    take_back(&state).await;
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let claim_now = std::sync::Arc::clone(&state.claim_now);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+            // Another replica handed runs on: claim them now.
+            () = claim_now.notified() => {}
+        }
+        if draining.is_cancelled() {
+            continue;
+        }
+        if let Err(e) = claim(&state, false).await {
+            warn!(error = %e, "cannot claim the runs of replicas that are gone");
+        }
+    }
+}
+
 /// How a claimed run is resumed here.
 struct Resume {
     launch: Launch,
@@ -227,42 +256,36 @@ impl Leases {
         self.state.store.replica().lease / 3
     }
 
-    /// Beats and claims every [`Leases::period`] until `stop` fires (from
-    /// `draining` on it only beats: a replica about to stop takes no more
-    /// runs); `lost` fires if the replica's id went to another process.
+    /// Beats every [`Leases::period`] until `stop` fires, and claims beside
+    /// it (from `draining` on only beats: a replica about to stop takes no
+    /// more runs); `lost` fires if the replica's id went to another process.
+    /// Claims run in a task of their own: resuming many runs takes time, and
+    /// a heartbeat that waited for it would let the replica's fence run out.
     pub async fn keep(
         mut self,
         stop: CancellationToken,
         draining: CancellationToken,
         lost: CancellationToken,
     ) {
+        let claims = tokio::spawn(claims(
+            self.state.clone(),
+            self.period(),
+            stop.clone(),
+            draining,
+        ));
         let mut tick = tokio::time::interval(self.period());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let claim_now = std::sync::Arc::clone(&self.state.claim_now);
-        // Before any other claim (which would see them as handed on): this
-        // replica id's own runs, left by an earlier process.
-        take_back(&self.state).await;
         loop {
-            let beat = tokio::select! {
-                () = stop.cancelled() => return,
+            tokio::select! {
+                () = stop.cancelled() => break,
                 () = lost.cancelled() => {
                     self.fence("another process holds this replica's id");
-                    return;
+                    break;
                 }
-                _ = tick.tick() => true,
-                // Another replica handed runs on: claim them now.
-                () = claim_now.notified() => false,
-            };
-            if beat {
-                self.beat().await;
-            }
-            if draining.is_cancelled() {
-                continue;
-            }
-            if let Err(e) = claim(&self.state, false).await {
-                warn!(error = %e, "cannot claim the runs of replicas that are gone");
+                _ = tick.tick() => self.beat().await,
             }
         }
+        claims.abort();
     }
 
     /// One heartbeat: extends the leases of the runs this process drives, and

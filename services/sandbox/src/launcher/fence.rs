@@ -76,7 +76,12 @@ impl Waiter {
 pub fn down(path: &Path) -> Option<String> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
-        Err(e) => return Some(format!("the run's fence {} cannot be read ({e})", path.display())),
+        Err(e) => {
+            return Some(format!(
+                "the run's fence {} cannot be read ({e})",
+                path.display()
+            ));
+        }
     };
     let Ok(until) = text.trim().parse::<u128>() else {
         return Some(format!("the run's fence {} holds no time", path.display()));

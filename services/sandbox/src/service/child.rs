@@ -138,7 +138,13 @@ impl SandboxedChild {
     pub fn launch_failure(&self, status: ExitStatus, stderr: &str) -> Option<String> {
         let code = status.code()?;
         if !self.enforced
-            || ![EXIT_SETUP_FAILED, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_FENCED].contains(&code)
+            || ![
+                EXIT_SETUP_FAILED,
+                EXIT_CANNOT_EXECUTE,
+                EXIT_NOT_FOUND,
+                EXIT_FENCED,
+            ]
+            .contains(&code)
         {
             return None;
         }
