@@ -26,9 +26,11 @@
 
 pub(crate) mod cgroup;
 mod confine;
+mod egress;
 mod init;
 mod mounts;
 mod net;
+mod proxy;
 mod signals;
 
 use std::ffi::OsString;
@@ -55,6 +57,9 @@ pub(crate) enum Target {
 /// The launcher's `main`.
 pub fn main() -> ! {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if let Some((host, port)) = connect_args(&args) {
+        egress::connect_main(&host, &port);
+    }
     match parse(args) {
         Ok((policy, target)) => run(&policy, target),
         Err(message) => fail(&message),
@@ -83,6 +88,17 @@ fn parse(args: Vec<OsString>) -> Result<(Policy, Target), String> {
     Ok((policy, target))
 }
 
+/// `connect <host> <port>`, or `<host> <port>` (how git calls
+/// GIT_PROXY_COMMAND): the CONNECT client of a proxied sandbox.
+fn connect_args(args: &[OsString]) -> Option<(String, String)> {
+    let words: Vec<&str> = args.iter().map(|a| a.to_str()).collect::<Option<_>>()?;
+    match words.as_slice() {
+        ["connect", host, port] => Some(((*host).to_owned(), (*port).to_owned())),
+        [host, port] if !host.starts_with('-') => Some(((*host).to_owned(), (*port).to_owned())),
+        _ => None,
+    }
+}
+
 /// Prints why the sandbox could not be set up and exits 125.
 pub(crate) fn fail(message: &str) -> ! {
     eprintln!("{MESSAGE_PREFIX}{message}");
@@ -106,7 +122,23 @@ fn run(policy: &Policy, target: Target) -> ! {
         cgroup::Created::make(plan, &policy.limits)
             .unwrap_or_else(|e| fail(&format!("cannot make the sandbox's cgroup: {e}")))
     });
+    // The egress proxy (a proxied network) starts while this process is
+    // still single-threaded and outside the new namespaces, before any pipe
+    // init watches exists.
+    let (proxy, egress_channel) = match egress::start(policy) {
+        Ok(Some((proxy, channel))) => (Some(proxy), Some(channel)),
+        Ok(None) => (None, None),
+        Err(e) => {
+            if let Some(cgroups) = &cgroups {
+                cgroups.remove();
+            }
+            fail(&e)
+        }
+    };
     let unwind = |message: String| -> ! {
+        if let Some(proxy) = &proxy {
+            proxy.stop();
+        }
         if let Some(cgroups) = &cgroups {
             cgroups.remove();
         }
@@ -158,12 +190,21 @@ fn run(policy: &Policy, target: Target) -> ! {
                 report_write,
                 &lifeline_read,
                 cgroups.as_ref(),
+                egress_channel,
             )
         }
         Ok(ForkResult::Parent { child }) => {
             drop(report_write);
             drop(lifeline_read);
-            monitor(child, &mask, report_read, lifeline_write, cgroups.as_ref())
+            drop(egress_channel);
+            monitor(
+                child,
+                &mask,
+                report_read,
+                lifeline_write,
+                cgroups.as_ref(),
+                proxy.as_ref(),
+            )
         }
         Err(e) => unwind(format!("cannot start the sandbox's init: {e}")),
     }
@@ -183,6 +224,7 @@ fn monitor(
     report: OwnedFd,
     _lifeline: OwnedFd,
     cgroups: Option<&cgroup::Created>,
+    proxy: Option<&egress::Proxy>,
 ) -> ! {
     let status = loop {
         match mask.wait() {
@@ -201,7 +243,10 @@ fn monitor(
         }
     };
     // init has exited: the kernel has killed and reaped every other process of
-    // its namespace, so the cgroups are empty.
+    // its namespace, so the cgroups are empty, and nothing needs the proxy.
+    if let Some(proxy) = proxy {
+        proxy.stop();
+    }
     if let Some(cgroups) = cgroups {
         cgroups.remove();
     }

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::egress::{EgressRule, Forward};
+
 /// The program name that makes the launcher run its self-check instead of a
 /// program: every confinement step is taken, then the leader exits 0.
 pub const PROBE_PROGRAM: &str = "chorus-sandbox:probe";
@@ -53,6 +55,22 @@ pub enum Network {
     Host,
     /// The host's network, but TCP connections only to these ports (Landlock).
     TcpPorts(Vec<u16>),
+    /// A network namespace of its own (loopback only) whose one way out is
+    /// the launcher's proxy, outside it, at [`crate::egress::PROXY_ADDR`]:
+    /// `allow` says where it connects (never the host's loopback or
+    /// link-local addresses), and `forwards` are fixed TCP forwards from
+    /// loopback addresses inside to services outside. See [`crate::egress`].
+    Proxied {
+        allow: Vec<EgressRule>,
+        forwards: Vec<Forward>,
+    },
+}
+
+impl Network {
+    /// Whether the sandbox gets a network namespace of its own.
+    pub fn own_namespace(&self) -> bool {
+        matches!(self, Self::None | Self::Proxied { .. })
+    }
 }
 
 /// Which user the processes of a sandbox run as.
