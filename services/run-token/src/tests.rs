@@ -8,6 +8,7 @@ fn grant() -> RunGrant {
         agent: "writer".into(),
         tools: vec!["file.read".into(), "help".into()],
         root: PathBuf::from("/srv/workspace"),
+        egress: Vec::new(),
     }
 }
 

@@ -51,10 +51,6 @@ pub struct Cover {
 pub enum Network {
     /// A network namespace of its own: only a loopback interface.
     None,
-    /// The host's network.
-    Host,
-    /// The host's network, but TCP connections only to these ports (Landlock).
-    TcpPorts(Vec<u16>),
     /// A network namespace of its own (loopback only) whose one way out is
     /// the launcher's proxy, outside it, at [`crate::egress::PROXY_ADDR`]:
     /// `allow` says where it connects (never the host's loopback or
@@ -67,7 +63,8 @@ pub enum Network {
 }
 
 impl Network {
-    /// Whether the sandbox gets a network namespace of its own.
+    /// Whether the sandbox gets a network namespace of its own (always: no
+    /// sandbox shares the host's network, its loopback least of all).
     pub fn own_namespace(&self) -> bool {
         matches!(self, Self::None | Self::Proxied { .. })
     }
@@ -198,7 +195,13 @@ mod tests {
             cwd: "/ws".into(),
             read_write: vec!["/ws".into()],
             read_only: vec!["/opt/cli".into()],
-            network: Network::TcpPorts(vec![443, 50051]),
+            network: Network::Proxied {
+                allow: vec![crate::EgressRule::parse("github.com:443").expect("rule")],
+                forwards: vec![crate::Forward {
+                    listen: "127.0.0.1:50051".parse().expect("addr"),
+                    connect: "orchestrator:50051".to_owned(),
+                }],
+            },
             identity: Identity::User {
                 uid: 1000,
                 gid: 1000,
@@ -219,7 +222,7 @@ mod tests {
             policy
         );
         assert!(
-            json.contains(r#""network":{"tcp_ports":[443,50051]}"#),
+            json.contains(r#""network":{"proxied":{"allow":["github.com:443"],"forwards":[{"listen":"127.0.0.1:50051","connect":"orchestrator:50051"}]}}"#),
             "{json}"
         );
     }

@@ -275,6 +275,14 @@ impl Sandbox {
         self.inner.status.state == "enforced"
     }
 
+    /// The program a proxied sandbox's git and ssh use to reach the egress
+    /// proxy (`GIT_PROXY_COMMAND`; `connect %h %p` as ssh's ProxyCommand):
+    /// the launcher, which must then be among the spec's read-only paths.
+    /// None unless the sandbox is enforced.
+    pub fn connect_helper(&self) -> Option<&Path> {
+        self.inner.launcher.as_deref().filter(|_| self.enforced())
+    }
+
     /// The user processes of a run in the workspace at `root` run as: the
     /// service's own when it is not root; else the owner of `root`, or the
     /// configured user when root owns it.

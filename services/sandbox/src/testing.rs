@@ -292,17 +292,20 @@ impl Drop for TestNet {
     }
 }
 
-/// A git daemon in a [`TestNet`] serving the bare repositories below `base`,
+/// A git daemon in a [`TestNet`] of its own serving the bare repositories below `base`,
 /// push allowed, as the test user (who owns the repositories): a remote a
 /// sandboxed git reaches through the egress proxy when the run's egress list
 /// names it ([`Self::rule`]).
 pub struct GitDaemon {
     pub host: std::net::Ipv4Addr,
     pub port: u16,
+    _net: TestNet,
 }
 
 impl GitDaemon {
-    pub async fn serve(net: &mut TestNet, base: &Path) -> Self {
+    /// Serves `base` from a test network namespace of its own.
+    pub async fn serve(base: &Path) -> Self {
+        let mut net = TestNet::create();
         let port = 9418;
         net.serve(
             "git",
@@ -320,7 +323,11 @@ impl GitDaemon {
             "Ready to rumble",
         )
         .await;
-        Self { host: net.ip, port }
+        Self {
+            host: net.ip,
+            port,
+            _net: net,
+        }
     }
 
     /// The git:// URL of repository `name`.

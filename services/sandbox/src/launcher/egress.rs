@@ -81,7 +81,7 @@ pub fn start(policy: &Policy) -> Result<Option<(Proxy, OwnedFd)>, String> {
     match forked {
         Ok(ForkResult::Child) => {
             drop(theirs);
-            serve(&ours, allow, forwards, monitor)
+            serve(&ours, policy, allow, forwards, monitor)
         }
         Ok(ForkResult::Parent { child }) => Ok(Some((Proxy { pid: child }, theirs))),
         Err(e) => Err(format!("cannot start the egress proxy: {e}")),
@@ -110,7 +110,13 @@ fn check_forwards(forwards: &[Forward]) -> Result<(), String> {
 
 /// The proxy process: waits for the listeners, then serves them until it is
 /// killed (by the monitor, or by its parent-death signal).
-fn serve(channel: &OwnedFd, allow: &[EgressRule], forwards: &[Forward], monitor: Pid) -> ! {
+fn serve(
+    channel: &OwnedFd,
+    policy: &Policy,
+    allow: &[EgressRule],
+    forwards: &[Forward],
+    monitor: Pid,
+) -> ! {
     let fatal = |message: String| -> ! {
         eprintln!("{MESSAGE_PREFIX}the egress proxy stopped: {message}");
         std::process::exit(1)
@@ -128,6 +134,18 @@ fn serve(channel: &OwnedFd, allow: &[EgressRule], forwards: &[Forward], monitor:
         Ok(None) => std::process::exit(0),
         Err(e) => fatal(format!("cannot receive the listeners: {e}")),
     };
+    // It needs nothing of root: a root service's proxy runs as the sandbox's
+    // user, without capabilities (a service that is not root has none to
+    // give up), and cannot be traced or read by anything of that user.
+    if nix::unistd::geteuid().is_root()
+        && let Err(e) = super::confine::identity(policy.identity)
+    {
+        fatal(format!("cannot switch to the sandbox's user: {e}"));
+    }
+    if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err() || getppid() != monitor {
+        std::process::exit(1);
+    }
+    let _ = nix::sys::prctl::set_dumpable(false);
     let Some(proxy_listener) = listeners.next() else {
         fatal("no listener".to_owned())
     };

@@ -20,6 +20,8 @@ pub struct Harness {
     pub runner: ToolRunner,
     pub shutdown: CancellationToken,
     pub root: PathBuf,
+    /// The egress list of a run with the network grant.
+    pub egress: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -38,6 +40,7 @@ impl Harness {
             runner: ToolRunner::new(limits, processes, shutdown.clone()),
             shutdown,
             root,
+            egress: Vec::new(),
             _dir: dir,
         }
     }
@@ -56,6 +59,7 @@ impl Harness {
                 .map(|t| t.name.to_owned())
                 .collect(),
             root: root.to_owned(),
+            egress: Vec::new(),
         }
     }
 
@@ -63,7 +67,8 @@ impl Harness {
         self.runner.execute(self.grant(), tool, args).await
     }
 
-    /// A call by a run that also holds the `network` grant.
+    /// A call by a run that also holds the `network` grant, with the
+    /// harness's egress list.
     pub async fn call_with_network(
         &self,
         tool: &str,
@@ -71,6 +76,7 @@ impl Harness {
     ) -> Result<ToolOutcome, ToolError> {
         let mut grant = self.grant();
         grant.tools.push(chorus_catalog::NETWORK.to_owned());
+        grant.egress.clone_from(&self.egress);
         self.runner.execute(grant, tool, args).await
     }
 
