@@ -312,7 +312,8 @@ async fn the_network_grant_never_reaches_a_database_on_the_hosts_loopback() {
         ),
         (
             "metadata",
-            "curl -sS http://169.254.169.254/latest/meta-data/ 2>&1".to_owned(),
+            "curl -sS -o /dev/null -w '%{http_code}' http://169.254.169.254/latest/meta-data/ 2>&1"
+                .to_owned(),
             "403",
         ),
     ];

@@ -239,6 +239,8 @@ impl TestNet {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
+            // A group of its own: servers that fork (git daemon) go with it.
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .expect("start a server in the test namespace");
@@ -283,6 +285,12 @@ async fn pump<R: tokio::io::AsyncBufRead + Unpin>(
 impl Drop for TestNet {
     fn drop(&mut self) {
         for child in &mut self.children {
+            if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
             let _ = child.start_kill();
         }
         // The pair goes with the namespace.

@@ -28,7 +28,7 @@
 use std::ffi::OsString;
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::net::{IpAddr, Shutdown, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::sys::signal::{Signal, kill};
 use nix::sys::socket::{
@@ -277,6 +277,26 @@ fn local_addresses() -> Vec<IpAddr> {
         .collect()
 }
 
+/// Copies until end of input, each read passed on at once. (Not
+/// `std::io::copy`: between a socket and a pipe it splices, and a splice from
+/// a blocking socket waits for its whole length, so a request and its answer
+/// would wait on each other.)
+fn pump(from: &mut impl Read, to: &mut impl Write) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
 /// `chorus-sandbox [connect] <host> <port>`: a CONNECT client of the proxy
 /// on stdin and stdout, for ssh's ProxyCommand and git's GIT_PROXY_COMMAND.
 pub fn connect_main(host: &str, port: &str) -> ! {
@@ -317,11 +337,18 @@ pub fn connect_main(host: &str, port: &str) -> ! {
     let Ok(mut from_proxy) = proxy.try_clone() else {
         fail("cannot duplicate a socket".to_owned())
     };
+    // Unbuffered: std's stdout holds bytes back until a newline, and git's
+    // protocol is not lines.
+    let Ok(stdout) = std::io::stdout().as_fd().try_clone_to_owned() else {
+        fail("cannot duplicate stdout".to_owned())
+    };
     let reader = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut from_proxy, &mut std::io::stdout().lock());
-        let _ = std::io::stdout().flush();
+        pump(&mut from_proxy, &mut std::fs::File::from(stdout));
     });
-    let _ = std::io::copy(&mut std::io::stdin().lock(), &mut proxy);
+    let Ok(stdin) = std::io::stdin().as_fd().try_clone_to_owned() else {
+        fail("cannot duplicate stdin".to_owned())
+    };
+    pump(&mut std::fs::File::from(stdin), &mut proxy);
     let _ = proxy.shutdown(Shutdown::Write);
     let _ = reader.join();
     std::process::exit(0)
