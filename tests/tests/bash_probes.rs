@@ -305,8 +305,10 @@ async fn the_network_grant_never_reaches_a_database_on_the_hosts_loopback() {
         ),
         (
             "database-through-the-proxy",
+            // Through the proxy even where NO_PROXY would go direct.
             format!(
-                "curl -sS -p http://127.0.0.1:{port}/ 2>&1; curl -sS http://localhost:{port}/ 2>&1"
+                "curl -sS --noproxy '' -p http://127.0.0.1:{port}/ 2>&1; \
+                 curl -sS --noproxy '' -o /dev/null -w '%{{http_code}}' http://localhost:{port}/ 2>&1"
             ),
             "403",
         ),

@@ -308,7 +308,7 @@ async fn git_tools_status_diff_commit_push() {
     let networked: &[&str] = &["@developer", "network"];
     // With it but no egress rule for the remote, nothing goes out either.
     let nowhere = fx.call(networked, json!({"tool": "git.push"})).await;
-    let message = nowhere.expect_failure(3, "failed_precondition");
+    let message = nowhere.expect_failure(1, "failed_precondition");
     assert!(message.contains("is not allowed"), "{message}");
     let pushed = fx
         .call_with_egress(networked, &[daemon.rule()], json!({"tool": "git.push"}))
