@@ -73,6 +73,7 @@ async fn bash_calls(calls: usize) {
         agent: "bench".into(),
         tools: vec!["bash".into()],
         root: root.path().to_path_buf(),
+        egress: Vec::new(),
     };
     let call = |runner: &ToolRunner| {
         let (runner, grant) = (runner.clone(), grant.clone());

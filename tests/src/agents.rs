@@ -55,6 +55,7 @@ pub async fn team(
             allowed_tools: tools.iter().map(|t| (*t).to_owned()).collect(),
             provider: "model".into(),
             model: String::new(),
+            egress: Vec::new(),
         })
         .await
         .expect("agent");
@@ -334,6 +335,7 @@ pub async fn add_agent(
             allowed_tools: tools.iter().map(|t| (*t).to_owned()).collect(),
             provider: provider.into(),
             model: String::new(),
+            egress: Vec::new(),
         })
         .await
         .expect("agent");

@@ -128,6 +128,15 @@ impl ToolExec {
             .mint(&grant(root, tools), Duration::from_secs(3600))
     }
 
+    /// A run token whose egress list is `egress`.
+    pub fn token_with_egress(&self, root: &Path, tools: &[&str], egress: &[String]) -> String {
+        let grant = RunGrant {
+            egress: egress.to_vec(),
+            ..grant(root, tools)
+        };
+        self.signer.mint(&grant, Duration::from_secs(3600))
+    }
+
     /// A run token for run `run_id`.
     pub fn token_for_run(&self, root: &Path, tools: &[&str], run_id: &str) -> String {
         let grant = RunGrant {
@@ -177,6 +186,7 @@ pub fn grant(root: &Path, tools: &[&str]) -> RunGrant {
         agent: "tester".to_owned(),
         tools: tools.into_iter().map(str::to_owned).collect(),
         root: root.to_owned(),
+        egress: Vec::new(),
     }
 }
 

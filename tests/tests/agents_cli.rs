@@ -612,6 +612,7 @@ async fn start_task_refuses_what_cannot_run_and_changes_nothing() {
             allowed_tools: vec![],
             provider: String::new(),
             model: String::new(),
+            egress: Vec::new(),
         })
         .await
         .expect("agent");

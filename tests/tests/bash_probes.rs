@@ -3,8 +3,9 @@
 //! would: the run-token signing key, the database, /etc/shadow, the
 //! orchestrator's and another workspace's running agent's environment, writing
 //! outside its workspace, signalling the orchestrator, the network without the
-//! grant. Each is refused, the orchestrator lives on, and no secret appears in
-//! any output or history event.
+//! grant, and with it a database on the host's loopback. Each is refused, the
+//! orchestrator lives on, and no secret appears in any output or history
+//! event.
 
 use std::path::Path;
 
@@ -249,6 +250,98 @@ async fn bash_reaches_nothing_but_its_own_workspace() {
         })
         .await
         .expect("cancel");
+    drop(client);
+    let status = orchestrator.stop().await;
+    assert!(status.success(), "{status:?}");
+}
+
+/// A database on the host's loopback with trust authentication, as in dev
+/// set-ups: an agent holding the `network` grant (and egress rules naming the
+/// loopback, which change nothing) reaches it neither directly nor through
+/// the egress proxy. Its CLI still reaches Chorus's services (the fake CLI's
+/// calls go through the sandbox's forwards).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_network_grant_never_reaches_a_database_on_the_hosts_loopback() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let fake = fake_cli();
+    let fake_path = fake.to_str().expect("utf-8 path");
+    let database = data_dir.path().join("chorus.db");
+    let orchestrator = OrchestratorProcess::spawn_with_env(
+        data_dir.path(),
+        database.to_str().expect("utf-8 path"),
+        &["--claude-bin", fake_path, "--keep-run-dirs"],
+        &[],
+    )
+    .await;
+    let runs = data_dir.path().join("runs");
+    let mut client = orchestrator.client().await;
+
+    let db = std::net::TcpListener::bind("127.0.0.1:0").expect("database");
+    let port = db.local_addr().expect("addr").port();
+    let ws = workspace(&mut client, "probes", root.path()).await;
+    provider(&mut client, &ws, PROBER_KEY).await;
+    add_agent(&mut client, &ws, "prober", &["bash", "network"], "cli").await;
+    client
+        .update_agent(pb::UpdateAgentRequest {
+            workspace_id: ws.id.clone(),
+            name: "prober".into(),
+            set_egress: true,
+            egress: vec![format!("127.0.0.1:{port}"), format!("localhost:{port}")],
+            ..Default::default()
+        })
+        .await
+        .expect("egress");
+    let probes: Vec<(&str, String, &str)> = vec![
+        (
+            "database-direct",
+            format!("exec 3<>/dev/tcp/127.0.0.1/{port}"),
+            "Connection refused",
+        ),
+        (
+            "postgres-port",
+            "exec 3<>/dev/tcp/127.0.0.1/5432".to_owned(),
+            "Connection refused",
+        ),
+        (
+            "database-through-the-proxy",
+            // Through the proxy even where NO_PROXY would go direct.
+            format!(
+                "curl -sS --noproxy '' -p http://127.0.0.1:{port}/ 2>&1; \
+                 curl -sS --noproxy '' -o /dev/null -w '%{{http_code}}' http://localhost:{port}/ 2>&1"
+            ),
+            "403",
+        ),
+        (
+            "metadata",
+            "curl -sS -o /dev/null -w '%{http_code}' http://169.254.169.254/latest/meta-data/ 2>&1"
+                .to_owned(),
+            "403",
+        ),
+    ];
+    let mut script: Vec<String> = Vec::new();
+    for (name, command, _) in &probes {
+        script.push(call(&json!({"tool": "bash", "command": command})));
+        script.push(format!("fake: save {name}.json"));
+    }
+    script.push(report("complete", "probed"));
+    let task = planned_task(&mut client, &ws, &script.join("\n")).await;
+    start(&mut client, &task, "prober", 0).await;
+    let events = wait_for(&mut client, &task.id, ends_run).await;
+    assert_eq!(
+        data(events.last().expect("end"))["reason"],
+        "completed",
+        "{events:#?}"
+    );
+    for (name, _, expected) in &probes {
+        let (text, output) = probe_result(&runs, name);
+        assert!(
+            text.contains(expected),
+            "{name}: expected '{expected}' in {output}"
+        );
+    }
+    db.set_nonblocking(true).expect("nonblocking");
+    assert!(db.accept().is_err(), "the database was reached");
     drop(client);
     let status = orchestrator.stop().await;
     assert!(status.success(), "{status:?}");

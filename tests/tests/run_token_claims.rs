@@ -118,6 +118,7 @@ async fn a_token_re_signed_with_other_claims_is_refused_and_nothing_is_read() {
             "workspace root",
             RunGrant {
                 root: s.outside.path().to_owned(),
+                egress: Vec::new(),
                 ..honest.clone()
             },
             expires,
@@ -126,6 +127,7 @@ async fn a_token_re_signed_with_other_claims_is_refused_and_nothing_is_read() {
             "workspace root",
             RunGrant {
                 root: "/".into(),
+                egress: Vec::new(),
                 ..honest.clone()
             },
             expires,

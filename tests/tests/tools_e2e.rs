@@ -40,6 +40,15 @@ impl Fixture {
         chorus_tools(&self.env(tools), &[&call.to_string()]).await
     }
 
+    /// A call by a run whose egress list is `egress`.
+    async fn call_with_egress(&self, tools: &[&str], egress: &[String], call: Value) -> ToolsRun {
+        let env = ToolsEnv {
+            token: Some(self.service.token_with_egress(self.root(), tools, egress)),
+            ..self.env(tools)
+        };
+        chorus_tools(&env, &[&call.to_string()]).await
+    }
+
     fn git(&self, args: &[&str]) -> String {
         git_in(self.root(), args)
     }
@@ -297,8 +306,12 @@ async fn git_tools_status_diff_commit_push() {
     let message = refused.expect_failure(3, "permission_denied");
     assert!(message.contains("needs the 'network' grant"), "{message}");
     let networked: &[&str] = &["@developer", "network"];
+    // With it but no egress rule for the remote, nothing goes out either.
+    let nowhere = fx.call(networked, json!({"tool": "git.push"})).await;
+    let message = nowhere.expect_failure(1, "failed_precondition");
+    assert!(message.contains("is not allowed"), "{message}");
     let pushed = fx
-        .call(networked, json!({"tool": "git.push"}))
+        .call_with_egress(networked, &[daemon.rule()], json!({"tool": "git.push"}))
         .await
         .output();
     assert_eq!(

@@ -118,6 +118,7 @@ mod tests {
                     agent: "a".into(),
                     tools: vec![],
                     root: "/w".into(),
+                    egress: Vec::new(),
                 },
                 kid: "k".into(),
                 expires_at: 1,

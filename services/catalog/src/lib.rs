@@ -344,7 +344,7 @@ pub const NETWORK: &str = "network";
 /// Every grant.
 pub static GRANTS: &[Grant] = &[Grant {
     name: NETWORK,
-    description: "bash and git may reach the network (the host's network, as the service sees it); without it they run with no network at all, and git.push is refused",
+    description: "bash and git may reach the destinations in the agent's egress list (host:port rules, through the sandbox's egress proxy; never the host's loopback, link-local or metadata addresses); with an empty egress list the grant reaches nothing outside; without the grant they run with no network at all, and git.push is refused",
 }];
 
 /// Looks a grant up by name.

@@ -88,6 +88,8 @@ pub struct RunContext {
     pub model: Option<String>,
     /// The run's granted tools (profiles expanded, always-granted included).
     pub tools: Vec<String>,
+    /// The agent's egress list when the run opened (what its token carries).
+    pub egress: Vec<String>,
     pub system_prompt: String,
     /// The signed run token.
     pub token: String,

@@ -7,6 +7,7 @@
 //! to its recorded end), `process` (a CLI process in the run sandbox), `tools`
 //! (the executor path for API agents).
 
+mod cli_network;
 mod driver;
 pub mod fence;
 pub mod handoff;
@@ -25,7 +26,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use chorus_sandbox::{Network, Sandbox};
+use chorus_sandbox::Sandbox;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -240,6 +241,19 @@ impl CliSetup {
         args: Vec<String>,
         env: Vec<(String, String)>,
     ) -> process::CliCommand {
+        let (network, env) = cli_network::confine(
+            env,
+            cli_network::CliReach {
+                kind: ctx.provider.kind,
+                base_url: ctx.provider.base_url.as_deref(),
+                model: ctx.model.as_deref(),
+                egress: ctx
+                    .tools
+                    .iter()
+                    .any(|t| t == chorus_catalog::NETWORK)
+                    .then_some(ctx.egress.as_slice()),
+            },
+        );
         process::CliCommand {
             program: self.program.clone(),
             args,
@@ -247,58 +261,12 @@ impl CliSetup {
             cwd: work_dir(&ctx.run_dir),
             run_dir: ctx.run_dir.clone(),
             read_only: self.read_only.clone(),
-            network: Network::TcpPorts(self.ports(ctx)),
+            network,
             identity: ctx.identity,
             run: ctx.run_id.to_string(),
             fence: self.fence.clone(),
         }
     }
-
-    /// The TCP ports a CLI may connect to.
-    fn ports(&self, ctx: &RunContext) -> Vec<u16> {
-        cli_ports(
-            [ctx.orchestrator_addr.as_str(), ctx.tools_addr.as_str()],
-            ctx.provider.base_url.as_deref(),
-            &self.passed,
-        )
-    }
-}
-
-/// The TCP ports a CLI may connect to: the Chorus services (`host:port`), its
-/// model endpoint (443 without a base URL), and the proxies and the OTLP
-/// collector among `passed`.
-fn cli_ports(services: [&str; 2], base_url: Option<&str>, passed: &[(String, String)]) -> Vec<u16> {
-    let mut ports: Vec<u16> = Vec::new();
-    for addr in services {
-        let url = if addr.contains("://") {
-            addr.to_owned()
-        } else {
-            format!("http://{addr}")
-        };
-        ports.extend(url_port(&url));
-    }
-    match base_url {
-        Some(url) => ports.extend(url_port(url)),
-        None => ports.push(443),
-    }
-    for (name, value) in passed {
-        let proxy =
-            name.to_ascii_lowercase().ends_with("_proxy") && !name.eq_ignore_ascii_case("no_proxy");
-        // chorus-tools exports its spans where the service exports its own.
-        let collector = name.starts_with("OTEL_EXPORTER_OTLP_") && name.ends_with("_ENDPOINT")
-            || name == "OTEL_EXPORTER_OTLP_ENDPOINT";
-        if proxy || collector {
-            ports.extend(url_port(value));
-        }
-    }
-    ports.sort_unstable();
-    ports.dedup();
-    ports
-}
-
-/// The port a URL names, or its scheme's default.
-fn url_port(url: &str) -> Option<u16> {
-    reqwest::Url::parse(url).ok()?.port_or_known_default()
 }
 
 /// Where a CLI program is installed, for its sandbox: the `node_modules` tree
@@ -532,40 +500,6 @@ impl Drop for LiveGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_cli_may_reach_the_services_its_model_its_proxies_and_the_collector_only() {
-        let passed = [
-            (
-                "HTTPS_PROXY".to_owned(),
-                "http://proxy.local:3128".to_owned(),
-            ),
-            ("no_proxy".to_owned(), "localhost:9999".to_owned()),
-            ("LANG".to_owned(), "C.UTF-8".to_owned()),
-            (
-                "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
-                "http://collector:4317".to_owned(),
-            ),
-            ("OTEL_TRACES_SAMPLER_ARG".to_owned(), "0.5".to_owned()),
-        ];
-        assert_eq!(
-            cli_ports(
-                ["127.0.0.1:50051", "127.0.0.1:50052"],
-                Some("http://127.0.0.1:11434/v1"),
-                &passed
-            ),
-            [3128, 4317, 11434, 50051, 50052]
-        );
-        // No base URL: the provider's default endpoint over https.
-        assert_eq!(
-            cli_ports(["127.0.0.1:50051", "http://127.0.0.1:50051"], None, &[]),
-            [443, 50051]
-        );
-        assert_eq!(
-            cli_ports(["a:1", "b:2"], Some("https://api.example.com/v1"), &[]),
-            [1, 2, 443]
-        );
-    }
 
     #[test]
     fn agents_get_where_spans_go_but_never_the_collectors_credentials() {

@@ -44,6 +44,11 @@ pub struct RunGrant {
     pub tools: Vec<String>,
     /// Absolute path of the workspace root.
     pub root: PathBuf,
+    /// Where bash and git of a run with the `network` grant may connect, as
+    /// `host:port` rules (the agent's egress list; empty: nowhere). Absent in
+    /// tokens minted before it existed, which read as empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<String>,
 }
 
 impl RunGrant {

@@ -8,6 +8,7 @@ fn grant() -> RunGrant {
         agent: "writer".into(),
         tools: vec!["file.read".into(), "help".into()],
         root: PathBuf::from("/srv/workspace"),
+        egress: Vec::new(),
     }
 }
 
@@ -228,4 +229,58 @@ fn a_verifier_takes_only_keys_whose_id_is_their_own() {
 fn a_private_key_that_is_not_pem_is_a_clear_error() {
     let err = RunTokenSigner::from_private_pem("hello").expect_err("bad pem");
     assert!(err.to_string().contains("Ed25519 PKCS#8 PEM"), "{err}");
+}
+
+#[test]
+fn the_egress_claim_travels_and_tokens_minted_before_it_still_verify() {
+    let signer = RunTokenSigner::generate();
+    let with = RunGrant {
+        egress: vec!["github.com:443".into()],
+        ..grant()
+    };
+    let token = signer.mint(&with, Duration::from_secs(60));
+    assert_eq!(
+        signer
+            .verifier()
+            .verify_token(&token)
+            .expect("verifies")
+            .grant,
+        with
+    );
+    // A token of a run before the claim existed: no `egress` at all.
+    #[derive(Serialize)]
+    struct OldClaims {
+        sub: String,
+        task_id: String,
+        agent: String,
+        tools: Vec<String>,
+        root: PathBuf,
+        iss: String,
+        aud: String,
+        iat: u64,
+        exp: u64,
+    }
+    let old = OldClaims {
+        sub: "run-1".into(),
+        task_id: "task-1".into(),
+        agent: "writer".into(),
+        tools: vec!["file.read".into(), "help".into()],
+        root: PathBuf::from("/srv/workspace"),
+        iss: ISSUER.into(),
+        aud: AUDIENCE.into(),
+        iat: 1,
+        exp: unix_now() + 60,
+    };
+    let key = EncodingKey::from_ed_pem(signer.current_private_pem().as_bytes()).expect("key");
+    let mut header = Header::new(Algorithm::EdDSA);
+    header.kid = Some(signer.current_kid());
+    let token = jsonwebtoken::encode(&header, &old, &key).expect("encodes");
+    let back = signer
+        .verifier()
+        .verify_token(&token)
+        .expect("an old token verifies");
+    assert_eq!(back.grant, grant());
+    // An empty list is not written at all: such tokens look as before.
+    let json = serde_json::to_string(&grant()).expect("json");
+    assert!(!json.contains("egress"), "{json}");
 }

@@ -27,10 +27,12 @@
 
 pub(crate) mod cgroup;
 mod confine;
+mod egress;
 mod fence;
 mod init;
 mod mounts;
 mod net;
+mod proxy;
 mod seccomp;
 mod signals;
 
@@ -60,6 +62,9 @@ pub(crate) enum Target {
 /// The launcher's `main`.
 pub fn main() -> ! {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if let Some((host, port)) = connect_args(&args) {
+        egress::connect_main(&host, &port);
+    }
     match parse(args) {
         Ok((policy, target)) => run(&policy, target),
         Err(message) => fail(&message),
@@ -91,6 +96,17 @@ fn parse(args: Vec<OsString>) -> Result<(Policy, Target), String> {
     Ok((policy, target))
 }
 
+/// `connect <host> <port>`, or `<host> <port>` (how git calls
+/// GIT_PROXY_COMMAND): the CONNECT client of a proxied sandbox.
+fn connect_args(args: &[OsString]) -> Option<(String, String)> {
+    let words: Vec<&str> = args.iter().map(|a| a.to_str()).collect::<Option<_>>()?;
+    match words.as_slice() {
+        ["connect", host, port] => Some(((*host).to_owned(), (*port).to_owned())),
+        [host, port] if !host.starts_with('-') => Some(((*host).to_owned(), (*port).to_owned())),
+        _ => None,
+    }
+}
+
 /// Prints why the sandbox could not be set up and exits 125.
 pub(crate) fn fail(message: &str) -> ! {
     eprintln!("{MESSAGE_PREFIX}{message}");
@@ -114,7 +130,23 @@ fn run(policy: &Policy, target: Target) -> ! {
         cgroup::Created::make(plan, &policy.limits, policy.run.as_deref())
             .unwrap_or_else(|e| fail(&format!("cannot make the sandbox's cgroup: {e}")))
     });
+    // The egress proxy (a proxied network) starts while this process is
+    // still single-threaded and outside the new namespaces, before any pipe
+    // init watches exists.
+    let (proxy, egress_channel) = match egress::start(policy) {
+        Ok(Some((proxy, channel))) => (Some(proxy), Some(channel)),
+        Ok(None) => (None, None),
+        Err(e) => {
+            if let Some(cgroups) = &cgroups {
+                cgroups.remove();
+            }
+            fail(&e)
+        }
+    };
     let unwind = |message: String| -> ! {
+        if let Some(proxy) = &proxy {
+            proxy.stop();
+        }
         if let Some(cgroups) = &cgroups {
             cgroups.remove();
         }
@@ -174,11 +206,13 @@ fn run(policy: &Policy, target: Target) -> ! {
                 report_write,
                 &lifeline_read,
                 cgroups.as_ref(),
+                egress_channel,
             )
         }
         Ok(ForkResult::Parent { child }) => {
             drop(report_write);
             drop(lifeline_read);
+            drop(egress_channel);
             monitor(
                 child,
                 &mask,
@@ -186,6 +220,7 @@ fn run(policy: &Policy, target: Target) -> ! {
                 report_read,
                 lifeline_write,
                 cgroups.as_ref(),
+                proxy.as_ref(),
             )
         }
         Err(e) => unwind(format!("cannot start the sandbox's init: {e}")),
@@ -214,6 +249,7 @@ fn monitor(
     report: OwnedFd,
     _lifeline: OwnedFd,
     cgroups: Option<&cgroup::Created>,
+    proxy: Option<&egress::Proxy>,
 ) -> ! {
     let mut waiter = fence::Waiter::new(mask, fence).unwrap_or_else(|e| {
         let _ = kill(init, Signal::SIGKILL);
@@ -249,7 +285,10 @@ fn monitor(
         }
     };
     // init has exited: the kernel has killed and reaped every other process of
-    // its namespace, so the cgroups are empty.
+    // its namespace, so the cgroups are empty, and nothing needs the proxy.
+    if let Some(proxy) = proxy {
+        proxy.stop();
+    }
     if let Some(cgroups) = cgroups {
         cgroups.remove();
     }

@@ -10,6 +10,7 @@
 //! docs/decisions/0013-run-sandbox.md.
 //!
 //! - [`policy`]: what one sandbox allows, as the launcher reads it;
+//! - [`egress`]: where a proxied sandbox may connect, and what it never reaches;
 //! - [`launcher`]: the launcher itself (the `chorus-sandbox` binary);
 //! - [`service`]: how a service uses it: probing the host at start, building
 //!   the command of a sandboxed process, stopping it.
@@ -17,6 +18,7 @@
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod fence;
+pub mod egress;
 pub mod launcher;
 pub mod policy;
 mod procfs;
@@ -24,6 +26,7 @@ pub mod service;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use egress::{EgressRule, Forward};
 pub use policy::{Cgroups, Cover, Identity, Limits, NETWORK_ENV, Network, Policy};
 pub use service::{
     Mode, ProcessSpec, Sandbox, SandboxConfig, SandboxError, SandboxStatus, SandboxedChild,

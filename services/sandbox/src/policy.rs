@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::egress::{EgressRule, Forward};
+
 /// The program name that makes the launcher run its self-check instead of a
 /// program: every confinement step is taken, then the leader exits 0.
 pub const PROBE_PROGRAM: &str = "chorus-sandbox:probe";
@@ -85,10 +87,23 @@ pub fn valid_run_id(run: &str) -> bool {
 pub enum Network {
     /// A network namespace of its own: only a loopback interface.
     None,
-    /// The host's network.
-    Host,
-    /// The host's network, but TCP connections only to these ports (Landlock).
-    TcpPorts(Vec<u16>),
+    /// A network namespace of its own (loopback only) whose one way out is
+    /// the launcher's proxy, outside it, at [`crate::egress::PROXY_ADDR`]:
+    /// `allow` says where it connects (never the host's loopback or
+    /// link-local addresses), and `forwards` are fixed TCP forwards from
+    /// loopback addresses inside to services outside. See [`crate::egress`].
+    Proxied {
+        allow: Vec<EgressRule>,
+        forwards: Vec<Forward>,
+    },
+}
+
+impl Network {
+    /// Whether the sandbox gets a network namespace of its own (always: no
+    /// sandbox shares the host's network, its loopback least of all).
+    pub fn own_namespace(&self) -> bool {
+        matches!(self, Self::None | Self::Proxied { .. })
+    }
 }
 
 /// Which user the processes of a sandbox run as.
@@ -230,7 +245,13 @@ mod tests {
             cwd: "/ws".into(),
             read_write: vec!["/ws".into()],
             read_only: vec!["/opt/cli".into()],
-            network: Network::TcpPorts(vec![443, 50051]),
+            network: Network::Proxied {
+                allow: vec![crate::EgressRule::parse("github.com:443").expect("rule")],
+                forwards: vec![crate::Forward {
+                    listen: "127.0.0.1:50051".parse().expect("addr"),
+                    connect: "orchestrator:50051".to_owned(),
+                }],
+            },
             identity: Identity::User {
                 uid: 1000,
                 gid: 1000,
@@ -254,7 +275,7 @@ mod tests {
             policy
         );
         assert!(
-            json.contains(r#""network":{"tcp_ports":[443,50051]}"#),
+            json.contains(r#""network":{"proxied":{"allow":["github.com:443"],"forwards":[{"listen":"127.0.0.1:50051","connect":"orchestrator:50051"}]}}"#),
             "{json}"
         );
     }

@@ -300,6 +300,14 @@ impl Sandbox {
         self.inner.status.state == "enforced"
     }
 
+    /// The program a proxied sandbox's git and ssh use to reach the egress
+    /// proxy (`GIT_PROXY_COMMAND`; `connect %h %p` as ssh's ProxyCommand):
+    /// the launcher, which must then be among the spec's read-only paths.
+    /// None unless the sandbox is enforced.
+    pub fn connect_helper(&self) -> Option<&Path> {
+        self.inner.launcher.as_deref().filter(|_| self.enforced())
+    }
+
     /// The user processes of a run in the workspace at `root` run as: the
     /// service's own when it is not root; else the owner of `root`, or the
     /// configured user when root owns it.
@@ -368,7 +376,7 @@ impl Sandbox {
                 cwd: spec.cwd.clone(),
                 read_write: spec.read_write.clone(),
                 read_only: spec.read_only.clone(),
-                network: with_dns_port(&spec.network),
+                network: spec.network.clone(),
                 identity: spec.identity,
                 limits: Limits {
                     address_space: spec.address_space_limit,
@@ -396,12 +404,8 @@ impl Sandbox {
             die_with_service(&mut cmd);
             cmd
         };
-        let mut env = spec.env.clone();
-        if enforced && matches!(spec.network, Network::TcpPorts(_)) {
-            resolve_over_tcp(&mut env);
-        }
         cmd.env_clear()
-            .envs(env.iter().map(|(k, v)| (k, v)))
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -414,38 +418,6 @@ impl Sandbox {
             .map(Pid::from_raw)
             .ok_or_else(|| SandboxError::Spawn(io::Error::other("the process has no pid")))?;
         Ok(SandboxedChild::new(child, pid, enforced))
-    }
-}
-
-/// The DNS port, which a network limited to TCP ports always includes.
-const DNS_PORT: u16 = 53;
-
-/// A network limited to TCP ports: with the DNS port, since name resolution
-/// has to go over TCP (the seccomp filter refuses UDP sockets there).
-fn with_dns_port(network: &Network) -> Network {
-    match network {
-        Network::TcpPorts(ports) if !ports.contains(&DNS_PORT) => {
-            Network::TcpPorts(ports.iter().copied().chain([DNS_PORT]).collect())
-        }
-        other => other.clone(),
-    }
-}
-
-/// Tells glibc's resolver (and others that read `RES_OPTIONS`) to ask over
-/// TCP (`use-vc`), keeping options the environment already has.
-fn resolve_over_tcp(env: &mut Vec<(OsString, OsString)>) {
-    const RES_OPTIONS: &str = "RES_OPTIONS";
-    match env.iter_mut().find(|(k, _)| k == RES_OPTIONS) {
-        Some((_, value)) => {
-            if !value
-                .to_string_lossy()
-                .split_whitespace()
-                .any(|o| o == "use-vc")
-            {
-                value.push(" use-vc");
-            }
-        }
-        None => env.push((RES_OPTIONS.into(), "use-vc".into())),
     }
 }
 
@@ -549,25 +521,5 @@ mod tests {
         assert_eq!("on".parse::<Mode>(), Ok(Mode::On));
         assert_eq!("off".parse::<Mode>(), Ok(Mode::Off));
         assert!("maybe".parse::<Mode>().is_err());
-    }
-
-    #[test]
-    fn a_network_of_tcp_ports_resolves_names_over_tcp() {
-        assert_eq!(
-            with_dns_port(&Network::TcpPorts(vec![443])),
-            Network::TcpPorts(vec![443, 53])
-        );
-        assert_eq!(
-            with_dns_port(&Network::TcpPorts(vec![53])),
-            Network::TcpPorts(vec![53])
-        );
-        assert_eq!(with_dns_port(&Network::None), Network::None);
-        let mut env = vec![("PATH".into(), "/bin".into())];
-        resolve_over_tcp(&mut env);
-        assert_eq!(env[1], ("RES_OPTIONS".into(), "use-vc".into()));
-        let mut env = vec![("RES_OPTIONS".into(), "ndots:2".into())];
-        resolve_over_tcp(&mut env);
-        resolve_over_tcp(&mut env);
-        assert_eq!(env, [("RES_OPTIONS".into(), "ndots:2 use-vc".into())]);
     }
 }

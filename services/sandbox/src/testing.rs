@@ -165,62 +165,201 @@ pub async fn eventually(what: &str, done: impl Fn() -> bool) {
     }
 }
 
-/// A git daemon on 127.0.0.1 serving the bare repositories below `base`, push
-/// allowed (a remote a sandboxed git reaches over the network, with the
-/// `network` grant): each connection is handed to `git daemon --inetd`, run as
-/// the test user (who owns the repositories).
+/// A network namespace a test makes, joined to the host by a veth pair of
+/// its own (a /30 in 10.200.0.0/16): a place outside the sandbox and off the
+/// host's loopback for servers a sandboxed program may be allowed to reach.
+/// Needs root. Dropping it kills what runs in it and deletes it.
+pub struct TestNet {
+    pub name: String,
+    /// The host's end of the pair.
+    pub host_ip: std::net::Ipv4Addr,
+    /// The namespace's end: where its servers listen.
+    pub ip: std::net::Ipv4Addr,
+    children: Vec<tokio::process::Child>,
+}
+
+impl TestNet {
+    /// Makes the namespace and the pair, both ends up.
+    pub fn create() -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        assert!(running_as_root(), "a test network namespace needs root");
+        let unique =
+            (std::process::id().wrapping_mul(13) + NEXT.fetch_add(1, Ordering::Relaxed)) % 16_384;
+        let (block, slot) = (
+            u8::try_from(unique / 64).unwrap_or(0),
+            u8::try_from(unique % 64).unwrap_or(0),
+        );
+        let host_ip = std::net::Ipv4Addr::new(10, 200, block, slot * 4 + 1);
+        let ip = std::net::Ipv4Addr::new(10, 200, block, slot * 4 + 2);
+        let name = format!("chorus-test-{unique:x}");
+        let (outer, inner) = (format!("ce{unique:x}h"), format!("ce{unique:x}n"));
+        let net = Self {
+            name: name.clone(),
+            host_ip,
+            ip,
+            children: Vec::new(),
+        };
+        for args in [
+            vec!["netns", "add", &name],
+            vec![
+                "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+            ],
+            vec!["link", "set", &inner, "netns", &name],
+            vec!["addr", "add", &format!("{host_ip}/30"), "dev", &outer],
+            vec!["link", "set", &outer, "up"],
+            vec![
+                "-n",
+                &name,
+                "addr",
+                "add",
+                &format!("{ip}/30"),
+                "dev",
+                &inner,
+            ],
+            vec!["-n", &name, "link", "set", &inner, "up"],
+            vec!["-n", &name, "link", "set", "lo", "up"],
+        ] {
+            let out = std::process::Command::new("ip")
+                .args(&args)
+                .output()
+                .expect("ip (iproute2) must be installed for these tests");
+            assert!(
+                out.status.success(),
+                "ip {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        net
+    }
+
+    /// Starts `program args` in the namespace as the test user, and waits
+    /// until it writes a line containing `ready` (on stdout or stderr).
+    pub async fn serve(&mut self, program: &str, args: &[&str], ready: &str) {
+        use tokio::io::AsyncBufReadExt;
+        let uid = TEST_UID.to_string();
+        let mut child = tokio::process::Command::new("ip")
+            .args(["netns", "exec", &self.name, "setpriv"])
+            .args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "--"])
+            .arg(program)
+            .args(args)
+            .env_clear()
+            // The system's programs: the test user cannot run root's own
+            // (pyenv shims and the like).
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", "/tmp")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            // A group of its own: servers that fork (git daemon) go with it.
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start a server in the test namespace");
+        let stdout = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let stderr = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        tokio::spawn(pump(stdout, tx.clone()));
+        tokio::spawn(pump(stderr, tx.clone()));
+        drop(tx);
+        let mut said = Vec::new();
+        let waited = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = rx.recv().await {
+                if line.contains(ready) {
+                    return true;
+                }
+                said.push(line);
+            }
+            false
+        })
+        .await;
+        assert!(
+            matches!(waited, Ok(true)),
+            "{program} never said '{ready}' in {}; it said:\n{}",
+            self.name,
+            said.join("\n")
+        );
+        self.children.push(child);
+    }
+}
+
+/// Sends every line on (and keeps reading once nobody listens, so the child
+/// never blocks on a full pipe).
+async fn pump<R: tokio::io::AsyncBufRead + Unpin>(
+    mut lines: tokio::io::Lines<R>,
+    tx: tokio::sync::mpsc::UnboundedSender<String>,
+) {
+    while let Ok(Some(line)) = lines.next_line().await {
+        let _ = tx.send(line);
+    }
+}
+
+impl Drop for TestNet {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let _ = child.start_kill();
+        }
+        // The pair goes with the namespace.
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+/// A git daemon in a [`TestNet`] of its own serving the bare repositories below `base`,
+/// push allowed, as the test user (who owns the repositories): a remote a
+/// sandboxed git reaches through the egress proxy when the run's egress list
+/// names it ([`Self::rule`]).
 pub struct GitDaemon {
+    pub host: std::net::Ipv4Addr,
     pub port: u16,
-    task: tokio::task::JoinHandle<()>,
+    _net: TestNet,
 }
 
 impl GitDaemon {
+    /// Serves `base` from a test network namespace of its own.
     pub async fn serve(base: &Path) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let base = base.to_path_buf();
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let stream = stream.into_std().expect("std stream");
-                stream.set_nonblocking(false).expect("blocking");
-                let input = std::os::fd::OwnedFd::from(stream);
-                let output = input.try_clone().expect("dup");
-                let mut daemon = tokio::process::Command::new("git");
-                daemon
-                    .args(["daemon", "--inetd", "--export-all", "--enable=receive-pack"])
-                    .arg(format!("--base-path={}", base.display()))
-                    .arg(&base)
-                    .env_clear()
-                    .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-                    .env("HOME", "/tmp")
-                    .env("GIT_CONFIG_NOSYSTEM", "1")
-                    .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                    .stdin(std::process::Stdio::from(input))
-                    .stdout(std::process::Stdio::from(output))
-                    .stderr(std::process::Stdio::null())
-                    .kill_on_drop(true);
-                if running_as_root() {
-                    daemon.uid(TEST_UID).gid(TEST_UID);
-                }
-                let mut child = daemon.spawn().expect("git daemon");
-                tokio::spawn(async move {
-                    let _ = child.wait().await;
-                });
-            }
-        });
-        Self { port, task }
+        let mut net = TestNet::create();
+        let port = 9418;
+        net.serve(
+            "git",
+            &[
+                "daemon",
+                "--verbose",
+                "--reuseaddr",
+                "--export-all",
+                "--enable=receive-pack",
+                &format!("--listen={}", net.ip),
+                &format!("--port={port}"),
+                &format!("--base-path={}", base.display()),
+                &base.display().to_string(),
+            ],
+            "Ready to rumble",
+        )
+        .await;
+        Self {
+            host: net.ip,
+            port,
+            _net: net,
+        }
     }
 
     /// The git:// URL of repository `name`.
     pub fn url(&self, name: &str) -> String {
-        format!("git://127.0.0.1:{}/{name}", self.port)
+        format!("git://{}:{}/{name}", self.host, self.port)
     }
-}
 
-impl Drop for GitDaemon {
-    fn drop(&mut self) {
-        self.task.abort();
+    /// The egress rule that lets a sandboxed git reach it.
+    pub fn rule(&self) -> String {
+        format!("{}:{}", self.host, self.port)
     }
 }

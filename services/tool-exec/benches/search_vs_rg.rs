@@ -143,6 +143,7 @@ fn run() -> Result<bool, BoxError> {
         agent: "bench".to_owned(),
         tools: vec!["file.search".to_owned()],
         root: corpus.clone(),
+        egress: Vec::new(),
     };
 
     let only = std::env::var("CHORUS_BENCH_QUERY").ok();

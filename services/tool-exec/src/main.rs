@@ -65,6 +65,10 @@ struct MintArgs {
     task_id: String,
     #[arg(long, default_value = "dev-agent")]
     agent: String,
+    /// Egress rules (`host:port`, comma-separated) for bash and git of a run
+    /// with the network grant.
+    #[arg(long, value_delimiter = ',')]
+    egress: Vec<String>,
     /// Lifetime of the token in seconds.
     #[arg(long, default_value_t = 3600)]
     ttl_secs: u64,
@@ -107,6 +111,12 @@ fn mint(args: MintArgs) -> anyhow::Result<()> {
         agent: args.agent,
         tools: tools.into_iter().map(str::to_owned).collect(),
         root,
+        egress: args
+            .egress
+            .iter()
+            .map(|rule| chorus_sandbox::EgressRule::parse(rule).map(|r| r.to_string()))
+            .collect::<Result<_, _>>()
+            .map_err(anyhow::Error::msg)?,
     };
     println!(
         "{}",

@@ -28,7 +28,8 @@ use std::io;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use chorus_sandbox::{ProcessSpec, Sandbox, SandboxError};
+use chorus_run_token::RunGrant;
+use chorus_sandbox::{EgressRule, Network, ProcessSpec, Sandbox, SandboxError};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until};
@@ -73,6 +74,34 @@ pub fn base_env(network: bool) -> Vec<(OsString, OsString)> {
         env.push(("LANG".into(), "C.UTF-8".into()));
     }
     env
+}
+
+/// The network of a tool process of a run: none without the `network`
+/// grant; with it, a namespace of its own whose only way out is the
+/// launcher's egress proxy, allowing what the token's egress list allows
+/// (empty: nothing outside), never the host's loopback.
+///
+/// # Errors
+/// The token carries a rule that does not parse (a token of another
+/// version of Chorus).
+pub fn network_of(grant: &RunGrant) -> Result<Network, crate::error::ToolError> {
+    if !grant.allows(chorus_catalog::NETWORK) {
+        return Ok(Network::None);
+    }
+    let allow = grant
+        .egress
+        .iter()
+        .map(|rule| EgressRule::parse(rule))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            crate::error::ToolError::FailedPrecondition(format!(
+                "the run token's egress list holds a rule this tool-exec cannot read ({e}); check that the orchestrator and tool-exec run the same version"
+            ))
+        })?;
+    Ok(Network::Proxied {
+        allow,
+        forwards: Vec::new(),
+    })
 }
 
 /// Limits of one process run.

@@ -11,15 +11,17 @@ use crate::error::ServiceError;
 use crate::state::AppState;
 use crate::store::StoreError;
 
-/// The binding of a run that opens now: its token confines it to `root` and
-/// expires after `ttl` (whole seconds, as tokens carry them).
-pub fn binding(root: &std::path::Path, ttl: Duration) -> TokenBinding {
+/// The binding of a run that opens now: its token confines it to `root`,
+/// carries the agent's `egress` list and expires after `ttl` (whole seconds,
+/// as tokens carry them).
+pub fn binding(root: &std::path::Path, egress: &[String], ttl: Duration) -> TokenBinding {
     let ttl = ttl.clamp(Duration::from_secs(1), chorus_run_token::MAX_TOKEN_TTL);
     let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
     let expires_ms = now_ms().saturating_add(ttl_ms);
     TokenBinding {
         root: root.to_owned(),
         expires_ms: expires_ms - expires_ms.rem_euclid(1000),
+        egress: egress.to_vec(),
     }
 }
 
@@ -37,6 +39,7 @@ pub fn mint(state: &AppState, run: &Run) -> Result<String, ServiceError> {
         agent: run.agent.to_string(),
         tools: run.tools.clone(),
         root: binding.root.clone(),
+        egress: binding.egress.clone(),
     };
     let expires =
         UNIX_EPOCH + Duration::from_millis(u64::try_from(binding.expires_ms).unwrap_or(0));
@@ -86,6 +89,8 @@ pub fn mismatch(run: &Run, token: &VerifiedToken) -> Option<&'static str> {
         Some("tool list")
     } else if grant.root != binding.root {
         Some("workspace root")
+    } else if sorted(&grant.egress) != sorted(&binding.egress) {
+        Some("egress list")
     } else if i64::try_from(token.expires_at).ok() != Some(binding.expires_ms.div_euclid(1000)) {
         Some("expiry")
     } else {
@@ -119,6 +124,7 @@ mod tests {
             token: Some(TokenBinding {
                 root: "/srv/ws".into(),
                 expires_ms: 1_700_000_000_000,
+                egress: vec!["github.com:443".into()],
             }),
             replica: None,
             epoch: 0,
@@ -135,6 +141,7 @@ mod tests {
                 agent: run.agent.to_string(),
                 tools: vec!["bash".into(), "file.read".into()],
                 root: "/srv/ws".into(),
+                egress: vec!["github.com:443".into()],
             },
             kid: "k".into(),
             expires_at: 1_700_000_000,
@@ -151,12 +158,16 @@ mod tests {
     fn every_claim_that_is_not_the_runs_is_named() {
         let run = run();
         type Forge = fn(&mut VerifiedToken);
-        let cases: [(&str, Forge); 5] = [
+        let cases: [(&str, Forge); 7] = [
             ("task", |t| t.grant.task_id = TaskId::new().to_string()),
             ("agent", |t| t.grant.agent = "editor".into()),
             ("tool list", |t| t.grant.tools.push("git.push".into())),
             ("workspace root", |t| t.grant.root = "/".into()),
             ("expiry", |t| t.expires_at += 3600),
+            ("egress list", |t| {
+                t.grant.egress.push("*.evil.example:443".into())
+            }),
+            ("egress list", |t| t.grant.egress.clear()),
         ];
         for (claim, forge) in cases {
             let mut token = token_of(&run);
@@ -177,6 +188,7 @@ mod tests {
         let later = TokenBinding {
             root: "/srv/ws".into(),
             expires_ms: 1_700_000_100_000,
+            egress: vec!["github.com:443".into()],
         };
         crate::domain::policy::resume_run(&mut run, "r2", later, "the replica stopped")
             .expect("resumed");
@@ -191,6 +203,7 @@ mod tests {
     fn bindings_expire_on_whole_seconds_within_the_longest_lifetime() {
         let b = binding(
             std::path::Path::new("/w"),
+            &[],
             Duration::from_secs(10 * 365 * 24 * 3600),
         );
         assert_eq!(b.expires_ms % 1000, 0);

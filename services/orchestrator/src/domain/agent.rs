@@ -5,6 +5,9 @@ use super::{DomainError, Name, ProviderKind};
 /// Most bytes of an agent's instructions (they are part of every run's prompt).
 pub const MAX_INSTRUCTIONS_BYTES: usize = 32 * 1024;
 
+/// Most entries of an agent's egress list.
+pub const MAX_EGRESS_RULES: usize = 64;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentKind {
@@ -47,6 +50,11 @@ pub struct Agent {
     pub provider: Option<Name>,
     /// Model, overriding the provider's default.
     pub model: Option<String>,
+    /// Where the agent's processes may connect when it holds the `network`
+    /// grant, as `host:port` rules (`github.com:443`, `*.npmjs.org:443`,
+    /// `10.0.0.5:5432`); empty: nowhere. Never the host's loopback or
+    /// link-local addresses, whatever a rule says.
+    pub egress: Vec<String>,
     pub created_ms: i64,
     pub updated_ms: i64,
 }
@@ -109,6 +117,37 @@ impl Agent {
             ));
         }
         Ok(())
+    }
+
+    /// Checks an egress list and returns it as stored: every entry a
+    /// `host:port` rule, written canonically (lower case, IPv6 in brackets),
+    /// empty entries and repeats dropped, at most [`MAX_EGRESS_RULES`].
+    pub fn check_egress(entries: &[String]) -> Result<Vec<String>, DomainError> {
+        let mut rules: Vec<String> = Vec::new();
+        for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+            let rule = chorus_sandbox::EgressRule::parse(entry).map_err(|e| {
+                DomainError::invalid(
+                    "egress",
+                    format!(
+                        "{e}; each entry is host:port, *.domain:port or an address and port (e.g. github.com:443, *.npmjs.org:443, [2001:db8::1]:443)"
+                    ),
+                )
+            })?;
+            let rule = rule.to_string();
+            if !rules.contains(&rule) {
+                rules.push(rule);
+            }
+        }
+        if rules.len() > MAX_EGRESS_RULES {
+            return Err(DomainError::invalid(
+                "egress",
+                format!(
+                    "{} entries, over the limit of {MAX_EGRESS_RULES}; use *.domain:port patterns",
+                    rules.len()
+                ),
+            ));
+        }
+        Ok(rules)
     }
 
     /// The allow-list as stored: entries trimmed, empty ones and repeats dropped.
@@ -255,6 +294,7 @@ mod tests {
             allowed_tools: vec![],
             provider: None,
             model: None,
+            egress: vec![],
             created_ms: 0,
             updated_ms: 0,
         };
@@ -271,6 +311,33 @@ mod tests {
             err,
             "invalid agent: 'task-validator' is internal to Chorus: it cannot be deleted"
         );
+    }
+
+    #[test]
+    fn egress_lists_are_checked_and_written_canonically() {
+        let rules = Agent::check_egress(&[
+            " GitHub.com:443 ".to_owned(),
+            "github.com:443".to_owned(),
+            String::new(),
+            "*.npmjs.org:443".to_owned(),
+            "[2001:DB8::1]:443".to_owned(),
+        ])
+        .expect("valid");
+        assert_eq!(
+            rules,
+            ["github.com:443", "*.npmjs.org:443", "[2001:db8::1]:443"]
+        );
+        let err = Agent::check_egress(&["github.com".to_owned()])
+            .expect_err("no port")
+            .to_string();
+        assert!(
+            err.starts_with("invalid egress: 'github.com' has no port"),
+            "{err}"
+        );
+        let many: Vec<String> = (0..=MAX_EGRESS_RULES)
+            .map(|i| format!("h{i}.example.com:443"))
+            .collect();
+        assert!(Agent::check_egress(&many).is_err());
     }
 
     #[test]

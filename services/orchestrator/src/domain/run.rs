@@ -176,6 +176,8 @@ pub struct TokenBinding {
     pub root: std::path::PathBuf,
     /// When the token expires (whole seconds, in ms).
     pub expires_ms: i64,
+    /// The agent's egress list when the run opened (see `Agent::egress`).
+    pub egress: Vec<String>,
 }
 
 /// Why a handoff failed, as its caller is told.

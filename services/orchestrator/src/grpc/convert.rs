@@ -111,6 +111,7 @@ pub fn agent(workspace_id: &str, a: &Agent) -> pb::Agent {
         model: a.model.clone().unwrap_or_default(),
         created_ms: a.created_ms,
         updated_ms: a.updated_ms,
+        egress: a.egress.clone(),
     }
 }
 

@@ -166,7 +166,11 @@ impl Launch {
     /// workspace root, and a lifetime beyond the run's timeout (its clock stops
     /// during handoffs; an ended run is refused by its state anyway).
     pub fn token_binding(&self) -> TokenBinding {
-        crate::auth::runs::binding(&self.workspace.root, TOKEN_TTL.max(self.timeout * 2))
+        crate::auth::runs::binding(
+            &self.workspace.root,
+            &self.agent.egress,
+            TOKEN_TTL.max(self.timeout * 2),
+        )
     }
 
     /// The kind of provider the run is on.
@@ -214,6 +218,11 @@ impl Launch {
             provider: self.provider,
             model: self.model,
             tools: self.tools,
+            egress: run
+                .token
+                .as_ref()
+                .map(|t| t.egress.clone())
+                .unwrap_or_default(),
             system_prompt: self.system_prompt,
             token,
             tools_addr: state.addresses.tool_exec.clone(),

@@ -145,6 +145,7 @@ mod tests {
             allowed_tools: vec!["file.read".to_owned()],
             provider: None,
             model: None,
+            egress: Vec::new(),
             created_ms: 0,
             updated_ms: 0,
         }

@@ -20,6 +20,8 @@ pub struct NewAgent {
     /// A provider of the workspace.
     pub provider: Option<Name>,
     pub model: Option<String>,
+    /// `host:port` rules (see [`Agent::egress`]).
+    pub egress: Vec<String>,
 }
 
 /// Changes to an agent: `None` keeps a field, `Some(None)` clears it,
@@ -30,6 +32,7 @@ pub struct AgentChanges {
     pub allowed_tools: Option<Vec<String>>,
     pub provider: Option<Option<Name>>,
     pub model: Option<Option<String>>,
+    pub egress: Option<Vec<String>>,
 }
 
 impl Store {
@@ -42,6 +45,7 @@ impl Store {
         let allowed_tools = Agent::normalize_allowed_tools(&new.allowed_tools);
         Agent::check_allowed_tools(&allowed_tools)?;
         Agent::check_instructions(&new.instructions)?;
+        let egress = Agent::check_egress(&new.egress)?;
         self.write(move |conn| {
             ensure_workspace(conn, workspace)?;
             let now = now_ms();
@@ -52,6 +56,7 @@ impl Store {
                 allowed_tools,
                 provider: new.provider,
                 model: new.model,
+                egress,
                 created_ms: now,
                 updated_ms: now,
             };
@@ -121,6 +126,9 @@ impl Store {
         if let Some(instructions) = &changes.instructions {
             Agent::check_instructions(instructions)?;
         }
+        if let Some(egress) = &mut changes.egress {
+            *egress = Agent::check_egress(egress)?;
+        }
         self.write(move |conn| {
             let key = (workspace.to_string(), name.to_string());
             let row = first_locked!(
@@ -136,9 +144,10 @@ impl Store {
                 allowed_tools,
                 provider,
                 model,
+                egress,
             } = changes;
-            if allowed_tools.is_some() || provider.is_some() {
-                agent.check_user_defined("its tools and provider are fixed")?;
+            if allowed_tools.is_some() || provider.is_some() || egress.is_some() {
+                agent.check_user_defined("its tools, provider and egress are fixed")?;
             }
             if let Some(Some(provider)) = &provider {
                 ensure_provider(conn, workspace, provider)?;
@@ -155,6 +164,9 @@ impl Store {
             if let Some(model) = model {
                 agent.model = model;
             }
+            if let Some(egress) = egress {
+                agent.egress = egress;
+            }
             if let Some(provider) = &agent.provider {
                 agent.check_provider_kind(
                     provider.as_str(),
@@ -169,6 +181,7 @@ impl Store {
                     agents::allowed_tools.eq(&row.allowed_tools),
                     agents::provider.eq(&row.provider),
                     agents::model.eq(&row.model),
+                    agents::egress.eq(&row.egress),
                     agents::updated_ms.eq(row.updated_ms),
                 ))
                 .execute(conn);

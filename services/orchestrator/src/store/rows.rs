@@ -152,6 +152,8 @@ pub(super) struct AgentRow {
     pub model: Option<String>,
     pub created_ms: i64,
     pub updated_ms: i64,
+    /// JSON array of `host:port` rules.
+    pub egress: String,
 }
 
 impl AgentRow {
@@ -166,6 +168,7 @@ impl AgentRow {
             model: agent.model.clone(),
             created_ms: agent.created_ms,
             updated_ms: agent.updated_ms,
+            egress: to_json(&agent.egress)?,
         })
     }
 
@@ -182,6 +185,7 @@ impl AgentRow {
             allowed_tools: r.json("allowed_tools", &self.allowed_tools)?,
             provider: r.opt_name("provider", self.provider.as_deref())?,
             model: self.model,
+            egress: r.json("egress", &self.egress)?,
             created_ms: self.created_ms,
             updated_ms: self.updated_ms,
         })
@@ -303,6 +307,8 @@ pub(super) struct RunRow {
     pub output: Option<String>,
     pub token_root: Option<String>,
     pub token_expires_ms: Option<i64>,
+    /// JSON array of the token's egress rules (NULL: none).
+    pub token_egress: Option<String>,
     pub replica: Option<String>,
     /// Not part of the domain run: the store keeps leases.
     pub lease_expires_ms: Option<i64>,
@@ -342,6 +348,10 @@ impl RunRow {
                 })
                 .transpose()?,
             token_expires_ms: run.token.as_ref().map(|t| t.expires_ms),
+            token_egress: match &run.token {
+                Some(t) if !t.egress.is_empty() => Some(to_json(&t.egress)?),
+                _ => None,
+            },
             replica: run.replica.clone(),
             lease_expires_ms: None,
             epoch: i64::from(run.epoch),
@@ -399,6 +409,10 @@ impl RunRow {
                 (Some(root), Some(expires_ms)) => Some(TokenBinding {
                     root: root.into(),
                     expires_ms,
+                    egress: match &self.token_egress {
+                        Some(egress) => r.json("token_egress", egress)?,
+                        None => Vec::new(),
+                    },
                 }),
                 _ => None,
             },

@@ -426,6 +426,7 @@ pub(super) fn save_run(
                 (
                     runs::token_root.eq(&row.token_root),
                     runs::token_expires_ms.eq(row.token_expires_ms),
+                    runs::token_egress.eq(&row.token_egress),
                     runs::replica.eq(&row.replica),
                     runs::epoch.eq(row.epoch),
                     runs::timeout_ms.eq(row.timeout_ms),

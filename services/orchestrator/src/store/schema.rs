@@ -40,6 +40,8 @@ diesel::table! {
         model -> Nullable<Text>,
         created_ms -> BigInt,
         updated_ms -> BigInt,
+        /// JSON array of `host:port` rules.
+        egress -> Text,
     }
 }
 
@@ -99,6 +101,7 @@ diesel::table! {
         output -> Nullable<Text>,
         token_root -> Nullable<Text>,
         token_expires_ms -> Nullable<BigInt>,
+        token_egress -> Nullable<Text>,
         /// The replica driving the run, while one does.
         replica -> Nullable<Text>,
         /// Until when the replica's lease holds (its heartbeat extends it).

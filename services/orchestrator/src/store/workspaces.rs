@@ -61,6 +61,7 @@ impl Store {
                         allowed_tools: tools.into_iter().map(str::to_owned).collect(),
                         provider: None,
                         model: None,
+                        egress: Vec::new(),
                         created_ms: now,
                         updated_ms: now,
                     };

@@ -6,14 +6,14 @@ use std::path::PathBuf;
 
 use caps::CapSet;
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, NetPort, PathBeneath, PathFd, RestrictionStatus, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
+    ABI, Access, AccessFs, PathBeneath, PathFd, RestrictionStatus, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
 };
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use nix::unistd::{Gid, Uid, geteuid, getuid, setgroups, setresgid, setresuid};
 use serde_json::json;
 
-use crate::policy::{Cgroups, Identity, Limits, Network, Policy};
+use crate::policy::{Cgroups, Identity, Limits, Policy};
 
 /// The Landlock ABI whose access rights the sandbox asks for (file system, TCP,
 /// signal and abstract-socket scoping); older kernels enforce what they know.
@@ -96,19 +96,14 @@ pub fn limits(limits: &Limits, cgroups: Option<&Cgroups>) -> Result<(), String> 
 }
 
 /// Applies the Landlock rules of the view: system directories readable, the
-/// policy's paths as it says, `/tmp` and `/dev` usable, TCP connections only to
-/// the allowed ports (when the policy lists ports), and no signals or abstract
-/// sockets to anything outside the sandbox.
+/// policy's paths as it says, `/tmp` and `/dev` usable, and no signals or
+/// abstract sockets to anything outside the sandbox. (The network needs no
+/// rule: every sandbox has a network namespace of its own.)
 pub fn landlock(policy: &Policy) -> Result<RestrictionStatus, String> {
     let error = |e: landlock::RulesetError| e.to_string();
     let all = AccessFs::from_all(LANDLOCK_ABI);
     let read = AccessFs::from_read(LANDLOCK_ABI);
-    let mut ruleset = Ruleset::default().handle_access(all).map_err(error)?;
-    if matches!(policy.network, Network::TcpPorts(_)) {
-        ruleset = ruleset
-            .handle_access(AccessNet::ConnectTcp)
-            .map_err(error)?;
-    }
+    let ruleset = Ruleset::default().handle_access(all).map_err(error)?;
     let ruleset = ruleset
         .scope(Scope::Signal | Scope::AbstractUnixSocket)
         .map_err(error)?;
@@ -116,7 +111,7 @@ pub fn landlock(policy: &Policy) -> Result<RestrictionStatus, String> {
         .iter()
         .filter_map(|f| std::fs::canonicalize(f).ok())
         .collect();
-    let mut created = ruleset
+    let created = ruleset
         .create()
         .map_err(error)?
         .add_rules(path_beneath_rules(READABLE, read))
@@ -140,13 +135,6 @@ pub fn landlock(policy: &Policy) -> Result<RestrictionStatus, String> {
         .map_err(error)?
         .add_rules(path_beneath_rules(&policy.read_only, read))
         .map_err(error)?;
-    if let Network::TcpPorts(ports) = &policy.network {
-        for port in ports {
-            created = created
-                .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
-                .map_err(error)?;
-        }
-    }
     let status = created.restrict_self().map_err(error)?;
     if status.ruleset == RulesetStatus::NotEnforced {
         return Err("this kernel does not enforce Landlock".to_owned());

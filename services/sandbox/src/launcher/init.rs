@@ -18,8 +18,8 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, chdir, execve, fork, pipe2, setsid};
 
 use super::cgroup::Created;
-use super::{Target, confine, fail, mounts, net, seccomp, signals};
-use crate::policy::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, Network, Policy};
+use super::{Target, confine, egress, fail, mounts, net, seccomp, signals};
+use crate::policy::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, Policy};
 
 /// How the leader ended, as init reports it to the monitor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,10 +37,11 @@ pub fn run(
     report: OwnedFd,
     lifeline: &OwnedFd,
     cgroups: Option<&Created>,
+    egress_channel: Option<OwnedFd>,
 ) -> ! {
     die_with_monitor(lifeline);
     let mut flags = CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWUTS;
-    if policy.network == Network::None {
+    if policy.network.own_namespace() {
         flags |= CloneFlags::CLONE_NEWNET;
     }
     if let Err(e) = unshare(flags) {
@@ -54,10 +55,17 @@ pub fn run(
     if let Err(e) = mounts::build(policy) {
         fail(&format!("cannot build the sandbox's file system view: {e}"));
     }
-    if policy.network == Network::None
+    if policy.network.own_namespace()
         && let Err(e) = net::loopback_up()
     {
         fail(&format!("cannot bring up the loopback interface: {e}"));
+    }
+    // Proxied: the proxy's and the forwards' listeners, bound in here, go to
+    // the proxy process outside (see `egress`).
+    if let Some(channel) = egress_channel
+        && let Err(e) = egress::hand_over(policy, channel)
+    {
+        fail(&e);
     }
     let _ = nix::unistd::sethostname("chorus-sandbox");
     if let Err(e) = confine::identity(policy.identity) {
@@ -74,14 +82,14 @@ pub fn run(
         fail(&format!("cannot set resource limits: {e}"));
     }
     let program = match target {
-        Target::Program(argv) => Some(exec_args(argv)),
+        Target::Program(argv) => Some(exec_args(argv, &egress::program_env(&policy.network))),
         Target::Probe => None,
     };
     let landlock = confine::landlock(policy)
         .unwrap_or_else(|e| fail(&format!("cannot apply the Landlock rules: {e}")));
     // After Landlock (which set no_new_privs), before the leader: init and
     // everything it starts run under the filter.
-    if let Err(e) = seccomp::install(&policy.network) {
+    if let Err(e) = seccomp::install() {
         fail(&format!("cannot apply the seccomp filter: {e}"));
     }
     if program.is_none() {
@@ -116,7 +124,8 @@ struct ExecArgs {
     envp: Vec<CString>,
 }
 
-fn exec_args(argv: &[OsString]) -> ExecArgs {
+/// `overrides` replace variables of the launcher's environment (the program's).
+fn exec_args(argv: &[OsString], overrides: &[(OsString, OsString)]) -> ExecArgs {
     let c_string = |s: &[u8]| {
         CString::new(s).unwrap_or_else(|_| fail("an argument or variable contains a NUL byte"))
     };
@@ -137,6 +146,8 @@ fn exec_args(argv: &[OsString]) -> ExecArgs {
         shown,
         argv: argv.iter().map(|a| c_string(a.as_bytes())).collect(),
         envp: std::env::vars_os()
+            .filter(|(k, _)| !overrides.iter().any(|(name, _)| name == k))
+            .chain(overrides.iter().cloned())
             .map(|(k, v)| {
                 let mut entry = k.as_bytes().to_vec();
                 entry.push(b'=');

@@ -11,8 +11,8 @@
 //!   `clone` with any `CLONE_NEW*` flag), mounting, swap, reboot, kexec,
 //!   modules, raw I/O ports, accounting, quotas, file handles, the kernel log,
 //!   setting the clock, personalities other than Linux's, and sockets other
-//!   than Unix, IPv4, IPv6 and routing netlink; without the host's network,
-//!   IPv4 and IPv6 sockets other than TCP streams (no UDP, raw, SCTP or MPTCP
+//!   than Unix, IPv4, IPv6 and routing netlink; IPv4 and IPv6 sockets other
+//!   than TCP streams (no sandbox has the host's network) (no UDP, raw, SCTP or MPTCP
 //!   socket). A system call of another architecture (32-bit x86) kills the
 //!   process;
 //! - **clone3** (seccompiler): ENOSYS, so libc falls back to `clone`, whose
@@ -28,7 +28,6 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
-use crate::policy::Network;
 
 /// The `CLONE_NEW*` flags: any of them makes a namespace. (`CLONE_NEWTIME`
 /// shares its bit with clone's exit signal, where no valid signal sets it.)
@@ -133,22 +132,22 @@ const DENIED_ARCH: &[libc::c_long] = &[
 const DENIED_ARCH: &[libc::c_long] = &[];
 
 /// Installs the filter on the calling process (single-threaded: init).
-pub fn install(network: &Network) -> Result<(), String> {
-    for program in programs(network)? {
+pub fn install() -> Result<(), String> {
+    for program in programs()? {
         seccompiler::apply_filter(&program).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
 
 /// The programs, in the order they are installed.
-fn programs(network: &Network) -> Result<Vec<BpfProgram>, String> {
+fn programs() -> Result<Vec<BpfProgram>, String> {
     let arch = target_arch()?;
     let compile = |rules, action| -> Result<BpfProgram, String> {
         SeccompFilter::new(rules, SeccompAction::Allow, action, arch)
             .and_then(TryInto::try_into)
             .map_err(|e| format!("cannot build the seccomp filter: {e}"))
     };
-    let deny = deny_rules(network).map_err(|e| format!("cannot build the seccomp filter: {e}"))?;
+    let deny = deny_rules().map_err(|e| format!("cannot build the seccomp filter: {e}"))?;
     let mut programs = vec![
         compile(deny, SeccompAction::Errno(libc::EPERM.cast_unsigned()))?,
         compile(
@@ -178,9 +177,7 @@ fn target_arch() -> Result<TargetArch, String> {
 /// The deny list: each system call with the rules that refuse it (an empty
 /// list refuses it always; several rules refuse it when any matches; the
 /// conditions of one rule must all hold).
-fn deny_rules(
-    network: &Network,
-) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendError> {
+fn deny_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED
         .iter()
         .chain(DENIED_ARCH)
@@ -206,7 +203,7 @@ fn deny_rules(
         ])?],
     );
 
-    let sockets = socket_rules(network)?;
+    let sockets = socket_rules()?;
     rules.insert(libc::SYS_socket, sockets.clone());
     rules.insert(libc::SYS_socketpair, sockets);
     Ok(rules)
@@ -215,7 +212,7 @@ fn deny_rules(
 /// `socket(domain, type, protocol)` (and socketpair) refused: another family;
 /// netlink other than routing (which glibc and `ip` use to list interfaces);
 /// and, without the host's network, IPv4 and IPv6 other than TCP streams.
-fn socket_rules(network: &Network) -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+fn socket_rules() -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
     let family = |f: libc::c_int| u64::from(f.cast_unsigned());
     let mut rules = vec![
         SeccompRule::new(
@@ -229,7 +226,7 @@ fn socket_rules(network: &Network) -> Result<Vec<SeccompRule>, seccompiler::Back
             arg(2, SeccompCmpOp::Ne, family(libc::NETLINK_ROUTE))?,
         ])?,
     ];
-    if *network != Network::Host {
+    {
         // SOCK_STREAM, alone or with SOCK_NONBLOCK and SOCK_CLOEXEC (the
         // kernel refuses any other flag).
         let stream = family(libc::SOCK_STREAM);
@@ -323,7 +320,7 @@ mod tests {
 
     #[test]
     fn the_deny_list_names_what_the_issue_found_and_the_usual_rest() {
-        let rules = deny_rules(&Network::None).expect("rules");
+        let rules = deny_rules().expect("rules");
         for nr in [
             libc::SYS_keyctl,
             libc::SYS_add_key,
@@ -360,17 +357,14 @@ mod tests {
     }
 
     #[test]
-    fn only_a_network_other_than_the_hosts_restricts_inet_sockets() {
-        let restricted = socket_rules(&Network::TcpPorts(vec![443])).expect("rules");
-        let host = socket_rules(&Network::Host).expect("rules");
-        assert_eq!(host.len(), 2, "families and netlink only");
-        assert_eq!(restricted.len(), 6, "plus IPv4 and IPv6: type and protocol");
-        assert_eq!(socket_rules(&Network::None).expect("rules"), restricted);
+    fn inet_sockets_are_tcp_streams_only() {
+        let rules = socket_rules().expect("rules");
+        assert_eq!(rules.len(), 6, "families, netlink, and IPv4 and IPv6: type and protocol");
     }
 
     #[test]
     fn every_program_compiles_for_this_architecture() {
-        let programs = programs(&Network::None).expect("programs");
+        let programs = programs().expect("programs");
         let expected = if cfg!(target_arch = "x86_64") { 3 } else { 2 };
         assert_eq!(programs.len(), expected);
         assert!(programs.iter().all(|p| !p.is_empty() && p.len() < 4096));

@@ -2,7 +2,8 @@
 //!
 //! The command runs with stdin closed, as the workspace's owner (never root),
 //! seeing only the workspace (read-write) and the system directories, with no
-//! network unless the run holds the `network` grant, and an allow-listed
+//! network unless the run holds the `network` grant (then only what the
+//! agent's egress list allows, through the launcher's proxy), and an allow-listed
 //! environment plus `CHORUS_WORKSPACE_ROOT` (the root). stdout and stderr are
 //! kept up to `max_output_bytes` each. When the command returns, the timeout
 //! passes, the caller goes away or the service shuts down, every process it
@@ -20,7 +21,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chorus_catalog::{args, outputs};
-use chorus_sandbox::{Network, ProcessSpec};
+use chorus_sandbox::ProcessSpec;
 
 use crate::config::Limits;
 use crate::context::{ToolContext, ToolOutcome};
@@ -56,11 +57,7 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
         cwd: root.to_path_buf(),
         read_write: vec![root.to_path_buf()],
         read_only: Vec::new(),
-        network: if network {
-            Network::Host
-        } else {
-            Network::None
-        },
+        network: process::network_of(&ctx.grant)?,
         identity,
         address_space_limit: true,
         covers: Vec::new(),

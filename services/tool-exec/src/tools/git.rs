@@ -425,18 +425,35 @@ impl<'a> Git<'a> {
             env.push((key.into(), value.to_owned()));
         }
         env.extend(cmd.env);
+        let network = if cmd.network {
+            process::network_of(&self.ctx.grant)?
+        } else {
+            Network::None
+        };
+        let mut read_only = Vec::new();
+        // git's git:// and ssh transports take no proxy variable: they reach
+        // the egress proxy through the launcher's CONNECT client.
+        if matches!(network, Network::Proxied { .. })
+            && let Some(helper) = self.ctx.processes.connect_helper()
+            && let Some(shown) = helper
+                .to_str()
+                .filter(|p| !p.contains(['\'', '"', '$', '`', '\\']))
+        {
+            env.push(("GIT_PROXY_COMMAND".into(), helper.into()));
+            env.push((
+                "GIT_SSH_COMMAND".into(),
+                format!("ssh -o BatchMode=yes -o \"ProxyCommand='{shown}' connect %h %p\"").into(),
+            ));
+            read_only.push(helper.to_path_buf());
+        }
         let spec = ProcessSpec {
             program: "git".into(),
             args: cmd.args,
             env,
             cwd: self.root.clone(),
             read_write: vec![self.root.clone()],
-            read_only: Vec::new(),
-            network: if cmd.network {
-                Network::Host
-            } else {
-                Network::None
-            },
+            read_only,
+            network,
             identity: self.identity,
             address_space_limit: true,
             // git reads the allowed configuration in place of the repository's.

@@ -45,6 +45,7 @@ impl Workspace {
             .map(str::to_owned)
             .to_vec(),
             root,
+            egress: Vec::new(),
         };
         let ctx = ToolContext {
             sandbox: Arc::new(sandbox),

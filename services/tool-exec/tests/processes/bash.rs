@@ -250,19 +250,87 @@ async fn commands_act_as_the_workspace_owner_inside_the_workspace_only() {
 }
 
 #[tokio::test]
-async fn the_network_is_reachable_only_with_the_grant() {
-    let h = Harness::new().await;
+async fn the_network_grant_never_reaches_the_hosts_loopback() {
+    let mut h = Harness::new().await;
+    // A database on the host's loopback, trust authentication.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
     let port = listener.local_addr().expect("addr").port();
-    let command =
-        format!("(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached || echo refused");
+    let command = format!(
+        "(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached || echo refused; \
+         curl -s --noproxy '' -o /dev/null -w '%{{http_code}}\\n' http://127.0.0.1:{port}/; \
+         curl -s --noproxy '' -o /dev/null -w '%{{http_connect}}\\n' -p http://localhost:{port}/ || true"
+    );
     let without = output(&h.ok("bash", json!({ "command": command })).await);
-    assert_eq!(without.stdout, "refused\n");
-    let with = h
-        .call_with_network("bash", json!({ "command": command }))
-        .await
-        .expect("bash");
-    assert_eq!(output(&with).stdout, "reached\n");
+    assert!(
+        without.stdout.starts_with("refused\n"),
+        "{}",
+        without.stdout
+    );
+    // Even with rules naming it, the grant reaches nothing on the loopback.
+    for egress in [
+        Vec::new(),
+        vec![format!("127.0.0.1:{port}"), format!("localhost:{port}")],
+    ] {
+        h.egress = egress;
+        let with = output(
+            &h.call_with_network("bash", json!({ "command": command }))
+                .await
+                .expect("bash"),
+        );
+        assert_eq!(with.stdout, "refused\n403\n403\n", "{}", with.stderr);
+    }
+    listener.set_nonblocking(true).expect("nonblocking");
+    assert!(listener.accept().is_err(), "the database was reached");
+}
+
+#[tokio::test]
+async fn the_network_grant_reaches_what_the_egress_list_names() {
+    if !chorus_sandbox::testing::running_as_root() {
+        eprintln!("skipped: a test network namespace needs root");
+        return;
+    }
+    let mut h = Harness::new().await;
+    let files = tempfile::tempdir().expect("files");
+    std::fs::write(files.path().join("f.txt"), "outside\n").expect("write");
+    chorus_sandbox::testing::give_to_test_user(files.path());
+    let mut net = chorus_sandbox::testing::TestNet::create();
+    let ip = net.ip;
+    let dir = files.path().display().to_string();
+    net.serve(
+        "python3",
+        &[
+            "-u",
+            "-m",
+            "http.server",
+            "8080",
+            "--bind",
+            &ip.to_string(),
+            "--directory",
+            &dir,
+        ],
+        "Serving HTTP",
+    )
+    .await;
+    let command = format!("curl -sS http://{ip}:8080/f.txt");
+    h.egress = vec![format!("{ip}:8080")];
+    let with = output(
+        &h.call_with_network("bash", json!({ "command": command }))
+            .await
+            .expect("bash"),
+    );
+    assert_eq!(with.stdout, "outside\n", "{}", with.stderr);
+    h.egress = Vec::new();
+    let without = output(
+        &h.call_with_network("bash", json!({ "command": command }))
+            .await
+            .expect("bash"),
+    );
+    // The proxy's answer, as curl prints it.
+    assert!(
+        without.stdout.contains("egress list is empty"),
+        "{}",
+        without.stdout
+    );
 }
 
 #[tokio::test]

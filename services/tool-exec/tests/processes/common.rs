@@ -23,6 +23,8 @@ pub struct Harness {
     pub shutdown: CancellationToken,
     pub root: PathBuf,
     pub run_id: String,
+    /// The egress list of a run with the network grant.
+    pub egress: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -55,6 +57,7 @@ impl Harness {
             shutdown,
             root,
             run_id,
+            egress: Vec::new(),
             _dir: dir,
         }
     }
@@ -73,6 +76,7 @@ impl Harness {
                 .map(|t| t.name.to_owned())
                 .collect(),
             root: root.to_owned(),
+            egress: Vec::new(),
         }
     }
 
@@ -80,7 +84,8 @@ impl Harness {
         self.runner.execute(self.grant(), tool, args).await
     }
 
-    /// A call by a run that also holds the `network` grant.
+    /// A call by a run that also holds the `network` grant, with the
+    /// harness's egress list.
     pub async fn call_with_network(
         &self,
         tool: &str,
@@ -88,6 +93,7 @@ impl Harness {
     ) -> Result<ToolOutcome, ToolError> {
         let mut grant = self.grant();
         grant.tools.push(chorus_catalog::NETWORK.to_owned());
+        grant.egress.clone_from(&self.egress);
         self.runner.execute(grant, tool, args).await
     }
 

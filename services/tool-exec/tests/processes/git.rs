@@ -357,10 +357,11 @@ async fn with_an_identity_the_repository_identity_is_used() {
     );
 }
 
-/// A repository whose origin is a bare repository served by a git daemon on
-/// 127.0.0.1 (pushes go over the network: local transports are refused).
+/// A repository whose origin is a bare repository served by a git daemon in
+/// a test network namespace (pushes go over the network: local transports
+/// are refused), which the run's egress list names.
 async fn repo_with_origin() -> (Harness, tempfile::TempDir, GitDaemon) {
-    let h = repo().await;
+    let mut h = repo().await;
     let remote = tempfile::tempdir().expect("tempdir");
     give_to_test_user(remote.path());
     git(
@@ -372,6 +373,7 @@ async fn repo_with_origin() -> (Harness, tempfile::TempDir, GitDaemon) {
         &h.root,
         &["remote", "add", "origin", &daemon.url("origin.git")],
     );
+    h.egress = vec![daemon.rule()];
     (h, remote, daemon)
 }
 
@@ -622,6 +624,27 @@ async fn the_bare_repository_trick_runs_nothing() {
     h.write("a.txt", "content\n");
     refused_by_every_git_tool(&h, "the workspace root has no .git directory").await;
     nothing_ran(&h);
+}
+
+#[tokio::test]
+async fn a_push_needs_an_egress_rule_for_its_remote() {
+    let (mut h, remote_dir, daemon) = repo_with_origin().await;
+    for egress in [Vec::new(), vec![format!("{}:22", daemon.host)]] {
+        h.egress = egress;
+        let err = push(&h, json!({})).await.expect_err("refused");
+        let message = failed_precondition(&err);
+        assert!(
+            message.contains(&format!(
+                "egress to {}:{} is not allowed",
+                daemon.host, daemon.port
+            )),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        git(&remote_dir.path().join("origin.git"), &["branch", "--list"]),
+        ""
+    );
 }
 
 #[tokio::test]

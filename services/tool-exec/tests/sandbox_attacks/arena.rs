@@ -117,6 +117,7 @@ impl Arena {
             agent: "attacker".to_owned(),
             tools: FILE_TOOLS.map(str::to_owned).to_vec(),
             root: self.root.clone(),
+            egress: Vec::new(),
         }
     }
 

@@ -125,6 +125,7 @@ impl Service {
                 .map(str::to_owned)
                 .to_vec(),
             root: root.clone(),
+            egress: Vec::new(),
         };
         let token = signer.mint(&grant, Duration::from_secs(3600));
         let (events_tx, events) = mpsc::unbounded_channel();

@@ -28,6 +28,7 @@ pub(super) async fn create(
         allowed_tools: req.allowed_tools,
         provider: convert::optional_name("provider", req.provider)?,
         model: convert::non_empty(req.model),
+        egress: req.egress,
     };
     let agent = state.store.create_agent(workspace, new).await?;
     Ok(convert::agent(&workspace.to_string(), &agent))
@@ -67,6 +68,11 @@ pub(super) async fn update(
             "invalid allowed_tools: set set_allowed_tools to replace the allow-list".to_owned(),
         ));
     }
+    if !req.set_egress && !req.egress.is_empty() {
+        return Err(ServiceError::Invalid(
+            "invalid egress: set set_egress to replace the egress list".to_owned(),
+        ));
+    }
     let instructions = match (req.instructions, req.reset_instructions) {
         (Some(_), true) => {
             return Err(ServiceError::Invalid(
@@ -85,6 +91,7 @@ pub(super) async fn update(
             .map(|p| convert::optional_name("provider", p))
             .transpose()?,
         model: req.model.map(convert::non_empty),
+        egress: req.set_egress.then_some(req.egress),
     };
     let agent = state.store.update_agent(workspace, name, changes).await?;
     Ok(convert::agent(&workspace.to_string(), &agent))

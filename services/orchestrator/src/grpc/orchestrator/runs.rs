@@ -52,7 +52,11 @@ pub(super) async fn open(
         parent: None,
         tools,
         handoff_prompt: None,
-        token: Some(crate::auth::runs::binding(&workspace.root, ttl)),
+        token: Some(crate::auth::runs::binding(
+            &workspace.root,
+            &agent.egress,
+            ttl,
+        )),
         // Its caller drives it: no replica does.
         drive: None,
     };

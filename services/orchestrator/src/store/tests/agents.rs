@@ -10,6 +10,7 @@ fn reviewer() -> NewAgent {
         allowed_tools: vec!["@reviewer".into(), "file.read".into()],
         provider: Some(name_of("claude")),
         model: Some("opus".into()),
+        egress: vec!["github.com:443".into()],
     }
 }
 
@@ -75,6 +76,7 @@ async fn agents_are_updated_and_deleted_but_internal_agents_keep_their_tools() {
                     allowed_tools: Some(vec!["@developer".into()]),
                     provider: Some(Some(name_of("claude"))),
                     model: Some(Some("haiku".into())),
+                    egress: Some(vec!["*.npmjs.org:443".into()]),
                 },
             )
             .await

@@ -433,6 +433,7 @@ async fn a_handoff_opens_its_child_and_parks_its_parent_in_one_transaction() {
         let binding = crate::domain::TokenBinding {
             root: "/srv/docs".into(),
             expires_ms: 1_900_000_000_000,
+            egress: vec!["github.com:443".into(), "*.npmjs.org:443".into()],
         };
         let new = NewRun {
             task_id: task.id,

@@ -460,3 +460,77 @@ async fn agents_are_validated_created_changed_and_deleted() {
         assert_status(err, Code::InvalidArgument, "workspace_id", b);
     }
 }
+
+#[tokio::test]
+async fn an_agents_egress_list_is_checked_stored_and_replaced_only_when_asked() {
+    for f in fixtures().await {
+        let b = f.backend();
+        let ws = f.workspace("egress").await;
+        let create = |egress: &[&str]| {
+            Request::new(pb::CreateAgentRequest {
+                workspace_id: ws.id.clone(),
+                name: "fetcher".into(),
+                allowed_tools: vec!["bash".into(), "network".into()],
+                egress: egress.iter().map(|e| (*e).to_owned()).collect(),
+                ..Default::default()
+            })
+        };
+        let err = f.svc.create_agent(create(&["github.com"])).await;
+        assert_status(
+            err,
+            Code::InvalidArgument,
+            "invalid egress: 'github.com' has no port",
+            b,
+        );
+        let err = f.svc.create_agent(create(&["2130706433:443"])).await;
+        assert_status(err, Code::InvalidArgument, "dotted decimal", b);
+        let agent = f
+            .svc
+            .create_agent(create(&[
+                "GitHub.com:443",
+                "*.npmjs.org:443",
+                "github.com:443",
+            ]))
+            .await
+            .expect(b)
+            .into_inner();
+        assert_eq!(agent.egress, ["github.com:443", "*.npmjs.org:443"], "{b}");
+
+        let update = |set: bool, egress: &[&str]| {
+            Request::new(pb::UpdateAgentRequest {
+                workspace_id: ws.id.clone(),
+                name: "fetcher".into(),
+                egress: egress.iter().map(|e| (*e).to_owned()).collect(),
+                set_egress: set,
+                ..Default::default()
+            })
+        };
+        let err = f.svc.update_agent(update(false, &["pypi.org:443"])).await;
+        assert_status(err, Code::InvalidArgument, "set_egress", b);
+        let kept = f
+            .svc
+            .update_agent(Request::new(pb::UpdateAgentRequest {
+                model: Some("m".into()),
+                ..update(false, &[]).into_inner()
+            }))
+            .await
+            .expect(b)
+            .into_inner();
+        assert_eq!(kept.egress, ["github.com:443", "*.npmjs.org:443"], "{b}");
+        let cleared = f
+            .svc
+            .update_agent(update(true, &[]))
+            .await
+            .expect(b)
+            .into_inner();
+        assert!(cleared.egress.is_empty(), "{b}");
+        let err = f
+            .svc
+            .update_agent(Request::new(pb::UpdateAgentRequest {
+                name: "task-validator".into(),
+                ..update(true, &["pypi.org:443"]).into_inner()
+            }))
+            .await;
+        assert_status(err, Code::InvalidArgument, "egress are fixed", b);
+    }
+}
