@@ -48,7 +48,16 @@ async fn killed_and_restarted(sessions: Sessions, kind: pb::ProviderKind) {
         let root = tempfile::tempdir().expect("root");
         let fake = fake_cli();
         let fake = fake.to_str().expect("utf-8 path");
-        let args = ["--claude-bin", fake, "--opencode-bin", fake];
+        // A short lease: with PostgreSQL the restarted replica takes its runs
+        // back once the killed process's leases ran out.
+        let args = [
+            "--claude-bin",
+            fake,
+            "--opencode-bin",
+            fake,
+            "--lease-secs",
+            "3",
+        ];
         let first = OrchestratorProcess::spawn(data_dir.path(), &db.url, &args).await;
         let mut client = first.client().await;
         let ws = workspace(&mut client, &format!("restart-{b}"), root.path()).await;
@@ -110,8 +119,16 @@ async fn killed_and_restarted(sessions: Sessions, kind: pb::ProviderKind) {
         )
         .await;
 
+        let runs_dir = data_dir.path().join("runs");
         if sessions == Sessions::Gone {
-            std::fs::remove_dir_all(data_dir.path().join("runs")).expect("remove the runs");
+            // Each run's session files (its HOME) are gone; the rest of its
+            // directory is left.
+            for run in std::fs::read_dir(&runs_dir).expect("runs") {
+                let home = run.expect("run").path().join("home");
+                if home.is_dir() {
+                    std::fs::remove_dir_all(home).expect("remove a session");
+                }
+            }
         }
         let second = OrchestratorProcess::spawn(data_dir.path(), &db.url, &args).await;
         let mut client = second.client().await;
@@ -174,6 +191,12 @@ async fn killed_and_restarted(sessions: Sessions, kind: pb::ProviderKind) {
             continue;
         }
 
+        // Taken back once the port serves (with PostgreSQL, once the killed
+        // process's leases ran out): the task's status changes last.
+        wait_for(&mut client, &task.id, |e| {
+            e.kind == "status_changed" && e.sequence > before.len() as u64
+        })
+        .await;
         // Nothing recorded before the kill was lost; the end was added after it.
         let after = history(&mut client, &task.id).await;
         assert_eq!(after[..before.len()], before[..], "{b}");
@@ -216,6 +239,14 @@ async fn killed_and_restarted(sessions: Sessions, kind: pb::ProviderKind) {
                 .all(|r| r.state == "finished" && r.end_reason.starts_with("interrupted")),
             "{b}: {runs:?}"
         );
+        // Recovery settled them: their directories went with them.
+        for run in &runs {
+            assert!(
+                !runs_dir.join(&run.id).exists(),
+                "{b}: the directory of interrupted run {} was left",
+                run.id
+            );
+        }
 
         // The handoff's stream, re-opened, ends with its outcome.
         let messages: Vec<pb::handoff_event::Event> =

@@ -116,6 +116,8 @@ async fn claim_paced(state: &AppState, own: bool, pace: Duration) -> Result<usiz
         let after = crate::runner::start::before(&events);
         for run in taken {
             if run.state == RunState::Finished {
+                // Settled here: nothing will resume it, its directory goes.
+                remove_run_dir(state, run.id).await;
                 continue;
             }
             if let Some(plan) = plans.remove(&run.id) {
@@ -159,6 +161,21 @@ async fn claims(
         if let Err(e) = claim(&state, false).await {
             warn!(error = %e, "cannot claim the runs of replicas that are gone");
         }
+    }
+}
+
+/// Removes the directory of a run that ended in a claim (unless the
+/// operator keeps them).
+async fn remove_run_dir(state: &AppState, run: RunId) {
+    let config = state.runner.config();
+    if config.keep_run_dirs {
+        return;
+    }
+    let dir = config.runs_dir.join(run.to_string());
+    if let Err(e) = tokio::fs::remove_dir_all(&dir).await
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        warn!(run_id = %run, dir = %dir.display(), error = %e, "cannot remove the directory of a run that ended");
     }
 }
 
