@@ -593,3 +593,47 @@ async fn a_second_orchestrator_on_one_sqlite_file_is_refused_saying_why() {
     );
     first.stop().await;
 }
+
+/// A replica paused (SIGSTOP) longer than its lease: its run's processes — the
+/// CLI and children that left its group — are dead, killed by their launchers
+/// when the replica's fence ran out, before another replica resumes the run;
+/// two replicas never run one run's processes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_replica_has_no_process_alive_when_another_resumes_its_run() {
+    let Some(cluster) = Cluster::start(2, 3).await else {
+        return no_postgres();
+    };
+    let mut driver = cluster.client(0).await;
+    let ws = cluster.team(&mut driver).await;
+    let marker = format!("paused-driver-{}", std::process::id());
+    let script = [
+        format!("fake: say {marker}"),
+        chorus_tests::flows::stubborn(&marker),
+        "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}".to_owned(),
+    ]
+    .join("\n");
+    let task = planned_task(&mut driver, &ws, &script).await;
+    let run = start(&mut driver, &task, "c", 0).await.run.expect("run");
+    chorus_tests::agents::wait_for(&mut driver, &task.id, |e| {
+        e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
+    })
+    .await;
+    assert_eq!(replica_of(&mut driver, &run.id).await, "r0");
+    assert!(!processes_with_arg_containing(&marker).is_empty());
+    drop(driver);
+
+    cluster.replica(0).signal(nix::sys::signal::Signal::SIGSTOP);
+    let mut other = cluster.client(1).await;
+    chorus_tests::agents::wait_for(&mut other, &task.id, |e| e.kind == "run_resumed").await;
+    let alive = processes_with_arg_containing(&marker);
+    // The paused replica goes on before anything else is checked.
+    cluster.replica(0).signal(nix::sys::signal::Signal::SIGCONT);
+    assert_eq!(
+        alive,
+        Vec::<i32>::new(),
+        "the paused replica's run still had processes when r1 resumed it"
+    );
+    let task = settled(&mut other, &task.id).await;
+    assert_eq!(task.status, "completed", "{task:?}");
+    check_history(&history(&mut other, &task.id).await);
+}

@@ -17,8 +17,8 @@
 
 #[cfg(feature = "cli")]
 pub mod cli;
-pub mod fence;
 pub mod egress;
+pub mod fence;
 pub mod launcher;
 pub mod policy;
 mod procfs;

@@ -28,7 +28,6 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
-
 /// The `CLONE_NEW*` flags: any of them makes a namespace. (`CLONE_NEWTIME`
 /// shares its bit with clone's exit signal, where no valid signal sets it.)
 const CLONE_NEW: [libc::c_int; 8] = [
@@ -359,7 +358,11 @@ mod tests {
     #[test]
     fn inet_sockets_are_tcp_streams_only() {
         let rules = socket_rules().expect("rules");
-        assert_eq!(rules.len(), 6, "families, netlink, and IPv4 and IPv6: type and protocol");
+        assert_eq!(
+            rules.len(),
+            6,
+            "families, netlink, and IPv4 and IPv6: type and protocol"
+        );
     }
 
     #[test]
