@@ -637,3 +637,47 @@ async fn a_paused_replica_has_no_process_alive_when_another_resumes_its_run() {
     assert_eq!(task.status, "completed", "{task:?}");
     check_history(&history(&mut other, &task.id).await);
 }
+
+/// CancelTask on another replica while the driver is paused: it returns only
+/// once the run's processes are dead — killed by their launchers when the
+/// paused driver's fence fell — not while they still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancel_task_returns_only_once_a_paused_drivers_processes_are_dead() {
+    let Some(cluster) = Cluster::start(2, 3).await else {
+        return no_postgres();
+    };
+    let mut driver = cluster.client(0).await;
+    let ws = cluster.team(&mut driver).await;
+    let marker = format!("paused-cancel-{}", std::process::id());
+    let script = [
+        format!("fake: say {marker}"),
+        chorus_tests::flows::stubborn(&marker),
+    ]
+    .join("\n");
+    let task = planned_task(&mut driver, &ws, &script).await;
+    let run = start(&mut driver, &task, "c", 0).await.run.expect("run");
+    chorus_tests::agents::wait_for(&mut driver, &task.id, |e| {
+        e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
+    })
+    .await;
+    assert_eq!(replica_of(&mut driver, &run.id).await, "r0");
+    drop(driver);
+
+    cluster.replica(0).signal(nix::sys::signal::Signal::SIGSTOP);
+    let mut other = cluster.client(1).await;
+    let canceled = other
+        .cancel_task(pb::CancelTaskRequest {
+            id: task.id.clone(),
+            reason: "not needed".into(),
+        })
+        .await
+        .map(tonic::Response::into_inner);
+    let alive = processes_with_arg_containing(&marker);
+    cluster.replica(0).signal(nix::sys::signal::Signal::SIGCONT);
+    assert_eq!(canceled.expect("cancel").status, "canceled");
+    assert_eq!(
+        alive,
+        Vec::<i32>::new(),
+        "CancelTask returned while the paused driver's processes still ran"
+    );
+}

@@ -96,6 +96,8 @@ fn spec(ws: &std::path::Path, network: Network, script: &str) -> ProcessSpec {
         },
         address_space_limit: true,
         covers: Vec::new(),
+        run: None,
+        fence: None,
     }
 }
 

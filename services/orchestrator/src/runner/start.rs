@@ -7,7 +7,7 @@ use chorus_proto::orchestrator::v1 as pb;
 use tracing::{info, warn};
 
 use super::launch::Launch;
-use crate::domain::{AgentKind, Name, Task, TaskId, TaskStatus, now_ms, policy};
+use crate::domain::{AgentKind, Name, Run, Task, TaskId, TaskStatus, now_ms, policy};
 use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::state::AppState;
@@ -172,23 +172,46 @@ pub async fn cancel_task(
 
 /// How often a wait for released runs checks the store besides when the
 /// task changes.
-const RECHECK: Duration = Duration::from_millis(500);
+const RECHECK: Duration = Duration::from_millis(100);
 
-/// Waits until no replica drives a run of the task: every process of its
-/// runs is dead. Bounded by twice the lease (a replica that died is claimed
-/// within one); past that it logs and returns.
+/// How long after a run's fence fell its processes may still take to die:
+/// its launchers look at the fence ten times a second, then kill.
+const FENCE_GRACE: Duration = Duration::from_millis(500);
+
+/// Waits until every process of the task's runs is dead: each run released by
+/// its driver, or — a driver paused, cut from the database or hung does not
+/// release — its driver's fence fallen (see `runner::fence`), after which the
+/// launchers have killed them by themselves. Bounded by twice the lease; past
+/// that it logs and returns.
 async fn wait_released(state: &AppState, task: TaskId) -> Result<(), ServiceError> {
     let mut changes = state.hub.subscribe(task);
-    let deadline = tokio::time::Instant::now() + 2 * state.store.replica().lease;
+    let lease = state.store.replica().lease;
+    let deadline = tokio::time::Instant::now() + 2 * lease;
+    let mut fell: Option<tokio::time::Instant> = None;
     loop {
-        if !state.store.has_driven_runs(task).await? {
+        let now = now_ms();
+        let held: Vec<Run> = state
+            .store
+            .list_runs(task)
+            .await?
+            .into_iter()
+            .filter(|r| r.replica.is_some())
+            .collect();
+        if held.is_empty() {
             return Ok(());
+        }
+        if held.iter().all(|r| r.fence_in(lease, now).is_err()) {
+            let since = *fell.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() >= FENCE_GRACE {
+                info!(task_id = %task, runs = held.len(), "runs of the canceled task were not released, but their drivers' fences fell: their processes are dead");
+                return Ok(());
+            }
         }
         tokio::select! {
             () = changes.changed() => {}
             () = tokio::time::sleep(RECHECK) => {}
             () = tokio::time::sleep_until(deadline) => {
-                warn!(task_id = %task, "runs of the canceled task are still held by a replica; their processes end when it notices or its lease runs out");
+                warn!(task_id = %task, "runs of the canceled task are still held by a replica; their processes end when it notices or its fence falls");
                 return Ok(());
             }
         }

@@ -58,7 +58,10 @@ impl Walk {
         builder.filter_entry(move |entry| {
             entry.depth() == 0
                 || (entry.file_name() != ".git"
-                    && !rules.as_ref().is_some_and(|rules| rules.ignores(entry)))
+                    && !rules.as_ref().is_some_and(|rules| rules.ignores(entry))
+                    // A Chorus data directory (keys, databases) is never walked.
+                    && !(entry.file_type().is_some_and(|t| t.is_dir())
+                        && chorus_serve::data_dir::is_marked(entry.path())))
         });
         builder
     }

@@ -108,3 +108,29 @@ async fn a_hard_link_to_a_file_outside_is_neither_read_nor_searched() {
         read.output
     );
 }
+
+/// Another deployment's data directory inside a workspace (its admin key,
+/// its database) is never walked: file.list and file.search pass it by.
+#[tokio::test]
+async fn a_chorus_data_directory_inside_the_workspace_is_never_walked() {
+    let a = Arena::new();
+    let data = a.root.join("other/.chorus");
+    std::fs::create_dir_all(&data).expect("data dir");
+    std::fs::write(
+        data.join("admin.key"),
+        format!("{SECRET} chorus_admin_key\n"),
+    )
+    .expect("key");
+    chorus_serve::data_dir::mark(&data).expect("the other deployment marks it");
+    a.list_or_search("file.search", json!({"pattern": SECRET}), true)
+        .await;
+    let listed = a
+        .call("file.list", json!({"path": ".", "recursive": true}))
+        .await
+        .expect("list");
+    assert!(
+        !listed.output.to_string().contains("admin.key"),
+        "{:?}",
+        listed.output
+    );
+}
