@@ -594,34 +594,44 @@ async fn a_second_orchestrator_on_one_sqlite_file_is_refused_saying_why() {
     first.stop().await;
 }
 
-/// A replica paused (SIGSTOP) longer than its lease: its run's processes — the
-/// CLI and children that left its group — are dead, killed by their launchers
-/// when the replica's fence ran out, before another replica resumes the run;
-/// two replicas never run one run's processes at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_paused_replica_has_no_process_alive_when_another_resumes_its_run() {
-    let Some(cluster) = Cluster::start(2, 3).await else {
-        return no_postgres();
-    };
+/// A run driven by r0 of a two-replica cluster (3 s leases) whose fake CLI
+/// started children that try every way out, each carrying `marker`;
+/// `resumed` is what the CLI does when resumed elsewhere.
+async fn a_run_with_stubborn_children_on_r0(
+    marker: &str,
+    resumed: Option<&str>,
+) -> Option<(Cluster, pb::Task)> {
+    let cluster = Cluster::start(2, 3).await?;
     let mut driver = cluster.client(0).await;
     let ws = cluster.team(&mut driver).await;
-    let marker = format!("paused-driver-{}", std::process::id());
-    let script = [
+    let mut script = vec![
         format!("fake: say {marker}"),
-        chorus_tests::flows::stubborn(&marker),
-        "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}".to_owned(),
-    ]
-    .join("\n");
-    let task = planned_task(&mut driver, &ws, &script).await;
+        chorus_tests::flows::stubborn(marker),
+    ];
+    script.extend(resumed.map(str::to_owned));
+    let task = planned_task(&mut driver, &ws, &script.join("\n")).await;
     let run = start(&mut driver, &task, "c", 0).await.run.expect("run");
     chorus_tests::agents::wait_for(&mut driver, &task.id, |e| {
         e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
     })
     .await;
     assert_eq!(replica_of(&mut driver, &run.id).await, "r0");
-    assert!(!processes_with_arg_containing(&marker).is_empty());
-    drop(driver);
+    assert!(!processes_with_arg_containing(marker).is_empty());
+    Some((cluster, task))
+}
 
+/// A replica paused (SIGSTOP) longer than its lease: its run's processes — the
+/// CLI and children that left its group — are dead, killed by their launchers
+/// when the replica's fence ran out, before another replica resumes the run;
+/// two replicas never run one run's processes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_replica_has_no_process_alive_when_another_resumes_its_run() {
+    let marker = format!("paused-driver-{}", std::process::id());
+    let resumed = "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}";
+    let Some((cluster, task)) = a_run_with_stubborn_children_on_r0(&marker, Some(resumed)).await
+    else {
+        return no_postgres();
+    };
     cluster.replica(0).signal(nix::sys::signal::Signal::SIGSTOP);
     let mut other = cluster.client(1).await;
     chorus_tests::agents::wait_for(&mut other, &task.id, |e| e.kind == "run_resumed").await;
@@ -643,26 +653,10 @@ async fn a_paused_replica_has_no_process_alive_when_another_resumes_its_run() {
 /// paused driver's fence fell — not while they still run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancel_task_returns_only_once_a_paused_drivers_processes_are_dead() {
-    let Some(cluster) = Cluster::start(2, 3).await else {
+    let marker = format!("paused-cancel-{}", std::process::id());
+    let Some((cluster, task)) = a_run_with_stubborn_children_on_r0(&marker, None).await else {
         return no_postgres();
     };
-    let mut driver = cluster.client(0).await;
-    let ws = cluster.team(&mut driver).await;
-    let marker = format!("paused-cancel-{}", std::process::id());
-    let script = [
-        format!("fake: say {marker}"),
-        chorus_tests::flows::stubborn(&marker),
-    ]
-    .join("\n");
-    let task = planned_task(&mut driver, &ws, &script).await;
-    let run = start(&mut driver, &task, "c", 0).await.run.expect("run");
-    chorus_tests::agents::wait_for(&mut driver, &task.id, |e| {
-        e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
-    })
-    .await;
-    assert_eq!(replica_of(&mut driver, &run.id).await, "r0");
-    drop(driver);
-
     cluster.replica(0).signal(nix::sys::signal::Signal::SIGSTOP);
     let mut other = cluster.client(1).await;
     let canceled = other

@@ -104,6 +104,10 @@ mod tests {
     #[test]
     fn a_thread_acts_as_the_user_while_the_guard_lives_and_is_itself_again_after() {
         if !nix::unistd::geteuid().is_root() {
+            assert!(
+                std::env::var("CHORUS_TEST_REQUIRE_ROOT").as_deref() != Ok("1"),
+                "CHORUS_TEST_REQUIRE_ROOT=1 but the tests do not run as root: run them as root (CI does)"
+            );
             // A service that is not root acts as itself: nothing to switch.
             let acting = ActingAs::user(None).expect("none");
             drop(acting);
