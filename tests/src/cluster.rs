@@ -83,6 +83,13 @@ impl Cluster {
 
     /// Starts (or starts again) replica `r<i>` and puts it behind the balancer.
     pub async fn start_replica(&mut self, i: usize) {
+        let url = self.db.url.clone();
+        self.start_replica_on(i, &url).await;
+    }
+
+    /// Starts replica `r<i>` reaching the database at `url` (a proxy the
+    /// test controls, in front of the cluster's database).
+    pub async fn start_replica_on(&mut self, i: usize, url: &str) {
         let data = self.dir.path().join(format!("r{i}"));
         let (id, lease, runs, key, tools, advertise) = (
             format!("r{i}"),
@@ -96,7 +103,7 @@ impl Cluster {
         let roots = self.root.path().display().to_string();
         let replica = OrchestratorProcess::spawn(
             &data,
-            &self.db.url,
+            url,
             &[
                 "--replica-id",
                 &id,
@@ -120,6 +127,20 @@ impl Cluster {
         .await;
         self.replicas[i] = Some(replica);
         self.rebalance();
+    }
+
+    /// Takes replica `r<i>` out of the balancer's rotation (still running),
+    /// as a load balancer following readiness does once its health is
+    /// NOT_SERVING.
+    pub fn out_of_rotation(&self, i: usize) {
+        self.balancer.set_backends(
+            self.replicas
+                .iter()
+                .enumerate()
+                .filter(|(n, _)| *n != i)
+                .filter_map(|(_, r)| r.as_ref().map(|r| r.addr))
+                .collect(),
+        );
     }
 
     /// The replicas that are up, behind the balancer.

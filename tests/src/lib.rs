@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod containers;
 pub mod credentials;
 pub mod db;
+pub mod db_proxy;
 pub mod fake_anthropic;
 pub mod fake_http;
 pub mod fake_openai;

@@ -675,3 +675,79 @@ async fn cancel_task_returns_only_once_a_paused_drivers_processes_are_dead() {
         "CancelTask returned while the paused driver's processes still ran"
     );
 }
+
+/// How a replica is cut from the database.
+#[derive(Debug, Clone, Copy)]
+enum Cut {
+    /// Its connections are reset.
+    Reset,
+    /// Nothing answers and nothing closes (packets dropped).
+    Hung,
+}
+
+/// A replica cut from PostgreSQL (through a proxy the test controls) has no
+/// process of its run alive when another replica resumes the run.
+async fn a_replica_cut_from_the_database_is_fenced(cut: Cut) {
+    let Some(mut cluster) = Cluster::start(2, 3).await else {
+        return no_postgres();
+    };
+    // r0 again, its database behind the proxy.
+    let target: std::net::SocketAddr = "127.0.0.1:5432".parse().expect("address");
+    let proxy = chorus_tests::db_proxy::DbProxy::start(target).await;
+    let status = cluster.take(0).stop().await;
+    assert!(status.success(), "{status:?}");
+    let url = proxy.url(&cluster.db.url, target);
+    cluster.start_replica_on(0, &url).await;
+
+    let mut driver = cluster.client(0).await;
+    let ws = cluster.team(&mut driver).await;
+    let marker = format!("cut-{cut:?}-{}", std::process::id());
+    let script = [
+        format!("fake: say {marker}"),
+        chorus_tests::flows::stubborn(&marker),
+        "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}".to_owned(),
+    ]
+    .join("\n");
+    let task = planned_task(&mut driver, &ws, &script).await;
+    let run = start(&mut driver, &task, "c", 0).await.run.expect("run");
+    chorus_tests::agents::wait_for(&mut driver, &task.id, |e| {
+        e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
+    })
+    .await;
+    assert_eq!(replica_of(&mut driver, &run.id).await, "r0");
+    assert!(!processes_with_arg_containing(&marker).is_empty());
+    drop(driver);
+
+    match cut {
+        Cut::Reset => proxy.reset(),
+        Cut::Hung => proxy.hang(),
+    }
+    // Its health says it cannot keep its leases; a balancer following
+    // readiness takes it out of rotation.
+    chorus_tests::wait_health(
+        cluster.replica(0).addr,
+        "",
+        tonic_health::pb::health_check_response::ServingStatus::NotServing,
+    )
+    .await;
+    cluster.out_of_rotation(0);
+    let mut other = cluster.client(1).await;
+    chorus_tests::agents::wait_for(&mut other, &task.id, |e| e.kind == "run_resumed").await;
+    assert_eq!(
+        processes_with_arg_containing(&marker),
+        Vec::<i32>::new(),
+        "{cut:?}: r0's run still had processes when r1 resumed it"
+    );
+    let task = settled(&mut other, &task.id).await;
+    assert_eq!(task.status, "completed", "{cut:?}: {task:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_whose_database_connections_reset_is_fenced() {
+    a_replica_cut_from_the_database_is_fenced(Cut::Reset).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_whose_database_hangs_is_fenced() {
+    a_replica_cut_from_the_database_is_fenced(Cut::Hung).await;
+}
