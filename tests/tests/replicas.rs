@@ -751,3 +751,55 @@ async fn a_replica_whose_database_connections_reset_is_fenced() {
 async fn a_replica_whose_database_hangs_is_fenced() {
     a_replica_cut_from_the_database_is_fenced(Cut::Hung).await;
 }
+
+/// The first process of replica r0 loses its database sessions (and with
+/// them its replica lock) while it drives a run; a second process started
+/// at once with the same replica id takes nothing back while the first's
+/// processes live: when the run is resumed, they are dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_process_with_the_same_replica_id_resumes_nothing_while_the_first_runs_it() {
+    let Some(mut cluster) = Cluster::start(1, 3).await else {
+        return no_postgres();
+    };
+    let target: std::net::SocketAddr = "127.0.0.1:5432".parse().expect("address");
+    let proxy = chorus_tests::db_proxy::DbProxy::start(target).await;
+    let status = cluster.take(0).stop().await;
+    assert!(status.success(), "{status:?}");
+    let url = proxy.url(&cluster.db.url, target);
+    cluster.start_replica_on(0, &url).await;
+
+    let mut driver = cluster.client(0).await;
+    let ws = cluster.team(&mut driver).await;
+    let marker = format!("same-id-{}", std::process::id());
+    let script = [
+        format!("fake: say {marker}"),
+        chorus_tests::flows::stubborn(&marker),
+        "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}".to_owned(),
+    ]
+    .join("\n");
+    let task = planned_task(&mut driver, &ws, &script).await;
+    start(&mut driver, &task, "c", 0).await.run.expect("run");
+    chorus_tests::agents::wait_for(&mut driver, &task.id, |e| {
+        e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
+    })
+    .await;
+    assert!(!processes_with_arg_containing(&marker).is_empty());
+    drop(driver);
+
+    // The first process is cut off, and keeps running; a second one with
+    // its replica id starts on the database directly.
+    proxy.reset();
+    let first = cluster.take(0);
+    cluster.start_replica(0).await;
+    let mut second = cluster.client(0).await;
+    chorus_tests::agents::wait_for(&mut second, &task.id, |e| e.kind == "run_resumed").await;
+    let alive = processes_with_arg_containing(&marker);
+    first.kill().await;
+    assert_eq!(
+        alive,
+        Vec::<i32>::new(),
+        "the second process resumed the run while the first's processes ran"
+    );
+    let task = settled(&mut second, &task.id).await;
+    assert_eq!(task.status, "completed", "{task:?}");
+}
