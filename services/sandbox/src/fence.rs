@@ -66,6 +66,14 @@ impl Fences {
     }
 }
 
+impl Drop for Fences {
+    /// The fences go with the service that keeps them (whatever still watches
+    /// one stops): a directory per process start is not left behind.
+    fn drop(&mut self) {
+        self.remove_all();
+    }
+}
+
 /// Now, in milliseconds since the Unix epoch (the clock fences are read by).
 pub fn now_ms() -> i64 {
     SystemTime::now()
