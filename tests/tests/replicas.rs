@@ -93,7 +93,7 @@ fn check_history(events: &[pb::TaskEvent]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn handoff_chains_spread_over_three_replicas_complete_and_every_replica_sees_every_event() {
-    let Some(cluster) = Cluster::start(3, 10).await else {
+    let Some(cluster) = Cluster::start(3, 20).await else {
         return no_postgres();
     };
     let mut clients = Vec::new();
@@ -173,7 +173,7 @@ async fn handoff_chains_spread_over_three_replicas_complete_and_every_replica_se
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_killed_mid_chain_has_its_runs_resumed_elsewhere_and_nothing_is_lost() {
-    let Some(mut cluster) = Cluster::start(3, 2).await else {
+    let Some(mut cluster) = Cluster::start(3, 6).await else {
         return no_postgres();
     };
     let mut client = cluster.client(0).await;
@@ -394,7 +394,7 @@ async fn cancel_task_on_a_replica_that_does_not_drive_the_run_returns_once_its_p
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rolling_restart_of_every_replica_while_tasks_run_finishes_them_all() {
-    let Some(mut cluster) = Cluster::start(3, 3).await else {
+    let Some(mut cluster) = Cluster::start(3, 10).await else {
         return no_postgres();
     };
     let mut client = cluster.client(0).await;
@@ -467,7 +467,7 @@ async fn a_rolling_restart_of_every_replica_while_tasks_run_finishes_them_all() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_that_starts_while_others_run_touches_nothing_of_theirs() {
-    let Some(mut cluster) = Cluster::start(2, 2).await else {
+    let Some(mut cluster) = Cluster::start(2, 6).await else {
         return no_postgres();
     };
     cluster.replicas.push(None);
@@ -594,14 +594,14 @@ async fn a_second_orchestrator_on_one_sqlite_file_is_refused_saying_why() {
     first.stop().await;
 }
 
-/// A run driven by r0 of a two-replica cluster (3 s leases) whose fake CLI
+/// A run driven by r0 of a two-replica cluster (4 s leases) whose fake CLI
 /// started children that try every way out, each carrying `marker`;
 /// `resumed` is what the CLI does when resumed elsewhere.
 async fn a_run_with_stubborn_children_on_r0(
     marker: &str,
     resumed: Option<&str>,
 ) -> Option<(Cluster, pb::Task)> {
-    let cluster = Cluster::start(2, 3).await?;
+    let cluster = Cluster::start(2, 4).await?;
     let mut driver = cluster.client(0).await;
     let ws = cluster.team(&mut driver).await;
     let mut script = vec![
@@ -688,7 +688,7 @@ enum Cut {
 /// A replica cut from PostgreSQL (through a proxy the test controls) has no
 /// process of its run alive when another replica resumes the run.
 async fn a_replica_cut_from_the_database_is_fenced(cut: Cut) {
-    let Some(mut cluster) = Cluster::start(2, 3).await else {
+    let Some(mut cluster) = Cluster::start(2, 4).await else {
         return no_postgres();
     };
     // r0 again, its database behind the proxy.
@@ -758,7 +758,7 @@ async fn a_replica_whose_database_hangs_is_fenced() {
 /// processes live: when the run is resumed, they are dead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_second_process_with_the_same_replica_id_resumes_nothing_while_the_first_runs_it() {
-    let Some(mut cluster) = Cluster::start(1, 3).await else {
+    let Some(mut cluster) = Cluster::start(1, 4).await else {
         return no_postgres();
     };
     let target: std::net::SocketAddr = "127.0.0.1:5432".parse().expect("address");
