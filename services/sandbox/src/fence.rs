@@ -74,6 +74,34 @@ impl Drop for Fences {
     }
 }
 
+/// The directory for this process's fences: `<temp dir>/chorus-fence-<kind>-<pid>-<id>`.
+/// The directories that processes of `kind` which are gone left (killed before
+/// they could remove theirs) are removed on the way.
+pub fn dir_for(kind: &str, id: &str) -> PathBuf {
+    let base = std::env::temp_dir();
+    let prefix = format!("chorus-fence-{kind}-");
+    if let Ok(entries) = std::fs::read_dir(&base) {
+        for entry in entries.filter_map(Result::ok) {
+            let name = entry.file_name();
+            let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+                continue;
+            };
+            let gone = rest
+                .split('-')
+                .next()
+                .and_then(|pid| pid.parse::<i32>().ok())
+                .is_some_and(|pid| {
+                    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                        == Err(nix::errno::Errno::ESRCH)
+                });
+            if gone {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    base.join(format!("{prefix}{}-{id}", std::process::id()))
+}
+
 /// Now, in milliseconds since the Unix epoch (the clock fences are read by).
 pub fn now_ms() -> i64 {
     SystemTime::now()

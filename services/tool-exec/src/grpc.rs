@@ -40,11 +40,8 @@ impl ToolExecService {
         verifier: RunTokenVerifier,
         gate: Option<Arc<dyn RunGate>>,
     ) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "chorus-fence-tool-exec-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
+        let dir =
+            chorus_sandbox::fence::dir_for("tool-exec", &uuid::Uuid::new_v4().simple().to_string());
         let fences = Fences::create(&dir)
             .map_err(|e| warn!(dir = %dir.display(), error = %e, "cannot make the call fence directory: bash and git run without fences"))
             .ok()

@@ -61,5 +61,5 @@ impl ReplicaFence {
 /// system's temporary directory (never shared, not even by a process with the
 /// same replica id).
 pub fn dir_for(instance: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("chorus-fence-{instance}"))
+    chorus_sandbox::fence::dir_for("orchestrator", instance)
 }
