@@ -211,3 +211,25 @@ pub async fn replica_of(client: &mut Client, run: &str) -> String {
         .into_inner()
         .replica
 }
+
+/// Checks a history: sequences 1, 2, 3, ... and each run ended once.
+pub fn check_history(events: &[pb::TaskEvent]) {
+    let sequences: Vec<u64> = events.iter().map(|e| e.sequence).collect();
+    let expected: Vec<u64> = (1..=events.len() as u64).collect();
+    assert_eq!(sequences, expected, "no gap, no duplicate");
+    let mut ends: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for event in events.iter().filter(|e| crate::agents::ends_run(e)) {
+        *ends
+            .entry(
+                crate::agents::data(event)["run_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+            .or_default() += 1;
+    }
+    assert!(
+        ends.values().all(|n| *n == 1),
+        "each run ends once: {ends:?}"
+    );
+}

@@ -1,0 +1,223 @@
+//! Fences: a run's processes die by their launchers' hand once their driver
+//! can no longer prove its lease — paused, cut from PostgreSQL (reset or
+//! hung), or replaced by a second process with its replica id — before any
+//! other process resumes the run; CancelTask waits for that.
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_sandbox::testing::processes_with_arg_containing;
+use chorus_tests::agents::{data, history, planned_task, settled, start};
+use chorus_tests::cluster::{Cluster, check_history, replica_of};
+
+fn no_postgres() {
+    eprintln!("CHORUS_TEST_DATABASE_URL is not set: replicas need PostgreSQL; skipped");
+}
+
+/// A run driven by r0 of a two-replica cluster (4 s leases) whose fake CLI
+/// started children that try every way out, each carrying `marker`;
+/// `resumed` is what the CLI does when resumed elsewhere.
+async fn a_run_with_stubborn_children_on_r0(
+    marker: &str,
+    resumed: Option<&str>,
+) -> Option<(Cluster, pb::Task)> {
+    let cluster = Cluster::start(2, 4).await?;
+    let mut driver = cluster.client(0).await;
+    let ws = cluster.team(&mut driver).await;
+    let mut script = vec![
+        format!("fake: say {marker}"),
+        chorus_tests::flows::stubborn(marker),
+    ];
+    script.extend(resumed.map(str::to_owned));
+    let task = planned_task(&mut driver, &ws, &script.join("\n")).await;
+    let run = start(&mut driver, &task, "c", 0).await.run.expect("run");
+    chorus_tests::agents::wait_for(&mut driver, &task.id, |e| {
+        e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
+    })
+    .await;
+    assert_eq!(replica_of(&mut driver, &run.id).await, "r0");
+    assert!(!processes_with_arg_containing(marker).is_empty());
+    Some((cluster, task))
+}
+
+/// A replica paused (SIGSTOP) longer than its lease: its run's processes — the
+/// CLI and children that left its group — are dead, killed by their launchers
+/// when the replica's fence ran out, before another replica resumes the run;
+/// two replicas never run one run's processes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_replica_has_no_process_alive_when_another_resumes_its_run() {
+    let marker = format!("paused-driver-{}", std::process::id());
+    let resumed = "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}";
+    let Some((cluster, task)) = a_run_with_stubborn_children_on_r0(&marker, Some(resumed)).await
+    else {
+        return no_postgres();
+    };
+    cluster.replica(0).signal(nix::sys::signal::Signal::SIGSTOP);
+    let mut other = cluster.client(1).await;
+    chorus_tests::agents::wait_for(&mut other, &task.id, |e| e.kind == "run_resumed").await;
+    let alive = processes_with_arg_containing(&marker);
+    // The paused replica goes on before anything else is checked.
+    cluster.replica(0).signal(nix::sys::signal::Signal::SIGCONT);
+    assert_eq!(
+        alive,
+        Vec::<i32>::new(),
+        "the paused replica's run still had processes when r1 resumed it"
+    );
+    let task = settled(&mut other, &task.id).await;
+    assert_eq!(task.status, "completed", "{task:?}");
+    check_history(&history(&mut other, &task.id).await);
+}
+
+/// CancelTask on another replica while the driver is paused: it returns only
+/// once the run's processes are dead — killed by their launchers when the
+/// paused driver's fence fell — not while they still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancel_task_returns_only_once_a_paused_drivers_processes_are_dead() {
+    let marker = format!("paused-cancel-{}", std::process::id());
+    let Some((cluster, task)) = a_run_with_stubborn_children_on_r0(&marker, None).await else {
+        return no_postgres();
+    };
+    cluster.replica(0).signal(nix::sys::signal::Signal::SIGSTOP);
+    let mut other = cluster.client(1).await;
+    let canceled = other
+        .cancel_task(pb::CancelTaskRequest {
+            id: task.id.clone(),
+            reason: "not needed".into(),
+        })
+        .await
+        .map(tonic::Response::into_inner);
+    let alive = processes_with_arg_containing(&marker);
+    cluster.replica(0).signal(nix::sys::signal::Signal::SIGCONT);
+    assert_eq!(canceled.expect("cancel").status, "canceled");
+    assert_eq!(
+        alive,
+        Vec::<i32>::new(),
+        "CancelTask returned while the paused driver's processes still ran"
+    );
+}
+
+/// How a replica is cut from the database.
+#[derive(Debug, Clone, Copy)]
+enum Cut {
+    /// Its connections are reset.
+    Reset,
+    /// Nothing answers and nothing closes (packets dropped).
+    Hung,
+}
+
+/// A replica cut from PostgreSQL (through a proxy the test controls) has no
+/// process of its run alive when another replica resumes the run.
+async fn a_replica_cut_from_the_database_is_fenced(cut: Cut) {
+    let Some(mut cluster) = Cluster::start(2, 4).await else {
+        return no_postgres();
+    };
+    // r0 again, its database behind the proxy.
+    let target: std::net::SocketAddr = "127.0.0.1:5432".parse().expect("address");
+    let proxy = chorus_tests::db_proxy::DbProxy::start(target).await;
+    let status = cluster.take(0).stop().await;
+    assert!(status.success(), "{status:?}");
+    let url = proxy.url(&cluster.db.url, target);
+    cluster.start_replica_on(0, &url).await;
+
+    let mut driver = cluster.client(0).await;
+    let ws = cluster.team(&mut driver).await;
+    let marker = format!("cut-{cut:?}-{}", std::process::id());
+    let script = [
+        format!("fake: say {marker}"),
+        chorus_tests::flows::stubborn(&marker),
+        "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}".to_owned(),
+    ]
+    .join("\n");
+    let task = planned_task(&mut driver, &ws, &script).await;
+    let run = start(&mut driver, &task, "c", 0).await.run.expect("run");
+    chorus_tests::agents::wait_for(&mut driver, &task.id, |e| {
+        e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
+    })
+    .await;
+    assert_eq!(replica_of(&mut driver, &run.id).await, "r0");
+    assert!(!processes_with_arg_containing(&marker).is_empty());
+    drop(driver);
+
+    match cut {
+        Cut::Reset => proxy.reset(),
+        Cut::Hung => proxy.hang(),
+    }
+    // Its health says it cannot keep its leases; a balancer following
+    // readiness takes it out of rotation.
+    chorus_tests::wait_health(
+        cluster.replica(0).addr,
+        "",
+        tonic_health::pb::health_check_response::ServingStatus::NotServing,
+    )
+    .await;
+    cluster.out_of_rotation(0);
+    let mut other = cluster.client(1).await;
+    chorus_tests::agents::wait_for(&mut other, &task.id, |e| e.kind == "run_resumed").await;
+    assert_eq!(
+        processes_with_arg_containing(&marker),
+        Vec::<i32>::new(),
+        "{cut:?}: r0's run still had processes when r1 resumed it"
+    );
+    let task = settled(&mut other, &task.id).await;
+    assert_eq!(task.status, "completed", "{cut:?}: {task:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_whose_database_connections_reset_is_fenced() {
+    a_replica_cut_from_the_database_is_fenced(Cut::Reset).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_whose_database_hangs_is_fenced() {
+    a_replica_cut_from_the_database_is_fenced(Cut::Hung).await;
+}
+
+/// The first process of replica r0 loses its database sessions (and with
+/// them its replica lock) while it drives a run; a second process started
+/// at once with the same replica id takes nothing back while the first's
+/// processes live: when the run is resumed, they are dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_process_with_the_same_replica_id_resumes_nothing_while_the_first_runs_it() {
+    let Some(mut cluster) = Cluster::start(1, 4).await else {
+        return no_postgres();
+    };
+    let target: std::net::SocketAddr = "127.0.0.1:5432".parse().expect("address");
+    let proxy = chorus_tests::db_proxy::DbProxy::start(target).await;
+    let status = cluster.take(0).stop().await;
+    assert!(status.success(), "{status:?}");
+    let url = proxy.url(&cluster.db.url, target);
+    cluster.start_replica_on(0, &url).await;
+
+    let mut driver = cluster.client(0).await;
+    let ws = cluster.team(&mut driver).await;
+    let marker = format!("same-id-{}", std::process::id());
+    let script = [
+        format!("fake: say {marker}"),
+        chorus_tests::flows::stubborn(&marker),
+        "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}".to_owned(),
+    ]
+    .join("\n");
+    let task = planned_task(&mut driver, &ws, &script).await;
+    start(&mut driver, &task, "c", 0).await.run.expect("run");
+    chorus_tests::agents::wait_for(&mut driver, &task.id, |e| {
+        e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
+    })
+    .await;
+    assert!(!processes_with_arg_containing(&marker).is_empty());
+    drop(driver);
+
+    // The first process is cut off, and keeps running; a second one with
+    // its replica id starts on the database directly.
+    proxy.reset();
+    let first = cluster.take(0);
+    cluster.start_replica(0).await;
+    let mut second = cluster.client(0).await;
+    chorus_tests::agents::wait_for(&mut second, &task.id, |e| e.kind == "run_resumed").await;
+    let alive = processes_with_arg_containing(&marker);
+    first.kill().await;
+    assert_eq!(
+        alive,
+        Vec::<i32>::new(),
+        "the second process resumed the run while the first's processes ran"
+    );
+    let task = settled(&mut second, &task.id).await;
+    assert_eq!(task.status, "completed", "{task:?}");
+}
