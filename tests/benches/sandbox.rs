@@ -74,6 +74,7 @@ async fn bash_calls(calls: usize) {
         tools: vec!["bash".into()],
         root: root.path().to_path_buf(),
         egress: Vec::new(),
+        epoch: 0,
     };
     let call = |runner: &ToolRunner| {
         let (runner, grant) = (runner.clone(), grant.clone());

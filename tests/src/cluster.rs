@@ -186,7 +186,11 @@ impl Cluster {
             })
             .await
             .expect("provider");
-        for (name, tools) in [("a", &["handoff"][..]), ("b", &["handoff"]), ("c", &[])] {
+        for (name, tools) in [
+            ("a", &["handoff"][..]),
+            ("b", &["handoff"]),
+            ("c", &["bash"]),
+        ] {
             crate::agents::add_agent(client, &ws, name, tools, "claude").await;
         }
         ws

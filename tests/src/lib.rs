@@ -188,6 +188,7 @@ pub fn grant(root: &Path, tools: &[&str]) -> RunGrant {
         tools: tools.into_iter().map(str::to_owned).collect(),
         root: root.to_owned(),
         egress: Vec::new(),
+        epoch: 0,
     }
 }
 

@@ -77,8 +77,16 @@ impl ToolExecProcess {
             }
             seen.push(line);
         };
-        // Keep reading the log so the process never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        // Keep reading the log so the process never blocks on a full pipe;
+        // with CHORUS_TEST_SHOW_LOGS set, a failing test shows it.
+        let show = std::env::var_os("CHORUS_TEST_SHOW_LOGS").is_some();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if show {
+                    eprintln!("chorus-tool-exec: {line}");
+                }
+            }
+        });
         // It serves; its health is SERVING only once its orchestrator answers
         // (which a test may start after it): see `wait_serving`.
         Self { child, addr }

@@ -2,14 +2,20 @@
 //! ends — by FinishRun (a run its caller drives) or by CancelTask — stops, its
 //! processes (a setsid child and a double-forked one included) die, and the
 //! call is recorded as stopped by the run's end. Before, such a call ran on
-//! until its own timeout (up to 600 s) and was never recorded.
+//! until its own timeout (up to 600 s) and was never recorded. A call whose
+//! driver lost the run to a takeover is recorded too, as interrupted.
 
 use chorus_proto::orchestrator::v1 as pb;
+use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
 use chorus_sandbox::testing::{ESCAPEES, escapees, eventually, give_to_test_user, survivors};
-use chorus_tests::agents::{add_agent, data, history, planned_task, workspace};
-use chorus_tests::orchestrator::Orchestrator;
+use chorus_tests::agents::{
+    add_agent, data, history, planned_task, start, team, wait_for, workspace,
+};
+use chorus_tests::credentials::Bearer;
+use chorus_tests::orchestrator::{Orchestrator, channel_to, run_file};
 use chorus_tests::{ToolsEnv, chorus_tools};
 use serde_json::json;
+use tonic::Code;
 
 #[derive(Debug, Clone, Copy)]
 enum Ending {
@@ -108,4 +114,139 @@ async fn finish_run_stops_the_runs_bash_call_and_records_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_task_stops_the_runs_bash_call_and_records_it() {
     a_run_end_stops_its_bash_call(Ending::CancelTask).await;
+}
+
+/// A run taken over by another driver — here the next process on the same
+/// database, after a restart — no longer answers to the token its earlier
+/// driver held; but a call that driver's tool-exec reports afterwards is
+/// recorded, as interrupted, with the status and output it reported. After
+/// the run's end, only a call that began before the end is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_reported_by_a_driver_that_lost_the_run_is_recorded_as_interrupted() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let runs = data_dir.path().join("runs");
+    let again = || {
+        let runs = runs.clone();
+        Orchestrator::with_fake_cli_on_sqlite(data_dir.path(), move |config| {
+            config.runner.keep_run_dirs = true;
+            config.runner.runs_dir = runs;
+        })
+    };
+    let orchestrator = again().await;
+    let mut client = orchestrator.client().await;
+    let team = team(
+        &mut client,
+        root.path(),
+        pb::ProviderKind::ClaudeCode,
+        "",
+        "",
+        "",
+        &["file.read", "bash"],
+        "You build.",
+    )
+    .await;
+    let script = "fake: record first.json\nfake: wait gate\nfake-resume: wait resumed";
+    let task = planned_task(&mut client, &team.workspace, script).await;
+    let run = start(&mut client, &task, &team.agent, 0)
+        .await
+        .run
+        .expect("run");
+    wait_for(&mut client, &task.id, |e| {
+        e.kind == "agent_progress" && data(e)["text"] == "waiting on gate"
+    })
+    .await;
+    let first: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(run_file(&runs, "first.json")).expect("record"),
+    )
+    .expect("json");
+    let old_token = first["env"]["CHORUS_RUN_TOKEN"]
+        .as_str()
+        .expect("the first driver's token")
+        .to_owned();
+    orchestrator.stop().await;
+
+    let orchestrator = again().await;
+    let mut client = orchestrator.client().await;
+    wait_for(&mut client, &task.id, |e| {
+        e.kind == "agent_progress" && data(e)["text"] == "waiting on resumed"
+    })
+    .await;
+    let service_key = client
+        .create_api_key(pb::CreateApiKeyRequest {
+            name: "tool-exec".into(),
+            role: pb::Role::ToolExec.into(),
+        })
+        .await
+        .expect("key")
+        .into_inner()
+        .secret;
+    let mut tool_exec = AgentToolsClient::with_interceptor(
+        channel_to(orchestrator.addr).await,
+        Bearer::new(&service_key),
+    );
+    let record = |tool: &str, status: &str, duration_ms: u64| pb::RecordToolCallRequest {
+        tool: tool.into(),
+        status: status.into(),
+        duration_ms,
+        output_excerpt: format!("{tool} ran"),
+        run_token: old_token.clone(),
+        ..Default::default()
+    };
+
+    // The earlier driver's token starts nothing more...
+    let refused = tool_exec
+        .authorize_tool_call(pb::AuthorizeToolCallRequest {
+            tool: "file.read".into(),
+            run_token: old_token.clone(),
+        })
+        .await
+        .expect_err("a call by the driver that lost the run");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("taken over"), "{refused:?}");
+    // ... but how a call it started ended is recorded, as interrupted.
+    tool_exec
+        .record_tool_call(record("bash", "ok", 40))
+        .await
+        .expect("the lost driver's call is recorded");
+    let interrupted = |events: &[pb::TaskEvent], tool: &str| {
+        events
+            .iter()
+            .filter(|e| e.kind == "tool_executed")
+            .map(data)
+            .filter(|d| d["tool"] == tool)
+            .collect::<Vec<_>>()
+    };
+    let bash = interrupted(&history(&mut client, &task.id).await, "bash");
+    assert_eq!(bash.len(), 1, "{bash:?}");
+    assert_eq!(bash[0]["status"], "interrupted", "{}", bash[0]);
+    assert_eq!(bash[0]["reported_status"], "ok", "{}", bash[0]);
+    assert_eq!(bash[0]["output_excerpt"], "bash ran", "{}", bash[0]);
+    assert_eq!(bash[0]["run_id"], run.id.as_str());
+
+    // Once the run has ended, a call that began before its end is still
+    // recorded; one that began after it never ran for the run.
+    client
+        .cancel_task(pb::CancelTaskRequest {
+            id: task.id.clone(),
+            reason: "enough".into(),
+        })
+        .await
+        .expect("cancel");
+    let late = tool_exec
+        .record_tool_call(record("file.read", "ok", 0))
+        .await
+        .expect_err("a call that began after the run's end");
+    assert_eq!(late.code(), Code::FailedPrecondition, "{late:?}");
+    tool_exec
+        .record_tool_call(record("file.read", "aborted", 3_600_000))
+        .await
+        .expect("a call that began before the run's end");
+    let read = interrupted(&history(&mut client, &task.id).await, "file.read");
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!(
+        (&read[0]["status"], &read[0]["reported_status"]),
+        (&json!("interrupted"), &json!("aborted"))
+    );
+    orchestrator.stop().await;
 }

@@ -4,7 +4,9 @@
 //! other process resumes the run; CancelTask waits for that.
 
 use chorus_proto::orchestrator::v1 as pb;
-use chorus_sandbox::testing::processes_with_arg_containing;
+use chorus_sandbox::testing::{
+    ESCAPEES, escapees, eventually, processes_with_arg_containing, survivors,
+};
 use chorus_tests::agents::{data, history, planned_task, settled, start};
 use chorus_tests::cluster::{Cluster, check_history, replica_of};
 
@@ -61,6 +63,70 @@ async fn a_paused_replica_has_no_process_alive_when_another_resumes_its_run() {
         Vec::<i32>::new(),
         "the paused replica's run still had processes when r1 resumed it"
     );
+    let task = settled(&mut other, &task.id).await;
+    assert_eq!(task.status, "completed", "{task:?}");
+    check_history(&history(&mut other, &task.id).await);
+}
+
+/// A bash call in flight (in the cluster's tool-exec) when its run's driver
+/// is paused past its lease: its processes die by its fence before another
+/// replica resumes the run, and the call is recorded — while the paused
+/// replica still sleeps — by whichever replica tool-exec reaches, as
+/// stopped (its caller or its driver gone) or interrupted (reported after
+/// the takeover).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_drivers_bash_call_dies_and_is_recorded_by_another_replica() {
+    let Some(cluster) = Cluster::start(2, 4).await else {
+        return no_postgres();
+    };
+    let mut driver = cluster.client(0).await;
+    let ws = cluster.team(&mut driver).await;
+    let marker = format!("paused-call-{}", std::process::id());
+    let command = format!("{} while :; do sleep 1; done", escapees(&marker));
+    let call = serde_json::json!({"tool": "bash", "command": command, "timeout_secs": 600});
+    let script = [
+        format!("fake: call {call}"),
+        "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}".to_owned(),
+    ]
+    .join("\n");
+    let task = planned_task(&mut driver, &ws, &script).await;
+    let run = start(&mut driver, &task, "c", 0).await.run.expect("run");
+    eventually("the bash call's processes run", || {
+        survivors(&marker).len() == ESCAPEES
+    })
+    .await;
+    assert_eq!(replica_of(&mut driver, &run.id).await, "r0");
+
+    cluster.replica(0).signal(nix::sys::signal::Signal::SIGSTOP);
+    let mut other = cluster.client(1).await;
+    chorus_tests::agents::wait_for(&mut other, &task.id, |e| e.kind == "run_resumed").await;
+    let alive = processes_with_arg_containing(&marker);
+    let recorded = tokio::spawn({
+        let task = task.id.clone();
+        async move {
+            let events = chorus_tests::agents::wait_for(&mut other, &task, |e| {
+                e.kind == "tool_executed" && data(e)["tool"] == "bash"
+            })
+            .await;
+            (other, data(events.last().expect("the record")))
+        }
+    })
+    .await;
+    // The paused replica goes on before anything is asserted.
+    cluster.replica(0).signal(nix::sys::signal::Signal::SIGCONT);
+    assert_eq!(
+        alive,
+        Vec::<i32>::new(),
+        "the paused driver's bash call still had processes when r1 resumed the run"
+    );
+    let (mut other, call) = recorded.expect("the call was recorded");
+    // Stopped as its caller (the fenced CLI) went away, or by the run's
+    // driver losing it, or reported after the takeover: never a success.
+    assert!(
+        ["cancelled", "aborted", "interrupted"].contains(&call["status"].as_str().unwrap_or("")),
+        "{call}"
+    );
+    assert_eq!(call["run_id"], run.id.as_str());
     let task = settled(&mut other, &task.id).await;
     assert_eq!(task.status, "completed", "{task:?}");
     check_history(&history(&mut other, &task.id).await);

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_proto::orchestrator::v1::agent_tools_server::{AgentTools, AgentToolsServer};
 use chorus_run_token::{RunTokenSigner, RunTokenVerifier};
+use chorus_tests::balancer::Balancer;
 use chorus_tests::{ToolExec, ToolsEnv, chorus_tools};
 use chorus_tool_exec::Limits;
 use chorus_tool_exec::gate::{OrchestratorGate, RunGate};
@@ -34,6 +35,11 @@ struct FakeOrchestrator {
     keys: Vec<pb::RunTokenKey>,
     ended_runs: HashSet<String>,
     recorded: Mutex<Vec<(String, pb::RecordToolCallRequest)>>,
+    /// Told of each record taken.
+    took_record: tokio::sync::Notify,
+    /// Takes no record and never answers one (a replica paused or cut off
+    /// after it authorized the call).
+    hangs_on_records: bool,
 }
 
 impl FakeOrchestrator {
@@ -92,10 +98,14 @@ impl AgentTools for Shared {
         request: Request<pb::RecordToolCallRequest>,
     ) -> Result<Response<pb::RecordToolCallResponse>, Status> {
         let run = self.run_of(&request, &request.get_ref().run_token)?;
+        if self.hangs_on_records {
+            std::future::pending::<()>().await;
+        }
         self.recorded
             .lock()
             .expect("lock")
             .push((run, request.into_inner()));
+        self.took_record.notify_one();
         Ok(Response::new(pb::RecordToolCallResponse {}))
     }
 
@@ -119,6 +129,13 @@ impl AgentTools for Shared {
 }
 
 async fn start_fake(signer: &RunTokenSigner) -> (String, Arc<FakeOrchestrator>) {
+    start_fake_hanging(signer, false).await
+}
+
+async fn start_fake_hanging(
+    signer: &RunTokenSigner,
+    hangs_on_records: bool,
+) -> (String, Arc<FakeOrchestrator>) {
     let fake = Arc::new(FakeOrchestrator {
         verifier: signer.verifier(),
         keys: vec![pb::RunTokenKey {
@@ -128,6 +145,8 @@ async fn start_fake(signer: &RunTokenSigner) -> (String, Arc<FakeOrchestrator>) 
         }],
         ended_runs: HashSet::from(["run-ended".to_owned()]),
         recorded: Mutex::new(Vec::new()),
+        took_record: tokio::sync::Notify::new(),
+        hangs_on_records,
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
@@ -198,6 +217,56 @@ async fn calls_run_only_for_active_runs_and_every_call_is_recorded() {
     assert_eq!(input["path"], "a.txt");
     assert!(recorded[0].1.output_excerpt.contains("bytes_written"));
     assert!(recorded[1].1.output_excerpt.contains("does not exist"));
+    service.stop().await;
+}
+
+/// A replica that authorized a call and then stopped answering (paused, cut
+/// off) does not cost the call its record: tool-exec answers the agent once
+/// its first attempt's deadline passed, and retries the record on a new
+/// connection, which the load balancer gives to another replica.
+#[tokio::test]
+async fn a_record_the_first_replica_never_took_is_delivered_to_another() {
+    let signer = RunTokenSigner::generate();
+    let (hung_addr, hung) = start_fake_hanging(&signer, true).await;
+    let (good_addr, good) = start_fake(&signer).await;
+    let balancer = Balancer::start(vec![
+        hung_addr.parse().expect("addr"),
+        good_addr.parse().expect("addr"),
+    ])
+    .await;
+    // The gate's channel is the balancer's first connection: the hung replica.
+    let gate: Arc<dyn RunGate> = Arc::new(
+        OrchestratorGate::new(
+            &balancer.addr.to_string(),
+            Some(SERVICE_KEY),
+            &Default::default(),
+        )
+        .expect("gate"),
+    );
+    let service = ToolExec::start_with_gate(Limits::default(), signer, Some(gate)).await;
+    let workspace = tempfile::tempdir().expect("workspace");
+    let env = ToolsEnv {
+        token: Some(service.token_for_run(workspace.path(), &["@developer"], "run-active")),
+        tools_addr: Some(service.addr.to_string()),
+        orchestrator_addr: None,
+    };
+    let took = good.took_record.notified();
+    let created = chorus_tools(
+        &env,
+        &[&json!({"tool": "file.create", "path": "a.txt", "content": "hi"}).to_string()],
+    )
+    .await;
+    assert_eq!(created.output()["bytes_written"], 2);
+    tokio::time::timeout(std::time::Duration::from_secs(120), took)
+        .await
+        .expect("the record never reached the replica that answers");
+    let recorded = good.recorded.lock().expect("lock").clone();
+    let summary: Vec<(&str, &str, &str)> = recorded
+        .iter()
+        .map(|(run, r)| (run.as_str(), r.tool.as_str(), r.status.as_str()))
+        .collect();
+    assert_eq!(summary, [("run-active", "file.create", "ok")]);
+    assert!(hung.recorded.lock().expect("lock").is_empty());
     service.stop().await;
 }
 

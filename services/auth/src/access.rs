@@ -119,6 +119,7 @@ mod tests {
                     tools: vec![],
                     root: "/w".into(),
                     egress: Vec::new(),
+                    epoch: 0,
                 },
                 kid: "k".into(),
                 expires_at: 1,

@@ -6,7 +6,9 @@ use chorus_tool_exec::ToolError;
 use chorus_tool_exec::gate::{Authorized, RunGate, ToolCallRecord};
 
 use crate::error::ServiceError;
-use crate::grpc::agent_tools::{authorize, fence_of, record_reported, run_of_token_text};
+use crate::grpc::agent_tools::{
+    authorize, fence_of, record_reported, reporter_of_token_text, run_of_token_text,
+};
 use crate::state::AppState;
 
 /// [`RunGate`] over this process's own state.
@@ -43,10 +45,10 @@ impl RunGate for InProcessGate {
     }
 
     async fn record(&self, token: &str, call: ToolCallRecord) -> Result<(), ToolError> {
-        let run = run_of_token_text(&self.state, token)
+        let (run, by) = reporter_of_token_text(&self.state, token)
             .await
             .map_err(refused)?;
-        record_reported(&self.state, &run, call)
+        record_reported(&self.state, &run, call, by)
             .await
             .map_err(refused)
     }

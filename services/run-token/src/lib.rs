@@ -49,6 +49,16 @@ pub struct RunGrant {
     /// tokens minted before it existed, which read as empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub egress: Vec<String>,
+    /// How many times the run had been taken over by another driver when the
+    /// token was minted: a token of an earlier driver (a lower epoch) no
+    /// longer acts for the run. Absent (0) in tokens of runs never taken over.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if takes a reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl RunGrant {

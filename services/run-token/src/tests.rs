@@ -9,6 +9,7 @@ fn grant() -> RunGrant {
         tools: vec!["file.read".into(), "help".into()],
         root: PathBuf::from("/srv/workspace"),
         egress: Vec::new(),
+        epoch: 0,
     }
 }
 

@@ -144,6 +144,7 @@ fn run() -> Result<bool, BoxError> {
         tools: vec!["file.search".to_owned()],
         root: corpus.clone(),
         egress: Vec::new(),
+        epoch: 0,
     };
 
     let only = std::env::var("CHORUS_BENCH_QUERY").ok();

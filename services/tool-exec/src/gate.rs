@@ -10,6 +10,7 @@
 //! tool-exec uses one that calls it in-process.
 
 use std::fmt::Debug;
+use std::time::Duration;
 
 use chorus_auth::tls::ClientTls;
 use chorus_auth::{Principal, Role};
@@ -22,11 +23,12 @@ use chorus_run_token::RunTokenVerifier;
 use chorus_telemetry::grpc::{TracedChannel, traced};
 use serde_json::Value;
 use tonic::metadata::MetadataValue;
-use tonic::transport::Channel;
+use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
+use tracing::{error, info};
 
 use crate::error::ToolError;
 pub use crate::record::ToolCallRecord;
@@ -66,6 +68,9 @@ pub trait RunGate: Send + Sync + Debug {
 #[derive(Clone)]
 pub struct OrchestratorGate {
     client: AgentToolsClient<TracedChannel>,
+    /// Where a record that could not be delivered is retried, each time on a
+    /// new connection (behind a load balancer: maybe to another replica).
+    endpoint: Endpoint,
     health: HealthClient<Channel>,
     addr: String,
     /// tool-exec's own API key (role tool-exec), the credential of every call
@@ -81,6 +86,27 @@ impl Debug for OrchestratorGate {
     }
 }
 
+/// Deadline of one attempt to record a call: recording is one small write.
+const RECORD_TIMEOUT: Duration = Duration::from_secs(5);
+/// The pauses before each further attempt to record a call that no
+/// orchestrator took (about half a minute in all, longer than a lease).
+const RECORD_RETRIES: [Duration; 5] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+    Duration::from_secs(16),
+];
+
+/// Whether a record may not have reached an orchestrator that could take it
+/// (no answer in time, no connection), so that another attempt may.
+fn undelivered(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
+    )
+}
+
 /// The name whose health a separate tool-exec follows on its orchestrator.
 const GATE_SERVICE: &str = "chorus.orchestrator.v1.AgentTools";
 
@@ -93,17 +119,58 @@ impl OrchestratorGate {
             .endpoint(addr)
             .map_err(|e| ToolError::Internal(format!("orchestrator address: {e}")))?;
         // Every call to the orchestrator is short.
-        let channel = channel::tune(endpoint)
-            .timeout(channel::CALL_TIMEOUT)
-            .connect_lazy();
+        let endpoint = channel::tune(endpoint).timeout(channel::CALL_TIMEOUT);
+        let channel = endpoint.connect_lazy();
         Ok(Self {
+            endpoint,
             // Its answers are small; its records are cut before they are sent.
             health: HealthClient::new(channel.clone()),
-            client: AgentToolsClient::new(traced(channel))
-                .max_decoding_message_size(limits::DEFAULT_MESSAGE_BYTES),
+            client: Self::agent_tools(channel),
             addr: tls.url(addr),
             service_key: service_key.map(|k| k.trim().to_owned()),
         })
+    }
+
+    fn agent_tools(channel: Channel) -> AgentToolsClient<TracedChannel> {
+        AgentToolsClient::new(traced(channel))
+            .max_decoding_message_size(limits::DEFAULT_MESSAGE_BYTES)
+    }
+
+    /// One attempt to deliver `message` over `client`, bounded by
+    /// [`RECORD_TIMEOUT`].
+    async fn send_record(
+        &self,
+        mut client: AgentToolsClient<TracedChannel>,
+        message: RecordToolCallRequest,
+    ) -> Result<(), Status> {
+        let mut request = self
+            .request(message)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        request.set_timeout(RECORD_TIMEOUT);
+        client.record_tool_call(request).await.map(drop)
+    }
+
+    /// Delivers a record the first attempt could not, each attempt on a new
+    /// connection: the replica that took the first may be paused or cut off
+    /// while another would answer.
+    async fn record_again(self, message: RecordToolCallRequest) {
+        let tool = message.tool.clone();
+        for (attempt, pause) in RECORD_RETRIES.iter().enumerate() {
+            tokio::time::sleep(*pause).await;
+            let client = Self::agent_tools(self.endpoint.connect_lazy());
+            match self.send_record(client, message.clone()).await {
+                Ok(()) => {
+                    info!(tool = %tool, attempt = attempt + 2, "a tool call was recorded on another attempt");
+                    return;
+                }
+                Err(status) if undelivered(&status) => {}
+                Err(status) => {
+                    error!(tool = %tool, error = %self.refused(&status), "the orchestrator refused to record a tool call");
+                    return;
+                }
+            }
+        }
+        error!(tool = %tool, attempts = RECORD_RETRIES.len() + 1, "a tool call could not be recorded: no orchestrator answered");
     }
 
     fn request<T>(&self, message: T) -> Result<tonic::Request<T>, ToolError> {
@@ -167,7 +234,7 @@ impl RunGate for OrchestratorGate {
             Value::Object(map) => Some(json::to_struct(map)),
             _ => None,
         };
-        let request = self.request(RecordToolCallRequest {
+        let message = RecordToolCallRequest {
             tool: call.tool,
             input,
             status: call.status,
@@ -176,13 +243,19 @@ impl RunGate for OrchestratorGate {
             run_token: token.to_owned(),
             input_bytes: call.input_bytes,
             output_bytes: call.output_bytes,
-        })?;
-        self.client
-            .clone()
-            .record_tool_call(request)
-            .await
-            .map_err(|s| self.refused(&s))?;
-        Ok(())
+            started_ms: call.started_ms,
+        };
+        match self.send_record(self.client.clone(), message.clone()).await {
+            Ok(()) => Ok(()),
+            Err(status) if undelivered(&status) => {
+                let refused = self.refused(&status);
+                tokio::spawn(self.clone().record_again(message));
+                Err(ToolError::GateUnavailable(format!(
+                    "{refused}; the record is being retried on new connections"
+                )))
+            }
+            Err(status) => Err(self.refused(&status)),
+        }
     }
 
     async fn authenticate_key(&self, key: &str) -> Result<Principal, ToolError> {

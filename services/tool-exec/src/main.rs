@@ -117,6 +117,7 @@ fn mint(args: MintArgs) -> anyhow::Result<()> {
             .map(|rule| chorus_sandbox::EgressRule::parse(rule).map(|r| r.to_string()))
             .collect::<Result<_, _>>()
             .map_err(anyhow::Error::msg)?,
+        epoch: 0,
     };
     println!(
         "{}",

@@ -31,6 +31,15 @@ pub const JSON_START: &str = "json_start";
 /// The string limits tried in turn until the cut input fits [`INPUT_BYTES`].
 const STRING_LIMITS: [usize; 3] = [INPUT_STRING_BYTES, 512, 128];
 
+/// When a call that took `duration_ms` and ends now began, in ms since the
+/// Unix epoch.
+fn began(duration_ms: u64) -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    now.saturating_sub(i64::try_from(duration_ms).unwrap_or(i64::MAX))
+}
+
 /// One finished tool call, as the task's history records it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCallRecord {
@@ -46,6 +55,8 @@ pub struct ToolCallRecord {
     pub output_excerpt: String,
     /// Length of the whole output (its JSON text) or error message.
     pub output_bytes: u64,
+    /// When the call began, in ms since the Unix epoch (0: not known).
+    pub started_ms: i64,
 }
 
 impl ToolCallRecord {
@@ -67,6 +78,7 @@ impl ToolCallRecord {
             duration_ms,
             output_excerpt: output_excerpt(output),
             output_bytes: output.len() as u64,
+            started_ms: began(duration_ms),
         }
     }
 

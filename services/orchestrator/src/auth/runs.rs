@@ -6,6 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use chorus_run_token::{RunGrant, VerifiedToken};
 use tracing::warn;
 
+use crate::domain::policy::Reporter;
 use crate::domain::{DomainError, Run, RunId, TokenBinding, now_ms};
 use crate::error::ServiceError;
 use crate::state::AppState;
@@ -40,6 +41,7 @@ pub fn mint(state: &AppState, run: &Run) -> Result<String, ServiceError> {
         tools: run.tools.clone(),
         root: binding.root.clone(),
         egress: binding.egress.clone(),
+        epoch: u64::from(run.epoch),
     };
     let expires =
         UNIX_EPOCH + Duration::from_millis(u64::try_from(binding.expires_ms).unwrap_or(0));
@@ -47,9 +49,31 @@ pub fn mint(state: &AppState, run: &Run) -> Result<String, ServiceError> {
 }
 
 /// The run a verified token names, once every claim of the token is the
-/// run's: task, agent, tools, workspace root and expiry. A mismatch is refused
-/// (UNAUTHENTICATED) and logged; an unknown run is "not active".
+/// run's: task, agent, tools, workspace root, epoch and expiry. A mismatch is
+/// refused (UNAUTHENTICATED) and logged; an unknown run, and a token of a
+/// driver that has since lost the run, are "not active".
 pub async fn run_of_token(state: &AppState, token: &VerifiedToken) -> Result<Run, ServiceError> {
+    match run_and_reporter(state, token).await? {
+        (run, Reporter::Driver) => Ok(run),
+        (run, Reporter::LostDriver) => Err(DomainError::RunNotActive(format!(
+            "run {} was taken over by another driver after this token was minted; the token no longer acts for it",
+            run.id
+        ))
+        .into()),
+    }
+}
+
+/// The run a verified token names and who holds the token: the run's driver
+/// (every claim is the run's), or a driver that lost the run to a takeover
+/// (every claim is the run's but the epoch, which is earlier, and the expiry)
+/// — such a driver may still report how a call it started ended.
+///
+/// # Errors
+/// As [`run_of_token`], but for the lost driver.
+pub async fn run_and_reporter(
+    state: &AppState,
+    token: &VerifiedToken,
+) -> Result<(Run, Reporter), ServiceError> {
     let grant = &token.grant;
     let run_id = RunId::parse(&grant.run_id)
         .map_err(|_| DomainError::RunNotActive(format!("run {} is unknown", grant.run_id)))?;
@@ -60,28 +84,45 @@ pub async fn run_of_token(state: &AppState, token: &VerifiedToken) -> Result<Run
         }
         Err(e) => return Err(e.into()),
     };
-    if let Some(claim) = mismatch(&run, token) {
-        warn!(run_id = %run.id, claim, kid = %token.kid, "a run token whose claims are not its run's was refused");
-        return Err(ServiceError::BadCredential(format!(
-            "run token refused: its {claim} is not run {}'s; it was not minted for this run",
-            run.id
-        )));
+    match standing(&run, token) {
+        Standing::Current => Ok((run, Reporter::Driver)),
+        Standing::Superseded => Ok((run, Reporter::LostDriver)),
+        Standing::Mismatch(claim) => {
+            warn!(run_id = %run.id, claim, kid = %token.kid, "a run token whose claims are not its run's was refused");
+            Err(ServiceError::BadCredential(format!(
+                "run token refused: its {claim} is not run {}'s; it was not minted for this run",
+                run.id
+            )))
+        }
     }
-    Ok(run)
 }
 
-/// The first claim of `token` that is not `run`'s, if any.
-pub fn mismatch(run: &Run, token: &VerifiedToken) -> Option<&'static str> {
+/// How a verified token stands to the run it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// Every claim is the run's.
+    Current,
+    /// Minted for the run's driver before a takeover: every claim but the
+    /// epoch (earlier) and the expiry is the run's.
+    Superseded,
+    /// This claim is not the run's: the token was not minted for it.
+    Mismatch(&'static str),
+}
+
+/// How `token` stands to `run`.
+pub fn standing(run: &Run, token: &VerifiedToken) -> Standing {
     let grant = &token.grant;
     let Some(binding) = &run.token else {
-        return Some("run (the run was opened without a token)");
+        return Standing::Mismatch("run (the run was opened without a token)");
     };
     let sorted = |tools: &[String]| {
         let mut tools = tools.to_vec();
         tools.sort();
         tools
     };
-    if grant.task_id != run.task_id.to_string() {
+    let claim = if grant.run_id != run.id.to_string() {
+        Some("run")
+    } else if grant.task_id != run.task_id.to_string() {
         Some("task")
     } else if grant.agent != run.agent.as_str() {
         Some("agent")
@@ -91,10 +132,22 @@ pub fn mismatch(run: &Run, token: &VerifiedToken) -> Option<&'static str> {
         Some("workspace root")
     } else if sorted(&grant.egress) != sorted(&binding.egress) {
         Some("egress list")
-    } else if i64::try_from(token.expires_at).ok() != Some(binding.expires_ms.div_euclid(1000)) {
-        Some("expiry")
     } else {
         None
+    };
+    if let Some(claim) = claim {
+        return Standing::Mismatch(claim);
+    }
+    match grant.epoch.cmp(&u64::from(run.epoch)) {
+        std::cmp::Ordering::Less => Standing::Superseded,
+        std::cmp::Ordering::Greater => Standing::Mismatch("epoch"),
+        std::cmp::Ordering::Equal
+            if i64::try_from(token.expires_at).ok()
+                != Some(binding.expires_ms.div_euclid(1000)) =>
+        {
+            Standing::Mismatch("expiry")
+        }
+        std::cmp::Ordering::Equal => Standing::Current,
     }
 }
 
@@ -142,6 +195,7 @@ mod tests {
                 tools: vec!["bash".into(), "file.read".into()],
                 root: "/srv/ws".into(),
                 egress: vec!["github.com:443".into()],
+                epoch: 0,
             },
             kid: "k".into(),
             expires_at: 1_700_000_000,
@@ -151,19 +205,20 @@ mod tests {
     #[test]
     fn a_token_minted_for_the_run_matches_in_any_tool_order() {
         let run = run();
-        assert_eq!(mismatch(&run, &token_of(&run)), None);
+        assert_eq!(standing(&run, &token_of(&run)), Standing::Current);
     }
 
     #[test]
     fn every_claim_that_is_not_the_runs_is_named() {
         let run = run();
         type Forge = fn(&mut VerifiedToken);
-        let cases: [(&str, Forge); 7] = [
+        let cases: [(&str, Forge); 8] = [
             ("task", |t| t.grant.task_id = TaskId::new().to_string()),
             ("agent", |t| t.grant.agent = "editor".into()),
             ("tool list", |t| t.grant.tools.push("git.push".into())),
             ("workspace root", |t| t.grant.root = "/".into()),
             ("expiry", |t| t.expires_at += 3600),
+            ("epoch", |t| t.grant.epoch = 1),
             ("egress list", |t| {
                 t.grant.egress.push("*.evil.example:443".into())
             }),
@@ -172,15 +227,18 @@ mod tests {
         for (claim, forge) in cases {
             let mut token = token_of(&run);
             forge(&mut token);
-            assert_eq!(mismatch(&run, &token), Some(claim));
+            assert_eq!(standing(&run, &token), Standing::Mismatch(claim));
         }
         let mut unbound = run.clone();
         unbound.token = None;
-        assert!(mismatch(&unbound, &token_of(&run)).is_some());
+        assert!(matches!(
+            standing(&unbound, &token_of(&run)),
+            Standing::Mismatch(_)
+        ));
     }
 
     #[test]
-    fn a_token_of_the_driver_before_a_takeover_is_refused_after_it() {
+    fn a_token_of_the_driver_before_a_takeover_is_superseded_after_it() {
         // The process of the replica that lost the run (partitioned, not
         // dead) still holds the old token; the run was resumed elsewhere.
         let mut run = run();
@@ -192,8 +250,26 @@ mod tests {
         };
         crate::domain::policy::resume_run(&mut run, "r2", later, "the replica stopped")
             .expect("resumed");
-        assert_eq!(mismatch(&run, &old), Some("expiry"));
         assert_eq!(run.epoch, 1);
+        // It no longer acts for the run (run_of_token refuses it), but may
+        // still report how a call it started ended.
+        assert_eq!(standing(&run, &old), Standing::Superseded);
+        let mut current = old.clone();
+        current.grant.epoch = 1;
+        current.expires_at = 1_700_000_100;
+        assert_eq!(standing(&run, &current), Standing::Current);
+        // A token of the same epoch with another expiry, or of a later epoch,
+        // was never minted for the run.
+        let mut forged = current.clone();
+        forged.expires_at += 1;
+        assert_eq!(standing(&run, &forged), Standing::Mismatch("expiry"));
+        forged = current.clone();
+        forged.grant.epoch = 2;
+        assert_eq!(standing(&run, &forged), Standing::Mismatch("epoch"));
+        // A lost driver's token that is not the run's otherwise is refused.
+        let mut other = old.clone();
+        other.grant.tools.push("git.push".into());
+        assert_eq!(standing(&run, &other), Standing::Mismatch("tool list"));
         // ... and the old driver's own writes are refused too.
         assert!(crate::domain::policy::check_driver(&run, "r1", 0).is_err());
         assert!(crate::domain::policy::check_driver(&run, "r2", 1).is_ok());

@@ -120,18 +120,38 @@ pub fn check_planning_editable(task: &Task) -> Result<(), DomainError> {
     Ok(())
 }
 
+/// Who reports a finished call of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reporter {
+    /// The run's current driver: its token is the run's.
+    Driver,
+    /// A driver that lost the run to a takeover while (or before) the call
+    /// ran: its token is of an earlier epoch. The agent that made the call
+    /// never gets its answer, so the call is recorded as interrupted.
+    LostDriver,
+}
+
 /// Checks that a finished call of `tool` may be recorded for `run`: the run has
 /// not ended (a call that outlived its run is not written after the run's end)
 /// and the tool is one the run may call (nobody records what it could not do).
-pub fn check_recordable(run: &Run, call: &ToolCallRecord, now_ms: i64) -> Result<(), DomainError> {
+/// A call that the run's end stopped, or that a driver which lost the run
+/// reports, began before the end and is recorded after it.
+pub fn check_recordable(
+    run: &Run,
+    call: &ToolCallRecord,
+    by: Reporter,
+    now_ms: i64,
+) -> Result<(), DomainError> {
     let tool = call.tool.as_str();
-    // A call the run's end stopped is recorded after it: it began while the
-    // run was active.
-    let stopped_by_the_end = call.status == STOPPED_BY_THE_RUNS_END
-        && run.finished_ms.is_some_and(|end| {
-            now_ms.saturating_sub(i64::try_from(call.duration_ms).unwrap_or(i64::MAX)) <= end
-        });
-    if run.state == RunState::Finished && !stopped_by_the_end {
+    // When it began, as its reporter says (a record retried arrives late),
+    // else as its duration says; never later than now.
+    let began = match call.started_ms {
+        0 => now_ms.saturating_sub(i64::try_from(call.duration_ms).unwrap_or(i64::MAX)),
+        started => started.min(now_ms),
+    };
+    let began_before_the_end = run.finished_ms.is_some_and(|end| began <= end);
+    let stopped_or_lost = call.status == STOPPED_BY_THE_RUNS_END || by == Reporter::LostDriver;
+    if run.state == RunState::Finished && !(stopped_or_lost && began_before_the_end) {
         return Err(DomainError::RunNotActive(format!(
             "run {} has ended; a call it made is no longer recorded",
             run.id
@@ -151,6 +171,34 @@ pub fn check_recordable(run: &Run, call: &ToolCallRecord, now_ms: i64) -> Result
 /// The status of a call that the end of its run stopped (the gRPC code
 /// tool-exec answers it with, as history writes codes).
 pub const STOPPED_BY_THE_RUNS_END: &str = "aborted";
+
+/// The status of a call whose run was taken over by another driver while it
+/// ran: its agent never got the answer. The event keeps what tool-exec
+/// reported of its effect (`reported_status`, the output excerpt).
+pub const INTERRUPTED_BY_A_TAKEOVER: &str = "interrupted";
+
+/// The `tool_executed` event of a call reported by `by` (see
+/// [`tool_executed`]); a lost driver's call is recorded as interrupted.
+pub fn reported_call(run: &Run, call: ToolCallRecord, by: Reporter) -> (EventKind, Value) {
+    match by {
+        Reporter::Driver => tool_executed(run, call),
+        Reporter::LostDriver => {
+            let reported = call.status.clone();
+            let (kind, mut data) = tool_executed(
+                run,
+                ToolCallRecord {
+                    status: INTERRUPTED_BY_A_TAKEOVER.to_owned(),
+                    ..call
+                },
+            );
+            data["reported_status"] = json!(reported);
+            data["reason"] = json!(
+                "the run was taken over by another driver while this call ran; the agent never got its answer"
+            );
+            (kind, data)
+        }
+    }
+}
 
 /// The `tool_executed` event of a finished call of `run`, its input and output
 /// bounded by the history's one rule (`chorus_tool_exec::record`).

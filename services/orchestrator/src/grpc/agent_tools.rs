@@ -24,8 +24,8 @@ use serde_json::{Value, json};
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
-use crate::auth::runs::run_of_token;
-use crate::domain::policy;
+use crate::auth::runs::{run_and_reporter, run_of_token};
+use crate::domain::policy::{self, Reporter};
 use crate::domain::{AgentKind, DomainError, Run, RunState, Task, TaskId, TaskStatus, now_ms};
 use crate::error::ServiceError;
 use crate::grpc::convert;
@@ -266,7 +266,7 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         request: Request<pb::RecordToolCallRequest>,
     ) -> Result<Response<pb::RecordToolCallResponse>, Status> {
         let r = request.into_inner();
-        let run = run_of_token_text(&self.state, &r.run_token).await?;
+        let (run, by) = reporter_of_token_text(&self.state, &r.run_token).await?;
         let call = ToolCallRecord {
             input: r
                 .input
@@ -277,8 +277,9 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
             duration_ms: r.duration_ms,
             output_excerpt: r.output_excerpt,
             output_bytes: r.output_bytes,
+            started_ms: r.started_ms,
         };
-        record_reported(&self.state, &run, call).await?;
+        record_reported(&self.state, &run, call, by).await?;
         Ok(Response::new(pb::RecordToolCallResponse {}))
     }
 
@@ -396,6 +397,16 @@ pub(crate) async fn run_of_token_text(state: &AppState, token: &str) -> Result<R
     run_of_token(state, &verified).await
 }
 
+/// The run a call is reported for and who reports it (tool-exec passes the
+/// token the call was made with; see [`run_and_reporter`]).
+pub(crate) async fn reporter_of_token_text(
+    state: &AppState,
+    token: &str,
+) -> Result<(Run, Reporter), ServiceError> {
+    let verified = state.verifier.verify_token(token)?;
+    run_and_reporter(state, &verified).await
+}
+
 /// Records one finished tool call of `run` as `tool_executed`, bounded by the
 /// history's rule whoever reported it.
 pub(crate) async fn record(
@@ -412,20 +423,26 @@ pub(crate) async fn record(
 }
 
 /// Records a call tool-exec reports for `run`, unless the run has ended or
-/// never held the tool. Checked under the task's lock, so that no call is
-/// recorded after the event that ends its run.
+/// never held the tool (see [`policy::check_recordable`]); a call reported
+/// by a driver that lost the run is recorded as interrupted. Checked under
+/// the task's lock, so that no call is recorded after the event that ends
+/// its run.
 pub(crate) async fn record_reported(
     state: &AppState,
     run: &Run,
     call: ToolCallRecord,
+    by: Reporter,
 ) -> Result<(), ServiceError> {
-    policy::check_recordable(run, &call, now_ms())?;
+    policy::check_recordable(run, &call, by, now_ms())?;
+    if by == Reporter::LostDriver {
+        info!(run_id = %run.id, tool = %call.tool, status = %call.status, "a call of a driver that lost the run is recorded as interrupted");
+    }
     let checked = call.clone();
-    let draft = policy::tool_executed(run, call);
+    let draft = policy::reported_call(run, call, by);
     let (_, _, events) = state
         .store
         .change_run(run.id, move |run, _| {
-            policy::check_recordable(run, &checked, now_ms())?;
+            policy::check_recordable(run, &checked, by, now_ms())?;
             Ok(vec![draft])
         })
         .await?;

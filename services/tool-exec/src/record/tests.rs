@@ -130,9 +130,13 @@ fn a_record_from_a_reporter_that_cut_nothing_is_bounded_with_its_sizes() {
         duration_ms: 1,
         output_excerpt: output.clone(),
         output_bytes: 0,
+        started_ms: 0,
     };
     assert_eq!(
         raw.bounded(),
-        ToolCallRecord::new("file.write", &input, "ok", 1, &output)
+        ToolCallRecord {
+            started_ms: 0,
+            ..ToolCallRecord::new("file.write", &input, "ok", 1, &output)
+        }
     );
 }

@@ -46,6 +46,7 @@ impl Workspace {
             .to_vec(),
             root,
             egress: Vec::new(),
+            epoch: 0,
         };
         let ctx = ToolContext {
             sandbox: Arc::new(sandbox),

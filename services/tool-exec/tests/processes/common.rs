@@ -77,6 +77,7 @@ impl Harness {
                 .collect(),
             root: root.to_owned(),
             egress: Vec::new(),
+            epoch: 0,
         }
     }
 

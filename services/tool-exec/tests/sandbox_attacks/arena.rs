@@ -118,6 +118,7 @@ impl Arena {
             tools: FILE_TOOLS.map(str::to_owned).to_vec(),
             root: self.root.clone(),
             egress: Vec::new(),
+            epoch: 0,
         }
     }
 

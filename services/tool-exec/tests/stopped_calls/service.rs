@@ -126,6 +126,7 @@ impl Service {
                 .to_vec(),
             root: root.clone(),
             egress: Vec::new(),
+            epoch: 0,
         };
         let token = signer.mint(&grant, Duration::from_secs(3600));
         let (events_tx, events) = mpsc::unbounded_channel();
