@@ -27,10 +27,7 @@ pub fn databases(dir: &Path) -> Vec<TestDatabase> {
         backend: "sqlite",
         schema: None,
     }];
-    if let Some(base) = std::env::var(DATABASE_URL_VAR)
-        .ok()
-        .filter(|u| !u.is_empty())
-    {
+    if let Some(base) = postgres_url() {
         let schema = format!("chorus_e2e_{}", uuid_like());
         let mut conn = PgConnection::establish(&base).expect("connect to the test database");
         conn.batch_execute(&format!("CREATE SCHEMA {schema}"))
@@ -53,6 +50,20 @@ impl Drop for TestDatabase {
             let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"));
         }
     }
+}
+
+/// The PostgreSQL database tests may use, if one is configured; with
+/// `CHORUS_TEST_REQUIRE_POSTGRES=1` (CI) there must be one.
+pub fn postgres_url() -> Option<String> {
+    let url = std::env::var(DATABASE_URL_VAR)
+        .ok()
+        .filter(|u| !u.is_empty());
+    assert!(
+        url.is_some() || std::env::var("CHORUS_TEST_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+        "CHORUS_TEST_REQUIRE_POSTGRES=1 but {DATABASE_URL_VAR} is not set: set it to a PostgreSQL \
+         database these tests may create schemas in (postgres://postgres@127.0.0.1:5432/test; .ci/run does)"
+    );
+    url
 }
 
 /// A name part unique to this process and call.

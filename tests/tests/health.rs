@@ -148,10 +148,7 @@ impl Drop for OwnDatabase {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_orchestrator_is_not_serving_while_postgresql_refuses_it() {
-    let Some(base) = std::env::var(DATABASE_URL_VAR)
-        .ok()
-        .filter(|u| !u.is_empty())
-    else {
+    let Some(base) = chorus_tests::db::postgres_url() else {
         eprintln!("{DATABASE_URL_VAR} is not set: PostgreSQL is not tested");
         return;
     };

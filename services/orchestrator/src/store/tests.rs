@@ -38,10 +38,15 @@ pub(crate) struct TestStore {
 /// One store per configured backend.
 pub(crate) async fn test_stores() -> Vec<TestStore> {
     let mut stores = vec![sqlite().await];
-    if let Some(url) = std::env::var(DATABASE_URL_VAR)
+    let url = std::env::var(DATABASE_URL_VAR)
         .ok()
-        .filter(|url| !url.is_empty())
-    {
+        .filter(|url| !url.is_empty());
+    assert!(
+        url.is_some() || std::env::var("CHORUS_TEST_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+        "CHORUS_TEST_REQUIRE_POSTGRES=1 but {DATABASE_URL_VAR} is not set: set it to a PostgreSQL \
+         database these tests may create schemas in (postgres://postgres@127.0.0.1:5432/test; .ci/run does)"
+    );
+    if let Some(url) = url {
         stores.push(postgres(url).await);
     }
     stores
