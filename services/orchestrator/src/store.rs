@@ -179,6 +179,8 @@ pub enum Backend {
 #[derive(Clone)]
 pub struct Store {
     pool: ConnectionPool,
+    /// The heartbeat's own connection (see `connection::Pools`).
+    leases: ConnectionPool,
     backend: Backend,
     /// Seals and opens provider API keys.
     secrets: SecretBox,
@@ -232,7 +234,8 @@ impl Store {
             Target::Sqlite(path) => Some(PathBuf::from(path)),
             Target::Postgres(_) => None,
         };
-        let pool = blocking(move || connection::open_pool(target)).await?;
+        let connection::Pools { main: pool, leases } =
+            blocking(move || connection::open_pools(target)).await?;
         let sqlite_file = match sqlite_path {
             Some(path) => {
                 let id = file_id(&path).map_err(|e| {
@@ -244,6 +247,7 @@ impl Store {
         };
         Ok(Self {
             pool,
+            leases,
             backend,
             secrets,
             sqlite_file,
@@ -339,7 +343,16 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
     {
-        let pool = self.pool.clone();
+        self.on(&self.pool, f).await
+    }
+
+    /// Runs `f` on a connection of `pool`, off the async threads.
+    async fn on<T, F>(&self, pool: &ConnectionPool, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let pool = pool.clone();
         let result = blocking(move || {
             let mut conn = pool.get().map_err(|e| {
                 StoreError::Database(format!("no database connection available: {e}"))
@@ -361,6 +374,18 @@ impl Store {
     {
         self.with_conn(move |conn| connection::write_transaction(conn, f))
             .await
+    }
+
+    /// [`Self::write`] on the heartbeat's own connection.
+    async fn write_lease<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.on(&self.leases, move |conn| {
+            connection::write_transaction(conn, f)
+        })
+        .await
     }
 }
 

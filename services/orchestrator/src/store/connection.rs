@@ -23,6 +23,10 @@ const SQLITE_POOL_SIZE: u32 = 4;
 const POSTGRES_POOL_SIZE: u32 = 10;
 /// How long a caller waits for a free pooled connection.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait for the heartbeat's own connection (only a heartbeat that
+/// has not finished holds it; a new connection is made within libpq's
+/// connect timeout).
+const LEASE_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Key of the PostgreSQL advisory lock that keeps replicas from migrating at once.
 const MIGRATION_LOCK_KEY: i64 = 0x6368_6f72_7573; // "chorus"
 
@@ -129,10 +133,19 @@ fn with_timeouts(url: &str) -> String {
     url
 }
 
-/// Opens the pool: makes a SQLite file owner-only ([`prepare_sqlite_file`]),
+/// The pools of a store: `main` for everything but the leases' heartbeat,
+/// which has a connection of its own (`leases`), so that however busy the
+/// main pool is, a replica renews its leases — and keeps its runs' fences up —
+/// without waiting for a connection.
+pub(super) struct Pools {
+    pub main: ConnectionPool,
+    pub leases: ConnectionPool,
+}
+
+/// Opens the pools: makes a SQLite file owner-only ([`prepare_sqlite_file`]),
 /// migrates on one connection (so a bad URL fails at once with the database's
-/// own message), then builds the pool.
-pub(super) fn open_pool(target: Target) -> Result<ConnectionPool, StoreError> {
+/// own message), then builds the pools.
+pub(super) fn open_pools(target: Target) -> Result<Pools, StoreError> {
     if let Target::Sqlite(path) = &target {
         prepare_sqlite_file(Path::new(path))?;
     }
@@ -146,11 +159,19 @@ pub(super) fn open_pool(target: Target) -> Result<ConnectionPool, StoreError> {
         Target::Sqlite(_) => SQLITE_POOL_SIZE,
         Target::Postgres(_) => POSTGRES_POOL_SIZE,
     };
+    Ok(Pools {
+        main: pool(target.clone(), size, CHECKOUT_TIMEOUT)?,
+        leases: pool(target, 1, LEASE_CHECKOUT_TIMEOUT)?,
+    })
+}
+
+/// A pool of up to `size` connections to `target`, one kept open.
+fn pool(target: Target, size: u32, checkout: Duration) -> Result<ConnectionPool, StoreError> {
     let description = target.describe();
     Pool::builder()
         .max_size(size)
         .min_idle(Some(1))
-        .connection_timeout(CHECKOUT_TIMEOUT)
+        .connection_timeout(checkout)
         .connection_customizer(Box::new(SessionSettings))
         .build(Manager { target })
         .map_err(|e| StoreError::Database(format!("cannot open {description}: {e}")))
@@ -389,7 +410,9 @@ mod tests {
         let base = tempfile::tempdir().expect("dir");
         let dir = base.path().join("state");
         let path = dir.join("chorus.db");
-        let pool = open_pool(Target::Sqlite(path.display().to_string())).expect("open");
+        let pool = open_pools(Target::Sqlite(path.display().to_string()))
+            .expect("open")
+            .main;
         let mut conn = pool.get().expect("connection");
         conn.batch_execute("INSERT INTO api_keys VALUES ('k', 'n', 'viewer', 'h', 0, NULL)")
             .expect("a write, so the WAL has something");
@@ -410,7 +433,7 @@ mod tests {
             std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         }
         // Held open: the last connection to close removes the WAL.
-        let _pool = open_pool(Target::Sqlite(path.display().to_string())).expect("open");
+        let _pools = open_pools(Target::Sqlite(path.display().to_string())).expect("open");
         for file in ["chorus.db", "chorus.db-wal"] {
             assert_eq!(mode(&dir.path().join(file)), 0o600, "{file}");
         }

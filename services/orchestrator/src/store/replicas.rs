@@ -104,7 +104,7 @@ impl Store {
     pub async fn register_replica(&self) -> Result<(), StoreError> {
         let me = self.replica.as_ref().clone();
         let lease_end = self.lease_end();
-        self.write(move |conn| {
+        self.write_lease(move |conn| {
             let now = now_ms();
             let updated = diesel::update(replicas::table.find(&me.id))
                 .set((
@@ -160,7 +160,7 @@ impl Store {
     pub async fn heartbeat(&self, live: Vec<(RunId, u32)>) -> Result<Heartbeat, StoreError> {
         let me = self.replica.as_ref().clone();
         let lease_end = self.lease_end();
-        self.write(move |conn| {
+        self.write_lease(move |conn| {
             let now = now_ms();
             let updated = diesel::update(
                 replicas::table

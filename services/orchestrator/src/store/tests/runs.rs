@@ -569,3 +569,35 @@ async fn a_handoff_opens_its_child_and_parks_its_parent_in_one_transaction() {
         assert_eq!(second.handoff_index, Some(2), "{b}");
     }
 }
+
+/// However busy the main pool is (every connection checked out by slow
+/// requests), a heartbeat renews the replica's leases on its own connection:
+/// a flood of requests cannot make a replica fence its own runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_does_not_wait_for_a_busy_pool() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let store = t
+            .store
+            .clone()
+            .as_replica(crate::store::ReplicaIdentity::new(
+                "r-busy",
+                std::time::Duration::from_secs(30),
+            ));
+        store.register_replica().await.expect("register");
+        let pool = store.pool.clone();
+        let size = pool.max_size();
+        let held = tokio::task::spawn_blocking(move || {
+            (0..size)
+                .map(|_| pool.get().expect("a pooled connection"))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .expect("check out the whole pool");
+        assert_eq!(store.pool.state().idle_connections, 0, "{b}");
+        let beat = store.heartbeat(Vec::new()).await;
+        drop(held);
+        let beat = beat.unwrap_or_else(|e| panic!("{b}: the heartbeat waited for the pool: {e}"));
+        assert!(beat.lost.is_empty(), "{b}");
+    }
+}
