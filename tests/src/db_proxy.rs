@@ -78,6 +78,11 @@ impl DbProxy {
         self.set(HUNG);
     }
 
+    /// New connections are forwarded again (those hung or reset stay so).
+    pub fn open(&self) {
+        self.set(OPEN);
+    }
+
     fn set(&self, state: u8) {
         self.state.store(state, Ordering::SeqCst);
         let _ = self.changed.send(state);

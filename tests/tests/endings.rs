@@ -12,7 +12,9 @@ use chorus_tests::agents::{
     add_agent, data, history, planned_task, start, team, wait_for, workspace,
 };
 use chorus_tests::credentials::Bearer;
+use chorus_tests::db_proxy::DbProxy;
 use chorus_tests::orchestrator::{Orchestrator, channel_to, run_file};
+use chorus_tests::tool_exec_process::ToolExecProcess;
 use chorus_tests::{ToolsEnv, chorus_tools};
 use serde_json::json;
 use tonic::Code;
@@ -81,6 +83,12 @@ async fn a_run_end_stops_its_bash_call(ending: Ending) {
                 .expect("cancel");
         }
     }
+    // It returned once the call's processes were dead.
+    assert_eq!(
+        survivors(&marker),
+        Vec::<i32>::new(),
+        "{ending:?} returned while processes of the run's call lived"
+    );
     // The call comes back stopped (not after its 600 s), every process gone.
     let ran = running.await.expect("chorus-tools ran");
     let answer = ran.json();
@@ -199,6 +207,7 @@ async fn a_call_reported_by_a_driver_that_lost_the_run_is_recorded_as_interrupte
         .authorize_tool_call(pb::AuthorizeToolCallRequest {
             tool: "file.read".into(),
             run_token: old_token.clone(),
+            ..Default::default()
         })
         .await
         .expect_err("a call by the driver that lost the run");
@@ -248,5 +257,96 @@ async fn a_call_reported_by_a_driver_that_lost_the_run_is_recorded_as_interrupte
         (&read[0]["status"], &read[0]["reported_status"]),
         (&json!("interrupted"), &json!("aborted"))
     );
+    orchestrator.stop().await;
+}
+
+/// A tool-exec cut from its orchestrator (connections hung) while a bash call
+/// of a run its caller drives is in flight: CancelTask cannot tell that
+/// tool-exec to stop, but the call's fence — no answer extends it after the
+/// run's end — falls two thirds of a lease later, its launcher kills every
+/// process, and CancelTask returns only then. Once the orchestrator can be
+/// reached again, the call is recorded as stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_task_returns_once_the_call_of_a_cut_off_tool_exec_is_fenced() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    give_to_test_user(root.path());
+    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key set");
+    let orchestrator = Orchestrator::start_configured(
+        &data_dir.path().join("chorus.db").display().to_string(),
+        signer,
+        false,
+        |config| config.lease = std::time::Duration::from_secs(3),
+    )
+    .await;
+    let mut client = orchestrator.client().await;
+    let key = client
+        .create_api_key(pb::CreateApiKeyRequest {
+            name: "tool-exec".into(),
+            role: pb::Role::ToolExec.into(),
+        })
+        .await
+        .expect("key")
+        .into_inner()
+        .secret;
+    let key_file = data_dir.path().join("tool-exec.key");
+    std::fs::write(&key_file, key).expect("key file");
+    let proxy = DbProxy::start(orchestrator.addr).await;
+    let tool_exec = ToolExecProcess::spawn(proxy.addr, &key_file).await;
+    chorus_tests::wait_serving(tool_exec.addr, "").await;
+
+    let ws = workspace(&mut client, "cut-off", root.path()).await;
+    add_agent(&mut client, &ws, "builder", &["bash"], "").await;
+    let task = planned_task(&mut client, &ws, "build it").await;
+    let opened = client
+        .open_run(pb::OpenRunRequest {
+            task_id: task.id.clone(),
+            agent: "builder".into(),
+            ttl_secs: 600,
+        })
+        .await
+        .expect("run")
+        .into_inner();
+    let marker = format!("chorus-escapee-cut-off-{}", std::process::id());
+    let command = format!("{} while :; do sleep 1; done", escapees(&marker));
+    let call = json!({"tool": "bash", "command": command, "timeout_secs": 600}).to_string();
+    let env = ToolsEnv {
+        token: Some(opened.token.clone()),
+        tools_addr: Some(tool_exec.addr.to_string()),
+        orchestrator_addr: Some(orchestrator.addr.to_string()),
+    };
+    let running = tokio::spawn(async move { chorus_tools(&env, &[call.as_str()]).await });
+    eventually("the call's processes run", || {
+        survivors(&marker).len() == ESCAPEES
+    })
+    .await;
+
+    proxy.hang();
+    client
+        .cancel_task(pb::CancelTaskRequest {
+            id: task.id.clone(),
+            reason: "changed my mind".into(),
+        })
+        .await
+        .expect("cancel");
+    let alive = survivors(&marker);
+    proxy.open();
+    assert_eq!(
+        alive,
+        Vec::<i32>::new(),
+        "CancelTask returned while the cut-off tool-exec's call still had processes"
+    );
+    let message = running
+        .await
+        .expect("chorus-tools ran")
+        .expect_failure(1, "aborted");
+    assert!(message.contains("fenced"), "{message}");
+    let events = wait_for(&mut client, &task.id, |e| {
+        e.kind == "tool_executed" && data(e)["tool"] == "bash"
+    })
+    .await;
+    let recorded = data(events.last().expect("the record"));
+    assert_eq!(recorded["status"], "aborted", "{recorded}");
+    tool_exec.stop().await;
     orchestrator.stop().await;
 }

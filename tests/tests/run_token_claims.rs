@@ -205,6 +205,7 @@ async fn only_tool_exec_records_and_authorizes_and_never_for_an_ended_run_or_a_t
     let authorize = |token: &str, tool: &str| pb::AuthorizeToolCallRequest {
         tool: tool.into(),
         run_token: token.into(),
+        ..Default::default()
     };
     // The agent itself, with its own active token as the credential.
     let mut agent = agent_tools(&s.opened.token).await;

@@ -6,9 +6,7 @@ use chorus_tool_exec::ToolError;
 use chorus_tool_exec::gate::{Authorized, RunGate, ToolCallRecord};
 
 use crate::error::ServiceError;
-use crate::grpc::agent_tools::{
-    authorize, fence_of, record_reported, reporter_of_token_text, run_of_token_text,
-};
+use crate::grpc::agent_tools::{authorize_reported, report};
 use crate::state::AppState;
 
 /// [`RunGate`] over this process's own state.
@@ -33,22 +31,29 @@ fn refused(e: ServiceError) -> ToolError {
 
 #[tonic::async_trait]
 impl RunGate for InProcessGate {
-    async fn authorize(&self, token: &str, tool: &str) -> Result<Authorized, ToolError> {
-        let run = run_of_token_text(&self.state, token)
+    async fn authorize(
+        &self,
+        token: &str,
+        tool: &str,
+        call_id: Option<&str>,
+    ) -> Result<Authorized, ToolError> {
+        let fence = authorize_reported(&self.state, token, tool, call_id.map(str::to_owned))
             .await
             .map_err(refused)?;
-        authorize(&self.state, &run, tool).await.map_err(refused)?;
-        let fence = fence_of(&self.state, &run).map_err(refused)?;
         Ok(Authorized {
-            fence: fence.map(|ms| std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+            fence: Some(std::time::Duration::from_millis(
+                u64::try_from(fence).unwrap_or(0),
+            )),
         })
     }
 
-    async fn record(&self, token: &str, call: ToolCallRecord) -> Result<(), ToolError> {
-        let (run, by) = reporter_of_token_text(&self.state, token)
-            .await
-            .map_err(refused)?;
-        record_reported(&self.state, &run, call, by)
+    async fn record(
+        &self,
+        token: &str,
+        call: ToolCallRecord,
+        call_id: Option<&str>,
+    ) -> Result<(), ToolError> {
+        report(&self.state, token, call, call_id.map(str::to_owned))
             .await
             .map_err(refused)
     }

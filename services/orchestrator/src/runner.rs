@@ -39,7 +39,7 @@ use crate::providers::openai::ApiLimits;
 use crate::state::AppState;
 
 pub use launch::Launch;
-pub use start::{cancel_task, start_task, task_message, timeout_or};
+pub use start::{cancel_task, start_task, task_message, timeout_or, wait_calls_stopped};
 pub use takeover::{PLANNER_RESUMED, RESUMED};
 
 /// Environment variables an agent process gets from the orchestrator's own

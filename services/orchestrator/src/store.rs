@@ -11,6 +11,7 @@
 
 mod agents;
 mod api_keys;
+mod calls;
 mod connection;
 mod provider_keys;
 mod providers;

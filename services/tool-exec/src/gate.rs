@@ -46,9 +46,22 @@ pub struct Authorized {
 #[tonic::async_trait]
 pub trait RunGate: Send + Sync + Debug {
     /// Ok when the run holding `token` is active and may call `tool` now.
-    async fn authorize(&self, token: &str, tool: &str) -> Result<Authorized, ToolError>;
-    /// Records a finished call in the run's task history.
-    async fn record(&self, token: &str, call: ToolCallRecord) -> Result<(), ToolError>;
+    /// `call_id` names a call that starts processes, the first time it is
+    /// asked about: the run's end waits for it until its record.
+    async fn authorize(
+        &self,
+        token: &str,
+        tool: &str,
+        call_id: Option<&str>,
+    ) -> Result<Authorized, ToolError>;
+    /// Records a finished call in the run's task history (`call_id`: as it
+    /// was authorized).
+    async fn record(
+        &self,
+        token: &str,
+        call: ToolCallRecord,
+        call_id: Option<&str>,
+    ) -> Result<(), ToolError>;
     /// Whose API key `key` (presented to tool-exec by an operator) is.
     async fn authenticate_key(&self, key: &str) -> Result<Principal, ToolError>;
     /// Brings `verifier`'s keys up to date with the orchestrator's; a gate
@@ -210,10 +223,16 @@ impl OrchestratorGate {
 
 #[tonic::async_trait]
 impl RunGate for OrchestratorGate {
-    async fn authorize(&self, token: &str, tool: &str) -> Result<Authorized, ToolError> {
+    async fn authorize(
+        &self,
+        token: &str,
+        tool: &str,
+        call_id: Option<&str>,
+    ) -> Result<Authorized, ToolError> {
         let request = self.request(AuthorizeToolCallRequest {
             tool: tool.to_owned(),
             run_token: token.to_owned(),
+            call_id: call_id.unwrap_or_default().to_owned(),
         })?;
         let answer = self
             .client
@@ -229,7 +248,12 @@ impl RunGate for OrchestratorGate {
         })
     }
 
-    async fn record(&self, token: &str, call: ToolCallRecord) -> Result<(), ToolError> {
+    async fn record(
+        &self,
+        token: &str,
+        call: ToolCallRecord,
+        call_id: Option<&str>,
+    ) -> Result<(), ToolError> {
         let input = match call.input {
             Value::Object(map) => Some(json::to_struct(map)),
             _ => None,
@@ -244,6 +268,7 @@ impl RunGate for OrchestratorGate {
             input_bytes: call.input_bytes,
             output_bytes: call.output_bytes,
             started_ms: call.started_ms,
+            call_id: call_id.unwrap_or_default().to_owned(),
         };
         match self.send_record(self.client.clone(), message.clone()).await {
             Ok(()) => Ok(()),

@@ -80,9 +80,13 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
         // executes nothing and is not recorded here (the orchestrator records
         // denials itself).
         let asked = tokio::time::Instant::now();
+        // A call that starts processes has an id: the run's end waits for it
+        // until its record.
+        let call_id =
+            starts_processes(&tool).then(|| format!("call-{}", uuid::Uuid::new_v4().simple()));
         let authorized = match &self.gate {
             Some(gate) => match gate
-                .authorize(&token, &tool)
+                .authorize(&token, &tool, call_id.as_deref())
                 .instrument(info_span!("authorize", chorus.tool = %tool))
                 .await
             {
@@ -95,17 +99,16 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
             None => None,
         };
         // A call that starts processes is watched while they run.
-        let watch = match (authorized, &self.fences) {
-            (Some((gate, authorized)), Some(fences)) if starts_processes(&tool) => {
-                Some(CallWatch::start(
-                    gate,
-                    Arc::clone(fences),
-                    token.clone(),
-                    tool.clone(),
-                    authorized,
-                    asked,
-                ))
-            }
+        let watch = match (authorized, &self.fences, &call_id) {
+            (Some((gate, authorized)), Some(fences), Some(id)) => Some(CallWatch::start(
+                gate,
+                Arc::clone(fences),
+                id.clone(),
+                token.clone(),
+                tool.clone(),
+                authorized,
+                asked,
+            )),
             _ => None,
         };
 
@@ -116,7 +119,7 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
         let _stop_when_caller_leaves = caller_gone.clone().drop_guard();
         let call = tokio::spawn(
             self.clone()
-                .execute_and_record(token, grant, tool, arguments, caller_gone, watch)
+                .execute_and_record(token, grant, tool, arguments, caller_gone, (call_id, watch))
                 .instrument(tracing::Span::current()),
         );
         let result = call
@@ -173,7 +176,7 @@ impl ToolExecService {
     async fn run_still_active<T>(&self, request: &Request<T>) -> Result<(), ToolError> {
         match (request.extensions().get::<Principal>(), &self.gate) {
             (Some(Principal::Run { token, .. }), Some(gate)) => {
-                gate.authorize(token, "help").await.map(drop)
+                gate.authorize(token, "help", None).await.map(drop)
             }
             _ => Ok(()),
         }
@@ -188,7 +191,7 @@ impl ToolExecService {
         tool: String,
         arguments: Value,
         caller_gone: CancellationToken,
-        watch: Option<CallWatch>,
+        (call_id, watch): (Option<String>, Option<CallWatch>),
     ) -> Result<ToolOutcome, ToolError> {
         let (run_id, agent) = (grant.run_id.clone(), grant.agent.clone());
         let started = Instant::now();
@@ -243,7 +246,7 @@ impl ToolExecService {
         if let Some(gate) = &self.gate {
             let record = ToolCallRecord::new(&tool, &arguments, status, duration_ms, &output);
             if let Err(err) = gate
-                .record(&token, record)
+                .record(&token, record, call_id.as_deref())
                 .instrument(info_span!("record", chorus.tool = %tool))
                 .await
             {

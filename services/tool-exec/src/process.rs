@@ -168,6 +168,10 @@ pub enum StartError {
     /// message says why (not found, not executable, ...).
     #[error("{message}")]
     Failed { message: String, not_found: bool },
+    /// The launcher killed everything because the call's fence fell: no
+    /// answer came in time that its run is still active.
+    #[error("{0}")]
+    Fenced(String),
 }
 
 impl StartError {
@@ -181,6 +185,9 @@ impl StartError {
                 not_found: true, ..
             } => ToolError::FailedPrecondition(missing.to_owned()),
             Self::Failed { message, .. } => ToolError::FailedPrecondition(message),
+            Self::Fenced(message) => ToolError::Aborted(format!(
+                "{message}; the call was stopped and its processes killed (the run ended, or its orchestrator could not be reached)"
+            )),
         }
     }
 }
@@ -234,6 +241,9 @@ pub async fn run(
     if ending == Ending::Exited
         && let Some(message) = child.launch_failure(status, &stderr.text())
     {
+        if status.code() == Some(chorus_sandbox::policy::EXIT_FENCED) {
+            return Err(StartError::Fenced(message));
+        }
         return Err(StartError::Failed {
             not_found: status.code() == Some(chorus_sandbox::policy::EXIT_NOT_FOUND),
             message,

@@ -32,17 +32,17 @@ pub struct CallWatch {
 }
 
 impl CallWatch {
-    /// Watches a call of `tool` by the run holding `token`, authorized with
-    /// `first` when asked at `asked`.
+    /// Watches call `name` of `tool` by the run holding `token`, authorized
+    /// with `first` when asked at `asked`.
     pub fn start(
         gate: Arc<dyn RunGate>,
         fences: Arc<Fences>,
+        name: String,
         token: String,
         tool: String,
         first: Authorized,
         asked: Instant,
     ) -> Self {
-        let name = format!("call-{}", uuid::Uuid::new_v4().simple());
         let fence = first.fence.map(|fence| {
             hold(&fences, &name, asked, fence);
             fences.path(&name)
@@ -98,7 +98,7 @@ async fn keep(
         let asked = Instant::now();
         let answer = tokio::select! {
             () = stop.cancelled() => return,
-            answer = gate.authorize(&token, &tool) => answer,
+            answer = gate.authorize(&token, &tool, None) => answer,
         };
         match answer {
             Ok(Authorized { fence: Some(fence) }) => hold(&fences, &name, asked, fence),

@@ -139,24 +139,22 @@ pub struct Run {
 }
 
 impl Run {
-    /// How long from `now_ms` the run's processes may go on without its
-    /// driver proving it still holds the run: until a third of a `lease`
-    /// before the driver's lease runs out (the driver's own fence falls at two
-    /// thirds of a lease after each renewal, which is never later). None: no
-    /// driver holds a lease on it (its caller drives it).
+    /// How long from `now_ms` the run's processes may go on without another
+    /// answer that the run is still active: for a run a replica drives, until
+    /// a third of a `lease` before the driver's lease runs out (the driver's
+    /// own fence falls at two thirds of a lease after each renewal, which is
+    /// never later); for a run its caller drives, two thirds of a lease. So
+    /// once a run has ended, no process of it lives longer than two thirds
+    /// of a lease after the end, whoever can or cannot be reached.
     ///
     /// # Errors
     /// RUN_NOT_ACTIVE when that time has passed: the driver did not renew its
     /// lease, and the run is about to be taken over.
-    pub fn fence_in(
-        &self,
-        lease: std::time::Duration,
-        now_ms: i64,
-    ) -> Result<Option<i64>, DomainError> {
-        let (Some(_), Some(expires)) = (&self.replica, self.lease_expires_ms) else {
-            return Ok(None);
-        };
+    pub fn fence_in(&self, lease: std::time::Duration, now_ms: i64) -> Result<i64, DomainError> {
         let third = i64::try_from((lease / 3).as_millis()).unwrap_or(i64::MAX);
+        let (Some(_), Some(expires)) = (&self.replica, self.lease_expires_ms) else {
+            return Ok(third.saturating_mul(2));
+        };
         let left = expires.saturating_sub(third).saturating_sub(now_ms);
         if left <= 0 {
             return Err(DomainError::RunNotActive(format!(
@@ -164,7 +162,7 @@ impl Run {
                 self.id
             )));
         }
-        Ok(Some(left))
+        Ok(left)
     }
 }
 

@@ -254,10 +254,10 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         request: Request<pb::AuthorizeToolCallRequest>,
     ) -> Result<Response<pb::AuthorizeToolCallResponse>, Status> {
         let r = request.into_inner();
-        let run = run_of_token_text(&self.state, &r.run_token).await?;
-        self.authorize(&run, &r.tool).await?;
+        let call_id = call_id(r.call_id)?;
+        let fence = authorize_reported(&self.state, &r.run_token, &r.tool, call_id).await?;
         Ok(Response::new(pb::AuthorizeToolCallResponse {
-            fence_in_ms: fence_of(&self.state, &run)?,
+            fence_in_ms: Some(fence),
         }))
     }
 
@@ -266,7 +266,7 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         request: Request<pb::RecordToolCallRequest>,
     ) -> Result<Response<pb::RecordToolCallResponse>, Status> {
         let r = request.into_inner();
-        let (run, by) = reporter_of_token_text(&self.state, &r.run_token).await?;
+        let id = call_id(r.call_id)?;
         let call = ToolCallRecord {
             input: r
                 .input
@@ -279,7 +279,7 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
             output_bytes: r.output_bytes,
             started_ms: r.started_ms,
         };
-        record_reported(&self.state, &run, call, by).await?;
+        report(&self.state, &r.run_token, call, id).await?;
         Ok(Response::new(pb::RecordToolCallResponse {}))
     }
 
@@ -450,10 +450,58 @@ pub(crate) async fn record_reported(
     Ok(())
 }
 
+/// The longest call id tool-exec may give.
+const CALL_ID_BYTES: usize = 128;
+
+/// A call id as the wire gives it (empty: none).
+fn call_id(id: String) -> Result<Option<String>, ServiceError> {
+    if id.len() > CALL_ID_BYTES {
+        return Err(ServiceError::Invalid(format!(
+            "call_id: {} bytes; at most {CALL_ID_BYTES}",
+            id.len()
+        )));
+    }
+    Ok((!id.is_empty()).then_some(id))
+}
+
+/// tool-exec's question before, and while, a workspace tool call runs: the
+/// run of `token` is active and may call `tool`. The answer is the call's
+/// fence (see [`fence_of`]). A call with processes, asked about the first
+/// time (`call_id`), is noted in flight until its record.
+pub(crate) async fn authorize_reported(
+    state: &AppState,
+    token: &str,
+    tool: &str,
+    call_id: Option<String>,
+) -> Result<i64, ServiceError> {
+    let run = run_of_token_text(state, token).await?;
+    authorize(state, &run, tool).await?;
+    let fence = fence_of(state, &run)?;
+    if let Some(id) = call_id {
+        state.store.call_started(id, run.id).await?;
+    }
+    Ok(fence)
+}
+
+/// tool-exec's report of a finished call: no longer in flight (its
+/// processes are gone), and recorded as [`record_reported`] says.
+pub(crate) async fn report(
+    state: &AppState,
+    token: &str,
+    call: ToolCallRecord,
+    call_id: Option<String>,
+) -> Result<(), ServiceError> {
+    let (run, by) = reporter_of_token_text(state, token).await?;
+    if let Some(id) = call_id {
+        state.store.call_ended(id).await?;
+    }
+    record_reported(state, &run, call, by).await
+}
+
 /// For how long the processes of a call of `run` may run without another
 /// answer (see [`Run::fence_in`]); refused when the run's driver has let
 /// its lease lapse.
-pub(crate) fn fence_of(state: &AppState, run: &Run) -> Result<Option<i64>, ServiceError> {
+pub(crate) fn fence_of(state: &AppState, run: &Run) -> Result<i64, ServiceError> {
     Ok(run.fence_in(state.store.replica().lease, now_ms())?)
 }
 

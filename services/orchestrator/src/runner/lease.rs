@@ -161,6 +161,26 @@ async fn claims(
         if let Err(e) = claim(&state, false).await {
             warn!(error = %e, "cannot claim the runs of replicas that are gone");
         }
+        forget_calls_past_their_fences(&state).await;
+    }
+}
+
+/// Forgets the tool calls in flight of runs that ended more than a lease ago:
+/// their fences have fallen, so they have no process left even if their
+/// tool-exec died before recording them.
+async fn forget_calls_past_their_fences(state: &AppState) {
+    let lease = i64::try_from(state.store.replica().lease.as_millis()).unwrap_or(i64::MAX);
+    match state
+        .store
+        .forget_calls_of_runs_ended_before(now_ms().saturating_sub(lease))
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => info!(
+            calls = n,
+            "forgot tool calls never recorded whose runs ended a lease ago"
+        ),
+        Err(e) => warn!(error = %e, "cannot forget the tool calls of runs that ended"),
     }
 }
 

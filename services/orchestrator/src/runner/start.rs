@@ -7,7 +7,7 @@ use chorus_proto::orchestrator::v1 as pb;
 use tracing::{info, warn};
 
 use super::launch::Launch;
-use crate::domain::{AgentKind, Name, Run, Task, TaskId, TaskStatus, now_ms, policy};
+use crate::domain::{AgentKind, Name, Run, RunId, Task, TaskId, TaskStatus, now_ms, policy};
 use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::state::AppState;
@@ -158,14 +158,20 @@ pub async fn cancel_task(
     let reason = convert::non_empty(req.reason).unwrap_or_else(|| "canceled".to_owned());
     policy::check_status_reason(&reason)?;
     let now = now_ms();
-    let (task, _runs, events) = state
+    let (task, runs, events) = state
         .store
         .change_task_runs(task_id, move |task, runs| {
             policy::cancel_task(task, runs, &reason, now)
         })
         .await?;
     state.publish(&events);
+    let ended: Vec<RunId> = runs
+        .iter()
+        .filter(|r| r.finished_ms == Some(now))
+        .map(|r| r.id)
+        .collect();
     wait_released(state, task_id).await?;
+    wait_calls_stopped(state, task_id, ended, now).await?;
     info!(task_id = %task_id, "task canceled");
     Ok(convert::task(&task))
 }
@@ -177,6 +183,45 @@ const RECHECK: Duration = Duration::from_millis(100);
 /// How long after a run's fence fell its processes may still take to die:
 /// its launchers look at the fence ten times a second, then kill.
 const FENCE_GRACE: Duration = Duration::from_millis(500);
+
+/// Waits until no tool call of `runs` (of `task`, ended at `ended_ms`) may
+/// still have processes: each recorded by its tool-exec (which stops it at
+/// its next question, within a second), or — a tool-exec that cannot reach
+/// an orchestrator, or died — its fence fallen: no answer after the end
+/// extended it, so it falls two thirds of a lease after the end at the
+/// latest, and its launcher has killed the processes by itself.
+pub async fn wait_calls_stopped(
+    state: &AppState,
+    task: TaskId,
+    runs: Vec<RunId>,
+    ended_ms: i64,
+) -> Result<(), ServiceError> {
+    if runs.is_empty() {
+        return Ok(());
+    }
+    let mut changes = state.hub.subscribe(task);
+    let lease = state.store.replica().lease;
+    let longest_fence =
+        i64::try_from((lease / 3 * 2 + FENCE_GRACE).as_millis()).unwrap_or(i64::MAX);
+    let fallen_ms = ended_ms.saturating_add(longest_fence);
+    loop {
+        let left = state.store.calls_in_flight(runs.clone()).await?;
+        if left == 0 {
+            return Ok(());
+        }
+        let wait = fallen_ms.saturating_sub(now_ms());
+        if wait <= 0 {
+            info!(task_id = %task, calls = left, "tool calls of the ended runs were not recorded, but their fences fell: their processes are dead");
+            return Ok(());
+        }
+        let wait = Duration::from_millis(u64::try_from(wait).unwrap_or(0));
+        tokio::select! {
+            () = changes.changed() => {}
+            () = tokio::time::sleep(RECHECK) => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
 
 /// Waits until every process of the task's runs is dead: each run released by
 /// its driver, or — a driver paused, cut from the database or hung does not

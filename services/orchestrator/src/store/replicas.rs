@@ -94,7 +94,7 @@ pub struct Claim<'a> {
 pub const HANDED_ON_CHANNEL: &str = "chorus_handed_on";
 
 /// Most ids per `IN (...)` list.
-const CHUNK: usize = 500;
+pub(super) const CHUNK: usize = 500;
 
 impl Store {
     /// Records this process as its replica: a replica row with this instance,

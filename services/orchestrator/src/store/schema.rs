@@ -155,6 +155,15 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// Calls that may have processes running: authorized, not yet recorded.
+    calls_in_flight (id) {
+        id -> Text,
+        run_id -> Text,
+        started_ms -> BigInt,
+    }
+}
+
 diesel::joinable!(providers -> workspaces (workspace_id));
 diesel::joinable!(agents -> workspaces (workspace_id));
 diesel::joinable!(tasks -> workspaces (workspace_id));
@@ -172,5 +181,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     run_messages,
     api_keys,
     replicas,
-    run_token_keys
+    run_token_keys,
+    calls_in_flight
 );

@@ -60,12 +60,18 @@ impl RunGate for RecordingGate {
         &self,
         _token: &str,
         tool: &str,
+        _call_id: Option<&str>,
     ) -> Result<chorus_tool_exec::gate::Authorized, ToolError> {
         let _ = self.events.send(GateEvent::Authorized(tool.to_owned()));
         Ok(chorus_tool_exec::gate::Authorized::default())
     }
 
-    async fn record(&self, _token: &str, call: ToolCallRecord) -> Result<(), ToolError> {
+    async fn record(
+        &self,
+        _token: &str,
+        call: ToolCallRecord,
+        _call_id: Option<&str>,
+    ) -> Result<(), ToolError> {
         let mut watch = DropWatch {
             events: &self.events,
             tool: Some(call.tool.clone()),

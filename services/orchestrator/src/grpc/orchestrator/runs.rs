@@ -90,19 +90,22 @@ pub(super) async fn get(state: &AppState, req: pb::GetRunRequest) -> Result<pb::
 
 /// Finishes a run (FAILED_PRECONDITION when it already has) and records
 /// `agent_completed`; the task's current agent is cleared when it was this one.
+/// Returns once no tool call of the run may still have processes.
 pub(super) async fn finish(
     state: &AppState,
     req: pb::FinishRunRequest,
 ) -> Result<pb::Run, ServiceError> {
     let id = convert::run_id("id", &req.id)?;
     let reason = convert::non_empty(req.reason).unwrap_or_else(|| "finished".to_owned());
+    let now = now_ms();
     let (run, _task, events) = state
         .store
         .change_run(id, move |run, task| {
-            Ok(vec![policy::finish_run(run, task, reason, now_ms())?])
+            Ok(vec![policy::finish_run(run, task, reason, now)?])
         })
         .await?;
     state.publish(&events);
+    crate::runner::wait_calls_stopped(state, run.task_id, vec![run.id], now).await?;
     Ok(convert::run(&run))
 }
 
