@@ -26,7 +26,9 @@ use tracing::{info, warn};
 
 use crate::auth::runs::{run_and_reporter, run_of_token};
 use crate::domain::policy::{self, Reporter};
-use crate::domain::{AgentKind, DomainError, Run, RunState, Task, TaskId, TaskStatus, now_ms};
+use crate::domain::{
+    AgentKind, DomainError, Run, RunId, RunState, Task, TaskId, TaskStatus, now_ms,
+};
 use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::state::AppState;
@@ -390,13 +392,6 @@ pub(crate) async fn follower_of<T>(
     }
 }
 
-/// The run of a run token given as text (tool-exec passes the agent's token in
-/// the request): its key, signature and expiry, then every claim.
-pub(crate) async fn run_of_token_text(state: &AppState, token: &str) -> Result<Run, ServiceError> {
-    let verified = state.verifier.verify_token(token)?;
-    run_of_token(state, &verified).await
-}
-
 /// The run a call is reported for and who reports it (tool-exec passes the
 /// token the call was made with; see [`run_and_reporter`]).
 pub(crate) async fn reporter_of_token_text(
@@ -467,20 +462,35 @@ fn call_id(id: String) -> Result<Option<String>, ServiceError> {
 /// tool-exec's question before, and while, a workspace tool call runs: the
 /// run of `token` is active and may call `tool`. The answer is the call's
 /// fence (see [`fence_of`]). A call with processes, asked about the first
-/// time (`call_id`), is noted in flight until its record.
+/// time (`call_id`), is noted in flight until its record — noted before the
+/// run is read, so that an end committed meanwhile either sees the note and
+/// waits for the call, or is seen here and refuses it.
 pub(crate) async fn authorize_reported(
     state: &AppState,
     token: &str,
     tool: &str,
     call_id: Option<String>,
 ) -> Result<i64, ServiceError> {
-    let run = run_of_token_text(state, token).await?;
-    authorize(state, &run, tool).await?;
-    let fence = fence_of(state, &run)?;
-    if let Some(id) = call_id {
-        state.store.call_started(id, run.id).await?;
+    let verified = state.verifier.verify_token(token)?;
+    let noted = match (&call_id, RunId::parse(&verified.grant.run_id)) {
+        (Some(id), Ok(run)) => {
+            state.store.call_started(id.clone(), run).await?;
+            Some(id.clone())
+        }
+        _ => None,
+    };
+    let answer = async {
+        let run = run_of_token(state, &verified).await?;
+        authorize(state, &run, tool).await?;
+        fence_of(state, &run)
     }
-    Ok(fence)
+    .await;
+    if let (Err(_), Some(id)) = (&answer, noted)
+        && let Err(e) = state.store.call_ended(id).await
+    {
+        warn!(error = %e, "cannot forget a call that was refused; it is forgotten a lease after its run ends");
+    }
+    answer
 }
 
 /// tool-exec's report of a finished call: no longer in flight (its
