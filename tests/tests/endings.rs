@@ -350,3 +350,73 @@ async fn cancel_task_returns_once_the_call_of_a_cut_off_tool_exec_is_fenced() {
     tool_exec.stop().await;
     orchestrator.stop().await;
 }
+
+/// Calls racing a run's end: eight callers start short bash calls one after
+/// the other (about thirty a second) while CancelTask ends the run. Whatever was authorized before the
+/// end is waited for; whatever comes after is refused — when CancelTask
+/// returns, no process of any of them lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_call_racing_the_end_outlives_cancel_task() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    give_to_test_user(root.path());
+    let orchestrator = Orchestrator::start(
+        &data_dir.path().join("chorus.db").display().to_string(),
+        data_dir.path(),
+    )
+    .await;
+    let mut client = orchestrator.client().await;
+    let ws = workspace(&mut client, "race", root.path()).await;
+    add_agent(&mut client, &ws, "builder", &["bash"], "").await;
+    let task = planned_task(&mut client, &ws, "build it").await;
+    let opened = client
+        .open_run(pb::OpenRunRequest {
+            task_id: task.id.clone(),
+            agent: "builder".into(),
+            ttl_secs: 600,
+        })
+        .await
+        .expect("run")
+        .into_inner();
+    let marker = format!("chorus-escapee-race-{}", std::process::id());
+    // Short calls, so that new ones keep starting around the end.
+    let command = format!("{} sleep 0.3", escapees(&marker));
+    let call = json!({"tool": "bash", "command": command, "timeout_secs": 600}).to_string();
+    let env = ToolsEnv {
+        token: Some(opened.token.clone()),
+        tools_addr: Some(orchestrator.tool_exec_addr.to_string()),
+        orchestrator_addr: Some(orchestrator.addr.to_string()),
+    };
+    let callers: Vec<_> = (0..8)
+        .map(|_| {
+            let (env, call) = (env.clone(), call.clone());
+            tokio::spawn(async move {
+                // Until the run's end refuses the next call.
+                loop {
+                    let ran = chorus_tools(&env, &[call.as_str()]).await;
+                    if ran.stderr.contains("failed_precondition") {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect();
+    eventually("calls run", || !survivors(&marker).is_empty()).await;
+    client
+        .cancel_task(pb::CancelTaskRequest {
+            id: task.id.clone(),
+            reason: "changed my mind".into(),
+        })
+        .await
+        .expect("cancel");
+    let alive = survivors(&marker);
+    for caller in callers {
+        caller.await.expect("caller");
+    }
+    assert_eq!(
+        alive,
+        Vec::<i32>::new(),
+        "CancelTask returned while calls racing the end had processes"
+    );
+    orchestrator.stop().await;
+}
