@@ -4,6 +4,8 @@
 //! task's history — against `cat` of the same file, and the gate in-process
 //! (the all-in-one shape) against the gate over loopback gRPC with tool-exec's
 //! service key (the two-service shape), the three interleaved call by call.
+//! Then a bash call on the all-in-one live path (authorized, noted in flight,
+//! fenced and watched, run in the sandbox, recorded) against `bash -c true`.
 //!
 //! `cargo build --release --bins && cargo bench -p chorus-tests --bench gate`
 //! (CHORUS_BENCH_CALLS: calls per row, default 300).
@@ -22,11 +24,13 @@ use chorus_tests::{ToolExec, ToolsEnv, chorus_tools};
 use chorus_tool_exec::gate::{OrchestratorGate, RunGate};
 
 const CALL: &str = r#"{"tool":"file.read","path":"notes.txt"}"#;
+const BASH: &str = r#"{"tool":"bash","command":"true"}"#;
 
-/// A planned task of `root`'s workspace with a run of an agent granted file.read.
+/// A planned task of `root`'s workspace with a run of an agent granted
+/// file.read and bash.
 async fn run_token(client: &mut Client, root: &Path) -> String {
     let ws = workspace(client, "bench", root).await;
-    add_agent(client, &ws, "reader", &["file.read"], "").await;
+    add_agent(client, &ws, "reader", &["file.read", "bash"], "").await;
     let task = chorus_tests::agents::planned_task(client, &ws, "read").await;
     client
         .open_run(pb::OpenRunRequest {
@@ -41,23 +45,47 @@ async fn run_token(client: &mut Client, root: &Path) -> String {
 }
 
 async fn timed(env: &ToolsEnv) -> Duration {
+    timed_call(env, CALL).await
+}
+
+async fn timed_call(env: &ToolsEnv, call: &str) -> Duration {
     let started = Instant::now();
-    let out = chorus_tools(env, &[CALL]).await;
+    let out = chorus_tools(env, &[call]).await;
     let took = started.elapsed();
     assert_eq!(out.code, 0, "{}", out.stderr);
     took
 }
 
 async fn cat(file: &Path) -> Duration {
+    timed_program("cat", &[file.to_str().expect("utf-8")]).await
+}
+
+async fn timed_program(program: &str, args: &[&str]) -> Duration {
     let started = Instant::now();
-    let out = tokio::process::Command::new("cat")
-        .arg(file)
+    let out = tokio::process::Command::new(program)
+        .args(args)
         .output()
         .await
-        .expect("cat");
+        .expect("program");
     let took = started.elapsed();
     assert!(out.status.success());
     took
+}
+
+fn print_rows(rows: &[(&str, Samples)]) {
+    println!("| path | p50 ms | p90 ms | p99 ms | mean ms | median / baseline |");
+    println!("|---|---|---|---|---|---|");
+    let baseline = rows[0].1.median().as_secs_f64();
+    for (name, s) in rows {
+        println!(
+            "| {name} | {} | {} | {} | {} | {:.2} |",
+            ms(s.median()),
+            ms(s.percentile(90.0)),
+            ms(s.percentile(99.0)),
+            ms(s.mean()),
+            s.median().as_secs_f64() / baseline
+        );
+    }
 }
 
 fn main() {
@@ -77,6 +105,8 @@ fn main() {
         let data = tempfile::tempdir().expect("data");
         let root = tempfile::tempdir().expect("root");
         std::fs::write(root.path().join("notes.txt"), &content).expect("seed");
+        // Bash runs as the workspace's owner.
+        chorus_sandbox::testing::give_to_test_user(root.path());
         let all_in_one = Orchestrator::start(
             &data.path().join("chorus.db").display().to_string(),
             data.path(),
@@ -130,19 +160,23 @@ fn main() {
             ("chorus-tools, live run, gate over loopback gRPC (two services)", Samples::new(by_loopback)),
         ];
         println!("## chorus-tools file.read on the live run path vs cat ({calls} calls per row, interleaved)\n");
-        println!("| path | p50 ms | p90 ms | p99 ms | mean ms | median / cat |");
-        println!("|---|---|---|---|---|---|");
-        let cat_median = rows[0].1.median().as_secs_f64();
-        for (name, s) in &rows {
-            println!(
-                "| {name} | {} | {} | {} | {} | {:.2} |",
-                ms(s.median()),
-                ms(s.percentile(90.0)),
-                ms(s.percentile(99.0)),
-                ms(s.mean()),
-                s.median().as_secs_f64() / cat_median
-            );
+        print_rows(&rows);
+
+        for _ in 0..20 {
+            timed_program("bash", &["-c", "true"]).await;
+            timed_call(&in_process, BASH).await;
         }
+        let (mut by_bash, mut by_tool) = (Vec::new(), Vec::new());
+        for _ in 0..calls {
+            by_bash.push(timed_program("bash", &["-c", "true"]).await);
+            by_tool.push(timed_call(&in_process, BASH).await);
+        }
+        let rows = [
+            ("bash -c true (baseline)", Samples::new(by_bash)),
+            ("chorus-tools bash true, live run, all-in-one", Samples::new(by_tool)),
+        ];
+        println!("\n## chorus-tools bash on the live run path vs bash ({calls} calls per row, interleaved)\n");
+        print_rows(&rows);
         tool_exec.stop().await;
         orchestrator.stop().await;
         all_in_one.stop().await;
