@@ -25,6 +25,46 @@ enum Ending {
     CancelTask,
 }
 
+/// A bash agent's run opened with OpenRun (its caller drives it) on a
+/// planned task of a workspace on `root`.
+async fn opened_bash_run(
+    client: &mut chorus_tests::agents::Client,
+    root: &std::path::Path,
+) -> (pb::Task, pb::OpenRunResponse) {
+    let ws = workspace(client, "endings", root).await;
+    add_agent(client, &ws, "builder", &["bash"], "").await;
+    let task = planned_task(client, &ws, "build it").await;
+    let opened = client
+        .open_run(pb::OpenRunRequest {
+            task_id: task.id.clone(),
+            agent: "builder".into(),
+            ttl_secs: 600,
+        })
+        .await
+        .expect("run")
+        .into_inner();
+    (task, opened)
+}
+
+/// A bash call whose escapees carry `marker`, then `then`.
+fn escapees_call(marker: &str, then: &str) -> String {
+    let command = format!("{} {then}", escapees(marker));
+    json!({"tool": "bash", "command": command, "timeout_secs": 600}).to_string()
+}
+
+/// chorus-tools as the run `opened` calls it, through the tool-exec at `tools`.
+fn run_env(
+    opened: &pb::OpenRunResponse,
+    tools: std::net::SocketAddr,
+    orchestrator: std::net::SocketAddr,
+) -> ToolsEnv {
+    ToolsEnv {
+        token: Some(opened.token.clone()),
+        tools_addr: Some(tools.to_string()),
+        orchestrator_addr: Some(orchestrator.to_string()),
+    }
+}
+
 async fn a_run_end_stops_its_bash_call(ending: Ending) {
     let data_dir = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
@@ -35,28 +75,12 @@ async fn a_run_end_stops_its_bash_call(ending: Ending) {
     )
     .await;
     let mut client = orchestrator.client().await;
-    let ws = workspace(&mut client, "endings", root.path()).await;
-    add_agent(&mut client, &ws, "builder", &["bash"], "").await;
-    let task = planned_task(&mut client, &ws, "build it").await;
-    let opened = client
-        .open_run(pb::OpenRunRequest {
-            task_id: task.id.clone(),
-            agent: "builder".into(),
-            ttl_secs: 600,
-        })
-        .await
-        .expect("run")
-        .into_inner();
+    let (task, opened) = opened_bash_run(&mut client, root.path()).await;
     let run_id = opened.run.clone().expect("run").id;
 
     let marker = format!("chorus-escapee-ending-{ending:?}-{}", std::process::id());
-    let command = format!("{} while :; do sleep 1; done", escapees(&marker));
-    let call = json!({"tool": "bash", "command": command, "timeout_secs": 600}).to_string();
-    let env = ToolsEnv {
-        token: Some(opened.token.clone()),
-        tools_addr: Some(orchestrator.tool_exec_addr.to_string()),
-        orchestrator_addr: Some(orchestrator.addr.to_string()),
-    };
+    let call = escapees_call(&marker, "while :; do sleep 1; done");
+    let env = run_env(&opened, orchestrator.tool_exec_addr, orchestrator.addr);
     let running = tokio::spawn(async move { chorus_tools(&env, &[call.as_str()]).await });
     eventually("the call's processes run", || {
         survivors(&marker).len() == ESCAPEES
@@ -295,26 +319,10 @@ async fn cancel_task_returns_once_the_call_of_a_cut_off_tool_exec_is_fenced() {
     let tool_exec = ToolExecProcess::spawn(proxy.addr, &key_file).await;
     chorus_tests::wait_serving(tool_exec.addr, "").await;
 
-    let ws = workspace(&mut client, "cut-off", root.path()).await;
-    add_agent(&mut client, &ws, "builder", &["bash"], "").await;
-    let task = planned_task(&mut client, &ws, "build it").await;
-    let opened = client
-        .open_run(pb::OpenRunRequest {
-            task_id: task.id.clone(),
-            agent: "builder".into(),
-            ttl_secs: 600,
-        })
-        .await
-        .expect("run")
-        .into_inner();
+    let (task, opened) = opened_bash_run(&mut client, root.path()).await;
     let marker = format!("chorus-escapee-cut-off-{}", std::process::id());
-    let command = format!("{} while :; do sleep 1; done", escapees(&marker));
-    let call = json!({"tool": "bash", "command": command, "timeout_secs": 600}).to_string();
-    let env = ToolsEnv {
-        token: Some(opened.token.clone()),
-        tools_addr: Some(tool_exec.addr.to_string()),
-        orchestrator_addr: Some(orchestrator.addr.to_string()),
-    };
+    let call = escapees_call(&marker, "while :; do sleep 1; done");
+    let env = run_env(&opened, tool_exec.addr, orchestrator.addr);
     let running = tokio::spawn(async move { chorus_tools(&env, &[call.as_str()]).await });
     eventually("the call's processes run", || {
         survivors(&marker).len() == ESCAPEES
@@ -352,9 +360,9 @@ async fn cancel_task_returns_once_the_call_of_a_cut_off_tool_exec_is_fenced() {
 }
 
 /// Calls racing a run's end: eight callers start short bash calls one after
-/// the other (about thirty a second) while CancelTask ends the run. Whatever was authorized before the
-/// end is waited for; whatever comes after is refused — when CancelTask
-/// returns, no process of any of them lives.
+/// the other (about thirty a second) while CancelTask ends the run. Whatever
+/// was authorized before the end is waited for; whatever comes after is
+/// refused — when CancelTask returns, no process of any of them lives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_call_racing_the_end_outlives_cancel_task() {
     let data_dir = tempfile::tempdir().expect("data");
@@ -366,27 +374,11 @@ async fn no_call_racing_the_end_outlives_cancel_task() {
     )
     .await;
     let mut client = orchestrator.client().await;
-    let ws = workspace(&mut client, "race", root.path()).await;
-    add_agent(&mut client, &ws, "builder", &["bash"], "").await;
-    let task = planned_task(&mut client, &ws, "build it").await;
-    let opened = client
-        .open_run(pb::OpenRunRequest {
-            task_id: task.id.clone(),
-            agent: "builder".into(),
-            ttl_secs: 600,
-        })
-        .await
-        .expect("run")
-        .into_inner();
+    let (task, opened) = opened_bash_run(&mut client, root.path()).await;
     let marker = format!("chorus-escapee-race-{}", std::process::id());
     // Short calls, so that new ones keep starting around the end.
-    let command = format!("{} sleep 0.3", escapees(&marker));
-    let call = json!({"tool": "bash", "command": command, "timeout_secs": 600}).to_string();
-    let env = ToolsEnv {
-        token: Some(opened.token.clone()),
-        tools_addr: Some(orchestrator.tool_exec_addr.to_string()),
-        orchestrator_addr: Some(orchestrator.addr.to_string()),
-    };
+    let call = escapees_call(&marker, "sleep 0.3");
+    let env = run_env(&opened, orchestrator.tool_exec_addr, orchestrator.addr);
     let callers: Vec<_> = (0..8)
         .map(|_| {
             let (env, call) = (env.clone(), call.clone());
