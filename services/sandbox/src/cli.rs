@@ -36,6 +36,10 @@ pub struct SandboxArgs {
     /// Most CPU seconds each sandboxed process may use.
     #[arg(long = "sandbox-max-cpu-secs", env = "CHORUS_SANDBOX_MAX_CPU_SECS", default_value_t = Limits::default().cpu_secs)]
     pub max_cpu_secs: u64,
+    /// Most MiB the processes of one sandbox (a bash or git call, a CLI
+    /// agent) may write to files together; past it they are killed.
+    #[arg(long = "sandbox-max-written-mib", env = "CHORUS_SANDBOX_MAX_WRITTEN_MIB", default_value_t = Limits::default().written_bytes >> 20)]
+    pub max_written_mib: u64,
 }
 
 impl SandboxArgs {
@@ -48,6 +52,7 @@ impl SandboxArgs {
                 processes: self.max_processes.max(1),
                 memory_bytes: self.max_memory_mib.max(1) << 20,
                 cpu_secs: self.max_cpu_secs.max(1),
+                written_bytes: self.max_written_mib.max(1) << 20,
                 ..Limits::default()
             },
             cgroup_parent: self.cgroup.clone(),

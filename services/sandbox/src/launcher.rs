@@ -47,7 +47,8 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid, getppid, pipe2};
 
 use crate::policy::{
-    EXIT_FENCED, EXIT_SETUP_FAILED, Identity, MESSAGE_PREFIX, PROBE_PROGRAM, Policy,
+    EXIT_FENCED, EXIT_SETUP_FAILED, EXIT_WROTE_TOO_MUCH, Identity, MESSAGE_PREFIX, PROBE_PROGRAM,
+    Policy,
 };
 
 /// What the launcher was asked to run.
@@ -213,10 +214,17 @@ fn run(policy: &Policy, target: Target) -> ! {
             drop(report_write);
             drop(lifeline_read);
             drop(egress_channel);
+            let budget = cgroups
+                .as_ref()
+                .and_then(cgroup::Created::procs)
+                .map(|procs| fence::Budget {
+                    procs,
+                    limit: policy.limits.written_bytes,
+                });
             monitor(
                 child,
                 &mask,
-                policy.fence.as_deref(),
+                (policy.fence.as_deref(), budget),
                 report_read,
                 lifeline_write,
                 cgroups.as_ref(),
@@ -234,6 +242,16 @@ fn map_own_ids(uid: u32, gid: u32) -> std::io::Result<()> {
     std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
 }
 
+/// Kills init — the kernel kills the namespace with it — and removes the
+/// sandbox's cgroups.
+fn kill_all(init: Pid, cgroups: Option<&cgroup::Created>) {
+    let _ = kill(init, Signal::SIGKILL);
+    let _ = waitpid(init, None);
+    if let Some(cgroups) = cgroups {
+        cgroups.remove();
+    }
+}
+
 /// Prints why the run's fence is down and exits 124.
 fn fenced(why: &str) -> ! {
     eprintln!("{MESSAGE_PREFIX}fenced: {why}");
@@ -241,17 +259,18 @@ fn fenced(why: &str) -> ! {
 }
 
 /// Waits for init, passing stop requests on, then exits the way the program
-/// did; kills everything by itself once the run's `fence` is down.
+/// did; kills everything by itself once the run's `fence` is down or the
+/// processes wrote more than their `budget`.
 fn monitor(
     init: Pid,
     mask: &nix::sys::signal::SigSet,
-    fence: Option<&std::path::Path>,
+    (fence, budget): (Option<&std::path::Path>, Option<fence::Budget>),
     report: OwnedFd,
     _lifeline: OwnedFd,
     cgroups: Option<&cgroup::Created>,
     proxy: Option<&egress::Proxy>,
 ) -> ! {
-    let mut waiter = fence::Waiter::new(mask, fence).unwrap_or_else(|e| {
+    let mut waiter = fence::Waiter::new(mask, fence, budget).unwrap_or_else(|e| {
         let _ = kill(init, Signal::SIGKILL);
         fail(&format!("cannot wait for signals: {e}"))
     });
@@ -274,13 +293,13 @@ fn monitor(
             }
             fence::Event::Signal(_) => {}
             fence::Event::Fenced(why) => {
-                // The kernel kills the namespace with its init.
-                let _ = kill(init, Signal::SIGKILL);
-                let _ = waitpid(init, None);
-                if let Some(cgroups) = cgroups {
-                    cgroups.remove();
-                }
+                kill_all(init, cgroups);
                 fenced(&why)
+            }
+            fence::Event::WroteTooMuch(why) => {
+                kill_all(init, cgroups);
+                eprintln!("{MESSAGE_PREFIX}wrote too much: {why}");
+                std::process::exit(EXIT_WROTE_TOO_MUCH)
             }
         }
     };

@@ -143,6 +143,12 @@ pub struct Limits {
     /// v1's `cpu.shares` is 1024 / 100 of it), where a cpu controller is
     /// writable.
     pub cpu_weight: u64,
+    /// Most bytes the sandbox's processes together may write to files (what
+    /// the kernel counts as `write_bytes`: pages dirtied for storage; a private
+    /// `/tmp` does not count), where the sandbox has a cgroup. Its monitor adds
+    /// them up every 100 ms; past the limit it kills every process and exits
+    /// [`EXIT_WROTE_TOO_MUCH`].
+    pub written_bytes: u64,
 }
 
 impl Default for Limits {
@@ -156,6 +162,7 @@ impl Default for Limits {
             open_files: 4096,
             tmp_bytes: 1 << 30,
             cpu_weight: 100,
+            written_bytes: 8 << 30,
         }
     }
 }
@@ -227,6 +234,10 @@ pub const EXIT_SETUP_FAILED: i32 = 125;
 /// Exit code when the sandbox was killed because its fence ran out (or at
 /// start, was already down).
 pub const EXIT_FENCED: i32 = 124;
+/// The launcher's exit code when the sandbox's processes wrote more than
+/// their limit ([`Limits::written_bytes`]) and were killed; its message says
+/// how much.
+pub const EXIT_WROTE_TOO_MUCH: i32 = 123;
 /// Exit code when the program exists but could not be executed.
 pub const EXIT_CANNOT_EXECUTE: i32 = 126;
 /// Exit code when the program was not found.

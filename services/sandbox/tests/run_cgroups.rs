@@ -13,7 +13,7 @@ use chorus_sandbox::testing::{cgroups, give_to_test_user, run_cgroup_dirs};
 use chorus_sandbox::{Cgroups, Limits, ProcessSpec, Sandbox, SandboxConfig, SandboxedChild};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
-use support::{Workspace, bash, sandbox_with, workspace};
+use support::{Workspace, bash, run, sandbox_with, workspace};
 
 const MIB: u64 = 1 << 20;
 /// The run's memory limit in these tests, and what each sandbox tries to hold.
@@ -401,4 +401,70 @@ async fn groups_of_launchers_that_are_gone_are_removed_at_start() {
         let _ = std::fs::remove_dir(dir.join(format!("chorus-sandbox-{me}")));
         let _ = std::fs::remove_dir(dir);
     }
+}
+
+/// What the processes of one sandbox write together is limited: children
+/// that each write a file under the file size limit and exit are stopped —
+/// every process killed, exit 123 with the reason — soon after the sum passes
+/// the limit; a sandbox that writes less runs to its end.
+#[tokio::test]
+async fn what_the_processes_of_a_sandbox_write_together_is_limited() {
+    const LIMIT: u64 = 32 * MIB;
+    if plan_with("", |_| true).is_none() {
+        return;
+    }
+    let sandbox = sandbox_with(SandboxConfig {
+        limits: Limits {
+            written_bytes: LIMIT,
+            ..Limits::default()
+        },
+        ..SandboxConfig::default()
+    })
+    .await;
+    let ws = workspace();
+    let under = run(
+        &sandbox,
+        &bash(
+            &ws,
+            "for i in 1 2 3 4 5 6 7 8; do (head -c 2M /dev/zero > small$i); done; echo done",
+        ),
+    )
+    .await;
+    assert!(under.status.success(), "{}", under.stderr);
+    assert_eq!(under.stdout.trim(), "done");
+
+    // 64 files of 4 MiB, each by a child that exits, paced so that the
+    // limit is passed well before the end.
+    let over = run(
+        &sandbox,
+        &bash(
+            &ws,
+            "for i in $(seq 1 64); do (head -c 4M /dev/zero > big$i); sleep 0.05; done; echo finished",
+        ),
+    )
+    .await;
+    assert_eq!(
+        over.status.code(),
+        Some(chorus_sandbox::policy::EXIT_WROTE_TOO_MUCH),
+        "{}",
+        over.stderr
+    );
+    assert!(over.stderr.contains("wrote too much"), "{}", over.stderr);
+    assert!(!over.stdout.contains("finished"), "{}", over.stdout);
+    let written: u64 = std::fs::read_dir(&ws.root)
+        .expect("workspace")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("big"))
+        .map(|e| e.metadata().map_or(0, |m| m.len()))
+        .sum();
+    eprintln!(
+        "the over-limit sandbox wrote {} MiB of the 256 it tried before it was stopped",
+        written / MIB
+    );
+    assert!(
+        written < 256 * MIB,
+        "the sandbox wrote all it tried ({} MiB) past its {} MiB limit",
+        written / MIB,
+        LIMIT / MIB
+    );
 }

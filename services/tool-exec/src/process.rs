@@ -172,6 +172,10 @@ pub enum StartError {
     /// answer came in time that its run is still active.
     #[error("{0}")]
     Fenced(String),
+    /// The launcher killed everything because the processes wrote more than
+    /// their limit.
+    #[error("{0}")]
+    WroteTooMuch(String),
 }
 
 impl StartError {
@@ -185,6 +189,9 @@ impl StartError {
                 not_found: true, ..
             } => ToolError::FailedPrecondition(missing.to_owned()),
             Self::Failed { message, .. } => ToolError::FailedPrecondition(message),
+            Self::WroteTooMuch(message) => ToolError::WroteTooMuch(format!(
+                "{message}; the call was stopped and its processes killed: write less in one call (the operator sets the limit: --sandbox-max-written-mib)"
+            )),
             Self::Fenced(message) => ToolError::Aborted(format!(
                 "{message}; the call was stopped and its processes killed (the run ended, or its orchestrator could not be reached)"
             )),
@@ -241,8 +248,12 @@ pub async fn run(
     if ending == Ending::Exited
         && let Some(message) = child.launch_failure(status, &stderr.text())
     {
-        if status.code() == Some(chorus_sandbox::policy::EXIT_FENCED) {
-            return Err(StartError::Fenced(message));
+        match status.code() {
+            Some(chorus_sandbox::policy::EXIT_FENCED) => return Err(StartError::Fenced(message)),
+            Some(chorus_sandbox::policy::EXIT_WROTE_TOO_MUCH) => {
+                return Err(StartError::WroteTooMuch(message));
+            }
+            _ => {}
         }
         return Err(StartError::Failed {
             not_found: status.code() == Some(chorus_sandbox::policy::EXIT_NOT_FOUND),

@@ -156,6 +156,12 @@ impl Created {
     pub fn plan(&self) -> &Cgroups {
         &self.plan
     }
+
+    /// The process list of the sandbox's own group (every hierarchy holds
+    /// the same processes).
+    pub fn procs(&self) -> Option<PathBuf> {
+        self.dirs.first().map(|dir| dir.join("cgroup.procs"))
+    }
 }
 
 /// Each hierarchy of the plan: the parent, and what its groups limit.

@@ -9,6 +9,9 @@
 //! is gone or unreadable — it kills the sandbox by itself: no other process,
 //! and nothing the service does or fails to do, is needed for the run's
 //! processes to stop before another replica may take the run over.
+//!
+//! At the same pace the monitor adds up what the sandbox's processes have
+//! written ([`Budget`]) and kills them once it is over their limit.
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -27,31 +30,89 @@ pub enum Event {
     Signal(Signal),
     /// The fence is down: the reason.
     Fenced(String),
+    /// The processes wrote more than their limit: how much.
+    WroteTooMuch(String),
 }
 
-/// Waits for the blocked signals of `mask` and watches the fence.
+/// How much the processes of a sandbox may write: the processes are those
+/// its cgroup lists (`cgroup.procs`); what each wrote is its `write_bytes`
+/// less its `cancelled_write_bytes` in `/proc/<pid>/io`, which also hold what
+/// the children it reaped wrote — so the live processes' sum is the whole
+/// sandbox's, every process reaped within it being counted in its reaper.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    pub procs: PathBuf,
+    pub limit: u64,
+}
+
+impl Budget {
+    /// What the sandbox's processes have written so far.
+    pub fn written(&self) -> u64 {
+        let Ok(list) = std::fs::read_to_string(&self.procs) else {
+            return 0;
+        };
+        list.lines()
+            .filter_map(|pid| pid.trim().parse::<u32>().ok())
+            .map(|pid| written_by(&format!("/proc/{pid}/io")))
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Why the budget is spent, if it is.
+    fn spent(&self) -> Option<String> {
+        let written = self.written();
+        (written > self.limit).then(|| {
+            format!(
+                "its processes wrote {} MiB to files, over their limit of {} MiB",
+                written >> 20,
+                self.limit >> 20
+            )
+        })
+    }
+}
+
+/// `write_bytes` less `cancelled_write_bytes` of an `io` file (0 when it
+/// cannot be read: the process is gone).
+fn written_by(io: &str) -> u64 {
+    let Ok(text) = std::fs::read_to_string(io) else {
+        return 0;
+    };
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field("write_bytes:").saturating_sub(field("cancelled_write_bytes:"))
+}
+
+/// Waits for the blocked signals of `mask`, watches the fence and the budget.
 pub struct Waiter {
     signals: SignalFd,
     fence: Option<PathBuf>,
+    budget: Option<Budget>,
 }
 
 impl Waiter {
     /// # Errors
     /// The signal descriptor cannot be made.
-    pub fn new(mask: &SigSet, fence: Option<&Path>) -> nix::Result<Self> {
+    pub fn new(mask: &SigSet, fence: Option<&Path>, budget: Option<Budget>) -> nix::Result<Self> {
         Ok(Self {
             signals: SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC)?,
             fence: fence.map(Path::to_path_buf),
+            budget,
         })
     }
 
-    /// The next signal, or the fence going down.
+    /// The next signal, the fence going down, or the budget spent.
     pub fn next(&mut self) -> Event {
         loop {
             if let Some(why) = self.fence.as_deref().and_then(down) {
                 return Event::Fenced(why);
             }
-            let timeout = if self.fence.is_some() {
+            if let Some(why) = self.budget.as_ref().and_then(Budget::spent) {
+                return Event::WroteTooMuch(why);
+            }
+            let timeout = if self.fence.is_some() || self.budget.is_some() {
                 PollTimeout::try_from(CHECK).unwrap_or(PollTimeout::ZERO)
             } else {
                 PollTimeout::NONE

@@ -504,3 +504,40 @@ async fn concurrent_calls_of_one_run_share_the_runs_memory() {
         assert_eq!(killed.signal, Some(9), "{}", killed.stderr);
     }
 }
+
+/// A bash call whose processes write more than the sandbox's limit (files
+/// of children that exit, each under the file size limit) is stopped and
+/// answers RESOURCE_EXHAUSTED with what to do.
+#[tokio::test]
+async fn a_call_that_writes_more_than_its_limit_is_stopped() {
+    if chorus_sandbox::testing::cgroups().is_none() {
+        eprintln!("skipped: this host gives the service no cgroup");
+        return;
+    }
+    let h = Harness::with_sandbox(
+        Limits::default(),
+        chorus_sandbox::SandboxConfig {
+            limits: chorus_sandbox::Limits {
+                written_bytes: 16 << 20,
+                ..chorus_sandbox::Limits::default()
+            },
+            ..chorus_sandbox::SandboxConfig::default()
+        },
+    )
+    .await;
+    let err = h
+        .call(
+            "bash",
+            json!({"command": "for i in $(seq 1 64); do (head -c 2M /dev/zero > f$i); sleep 0.05; done"}),
+        )
+        .await
+        .expect_err("stopped");
+    assert!(matches!(err, ToolError::WroteTooMuch(_)), "{err}");
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+    let message = err.to_string();
+    assert!(
+        message.contains("over their limit of 16 MiB")
+            && message.contains("--sandbox-max-written-mib"),
+        "{message}"
+    );
+}
