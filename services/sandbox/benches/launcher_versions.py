@@ -8,7 +8,8 @@ warm-up runs, interleaved, beside /bin/true itself. Run as root, with a workspac
     python3 services/sandbox/benches/launcher_versions.py TODAY_LAUNCHER BASELINE_LAUNCHER
 
 The policy names a run (its cgroup) and a fence, which a launcher that predates
-them ignores. See docs/benchmarks.md, "Run sandbox".
+them ignores (and a written-bytes limit, which one before 2026-11-26 ignores). See
+docs/benchmarks.md, "Run sandbox".
 """
 import json, subprocess, time, statistics, os, sys, tempfile
 fence_dir=tempfile.mkdtemp(prefix='chorus-lbench-fence-'); os.makedirs(fence_dir, exist_ok=True)
@@ -16,7 +17,7 @@ fence=os.path.join(fence_dir,'f')
 def policy(run):
     return json.dumps({"parent":None,"cwd":"/tmp/lws","read_write":["/tmp/lws"],"read_only":[],
       "network":"none","identity":{"user":{"uid":65534,"gid":65534}},
-      "limits":{"processes":512,"memory_bytes":8<<30,"address_space":True,"cpu_secs":3600,"file_bytes":8<<30,"open_files":4096,"tmp_bytes":1<<30,"cpu_weight":100},
+      "limits":{"processes":512,"memory_bytes":8<<30,"address_space":True,"cpu_secs":3600,"file_bytes":8<<30,"open_files":4096,"tmp_bytes":1<<30,"cpu_weight":100,"written_bytes":8<<30},
       "cgroups":{"v1":{"pids":"/sys/fs/cgroup/pids","memory":"/sys/fs/cgroup/memory","cpu":"/sys/fs/cgroup/cpu"}},
       "run":run,"fence":fence if run else None})
 new, old = sys.argv[1], sys.argv[2]

@@ -15,7 +15,7 @@
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal};
@@ -90,6 +90,9 @@ pub struct Waiter {
     signals: SignalFd,
     fence: Option<PathBuf>,
     budget: Option<Budget>,
+    /// When the budget is next added up (not at once: a process that has
+    /// only just started has written nothing).
+    budget_due: Instant,
 }
 
 impl Waiter {
@@ -100,6 +103,7 @@ impl Waiter {
             signals: SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC)?,
             fence: fence.map(Path::to_path_buf),
             budget,
+            budget_due: Instant::now() + CHECK,
         })
     }
 
@@ -109,8 +113,11 @@ impl Waiter {
             if let Some(why) = self.fence.as_deref().and_then(down) {
                 return Event::Fenced(why);
             }
-            if let Some(why) = self.budget.as_ref().and_then(Budget::spent) {
-                return Event::WroteTooMuch(why);
+            if self.budget.is_some() && Instant::now() >= self.budget_due {
+                self.budget_due = Instant::now() + CHECK;
+                if let Some(why) = self.budget.as_ref().and_then(Budget::spent) {
+                    return Event::WroteTooMuch(why);
+                }
             }
             let timeout = if self.fence.is_some() || self.budget.is_some() {
                 PollTimeout::try_from(CHECK).unwrap_or(PollTimeout::ZERO)
