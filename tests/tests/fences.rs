@@ -14,14 +14,14 @@ fn no_postgres() {
     eprintln!("CHORUS_TEST_DATABASE_URL is not set: replicas need PostgreSQL; skipped");
 }
 
-/// A run driven by r0 of a two-replica cluster (4 s leases) whose fake CLI
+/// A run driven by r0 of a three-replica cluster (4 s leases) whose fake CLI
 /// started children that try every way out, each carrying `marker`;
 /// `resumed` is what the CLI does when resumed elsewhere.
 async fn a_run_with_stubborn_children_on_r0(
     marker: &str,
     resumed: Option<&str>,
 ) -> Option<(Cluster, pb::Task)> {
-    let cluster = Cluster::start(2, 4).await?;
+    let cluster = Cluster::start(3, 4).await?;
     let mut driver = cluster.client(0).await;
     let ws = cluster.team(&mut driver).await;
     let mut script = vec![
@@ -61,7 +61,7 @@ async fn a_paused_replica_has_no_process_alive_when_another_resumes_its_run() {
     assert_eq!(
         alive,
         Vec::<i32>::new(),
-        "the paused replica's run still had processes when r1 resumed it"
+        "the paused replica's run still had processes when another replica resumed it"
     );
     let task = settled(&mut other, &task.id).await;
     assert_eq!(task.status, "completed", "{task:?}");
@@ -76,7 +76,7 @@ async fn a_paused_replica_has_no_process_alive_when_another_resumes_its_run() {
 /// the takeover).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_paused_drivers_bash_call_dies_and_is_recorded_by_another_replica() {
-    let Some(cluster) = Cluster::start(2, 4).await else {
+    let Some(cluster) = Cluster::start(3, 4).await else {
         return no_postgres();
     };
     let mut driver = cluster.client(0).await;
@@ -117,7 +117,7 @@ async fn a_paused_drivers_bash_call_dies_and_is_recorded_by_another_replica() {
     assert_eq!(
         alive,
         Vec::<i32>::new(),
-        "the paused driver's bash call still had processes when r1 resumed the run"
+        "the paused driver's bash call still had processes when another replica resumed the run"
     );
     let (mut other, call) = recorded.expect("the call was recorded");
     // Stopped as its caller (the fenced CLI) went away, or by the run's
@@ -172,7 +172,7 @@ enum Cut {
 /// A replica cut from PostgreSQL (through a proxy the test controls) has no
 /// process of its run alive when another replica resumes the run.
 async fn a_replica_cut_from_the_database_is_fenced(cut: Cut) {
-    let Some(mut cluster) = Cluster::start(2, 4).await else {
+    let Some(mut cluster) = Cluster::start(3, 4).await else {
         return no_postgres();
     };
     // r0 again, its database behind the proxy.
@@ -220,7 +220,7 @@ async fn a_replica_cut_from_the_database_is_fenced(cut: Cut) {
     assert_eq!(
         processes_with_arg_containing(&marker),
         Vec::<i32>::new(),
-        "{cut:?}: r0's run still had processes when r1 resumed it"
+        "{cut:?}: r0's run still had processes when another replica resumed it"
     );
     let task = settled(&mut other, &task.id).await;
     assert_eq!(task.status, "completed", "{cut:?}: {task:?}");
