@@ -73,7 +73,7 @@ async fn execute(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_exec_refuses_calls_beyond_its_limit_at_once_with_a_retry_hint() {
     let service = ToolExec::start_configured(
-        |config| config.serve.capacity.unary = 2,
+        |config| config.serve.capacity.agent_unary = 2,
         RunTokenSigner::generate(),
     )
     .await;
@@ -116,7 +116,7 @@ async fn tool_exec_refuses_calls_beyond_its_limit_at_once_with_a_retry_hint() {
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
     assert_eq!(
         refused.message(),
-        "tool-exec is serving its limit of 2 calls at once (--max-concurrent-requests); nothing of this call was done: retry after 1000 ms"
+        "tool-exec is serving its limit of 2 calls of agents at once (--agent-max-concurrent-requests); nothing of this call was done: retry after 1000 ms"
     );
     assert_eq!(
         refused
@@ -210,7 +210,7 @@ async fn orchestrator_streams_beyond_their_limit_are_refused_and_unary_calls_go_
     assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
     assert_eq!(
         refused.message(),
-        "the orchestrator is serving its limit of 2 streams at once (--max-concurrent-streams); nothing of this call was done: retry after 1000 ms"
+        "the orchestrator is serving its limit of 2 streams of API keys at once (--max-concurrent-streams); nothing of this call was done: retry after 1000 ms"
     );
     assert!(refused.metadata().get("grpc-retry-pushback-ms").is_some());
 

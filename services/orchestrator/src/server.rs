@@ -390,13 +390,15 @@ pub async fn run(
     let server = builder
         // Outermost: every call is traced and measured, refused and shed ones too.
         .layer(chorus_telemetry::grpc::ServerLayer)
-        .layer(serve.load_shed(&calls, "the orchestrator"))
         .layer(serve.deadline(&calls))
         .layer(MessageLimitLayer::new(
             message_bytes,
             "send less: orchestration calls carry text, never whole files",
         ))
         .layer(auth)
+        // Inside the auth layer: no call holds a place before its credential
+        // is checked, and each kind of caller has places of its own.
+        .layer(serve.load_shed(&calls, "the orchestrator"))
         .add_service(health.service())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

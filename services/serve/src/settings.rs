@@ -18,14 +18,33 @@ pub struct ServeArgs {
     /// grpc-timeout wins).
     #[arg(long, env = "CHORUS_REQUEST_TIMEOUT_SECS", default_value_t = ServeConfig::default().request_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_secs: u64,
-    /// Unary calls served at once; one more is refused at once with
-    /// RESOURCE_EXHAUSTED and a retry hint.
+    /// Unary calls of API keys served at once; one more is refused at once
+    /// with RESOURCE_EXHAUSTED and a retry hint. Agents have their own.
     #[arg(long, env = "CHORUS_MAX_CONCURRENT_REQUESTS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_requests: u32,
-    /// Streams (WatchTask, Handoff, reflection) open at once, counted apart
-    /// from unary calls; one more is refused at once with RESOURCE_EXHAUSTED.
+    /// Streams of API keys (WatchTask) open at once, counted apart from unary
+    /// calls; one more is refused at once with RESOURCE_EXHAUSTED.
     #[arg(long, env = "CHORUS_MAX_CONCURRENT_STREAMS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_streams: u32,
+    /// Unary calls of agents (run tokens: tool calls, orchestration tools)
+    /// served at once: places no API key can take.
+    #[arg(long, env = "CHORUS_AGENT_MAX_CONCURRENT_REQUESTS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub agent_max_concurrent_requests: u32,
+    /// Streams of agents (Handoff) open at once: places no API key can take.
+    #[arg(long, env = "CHORUS_AGENT_MAX_CONCURRENT_STREAMS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub agent_max_concurrent_streams: u32,
+    /// Unary calls one API key, or one run, holds at once.
+    #[arg(long, env = "CHORUS_MAX_CONCURRENT_REQUESTS_PER_CREDENTIAL", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_requests_per_credential: u32,
+    /// Streams one API key, or one run, holds open at once.
+    #[arg(long, env = "CHORUS_MAX_CONCURRENT_STREAMS_PER_CREDENTIAL", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_streams_per_credential: u32,
+    /// Calls, and streams, without a credential (server reflection) at once.
+    #[arg(long, env = "CHORUS_MAX_ANONYMOUS_CALLS", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_anonymous_calls: u32,
+    /// Seconds a stream without a credential (server reflection) may last.
+    #[arg(long, env = "CHORUS_ANONYMOUS_STREAM_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub anonymous_stream_secs: u64,
     /// Seconds between HTTP/2 keepalive pings on an idle connection (also the
     /// TCP keepalive time); 0 turns keepalive off.
     #[arg(long, env = "CHORUS_KEEPALIVE_SECS", default_value_t = 30)]
@@ -54,8 +73,14 @@ impl ServeArgs {
         ServeConfig {
             request_timeout: Duration::from_secs(self.request_timeout_secs.max(1)),
             capacity: Capacity {
-                unary: usize::try_from(self.max_concurrent_requests).unwrap_or(usize::MAX),
-                streams: usize::try_from(self.max_concurrent_streams).unwrap_or(usize::MAX),
+                unary: places(self.max_concurrent_requests),
+                streams: places(self.max_concurrent_streams),
+                agent_unary: places(self.agent_max_concurrent_requests),
+                agent_streams: places(self.agent_max_concurrent_streams),
+                credential_unary: places(self.max_concurrent_requests_per_credential),
+                credential_streams: places(self.max_concurrent_streams_per_credential),
+                anonymous: places(self.max_anonymous_calls),
+                anonymous_stream: Duration::from_secs(self.anonymous_stream_secs.max(1)),
                 ..ServeConfig::default().capacity
             },
             keepalive: (self.keepalive_secs > 0).then(|| Duration::from_secs(self.keepalive_secs)),
@@ -65,6 +90,10 @@ impl ServeArgs {
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
         }
     }
+}
+
+fn places(n: u32) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 /// How a server treats calls, connections and its own stop.
@@ -90,11 +119,7 @@ impl Default for ServeConfig {
     fn default() -> Self {
         Self {
             request_timeout: Duration::from_secs(30),
-            capacity: Capacity {
-                unary: 256,
-                streams: 1024,
-                retry_after: Duration::from_secs(1),
-            },
+            capacity: Capacity::default(),
             keepalive: Some(Duration::from_secs(30)),
             keepalive_timeout: Duration::from_secs(10),
             health_check: Duration::from_secs(5),
@@ -119,7 +144,8 @@ impl ServeConfig {
             .with_keepalive(self.keepalive)
     }
 
-    /// The concurrency limit (outermost: a refused call costs nothing more).
+    /// The concurrency limit, per kind of caller: inside the auth layer (no
+    /// call holds a place before its credential is checked).
     pub fn load_shed(&self, calls: &Calls, service: &'static str) -> LoadShedLayer {
         LoadShedLayer::new(calls.clone(), self.capacity, service)
     }

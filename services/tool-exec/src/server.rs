@@ -106,13 +106,15 @@ pub async fn run(
     let server = builder
         // Outermost: every call is traced and measured, refused and shed ones too.
         .layer(chorus_telemetry::grpc::ServerLayer)
-        .layer(serve.load_shed(&calls, "tool-exec"))
         .layer(serve.deadline(&calls))
         .layer(MessageLimitLayer::new(
             message_bytes,
             config.limits.message_hint(),
         ))
         .layer(auth)
+        // Inside the auth layer: no call holds a place before its credential
+        // is checked, and each kind of caller has places of its own.
+        .layer(serve.load_shed(&calls, "tool-exec"))
         .add_service(health.service())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -40,11 +40,48 @@ fn held(
     (layer.layer(inner), waiting)
 }
 
+/// A call of API key `key-1`.
 fn request(path: &str) -> Request {
-    http::Request::builder()
+    request_of(path, Some(key("key-1")))
+}
+
+fn key(id: &str) -> Principal {
+    Principal::Key {
+        id: id.to_owned(),
+        name: id.to_owned(),
+        role: chorus_auth::Role::Viewer,
+    }
+}
+
+fn agent(run: &str) -> Principal {
+    Principal::Run {
+        verified: chorus_run_token::VerifiedToken {
+            grant: chorus_run_token::RunGrant {
+                run_id: run.to_owned(),
+                task_id: "t".into(),
+                agent: "a".into(),
+                tools: Vec::new(),
+                root: "/w".into(),
+                egress: Vec::new(),
+                epoch: 0,
+            },
+            kid: "k".into(),
+            expires_at: 0,
+        },
+        token: String::new(),
+    }
+}
+
+/// A call of `principal` (None: no credential).
+fn request_of(path: &str, principal: Option<Principal>) -> Request {
+    let mut request = http::Request::builder()
         .uri(path)
         .body(Body::empty())
-        .expect("request")
+        .expect("request");
+    if let Some(principal) = principal {
+        request.extensions_mut().insert(principal);
+    }
+    request
 }
 
 fn status(response: &Response) -> Status {
@@ -54,6 +91,12 @@ fn status(response: &Response) -> Status {
 const CAPACITY: Capacity = Capacity {
     unary: 2,
     streams: 1,
+    agent_unary: 1,
+    agent_streams: 1,
+    credential_unary: 8,
+    credential_streams: 8,
+    anonymous: 1,
+    anonymous_stream: Duration::from_secs(60),
     retry_after: Duration::from_millis(1500),
 };
 
@@ -76,7 +119,7 @@ async fn a_call_beyond_the_limit_is_refused_at_once_with_a_retry_hint() {
     assert_eq!(refusal.code(), Code::ResourceExhausted);
     assert_eq!(
         refusal.message(),
-        "the demo is serving its limit of 2 calls at once (--max-concurrent-requests); nothing of this call was done: retry after 1500 ms"
+        "the demo is serving its limit of 2 calls of API keys at once (--max-concurrent-requests); nothing of this call was done: retry after 1500 ms"
     );
     assert_eq!(
         refused.headers().get(RETRY_PUSHBACK).map(|v| v.as_bytes()),
@@ -124,7 +167,7 @@ async fn a_stream_holds_its_place_until_its_body_is_gone() {
     assert!(
         refusal
             .message()
-            .contains("1 streams at once (--max-concurrent-streams)"),
+            .contains("1 streams of API keys at once (--max-concurrent-streams)"),
         "{}",
         refusal.message()
     );
@@ -136,4 +179,149 @@ async fn a_stream_holds_its_place_until_its_body_is_gone() {
         .expect("the place is free again")
         .send(());
     next.await.expect("task").expect("answered");
+}
+
+/// API keys busy with every place of theirs take nothing from agents, and
+/// callers without a credential take nothing from either.
+#[tokio::test]
+async fn each_kind_of_caller_has_places_no_other_can_take() {
+    let (service, mut waiting) = held(CAPACITY);
+    // Both key places and the key stream place are taken.
+    let calls: Vec<_> = [
+        "/demo.v1.Demo/Get",
+        "/demo.v1.Demo/Get",
+        "/demo.v1.Demo/Watch",
+    ]
+    .into_iter()
+    .map(|path| tokio::spawn(service.clone().call(request(path))))
+    .collect();
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        answers.push(waiting.recv().await.expect("in"));
+    }
+    let refused = service
+        .clone()
+        .call(request_of("/demo.v1.Demo/Get", Some(key("key-2"))))
+        .await
+        .expect("answered");
+    assert_eq!(status(&refused).code(), Code::ResourceExhausted);
+    // An agent's call and stream are served.
+    let agent_call = tokio::spawn(
+        service
+            .clone()
+            .call(request_of("/demo.v1.Demo/Get", Some(agent("run-1")))),
+    );
+    let agent_stream = tokio::spawn(
+        service
+            .clone()
+            .call(request_of("/demo.v1.Demo/Watch", Some(agent("run-1")))),
+    );
+    answers.push(waiting.recv().await.expect("the agent's call is in"));
+    answers.push(waiting.recv().await.expect("the agent's stream is in"));
+    // A caller without a credential has one stream place; a second is refused.
+    let anonymous = tokio::spawn(
+        service
+            .clone()
+            .call(request_of("/demo.v1.Demo/Watch", None)),
+    );
+    answers.push(waiting.recv().await.expect("the anonymous stream is in"));
+    let refused = service
+        .clone()
+        .call(request_of("/demo.v1.Demo/Watch", None))
+        .await
+        .expect("answered");
+    let refusal = status(&refused);
+    assert_eq!(refusal.code(), Code::ResourceExhausted);
+    assert!(
+        refusal
+            .message()
+            .contains("1 streams without a credential at once (--max-anonymous-calls)"),
+        "{}",
+        refusal.message()
+    );
+    for answer in answers {
+        let _ = answer.send(());
+    }
+    for call in calls {
+        call.await.expect("task").expect("answered");
+    }
+    for call in [agent_call, agent_stream, anonymous] {
+        call.await.expect("task").expect("answered");
+    }
+}
+
+/// One key holds at most its own share of its kind's places: a second key
+/// is served while the first is at its limit.
+#[tokio::test]
+async fn one_credential_holds_at_most_its_share() {
+    let (service, mut waiting) = held(Capacity {
+        streams: 10,
+        credential_streams: 2,
+        ..CAPACITY
+    });
+    let mine: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(service.clone().call(request("/demo.v1.Demo/Watch"))))
+        .collect();
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        answers.push(waiting.recv().await.expect("in"));
+    }
+    let refused = service
+        .clone()
+        .call(request("/demo.v1.Demo/Watch"))
+        .await
+        .expect("answered");
+    let refusal = status(&refused);
+    assert_eq!(refusal.code(), Code::ResourceExhausted);
+    assert!(
+        refusal
+            .message()
+            .contains("2 streams for key key-1 at once (--max-concurrent-streams-per-credential)"),
+        "{}",
+        refusal.message()
+    );
+    let other = tokio::spawn(
+        service
+            .clone()
+            .call(request_of("/demo.v1.Demo/Watch", Some(key("key-2")))),
+    );
+    answers.push(waiting.recv().await.expect("another key is served"));
+    for answer in answers {
+        let _ = answer.send(());
+    }
+    for call in mine {
+        call.await.expect("task").expect("answered");
+    }
+    other.await.expect("task").expect("answered");
+}
+
+/// A stream without a credential ends when its time is up, with a status
+/// that says why.
+#[tokio::test(start_paused = true)]
+async fn a_stream_without_a_credential_ends_when_its_time_is_up() {
+    use http_body_util::BodyExt as _;
+    let (service, mut waiting) = held(Capacity {
+        anonymous_stream: Duration::from_secs(5),
+        ..CAPACITY
+    });
+    let call = tokio::spawn(
+        service
+            .clone()
+            .call(request_of("/demo.v1.Demo/Watch", None)),
+    );
+    let _ = waiting.recv().await.expect("in").send(());
+    let mut body = call.await.expect("task").expect("answered").into_body();
+    // Its first frame is the event; then, time being up, the trailers.
+    let first = body.frame().await.expect("a frame").expect("ok");
+    assert!(first.is_data());
+    tokio::time::advance(Duration::from_secs(6)).await;
+    let last = body.frame().await.expect("a frame").expect("ok");
+    let trailers = last.into_trailers().expect("trailers");
+    let ended = Status::from_header_map(&trailers).expect("a status");
+    assert_eq!(ended.code(), Code::DeadlineExceeded);
+    assert!(
+        ended.message().contains("--anonymous-stream-secs"),
+        "{}",
+        ended.message()
+    );
 }
