@@ -28,6 +28,7 @@ pub(super) async fn create(
             revoked_ms: None,
         })
         .await?;
+    state.auth.made(&record.id).await;
     info!(key_id = %record.id, name = %record.name, role = %record.role, "api key created");
     Ok(pb::CreateApiKeyResponse {
         key: Some(convert::api_key(&record)),
