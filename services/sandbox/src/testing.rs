@@ -16,6 +16,21 @@ pub fn running_as_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// Whether a test that needs root (for `what`) can run: as root, yes; else
+/// it fails under `CHORUS_TEST_REQUIRE_ROOT=1` (CI), and otherwise says it
+/// did not run.
+pub fn root_for(what: &str) -> bool {
+    if running_as_root() {
+        return true;
+    }
+    assert!(
+        std::env::var("CHORUS_TEST_REQUIRE_ROOT").as_deref() != Ok("1"),
+        "CHORUS_TEST_REQUIRE_ROOT=1 but the tests do not run as root, which {what} needs: run them as root (CI does)"
+    );
+    eprintln!("not run: {what} needs root");
+    false
+}
+
 /// Gives `path` and everything below it to [`TEST_UID`] (when the test runs
 /// as root; otherwise the test's own user owns it already).
 pub fn give_to_test_user(path: &Path) {

@@ -174,8 +174,7 @@ async fn the_hosts_loopback_is_out_of_reach_directly_and_through_the_proxy() {
 
 #[tokio::test]
 async fn an_allowed_destination_is_reached_and_nothing_else() {
-    if !root() {
-        eprintln!("skipped: a test network namespace needs root");
+    if !chorus_sandbox::testing::root_for("a test network namespace") {
         return;
     }
     let sandbox = sandbox().await;

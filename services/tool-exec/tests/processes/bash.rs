@@ -285,8 +285,7 @@ async fn the_network_grant_never_reaches_the_hosts_loopback() {
 
 #[tokio::test]
 async fn the_network_grant_reaches_what_the_egress_list_names() {
-    if !chorus_sandbox::testing::running_as_root() {
-        eprintln!("skipped: a test network namespace needs root");
+    if !chorus_sandbox::testing::root_for("a test network namespace") {
         return;
     }
     let mut h = Harness::new().await;
