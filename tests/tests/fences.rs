@@ -15,6 +15,9 @@ fn no_postgres() {
     eprintln!("not run: CHORUS_TEST_DATABASE_URL is not set, and replicas need PostgreSQL");
 }
 
+/// What the fake CLI does when resumed elsewhere: report the task complete.
+const REPORT_WHEN_RESUMED: &str = "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}";
+
 /// A run driven by r0 of a three-replica cluster (4 s leases) whose fake CLI
 /// started children that try every way out, each carrying `marker`;
 /// `resumed` is what the CLI does when resumed elsewhere.
@@ -23,6 +26,12 @@ async fn a_run_with_stubborn_children_on_r0(
     resumed: Option<&str>,
 ) -> Option<(Cluster, pb::Task)> {
     let cluster = Cluster::start(3, 4).await?;
+    let task = stubborn_run_on_r0(&cluster, marker, resumed).await;
+    Some((cluster, task))
+}
+
+/// [`a_run_with_stubborn_children_on_r0`] in `cluster`.
+async fn stubborn_run_on_r0(cluster: &Cluster, marker: &str, resumed: Option<&str>) -> pb::Task {
     let mut driver = cluster.client(0).await;
     let ws = cluster.team(&mut driver).await;
     let mut script = vec![
@@ -38,7 +47,7 @@ async fn a_run_with_stubborn_children_on_r0(
     .await;
     assert_eq!(replica_of(&mut driver, &run.id).await, "r0");
     assert!(!processes_with_arg_containing(marker).is_empty());
-    Some((cluster, task))
+    task
 }
 
 /// A replica paused (SIGSTOP) longer than its lease: its run's processes — the
@@ -48,8 +57,8 @@ async fn a_run_with_stubborn_children_on_r0(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_paused_replica_has_no_process_alive_when_another_resumes_its_run() {
     let marker = format!("paused-driver-{}", std::process::id());
-    let resumed = "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}";
-    let Some((cluster, task)) = a_run_with_stubborn_children_on_r0(&marker, Some(resumed)).await
+    let Some((cluster, task)) =
+        a_run_with_stubborn_children_on_r0(&marker, Some(REPORT_WHEN_RESUMED)).await
     else {
         return no_postgres();
     };
@@ -85,11 +94,7 @@ async fn a_paused_drivers_bash_call_dies_and_is_recorded_by_another_replica() {
     let marker = format!("paused-call-{}", std::process::id());
     let command = format!("{} while :; do sleep 1; done", escapees(&marker));
     let call = serde_json::json!({"tool": "bash", "command": command, "timeout_secs": 600});
-    let script = [
-        format!("fake: call {call}"),
-        "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}".to_owned(),
-    ]
-    .join("\n");
+    let script = [format!("fake: call {call}"), REPORT_WHEN_RESUMED.to_owned()].join("\n");
     let task = planned_task(&mut driver, &ws, &script).await;
     let run = start(&mut driver, &task, "c", 0).await.run.expect("run");
     eventually("the bash call's processes run", || {
@@ -184,24 +189,8 @@ async fn a_replica_cut_from_the_database_is_fenced(cut: Cut) {
     let url = proxy.url(&cluster.db.url, target);
     cluster.start_replica_on(0, &url).await;
 
-    let mut driver = cluster.client(0).await;
-    let ws = cluster.team(&mut driver).await;
     let marker = format!("cut-{cut:?}-{}", std::process::id());
-    let script = [
-        format!("fake: say {marker}"),
-        chorus_tests::flows::stubborn(&marker),
-        "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}".to_owned(),
-    ]
-    .join("\n");
-    let task = planned_task(&mut driver, &ws, &script).await;
-    let run = start(&mut driver, &task, "c", 0).await.run.expect("run");
-    chorus_tests::agents::wait_for(&mut driver, &task.id, |e| {
-        e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
-    })
-    .await;
-    assert_eq!(replica_of(&mut driver, &run.id).await, "r0");
-    assert!(!processes_with_arg_containing(&marker).is_empty());
-    drop(driver);
+    let task = stubborn_run_on_r0(&cluster, &marker, Some(REPORT_WHEN_RESUMED)).await;
 
     match cut {
         Cut::Reset => proxy.reset(),
@@ -253,23 +242,8 @@ async fn a_second_process_with_the_same_replica_id_resumes_nothing_while_the_fir
     let url = proxy.url(&cluster.db.url, target);
     cluster.start_replica_on(0, &url).await;
 
-    let mut driver = cluster.client(0).await;
-    let ws = cluster.team(&mut driver).await;
     let marker = format!("same-id-{}", std::process::id());
-    let script = [
-        format!("fake: say {marker}"),
-        chorus_tests::flows::stubborn(&marker),
-        "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}".to_owned(),
-    ]
-    .join("\n");
-    let task = planned_task(&mut driver, &ws, &script).await;
-    start(&mut driver, &task, "c", 0).await.run.expect("run");
-    chorus_tests::agents::wait_for(&mut driver, &task.id, |e| {
-        e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
-    })
-    .await;
-    assert!(!processes_with_arg_containing(&marker).is_empty());
-    drop(driver);
+    let task = stubborn_run_on_r0(&cluster, &marker, Some(REPORT_WHEN_RESUMED)).await;
 
     // The first process is cut off, and keeps running; a second one with
     // its replica id starts on the database directly.
