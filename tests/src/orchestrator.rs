@@ -207,9 +207,16 @@ pub struct OrchestratorProcess {
     pub tool_exec_addr: SocketAddr,
     /// An admin key its clients present.
     pub admin_key: String,
+    /// Lines it has logged since it served.
+    log_lines: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl OrchestratorProcess {
+    /// How many lines it has logged since it served.
+    pub fn log_lines(&self) -> u64 {
+        self.log_lines.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Starts the binary on `database_url` with its key pair in `data_dir`,
     /// chorus-tools from this build and `extra` arguments, and waits until it
     /// serves.
@@ -290,6 +297,8 @@ impl OrchestratorProcess {
         let keep = std::env::var_os("CHORUS_TEST_LOG_DIR").map(|dir| {
             std::path::Path::new(&dir).join(format!("{}.log", child.id().unwrap_or_default()))
         });
+        let log_lines = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = std::sync::Arc::clone(&log_lines);
         tokio::spawn(async move {
             let mut file = keep.and_then(|path| std::fs::File::create(path).ok());
             for line in &seen {
@@ -298,6 +307,7 @@ impl OrchestratorProcess {
                 }
             }
             while let Ok(Some(line)) = lines.next_line().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 if let Some(file) = file.as_mut() {
                     let _ = std::io::Write::write_all(file, format!("{line}\n").as_bytes());
                 }
@@ -326,6 +336,7 @@ impl OrchestratorProcess {
                 .or(separate)
                 .expect("the embedded tool-exec's address, or --tool-exec-addr"),
             admin_key,
+            log_lines,
         }
     }
 

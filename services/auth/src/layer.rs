@@ -30,8 +30,50 @@ pub trait Authenticator: Send + Sync + 'static {
     async fn run_token(&self, token: &str) -> Result<VerifiedToken, Status>;
 }
 
+/// Refusals logged at most this often a second; the rest are counted, and
+/// the count is given with the next line logged.
+pub const REFUSALS_LOGGED_PER_SECOND: u32 = 10;
+
+/// The rate limit of refusal log lines: a flood of refused calls must not
+/// become a flood of log lines.
+#[derive(Debug)]
+struct RefusalLog {
+    /// When the current second began, lines logged in it, refusals not logged
+    /// since the last line.
+    window: std::sync::Mutex<(tokio::time::Instant, u32, u64)>,
+}
+
+impl RefusalLog {
+    fn new() -> Self {
+        Self {
+            window: std::sync::Mutex::new((tokio::time::Instant::now(), 0, 0)),
+        }
+    }
+
+    /// Whether this refusal is logged, and then how many were not since the
+    /// last one that was.
+    fn admit(&self) -> Option<u64> {
+        let mut window = self
+            .window
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (began, logged, unlogged) = &mut *window;
+        if began.elapsed() >= std::time::Duration::from_secs(1) {
+            *began = tokio::time::Instant::now();
+            *logged = 0;
+        }
+        if *logged >= REFUSALS_LOGGED_PER_SECOND {
+            *unlogged += 1;
+            return None;
+        }
+        *logged += 1;
+        Some(std::mem::take(unlogged))
+    }
+}
+
 struct Shared {
     authenticator: Arc<dyn Authenticator>,
+    refusals: RefusalLog,
     /// Client certificates that act with a role (mTLS).
     peers: PeerRoles,
     access: fn(&str) -> Access,
@@ -73,6 +115,7 @@ impl AuthLayer {
         Self {
             shared: Arc::new(Shared {
                 authenticator,
+                refusals: RefusalLog::new(),
                 peers,
                 access,
                 hint: hint.into(),
@@ -148,7 +191,9 @@ where
                     inner.call(request).await
                 }
                 Err(status) => {
-                    info!(method = %path, code = ?status.code(), reason = %status.message(), "call refused");
+                    if let Some(unlogged) = shared.refusals.admit() {
+                        info!(method = %path, code = ?status.code(), reason = %status.message(), not_logged_before = unlogged, "call refused");
+                    }
                     Ok(status.into_http())
                 }
             }
@@ -238,6 +283,7 @@ mod tests {
     fn shared() -> Shared {
         Shared {
             authenticator: Arc::new(Keys),
+            refusals: RefusalLog::new(),
             peers: PeerRoles::default(),
             access: |_| Access::role(Role::Operator),
             hint: "ask an admin".into(),
@@ -281,5 +327,20 @@ mod tests {
                 .expect_err("refused");
             assert_eq!(err.code(), tonic::Code::Unauthenticated, "{header}");
         }
+    }
+
+    /// A flood of refusals logs a few lines a second; the next line logged
+    /// says how many were not.
+    #[tokio::test(start_paused = true)]
+    async fn refusals_are_logged_a_few_a_second() {
+        let log = RefusalLog::new();
+        let logged = (0..1000).filter(|_| log.admit().is_some()).count();
+        assert_eq!(logged, REFUSALS_LOGGED_PER_SECOND as usize);
+        tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        assert_eq!(
+            log.admit(),
+            Some(1000 - u64::from(REFUSALS_LOGGED_PER_SECOND))
+        );
+        assert_eq!(log.admit(), Some(0));
     }
 }
