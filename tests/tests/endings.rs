@@ -25,6 +25,20 @@ enum Ending {
     CancelTask,
 }
 
+/// An all-in-one orchestrator on SQLite, and a workspace root owned by the
+/// test user (bash runs as the workspace's owner).
+async fn an_orchestrator() -> (Orchestrator, tempfile::TempDir, tempfile::TempDir) {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    give_to_test_user(root.path());
+    let orchestrator = Orchestrator::start(
+        &data_dir.path().join("chorus.db").display().to_string(),
+        data_dir.path(),
+    )
+    .await;
+    (orchestrator, root, data_dir)
+}
+
 /// A bash agent's run opened with OpenRun (its caller drives it) on a
 /// planned task of a workspace on `root`.
 async fn opened_bash_run(
@@ -66,14 +80,7 @@ fn run_env(
 }
 
 async fn a_run_end_stops_its_bash_call(ending: Ending) {
-    let data_dir = tempfile::tempdir().expect("data");
-    let root = tempfile::tempdir().expect("root");
-    give_to_test_user(root.path());
-    let orchestrator = Orchestrator::start(
-        &data_dir.path().join("chorus.db").display().to_string(),
-        data_dir.path(),
-    )
-    .await;
+    let (orchestrator, root, _data) = an_orchestrator().await;
     let mut client = orchestrator.client().await;
     let (task, opened) = opened_bash_run(&mut client, root.path()).await;
     let run_id = opened.run.clone().expect("run").id;
@@ -365,14 +372,7 @@ async fn cancel_task_returns_once_the_call_of_a_cut_off_tool_exec_is_fenced() {
 /// refused — when CancelTask returns, no process of any of them lives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_call_racing_the_end_outlives_cancel_task() {
-    let data_dir = tempfile::tempdir().expect("data");
-    let root = tempfile::tempdir().expect("root");
-    give_to_test_user(root.path());
-    let orchestrator = Orchestrator::start(
-        &data_dir.path().join("chorus.db").display().to_string(),
-        data_dir.path(),
-    )
-    .await;
+    let (orchestrator, root, _data) = an_orchestrator().await;
     let mut client = orchestrator.client().await;
     let (task, opened) = opened_bash_run(&mut client, root.path()).await;
     let marker = format!("chorus-escapee-race-{}", std::process::id());

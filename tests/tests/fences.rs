@@ -175,19 +175,24 @@ enum Cut {
     Hung,
 }
 
-/// A replica cut from PostgreSQL (through a proxy the test controls) has no
-/// process of its run alive when another replica resumes the run.
-async fn a_replica_cut_from_the_database_is_fenced(cut: Cut) {
-    let Some(mut cluster) = Cluster::start(3, 4).await else {
-        return no_postgres();
-    };
-    // r0 again, its database behind the proxy.
+/// Starts r0 again with its database behind a proxy the test controls.
+async fn r0_behind_a_proxy(cluster: &mut Cluster) -> chorus_tests::db_proxy::DbProxy {
     let target: std::net::SocketAddr = "127.0.0.1:5432".parse().expect("address");
     let proxy = chorus_tests::db_proxy::DbProxy::start(target).await;
     let status = cluster.take(0).stop().await;
     assert!(status.success(), "{status:?}");
     let url = proxy.url(&cluster.db.url, target);
     cluster.start_replica_on(0, &url).await;
+    proxy
+}
+
+/// A replica cut from PostgreSQL (through a proxy the test controls) has no
+/// process of its run alive when another replica resumes the run.
+async fn a_replica_cut_from_the_database_is_fenced(cut: Cut) {
+    let Some(mut cluster) = Cluster::start(3, 4).await else {
+        return no_postgres();
+    };
+    let proxy = r0_behind_a_proxy(&mut cluster).await;
 
     let marker = format!("cut-{cut:?}-{}", std::process::id());
     let task = stubborn_run_on_r0(&cluster, &marker, Some(REPORT_WHEN_RESUMED)).await;
@@ -235,12 +240,7 @@ async fn a_second_process_with_the_same_replica_id_resumes_nothing_while_the_fir
     let Some(mut cluster) = Cluster::start(1, 4).await else {
         return no_postgres();
     };
-    let target: std::net::SocketAddr = "127.0.0.1:5432".parse().expect("address");
-    let proxy = chorus_tests::db_proxy::DbProxy::start(target).await;
-    let status = cluster.take(0).stop().await;
-    assert!(status.success(), "{status:?}");
-    let url = proxy.url(&cluster.db.url, target);
-    cluster.start_replica_on(0, &url).await;
+    let proxy = r0_behind_a_proxy(&mut cluster).await;
 
     let marker = format!("same-id-{}", std::process::id());
     let task = stubborn_run_on_r0(&cluster, &marker, Some(REPORT_WHEN_RESUMED)).await;
