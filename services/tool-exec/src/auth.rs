@@ -4,6 +4,7 @@
 //! reflection are open.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chorus_auth::{Access, ApiKey, Authenticator, Principal, Role};
@@ -15,9 +16,14 @@ use crate::error::ToolError;
 use crate::gate::RunGate;
 
 /// Least time between two key refreshes caused by unknown key ids, so that
-/// tokens naming made-up keys cannot flood the orchestrator (a caller waits
-/// for its turn rather than being refused).
+/// tokens naming made-up keys cannot flood the orchestrator: every caller
+/// that arrives meanwhile shares the next refresh instead of queueing one of
+/// its own.
 const REFRESH_SPACING: Duration = Duration::from_millis(200);
+
+/// Longest a caller waits for a refresh to begin; past it the token is
+/// refused as naming an unknown key.
+const REFRESH_WAIT: Duration = Duration::from_secs(5);
 
 /// What the method at gRPC `path` takes; a method not listed needs an admin key.
 pub fn access(path: &str) -> Access {
@@ -47,9 +53,11 @@ fn listed(path: &str) -> Option<Access> {
 pub struct ToolExecAuthenticator {
     verifier: RunTokenVerifier,
     gate: Option<Arc<dyn RunGate>>,
-    /// When keys were last fetched for an unknown key id; held while fetching,
-    /// so concurrent callers share one fetch.
+    /// When keys were last fetched for an unknown key id; held while fetching.
     last_refresh: tokio::sync::Mutex<Option<Instant>>,
+    /// Refreshes begun so far: a caller that finds one begun after it arrived
+    /// takes that one's answer rather than asking again.
+    begun: AtomicU64,
 }
 
 impl ToolExecAuthenticator {
@@ -58,23 +66,33 @@ impl ToolExecAuthenticator {
             verifier,
             gate,
             last_refresh: tokio::sync::Mutex::new(None),
+            begun: AtomicU64::new(0),
         }
     }
 
-    /// Fetches the keys through the gate because a token names `kid`, at most
-    /// once per [`REFRESH_SPACING`]; true when `kid` is known afterwards.
+    /// Fetches the keys through the gate because a token names `kid`; true
+    /// when `kid` is known afterwards. Refreshes begin at most once per
+    /// [`REFRESH_SPACING`], one at a time, and every caller that arrived
+    /// before one began takes its answer: a burst of tokens naming made-up
+    /// keys costs two fetches, and a real new key's first token waits for at
+    /// most the spacing and two fetches.
     async fn refresh(&self, kid: &str) -> bool {
         let Some(gate) = &self.gate else {
             return false;
         };
-        let mut last = self.last_refresh.lock().await;
-        // Another caller may have fetched it while this one waited.
-        if self.verifier.kids().iter().any(|k| k == kid) {
-            return true;
+        let arrived = self.begun.load(Ordering::Acquire);
+        let Ok(mut last) = tokio::time::timeout(REFRESH_WAIT, self.last_refresh.lock()).await
+        else {
+            return false;
+        };
+        // A refresh begun since this caller arrived has answered for it.
+        if self.begun.load(Ordering::Acquire) > arrived || self.knows(kid) {
+            return self.knows(kid);
         }
         if let Some(at) = *last {
             tokio::time::sleep(REFRESH_SPACING.saturating_sub(at.elapsed())).await;
         }
+        self.begun.fetch_add(1, Ordering::AcqRel);
         // A channel whose last connection failed answers one call with that
         // failure before it connects again.
         let mut result = gate.refresh_keys(&self.verifier).await;
@@ -86,6 +104,10 @@ impl ToolExecAuthenticator {
             Ok(()) => info!(kids = ?self.verifier.kids(), "run-token keys refreshed"),
             Err(e) => warn!(error = %e, "cannot refresh the run-token keys"),
         }
+        self.knows(kid)
+    }
+
+    fn knows(&self, kid: &str) -> bool {
         self.verifier.kids().iter().any(|k| k == kid)
     }
 }
@@ -139,5 +161,113 @@ mod tests {
             access("/chorus.orchestrator.v1.Orchestrator/ListWorkspaces"),
             Access::role(Role::Admin)
         );
+    }
+}
+
+#[cfg(test)]
+mod refresh_tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    use chorus_run_token::{RunGrant, RunTokenSigner};
+
+    use crate::gate::{Authorized, ToolCallRecord};
+
+    /// A gate whose orchestrator holds `signer`'s keys; counts the fetches.
+    #[derive(Debug)]
+    struct KeysGate {
+        signer: Arc<RunTokenSigner>,
+        fetches: AtomicUsize,
+    }
+
+    #[tonic::async_trait]
+    impl RunGate for KeysGate {
+        async fn authorize(
+            &self,
+            _: &str,
+            _: &str,
+            _: Option<&str>,
+        ) -> Result<Authorized, ToolError> {
+            Err(ToolError::Internal("not asked here".into()))
+        }
+        async fn record(
+            &self,
+            _: &str,
+            _: ToolCallRecord,
+            _: Option<&str>,
+        ) -> Result<(), ToolError> {
+            Err(ToolError::Internal("not asked here".into()))
+        }
+        async fn authenticate_key(&self, _: &str) -> Result<Principal, ToolError> {
+            Err(ToolError::Internal("not asked here".into()))
+        }
+        async fn refresh_keys(&self, verifier: &RunTokenVerifier) -> Result<(), ToolError> {
+            self.fetches.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            verifier.replace(
+                self.signer
+                    .public_keys()
+                    .into_iter()
+                    .map(|k| (k.kid, k.pem))
+                    .collect(),
+            );
+            Ok(())
+        }
+    }
+
+    fn grant() -> RunGrant {
+        RunGrant {
+            run_id: "r".into(),
+            task_id: "t".into(),
+            agent: "a".into(),
+            tools: vec!["file.read".into()],
+            root: "/w".into(),
+            egress: Vec::new(),
+            epoch: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_made_up_key_ids_costs_two_fetches_and_a_new_keys_token_still_passes() {
+        let signer = Arc::new(RunTokenSigner::generate());
+        let gate = Arc::new(KeysGate {
+            signer: signer.clone(),
+            fetches: AtomicUsize::new(0),
+        });
+        // tool-exec's own copy of the keys, as fetched at its start.
+        let verifier = RunTokenVerifier::from_keys(
+            signer
+                .public_keys()
+                .into_iter()
+                .map(|k| (k.kid, k.pem))
+                .collect(),
+        );
+        let auth = Arc::new(ToolExecAuthenticator::new(verifier, Some(gate.clone())));
+        // Tokens of a key the orchestrator never had.
+        let stranger = RunTokenSigner::generate().mint(&grant(), Duration::from_secs(60));
+        let burst: Vec<_> = (0..300)
+            .map(|_| {
+                let auth = auth.clone();
+                let token = stranger.clone();
+                tokio::spawn(async move { auth.run_token(&token).await })
+            })
+            .collect();
+        for caller in burst {
+            let refused = caller.await.expect("caller").expect_err("unknown key");
+            assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+        }
+        let fetches = gate.fetches.load(Ordering::SeqCst);
+        assert!(
+            (1..=2).contains(&fetches),
+            "300 tokens naming an unknown key made {fetches} key fetches; callers that arrived before a fetch began should share it"
+        );
+
+        // The orchestrator rotates: the new key's first token is taken after
+        // one more fetch.
+        signer.rotate().expect("rotate");
+        let fresh = signer.mint(&grant(), Duration::from_secs(60));
+        let verified = auth.run_token(&fresh).await.expect("a rotated key's token");
+        assert_eq!(verified.grant.run_id, "r");
+        assert_eq!(gate.fetches.load(Ordering::SeqCst), fetches + 1);
     }
 }
