@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use chorus_run_token::VerifiedToken;
+use chorus_telemetry::LogRate;
 use http::header::AUTHORIZATION;
 use tonic::Status;
 use tonic::body::Body;
@@ -34,46 +35,9 @@ pub trait Authenticator: Send + Sync + 'static {
 /// the count is given with the next line logged.
 pub const REFUSALS_LOGGED_PER_SECOND: u32 = 10;
 
-/// The rate limit of refusal log lines: a flood of refused calls must not
-/// become a flood of log lines.
-#[derive(Debug)]
-struct RefusalLog {
-    /// When the current second began, lines logged in it, refusals not logged
-    /// since the last line.
-    window: std::sync::Mutex<(tokio::time::Instant, u32, u64)>,
-}
-
-impl RefusalLog {
-    fn new() -> Self {
-        Self {
-            window: std::sync::Mutex::new((tokio::time::Instant::now(), 0, 0)),
-        }
-    }
-
-    /// Whether this refusal is logged, and then how many were not since the
-    /// last one that was.
-    fn admit(&self) -> Option<u64> {
-        let mut window = self
-            .window
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (began, logged, unlogged) = &mut *window;
-        if began.elapsed() >= std::time::Duration::from_secs(1) {
-            *began = tokio::time::Instant::now();
-            *logged = 0;
-        }
-        if *logged >= REFUSALS_LOGGED_PER_SECOND {
-            *unlogged += 1;
-            return None;
-        }
-        *logged += 1;
-        Some(std::mem::take(unlogged))
-    }
-}
-
 struct Shared {
     authenticator: Arc<dyn Authenticator>,
-    refusals: RefusalLog,
+    refusals: LogRate,
     /// Client certificates that act with a role (mTLS).
     peers: PeerRoles,
     access: fn(&str) -> Access,
@@ -115,7 +79,7 @@ impl AuthLayer {
         Self {
             shared: Arc::new(Shared {
                 authenticator,
-                refusals: RefusalLog::new(),
+                refusals: LogRate::new(REFUSALS_LOGGED_PER_SECOND),
                 peers,
                 access,
                 hint: hint.into(),
@@ -179,6 +143,7 @@ where
             None => self.shared.peers.principal(request.extensions()),
             Some(_) => None,
         };
+        let has_credential = header.is_some() || peer.is_some();
         let shared = Arc::clone(&self.shared);
         Box::pin(async move {
             let principal = match peer {
@@ -191,6 +156,17 @@ where
                     inner.call(request).await
                 }
                 Err(status) => {
+                    let reason = match status.code() {
+                        tonic::Code::Unauthenticated => "unauthenticated",
+                        tonic::Code::PermissionDenied => "permission-denied",
+                        _ => "credential-unusable",
+                    };
+                    let caller = if has_credential {
+                        "credential"
+                    } else {
+                        "anonymous"
+                    };
+                    chorus_telemetry::metrics().refused(reason, caller, None);
                     if let Some(unlogged) = shared.refusals.admit() {
                         info!(method = %path, code = ?status.code(), reason = %status.message(), not_logged_before = unlogged, "call refused");
                     }
@@ -283,7 +259,7 @@ mod tests {
     fn shared() -> Shared {
         Shared {
             authenticator: Arc::new(Keys),
-            refusals: RefusalLog::new(),
+            refusals: LogRate::new(REFUSALS_LOGGED_PER_SECOND),
             peers: PeerRoles::default(),
             access: |_| Access::role(Role::Operator),
             hint: "ask an admin".into(),
@@ -333,7 +309,7 @@ mod tests {
     /// says how many were not.
     #[tokio::test(start_paused = true)]
     async fn refusals_are_logged_a_few_a_second() {
-        let log = RefusalLog::new();
+        let log = LogRate::new(REFUSALS_LOGGED_PER_SECOND);
         let logged = (0..1000).filter(|_| log.admit().is_some()).count();
         assert_eq!(logged, REFUSALS_LOGGED_PER_SECOND as usize);
         tokio::time::advance(std::time::Duration::from_secs(1)).await;

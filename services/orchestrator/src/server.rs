@@ -348,7 +348,8 @@ pub async fn run(
         }
         None => None,
     };
-    let serve = config.serve;
+    let mut serve = config.serve;
+    serve.capacity.request_bytes = message_bytes;
     let health = Health::new(&SERVICES).await;
     // Set when the drain starts: a draining replica takes no more runs.
     let draining = CancellationToken::new();
@@ -383,6 +384,11 @@ pub async fn run(
         key_hint,
         config.peers.clone(),
     );
+    // Connections are bounded by --max-connections, not a low default limit.
+    let connections = serve.connections(
+        chorus_serve::connections::raise_fd_limit(),
+        "the orchestrator",
+    );
     let mut builder = serve.server();
     if let Some(tls) = &config.tls {
         builder = builder.tls_config(tls.config()?)?;
@@ -398,7 +404,7 @@ pub async fn run(
         .layer(auth)
         // Inside the auth layer: no call holds a place before its credential
         // is checked, and each kind of caller has places of its own.
-        .layer(serve.load_shed(&calls, "the orchestrator"))
+        .layer(serve.load_shed(&calls, &connections, "the orchestrator"))
         .add_service(health.service())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -410,7 +416,7 @@ pub async fn run(
             AgentToolsServer::new(AgentToolsService::new(state.clone()))
                 .max_decoding_message_size(message_bytes),
         )
-        .serve_with_incoming_shutdown(serve.incoming(listener), async move {
+        .serve_with_incoming_shutdown(serve.incoming(listener, &connections), async move {
             serve_stop.cancelled().await;
         });
     let mut server = std::pin::pin!(server);

@@ -33,6 +33,8 @@ pub enum CallKind {
 #[derive(Debug, Clone)]
 pub struct Calls {
     streams: Arc<HashSet<String>>,
+    /// Methods whose client sends a stream of messages.
+    client_streams: Arc<HashSet<String>>,
     own_deadline: Arc<HashSet<String>>,
 }
 
@@ -61,6 +63,7 @@ impl Calls {
     ) -> Result<Self, CallsError> {
         let set = FileDescriptorSet::decode(descriptor_set)?;
         let mut streams = HashSet::new();
+        let mut client_streams = HashSet::new();
         for wanted in services {
             let mut found = false;
             for file in &set.file {
@@ -75,6 +78,13 @@ impl Calls {
                         continue;
                     }
                     found = true;
+                    client_streams.extend(
+                        service
+                            .method
+                            .iter()
+                            .filter(|m| m.client_streaming())
+                            .map(|m| format!("/{name}/{}", m.name())),
+                    );
                     streams.extend(
                         service
                             .method
@@ -90,6 +100,7 @@ impl Calls {
         }
         Ok(Self {
             streams: Arc::new(streams),
+            client_streams: Arc::new(client_streams),
             own_deadline: Arc::new(own_deadline.iter().map(|p| (*p).to_owned()).collect()),
         })
     }
@@ -105,6 +116,12 @@ impl Calls {
         } else {
             CallKind::Unary
         }
+    }
+
+    /// Whether the client of `path` sends a stream of messages (reflection is
+    /// one): its request is not read ahead of the call.
+    pub fn client_streams(&self, path: &str) -> bool {
+        path.starts_with(REFLECTION) || self.client_streams.contains(path)
     }
 
     /// The streaming methods of the services, sorted (for logs and tests).

@@ -13,6 +13,7 @@
 
 pub mod calls;
 pub mod config;
+pub mod connections;
 pub mod data_dir;
 pub mod deadline;
 pub mod health;

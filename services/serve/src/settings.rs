@@ -4,9 +4,8 @@
 
 use std::time::Duration;
 
-use tonic::transport::server::TcpIncoming;
-
 use crate::calls::Calls;
+use crate::connections::{Conn, ConnectionLimits, Connections};
 use crate::deadline::DeadlineLayer;
 use crate::shed::{Capacity, LoadShedLayer};
 
@@ -45,6 +44,45 @@ pub struct ServeArgs {
     /// Seconds a stream without a credential (server reflection) may last.
     #[arg(long, env = "CHORUS_ANONYMOUS_STREAM_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub anonymous_stream_secs: u64,
+    /// Seconds the message of a call may take to arrive once its headers have
+    /// (calls whose client sends one message); past it the call is answered
+    /// DEADLINE_EXCEEDED having held no place.
+    #[arg(long, env = "CHORUS_REQUEST_BODY_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_body_secs: u64,
+    /// Bytes of answers of API keys sent and not yet read by their clients;
+    /// an answer past it is ended RESOURCE_EXHAUSTED.
+    #[arg(long, env = "CHORUS_MAX_UNREAD_ANSWER_BYTES", default_value_t = 128 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_unread_answer_bytes: u64,
+    /// Bytes of answers of agents sent and not yet read.
+    #[arg(long, env = "CHORUS_AGENT_MAX_UNREAD_ANSWER_BYTES", default_value_t = 256 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    pub agent_max_unread_answer_bytes: u64,
+    /// Bytes of answers of one key or one run sent and not yet read.
+    #[arg(long, env = "CHORUS_MAX_UNREAD_ANSWER_BYTES_PER_CREDENTIAL", default_value_t = 32 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_unread_answer_bytes_per_credential: u64,
+    /// Connections held at once (0: three quarters of the open-file limit,
+    /// which is raised to its hard limit at start); one more is closed when
+    /// accepted.
+    #[arg(long, env = "CHORUS_MAX_CONNECTIONS", default_value_t = 0)]
+    pub max_connections: u64,
+    /// Connections one peer address holds that have carried no call with a
+    /// credential yet; one more is closed when accepted.
+    #[arg(long, env = "CHORUS_MAX_UNPROVEN_CONNECTIONS_PER_PEER", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_unproven_connections_per_peer: u32,
+    /// Streams one connection may open at once (HTTP/2
+    /// MAX_CONCURRENT_STREAMS, advertised to clients).
+    #[arg(long, env = "CHORUS_MAX_STREAMS_PER_CONNECTION", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_streams_per_connection: u32,
+    /// Seconds a new connection may take to send the HTTP/2 preface (or
+    /// begin TLS) before it is closed.
+    #[arg(long, env = "CHORUS_HANDSHAKE_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub handshake_timeout_secs: u64,
+    /// Seconds a connection may carry no call before it is closed.
+    #[arg(long, env = "CHORUS_CONNECTION_IDLE_SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub connection_idle_secs: u64,
+    /// Seconds an answer may wait for its client to read it before the
+    /// connection is closed with everything buffered for it.
+    #[arg(long, env = "CHORUS_ANSWER_SEND_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub answer_send_secs: u64,
     /// Seconds between HTTP/2 keepalive pings on an idle connection (also the
     /// TCP keepalive time); 0 turns keepalive off.
     #[arg(long, env = "CHORUS_KEEPALIVE_SECS", default_value_t = 30)]
@@ -81,8 +119,20 @@ impl ServeArgs {
                 credential_streams: places(self.max_concurrent_streams_per_credential),
                 anonymous: places(self.max_anonymous_calls),
                 anonymous_stream: Duration::from_secs(self.anonymous_stream_secs.max(1)),
+                request_body: Duration::from_secs(self.request_body_secs.max(1)),
+                answer_bytes: bytes(self.max_unread_answer_bytes),
+                agent_answer_bytes: bytes(self.agent_max_unread_answer_bytes),
+                credential_answer_bytes: bytes(self.max_unread_answer_bytes_per_credential),
                 ..ServeConfig::default().capacity
             },
+            connections: ConnectionLimits {
+                max: (self.max_connections > 0).then(|| bytes(self.max_connections)),
+                per_peer: places(self.max_unproven_connections_per_peer),
+                handshake: Duration::from_secs(self.handshake_timeout_secs.max(1)),
+                idle: Duration::from_secs(self.connection_idle_secs.max(1)),
+                answer_send: Duration::from_secs(self.answer_send_secs.max(1)),
+            },
+            streams_per_connection: self.max_streams_per_connection.max(1),
             keepalive: (self.keepalive_secs > 0).then(|| Duration::from_secs(self.keepalive_secs)),
             keepalive_timeout: Duration::from_secs(self.keepalive_timeout_secs.max(1)),
             health_check: Duration::from_secs(self.health_check_secs.max(1)),
@@ -96,6 +146,10 @@ fn places(n: u32) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
 }
 
+fn bytes(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
 /// How a server treats calls, connections and its own stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeConfig {
@@ -103,6 +157,10 @@ pub struct ServeConfig {
     pub request_timeout: Duration,
     /// Calls and streams at once.
     pub capacity: Capacity,
+    /// Connections at once, and how long each may wait.
+    pub connections: ConnectionLimits,
+    /// HTTP/2 MAX_CONCURRENT_STREAMS.
+    pub streams_per_connection: u32,
     /// HTTP/2 ping interval and TCP keepalive time; None: off.
     pub keepalive: Option<Duration>,
     /// How long a ping may go unanswered.
@@ -120,6 +178,8 @@ impl Default for ServeConfig {
         Self {
             request_timeout: Duration::from_secs(30),
             capacity: Capacity::default(),
+            connections: ConnectionLimits::default(),
+            streams_per_connection: 1024,
             keepalive: Some(Duration::from_secs(30)),
             keepalive_timeout: Duration::from_secs(10),
             health_check: Duration::from_secs(5),
@@ -130,24 +190,45 @@ impl Default for ServeConfig {
 }
 
 impl ServeConfig {
-    /// A tonic server builder with HTTP/2 keepalive.
+    /// A tonic server builder with HTTP/2 keepalive and the streams a
+    /// connection may open.
     pub fn server(&self) -> tonic::transport::Server {
         tonic::transport::Server::builder()
             .http2_keepalive_interval(self.keepalive)
             .http2_keepalive_timeout(Some(self.keepalive_timeout))
+            .max_concurrent_streams(self.streams_per_connection)
     }
 
-    /// The connections of `listener`, with TCP keepalive and no Nagle delay.
-    pub fn incoming(&self, listener: tokio::net::TcpListener) -> TcpIncoming {
-        TcpIncoming::from(listener)
-            .with_nodelay(Some(true))
-            .with_keepalive(self.keepalive)
+    /// The bounds of the connections of a server; `fd_limit` is the
+    /// open-file limit ([`crate::connections::raise_fd_limit`]).
+    pub fn connections(&self, fd_limit: u64, service: &'static str) -> Connections {
+        Connections::new(self.connections, fd_limit, service)
+    }
+
+    /// The connections of `listener`, within `connections`' bounds, with TCP
+    /// keepalive and no Nagle delay.
+    pub fn incoming(
+        &self,
+        listener: tokio::net::TcpListener,
+        connections: &Connections,
+    ) -> impl futures_util::Stream<Item = std::io::Result<Conn>> + Send + 'static {
+        connections.incoming(listener, self.keepalive)
     }
 
     /// The concurrency limit, per kind of caller: inside the auth layer (no
     /// call holds a place before its credential is checked).
-    pub fn load_shed(&self, calls: &Calls, service: &'static str) -> LoadShedLayer {
-        LoadShedLayer::new(calls.clone(), self.capacity, service)
+    pub fn load_shed(
+        &self,
+        calls: &Calls,
+        connections: &Connections,
+        service: &'static str,
+    ) -> LoadShedLayer {
+        LoadShedLayer::new(
+            calls.clone(),
+            self.capacity,
+            Some(connections.clone()),
+            service,
+        )
     }
 
     /// The request timeout of unary calls.

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use chorus_auth::Principal;
 use http_body::Frame;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -42,6 +42,7 @@ use tower::{Layer, Service};
 use tracing::debug;
 
 use crate::calls::{CallKind, Calls};
+use crate::connections::{AnswerGuard, CallGuard, ConnState, Connections};
 
 /// Metadata key of the retry hint (gRFC A6), in milliseconds.
 pub const RETRY_PUSHBACK: &str = "grpc-retry-pushback-ms";
@@ -71,6 +72,21 @@ pub struct Capacity {
     pub anonymous_stream: Duration,
     /// How long a refused caller is told to wait before retrying.
     pub retry_after: Duration,
+    /// How long the request of a call whose client sends one message may
+    /// take to arrive once its headers have (`--request-body-secs`).
+    pub request_body: Duration,
+    /// Bytes of a request read before the call is passed on: past them the
+    /// service's own message limit answers.
+    pub request_bytes: usize,
+    /// Bytes of answers of API keys sent but not yet read
+    /// (`--max-unread-answer-bytes`).
+    pub answer_bytes: usize,
+    /// Bytes of answers of agents sent but not yet read
+    /// (`--agent-max-unread-answer-bytes`).
+    pub agent_answer_bytes: usize,
+    /// Bytes of answers of one key or one run sent but not yet read
+    /// (`--max-unread-answer-bytes-per-credential`).
+    pub credential_answer_bytes: usize,
 }
 
 impl Default for Capacity {
@@ -85,9 +101,19 @@ impl Default for Capacity {
             anonymous: 32,
             anonymous_stream: Duration::from_secs(60),
             retry_after: Duration::from_secs(1),
+            request_body: Duration::from_secs(15),
+            request_bytes: 16 * MIB,
+            answer_bytes: 128 * MIB,
+            agent_answer_bytes: 256 * MIB,
+            credential_answer_bytes: 32 * MIB,
         }
     }
 }
+
+const MIB: usize = 1024 * 1024;
+
+/// Bytes of answers without a credential (reflection) sent but not yet read.
+const ANONYMOUS_ANSWER_BYTES: usize = 8 * MIB;
 
 /// Refuses calls beyond [`Capacity`] at once.
 #[derive(Debug, Clone)]
@@ -104,15 +130,21 @@ struct Shared {
     per_credential: PerCredential,
     anonymous_stream: Duration,
     retry_after: Duration,
+    request_body: Duration,
+    request_bytes: usize,
+    /// The connections calls come on, when the server bounds them.
+    connections: Option<Connections>,
     /// "the orchestrator", "tool-exec": who says it is busy.
     service: &'static str,
 }
 
-/// The unary and stream pools of one kind of caller.
+/// The unary and stream pools of one kind of caller, and its bytes of
+/// answers not yet read.
 #[derive(Debug)]
 struct Pools {
     unary: Pool,
     streams: Pool,
+    answers: Pool,
 }
 
 #[derive(Debug)]
@@ -133,28 +165,40 @@ impl Pool {
             flag,
         }
     }
+
+    fn take(&self, n: usize) -> Option<OwnedSemaphorePermit> {
+        let n = u32::try_from(n).ok()?;
+        Arc::clone(&self.places).try_acquire_many_owned(n).ok()
+    }
 }
 
-/// How many unary calls and streams each credential holds now.
+/// What one credential holds now: unary calls, streams, bytes of answers
+/// not yet read.
 #[derive(Debug)]
 struct PerCredential {
-    held: Arc<Mutex<HashMap<String, [usize; 2]>>>,
-    limits: [usize; 2],
+    held: Arc<Mutex<HashMap<String, [usize; 3]>>>,
+    limits: [usize; 3],
 }
 
-/// One place of one credential, given back when dropped.
+const UNARY: usize = 0;
+const STREAMS: usize = 1;
+const ANSWER_BYTES: usize = 2;
+
+/// What one credential holds of one kind, given back when dropped.
+#[derive(Debug)]
 struct CredentialPlace {
-    held: Arc<Mutex<HashMap<String, [usize; 2]>>>,
+    held: Arc<Mutex<HashMap<String, [usize; 3]>>>,
     who: String,
     pool: usize,
+    amount: usize,
 }
 
 impl Drop for CredentialPlace {
     fn drop(&mut self) {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(counts) = held.get_mut(&self.who) {
-            counts[self.pool] = counts[self.pool].saturating_sub(1);
-            if *counts == [0, 0] {
+            counts[self.pool] = counts[self.pool].saturating_sub(self.amount);
+            if *counts == [0, 0, 0] {
                 held.remove(&self.who);
             }
         }
@@ -162,90 +206,160 @@ impl Drop for CredentialPlace {
 }
 
 impl PerCredential {
-    /// A place of `who` in `pool` (0: unary, 1: streams), unless it holds its
-    /// limit already.
-    fn take(&self, who: &str, pool: usize) -> Option<CredentialPlace> {
+    /// `amount` of `who` in `pool`, unless that takes it past its limit.
+    fn take(&self, who: &str, pool: usize, amount: usize) -> Option<CredentialPlace> {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let counts = held.entry(who.to_owned()).or_insert([0, 0]);
-        if counts[pool] >= self.limits[pool] {
+        let counts = held.entry(who.to_owned()).or_insert([0, 0, 0]);
+        if counts[pool].saturating_add(amount) > self.limits[pool] {
+            if *counts == [0, 0, 0] {
+                held.remove(who);
+            }
             return None;
         }
-        counts[pool] += 1;
+        counts[pool] += amount;
         Some(CredentialPlace {
             held: Arc::clone(&self.held),
             who: who.to_owned(),
             pool,
+            amount,
         })
+    }
+
+    fn refusal_of(&self, pool: usize) -> (usize, &'static str, &'static str) {
+        match pool {
+            UNARY => (
+                self.limits[UNARY],
+                "calls",
+                "--max-concurrent-requests-per-credential",
+            ),
+            STREAMS => (
+                self.limits[STREAMS],
+                "streams",
+                "--max-concurrent-streams-per-credential",
+            ),
+            _ => (
+                self.limits[ANSWER_BYTES],
+                "bytes of answers not yet read",
+                "--max-unread-answer-bytes-per-credential",
+            ),
+        }
     }
 }
 
 /// Who a call is from, as the auth layer found.
+#[derive(Debug, Clone)]
 enum Caller {
     Agent(String),
     Key(String),
     Anonymous,
 }
 
-fn caller(extensions: &http::Extensions) -> Caller {
-    match extensions.get::<Principal>() {
-        Some(Principal::Run { verified, .. }) => Caller::Agent(verified.grant.run_id.clone()),
-        Some(Principal::Key { id, .. }) => Caller::Key(id.clone()),
-        Some(Principal::Internal) => Caller::Agent("internal".to_owned()),
-        None => Caller::Anonymous,
+impl Caller {
+    fn of(extensions: &http::Extensions) -> Self {
+        match extensions.get::<Principal>() {
+            Some(Principal::Run { verified, .. }) => Self::Agent(verified.grant.run_id.clone()),
+            Some(Principal::Key { id, .. }) => Self::Key(id.clone()),
+            Some(Principal::Internal) => Self::Agent("internal".to_owned()),
+            None => Self::Anonymous,
+        }
+    }
+
+    /// How the credential is named in refusals and its own counts.
+    fn who(&self) -> Option<String> {
+        match self {
+            Self::Agent(run) => Some(format!("run {run}")),
+            Self::Key(id) => Some(format!("key {id}")),
+            Self::Anonymous => None,
+        }
+    }
+
+    /// The kind, and the key's id, for the refusal metric.
+    fn labels(&self) -> (&'static str, Option<&str>) {
+        match self {
+            Self::Agent(_) => ("agent", None),
+            Self::Key(id) => ("key", Some(id)),
+            Self::Anonymous => ("anonymous", None),
+        }
     }
 }
 
 impl LoadShedLayer {
-    /// `service` names the server in refusals ("the orchestrator").
-    pub fn new(calls: Calls, capacity: Capacity, service: &'static str) -> Self {
+    /// `service` names the server in refusals ("the orchestrator");
+    /// `connections`, when the server bounds its connections, learns of the
+    /// calls on each.
+    pub fn new(
+        calls: Calls,
+        capacity: Capacity,
+        connections: Option<Connections>,
+        service: &'static str,
+    ) -> Self {
+        let pools =
+            |unary, streams, answers, what: [&'static str; 3], flag: [&'static str; 3]| Pools {
+                unary: Pool::new(unary, what[0], flag[0]),
+                streams: Pool::new(streams, what[1], flag[1]),
+                answers: Pool::new(answers, what[2], flag[2]),
+            };
         Self {
             shared: Arc::new(Shared {
                 calls,
-                keys: Pools {
-                    unary: Pool::new(
-                        capacity.unary,
+                keys: pools(
+                    capacity.unary,
+                    capacity.streams,
+                    capacity.answer_bytes,
+                    [
                         "calls of API keys",
-                        "--max-concurrent-requests",
-                    ),
-                    streams: Pool::new(
-                        capacity.streams,
                         "streams of API keys",
+                        "bytes of API keys' answers not yet read",
+                    ],
+                    [
+                        "--max-concurrent-requests",
                         "--max-concurrent-streams",
-                    ),
-                },
-                agents: Pools {
-                    unary: Pool::new(
-                        capacity.agent_unary,
+                        "--max-unread-answer-bytes",
+                    ],
+                ),
+                agents: pools(
+                    capacity.agent_unary,
+                    capacity.agent_streams,
+                    capacity.agent_answer_bytes,
+                    [
                         "calls of agents",
-                        "--agent-max-concurrent-requests",
-                    ),
-                    streams: Pool::new(
-                        capacity.agent_streams,
                         "streams of agents",
+                        "bytes of agents' answers not yet read",
+                    ],
+                    [
+                        "--agent-max-concurrent-requests",
                         "--agent-max-concurrent-streams",
-                    ),
-                },
-                anonymous: Pools {
-                    unary: Pool::new(
-                        capacity.anonymous,
+                        "--agent-max-unread-answer-bytes",
+                    ],
+                ),
+                anonymous: pools(
+                    capacity.anonymous,
+                    capacity.anonymous,
+                    ANONYMOUS_ANSWER_BYTES,
+                    [
                         "calls without a credential",
-                        "--max-anonymous-calls",
-                    ),
-                    streams: Pool::new(
-                        capacity.anonymous,
                         "streams without a credential",
+                        "bytes of answers without a credential not yet read",
+                    ],
+                    [
                         "--max-anonymous-calls",
-                    ),
-                },
+                        "--max-anonymous-calls",
+                        "--max-anonymous-calls",
+                    ],
+                ),
                 per_credential: PerCredential {
                     held: Arc::default(),
                     limits: [
                         capacity.credential_unary.max(1),
                         capacity.credential_streams.max(1),
+                        capacity.credential_answer_bytes.max(1),
                     ],
                 },
                 anonymous_stream: capacity.anonymous_stream,
                 retry_after: capacity.retry_after,
+                request_body: capacity.request_body,
+                request_bytes: capacity.request_bytes,
+                connections,
                 service,
             }),
         }
@@ -272,9 +386,9 @@ pub struct LoadShed<S> {
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-impl<S, B> Service<http::Request<B>> for LoadShed<S>
+impl<S> Service<http::Request<Body>> for LoadShed<S>
 where
-    S: Service<http::Request<B>, Response = http::Response<Body>>,
+    S: Service<http::Request<Body>, Response = http::Response<Body>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
 {
@@ -286,73 +400,145 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let kind = self.shared.calls.kind(request.uri().path());
-        let stream = match kind {
-            CallKind::Health => return Box::pin(self.inner.call(request)),
-            CallKind::Unary | CallKind::OwnDeadline => false,
-            CallKind::Stream => true,
-        };
-        let caller = caller(request.extensions());
-        let (pools, who) = match &caller {
-            Caller::Agent(run) => (&self.shared.agents, Some(format!("run {run}"))),
-            Caller::Key(id) => (&self.shared.keys, Some(format!("key {id}"))),
-            Caller::Anonymous => (&self.shared.anonymous, None),
-        };
-        let pool = if stream { &pools.streams } else { &pools.unary };
-        let Ok(place) = Arc::clone(&pool.places).try_acquire_owned() else {
-            debug!(method = %request.uri().path(), limit = pool.limit, "call refused: at the limit");
-            let refusal = self.shared.refusal(pool.limit, pool.what, pool.flag, "");
-            return Box::pin(async move { Ok(refusal.into_http()) });
-        };
-        let own = match &who {
-            Some(who) => match self.shared.per_credential.take(who, usize::from(stream)) {
-                Some(own) => Some(own),
-                None => {
-                    let (limit, what, flag) = if stream {
-                        (
-                            self.shared.per_credential.limits[1],
-                            "streams",
-                            "--max-concurrent-streams-per-credential",
-                        )
-                    } else {
-                        (
-                            self.shared.per_credential.limits[0],
-                            "calls",
-                            "--max-concurrent-requests-per-credential",
-                        )
-                    };
-                    debug!(method = %request.uri().path(), who = %who, limit, "call refused: the credential is at its limit");
-                    let refusal = self
-                        .shared
-                        .refusal(limit, what, flag, &format!(" for {who}"));
-                    return Box::pin(async move { Ok(refusal.into_http()) });
-                }
-            },
-            None => None,
-        };
-        let lifetime = matches!(caller, Caller::Anonymous).then_some(self.shared.anonymous_stream);
-        let answer = self.inner.call(request);
-        Box::pin(async move {
-            let response = answer.await?;
-            Ok(if stream {
-                response.map(|body| {
-                    Body::new(Held {
-                        body,
-                        places: (place, own),
-                        ends: lifetime.map(|d| (Box::pin(tokio::time::sleep(d)), d)),
-                        ended: false,
-                    })
-                })
-            } else {
-                // The answer is made: the places are free before the client has it.
-                response
-            })
-        })
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        // The service that was polled ready serves this request.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(Arc::clone(&self.shared).serve(inner, request))
     }
 }
 
+/// A call refused before anything of it ran.
+struct Refused {
+    status: Status,
+    reason: &'static str,
+}
+
 impl Shared {
+    /// Serves `request` with `inner` once it holds its places, or refuses it.
+    async fn serve<S>(
+        self: Arc<Self>,
+        mut inner: S,
+        request: http::Request<Body>,
+    ) -> Result<http::Response<Body>, S::Error>
+    where
+        S: Service<http::Request<Body>, Response = http::Response<Body>>,
+    {
+        let kind = self.calls.kind(request.uri().path());
+        let conn = self
+            .connections
+            .as_ref()
+            .and_then(|c| c.of(request.extensions()));
+        let on_conn = conn.as_ref().map(ConnState::call);
+        if kind == CallKind::Health {
+            let response = inner.call(request).await?;
+            return Ok(response.map(|body| Body::new(Held::health(body, on_conn))));
+        }
+        let caller = Caller::of(request.extensions());
+        if let (Some(conn), Some(_)) = (&conn, caller.who()) {
+            conn.prove();
+        }
+        let path = request.uri().path().to_owned();
+        let (request, places) = match self.admit(kind, &caller, request).await {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                let (kind_label, credential) = caller.labels();
+                chorus_telemetry::metrics().refused(refused.reason, kind_label, credential);
+                debug!(method = %path, caller = ?caller, reason = refused.reason, "call refused");
+                return Ok(refused.status.into_http());
+            }
+        };
+        let lifetime = matches!(caller, Caller::Anonymous)
+            .then_some(self.anonymous_stream)
+            .filter(|_| kind == CallKind::Stream);
+        let response = inner.call(request).await?;
+        let shared = Arc::clone(&self);
+        Ok(response.map(|body| {
+            Body::new(Held {
+                body,
+                places: Some(places),
+                on_conn,
+                answers: Some(Answers {
+                    conn,
+                    caller,
+                    shared,
+                    unread: None,
+                }),
+                ends: lifetime.map(|d| (Box::pin(tokio::time::sleep(d)), d)),
+                ended: false,
+            })
+        }))
+    }
+
+    /// The places of a call (its credential's first, then its request's
+    /// message, then its kind's), and the request with its message read.
+    async fn admit(
+        &self,
+        kind: CallKind,
+        caller: &Caller,
+        request: http::Request<Body>,
+    ) -> Result<(http::Request<Body>, Places), Refused> {
+        let stream = kind == CallKind::Stream;
+        let pools = self.pools(caller);
+        let pool = if stream { &pools.streams } else { &pools.unary };
+        let who = caller.who();
+        let own = match &who {
+            Some(who) => {
+                let which = if stream { STREAMS } else { UNARY };
+                Some(self.per_credential.take(who, which, 1).ok_or_else(|| {
+                    let (limit, what, flag) = self.per_credential.refusal_of(which);
+                    Refused {
+                        status: self.refusal(limit, what, flag, &format!(" for {who}")),
+                        reason: "credential-calls",
+                    }
+                })?)
+            }
+            None => None,
+        };
+        // A call waiting for its message holds no place of its kind: a
+        // client that sends headers and no message stalls only itself.
+        let request = if self.calls.client_streams(request.uri().path()) {
+            request
+        } else {
+            self.receive(request).await?
+        };
+        let place = pool.take(1).ok_or_else(|| Refused {
+            status: self.refusal(pool.limit, pool.what, pool.flag, ""),
+            reason: "calls",
+        })?;
+        Ok((request, (place, own)))
+    }
+
+    fn pools(&self, caller: &Caller) -> &Pools {
+        match caller {
+            Caller::Agent(_) => &self.agents,
+            Caller::Key(_) => &self.keys,
+            Caller::Anonymous => &self.anonymous,
+        }
+    }
+
+    /// The request with its message read, within `request_body` of its
+    /// headers; up to `request_bytes`, past which the rest is passed on
+    /// unread for the service's message limit to answer.
+    async fn receive(&self, request: http::Request<Body>) -> Result<http::Request<Body>, Refused> {
+        let (parts, body) = request.into_parts();
+        let limit = self.request_bytes.saturating_add(GRPC_FRAME_HEADER);
+        match tokio::time::timeout(self.request_body, read_up_to(body, limit)).await {
+            Ok(Ok(body)) => Ok(http::Request::from_parts(parts, body)),
+            Ok(Err(status)) => Err(Refused {
+                status,
+                reason: "request-unreadable",
+            }),
+            Err(_) => Err(Refused {
+                status: Status::deadline_exceeded(format!(
+                    "the request's message did not arrive within {} s of its headers (--request-body-secs); nothing of this call was done: send the message with the headers",
+                    self.request_body.as_secs()
+                )),
+                reason: "request-body-timeout",
+            }),
+        }
+    }
+
     fn refusal(&self, limit: usize, what: &str, flag: &str, whose: &str) -> Status {
         let ms = self.retry_after.as_millis();
         let mut metadata = MetadataMap::new();
@@ -370,14 +556,148 @@ impl Shared {
     }
 }
 
-/// A response body that holds a stream's places until it ends or is dropped;
-/// a stream of a caller without a credential ends when its time is up.
+/// The 5 bytes before each gRPC message: compression flag and length.
+const GRPC_FRAME_HEADER: usize = 5;
+
+/// `body` read to its end, or to `limit` bytes and then the rest unread.
+async fn read_up_to(mut body: Body, limit: usize) -> Result<Body, Status> {
+    use http_body_util::BodyExt;
+    let mut read = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|e| Status::cancelled(format!("the request ended early: {e}")))?;
+        // A gRPC request carries no trailers; any other frame is left out.
+        if let Ok(data) = frame.into_data() {
+            read.extend_from_slice(&data);
+            if read.len() > limit {
+                return Ok(Body::new(Prefixed {
+                    prefix: Some(read.freeze()),
+                    rest: body,
+                }));
+            }
+        }
+    }
+    Ok(Body::new(http_body_util::Full::new(read.freeze())))
+}
+
+/// A request body of which `prefix` has been read already.
+struct Prefixed {
+    prefix: Option<Bytes>,
+    rest: Body,
+}
+
+impl http_body::Body for Prefixed {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        if let Some(prefix) = self.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+}
+
+/// The places a call holds until its answer is read: its kind's and its
+/// credential's.
+type Places = (OwnedSemaphorePermit, Option<CredentialPlace>);
+
+/// The bytes of an answer sent but not yet read, counted against its
+/// caller's kind and credential, and the connection's timer.
+struct Answers {
+    conn: Option<Arc<ConnState>>,
+    caller: Caller,
+    shared: Arc<Shared>,
+    unread: Option<Unread>,
+}
+
+struct Unread {
+    #[allow(dead_code, reason = "held for their drop")]
+    held: (
+        OwnedSemaphorePermit,
+        Option<CredentialPlace>,
+        Option<AnswerGuard>,
+    ),
+}
+
+impl Answers {
+    /// Counts `bytes` as sent and unread until the next frame is asked for;
+    /// the refusal when that is over a limit.
+    fn send(&mut self, bytes: usize) -> Result<(), Status> {
+        self.unread = None;
+        let shared = &self.shared;
+        let pool = &shared.pools(&self.caller).answers;
+        let Some(place) = pool.take(bytes) else {
+            self.refused("unread-answer-bytes");
+            return Err(shared.refusal(pool.limit, pool.what, pool.flag, ""));
+        };
+        let own = match self.caller.who() {
+            Some(who) => match shared.per_credential.take(&who, ANSWER_BYTES, bytes) {
+                Some(own) => Some(own),
+                None => {
+                    self.refused("credential-unread-answer-bytes");
+                    let (limit, what, flag) = shared.per_credential.refusal_of(ANSWER_BYTES);
+                    return Err(shared.refusal(limit, what, flag, &format!(" for {who}")));
+                }
+            },
+            None => None,
+        };
+        self.unread = Some(Unread {
+            held: (place, own, self.conn.as_ref().map(ConnState::answer)),
+        });
+        Ok(())
+    }
+
+    fn refused(&self, reason: &'static str) {
+        let (kind, credential) = self.caller.labels();
+        chorus_telemetry::metrics().refused(reason, kind, credential);
+    }
+}
+
+/// A response body that holds a call's places until it ends or is dropped
+/// (a unary call's until its answer has been taken, not only made), counts
+/// its frames as unread until the next is asked for, and ends a stream of a
+/// caller without a credential when its time is up.
 struct Held {
     body: Body,
     #[allow(dead_code, reason = "held for their drop")]
-    places: (OwnedSemaphorePermit, Option<CredentialPlace>),
+    places: Option<Places>,
+    #[allow(dead_code, reason = "held for its drop")]
+    on_conn: Option<CallGuard>,
+    answers: Option<Answers>,
     ends: Option<(Pin<Box<tokio::time::Sleep>>, Duration)>,
     ended: bool,
+}
+
+impl Held {
+    /// A health answer: only the connection learns of it.
+    fn health(body: Body, on_conn: Option<CallGuard>) -> Self {
+        Self {
+            body,
+            places: None,
+            on_conn,
+            answers: None,
+            ends: None,
+            ended: false,
+        }
+    }
+
+    /// Ends the answer with `status` in its trailers.
+    fn end_with(&mut self, status: Status) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        self.ended = true;
+        self.answers = None;
+        self.places = None;
+        let mut trailers = http::HeaderMap::new();
+        for (name, value) in status.into_http::<Body>().headers() {
+            if name.as_str().starts_with("grpc-") {
+                trailers.insert(name.clone(), value.clone());
+            }
+        }
+        Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+    }
 }
 
 impl http_body::Body for Held {
@@ -391,24 +711,35 @@ impl http_body::Body for Held {
         if self.ended {
             return Poll::Ready(None);
         }
+        // Asked for the next frame: the last one has been taken.
+        if let Some(answers) = &mut self.answers {
+            answers.unread = None;
+        }
         if let Some((ends, lifetime)) = &mut self.ends
             && ends.as_mut().poll(cx).is_ready()
         {
-            let lifetime = *lifetime;
-            self.ended = true;
             let status = Status::deadline_exceeded(format!(
                 "a stream without a credential lasts at most {} s (--anonymous-stream-secs); open a new one",
                 lifetime.as_secs()
             ));
-            let mut trailers = http::HeaderMap::new();
-            for (name, value) in status.into_http::<Body>().headers() {
-                if name.as_str().starts_with("grpc-") {
-                    trailers.insert(name.clone(), value.clone());
+            return self.end_with(status);
+        }
+        let frame = std::task::ready!(Pin::new(&mut self.body).poll_frame(cx));
+        let sent = match &frame {
+            Some(Ok(frame)) => frame.data_ref().map(Bytes::len),
+            _ => None,
+        };
+        match (sent, &mut self.answers) {
+            (Some(bytes), Some(answers)) => {
+                if let Err(status) = answers.send(bytes) {
+                    return self.end_with(status);
                 }
             }
-            return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+            // Trailers or the end: nothing is left to read.
+            (None, _) => self.answers = None,
+            (Some(_), None) => {}
         }
-        Pin::new(&mut self.body).poll_frame(cx)
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {

@@ -5,12 +5,14 @@
 #![forbid(unsafe_code)]
 
 pub mod grpc;
+mod log_rate;
 mod logs;
 pub mod metrics;
 mod otel;
 pub mod propagation;
 mod shutdown;
 
+pub use log_rate::LogRate;
 pub use metrics::metrics;
 pub use otel::{EXPORT_ENV, Export, Telemetry, init, init_instance, init_quiet};
 pub use shutdown::{Shutdown, StopSignal, shutdown_signal};

@@ -59,6 +59,11 @@ pub struct Metrics {
     pub events_appended: Counter<u64>,
     /// `chorus.watchers`: WatchTask streams open.
     pub watchers: UpDownCounter<i64>,
+    /// `chorus.refusals`: calls and connections refused or cut for a limit or
+    /// a credential, by reason and kind of caller (see [`Metrics::refused`]).
+    pub refusals: Counter<u64>,
+    /// `chorus.connections.open`: connections a server holds now.
+    pub connections: UpDownCounter<i64>,
 }
 
 impl Metrics {
@@ -117,6 +122,14 @@ impl Metrics {
                 .i64_up_down_counter("chorus.watchers")
                 .with_description("WatchTask streams open")
                 .build(),
+            refusals: meter
+                .u64_counter("chorus.refusals")
+                .with_description("Calls and connections refused or cut, by reason and caller")
+                .build(),
+            connections: meter
+                .i64_up_down_counter("chorus.connections.open")
+                .with_description("Connections held by the server")
+                .build(),
             meter,
         }
     }
@@ -124,6 +137,22 @@ impl Metrics {
     /// The meter, for instruments a service observes itself (database pool use).
     pub fn meter(&self) -> &Meter {
         &self.meter
+    }
+
+    /// One refusal: `reason` names the limit or the check (`unauthenticated`,
+    /// `credential-calls`, `handshake-timeout`, …), `caller` the kind of
+    /// caller (`agent`, `key`, `anonymous`, `connection`) and `credential`
+    /// the API key's id when there is one (runs are not named: there are too
+    /// many).
+    pub fn refused(&self, reason: &'static str, caller: &'static str, credential: Option<&str>) {
+        let mut attributes = vec![
+            KeyValue::new("chorus.reason", reason),
+            KeyValue::new("chorus.caller", caller),
+        ];
+        if let Some(credential) = credential {
+            attributes.push(KeyValue::new("chorus.credential", credential.to_owned()));
+        }
+        self.refusals.add(1, &attributes);
     }
 
     /// One tool call: counted and timed.

@@ -51,10 +51,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
-    let serve = config.serve;
+    let mut serve = config.serve;
     let cancel = CancellationToken::new();
     let runner = ToolRunner::new(config.limits, config.processes.clone(), cancel.clone());
     let message_bytes = config.limits.message_bytes();
+    serve.capacity.request_bytes = message_bytes;
     let service = ToolExecServer::new(ToolExecService::new(
         runner,
         config.verifier.clone(),
@@ -98,6 +99,8 @@ pub async fn run(
         "agents pass their run token (CHORUS_RUN_TOKEN); operators an API key of role viewer or more",
         config.peers.clone(),
     );
+    // Connections are bounded by --max-connections, not a low default limit.
+    let connections = serve.connections(chorus_serve::connections::raise_fd_limit(), "tool-exec");
     let mut builder = serve.server();
     if let Some(tls) = &config.tls {
         builder = builder.tls_config(tls.config()?)?;
@@ -114,12 +117,12 @@ pub async fn run(
         .layer(auth)
         // Inside the auth layer: no call holds a place before its credential
         // is checked, and each kind of caller has places of its own.
-        .layer(serve.load_shed(&calls, "tool-exec"))
+        .layer(serve.load_shed(&calls, &connections, "tool-exec"))
         .add_service(health.service())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(service)
-        .serve_with_incoming_shutdown(serve.incoming(listener), async move {
+        .serve_with_incoming_shutdown(serve.incoming(listener, &connections), async move {
             serve_stop.cancelled().await
         });
     let mut server = std::pin::pin!(server);

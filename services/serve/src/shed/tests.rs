@@ -36,7 +36,7 @@ fn held(
             )
         }
     });
-    let layer = LoadShedLayer::new(crate::calls::demo(), capacity, "the demo");
+    let layer = LoadShedLayer::new(crate::calls::demo(), capacity, None, "the demo");
     (layer.layer(inner), waiting)
 }
 
@@ -98,6 +98,11 @@ const CAPACITY: Capacity = Capacity {
     anonymous: 1,
     anonymous_stream: Duration::from_secs(60),
     retry_after: Duration::from_millis(1500),
+    request_body: Duration::from_secs(15),
+    request_bytes: 1024,
+    answer_bytes: 1 << 20,
+    agent_answer_bytes: 1 << 20,
+    credential_answer_bytes: 1 << 20,
 };
 
 #[tokio::test]
@@ -136,7 +141,8 @@ async fn a_call_beyond_the_limit_is_refused_at_once_with_a_retry_hint() {
     let stream = tokio::spawn(service.clone().call(request("/demo.v1.Demo/Watch")));
     let stream_answer = waiting.recv().await.expect("the stream is in");
 
-    // An answered call frees its place before its caller has the answer.
+    // An answered call frees its place once its answer is taken (here
+    // dropped with the response).
     let [one, two] = answers;
     let _ = one.send(());
     first.await.expect("task").expect("answered");
@@ -324,4 +330,97 @@ async fn a_stream_without_a_credential_ends_when_its_time_is_up() {
         "{}",
         ended.message()
     );
+}
+
+/// A request body that never comes.
+fn never() -> Body {
+    Body::new(http_body_util::StreamBody::new(
+        futures_util::stream::pending::<Result<Frame<Bytes>, Status>>(),
+    ))
+}
+
+/// A call whose message does not come holds only its credential's place
+/// while it waits, and is answered DEADLINE_EXCEEDED when its time is up:
+/// other callers of its kind are served meanwhile.
+#[tokio::test(start_paused = true)]
+async fn a_call_whose_message_never_comes_holds_no_place_of_its_kind() {
+    let (service, mut waiting) = held(Capacity {
+        unary: 1,
+        request_body: Duration::from_secs(5),
+        ..CAPACITY
+    });
+    let mut bodiless = request("/demo.v1.Demo/Get");
+    *bodiless.body_mut() = never();
+    let stalled = tokio::spawn(service.clone().call(bodiless));
+    // The one unary place of API keys is free for another key.
+    let other = tokio::spawn(
+        service
+            .clone()
+            .call(request_of("/demo.v1.Demo/Get", Some(key("key-2")))),
+    );
+    let _ = waiting
+        .recv()
+        .await
+        .expect("another key is served")
+        .send(());
+    assert_eq!(
+        status(&other.await.expect("task").expect("answered")).code(),
+        Code::Ok
+    );
+    tokio::time::advance(Duration::from_secs(6)).await;
+    let refused = stalled.await.expect("task").expect("answered");
+    let refusal = status(&refused);
+    assert_eq!(refusal.code(), Code::DeadlineExceeded);
+    assert!(
+        refusal.message().contains("--request-body-secs"),
+        "{}",
+        refusal.message()
+    );
+    assert!(waiting.try_recv().is_err(), "the stalled call never ran");
+}
+
+/// Answers sent and not yet read count against their credential's bytes;
+/// one over them is ended RESOURCE_EXHAUSTED, and reading frees them.
+#[tokio::test]
+async fn unread_answers_are_bounded_per_credential() {
+    use http_body_util::BodyExt as _;
+    let (service, _waiting) = held(Capacity {
+        unary: 10,
+        // Each answer is the 5 bytes "event".
+        credential_answer_bytes: 8,
+        ..CAPACITY
+    });
+    let answer = |principal| {
+        let service = service.clone();
+        async move {
+            service
+                .clone()
+                .call(request_of("/demo.v1.Demo/Run", Some(principal)))
+                .await
+                .expect("answered")
+                .into_body()
+        }
+    };
+    let mut first = answer(key("key-1")).await;
+    let sent = first.frame().await.expect("a frame").expect("ok");
+    assert!(sent.is_data(), "the first answer is sent");
+    // Not read yet: a second answer of the same key is over its 8 bytes.
+    let mut second = answer(key("key-1")).await;
+    let cut = second.frame().await.expect("a frame").expect("ok");
+    let refusal = Status::from_header_map(&cut.into_trailers().expect("trailers")).expect("status");
+    assert_eq!(refusal.code(), Code::ResourceExhausted);
+    assert!(
+        refusal
+            .message()
+            .contains("8 bytes of answers not yet read for key key-1 at once (--max-unread-answer-bytes-per-credential)"),
+        "{}",
+        refusal.message()
+    );
+    // Another key is not held back.
+    let mut other = answer(key("key-2")).await;
+    assert!(other.frame().await.expect("a frame").expect("ok").is_data());
+    // Asking for the next frame means the first was taken.
+    let _ = first.frame().await;
+    let mut third = answer(key("key-1")).await;
+    assert!(third.frame().await.expect("a frame").expect("ok").is_data());
 }

@@ -1,0 +1,660 @@
+//! The connections a server holds, bounded: in number, in how long one may
+//! take to say something, in how long it may sit without a call, and in how
+//! long it may leave an answer unread. A caller that breaks a bound loses its
+//! connection; no one else waits for it.
+//!
+//! [`Connections::incoming`] accepts connections of a listener and wraps each
+//! in a [`Conn`]:
+//!
+//! - at most `max` connections at once (`--max-connections`; by default three
+//!   quarters of the file descriptors, raised to the hard limit at start by
+//!   [`raise_fd_limit`]): one more is closed as soon as it is accepted;
+//! - at most `per_peer` connections per peer address that have not yet
+//!   carried a call with a credential (`--max-unproven-connections-per-peer`):
+//!   one address cannot hold every connection with sockets that say nothing;
+//! - a connection that has not sent the HTTP/2 preface and a frame header
+//!   within `handshake` (`--handshake-timeout-secs`) is closed;
+//! - a connection without a call for `idle` (`--connection-idle-secs`) is
+//!   closed;
+//! - a connection that has left an answer unread for `answer_send`
+//!   (`--answer-send-secs`) is closed, and with it every answer buffered for
+//!   it.
+//!
+//! The layers find a call's connection by the peer address in its
+//! `TcpConnectInfo` ([`Connections::of`]) and tell it when a call starts and
+//! ends ([`ConnState::call`]), when an answer waits to be read
+//! ([`ConnState::answer`]) and when a credential has been checked on it
+//! ([`ConnState::prove`]).
+//!
+//! The bounds are checked where the connection is read and written: the
+//! server's connection task polls the timer with its socket, so idle
+//! connections cost no task and no periodic wake-up.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use chorus_telemetry::LogRate;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{Instant, Sleep};
+use tonic::transport::server::{Connected, TcpConnectInfo, TlsConnectInfo};
+use tracing::{info, warn};
+
+/// Bytes of the HTTP/2 client preface and the header of the frame after it
+/// (the client's SETTINGS): a connection that has sent these has begun
+/// HTTP/2 (or, under TLS, its handshake).
+const HANDSHAKE_BYTES: usize = 24 + 9;
+
+/// Closed connections logged at most this often a second.
+const CLOSES_LOGGED_PER_SECOND: u32 = 10;
+
+/// The bounds of [`Connections`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections at once; None: three quarters of the file descriptors.
+    pub max: Option<usize>,
+    /// Connections per peer address that have carried no call with a
+    /// credential yet.
+    pub per_peer: usize,
+    /// Time to send the HTTP/2 preface and a frame header.
+    pub handshake: Duration,
+    /// Time a connection may hold no call.
+    pub idle: Duration,
+    /// Time an answer may wait to be read.
+    pub answer_send: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            max: None,
+            per_peer: 256,
+            handshake: Duration::from_secs(10),
+            idle: Duration::from_secs(300),
+            answer_send: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The connections of one server.
+#[derive(Debug, Clone)]
+pub struct Connections {
+    registry: Arc<Registry>,
+}
+
+#[derive(Debug)]
+struct Registry {
+    limits: ConnectionLimits,
+    /// The effective `max`.
+    max: usize,
+    open: AtomicUsize,
+    by_peer: Mutex<HashMap<SocketAddr, Weak<ConnState>>>,
+    /// Connections per address that carried no call with a credential yet.
+    unproven: Mutex<HashMap<IpAddr, usize>>,
+    closes: LogRate,
+    /// "the orchestrator", "tool-exec".
+    service: &'static str,
+}
+
+impl Connections {
+    /// `fd_limit`: the file descriptors this process may open (see
+    /// [`raise_fd_limit`]), for the default of `max`.
+    pub fn new(limits: ConnectionLimits, fd_limit: u64, service: &'static str) -> Self {
+        let auto = usize::try_from(fd_limit / 4 * 3).unwrap_or(usize::MAX);
+        let max = limits.max.unwrap_or(auto).max(1);
+        Self {
+            registry: Arc::new(Registry {
+                limits,
+                max,
+                open: AtomicUsize::new(0),
+                by_peer: Mutex::default(),
+                unproven: Mutex::default(),
+                closes: LogRate::new(CLOSES_LOGGED_PER_SECOND),
+                service,
+            }),
+        }
+    }
+
+    /// Most connections at once.
+    pub fn max(&self) -> usize {
+        self.registry.max
+    }
+
+    /// The bounds.
+    pub fn limits(&self) -> ConnectionLimits {
+        self.registry.limits
+    }
+
+    /// Connections held now.
+    pub fn open(&self) -> usize {
+        self.registry.open.load(Ordering::Relaxed)
+    }
+
+    /// The connections of `listener` within the bounds, with TCP keepalive
+    /// and no Nagle delay. A connection beyond a count is closed at once; an
+    /// accept that fails (no file descriptor left) is retried after a pause.
+    pub fn incoming(
+        &self,
+        listener: TcpListener,
+        keepalive: Option<Duration>,
+    ) -> impl futures_util::Stream<Item = io::Result<Conn>> + Send + 'static {
+        let registry = Arc::clone(&self.registry);
+        futures_util::stream::unfold(listener, move |listener| {
+            let registry = Arc::clone(&registry);
+            async move {
+                loop {
+                    let (stream, peer) = match listener.accept().await {
+                        Ok(accepted) => accepted,
+                        Err(e) => {
+                            registry.log_close(None, &format!("cannot accept a connection: {e}"));
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    match registry.admit(stream, peer, keepalive) {
+                        Ok(conn) => return Some((Ok(conn), listener)),
+                        Err(why) => {
+                            chorus_telemetry::metrics().refused(why.reason(), "connection", None);
+                            registry.log_close(Some(peer), &why.to_string());
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// The connection a call came on, found by its peer address.
+    pub fn of(&self, extensions: &http::Extensions) -> Option<Arc<ConnState>> {
+        let peer = extensions
+            .get::<TcpConnectInfo>()
+            .or_else(|| {
+                extensions
+                    .get::<TlsConnectInfo<TcpConnectInfo>>()
+                    .map(TlsConnectInfo::get_ref)
+            })?
+            .remote_addr?;
+        self.registry
+            .by_peer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&peer)?
+            .upgrade()
+    }
+}
+
+/// Why a connection was closed at once.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error(
+        "{service} holds its limit of {max} connections (--max-connections); the connection was closed"
+    )]
+    Total { service: &'static str, max: usize },
+    #[error(
+        "{ip} holds {per_peer} connections that have carried no call with a credential (--max-unproven-connections-per-peer); the connection was closed"
+    )]
+    PerPeer { ip: IpAddr, per_peer: usize },
+    #[error("the connection cannot be set up: {0}")]
+    Socket(io::Error),
+}
+
+impl Refused {
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Total { .. } => "connections",
+            Self::PerPeer { .. } => "unproven-connections-per-peer",
+            Self::Socket(_) => "socket",
+        }
+    }
+}
+
+impl Registry {
+    fn admit(
+        self: &Arc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        keepalive: Option<Duration>,
+    ) -> Result<Conn, Refused> {
+        if self.open.load(Ordering::Relaxed) >= self.max {
+            return Err(Refused::Total {
+                service: self.service,
+                max: self.max,
+            });
+        }
+        {
+            let mut unproven = self.unproven.lock().unwrap_or_else(PoisonError::into_inner);
+            let count = unproven.entry(peer.ip()).or_insert(0);
+            if *count >= self.limits.per_peer {
+                return Err(Refused::PerPeer {
+                    ip: peer.ip(),
+                    per_peer: self.limits.per_peer,
+                });
+            }
+            *count += 1;
+        }
+        let state = Arc::new(ConnState {
+            peer,
+            calls: AtomicUsize::new(0),
+            idle_since: Mutex::new(Instant::now()),
+            answers: Mutex::default(),
+            next_answer: AtomicU64::new(0),
+            proven: AtomicBool::new(false),
+            closing: Mutex::new(None),
+            waker: Mutex::new(None),
+            registry: Arc::downgrade(self),
+        });
+        // Counted from here: a refusal below gives the counts back.
+        self.open.fetch_add(1, Ordering::Relaxed);
+        chorus_telemetry::metrics().connections.add(1, &[]);
+        let conn = Conn {
+            io: stream,
+            state: Arc::clone(&state),
+            registry: Arc::clone(self),
+            accepted: Instant::now(),
+            read: 0,
+            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+        };
+        self.by_peer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(peer, Arc::downgrade(&state));
+        set_up(&conn.io, keepalive).map_err(Refused::Socket)?;
+        Ok(conn)
+    }
+
+    fn log_close(&self, peer: Option<SocketAddr>, why: &str) {
+        if let Some(unlogged) = self.closes.admit() {
+            match peer {
+                Some(peer) => {
+                    info!(%peer, not_logged_before = unlogged, "connection closed: {why}");
+                }
+                None => warn!(not_logged_before = unlogged, "{why}"),
+            }
+        }
+    }
+
+    fn proven(&self, ip: IpAddr) {
+        let mut unproven = self.unproven.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = unproven.get_mut(&ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                unproven.remove(&ip);
+            }
+        }
+    }
+}
+
+fn set_up(stream: &TcpStream, keepalive: Option<Duration>) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    if let Some(time) = keepalive {
+        let socket = socket2::SockRef::from(stream);
+        socket.set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(time))?;
+    }
+    Ok(())
+}
+
+/// What the layers know of one connection.
+#[derive(Debug)]
+pub struct ConnState {
+    peer: SocketAddr,
+    /// Calls in flight (their answers included).
+    calls: AtomicUsize,
+    /// Since when no call has been in flight.
+    idle_since: Mutex<Instant>,
+    /// Answers waiting to be read, by number: since when.
+    answers: Mutex<BTreeMap<u64, Instant>>,
+    next_answer: AtomicU64,
+    /// A call with a credential has been served on it.
+    proven: AtomicBool,
+    /// Why it is being closed.
+    closing: Mutex<Option<String>>,
+    /// The connection task, to wake when a bound changes.
+    waker: Mutex<Option<Waker>>,
+    registry: Weak<Registry>,
+}
+
+impl ConnState {
+    /// The peer's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// A call begins on the connection; it ends when the guard is dropped.
+    pub fn call(self: &Arc<Self>) -> CallGuard {
+        self.calls.fetch_add(1, Ordering::AcqRel);
+        CallGuard {
+            state: Arc::clone(self),
+        }
+    }
+
+    /// An answer waits to be read from now until the guard is dropped.
+    pub fn answer(self: &Arc<Self>) -> AnswerGuard {
+        let id = self.next_answer.fetch_add(1, Ordering::Relaxed);
+        self.answers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, Instant::now());
+        // The connection's timer may be set for later than this answer's bound.
+        self.wake();
+        AnswerGuard {
+            state: Arc::clone(self),
+            id,
+        }
+    }
+
+    /// A call with a credential was served on the connection: it no longer
+    /// counts against its address's unproven connections.
+    pub fn prove(&self) {
+        if !self.proven.swap(true, Ordering::AcqRel)
+            && let Some(registry) = self.registry.upgrade()
+        {
+            registry.proven(self.peer.ip());
+        }
+    }
+
+    /// Closes the connection: its next read or write fails, and the server
+    /// drops it with every call and answer on it.
+    pub fn close(&self, why: String) {
+        let mut closing = self.closing.lock().unwrap_or_else(PoisonError::into_inner);
+        if closing.is_none() {
+            *closing = Some(why);
+        }
+        drop(closing);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if let Some(waker) = self
+            .waker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            waker.wake();
+        }
+    }
+
+    fn oldest_answer(&self) -> Option<Instant> {
+        self.answers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .next()
+            .copied()
+    }
+}
+
+/// A call in flight on a connection.
+#[derive(Debug)]
+pub struct CallGuard {
+    state: Arc<ConnState>,
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        if self.state.calls.fetch_sub(1, Ordering::AcqRel) == 1 {
+            *self
+                .state
+                .idle_since
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+            self.state.wake();
+        }
+    }
+}
+
+/// An answer waiting to be read.
+#[derive(Debug)]
+pub struct AnswerGuard {
+    state: Arc<ConnState>,
+    id: u64,
+}
+
+impl Drop for AnswerGuard {
+    fn drop(&mut self) {
+        self.state
+            .answers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
+/// One accepted connection, within its bounds.
+#[derive(Debug)]
+pub struct Conn {
+    io: TcpStream,
+    state: Arc<ConnState>,
+    registry: Arc<Registry>,
+    accepted: Instant,
+    /// Bytes read, counted up to [`HANDSHAKE_BYTES`].
+    read: usize,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let registry = &self.registry;
+        registry.open.fetch_sub(1, Ordering::Relaxed);
+        chorus_telemetry::metrics().connections.add(-1, &[]);
+        {
+            let mut by_peer = registry
+                .by_peer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if by_peer
+                .get(&self.state.peer)
+                .is_some_and(|w| w.as_ptr() == Arc::as_ptr(&self.state))
+            {
+                by_peer.remove(&self.state.peer);
+            }
+        }
+        if !self.state.proven.swap(true, Ordering::AcqRel) {
+            registry.proven(self.state.peer.ip());
+        }
+    }
+}
+
+impl Conn {
+    /// The earliest bound the connection can break now, and what breaking it
+    /// means.
+    fn next_bound(&self) -> Option<(Instant, Bound)> {
+        let limits = &self.registry.limits;
+        let mut next: Option<(Instant, Bound)> = None;
+        let mut consider = |at: Instant, bound: Bound| {
+            if next.is_none_or(|(earliest, _)| at < earliest) {
+                next = Some((at, bound));
+            }
+        };
+        if self.read < HANDSHAKE_BYTES {
+            consider(self.accepted + limits.handshake, Bound::Handshake);
+        }
+        if self.state.calls.load(Ordering::Acquire) == 0 {
+            let since = *self
+                .state
+                .idle_since
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            consider(since + limits.idle, Bound::Idle);
+        }
+        if let Some(since) = self.state.oldest_answer() {
+            consider(since + limits.answer_send, Bound::Answer);
+        }
+        next
+    }
+
+    /// Ok while the connection is within its bounds; the error that ends it
+    /// once it is not. Keeps the timer set for the next bound, woken with the
+    /// connection's task.
+    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        {
+            let mut waker = self
+                .state
+                .waker
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *waker = Some(cx.waker().clone());
+            }
+        }
+        loop {
+            if let Some(why) = self
+                .state
+                .closing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+            {
+                return Err(io::Error::new(io::ErrorKind::ConnectionAborted, why));
+            }
+            let Some((at, bound)) = self.next_bound() else {
+                return Ok(());
+            };
+            if self.timer.deadline() != at {
+                self.timer.as_mut().reset(at);
+            }
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return Ok(());
+            }
+            let why = bound.describe(&self.registry.limits);
+            chorus_telemetry::metrics().refused(bound.reason(), "connection", None);
+            self.registry.log_close(Some(self.state.peer), &why);
+            self.state.close(why);
+        }
+    }
+}
+
+/// A bound a connection can break.
+#[derive(Debug, Clone, Copy)]
+enum Bound {
+    Handshake,
+    Idle,
+    Answer,
+}
+
+impl Bound {
+    fn reason(self) -> &'static str {
+        match self {
+            Self::Handshake => "handshake-timeout",
+            Self::Idle => "connection-idle",
+            Self::Answer => "answer-unread",
+        }
+    }
+
+    fn describe(self, limits: &ConnectionLimits) -> String {
+        match self {
+            Self::Handshake => format!(
+                "it sent no HTTP/2 preface within {} s (--handshake-timeout-secs)",
+                limits.handshake.as_secs()
+            ),
+            Self::Idle => format!(
+                "it carried no call for {} s (--connection-idle-secs)",
+                limits.idle.as_secs()
+            ),
+            Self::Answer => format!(
+                "an answer waited {} s to be read (--answer-send-secs): the client does not read what it asked for",
+                limits.answer_send.as_secs()
+            ),
+        }
+    }
+}
+
+impl Connected for Conn {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        TcpConnectInfo {
+            local_addr: self.io.local_addr().ok(),
+            remote_addr: Some(self.state.peer),
+        }
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.io).poll_read(cx, buf);
+        if this.read < HANDSHAKE_BYTES {
+            this.read += buf.filled().len() - before;
+        }
+        read
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        Pin::new(&mut this.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check(cx)?;
+        Pin::new(&mut this.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// Raises this process's soft limit of open files to its hard limit, so that
+/// connections are bounded by `--max-connections` rather than by a low
+/// default; returns the limit in force.
+pub fn raise_fd_limit() -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => {
+                info!(
+                    from = soft,
+                    to = hard,
+                    "open-file limit raised to the hard limit"
+                );
+                hard
+            }
+            Err(e) => {
+                warn!(soft, hard, error = %e, "cannot raise the open-file limit");
+                soft
+            }
+        },
+        Ok((soft, _)) => soft,
+        Err(e) => {
+            warn!(error = %e, "cannot read the open-file limit; assuming 1024");
+            1024
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

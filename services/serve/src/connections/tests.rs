@@ -1,0 +1,209 @@
+use std::net::Ipv4Addr;
+
+use futures_util::StreamExt as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpSocket;
+
+use super::*;
+
+const LIMITS: ConnectionLimits = ConnectionLimits {
+    max: Some(8),
+    per_peer: 2,
+    handshake: Duration::from_secs(10),
+    idle: Duration::from_secs(60),
+    answer_send: Duration::from_secs(30),
+};
+
+/// A listener on 127.0.0.1 whose accepted connections are bounded by
+/// `limits`, and its address.
+async fn listening(
+    limits: ConnectionLimits,
+) -> (
+    Connections,
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = io::Result<Conn>> + Send>>,
+    SocketAddr,
+) {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .expect("listen");
+    let addr = listener.local_addr().expect("address");
+    let connections = Connections::new(limits, 1024, "the demo");
+    let incoming = Box::pin(connections.incoming(listener, None));
+    (connections, incoming, addr)
+}
+
+/// A client connection from `from` (an address of 127.0.0.0/8).
+async fn client(to: SocketAddr, from: Ipv4Addr) -> TcpStream {
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket.bind((from, 0).into()).expect("bind");
+    socket.connect(to).await.expect("connect")
+}
+
+/// Reads the server side of a connection as the HTTP/2 server would, until
+/// it fails; the error.
+async fn served(mut conn: Conn) -> io::Error {
+    let mut buf = [0_u8; 64];
+    loop {
+        match conn.read(&mut buf).await {
+            Ok(0) => return io::Error::other("the client closed"),
+            Ok(_) => {}
+            Err(e) => return e,
+        }
+    }
+}
+
+/// Whether the client's connection has been closed by the server.
+async fn closed(client: &mut TcpStream) -> bool {
+    let mut buf = [0_u8; 1];
+    matches!(client.read(&mut buf).await, Ok(0) | Err(_))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_that_says_nothing_is_closed_after_the_handshake_time() {
+    let (_connections, mut incoming, addr) = listening(LIMITS).await;
+    let mut silent = client(addr, Ipv4Addr::LOCALHOST).await;
+    let conn = incoming.next().await.expect("accepted").expect("admitted");
+    let started = Instant::now();
+    let error = served(conn).await;
+    assert_eq!(error.kind(), io::ErrorKind::ConnectionAborted);
+    assert!(
+        error.to_string().contains("no HTTP/2 preface within 10 s"),
+        "{error}"
+    );
+    assert!(started.elapsed() >= LIMITS.handshake);
+    assert!(closed(&mut silent).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_that_began_is_closed_only_when_idle_and_never_during_a_call() {
+    let (connections, mut incoming, addr) = listening(LIMITS).await;
+    let mut talking = client(addr, Ipv4Addr::LOCALHOST).await;
+    talking
+        .write_all(&[0_u8; HANDSHAKE_BYTES])
+        .await
+        .expect("preface");
+    let conn = incoming.next().await.expect("accepted").expect("admitted");
+    let state = connections
+        .registry
+        .by_peer
+        .lock()
+        .expect("peers")
+        .get(&talking.local_addr().expect("address"))
+        .and_then(Weak::upgrade)
+        .expect("known by its peer address");
+    let call = state.call();
+    let started = Instant::now();
+    let server = tokio::spawn(served(conn));
+    // A call in flight for longer than the idle time keeps it open.
+    tokio::time::sleep(LIMITS.idle * 2).await;
+    assert!(!server.is_finished(), "closed during a call");
+    drop(call);
+    let error = server.await.expect("task");
+    assert!(error.to_string().contains("no call for 60 s"), "{error}");
+    assert!(started.elapsed() >= LIMITS.idle * 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_left_unread_closes_its_connection() {
+    let (connections, mut incoming, addr) = listening(LIMITS).await;
+    let mut reader = client(addr, Ipv4Addr::LOCALHOST).await;
+    reader
+        .write_all(&[0_u8; HANDSHAKE_BYTES])
+        .await
+        .expect("preface");
+    let conn = incoming.next().await.expect("accepted").expect("admitted");
+    let peer = reader.local_addr().expect("address");
+    let mut extensions = http::Extensions::new();
+    extensions.insert(TcpConnectInfo {
+        local_addr: Some(addr),
+        remote_addr: Some(peer),
+    });
+    let state = connections
+        .of(&extensions)
+        .expect("found from a call's extensions");
+    let _call = state.call();
+    let server = tokio::spawn(served(conn));
+    let _unread = state.answer();
+    let error = server.await.expect("task");
+    assert!(
+        error
+            .to_string()
+            .contains("an answer waited 30 s to be read"),
+        "{error}"
+    );
+    assert!(closed(&mut reader).await);
+    assert_eq!(connections.open(), 0);
+}
+
+#[tokio::test]
+async fn one_address_holds_few_connections_without_a_credential_and_proven_ones_do_not_count() {
+    let (connections, mut incoming, addr) = listening(LIMITS).await;
+    let first = client(addr, Ipv4Addr::LOCALHOST).await;
+    let conn_first = incoming.next().await.expect("accepted").expect("admitted");
+    let _second = client(addr, Ipv4Addr::LOCALHOST).await;
+    let _conn_second = incoming.next().await.expect("accepted").expect("admitted");
+    // A third from the same address is closed as soon as it is accepted.
+    let mut third = client(addr, Ipv4Addr::LOCALHOST).await;
+    // Another address is admitted (the stream yields it, having closed the third).
+    let _other = client(addr, Ipv4Addr::new(127, 0, 0, 2)).await;
+    let conn_other = incoming.next().await.expect("accepted").expect("admitted");
+    assert_eq!(
+        conn_other.state.peer().ip(),
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))
+    );
+    assert!(closed(&mut third).await, "the third was closed");
+    assert_eq!(connections.open(), 3);
+
+    // A call with a credential on the first: it no longer counts.
+    conn_first.state.prove();
+    let _fourth = client(addr, Ipv4Addr::LOCALHOST).await;
+    let conn_fourth = incoming.next().await.expect("accepted").expect("admitted");
+    assert_eq!(
+        conn_fourth.state.peer().ip(),
+        first.local_addr().expect("a").ip()
+    );
+    assert_eq!(connections.open(), 4);
+}
+
+#[tokio::test]
+async fn connections_past_the_total_are_closed_when_accepted() {
+    let (connections, mut incoming, addr) = listening(ConnectionLimits {
+        max: Some(2),
+        ..LIMITS
+    })
+    .await;
+    let mut held = Vec::new();
+    for from in [1, 2] {
+        let client = client(addr, Ipv4Addr::new(127, 0, 0, from)).await;
+        held.push((
+            client,
+            incoming.next().await.expect("accepted").expect("admitted"),
+        ));
+    }
+    let mut over = client(addr, Ipv4Addr::new(127, 0, 0, 3)).await;
+    // The server accepts on: the next connection it admits.
+    let next = tokio::spawn(async move { incoming.next().await });
+    assert!(
+        closed(&mut over).await,
+        "the connection past the limit was closed"
+    );
+    assert_eq!(connections.open(), 2);
+    // One closes: the next is admitted.
+    held.pop();
+    let _next = client(addr, Ipv4Addr::new(127, 0, 0, 4)).await;
+    let admitted = next
+        .await
+        .expect("task")
+        .expect("accepted")
+        .expect("admitted");
+    assert_eq!(
+        admitted.state.peer().ip(),
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, 4))
+    );
+}
+
+#[test]
+fn the_default_total_is_three_quarters_of_the_open_file_limit() {
+    let connections = Connections::new(ConnectionLimits::default(), 20_000, "the demo");
+    assert_eq!(connections.max(), 15_000);
+}
