@@ -452,11 +452,18 @@ impl Shared {
             .then_some(self.anonymous_stream)
             .filter(|_| kind == CallKind::Stream);
         let response = inner.call(request).await?;
+        // A unary answer waits to be read from when it is made: a client that
+        // leaves its window shut never lets its first frame be asked for.
+        let made = conn
+            .as_ref()
+            .filter(|_| kind != CallKind::Stream)
+            .map(ConnState::answer);
         let shared = Arc::clone(&self);
         Ok(response.map(|body| {
             Body::new(Held {
                 body,
                 places: Some(places),
+                made,
                 on_conn,
                 answers: Some(Answers {
                     conn,
@@ -665,6 +672,9 @@ struct Held {
     body: Body,
     #[allow(dead_code, reason = "held for their drop")]
     places: Option<Places>,
+    /// A unary answer's wait to be read, until its end is asked for.
+    #[allow(dead_code, reason = "held for its drop")]
+    made: Option<AnswerGuard>,
     #[allow(dead_code, reason = "held for its drop")]
     on_conn: Option<CallGuard>,
     answers: Option<Answers>,
@@ -678,6 +688,7 @@ impl Held {
         Self {
             body,
             places: None,
+            made: None,
             on_conn,
             answers: None,
             ends: None,
@@ -690,6 +701,7 @@ impl Held {
         self.ended = true;
         self.answers = None;
         self.places = None;
+        self.made = None;
         let mut trailers = http::HeaderMap::new();
         for (name, value) in status.into_http::<Body>().headers() {
             if name.as_str().starts_with("grpc-") {
@@ -736,7 +748,10 @@ impl http_body::Body for Held {
                 }
             }
             // Trailers or the end: nothing is left to read.
-            (None, _) => self.answers = None,
+            (None, _) => {
+                self.answers = None;
+                self.made = None;
+            }
             (Some(_), None) => {}
         }
         Poll::Ready(frame)

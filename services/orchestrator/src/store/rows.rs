@@ -210,6 +210,25 @@ pub(super) struct TaskRow {
 }
 
 impl TaskRow {
+    /// About how many bytes the task takes in an answer: its text.
+    pub fn bytes(&self) -> usize {
+        [
+            &self.id,
+            &self.workspace_id,
+            &self.description,
+            &self.source,
+            &self.status,
+            &self.stage,
+            &self.planning,
+        ]
+        .iter()
+        .map(|s| s.len())
+        .sum::<usize>()
+            + self.status_reason.as_ref().map_or(0, String::len)
+            + self.current_agent.as_ref().map_or(0, String::len)
+            + 64
+    }
+
     pub fn from_domain(task: &Task) -> Result<Self, StoreError> {
         Ok(Self {
             id: task.id.to_string(),

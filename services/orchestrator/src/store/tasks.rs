@@ -29,6 +29,13 @@ pub const MAX_EVENTS: u32 = 1000;
 /// 4 MiB message limit. An event larger than that comes alone.
 pub const EVENT_PAGE_BYTES: usize = 1024 * 1024;
 
+/// Most bytes of tasks in one page of `list_tasks`, whatever the page size
+/// asked: a page of large tasks is cut short (with a token for the rest), so
+/// an answer stays well under a client's 4 MiB message limit and what a
+/// caller can make the service hold per call is bounded. A task larger than
+/// that comes alone.
+pub const TASK_PAGE_BYTES: usize = 1024 * 1024;
+
 diesel::define_sql_function! {
     /// Bytes of a text value (PostgreSQL; SQLite since 3.43), read without
     /// loading the value.
@@ -131,7 +138,7 @@ impl Store {
 
     /// Tasks, oldest first (by creation time, then id), filtered by workspace and
     /// status. `page_size` 0 means [`DEFAULT_PAGE_SIZE`]; larger sizes are capped
-    /// at [`MAX_PAGE_SIZE`]. Pass the returned token back to get the next page; it
+    /// at [`MAX_PAGE_SIZE`], and a page holds at most [`TASK_PAGE_BYTES`]. Pass the returned token back to get the next page; it
     /// is `None` on the last page.
     pub async fn list_tasks(
         &self,
@@ -168,8 +175,11 @@ impl Store {
                 .limit(i64::from(size) + 1)
                 .load(conn)
                 .db()?;
-            let more = rows.len() > size as usize;
+            let mut more = rows.len() > size as usize;
             rows.truncate(size as usize);
+            let fit = fitting(&rows, TASK_PAGE_BYTES, TaskRow::bytes);
+            more |= fit < rows.len();
+            rows.truncate(fit);
             let tasks = rows
                 .into_iter()
                 .map(TaskRow::into_domain)
@@ -486,4 +496,18 @@ mod tests {
             assert!(err.starts_with("invalid page_token"), "{err}");
         }
     }
+}
+
+/// How many of `items`, from the first, fit in `budget` bytes as `bytes`
+/// counts them; at least one.
+fn fitting<T>(items: &[T], budget: usize, bytes: impl Fn(&T) -> usize) -> usize {
+    let mut used = 0_usize;
+    let fit = items
+        .iter()
+        .take_while(|item| {
+            used = used.saturating_add(bytes(item));
+            used <= budget
+        })
+        .count();
+    fit.max(1).min(items.len())
 }

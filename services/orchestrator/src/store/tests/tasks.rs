@@ -407,3 +407,44 @@ async fn tasks_are_listed_by_workspace_and_status_in_pages() {
         );
     }
 }
+
+/// A page of large tasks ends at its bytes whatever the page size asked, with
+/// a token for the rest: 40 tasks of 60 KB come in pages of at most 1 MiB.
+#[tokio::test]
+async fn pages_of_large_tasks_end_at_their_bytes() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let ws = t.workspace("big").await;
+        let large = "x".repeat(60 * 1024);
+        for i in 0..40 {
+            t.store
+                .create_task(ws.id, format!("{i} {large}"), source())
+                .await
+                .expect(b);
+        }
+        let mut token = None;
+        let mut seen = 0;
+        let mut pages = 0;
+        loop {
+            let (tasks, next) = t
+                .store
+                .list_tasks(Some(ws.id), None, 500, token.clone())
+                .await
+                .expect(b);
+            pages += 1;
+            let bytes: usize = tasks.iter().map(|task| task.description.len()).sum();
+            assert!(
+                bytes <= crate::store::TASK_PAGE_BYTES,
+                "{b}: a page of {} tasks holds {bytes} bytes",
+                tasks.len()
+            );
+            seen += tasks.len();
+            match next {
+                Some(next) => token = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(seen, 40, "{b}: every task once");
+        assert!(pages >= 3, "{b}: 2.4 MB of tasks came in {pages} pages");
+    }
+}
