@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agents;
+pub mod attacker;
 pub mod balancer;
 pub mod cluster;
 pub mod containers;

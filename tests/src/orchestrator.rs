@@ -199,6 +199,15 @@ impl Drop for Orchestrator {
     }
 }
 
+/// How the binary is started beside its arguments.
+#[derive(Debug, Clone, Copy, Default)]
+struct How {
+    /// As this user (its group the same number).
+    uid: Option<u32>,
+    /// With this limit of open files.
+    open_files: Option<u64>,
+}
+
 /// The `chorus-orchestrator` binary run as a process of its own, for tests that
 /// kill it. Both its ports are picked by the system; they are read from its log.
 pub struct OrchestratorProcess {
@@ -232,7 +241,31 @@ impl OrchestratorProcess {
         env: &[(&str, &str)],
     ) -> Self {
         let admin_key = crate::credentials::admin_key(database_url).await;
-        Self::spawn_keyed(data_dir, database_url, extra, env, Some(admin_key), None).await
+        Self::spawn_keyed(
+            data_dir,
+            database_url,
+            extra,
+            env,
+            Some(admin_key),
+            How::default(),
+        )
+        .await
+    }
+
+    /// [`Self::spawn`] with at most `open_files` file descriptors (soft and
+    /// hard limit), as on a host whose limit is low.
+    pub async fn spawn_with_open_files(
+        data_dir: &Path,
+        database_url: &str,
+        extra: &[&str],
+        open_files: u64,
+    ) -> Self {
+        let admin_key = crate::credentials::admin_key(database_url).await;
+        let how = How {
+            open_files: Some(open_files),
+            ..How::default()
+        };
+        Self::spawn_keyed(data_dir, database_url, extra, &[], Some(admin_key), how).await
     }
 
     /// Starts the binary as the user `uid` (its group the same number), as a
@@ -245,8 +278,18 @@ impl OrchestratorProcess {
         uid: u32,
         admin_key_file: &Path,
     ) -> Self {
-        let mut child =
-            Self::spawn_keyed(data_dir, database_url, extra, &[], None, Some(uid)).await;
+        let mut child = Self::spawn_keyed(
+            data_dir,
+            database_url,
+            extra,
+            &[],
+            None,
+            How {
+                uid: Some(uid),
+                ..How::default()
+            },
+        )
+        .await;
         child.admin_key = std::fs::read_to_string(admin_key_file)
             .expect("the admin key the binary wrote")
             .trim()
@@ -258,7 +301,7 @@ impl OrchestratorProcess {
     /// binary writes its first admin key to `<data_dir>/admin.key` (or finds
     /// one from an earlier start), which this client then presents.
     pub async fn spawn_as_installed(data_dir: &Path, database_url: &str, extra: &[&str]) -> Self {
-        Self::spawn_keyed(data_dir, database_url, extra, &[], None, None).await
+        Self::spawn_keyed(data_dir, database_url, extra, &[], None, How::default()).await
     }
 
     async fn spawn_keyed(
@@ -267,11 +310,11 @@ impl OrchestratorProcess {
         extra: &[&str],
         env: &[(&str, &str)],
         admin_key: Option<String>,
-        uid: Option<u32>,
+        how: How,
     ) -> Self {
         use tokio::io::{AsyncBufReadExt, BufReader};
 
-        let mut child = Self::command(data_dir, database_url, extra, env, uid);
+        let mut child = Self::command(data_dir, database_url, extra, env, how);
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
         let (mut addr, mut tool_exec_addr) = (None, None);
         let mut seen = Vec::new();
@@ -320,7 +363,7 @@ impl OrchestratorProcess {
             .windows(2)
             .find(|w| w[0] == "--tool-exec-addr")
             .and_then(|w| w[1].parse().ok());
-        let admin_key = match (admin_key, uid) {
+        let admin_key = match (admin_key, how.uid) {
             (Some(key), _) => key,
             // The caller reads the key from where it was placed.
             (None, Some(_)) => String::new(),
@@ -350,7 +393,7 @@ impl OrchestratorProcess {
     ) {
         use tokio::io::{AsyncBufReadExt, BufReader};
 
-        let mut child = Self::command(data_dir, database_url, extra, &[], None);
+        let mut child = Self::command(data_dir, database_url, extra, &[], How::default());
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
         loop {
             let Some(line) = lines.next_line().await.expect("read the log") else {
@@ -370,12 +413,21 @@ impl OrchestratorProcess {
         database_url: &str,
         extra: &[&str],
         env: &[(&str, &str)],
-        uid: Option<u32>,
+        how: How,
     ) -> tokio::process::Child {
-        let mut command = tokio::process::Command::new(crate::built_bin(
-            "chorus-orchestrator",
-            "chorus-orchestrator",
-        ));
+        let binary = crate::built_bin("chorus-orchestrator", "chorus-orchestrator");
+        let mut command = match how.open_files {
+            // The shell sets both limits, then becomes the orchestrator.
+            Some(n) => {
+                let mut shell = tokio::process::Command::new("sh");
+                shell
+                    .arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(binary);
+                shell
+            }
+            None => tokio::process::Command::new(binary),
+        };
         // `extra` may name its own port and workspace roots.
         if !extra.contains(&"--listen") {
             command.args(["--listen", "127.0.0.1:0"]);
@@ -392,7 +444,7 @@ impl OrchestratorProcess {
             .arg(crate::chorus_tools_bin())
             .args(extra)
             .envs(env.iter().copied());
-        if let Some(uid) = uid {
+        if let Some(uid) = how.uid {
             command.uid(uid).gid(uid);
         }
         command

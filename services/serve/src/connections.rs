@@ -10,8 +10,10 @@
 //!   quarters of the file descriptors, raised to the hard limit at start by
 //!   [`raise_fd_limit`]): one more is closed as soon as it is accepted;
 //! - at most `per_peer` connections per peer address that have not yet
-//!   carried a call with a credential (`--max-unproven-connections-per-peer`):
-//!   one address cannot hold every connection with sockets that say nothing;
+//!   carried a call with a credential (`--max-unproven-connections-per-peer`);
+//!   one more closes the oldest of them: one address cannot hold every
+//!   connection with sockets that say nothing, and a caller that makes its
+//!   call at once is never turned away;
 //! - a connection that has not sent the HTTP/2 preface and a frame header
 //!   within `handshake` (`--handshake-timeout-secs`) is closed;
 //! - a connection without a call for `idle` (`--connection-idle-secs`) is
@@ -95,8 +97,9 @@ struct Registry {
     max: usize,
     open: AtomicUsize,
     by_peer: Mutex<HashMap<SocketAddr, Weak<ConnState>>>,
-    /// Connections per address that carried no call with a credential yet.
-    unproven: Mutex<HashMap<IpAddr, usize>>,
+    /// Connections per address that carried no call with a credential yet,
+    /// oldest first.
+    unproven: Mutex<HashMap<IpAddr, Unproven>>,
     closes: LogRate,
     /// "the orchestrator", "tool-exec".
     service: &'static str,
@@ -188,6 +191,14 @@ impl Connections {
     }
 }
 
+/// The connections of one address that carried no call with a credential
+/// yet: how many, and (oldest first) which, some of them since proven or gone.
+#[derive(Debug, Default)]
+struct Unproven {
+    count: usize,
+    queue: std::collections::VecDeque<Weak<ConnState>>,
+}
+
 /// Why a connection was closed at once.
 #[derive(Debug, thiserror::Error)]
 enum Refused {
@@ -195,10 +206,6 @@ enum Refused {
         "{service} holds its limit of {max} connections (--max-connections); the connection was closed"
     )]
     Total { service: &'static str, max: usize },
-    #[error(
-        "{ip} holds {per_peer} connections that have carried no call with a credential (--max-unproven-connections-per-peer); the connection was closed"
-    )]
-    PerPeer { ip: IpAddr, per_peer: usize },
     #[error("the connection cannot be set up: {0}")]
     Socket(io::Error),
 }
@@ -207,7 +214,6 @@ impl Refused {
     fn reason(&self) -> &'static str {
         match self {
             Self::Total { .. } => "connections",
-            Self::PerPeer { .. } => "unproven-connections-per-peer",
             Self::Socket(_) => "socket",
         }
     }
@@ -226,17 +232,6 @@ impl Registry {
                 max: self.max,
             });
         }
-        {
-            let mut unproven = self.unproven.lock().unwrap_or_else(PoisonError::into_inner);
-            let count = unproven.entry(peer.ip()).or_insert(0);
-            if *count >= self.limits.per_peer {
-                return Err(Refused::PerPeer {
-                    ip: peer.ip(),
-                    per_peer: self.limits.per_peer,
-                });
-            }
-            *count += 1;
-        }
         let state = Arc::new(ConnState {
             peer,
             calls: AtomicUsize::new(0),
@@ -248,6 +243,7 @@ impl Registry {
             waker: Mutex::new(None),
             registry: Arc::downgrade(self),
         });
+        self.count_unproven(&state);
         // Counted from here: a refusal below gives the counts back.
         self.open.fetch_add(1, Ordering::Relaxed);
         chorus_telemetry::metrics().connections.add(1, &[]);
@@ -278,12 +274,59 @@ impl Registry {
         }
     }
 
+    /// Counts a new connection among its address's unproven ones; when that
+    /// makes one too many, the oldest is closed: an address that opens
+    /// connections and says nothing cycles through its own share, and a
+    /// caller that says something at once is never turned away.
+    fn count_unproven(&self, state: &Arc<ConnState>) {
+        let evicted = {
+            let mut unproven = self.unproven.lock().unwrap_or_else(PoisonError::into_inner);
+            let mine = unproven.entry(state.peer.ip()).or_default();
+            let mut evicted = None;
+            while mine.count >= self.limits.per_peer {
+                let Some(oldest) = mine.queue.pop_front() else {
+                    break;
+                };
+                if let Some(oldest) = oldest.upgrade()
+                    && !oldest.proven.swap(true, Ordering::AcqRel)
+                {
+                    mine.count -= 1;
+                    evicted = Some(oldest);
+                }
+            }
+            mine.count += 1;
+            mine.queue.push_back(Arc::downgrade(state));
+            evicted
+        };
+        if let Some(oldest) = evicted {
+            let why = format!(
+                "{} connections from {} carried no call with a credential (--max-unproven-connections-per-peer); the oldest was closed",
+                self.limits.per_peer,
+                state.peer.ip()
+            );
+            chorus_telemetry::metrics().refused(
+                "unproven-connections-per-peer",
+                "connection",
+                None,
+            );
+            self.log_close(Some(oldest.peer), &why);
+            oldest.close(why);
+        }
+    }
+
+    /// One connection of `ip` no longer counts as unproven.
     fn proven(&self, ip: IpAddr) {
         let mut unproven = self.unproven.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = unproven.get_mut(&ip) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
+        if let Some(mine) = unproven.get_mut(&ip) {
+            mine.count = mine.count.saturating_sub(1);
+            if mine.count == 0 {
                 unproven.remove(&ip);
+            } else if mine.queue.len() > 2 * mine.count + 16 {
+                // Drop entries of connections since proven or gone.
+                mine.queue.retain(|w| {
+                    w.upgrade()
+                        .is_some_and(|c| !c.proven.load(Ordering::Acquire))
+                });
             }
         }
     }

@@ -136,33 +136,42 @@ async fn an_answer_left_unread_closes_its_connection() {
 }
 
 #[tokio::test]
-async fn one_address_holds_few_connections_without_a_credential_and_proven_ones_do_not_count() {
+async fn one_address_holds_few_connections_without_a_credential_the_oldest_goes_first() {
     let (connections, mut incoming, addr) = listening(LIMITS).await;
-    let first = client(addr, Ipv4Addr::LOCALHOST).await;
+    let mut first = client(addr, Ipv4Addr::LOCALHOST).await;
     let conn_first = incoming.next().await.expect("accepted").expect("admitted");
     let _second = client(addr, Ipv4Addr::LOCALHOST).await;
-    let _conn_second = incoming.next().await.expect("accepted").expect("admitted");
-    // A third from the same address is closed as soon as it is accepted.
-    let mut third = client(addr, Ipv4Addr::LOCALHOST).await;
-    // Another address is admitted (the stream yields it, having closed the third).
-    let _other = client(addr, Ipv4Addr::new(127, 0, 0, 2)).await;
-    let conn_other = incoming.next().await.expect("accepted").expect("admitted");
-    assert_eq!(
-        conn_other.state.peer().ip(),
-        IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))
+    let conn_second = incoming.next().await.expect("accepted").expect("admitted");
+    // A third from the same address is admitted, and the oldest closed.
+    let _third = client(addr, Ipv4Addr::LOCALHOST).await;
+    let _conn_third = incoming.next().await.expect("accepted").expect("admitted");
+    let error = served(conn_first).await;
+    assert!(
+        error
+            .to_string()
+            .contains("--max-unproven-connections-per-peer"),
+        "{error}"
     );
-    assert!(closed(&mut third).await, "the third was closed");
-    assert_eq!(connections.open(), 3);
+    assert!(closed(&mut first).await, "the oldest was closed");
+    assert_eq!(connections.open(), 2);
 
-    // A call with a credential on the first: it no longer counts.
-    conn_first.state.prove();
+    // A call with a credential on the second: it no longer counts, and is
+    // never the one closed.
+    conn_second.state.prove();
     let _fourth = client(addr, Ipv4Addr::LOCALHOST).await;
-    let conn_fourth = incoming.next().await.expect("accepted").expect("admitted");
-    assert_eq!(
-        conn_fourth.state.peer().ip(),
-        first.local_addr().expect("a").ip()
-    );
+    let _conn_fourth = incoming.next().await.expect("accepted").expect("admitted");
+    // Another address has a share of its own.
+    let _other = client(addr, Ipv4Addr::new(127, 0, 0, 2)).await;
+    let _conn_other = incoming.next().await.expect("accepted").expect("admitted");
     assert_eq!(connections.open(), 4);
+    let second = tokio::spawn(served(conn_second));
+    let _fifth = client(addr, Ipv4Addr::LOCALHOST).await;
+    let _conn_fifth = incoming.next().await.expect("accepted").expect("admitted");
+    assert!(
+        !second.is_finished(),
+        "a proven connection is never evicted"
+    );
+    second.abort();
 }
 
 #[tokio::test]

@@ -1,0 +1,423 @@
+//! Hostile load against the orchestrator binary, each as an attacker would
+//! make it: calls whose message never comes, answers never read,
+//! connections that never say a word, tokens naming keys that do not exist.
+//! While each runs, an admin's unary call and WatchTask, an agent's call to
+//! the orchestrator and its tool call to tool-exec, and a Handoff stream are
+//! served; afterwards the orchestrator's peak memory is under [`PEAK_MIB`].
+//! Before, each of these stalled every caller (RESOURCE_EXHAUSTED, or no
+//! answer at all) or grew the service by gigabytes.
+
+use chorus_proto::json;
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
+use chorus_proto::orchestrator::v1::orchestrator_client::OrchestratorClient;
+use chorus_proto::tools::v1::ExecuteToolRequest;
+use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
+use chorus_tests::agents::{Client, add_agent, fake_cli, planned_task, report, workspace};
+use chorus_tests::attacker::{self, H2};
+use chorus_tests::credentials::Bearer;
+use chorus_tests::orchestrator::{OrchestratorProcess, channel_to};
+use prost::Message as _;
+use serde_json::json;
+use tokio_stream::StreamExt as _;
+use tonic::Code;
+
+/// The orchestrator's resident memory never goes past this (MiB), whatever
+/// the attack: the limits bound what a caller can make it hold.
+const PEAK_MIB: u64 = 400;
+
+struct Setup {
+    orchestrator: OrchestratorProcess,
+    admin: Client,
+    task: pb::Task,
+    agent_token: String,
+    viewer_key: String,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+/// An orchestrator started with `extra` flags (and at most `open_files` file
+/// descriptors), a workspace with a file, a planned task with an agent's run
+/// open, and a viewer key.
+async fn setup(extra: &[&str], open_files: Option<u64>) -> Setup {
+    let data = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    std::fs::write(root.path().join("notes.txt"), "hello").expect("a file");
+    chorus_sandbox::testing::give_to_test_user(root.path());
+    let url = data.path().join("chorus.db").display().to_string();
+    let fake_cli = fake_cli();
+    let mut flags = vec!["--claude-bin", fake_cli.to_str().expect("a UTF-8 path")];
+    flags.extend_from_slice(extra);
+    let orchestrator = match open_files {
+        Some(n) => OrchestratorProcess::spawn_with_open_files(data.path(), &url, &flags, n).await,
+        None => OrchestratorProcess::spawn(data.path(), &url, &flags).await,
+    };
+    let mut admin = orchestrator.client().await;
+    let ws = workspace(&mut admin, "attacked", root.path()).await;
+    admin
+        .create_provider(pb::CreateProviderRequest {
+            workspace_id: ws.id.clone(),
+            name: "model".into(),
+            kind: pb::ProviderKind::ClaudeCode.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("provider");
+    add_agent(
+        &mut admin,
+        &ws,
+        "reader",
+        &["task.comment", "file.read", "handoff"],
+        "model",
+    )
+    .await;
+    add_agent(&mut admin, &ws, "helper", &["completion-report"], "model").await;
+    let task = planned_task(&mut admin, &ws, "read the notes").await;
+    let opened = admin
+        .open_run(pb::OpenRunRequest {
+            task_id: task.id.clone(),
+            agent: "reader".into(),
+            ttl_secs: 600,
+        })
+        .await
+        .expect("run")
+        .into_inner();
+    let viewer_key = admin
+        .create_api_key(pb::CreateApiKeyRequest {
+            name: "dashboard".into(),
+            role: pb::Role::Viewer.into(),
+        })
+        .await
+        .expect("viewer key")
+        .into_inner()
+        .secret;
+    Setup {
+        orchestrator,
+        admin,
+        task,
+        agent_token: opened.token,
+        viewer_key,
+        _dirs: (data, root),
+    }
+}
+
+/// While an attack runs: an admin's unary call, WatchTask and Handoff
+/// stream, an agent's call to the orchestrator and its tool call to
+/// tool-exec are all served.
+async fn legitimate_callers_are_served(s: &mut Setup) {
+    s.admin
+        .get_task(pb::GetTaskRequest {
+            id: s.task.id.clone(),
+        })
+        .await
+        .expect("an admin's unary call during the attack");
+    let mut watch = s
+        .admin
+        .watch_task(pb::WatchTaskRequest {
+            task_id: s.task.id.clone(),
+            after_sequence: 0,
+            follow: true,
+        })
+        .await
+        .expect("an admin's WatchTask during the attack")
+        .into_inner();
+    watch
+        .next()
+        .await
+        .expect("an event")
+        .expect("the admin's watch streams");
+    // The agent hands work to another, which reports it done.
+    let mut handoff = OrchestratorClient::with_interceptor(
+        channel_to(s.orchestrator.addr).await,
+        Bearer::new(&s.agent_token),
+    )
+    .handoff(pb::HandoffRequest {
+        task_id: s.task.id.clone(),
+        agent: "helper".into(),
+        prompt: [report("complete", "helped"), "fake: say helped.".to_owned()].join("\n"),
+        ..Default::default()
+    })
+    .await
+    .expect("a Handoff during the attack")
+    .into_inner();
+    let mut last = None;
+    while let Some(message) = handoff.next().await {
+        last = message.expect("the Handoff streams").event;
+    }
+    assert!(
+        matches!(last, Some(pb::handoff_event::Event::Completed(_))),
+        "the handoff ends completed: {last:?}"
+    );
+    let mut agent = AgentToolsClient::with_interceptor(
+        channel_to(s.orchestrator.addr).await,
+        Bearer::new(&s.agent_token),
+    );
+    agent
+        .call_tool(pb::CallToolRequest {
+            tool: "help".into(),
+            arguments: None,
+        })
+        .await
+        .expect("an agent's call to the orchestrator during the attack");
+    let read = ToolExecClient::with_interceptor(
+        channel_to(s.orchestrator.tool_exec_addr).await,
+        Bearer::new(&s.agent_token),
+    )
+    .execute_tool(ExecuteToolRequest {
+        tool: "file.read".into(),
+        arguments: Some(json::to_struct(
+            json!({"path": "notes.txt"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        )),
+    })
+    .await
+    .expect("an agent's tool call during the attack")
+    .into_inner();
+    assert!(format!("{read:?}").contains("hello"), "{read:?}");
+}
+
+fn peak_is_bounded(s: &Setup, attack: &str) {
+    let (now, peak) = attacker::memory_mib(s.orchestrator.pid());
+    eprintln!("{attack}: orchestrator RSS {now} MiB, peak {peak} MiB");
+    assert!(
+        peak <= PEAK_MIB,
+        "{attack}: the orchestrator's memory reached {peak} MiB (bound {PEAK_MIB} MiB)"
+    );
+}
+
+/// A viewer's 600 calls whose headers come and whose message never does,
+/// on the orchestrator's port and on tool-exec's: they hold no place of
+/// their kind, other callers are served, and each is answered
+/// DEADLINE_EXCEEDED when its time to send is up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_whose_message_never_comes_stall_no_one_on_either_port() {
+    let mut s = setup(&["--request-body-secs", "10"], None).await;
+    let mut connections: Vec<H2> = Vec::new();
+    let mut pending = Vec::new();
+    for (addr, path) in [
+        (
+            s.orchestrator.addr,
+            "/chorus.orchestrator.v1.Orchestrator/ListTasks",
+        ),
+        (
+            s.orchestrator.tool_exec_addr,
+            "/chorus.tools.v1.ToolExec/GetStatus",
+        ),
+    ] {
+        for _ in 0..2 {
+            let mut h2 = attacker::connect(addr, None).await;
+            for _ in 0..150 {
+                let (answer, stream) = attacker::bodiless(&mut h2, path, &s.viewer_key);
+                pending.push((answer, stream, path));
+            }
+            connections.push(h2);
+        }
+    }
+    legitimate_callers_are_served(&mut s).await;
+    // The key's own share waited for its messages until their time was up;
+    // the calls past its share were refused at once.
+    let mut waited = std::collections::HashMap::<&str, usize>::new();
+    for (answer, _stream, path) in pending {
+        let status = attacker::status(answer).await.expect("an answer");
+        match status.code() {
+            Code::DeadlineExceeded => {
+                assert!(
+                    status.message().contains("--request-body-secs"),
+                    "{status:?}"
+                );
+                *waited.entry(path).or_default() += 1;
+            }
+            Code::ResourceExhausted => assert!(
+                status
+                    .message()
+                    .contains("--max-concurrent-requests-per-credential"),
+                "{status:?}"
+            ),
+            _ => panic!("{path}: {status:?}"),
+        }
+    }
+    assert_eq!(
+        waited.values().copied().collect::<Vec<_>>(),
+        [64, 64],
+        "{waited:?}"
+    );
+    drop(connections);
+    peak_is_bounded(&s, "bodiless calls");
+    s.orchestrator.kill().await;
+}
+
+/// A viewer's 60 ListTasks whose answers it never reads (its HTTP/2 window
+/// shut), over 300 tasks of 60 KB: pages are bounded by bytes, unread answers
+/// count against the key, and after `--answer-send-secs` the connections are
+/// closed with everything buffered for them. Before, such answers stayed
+/// buffered for as long as the client liked: 60 of them took the service
+/// from 644 MB to 2,628 MB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_never_read_are_cut_off_and_memory_stays_bounded() {
+    let mut s = setup(
+        &["--answer-send-secs", "10", "--connection-idle-secs", "15"],
+        None,
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let large = "x".repeat(60 * 1024);
+    for i in 0..300 {
+        s.admin
+            .create_task(pb::CreateTaskRequest {
+                workspace_id: s.task.workspace_id.clone(),
+                description: format!("{i} {large}"),
+                ..Default::default()
+            })
+            .await
+            .expect("a large task");
+    }
+    let list = pb::ListTasksRequest {
+        page_size: 500,
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut connections = Vec::new();
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        let mut h2 = attacker::connect(s.orchestrator.addr, Some(0)).await;
+        for _ in 0..15 {
+            answers.push(attacker::unread(
+                &mut h2,
+                "/chorus.orchestrator.v1.Orchestrator/ListTasks",
+                &s.viewer_key,
+                &list,
+            ));
+        }
+        connections.push(h2);
+    }
+    eprintln!("{:?} attack sent", started.elapsed());
+    legitimate_callers_are_served(&mut s).await;
+    eprintln!("{:?} served", started.elapsed());
+    // A reader of the same lists gets them whole, page by page.
+    let mut token = String::new();
+    let mut listed = 0;
+    loop {
+        let page = s
+            .admin
+            .list_tasks(pb::ListTasksRequest {
+                page_size: 500,
+                page_token: token,
+                ..Default::default()
+            })
+            .await
+            .expect("a page")
+            .into_inner();
+        listed += page.tasks.len();
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(listed, 301);
+    // The server closes every connection that left its answers unread (those
+    // whose answers were refused for the key's unread bytes are closed when
+    // idle).
+    eprintln!("{:?} listed", started.elapsed());
+    for h2 in connections {
+        let ended = h2.driver.await.expect("the connection's task");
+        eprintln!("{:?} closed: {ended:?}", started.elapsed());
+    }
+    drop(answers);
+    peak_is_bounded(&s, "answers never read");
+    s.orchestrator.kill().await;
+}
+
+/// 2,000 connections from one address that never send a byte, against an
+/// orchestrator allowed 1,024 open files: at most 256 of them are held (a newer one
+/// closes the oldest), each for `--handshake-timeout-secs`; callers with a credential (on a connection
+/// they had, and on a new one from another address) are served, and the
+/// closes are logged a few lines a second. Before, 20,000 such connections
+/// used every file descriptor: admin calls got no answer at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_past_the_open_file_limit_stall_no_one() {
+    let mut s = setup(&["--handshake-timeout-secs", "5"], Some(1024)).await;
+    let before = s.orchestrator.log_lines();
+    let started = std::time::Instant::now();
+    let mut silent = Vec::new();
+    for _ in 0..2000 {
+        silent.push(
+            tokio::net::TcpStream::connect(s.orchestrator.addr)
+                .await
+                .expect("connect"),
+        );
+    }
+    legitimate_callers_are_served(&mut s).await;
+    // An admin arriving now from another address.
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", s.orchestrator.addr))
+            .expect("endpoint")
+            .local_address(Some(std::net::Ipv4Addr::new(127, 0, 0, 2).into()))
+            .connect()
+            .await
+            .expect("a new connection from another address");
+    OrchestratorClient::with_interceptor(channel, Bearer::new(&s.orchestrator.admin_key))
+        .get_task(pb::GetTaskRequest {
+            id: s.task.id.clone(),
+        })
+        .await
+        .expect("a new admin's call during the attack");
+    // Every silent connection is closed: the older ones as newer came, the
+    // rest when their time to say something is up.
+    // (The server's own SETTINGS may come first.)
+    for mut socket in silent {
+        let mut sink = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut socket, &mut sink).await;
+    }
+    let seconds = started.elapsed().as_secs() + 1;
+    let logged = s.orchestrator.log_lines() - before;
+    assert!(
+        logged <= 10 * seconds + 20,
+        "2,000 closed connections in about {seconds} s logged {logged} lines"
+    );
+    peak_is_bounded(&s, "silent connections");
+    s.orchestrator.kill().await;
+}
+
+/// 300 tool calls at once with tokens signed by a key the service never had:
+/// refused UNAUTHENTICATED after at most two key refreshes, while the agent's
+/// own calls are served. Before, the callers queued on the refresh holding
+/// places, and every legitimate call was refused RESOURCE_EXHAUSTED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_naming_unknown_keys_stall_no_one() {
+    let mut s = setup(&[], None).await;
+    let stranger = chorus_run_token::RunTokenSigner::generate().mint(
+        &chorus_run_token::RunGrant {
+            run_id: "made-up".into(),
+            task_id: s.task.id.clone(),
+            agent: "reader".into(),
+            tools: vec!["file.read".into()],
+            root: "/".into(),
+            egress: Vec::new(),
+            epoch: 0,
+        },
+        std::time::Duration::from_secs(600),
+    );
+    let channel = channel_to(s.orchestrator.tool_exec_addr).await;
+    let calls: Vec<_> = (0..300)
+        .map(|_| {
+            let mut client =
+                ToolExecClient::with_interceptor(channel.clone(), Bearer::new(&stranger));
+            tokio::spawn(async move {
+                client
+                    .execute_tool(ExecuteToolRequest {
+                        tool: "file.read".into(),
+                        arguments: None,
+                    })
+                    .await
+            })
+        })
+        .collect();
+    legitimate_callers_are_served(&mut s).await;
+    for call in calls {
+        let refused = call.await.expect("task").expect_err("an unknown key");
+        assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    }
+    peak_is_bounded(&s, "unknown key ids");
+    s.orchestrator.kill().await;
+}
