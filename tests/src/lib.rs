@@ -390,7 +390,9 @@ fn tools_command(env: &ToolsEnv, args: &[&str]) -> tokio::process::Command {
     command
         .args(args)
         .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        // A service that cannot be reached is retried for a second, not a minute.
+        .env("CHORUS_TOOLS_RETRY_SECS", "1");
     if let Some(token) = &env.token {
         command.env("CHORUS_RUN_TOKEN", token);
     }

@@ -9,6 +9,8 @@ use chorus_proto::tools::v1::ExecuteToolRequest;
 use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
 use chorus_telemetry::grpc::{TracedChannel, traced};
 use serde_json::{Map, Value};
+use std::time::Duration;
+
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 use tracing::Instrument as _;
@@ -67,7 +69,104 @@ pub async fn send(request: Request) -> Result<Answer, Failure> {
     answer
 }
 
+/// Longest a call keeps retrying when its service is busy or unreachable
+/// (`CHORUS_TOOLS_RETRY_SECS`, 0: never retries).
+pub const ENV_RETRY_SECS: &str = "CHORUS_TOOLS_RETRY_SECS";
+/// Default of [`ENV_RETRY_SECS`].
+const RETRY_SECS: u64 = 60;
+/// Attempts of one call at most.
+const ATTEMPTS: u32 = 12;
+/// The first wait after an unreachable service, doubled at each attempt up to
+/// [`MOST_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MOST_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How an attempt failed.
+enum Attempt {
+    /// Nothing of the call was done (the service could not be reached, or it
+    /// refused the call unrun at its limit): it may be sent again after
+    /// `after` (the service's hint, when it gave one).
+    Retry {
+        after: Option<Duration>,
+        failure: Failure,
+    },
+    /// The answer.
+    Final(Failure),
+}
+
+impl From<Failure> for Attempt {
+    fn from(failure: Failure) -> Self {
+        Self::Final(failure)
+    }
+}
+
+/// The failure of a call `service` answered with `status`: to retry when the
+/// service refused it unrun at its limit (RESOURCE_EXHAUSTED with a
+/// `grpc-retry-pushback-ms` hint, gRFC A6).
+fn refused(status: &tonic::Status, service: &str) -> Attempt {
+    let failure = Failure::from_status(status, service);
+    let hint = status
+        .metadata()
+        .get(crate::exit::RETRY_PUSHBACK)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match (status.code(), hint) {
+        (tonic::Code::ResourceExhausted, Some(ms)) => Attempt::Retry {
+            after: Some(Duration::from_millis(ms)),
+            failure,
+        },
+        _ => Attempt::Final(failure),
+    }
+}
+
+/// Sends the call until it is answered, retrying what was not done (a busy or
+/// unreachable service) with growing, jittered waits, for at most
+/// [`ENV_RETRY_SECS`] and [`ATTEMPTS`] attempts.
 async fn send_call(request: Request) -> Result<Answer, Failure> {
+    let budget = std::env::var(ENV_RETRY_SECS)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(Duration::from_secs(RETRY_SECS), Duration::from_secs);
+    let give_up = tokio::time::Instant::now() + budget;
+    let mut backoff = FIRST_BACKOFF;
+    for attempt in 1.. {
+        let (after, failure) = match attempt_call(&request).await {
+            Ok(answer) => return Ok(answer),
+            Err(Attempt::Final(failure)) => return Err(failure),
+            Err(Attempt::Retry { after, failure }) => (after, failure),
+        };
+        let wait = jittered(after.unwrap_or(backoff).max(backoff));
+        backoff = (backoff * 2).min(MOST_BACKOFF);
+        if attempt >= ATTEMPTS || tokio::time::Instant::now() + wait > give_up {
+            let mut failure = failure;
+            if attempt > 1 {
+                failure.message = format!(
+                    "{} (after {attempt} attempts in {} s; {ENV_RETRY_SECS} bounds the retries)",
+                    failure.message,
+                    (tokio::time::Instant::now() + budget - give_up).as_secs()
+                );
+            }
+            return Err(failure);
+        }
+        // stderr carries only the final JSON error: retries are silent.
+        tokio::time::sleep(wait).await;
+    }
+    unreachable!("the loop returns")
+}
+
+/// `wait` spread over half to one and a half of itself, so that callers
+/// refused together do not come back together.
+fn jittered(wait: Duration) -> Duration {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    // A fresh random key each time: random enough to spread callers.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let fraction = (random % 1000) as f64 / 1000.0;
+    wait.mul_f64(0.5 + fraction)
+}
+
+async fn attempt_call(request: &Request) -> Result<Answer, Attempt> {
     let (service, addr) = match &request.route {
         Route::ToolExec { addr } => ("tool-exec", addr),
         Route::Orchestrator { addr } => ("orchestrator", addr),
@@ -84,20 +183,25 @@ async fn send_call(request: Request) -> Result<Answer, Failure> {
             .tls_config(tls_config()?)
             .map_err(|e| Failure::usage(format!("TLS for {service} at {addr}: {e}")))?;
     }
-    let channel = endpoint.connect().await.map(traced).map_err(|e| {
-        Failure::new(
-            Exit::Unavailable,
-            "unavailable",
-            format!("cannot reach {service} at {addr}: {}", source_chain(&e)),
-        )
-    })?;
+    let channel = endpoint
+        .connect()
+        .await
+        .map(traced)
+        .map_err(|e| Attempt::Retry {
+            after: None,
+            failure: Failure::new(
+                Exit::Unavailable,
+                "unavailable",
+                format!("cannot reach {service} at {addr}: {}", source_chain(&e)),
+            ),
+        })?;
     if let Route::Orchestrator { .. } = request.route {
         return call_orchestrator(channel, request).await;
     }
 
     let mut grpc = tonic::Request::new(ExecuteToolRequest {
         tool: request.tool.clone(),
-        arguments: Some(json::to_struct(request.arguments)),
+        arguments: Some(json::to_struct(request.arguments.clone())),
     });
     let bearer = MetadataValue::try_from(format!("Bearer {}", request.token.trim()))
         .map_err(|_| Failure::usage("CHORUS_RUN_TOKEN contains characters that cannot be sent"))?;
@@ -113,7 +217,7 @@ async fn send_call(request: Request) -> Result<Answer, Failure> {
         .max_decoding_message_size(DEFAULT_MESSAGE_BYTES)
         .execute_tool(grpc)
         .await
-        .map_err(|status| Failure::from_status(&status, "tool-exec"))?
+        .map_err(|status| refused(&status, "tool-exec"))?
         .into_inner();
 
     let mut output = response.output.map_or(Value::Null, json::from_value);
@@ -164,13 +268,13 @@ fn name_examples_by_this_binary(output: &mut Value) {
     }
 }
 
-async fn call_orchestrator(channel: TracedChannel, request: Request) -> Result<Answer, Failure> {
+async fn call_orchestrator(channel: TracedChannel, request: &Request) -> Result<Answer, Attempt> {
     if request.tool == "handoff" {
         return handoff(channel, request).await;
     }
     let mut grpc = chorus_proto::channel::short(tonic::Request::new(CallToolRequest {
         tool: request.tool.clone(),
-        arguments: Some(json::to_struct(request.arguments)),
+        arguments: Some(json::to_struct(request.arguments.clone())),
     }));
     let bearer = MetadataValue::try_from(format!("Bearer {}", request.token.trim()))
         .map_err(|_| Failure::usage("CHORUS_RUN_TOKEN contains characters that cannot be sent"))?;
@@ -179,7 +283,7 @@ async fn call_orchestrator(channel: TracedChannel, request: Request) -> Result<A
         .max_decoding_message_size(DEFAULT_MESSAGE_BYTES)
         .call_tool(grpc)
         .await
-        .map_err(|status| Failure::from_status(&status, "orchestrator"))?
+        .map_err(|status| refused(&status, "orchestrator"))?
         .into_inner();
     let mut output = response.output.map_or(Value::Null, json::from_value);
     if request.tool == "help" {
@@ -199,7 +303,7 @@ async fn call_orchestrator(channel: TracedChannel, request: Request) -> Result<A
 
 /// A handoff: one streaming call that ends when the other agent does; prints its
 /// result like any tool's, or its failure as the tool's error (exit 1).
-async fn handoff(channel: TracedChannel, request: Request) -> Result<Answer, Failure> {
+async fn handoff(channel: TracedChannel, request: &Request) -> Result<Answer, Attempt> {
     match chorus_proto::handoff::call(channel, &request.token, &request.arguments).await {
         Ok(output) => Ok(Answer {
             stdout: serde_json::json!({ "output": output, "metadata": {} }).to_string(),
@@ -218,7 +322,7 @@ async fn handoff(channel: TracedChannel, request: Request) -> Result<Answer, Fai
             .to_string(),
             error: Some(Failure::new(Exit::ToolFailed, &failure, reason)),
         }),
-        Err(HandoffError::Status(status)) => Err(Failure::from_status(&status, "orchestrator")),
+        Err(HandoffError::Status(status)) => Err(refused(&status, "orchestrator")),
     }
 }
 

@@ -6,7 +6,7 @@ use serde_json::json;
 use tonic::Code;
 
 /// Metadata of a refusal at a service's limit of calls: how long to wait.
-const RETRY_PUSHBACK: &str = "grpc-retry-pushback-ms";
+pub const RETRY_PUSHBACK: &str = "grpc-retry-pushback-ms";
 
 /// What the process exit code tells the calling agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

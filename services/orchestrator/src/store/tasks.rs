@@ -464,6 +464,20 @@ impl PageToken {
     }
 }
 
+/// How many of `items`, from the first, fit in `budget` bytes as `bytes`
+/// counts them; at least one.
+fn fitting<T>(items: &[T], budget: usize, bytes: impl Fn(&T) -> usize) -> usize {
+    let mut used = 0_usize;
+    let fit = items
+        .iter()
+        .take_while(|item| {
+            used = used.saturating_add(bytes(item));
+            used <= budget
+        })
+        .count();
+    fit.max(1).min(items.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,18 +510,4 @@ mod tests {
             assert!(err.starts_with("invalid page_token"), "{err}");
         }
     }
-}
-
-/// How many of `items`, from the first, fit in `budget` bytes as `bytes`
-/// counts them; at least one.
-fn fitting<T>(items: &[T], budget: usize, bytes: impl Fn(&T) -> usize) -> usize {
-    let mut used = 0_usize;
-    let fit = items
-        .iter()
-        .take_while(|item| {
-            used = used.saturating_add(bytes(item));
-            used <= budget
-        })
-        .count();
-    fit.max(1).min(items.len())
 }
