@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 const PROTOS: &[&str] = &[
     "chorus/sandbox/v1/sandbox.proto",
+    "chorus/serving/v1/serving.proto",
     "chorus/tools/v1/tools.proto",
     "chorus/orchestrator/v1/orchestrator.proto",
 ];

@@ -55,6 +55,13 @@ pub mod sandbox {
     }
 }
 
+pub mod serving {
+    pub mod v1 {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("chorus.serving.v1");
+    }
+}
+
 pub mod tools {
     pub mod v1 {
         #![allow(clippy::all, missing_docs)]

@@ -329,8 +329,9 @@ async fn answers_never_read_are_cut_off_and_memory_stays_bounded() {
 }
 
 /// 2,000 connections from one address that never send a byte, against an
-/// orchestrator allowed 1,024 open files: at most 256 of them are held (a newer one
-/// closes the oldest), each for `--handshake-timeout-secs`; callers with a credential (on a connection
+/// orchestrator allowed 1,024 open files: at most 768 connections are held (¾
+/// of the files; a newer one closes the oldest silent one), each silent one
+/// for at most `--handshake-timeout-secs`; callers with a credential (on a connection
 /// they had, and on a new one from another address) are served, and the
 /// closes are logged a few lines a second. Before, 20,000 such connections
 /// used every file descriptor: admin calls got no answer at all.

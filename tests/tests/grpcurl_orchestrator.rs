@@ -70,6 +70,25 @@ async fn grpcurl_drives_a_tasks_life() {
     let status = grpcurl(&at, "GetStatus", "{}").await;
     assert_eq!(status["sandbox"]["state"], "enforced", "{status}");
     assert_eq!(status["embeddedToolExec"], true, "{status}");
+    // And what a caller may hold: every limit with its value in force.
+    let limits = status["limits"].as_array().expect("limits");
+    let value_of = |flag: &str| {
+        limits
+            .iter()
+            .find(|l| l["flag"] == flag)
+            .map(|l| l["value"].as_str().unwrap_or_default().to_owned())
+    };
+    assert_eq!(
+        value_of("--max-concurrent-requests").as_deref(),
+        Some("256"),
+        "{status}"
+    );
+    assert_eq!(
+        value_of("--answer-send-secs").as_deref(),
+        Some("30 s"),
+        "{status}"
+    );
+    assert!(limits.len() >= 19, "{status}");
 
     let body = serde_json::json!({"name": "docs", "root": root.path()}).to_string();
     let workspace = grpcurl(&at, "CreateWorkspace", &body).await;

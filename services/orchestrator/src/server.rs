@@ -409,8 +409,10 @@ pub async fn run(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(
-            OrchestratorServer::new(OrchestratorService::new(state.clone()))
-                .max_decoding_message_size(message_bytes),
+            OrchestratorServer::new(
+                OrchestratorService::new(state.clone()).with_limits(serve.limits(&connections)),
+            )
+            .max_decoding_message_size(message_bytes),
         )
         .add_service(
             AgentToolsServer::new(AgentToolsService::new(state.clone()))

@@ -8,7 +8,9 @@
 //!
 //! - at most `max` connections at once (`--max-connections`; by default three
 //!   quarters of the file descriptors, raised to the hard limit at start by
-//!   [`raise_fd_limit`]): one more is closed as soon as it is accepted;
+//!   [`raise_fd_limit`]): one more closes the oldest connection that has not
+//!   carried a call with a credential, or, when every connection has, is
+//!   closed as soon as it is accepted;
 //! - at most `per_peer` connections per peer address that have not yet
 //!   carried a call with a credential (`--max-unproven-connections-per-peer`);
 //!   one more closes the oldest of them: one address cannot hold every
@@ -32,7 +34,7 @@
 //! server's connection task polls the timer with its socket, so idle
 //! connections cost no task and no periodic wake-up.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -76,7 +78,7 @@ impl Default for ConnectionLimits {
     fn default() -> Self {
         Self {
             max: None,
-            per_peer: 256,
+            per_peer: 1024,
             handshake: Duration::from_secs(10),
             idle: Duration::from_secs(300),
             answer_send: Duration::from_secs(30),
@@ -97,9 +99,8 @@ struct Registry {
     max: usize,
     open: AtomicUsize,
     by_peer: Mutex<HashMap<SocketAddr, Weak<ConnState>>>,
-    /// Connections per address that carried no call with a credential yet,
-    /// oldest first.
-    unproven: Mutex<HashMap<IpAddr, Unproven>>,
+    /// Connections that carried no call with a credential yet.
+    unproven: Mutex<Book>,
     closes: LogRate,
     /// "the orchestrator", "tool-exec".
     service: &'static str,
@@ -191,13 +192,57 @@ impl Connections {
     }
 }
 
-/// The connections of one address that carried no call with a credential
-/// yet: how many, and (oldest first) which, some of them since proven or gone.
+/// Connections that carried no call with a credential yet: how many, and
+/// (oldest first) which — some of them since proven or gone — per address
+/// and in all.
+#[derive(Debug, Default)]
+struct Book {
+    by_ip: HashMap<IpAddr, Unproven>,
+    all: Unproven,
+}
+
 #[derive(Debug, Default)]
 struct Unproven {
     count: usize,
-    queue: std::collections::VecDeque<Weak<ConnState>>,
+    queue: VecDeque<Weak<ConnState>>,
 }
+
+impl Unproven {
+    /// The oldest connection still unproven, taken out of the count (and
+    /// marked so that it is not counted out again).
+    fn oldest(&mut self) -> Option<Arc<ConnState>> {
+        while let Some(oldest) = self.queue.pop_front() {
+            if let Some(oldest) = oldest.upgrade()
+                && !oldest.proven.swap(true, Ordering::AcqRel)
+            {
+                self.count = self.count.saturating_sub(1);
+                return Some(oldest);
+            }
+        }
+        None
+    }
+
+    fn add(&mut self, state: &Arc<ConnState>) {
+        self.count += 1;
+        self.queue.push_back(Arc::downgrade(state));
+    }
+
+    /// One fewer; drops entries of connections since proven or gone once they
+    /// are most of the queue.
+    fn remove_one(&mut self) {
+        self.count = self.count.saturating_sub(1);
+        if self.queue.len() > 2 * self.count + 64 {
+            self.queue.retain(|w| {
+                w.upgrade()
+                    .is_some_and(|c| !c.proven.load(Ordering::Acquire))
+            });
+        }
+    }
+}
+
+/// Connections past `max` held while the ones closed to make room for them
+/// are still being dropped.
+const ROOM_BEING_MADE: usize = 64;
 
 /// Why a connection was closed at once.
 #[derive(Debug, thiserror::Error)]
@@ -226,11 +271,13 @@ impl Registry {
         peer: SocketAddr,
         keepalive: Option<Duration>,
     ) -> Result<Conn, Refused> {
-        if self.open.load(Ordering::Relaxed) >= self.max {
-            return Err(Refused::Total {
-                service: self.service,
-                max: self.max,
-            });
+        let open = self.open.load(Ordering::Relaxed);
+        let refused = || Refused::Total {
+            service: self.service,
+            max: self.max,
+        };
+        if open >= self.max + ROOM_BEING_MADE {
+            return Err(refused());
         }
         let state = Arc::new(ConnState {
             peer,
@@ -243,7 +290,9 @@ impl Registry {
             waker: Mutex::new(None),
             registry: Arc::downgrade(self),
         });
-        self.count_unproven(&state);
+        if !self.count_unproven(&state, open >= self.max) {
+            return Err(refused());
+        }
         // Counted from here: a refusal below gives the counts back.
         self.open.fetch_add(1, Ordering::Relaxed);
         chorus_telemetry::metrics().connections.add(1, &[]);
@@ -274,59 +323,66 @@ impl Registry {
         }
     }
 
-    /// Counts a new connection among its address's unproven ones; when that
-    /// makes one too many, the oldest is closed: an address that opens
-    /// connections and says nothing cycles through its own share, and a
-    /// caller that says something at once is never turned away.
-    fn count_unproven(&self, state: &Arc<ConnState>) {
-        let evicted = {
-            let mut unproven = self.unproven.lock().unwrap_or_else(PoisonError::into_inner);
-            let mine = unproven.entry(state.peer.ip()).or_default();
+    /// Counts a new connection among the unproven ones. When that makes one
+    /// too many for its address — or, `full`, for the server — the oldest
+    /// unproven connection (of the address, else of all) is closed: an
+    /// address that opens connections and says nothing cycles through its own
+    /// share, and a caller that makes its call at once is never turned away.
+    /// False when the server is full of connections that all carried calls.
+    fn count_unproven(&self, state: &Arc<ConnState>, full: bool) -> bool {
+        let (evicted, why) = {
+            let mut book = self.unproven.lock().unwrap_or_else(PoisonError::into_inner);
+            let ip = state.peer.ip();
+            let mine = book.by_ip.entry(ip).or_default();
             let mut evicted = None;
-            while mine.count >= self.limits.per_peer {
-                let Some(oldest) = mine.queue.pop_front() else {
-                    break;
-                };
-                if let Some(oldest) = oldest.upgrade()
-                    && !oldest.proven.swap(true, Ordering::AcqRel)
+            let mut why = "";
+            if mine.count >= self.limits.per_peer {
+                evicted = mine.oldest();
+                why = "--max-unproven-connections-per-peer";
+            }
+            if let Some(oldest) = &evicted {
+                let _ = oldest;
+                book.all.remove_one();
+            } else if full {
+                evicted = book.all.oldest();
+                why = "--max-connections";
+                if let Some(oldest) = &evicted
+                    && let Some(theirs) = book.by_ip.get_mut(&oldest.peer.ip())
                 {
-                    mine.count -= 1;
-                    evicted = Some(oldest);
+                    theirs.remove_one();
                 }
             }
-            mine.count += 1;
-            mine.queue.push_back(Arc::downgrade(state));
-            evicted
+            if full && evicted.is_none() {
+                return false;
+            }
+            book.by_ip.entry(ip).or_default().add(state);
+            book.all.add(state);
+            (evicted, why)
         };
         if let Some(oldest) = evicted {
             let why = format!(
-                "{} connections from {} carried no call with a credential (--max-unproven-connections-per-peer); the oldest was closed",
-                self.limits.per_peer,
-                state.peer.ip()
+                "too many connections carried no call with a credential ({why}); the oldest was closed"
             );
-            chorus_telemetry::metrics().refused(
-                "unproven-connections-per-peer",
-                "connection",
-                None,
-            );
+            let reason = if full && !why.contains("per-peer") {
+                "connections"
+            } else {
+                "unproven-connections-per-peer"
+            };
+            chorus_telemetry::metrics().refused(reason, "connection", None);
             self.log_close(Some(oldest.peer), &why);
             oldest.close(why);
         }
+        true
     }
 
     /// One connection of `ip` no longer counts as unproven.
     fn proven(&self, ip: IpAddr) {
-        let mut unproven = self.unproven.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(mine) = unproven.get_mut(&ip) {
-            mine.count = mine.count.saturating_sub(1);
+        let mut book = self.unproven.lock().unwrap_or_else(PoisonError::into_inner);
+        book.all.remove_one();
+        if let Some(mine) = book.by_ip.get_mut(&ip) {
+            mine.remove_one();
             if mine.count == 0 {
-                unproven.remove(&ip);
-            } else if mine.queue.len() > 2 * mine.count + 16 {
-                // Drop entries of connections since proven or gone.
-                mine.queue.retain(|w| {
-                    w.upgrade()
-                        .is_some_and(|c| !c.proven.load(Ordering::Acquire))
-                });
+                book.by_ip.remove(&ip);
             }
         }
     }

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use chorus_proto::serving::v1::Limit;
+
 use crate::calls::Calls;
 use crate::connections::{Conn, ConnectionLimits, Connections};
 use crate::deadline::DeadlineLayer;
@@ -60,13 +62,13 @@ pub struct ServeArgs {
     #[arg(long, env = "CHORUS_MAX_UNREAD_ANSWER_BYTES_PER_CREDENTIAL", default_value_t = 32 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_unread_answer_bytes_per_credential: u64,
     /// Connections held at once (0: three quarters of the open-file limit,
-    /// which is raised to its hard limit at start); one more is closed when
-    /// accepted.
+    /// which is raised to its hard limit at start); one more closes the
+    /// oldest that has carried no call with a credential.
     #[arg(long, env = "CHORUS_MAX_CONNECTIONS", default_value_t = 0)]
     pub max_connections: u64,
     /// Connections one peer address holds that have carried no call with a
-    /// credential yet; one more is closed when accepted.
-    #[arg(long, env = "CHORUS_MAX_UNPROVEN_CONNECTIONS_PER_PEER", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    /// credential yet; one more closes the oldest of them.
+    #[arg(long, env = "CHORUS_MAX_UNPROVEN_CONNECTIONS_PER_PEER", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_unproven_connections_per_peer: u32,
     /// Streams one connection may open at once (HTTP/2
     /// MAX_CONCURRENT_STREAMS, advertised to clients).
@@ -234,5 +236,118 @@ impl ServeConfig {
     /// The request timeout of unary calls.
     pub fn deadline(&self, calls: &Calls) -> DeadlineLayer {
         DeadlineLayer::new(calls.clone(), self.request_timeout)
+    }
+}
+
+impl ServeConfig {
+    /// Every limit of a port served with these settings and `connections`,
+    /// with its value in force, as GetStatus shows them.
+    pub fn limits(&self, connections: &Connections) -> Vec<Limit> {
+        let c = &self.capacity;
+        let l = &self.connections;
+        let secs = |d: Duration| format!("{} s", d.as_secs());
+        let mib = |n: usize| format!("{} MiB", n / (1024 * 1024));
+        let limit = |flag: &str, value: String, bounds: &str| Limit {
+            flag: flag.to_owned(),
+            value,
+            bounds: bounds.to_owned(),
+        };
+        vec![
+            limit(
+                "--max-connections",
+                connections.max().to_string(),
+                "connections at once; a newer one closes the oldest that carried no call with a credential",
+            ),
+            limit(
+                "--max-unproven-connections-per-peer",
+                l.per_peer.to_string(),
+                "connections of one address that carried no call with a credential",
+            ),
+            limit(
+                "--max-streams-per-connection",
+                self.streams_per_connection.to_string(),
+                "streams one connection opens at once (HTTP/2 MAX_CONCURRENT_STREAMS)",
+            ),
+            limit(
+                "--handshake-timeout-secs",
+                secs(l.handshake),
+                "time a new connection has to begin HTTP/2 or TLS",
+            ),
+            limit(
+                "--connection-idle-secs",
+                secs(l.idle),
+                "time a connection may carry no call",
+            ),
+            limit(
+                "--answer-send-secs",
+                secs(l.answer_send),
+                "time an answer may wait for its client to read it",
+            ),
+            limit(
+                "--request-body-secs",
+                secs(c.request_body),
+                "time a call's message may take after its headers",
+            ),
+            limit(
+                "--request-timeout-secs",
+                secs(self.request_timeout),
+                "running time of a unary call",
+            ),
+            limit(
+                "--max-concurrent-requests",
+                c.unary.to_string(),
+                "unary calls of API keys at once",
+            ),
+            limit(
+                "--max-concurrent-streams",
+                c.streams.to_string(),
+                "streams of API keys at once",
+            ),
+            limit(
+                "--agent-max-concurrent-requests",
+                c.agent_unary.to_string(),
+                "unary calls of agents at once",
+            ),
+            limit(
+                "--agent-max-concurrent-streams",
+                c.agent_streams.to_string(),
+                "streams of agents at once",
+            ),
+            limit(
+                "--max-concurrent-requests-per-credential",
+                c.credential_unary.to_string(),
+                "unary calls of one key or one run at once",
+            ),
+            limit(
+                "--max-concurrent-streams-per-credential",
+                c.credential_streams.to_string(),
+                "streams of one key or one run at once",
+            ),
+            limit(
+                "--max-anonymous-calls",
+                c.anonymous.to_string(),
+                "calls, and streams, without a credential at once",
+            ),
+            limit(
+                "--anonymous-stream-secs",
+                secs(c.anonymous_stream),
+                "time a stream without a credential lasts",
+            ),
+            limit(
+                "--max-unread-answer-bytes",
+                mib(c.answer_bytes),
+                "bytes of API keys' answers sent and not yet read",
+            ),
+            limit(
+                "--agent-max-unread-answer-bytes",
+                mib(c.agent_answer_bytes),
+                "bytes of agents' answers sent and not yet read",
+            ),
+            limit(
+                "--max-unread-answer-bytes-per-credential",
+                mib(c.credential_answer_bytes),
+                "bytes of one key's or one run's answers sent and not yet read",
+            ),
+        ]
     }
 }

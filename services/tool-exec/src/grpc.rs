@@ -32,6 +32,8 @@ pub struct ToolExecService {
     /// The fences of calls in progress (see [`crate::watch`]); None when none
     /// can be made (processes then run without one).
     fences: Option<Arc<Fences>>,
+    /// The limits of the port it is served on, for GetStatus.
+    limits: Vec<chorus_proto::serving::v1::Limit>,
 }
 
 impl ToolExecService {
@@ -51,7 +53,15 @@ impl ToolExecService {
             verifier,
             gate,
             fences,
+            limits: Vec::new(),
         }
+    }
+
+    /// Served on a port with `limits`.
+    #[must_use]
+    pub fn with_limits(mut self, limits: Vec<chorus_proto::serving::v1::Limit>) -> Self {
+        self.limits = limits;
+        self
     }
 }
 
@@ -165,6 +175,7 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
         Ok(Response::new(pb::GetStatusResponse {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             sandbox: Some(sandbox_status(self.runner.processes().status())),
+            limits: self.limits.clone(),
         }))
     }
 }

@@ -56,11 +56,12 @@ pub async fn run(
     let runner = ToolRunner::new(config.limits, config.processes.clone(), cancel.clone());
     let message_bytes = config.limits.message_bytes();
     serve.capacity.request_bytes = message_bytes;
-    let service = ToolExecServer::new(ToolExecService::new(
-        runner,
-        config.verifier.clone(),
-        config.gate.clone(),
-    ))
+    // Connections are bounded by --max-connections, not a low default limit.
+    let connections = serve.connections(chorus_serve::connections::raise_fd_limit(), "tool-exec");
+    let service = ToolExecServer::new(
+        ToolExecService::new(runner, config.verifier.clone(), config.gate.clone())
+            .with_limits(serve.limits(&connections)),
+    )
     .max_decoding_message_size(message_bytes);
 
     let health = Health::new(&[SERVICE]).await;
@@ -99,8 +100,6 @@ pub async fn run(
         "agents pass their run token (CHORUS_RUN_TOKEN); operators an API key of role viewer or more",
         config.peers.clone(),
     );
-    // Connections are bounded by --max-connections, not a low default limit.
-    let connections = serve.connections(chorus_serve::connections::raise_fd_limit(), "tool-exec");
     let mut builder = serve.server();
     if let Some(tls) = &config.tls {
         builder = builder.tls_config(tls.config()?)?;

@@ -29,11 +29,23 @@ pub use tasks::TaskEventStream;
 #[derive(Debug, Clone)]
 pub struct OrchestratorService {
     state: AppState,
+    /// The limits of the port it is served on, for GetStatus.
+    limits: Vec<chorus_proto::serving::v1::Limit>,
 }
 
 impl OrchestratorService {
     pub fn new(state: AppState) -> Self {
-        Self { state }
+        Self {
+            state,
+            limits: Vec::new(),
+        }
+    }
+
+    /// Served on a port with `limits`.
+    #[must_use]
+    pub fn with_limits(mut self, limits: Vec<chorus_proto::serving::v1::Limit>) -> Self {
+        self.limits = limits;
+        self
     }
 }
 
@@ -312,6 +324,7 @@ impl Orchestrator for OrchestratorService {
                 })
                 .collect(),
             live_runs: u32::try_from(self.state.runner.live_runs()).unwrap_or(u32::MAX),
+            limits: self.limits.clone(),
         }))
     }
 

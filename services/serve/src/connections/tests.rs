@@ -175,40 +175,31 @@ async fn one_address_holds_few_connections_without_a_credential_the_oldest_goes_
 }
 
 #[tokio::test]
-async fn connections_past_the_total_are_closed_when_accepted() {
+async fn past_the_total_the_oldest_silent_connection_makes_room_and_proven_ones_never_do() {
     let (connections, mut incoming, addr) = listening(ConnectionLimits {
         max: Some(2),
         ..LIMITS
     })
     .await;
-    let mut held = Vec::new();
-    for from in [1, 2] {
-        let client = client(addr, Ipv4Addr::new(127, 0, 0, from)).await;
-        held.push((
-            client,
-            incoming.next().await.expect("accepted").expect("admitted"),
-        ));
-    }
-    let mut over = client(addr, Ipv4Addr::new(127, 0, 0, 3)).await;
-    // The server accepts on: the next connection it admits.
-    let next = tokio::spawn(async move { incoming.next().await });
-    assert!(
-        closed(&mut over).await,
-        "the connection past the limit was closed"
-    );
+    let mut first = client(addr, Ipv4Addr::new(127, 0, 0, 1)).await;
+    let conn_first = incoming.next().await.expect("accepted").expect("admitted");
+    let _second = client(addr, Ipv4Addr::new(127, 0, 0, 2)).await;
+    let conn_second = incoming.next().await.expect("accepted").expect("admitted");
+    // A third, the server being full: the oldest silent one makes room.
+    let _third = client(addr, Ipv4Addr::new(127, 0, 0, 3)).await;
+    let conn_third = incoming.next().await.expect("accepted").expect("admitted");
+    let error = served(conn_first).await;
+    assert!(error.to_string().contains("--max-connections"), "{error}");
+    assert!(closed(&mut first).await);
     assert_eq!(connections.open(), 2);
-    // One closes: the next is admitted.
-    held.pop();
-    let _next = client(addr, Ipv4Addr::new(127, 0, 0, 4)).await;
-    let admitted = next
-        .await
-        .expect("task")
-        .expect("accepted")
-        .expect("admitted");
-    assert_eq!(
-        admitted.state.peer().ip(),
-        IpAddr::V4(Ipv4Addr::new(127, 0, 0, 4))
-    );
+    // Every connection has carried a call: one more is closed when accepted.
+    conn_second.state.prove();
+    conn_third.state.prove();
+    let mut over = client(addr, Ipv4Addr::new(127, 0, 0, 4)).await;
+    let next = tokio::spawn(async move { incoming.next().await.map(|c| c.map(|_| ())) });
+    assert!(closed(&mut over).await, "refused: nothing to make room");
+    assert_eq!(connections.open(), 2);
+    next.abort();
 }
 
 #[test]
