@@ -68,7 +68,10 @@ where
     for task in tasks {
         all.extend(task.await.expect("caller"));
     }
-    (total as f64 / started.elapsed().as_secs_f64(), Samples::new(all))
+    (
+        total as f64 / started.elapsed().as_secs_f64(),
+        Samples::new(all),
+    )
 }
 
 fn row(what: &str, callers: usize, rate: f64, samples: &Samples, base: Option<f64>) {
@@ -324,7 +327,11 @@ async fn attacks(data: &Path, n: usize) {
     // 2,000 connections that never say a word.
     let mut silent = Vec::new();
     for _ in 0..2000 {
-        silent.push(tokio::net::TcpStream::connect(o.addr).await.expect("connect"));
+        silent.push(
+            tokio::net::TcpStream::connect(o.addr)
+                .await
+                .expect("connect"),
+        );
     }
     let (get, read) = legit_p99(&mut legit, n).await;
     println!("| 2,000 silent connections | {} | {} |", ms(get), ms(read));
@@ -352,12 +359,17 @@ async fn attacks(data: &Path, n: usize) {
                 ),
             })
             .await;
-        let answer = tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(
-            channel.clone(),
-        )
-        .server_reflection_info(tokio_stream::wrappers::ReceiverStream::new(requests))
-        .await;
-        reflections.push((channel, sender, answer.ok().map(tonic::Response::into_inner)));
+        let answer =
+            tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(
+                channel.clone(),
+            )
+            .server_reflection_info(tokio_stream::wrappers::ReceiverStream::new(requests))
+            .await;
+        reflections.push((
+            channel,
+            sender,
+            answer.ok().map(tonic::Response::into_inner),
+        ));
     }
     let (get, read) = legit_p99(&mut legit, n).await;
     println!(
@@ -372,7 +384,10 @@ async fn attacks(data: &Path, n: usize) {
     for i in 0..1024 {
         if i % 256 == 0 {
             watches.push((
-                OrchestratorClient::with_interceptor(channel_to(o.addr).await, Bearer::new(&viewer)),
+                OrchestratorClient::with_interceptor(
+                    channel_to(o.addr).await,
+                    Bearer::new(&viewer),
+                ),
                 Vec::new(),
             ));
         }
@@ -391,7 +406,11 @@ async fn attacks(data: &Path, n: usize) {
         }
     }
     let (get, read) = legit_p99(&mut legit, n).await;
-    println!("| a viewer's 1,024 WatchTask streams | {} | {} |", ms(get), ms(read));
+    println!(
+        "| a viewer's 1,024 WatchTask streams | {} | {} |",
+        ms(get),
+        ms(read)
+    );
     drop(watches);
 
     // Tokens of an unknown signing key, 300 at a time, all along.
@@ -437,7 +456,9 @@ async fn attacks(data: &Path, n: usize) {
         let _ = task.await;
     }
     let (now, peak) = attacker::memory_mib(o.pid());
-    println!("\norchestrator resident memory after the attacks: {now} MiB now, {peak} MiB at its peak");
+    println!(
+        "\norchestrator resident memory after the attacks: {now} MiB now, {peak} MiB at its peak"
+    );
     o.kill().await;
 }
 
@@ -489,7 +510,9 @@ async fn many_runs(data: &Path) {
     let wall = started.elapsed();
     let samples = Samples::new(latencies);
     let (now, peak) = attacker::memory_mib(o.pid());
-    println!("\n| runs × calls at once | wall | failed | call p50 | call p99 | orchestrator RSS before → after (peak) |");
+    println!(
+        "\n| runs × calls at once | wall | failed | call p50 | call p99 | orchestrator RSS before → after (peak) |"
+    );
     println!("|---|---|---|---|---|---|");
     println!(
         "| {RUNS} × {CALLS} | {:.1} s | {failed} | {} | {} | {before} → {now} MiB ({peak} MiB) |",
@@ -522,7 +545,10 @@ fn main() {
         if let Some(pg) = databases.iter().find(|d| d.backend == "postgres") {
             throughput("PostgreSQL", &pg.url, pg_dir.path(), total).await;
         }
-        println!("\n### A legitimate caller during attacks (p99 of {} calls each)", total / 10);
+        println!(
+            "\n### A legitimate caller during attacks (p99 of {} calls each)",
+            total / 10
+        );
         attacks(data.path(), total / 10).await;
         println!("\n### 1,000 runs making 4 tool calls at once (chorus-tools processes)");
         many_runs(data.path()).await;

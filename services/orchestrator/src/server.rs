@@ -433,7 +433,7 @@ pub async fn run(
                 gate: Some(gate),
                 tls: config.tls.clone(),
                 peers: config.peers.clone(),
-                serve,
+                serve: serve.clone(),
                 ..ToolExecConfig::new(state.verifier.clone(), processes.clone())
             };
             let tool_exec_stop = draining.clone();

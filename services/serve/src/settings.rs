@@ -9,7 +9,7 @@ use chorus_proto::serving::v1::Limit;
 use crate::calls::Calls;
 use crate::connections::{Conn, ConnectionLimits, Connections};
 use crate::deadline::DeadlineLayer;
-use crate::shed::{Capacity, LoadShedLayer};
+use crate::shed::{Capacity, LoadShedLayer, Quota};
 
 /// The serving flags (flatten into a service's settings).
 #[derive(Debug, Clone, clap::Args)]
@@ -40,6 +40,12 @@ pub struct ServeArgs {
     /// Streams one API key, or one run, holds open at once.
     #[arg(long, env = "CHORUS_MAX_CONCURRENT_STREAMS_PER_CREDENTIAL", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_streams_per_credential: u32,
+    /// Unary calls / streams one credential may hold at once, for a role, one
+    /// API key or agents, over the per-credential defaults: `viewer=16/64`,
+    /// `key:<id>=128/512`, `agents=32/8`. Repeatable (comma-separated in the
+    /// environment).
+    #[arg(long = "quota", env = "CHORUS_QUOTAS", value_name = "WHO=CALLS/STREAMS", value_delimiter = ',', action = clap::ArgAction::Append)]
+    pub quotas: Vec<Quota>,
     /// Calls, and streams, without a credential (server reflection) at once.
     #[arg(long, env = "CHORUS_MAX_ANONYMOUS_CALLS", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_anonymous_calls: u32,
@@ -135,6 +141,7 @@ impl ServeArgs {
                 answer_send: Duration::from_secs(self.answer_send_secs.max(1)),
             },
             streams_per_connection: self.max_streams_per_connection.max(1),
+            quotas: self.quotas.clone(),
             keepalive: (self.keepalive_secs > 0).then(|| Duration::from_secs(self.keepalive_secs)),
             keepalive_timeout: Duration::from_secs(self.keepalive_timeout_secs.max(1)),
             health_check: Duration::from_secs(self.health_check_secs.max(1)),
@@ -153,7 +160,7 @@ fn bytes(n: u64) -> usize {
 }
 
 /// How a server treats calls, connections and its own stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServeConfig {
     /// Longest a unary call may run.
     pub request_timeout: Duration,
@@ -163,6 +170,8 @@ pub struct ServeConfig {
     pub connections: ConnectionLimits,
     /// HTTP/2 MAX_CONCURRENT_STREAMS.
     pub streams_per_connection: u32,
+    /// Per-credential quotas of roles, keys and agents.
+    pub quotas: Vec<Quota>,
     /// HTTP/2 ping interval and TCP keepalive time; None: off.
     pub keepalive: Option<Duration>,
     /// How long a ping may go unanswered.
@@ -182,6 +191,7 @@ impl Default for ServeConfig {
             capacity: Capacity::default(),
             connections: ConnectionLimits::default(),
             streams_per_connection: 1024,
+            quotas: Vec::new(),
             keepalive: Some(Duration::from_secs(30)),
             keepalive_timeout: Duration::from_secs(10),
             health_check: Duration::from_secs(5),
@@ -228,6 +238,7 @@ impl ServeConfig {
         LoadShedLayer::new(
             calls.clone(),
             self.capacity,
+            self.quotas.clone(),
             Some(connections.clone()),
             service,
         )

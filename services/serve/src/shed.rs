@@ -172,12 +172,82 @@ impl Pool {
     }
 }
 
+/// Whose quota a [`Quota`] sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuotaOf {
+    /// Every API key (or client certificate) of a role.
+    Role(chorus_auth::Role),
+    /// One API key, by id (or a client certificate, `cert:<name>`).
+    Key(String),
+    /// Every run (agents' run tokens).
+    Agents,
+}
+
+/// Unary calls and streams one credential may hold at once, for a role, a
+/// key or agents, over the per-credential defaults (`--quota`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quota {
+    pub of: QuotaOf,
+    pub requests: usize,
+    pub streams: usize,
+}
+
+impl std::fmt::Display for Quota {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.of {
+            QuotaOf::Role(role) => write!(f, "{}", role.as_str())?,
+            QuotaOf::Key(id) => write!(f, "key:{id}")?,
+            QuotaOf::Agents => f.write_str("agents")?,
+        }
+        write!(f, "={}/{}", self.requests, self.streams)
+    }
+}
+
+impl std::str::FromStr for Quota {
+    type Err = String;
+
+    /// `viewer=16/64`, `key:3f1c…=128/512`, `agents=32/8`: whose, then unary
+    /// calls / streams.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let usage = || {
+            format!(
+                "'{text}' is not a quota: write WHO=CALLS/STREAMS, WHO being a role (admin, operator, viewer, tool-exec), key:<id> or agents, e.g. viewer=16/64"
+            )
+        };
+        let (who, counts) = text.split_once('=').ok_or_else(usage)?;
+        let (requests, streams) = counts.split_once('/').ok_or_else(usage)?;
+        let count = |n: &str| {
+            n.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(usage)
+        };
+        let of = match who.trim() {
+            "agents" => QuotaOf::Agents,
+            key if key.starts_with("key:") && key.len() > 4 => QuotaOf::Key(key[4..].to_owned()),
+            role => QuotaOf::Role(
+                role.parse()
+                    .map_err(|e: String| format!("{e} (in '{text}')"))?,
+            ),
+        };
+        Ok(Self {
+            of,
+            requests: count(requests)?,
+            streams: count(streams)?,
+        })
+    }
+}
+
 /// What one credential holds now: unary calls, streams, bytes of answers
 /// not yet read.
 #[derive(Debug)]
 struct PerCredential {
     held: Arc<Mutex<HashMap<String, [usize; 3]>>>,
+    /// The defaults (`--max-concurrent-requests-per-credential`, …).
     limits: [usize; 3],
+    /// Over the defaults, most specific first: keys, then roles and agents.
+    quotas: Vec<Quota>,
 }
 
 const UNARY: usize = 0;
@@ -206,36 +276,67 @@ impl Drop for CredentialPlace {
 }
 
 impl PerCredential {
-    /// `amount` of `who` in `pool`, unless that takes it past its limit.
-    fn take(&self, who: &str, pool: usize, amount: usize) -> Option<CredentialPlace> {
+    /// The limits of `caller`: its key's quota, else its role's (or agents'),
+    /// else the defaults.
+    fn limits_of(&self, caller: &Caller) -> [usize; 3] {
+        let applies = |q: &&Quota| match (&q.of, caller) {
+            (QuotaOf::Key(id), Caller::Key(mine, _)) => id == mine,
+            (QuotaOf::Role(role), Caller::Key(_, mine)) => role == mine,
+            (QuotaOf::Agents, Caller::Agent(_)) => true,
+            _ => false,
+        };
+        let by_key = self
+            .quotas
+            .iter()
+            .find(|q| matches!(q.of, QuotaOf::Key(_)) && applies(q));
+        match by_key.or_else(|| self.quotas.iter().find(applies)) {
+            Some(q) => [q.requests, q.streams, self.limits[ANSWER_BYTES]],
+            None => self.limits,
+        }
+    }
+
+    /// `amount` of `caller` in `pool`, unless that takes it past its limit.
+    fn take(&self, caller: &Caller, pool: usize, amount: usize) -> Option<CredentialPlace> {
+        let who = caller.who()?;
+        let limit = self.limits_of(caller)[pool];
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let counts = held.entry(who.to_owned()).or_insert([0, 0, 0]);
-        if counts[pool].saturating_add(amount) > self.limits[pool] {
+        let counts = held.entry(who.clone()).or_insert([0, 0, 0]);
+        if counts[pool].saturating_add(amount) > limit {
             if *counts == [0, 0, 0] {
-                held.remove(who);
+                held.remove(&who);
             }
             return None;
         }
         counts[pool] += amount;
         Some(CredentialPlace {
             held: Arc::clone(&self.held),
-            who: who.to_owned(),
+            who,
             pool,
             amount,
         })
     }
 
-    fn refusal_of(&self, pool: usize) -> (usize, &'static str, &'static str) {
+    fn refusal_of(&self, caller: &Caller, pool: usize) -> (usize, &'static str, &'static str) {
+        let limits = self.limits_of(caller);
+        let quota = limits != self.limits;
         match pool {
             UNARY => (
-                self.limits[UNARY],
+                limits[UNARY],
                 "calls",
-                "--max-concurrent-requests-per-credential",
+                if quota {
+                    "--quota"
+                } else {
+                    "--max-concurrent-requests-per-credential"
+                },
             ),
             STREAMS => (
-                self.limits[STREAMS],
+                limits[STREAMS],
                 "streams",
-                "--max-concurrent-streams-per-credential",
+                if quota {
+                    "--quota"
+                } else {
+                    "--max-concurrent-streams-per-credential"
+                },
             ),
             _ => (
                 self.limits[ANSWER_BYTES],
@@ -250,7 +351,7 @@ impl PerCredential {
 #[derive(Debug, Clone)]
 enum Caller {
     Agent(String),
-    Key(String),
+    Key(String, chorus_auth::Role),
     Anonymous,
 }
 
@@ -258,7 +359,7 @@ impl Caller {
     fn of(extensions: &http::Extensions) -> Self {
         match extensions.get::<Principal>() {
             Some(Principal::Run { verified, .. }) => Self::Agent(verified.grant.run_id.clone()),
-            Some(Principal::Key { id, .. }) => Self::Key(id.clone()),
+            Some(Principal::Key { id, role, .. }) => Self::Key(id.clone(), *role),
             Some(Principal::Internal) => Self::Agent("internal".to_owned()),
             None => Self::Anonymous,
         }
@@ -268,7 +369,7 @@ impl Caller {
     fn who(&self) -> Option<String> {
         match self {
             Self::Agent(run) => Some(format!("run {run}")),
-            Self::Key(id) => Some(format!("key {id}")),
+            Self::Key(id, _) => Some(format!("key {id}")),
             Self::Anonymous => None,
         }
     }
@@ -277,7 +378,7 @@ impl Caller {
     fn labels(&self) -> (&'static str, Option<&str>) {
         match self {
             Self::Agent(_) => ("agent", None),
-            Self::Key(id) => ("key", Some(id)),
+            Self::Key(id, _) => ("key", Some(id)),
             Self::Anonymous => ("anonymous", None),
         }
     }
@@ -290,6 +391,7 @@ impl LoadShedLayer {
     pub fn new(
         calls: Calls,
         capacity: Capacity,
+        quotas: Vec<Quota>,
         connections: Option<Connections>,
         service: &'static str,
     ) -> Self {
@@ -354,6 +456,7 @@ impl LoadShedLayer {
                         capacity.credential_streams.max(1),
                         capacity.credential_answer_bytes.max(1),
                     ],
+                    quotas,
                 },
                 anonymous_stream: capacity.anonymous_stream,
                 retry_after: capacity.retry_after,
@@ -488,12 +591,11 @@ impl Shared {
         let stream = kind == CallKind::Stream;
         let pools = self.pools(caller);
         let pool = if stream { &pools.streams } else { &pools.unary };
-        let who = caller.who();
-        let own = match &who {
+        let own = match caller.who() {
             Some(who) => {
                 let which = if stream { STREAMS } else { UNARY };
-                Some(self.per_credential.take(who, which, 1).ok_or_else(|| {
-                    let (limit, what, flag) = self.per_credential.refusal_of(which);
+                Some(self.per_credential.take(caller, which, 1).ok_or_else(|| {
+                    let (limit, what, flag) = self.per_credential.refusal_of(caller, which);
                     Refused {
                         status: self.refusal(limit, what, flag, &format!(" for {who}")),
                         reason: "credential-calls",
@@ -519,7 +621,7 @@ impl Shared {
     fn pools(&self, caller: &Caller) -> &Pools {
         match caller {
             Caller::Agent(_) => &self.agents,
-            Caller::Key(_) => &self.keys,
+            Caller::Key(..) => &self.keys,
             Caller::Anonymous => &self.anonymous,
         }
     }
@@ -642,11 +744,15 @@ impl Answers {
             return Err(shared.refusal(pool.limit, pool.what, pool.flag, ""));
         };
         let own = match self.caller.who() {
-            Some(who) => match shared.per_credential.take(&who, ANSWER_BYTES, bytes) {
+            Some(who) => match shared
+                .per_credential
+                .take(&self.caller, ANSWER_BYTES, bytes)
+            {
                 Some(own) => Some(own),
                 None => {
                     self.refused("credential-unread-answer-bytes");
-                    let (limit, what, flag) = shared.per_credential.refusal_of(ANSWER_BYTES);
+                    let (limit, what, flag) =
+                        shared.per_credential.refusal_of(&self.caller, ANSWER_BYTES);
                     return Err(shared.refusal(limit, what, flag, &format!(" for {who}")));
                 }
             },

@@ -18,6 +18,19 @@ fn held(
     >,
     tokio::sync::mpsc::UnboundedReceiver<oneshot::Sender<()>>,
 ) {
+    held_with(capacity, Vec::new())
+}
+
+/// [`held`] with `quotas`.
+fn held_with(
+    capacity: Capacity,
+    quotas: Vec<Quota>,
+) -> (
+    LoadShed<
+        impl Service<Request, Response = Response, Error = Infallible, Future = impl Send> + Clone,
+    >,
+    tokio::sync::mpsc::UnboundedReceiver<oneshot::Sender<()>>,
+) {
     let (calls, waiting) = tokio::sync::mpsc::unbounded_channel();
     let inner = tower::service_fn(move |request: Request| {
         let calls = calls.clone();
@@ -36,7 +49,7 @@ fn held(
             )
         }
     });
-    let layer = LoadShedLayer::new(crate::calls::demo(), capacity, None, "the demo");
+    let layer = LoadShedLayer::new(crate::calls::demo(), capacity, quotas, None, "the demo");
     (layer.layer(inner), waiting)
 }
 
@@ -423,4 +436,79 @@ async fn unread_answers_are_bounded_per_credential() {
     let _ = first.frame().await;
     let mut third = answer(key("key-1")).await;
     assert!(third.frame().await.expect("a frame").expect("ok").is_data());
+}
+
+#[test]
+fn quotas_read_as_written_and_bad_ones_say_how_to_write_them() {
+    let quota: Quota = "viewer=16/64".parse().expect("a role's");
+    assert_eq!(quota.of, QuotaOf::Role(chorus_auth::Role::Viewer));
+    assert_eq!((quota.requests, quota.streams), (16, 64));
+    assert_eq!(quota.to_string(), "viewer=16/64");
+    let quota: Quota = "key:3f1c=128/512".parse().expect("a key's");
+    assert_eq!(quota.of, QuotaOf::Key("3f1c".into()));
+    assert_eq!(
+        "agents=32/8".parse::<Quota>().expect("agents'").of,
+        QuotaOf::Agents
+    );
+    for bad in [
+        "viewer",
+        "viewer=16",
+        "viewer=0/1",
+        "nobody=1/1",
+        "key:=1/1",
+    ] {
+        let error = bad.parse::<Quota>().expect_err(bad);
+        assert!(error.contains(bad), "{error}");
+    }
+}
+
+/// A key's own quota wins over its role's, which wins over the default: a
+/// viewer key is held to the viewers' 1 call, a named key gets its 3.
+#[tokio::test]
+async fn quotas_of_roles_and_keys_replace_the_default_share() {
+    let (service, mut waiting) = held_with(
+        Capacity {
+            unary: 10,
+            ..CAPACITY
+        },
+        vec![
+            "viewer=1/1".parse().expect("quota"),
+            "key:key-2=3/1".parse().expect("quota"),
+        ],
+    );
+    let first = tokio::spawn(service.clone().call(request("/demo.v1.Demo/Get")));
+    let mut answers = vec![waiting.recv().await.expect("in")];
+    let refused = service
+        .clone()
+        .call(request("/demo.v1.Demo/Get"))
+        .await
+        .expect("answered");
+    let refusal = status(&refused);
+    assert_eq!(refusal.code(), Code::ResourceExhausted);
+    assert!(
+        refusal
+            .message()
+            .contains("1 calls for key key-1 at once (--quota)"),
+        "{}",
+        refusal.message()
+    );
+    let mine: Vec<_> = (0..3)
+        .map(|_| {
+            tokio::spawn(
+                service
+                    .clone()
+                    .call(request_of("/demo.v1.Demo/Get", Some(key("key-2")))),
+            )
+        })
+        .collect();
+    for _ in 0..3 {
+        answers.push(waiting.recv().await.expect("key-2's three are in"));
+    }
+    for answer in answers {
+        let _ = answer.send(());
+    }
+    first.await.expect("task").expect("answered");
+    for call in mine {
+        call.await.expect("task").expect("answered");
+    }
 }
