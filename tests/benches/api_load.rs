@@ -11,10 +11,12 @@
 //!    time, errors, the orchestrator's peak memory, the calls' p99.
 //!
 //! The load comes from this process (2 worker threads) over 4 connections, on
-//! the same 2 cores as the orchestrator.
+//! the same 2 cores as the orchestrator. The throughput rows use one admin key
+//! with `--quota admin=1024/1024` (the default share of one key is 64 calls).
 //!
 //! `cargo build --release --bins && cargo bench -p chorus-tests --bench api_load`
-//! (CHORUS_BENCH_API_CALLS: calls per row, default 4000).
+//! (CHORUS_BENCH_API_CALLS: calls per row, default 4000; CHORUS_BENCH_ONLY=attacks
+//! for the second part alone).
 
 use std::future::Future;
 use std::path::Path;
@@ -93,7 +95,9 @@ async fn admins(o: &OrchestratorProcess) -> Vec<Admin> {
 }
 
 async fn throughput(database: &str, url: &str, data: &Path, total: usize) {
-    let o = OrchestratorProcess::spawn(data, url, &[]).await;
+    // One admin key makes every call: its share is sized as an operator
+    // would for one busy service (the default share is 64 calls).
+    let o = OrchestratorProcess::spawn(data, url, &["--quota", "admin=1024/1024"]).await;
     let clients = admins(&o).await;
     let root = tempfile::tempdir().expect("root");
     let mut admin = clients[0].clone();
@@ -379,7 +383,17 @@ async fn attacks(data: &Path, n: usize) {
     );
     drop(reflections);
 
-    // A viewer's 1,024 WatchTask streams.
+    // A viewer's 1,024 WatchTask streams, each from the task's last event (a
+    // replay of its whole history, unread, would fill the connection's window).
+    let last = legit
+        .admin
+        .get_task(pb::GetTaskRequest {
+            id: legit.task_id.clone(),
+        })
+        .await
+        .expect("task")
+        .into_inner()
+        .last_sequence;
     let mut watches = Vec::new();
     for i in 0..1024 {
         if i % 256 == 0 {
@@ -392,17 +406,24 @@ async fn attacks(data: &Path, n: usize) {
             ));
         }
         let (client, open) = watches.last_mut().expect("a client");
-        if let Ok(watch) = client
-            .watch_task(pb::WatchTaskRequest {
+        let opened = tokio::time::timeout(
+            Duration::from_secs(10),
+            client.watch_task(pb::WatchTaskRequest {
                 task_id: legit.task_id.clone(),
-                after_sequence: 0,
+                after_sequence: last.saturating_sub(1),
                 follow: true,
-            })
-            .await
-        {
-            let mut watch = watch.into_inner();
-            let _ = watch.next().await;
-            open.push(watch);
+            }),
+        )
+        .await;
+        match opened {
+            Ok(Ok(watch)) => {
+                let mut watch = watch.into_inner();
+                let first = tokio::time::timeout(Duration::from_secs(10), watch.next()).await;
+                assert!(first.is_ok(), "watch {i}: no first event in 10 s");
+                open.push(watch);
+            }
+            Ok(Err(_refused)) => {}
+            Err(_) => panic!("watch {i}: not answered in 10 s"),
         }
     }
     let (get, read) = legit_p99(&mut legit, n).await;
@@ -530,8 +551,13 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let only = std::env::var("CHORUS_BENCH_ONLY").unwrap_or_default();
     runtime.block_on(async move {
         let data = tempfile::tempdir().expect("data");
+        if only == "attacks" {
+            attacks(data.path(), total / 10).await;
+            return;
+        }
         println!("### API throughput ({total} calls per row; ListTasks and CreateTask a quarter)");
         throughput(
             "SQLite",

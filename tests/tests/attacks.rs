@@ -177,6 +177,32 @@ async fn legitimate_callers_are_served(s: &mut Setup) {
     assert!(format!("{read:?}").contains("hello"), "{read:?}");
 }
 
+/// After an attack of the viewer's, its key is served again: a WatchTask
+/// streams its first event.
+async fn viewer_is_served_again(s: &Setup) {
+    let mut viewer = OrchestratorClient::with_interceptor(
+        channel_to(s.orchestrator.addr).await,
+        Bearer::new(&s.viewer_key),
+    );
+    let mut watch = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        viewer.watch_task(pb::WatchTaskRequest {
+            task_id: s.task.id.clone(),
+            after_sequence: 0,
+            follow: true,
+        }),
+    )
+    .await
+    .expect("the viewer's watch is answered")
+    .expect("the viewer's watch after the attack")
+    .into_inner();
+    tokio::time::timeout(std::time::Duration::from_secs(20), watch.next())
+        .await
+        .expect("the viewer's watch streams")
+        .expect("an event")
+        .expect("the viewer's watch streams");
+}
+
 fn peak_is_bounded(s: &Setup, attack: &str) {
     let (now, peak) = attacker::memory_mib(s.orchestrator.pid());
     eprintln!("{attack}: orchestrator RSS {now} MiB, peak {peak} MiB");
@@ -324,6 +350,7 @@ async fn answers_never_read_are_cut_off_and_memory_stays_bounded() {
         eprintln!("{:?} closed: {ended:?}", started.elapsed());
     }
     drop(answers);
+    viewer_is_served_again(&s).await;
     peak_is_bounded(&s, "answers never read");
     s.orchestrator.kill().await;
 }

@@ -209,7 +209,13 @@ fn providers(
     (tracer_provider.build(), meter_provider)
 }
 
-/// Sets up logs (`RUST_LOG` filter, default `info`; text or JSON on stderr,
+/// The log filter without `RUST_LOG`: `info`, but only errors of the HTTP/2
+/// and HTTP libraries — what a client does wrong at that level (a rapid reset,
+/// a bad frame) is the client's, and a line per connection would let any
+/// client write the service's log.
+const DEFAULT_FILTER: &str = "info,h2=error,hyper=error,hyper_util=error";
+
+/// Sets up logs (`RUST_LOG` filter, default [`DEFAULT_FILTER`]; text or JSON on stderr,
 /// each line with its trace and span ids), spans (through `tracing`) and
 /// metrics for the binary `service`, and W3C trace context propagation.
 ///
@@ -229,8 +235,8 @@ pub fn init_instance(
     let mut export = Export::from_env();
     let (tracer_provider, meter_provider) = providers(service, instance, &mut export);
     install(&tracer_provider, meter_provider.as_ref());
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| DEFAULT_FILTER.into());
     let otel_layer = tracing_opentelemetry::layer().with_tracer(tracer_provider.tracer(service));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let registry = tracing_subscriber::registry().with(filter).with(otel_layer);
