@@ -16,7 +16,8 @@
 //!
 //! `cargo build --release --bins && cargo bench -p chorus-tests --bench api_load`
 //! (CHORUS_BENCH_API_CALLS: calls per row, default 4000; CHORUS_BENCH_ONLY=attacks
-//! for the second part alone).
+//! for the second part alone, CHORUS_BENCH_ORCHESTRATOR_ENV=NAME=VALUE,… for its
+//! orchestrator's environment).
 
 use std::future::Future;
 use std::path::Path;
@@ -238,7 +239,14 @@ async fn legit_p99(legit: &mut Legit, n: usize) -> (Duration, Duration) {
 
 async fn attacks(data: &Path, n: usize) {
     let url = data.join("attacks.db").display().to_string();
-    let o = OrchestratorProcess::spawn(data, &url, &[]).await;
+    // CHORUS_BENCH_ORCHESTRATOR_ENV=NAME=VALUE,…: the orchestrator's
+    // environment beside the defaults (e.g. the allocator's settings).
+    let env = std::env::var("CHORUS_BENCH_ORCHESTRATOR_ENV").unwrap_or_default();
+    let env: Vec<(&str, &str)> = env
+        .split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .collect();
+    let o = OrchestratorProcess::spawn_with_env(data, &url, &[], &env).await;
     let root = tempfile::tempdir().expect("root");
     std::fs::write(root.path().join("notes.txt"), "hello").expect("file");
     chorus_sandbox::testing::give_to_test_user(root.path());

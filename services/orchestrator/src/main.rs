@@ -11,6 +11,7 @@ use clap::{CommandFactory, FromArgMatches};
 use tracing::{info, warn};
 
 fn main() -> anyhow::Result<()> {
+    chorus_serve::memory::limit_arenas();
     let command = OrchestratorSettings::command();
     let loaded = chorus_serve::config::load_or_exit(&command);
     let settings =

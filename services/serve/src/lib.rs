@@ -9,7 +9,7 @@
 //! - [`settings`]: the flags for all of it, keepalive and the shutdown drain;
 //! - [`config`]: the optional TOML file under environment and flags, and
 //!   `--print-config`.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod calls;
 pub mod config;
@@ -17,6 +17,7 @@ pub mod connections;
 pub mod data_dir;
 pub mod deadline;
 pub mod health;
+pub mod memory;
 pub mod settings;
 pub mod shed;
 

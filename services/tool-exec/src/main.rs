@@ -75,6 +75,7 @@ struct MintArgs {
 }
 
 fn main() -> anyhow::Result<()> {
+    chorus_serve::memory::limit_arenas();
     let command = Cli::command();
     let loaded = chorus_serve::config::load_or_exit(&command);
     let cli = Cli::from_arg_matches(&loaded.matches).unwrap_or_else(|e| e.exit());
