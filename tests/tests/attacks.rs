@@ -1,6 +1,8 @@
 //! Hostile load against the orchestrator binary, each as an attacker would
 //! make it: calls whose message never comes, answers never read,
-//! connections that never say a word, tokens naming keys that do not exist.
+//! connections that never say a word, tokens naming keys that do not exist,
+//! streams held open without a credential (server reflection) or by one
+//! read-only key (WatchTask).
 //! While each runs, an admin's unary call and WatchTask, an agent's call to
 //! the orchestrator and its tool call to tool-exec, and a Handoff stream are
 //! served; afterwards the orchestrator's peak memory is under [`PEAK_MIB`].
@@ -16,11 +18,20 @@ use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
 use chorus_tests::agents::{Client, add_agent, fake_cli, planned_task, report, workspace};
 use chorus_tests::attacker::{self, H2};
 use chorus_tests::credentials::Bearer;
-use chorus_tests::orchestrator::{OrchestratorProcess, channel_to};
+use chorus_tests::orchestrator::{OrchestratorProcess, channel_to, client_at};
 use prost::Message as _;
 use serde_json::json;
 use tokio_stream::StreamExt as _;
 use tonic::Code;
+use tonic::transport::Channel;
+use tonic_reflection::pb::v1::ServerReflectionRequest;
+use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+
+/// How many streams the stream attacks open: the default stream limit.
+const STREAMS: usize = 1024;
+/// Over how many connections (HTTP/2 allows a connection only so many).
+const CONNECTIONS: usize = 8;
 
 /// The orchestrator's resident memory never goes past this (MiB), whatever
 /// the attack: the limits bound what a caller can make it hold.
@@ -447,5 +458,108 @@ async fn tokens_naming_unknown_keys_stall_no_one() {
         assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
     }
     peak_is_bounded(&s, "unknown key ids");
+    s.orchestrator.kill().await;
+}
+
+/// Opens `n` streams with `open`, spread over [`CONNECTIONS`] connections;
+/// returns those the server took (kept open) and how many it refused.
+async fn hold<S, F, Fut>(addr: std::net::SocketAddr, n: usize, open: F) -> (Vec<S>, usize)
+where
+    F: Fn(Channel) -> Fut,
+    Fut: std::future::Future<Output = Result<S, tonic::Status>>,
+{
+    let mut channels = Vec::new();
+    for _ in 0..CONNECTIONS {
+        channels.push(channel_to(addr).await);
+    }
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for i in 0..n {
+        match open(channels[i % CONNECTIONS].clone()).await {
+            Ok(stream) => held.push(stream),
+            Err(status) => {
+                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                refused += 1;
+            }
+        }
+    }
+    (held, refused)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_reflection_streams_without_a_credential_take_nothing_from_callers_with_one() {
+    let mut s = setup(&[], None).await;
+    let (held, refused) = hold(s.orchestrator.addr, STREAMS, |channel| async move {
+        let mut client = ServerReflectionClient::new(channel);
+        // One request, then the stream is left open.
+        let (sender, requests) = tokio::sync::mpsc::channel(1);
+        sender
+            .send(ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some(MessageRequest::ListServices(String::new())),
+            })
+            .await
+            .expect("queued");
+        let mut answers = client
+            .server_reflection_info(tokio_stream::wrappers::ReceiverStream::new(requests))
+            .await?
+            .into_inner();
+        match answers.next().await {
+            Some(Ok(_)) => Ok((sender, answers)),
+            Some(Err(status)) => Err(status),
+            None => Err(tonic::Status::internal("the stream ended")),
+        }
+    })
+    .await;
+    assert!(
+        !held.is_empty(),
+        "grpcurl without .proto files still lists the services"
+    );
+    assert!(
+        refused > 0,
+        "every one of {STREAMS} streams without a credential was taken"
+    );
+    legitimate_callers_are_served(&mut s).await;
+    drop(held);
+    peak_is_bounded(&s, "reflection streams");
+    s.orchestrator.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_read_only_keys_watches_take_only_its_own_share() {
+    let mut s = setup(&[], None).await;
+    let viewer_key = s.viewer_key.clone();
+    let (addr, task) = (s.orchestrator.addr, s.task.id.clone());
+    let (held, refused) = hold(addr, STREAMS, |channel| {
+        let (key, task) = (viewer_key.clone(), task.clone());
+        async move {
+            let mut viewer = OrchestratorClient::with_interceptor(channel, Bearer::new(&key));
+            let mut watch = viewer
+                .watch_task(pb::WatchTaskRequest {
+                    task_id: task,
+                    after_sequence: 0,
+                    follow: true,
+                })
+                .await?
+                .into_inner();
+            match watch.next().await {
+                Some(Ok(_)) => Ok(watch),
+                Some(Err(status)) => Err(status),
+                None => Err(tonic::Status::internal("the watch ended")),
+            }
+        }
+    })
+    .await;
+    assert!(!held.is_empty());
+    assert!(refused > 0, "one viewer key held all {STREAMS} streams");
+    legitimate_callers_are_served(&mut s).await;
+    // Another viewer is served too.
+    let mut other = client_at(addr, &s.orchestrator.admin_key).await;
+    other
+        .list_tasks(pb::ListTasksRequest::default())
+        .await
+        .expect("another caller");
+    drop(held);
+    peak_is_bounded(&s, "a viewer's watches");
     s.orchestrator.kill().await;
 }
