@@ -122,6 +122,15 @@ async fn a_task_is_one_trace_across_orchestrator_chorus_tools_and_tool_exec() {
     let api_task = planned_task(&mut client, &ws, "Read the draft.").await;
     start(&mut client, &api_task, "reader", 60).await;
     wait_for(&mut client, &api_task.id, ends_run).await;
+    // A call refused for want of a credential is counted by its reason.
+    let refused = chorus_proto::orchestrator::v1::orchestrator_client::OrchestratorClient::new(
+        chorus_tests::orchestrator::channel_to(orchestrator.addr).await,
+    )
+    .list_tasks(chorus_proto::orchestrator::v1::ListTasksRequest::default())
+    .await
+    .expect_err("no credential");
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+
     drop(client);
     // Stopping flushes what each service still holds.
     assert!(orchestrator.stop().await.success());
@@ -264,7 +273,7 @@ async fn a_task_is_one_trace_across_orchestrator_chorus_tools_and_tool_exec() {
     // The metrics of both services.
     receiver
         .wait_until(
-            "the run, tool, handoff, event and RPC metrics",
+            "the run, tool, handoff, event, RPC, refusal and connection metrics",
             |_, points| {
                 [
                     ("chorus-orchestrator", "chorus.runs.started"),
@@ -275,6 +284,9 @@ async fn a_task_is_one_trace_across_orchestrator_chorus_tools_and_tool_exec() {
                     ("chorus-orchestrator", "gen_ai.client.token.usage"),
                     ("chorus-orchestrator", "chorus.db.pool.connections"),
                     ("chorus-orchestrator", "chorus.runs.active"),
+                    ("chorus-orchestrator", "chorus.refusals"),
+                    ("chorus-orchestrator", "chorus.connections.open"),
+                    ("chorus-tool-exec", "chorus.connections.open"),
                     ("chorus-tool-exec", "chorus.tool.calls"),
                     ("chorus-tool-exec", "chorus.tool.duration"),
                     ("chorus-tool-exec", "rpc.server.call.duration"),
@@ -301,4 +313,11 @@ async fn a_task_is_one_trace_across_orchestrator_chorus_tools_and_tool_exec() {
     assert!(points.iter().any(|p| p.metric == "chorus.tool.calls"
         && p.attributes.get("chorus.tool").map(String::as_str) == Some("file.create")
         && p.attributes.get("chorus.outcome").map(String::as_str) == Some("ok")));
+    assert!(
+        points.iter().any(|p| p.metric == "chorus.refusals"
+            && p.attributes.get("chorus.reason").map(String::as_str) == Some("unauthenticated")
+            && p.attributes.get("chorus.caller").map(String::as_str) == Some("anonymous")
+            && p.value >= 1.0),
+        "{points:#?}"
+    );
 }
