@@ -24,7 +24,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chorus_proto::json;
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_proto::orchestrator::v1::orchestrator_client::OrchestratorClient;
 use chorus_proto::tools::v1::ExecuteToolRequest;
@@ -218,15 +217,10 @@ async fn legit_p99(legit: &mut Legit, n: usize) -> (Duration, Duration) {
         let t = Instant::now();
         legit
             .agent
-            .execute_tool(ExecuteToolRequest {
-                tool: "file.read".into(),
-                arguments: Some(json::to_struct(
-                    json!({"path": "notes.txt"})
-                        .as_object()
-                        .cloned()
-                        .unwrap_or_default(),
-                )),
-            })
+            .execute_tool(attacker::tool_call(
+                "file.read",
+                &json!({"path": "notes.txt"}),
+            ))
             .await
             .expect("an agent's file.read");
         reads.push(t.elapsed());
@@ -511,17 +505,7 @@ async fn many_runs(data: &Path) {
     let mut calls = Vec::with_capacity(RUNS * CALLS);
     for run in &runs {
         for _ in 0..CALLS {
-            let child = tokio::process::Command::new(chorus_tests::chorus_tools_bin())
-                .arg(r#"{"tool":"file.read","path":"notes.txt"}"#)
-                .env_clear()
-                .env("CHORUS_RUN_TOKEN", &run.token)
-                .env("CHORUS_TOOLS_ADDR", &run.tools_addr)
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("start chorus-tools");
+            let child = attacker::agent_call(run, r#"{"tool":"file.read","path":"notes.txt"}"#);
             let t = Instant::now();
             calls.push(tokio::spawn(async move {
                 let out = child.wait_with_output().await.expect("ran");

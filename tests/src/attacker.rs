@@ -110,3 +110,36 @@ pub fn memory_mib(pid: i32) -> (u64, u64) {
     };
     (field("VmRSS:"), field("VmHWM:"))
 }
+
+/// The request of a tool call: `tool` with `arguments` (a JSON object).
+pub fn tool_call(
+    tool: &str,
+    arguments: &serde_json::Value,
+) -> chorus_proto::tools::v1::ExecuteToolRequest {
+    chorus_proto::tools::v1::ExecuteToolRequest {
+        tool: tool.to_owned(),
+        arguments: Some(chorus_proto::json::to_struct(
+            arguments.as_object().cloned().unwrap_or_default(),
+        )),
+    }
+}
+
+/// chorus-tools started as an agent's CLI would start it: `call` with the
+/// run's token and tool-exec address only, its output piped.
+pub fn agent_call(
+    run: &chorus_proto::orchestrator::v1::OpenRunResponse,
+    call: &str,
+) -> tokio::process::Child {
+    tokio::process::Command::new(crate::chorus_tools_bin())
+        .arg(call)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("CHORUS_RUN_TOKEN", &run.token)
+        .env("CHORUS_TOOLS_ADDR", &run.tools_addr)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start chorus-tools")
+}

@@ -9,7 +9,6 @@
 //! Before, each of these stalled every caller (RESOURCE_EXHAUSTED, or no
 //! answer at all) or grew the service by gigabytes.
 
-use chorus_proto::json;
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
 use chorus_proto::orchestrator::v1::orchestrator_client::OrchestratorClient;
@@ -173,15 +172,10 @@ async fn legitimate_callers_are_served(s: &mut Setup) {
         channel_to(s.orchestrator.tool_exec_addr).await,
         Bearer::new(&s.agent_token),
     )
-    .execute_tool(ExecuteToolRequest {
-        tool: "file.read".into(),
-        arguments: Some(json::to_struct(
-            json!({"path": "notes.txt"})
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-        )),
-    })
+    .execute_tool(attacker::tool_call(
+        "file.read",
+        &json!({"path": "notes.txt"}),
+    ))
     .await
     .expect("an agent's tool call during the attack")
     .into_inner();

@@ -38,18 +38,7 @@ async fn a_thousand_runs_calling_tools_at_once_all_get_their_answers() {
     let mut calls = Vec::with_capacity(RUNS * CALLS_PER_RUN);
     for run in &runs {
         for _ in 0..CALLS_PER_RUN {
-            let child = tokio::process::Command::new(chorus_tests::chorus_tools_bin())
-                .arg(r#"{"tool":"file.read","path":"notes.txt"}"#)
-                .env_clear()
-                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-                .env("CHORUS_RUN_TOKEN", &run.token)
-                .env("CHORUS_TOOLS_ADDR", &run.tools_addr)
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("start chorus-tools");
+            let child = attacker::agent_call(run, r#"{"tool":"file.read","path":"notes.txt"}"#);
             calls.push(tokio::spawn(child.wait_with_output()));
         }
     }
