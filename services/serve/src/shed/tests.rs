@@ -3,6 +3,7 @@ use std::convert::Infallible;
 use tokio::sync::oneshot;
 
 use super::*;
+use chorus_auth::Principal;
 
 type Request = http::Request<Body>;
 type Response = http::Response<Body>;
