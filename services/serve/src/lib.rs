@@ -1,9 +1,14 @@
 //! What both Chorus servers do the same way:
 //!
-//! - the tower layers every call passes: [`shed`] (a concurrency limit that
-//!   refuses at once, RESOURCE_EXHAUSTED with a retry hint) outermost, then
-//!   [`deadline`] (the request timeout of unary calls, DEADLINE_EXCEEDED);
-//!   [`calls`] tells unary calls, streams and health apart for them;
+//! - [`connections`]: the accept loop, with connections bounded in number
+//!   and in time (handshake, idle, an answer left unread);
+//! - the tower layers every call passes: [`deadline`] (the request timeout of
+//!   unary calls, DEADLINE_EXCEEDED) outermost, and [`shed`] inside the auth
+//!   layer (places per kind of caller and credential, refused at once with
+//!   RESOURCE_EXHAUSTED and a retry hint; a call's message read first; unread
+//!   answers bounded); [`calls`] tells unary calls, streams and health apart
+//!   for them;
+//! - [`memory`]: the allocator's arenas, set first thing in `main`;
 //! - [`health`]: one status for every served name, NOT_SERVING while a
 //!   dependency fails and once the server drains;
 //! - [`settings`]: the flags for all of it, keepalive and the shutdown drain;

@@ -12,8 +12,13 @@
 //!
 //! Within its kind, one credential — a key, or a run — holds at most
 //! `--max-concurrent-requests-per-credential` unary calls and
-//! `--max-concurrent-streams-per-credential` streams: one busy dashboard
-//! cannot take every place of its kind.
+//! `--max-concurrent-streams-per-credential` streams, or what a `--quota` of
+//! its key, its role or agents says: one busy dashboard cannot take every
+//! place of its kind.
+//!
+//! A call whose client sends one message takes its credential's place, then
+//! waits at most `--request-body-secs` for that message, and only then takes
+//! a place of its kind: headers without a message stall only their sender.
 //!
 //! Unary calls and streams are separate pools, so long streams (WatchTask,
 //! Handoff) never starve unary calls. A call beyond a limit is not queued: it
@@ -21,8 +26,12 @@
 //! its flag and a `grpc-retry-pushback-ms` hint. Nothing of such a call has
 //! run, so retrying it is always safe. Health is never counted.
 //!
-//! A unary call holds its places until its answer is ready; a stream until it
-//! ends (its response body is finished or dropped, e.g. when the client goes).
+//! A unary call holds its places until its client has taken its answer; a
+//! stream until it ends (its response body is finished or dropped, e.g. when
+//! the client goes). Each frame sent counts as unread bytes of its caller's
+//! kind and credential until the next is asked for; past their limits the
+//! answer ends RESOURCE_EXHAUSTED. The connection learns of every call and of
+//! every unary answer waiting to be read ([`crate::connections`]).
 
 use std::future::Future;
 use std::pin::Pin;
