@@ -335,6 +335,16 @@ impl ServeConfig {
                 "streams of one key or one run at once",
             ),
             limit(
+                "--quota",
+                if self.quotas.is_empty() {
+                    "none".to_owned()
+                } else {
+                    let quotas: Vec<String> = self.quotas.iter().map(Quota::to_string).collect();
+                    quotas.join(",")
+                },
+                "unary calls / streams of one credential by role, key or agents, over the two defaults above",
+            ),
+            limit(
                 "--max-anonymous-calls",
                 c.anonymous.to_string(),
                 "calls, and streams, without a credential at once",
