@@ -434,12 +434,16 @@ impl ConnState {
     /// An answer waits to be read from now until the guard is dropped.
     pub fn answer(self: &Arc<Self>) -> AnswerGuard {
         let id = self.next_answer.fetch_add(1, Ordering::Relaxed);
-        self.answers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, Instant::now());
-        // The connection's timer may be set for later than this answer's bound.
-        self.wake();
+        let first = {
+            let mut answers = self.answers.lock().unwrap_or_else(PoisonError::into_inner);
+            answers.insert(id, Instant::now());
+            answers.len() == 1
+        };
+        // The connection's timer may be set for later than this answer's
+        // bound; while older answers wait, it is set for theirs, earlier.
+        if first {
+            self.wake();
+        }
         AnswerGuard {
             state: Arc::clone(self),
             id,

@@ -102,6 +102,13 @@ fn status(response: &Response) -> Status {
     Status::from_header_map(response.headers()).expect("a status")
 }
 
+/// Asserts that `response` is a refusal with `code` whose message says `says`.
+fn refused_with(response: &Response, code: Code, says: &str) {
+    let refusal = status(response);
+    assert_eq!(refusal.code(), code, "{refusal:?}");
+    assert!(refusal.message().contains(says), "{}", refusal.message());
+}
+
 const CAPACITY: Capacity = Capacity {
     unary: 2,
     streams: 1,
@@ -182,14 +189,10 @@ async fn a_stream_holds_its_place_until_its_body_is_gone() {
         .call(request("/demo.v1.Demo/Watch"))
         .await
         .expect("answered");
-    let refusal = status(&refused);
-    assert_eq!(refusal.code(), Code::ResourceExhausted);
-    assert!(
-        refusal
-            .message()
-            .contains("1 streams of API keys at once (--max-concurrent-streams)"),
-        "{}",
-        refusal.message()
+    refused_with(
+        &refused,
+        Code::ResourceExhausted,
+        "1 streams of API keys at once (--max-concurrent-streams)",
     );
     drop(open);
     let next = tokio::spawn(service.clone().call(request("/demo.v1.Demo/Watch")));
@@ -250,14 +253,10 @@ async fn each_kind_of_caller_has_places_no_other_can_take() {
         .call(request_of("/demo.v1.Demo/Watch", None))
         .await
         .expect("answered");
-    let refusal = status(&refused);
-    assert_eq!(refusal.code(), Code::ResourceExhausted);
-    assert!(
-        refusal
-            .message()
-            .contains("1 streams without a credential at once (--max-anonymous-calls)"),
-        "{}",
-        refusal.message()
+    refused_with(
+        &refused,
+        Code::ResourceExhausted,
+        "1 streams without a credential at once (--max-anonymous-calls)",
     );
     for answer in answers {
         let _ = answer.send(());
@@ -291,14 +290,10 @@ async fn one_credential_holds_at_most_its_share() {
         .call(request("/demo.v1.Demo/Watch"))
         .await
         .expect("answered");
-    let refusal = status(&refused);
-    assert_eq!(refusal.code(), Code::ResourceExhausted);
-    assert!(
-        refusal
-            .message()
-            .contains("2 streams for key key-1 at once (--max-concurrent-streams-per-credential)"),
-        "{}",
-        refusal.message()
+    refused_with(
+        &refused,
+        Code::ResourceExhausted,
+        "2 streams for key key-1 at once (--max-concurrent-streams-per-credential)",
     );
     let other = tokio::spawn(
         service
@@ -484,14 +479,10 @@ async fn quotas_of_roles_and_keys_replace_the_default_share() {
         .call(request("/demo.v1.Demo/Get"))
         .await
         .expect("answered");
-    let refusal = status(&refused);
-    assert_eq!(refusal.code(), Code::ResourceExhausted);
-    assert!(
-        refusal
-            .message()
-            .contains("1 calls for key key-1 at once (--quota)"),
-        "{}",
-        refusal.message()
+    refused_with(
+        &refused,
+        Code::ResourceExhausted,
+        "1 calls for key key-1 at once (--quota)",
     );
     let mine: Vec<_> = (0..3)
         .map(|_| {
