@@ -16,7 +16,7 @@
 //!
 //! `cargo build --release --bins && cargo bench -p chorus-tests --bench api_load`
 //! (CHORUS_BENCH_API_CALLS: calls per row, default 4000; CHORUS_BENCH_ONLY=attacks
-//! for the second part alone, CHORUS_BENCH_ORCHESTRATOR_ENV=NAME=VALUE,… for its
+//! for the second part alone, =throughput for the first, CHORUS_BENCH_ORCHESTRATOR_ENV=NAME=VALUE,… for its
 //! orchestrator's environment).
 
 use std::future::Future;
@@ -562,6 +562,9 @@ fn main() {
         let databases = chorus_tests::db::databases(pg_dir.path());
         if let Some(pg) = databases.iter().find(|d| d.backend == "postgres") {
             throughput("PostgreSQL", &pg.url, pg_dir.path(), total).await;
+        }
+        if only == "throughput" {
+            return;
         }
         println!(
             "\n### A legitimate caller during attacks (p99 of {} calls each)",

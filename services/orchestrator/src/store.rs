@@ -20,6 +20,7 @@ mod rows;
 mod run_token_keys;
 mod runs;
 mod schema;
+mod task_cache;
 mod tasks;
 mod workspaces;
 
@@ -193,6 +194,8 @@ pub struct Store {
     replica: Arc<ReplicaIdentity>,
     /// The database URL (PostgreSQL: the replicas' listener connects to it).
     url: Arc<str>,
+    /// Tasks as last read (SQLite only; see `task_cache`).
+    tasks: Arc<task_cache::TaskCache>,
 }
 
 /// A file's device and inode.
@@ -255,6 +258,10 @@ impl Store {
             failures: Arc::new(Notify::new()),
             replica: Arc::new(ReplicaIdentity::default()),
             url: full_url,
+            tasks: Arc::new(match backend {
+                Backend::Sqlite => task_cache::TaskCache::enabled(task_cache::CACHE_BYTES),
+                Backend::Postgres => task_cache::TaskCache::disabled(),
+            }),
         })
     }
 
@@ -354,11 +361,15 @@ impl Store {
         F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
     {
         let pool = pool.clone();
+        let tasks = Arc::clone(&self.tasks);
         let result = blocking(move || {
             let mut conn = pool.get().map_err(|e| {
                 StoreError::Database(format!("no database connection available: {e}"))
             })?;
-            f(&mut conn)
+            let result = f(&mut conn);
+            // Its transaction has ended: the tasks it wrote are read anew.
+            tasks.written(&task_cache::take_touched());
+            result
         })
         .await;
         if let Err(StoreError::Database(_)) = &result {

@@ -2,12 +2,15 @@
 //! that locks the task row, applies the change, and appends its events with the
 //! next sequence numbers: gapless and unique per task however many writers race.
 
+use std::sync::Arc;
+
 use diesel::prelude::*;
 use serde_json::json;
 
 use super::connection::{AnyConnection, first_locked};
 use super::rows::{EventRow, TaskRow};
 use super::schema::{runs, task_events, tasks};
+use super::task_cache;
 use super::workspaces::ensure_workspace;
 use super::{Db, Store, StoreError, or_missing};
 use crate::domain::{
@@ -123,15 +126,23 @@ impl Store {
     }
 
     pub async fn get_task(&self, id: TaskId) -> Result<Task, StoreError> {
+        let seen = match self.tasks.get(id) {
+            Ok(task) => return Ok(task),
+            Err(seen) => seen,
+        };
+        let cache = Arc::clone(&self.tasks);
         self.with_conn(move |conn| {
-            tasks::table
+            let row = tasks::table
                 .find(id.to_string())
                 .select(TaskRow::as_select())
                 .first(conn)
                 .optional()
                 .db()?
-                .ok_or_else(|| StoreError::not_found("task", id))?
-                .into_domain()
+                .ok_or_else(|| StoreError::not_found("task", id))?;
+            let bytes = row.bytes();
+            let task = row.into_domain()?;
+            cache.store(seen, &task, bytes);
+            Ok(task)
         })
         .await
     }
@@ -317,6 +328,7 @@ impl Store {
                 .db()?;
             crate::domain::policy::check_deletable(&task, u64::try_from(live).unwrap_or(u64::MAX))?;
             // Its events, runs and their messages go with it (ON DELETE CASCADE).
+            task_cache::touched(id);
             diesel::delete(tasks::table.find(id.to_string()))
                 .execute(conn)
                 .db()?;
@@ -371,6 +383,7 @@ pub(super) fn save_task(
         events.push(event);
     }
     task.updated_ms = now;
+    task_cache::touched(task.id);
     diesel::update(tasks::table.find(task.id.to_string()))
         .set(TaskRow::from_domain(task)?)
         .execute(conn)

@@ -448,3 +448,106 @@ async fn pages_of_large_tasks_end_at_their_bytes() {
         assert!(pages >= 3, "{b}: 2.4 MB of tasks came in {pages} pages");
     }
 }
+
+/// The task as its row says now, read past the store's cache.
+async fn row_of(t: &super::TestStore, id: TaskId) -> Option<crate::domain::Task> {
+    use crate::store::rows::TaskRow;
+    use crate::store::schema::tasks;
+    use diesel::prelude::*;
+    t.store
+        .with_conn(move |conn| {
+            let row: Option<TaskRow> = tasks::table
+                .find(id.to_string())
+                .select(TaskRow::as_select())
+                .first(conn)
+                .optional()
+                .map_err(|e| StoreError::Database(e.to_string()))?;
+            row.map(TaskRow::into_domain).transpose()
+        })
+        .await
+        .expect("the task's row")
+}
+
+#[tokio::test]
+async fn a_task_read_again_after_a_change_or_a_delete_is_what_the_database_holds() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let (_, task) = t.workspace_with_task("docs").await;
+        for change in [TaskStatus::Planning, TaskStatus::Planned] {
+            // Read twice (the second read is the one a cache would answer).
+            t.store.get_task(task.id).await.expect(b);
+            t.store.get_task(task.id).await.expect(b);
+            t.store.change_task(task.id, move_to(change)).await.expect(b);
+            let read = t.store.get_task(task.id).await.expect(b);
+            assert_eq!(read.status, change, "{b}");
+            assert_eq!(Some(read), row_of(&t, task.id).await, "{b}");
+        }
+        t.store
+            .change_task_runs(task.id, |task, _| {
+                task.description = "changed with its runs".into();
+                Ok(Vec::new())
+            })
+            .await
+            .expect(b);
+        let read = t.store.get_task(task.id).await.expect(b);
+        assert_eq!(read.description, "changed with its runs", "{b}");
+        assert_eq!(Some(read), row_of(&t, task.id).await, "{b}");
+
+        t.store.change_task(task.id, move_to(TaskStatus::Canceled)).await.expect(b);
+        t.store.get_task(task.id).await.expect(b);
+        t.store.delete_task(task.id).await.expect(b);
+        let err = t.store.get_task(task.id).await.expect_err(b);
+        assert!(matches!(err, StoreError::NotFound { what: "task", .. }), "{b}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn a_read_that_raced_a_write_does_not_keep_the_older_task() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let (_, task) = t.workspace_with_task("docs").await;
+        // A reader misses and reads the row; before it stores what it read,
+        // a write of the task commits.
+        let seen = t.store.tasks.get(task.id).expect_err(b);
+        let before = row_of(&t, task.id).await.expect(b);
+        t.store.change_task(task.id, move_to(TaskStatus::Planning)).await.expect(b);
+        t.store.tasks.store(seen, &before, 100);
+        assert_eq!(
+            t.store.get_task(task.id).await.expect(b).status,
+            TaskStatus::Planning,
+            "{b}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_task_cache_keeps_at_most_its_bytes_dropping_the_oldest() {
+    use crate::store::task_cache::TaskCache;
+    let t = test_stores().await.remove(0);
+    let (_, task) = t.workspace_with_task("docs").await;
+    let cache = TaskCache::enabled(1000);
+    let mut ids = Vec::new();
+    for _ in 0..10 {
+        let mut one = task.clone();
+        one.id = TaskId::new();
+        let seen = cache.get(one.id).expect_err("not stored yet");
+        cache.store(seen, &one, 300);
+        ids.push(one.id);
+    }
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(cache.get(*id).is_ok(), i >= 7, "task {i} of 10 (300 bytes each, 1000 kept)");
+    }
+    // Storing one again does not count it twice.
+    let mut again = task.clone();
+    again.id = ids[9];
+    let seen = cache.get(TaskId::new()).expect_err("a task never stored");
+    cache.store(seen, &again, 300);
+    assert!(cache.get(ids[7]).is_ok(), "the 8th task is still within 1000 bytes");
+    // A task larger than the whole cache is not kept.
+    let mut large = task.clone();
+    large.id = TaskId::new();
+    let seen = cache.get(large.id).expect_err("not stored yet");
+    cache.store(seen, &large, 1001);
+    assert!(cache.get(large.id).is_err());
+    assert!(cache.get(ids[9]).is_ok());
+}
