@@ -193,30 +193,70 @@ async fn throughput(database: &str, url: &str, data: &Path, total: usize) {
     o.kill().await;
 }
 
-/// What the legitimate callers of the attack section hold.
+/// The legitimate callers of the attack section — an admin's GetTask and an
+/// agent's file.read — on a thread and runtime of their own: in use they are
+/// other processes, and their latency must not include waiting behind the
+/// attack's tasks in this process's runtime.
 struct Legit {
-    admin: Admin,
     task_id: String,
-    agent: ToolExecClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>>,
+    asks: tokio::sync::mpsc::Sender<(usize, tokio::sync::oneshot::Sender<(Duration, Duration)>)>,
 }
 
-/// p99 of `n` sequential admin GetTask and agent file.read calls.
-async fn legit_p99(legit: &mut Legit, n: usize) -> (Duration, Duration) {
+impl Legit {
+    fn start(o: &OrchestratorProcess, run: &pb::OpenRunResponse) -> Self {
+        let task_id = run.run.as_ref().expect("run").task_id.clone();
+        let (addr, tool_exec_addr) = (o.addr, o.tool_exec_addr);
+        let (admin_key, token, id) = (o.admin_key.clone(), run.token.clone(), task_id.clone());
+        let (asks, mut requests) = tokio::sync::mpsc::channel::<(
+            usize,
+            tokio::sync::oneshot::Sender<(Duration, Duration)>,
+        )>(1);
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("the legitimate callers' runtime");
+            runtime.block_on(async move {
+                let mut admin = chorus_tests::orchestrator::client_at(addr, &admin_key).await;
+                let mut agent = ToolExecClient::with_interceptor(
+                    channel_to(tool_exec_addr).await,
+                    Bearer::new(&token),
+                );
+                while let Some((n, reply)) = requests.recv().await {
+                    let _ = reply.send(p99s(&mut admin, &mut agent, &id, n).await);
+                }
+            });
+        });
+        Self { task_id, asks }
+    }
+
+    /// p99 of `n` sequential admin GetTask and agent file.read calls.
+    async fn p99(&self, n: usize) -> (Duration, Duration) {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.asks.send((n, reply)).await.expect("the legitimate callers");
+        answer.await.expect("their p99")
+    }
+}
+
+async fn p99s(
+    admin: &mut Admin,
+    agent: &mut ToolExecClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>>,
+    task_id: &str,
+    n: usize,
+) -> (Duration, Duration) {
     let mut gets = Vec::with_capacity(n);
     let mut reads = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        legit
-            .admin
+        admin
             .get_task(pb::GetTaskRequest {
-                id: legit.task_id.clone(),
+                id: task_id.to_owned(),
             })
             .await
             .expect("an admin's GetTask");
         gets.push(t.elapsed());
         let t = Instant::now();
-        legit
-            .agent
+        agent
             .execute_tool(attacker::tool_call(
                 "file.read",
                 &json!({"path": "notes.txt"}),
@@ -267,17 +307,10 @@ async fn attacks(data: &Path, n: usize) {
             .await
             .expect("large task");
     }
-    let mut legit = Legit {
-        admin: admin.clone(),
-        task_id: run.run.as_ref().expect("run").task_id.clone(),
-        agent: ToolExecClient::with_interceptor(
-            channel_to(o.tool_exec_addr).await,
-            Bearer::new(&run.token),
-        ),
-    };
+    let legit = Legit::start(&o, &run);
     println!("\n| during | admin GetTask p99 | agent file.read p99 |");
     println!("|---|---|---|");
-    let (get, read) = legit_p99(&mut legit, n).await;
+    let (get, read) = legit.p99(n).await;
     println!("| nothing (idle) | {} | {} |", ms(get), ms(read));
 
     // 600 calls whose message never comes, on both ports.
@@ -295,7 +328,7 @@ async fn attacks(data: &Path, n: usize) {
             held.push(h2);
         }
     }
-    let (get, read) = legit_p99(&mut legit, n).await;
+    let (get, read) = legit.p99(n).await;
     println!(
         "| a viewer's 600 calls without their message (both ports) | {} | {} |",
         ms(get),
@@ -322,7 +355,7 @@ async fn attacks(data: &Path, n: usize) {
         }
         held.push(h2);
     }
-    let (get, read) = legit_p99(&mut legit, n).await;
+    let (get, read) = legit.p99(n).await;
     println!(
         "| a viewer's 60 ListTasks of 1 MiB never read | {} | {} |",
         ms(get),
@@ -339,7 +372,7 @@ async fn attacks(data: &Path, n: usize) {
                 .expect("connect"),
         );
     }
-    let (get, read) = legit_p99(&mut legit, n).await;
+    let (get, read) = legit.p99(n).await;
     println!("| 2,000 silent connections | {} | {} |", ms(get), ms(read));
     drop(silent);
 
@@ -377,7 +410,7 @@ async fn attacks(data: &Path, n: usize) {
             answer.ok().map(tonic::Response::into_inner),
         ));
     }
-    let (get, read) = legit_p99(&mut legit, n).await;
+    let (get, read) = legit.p99(n).await;
     println!(
         "| 1,024 reflection streams without a credential | {} | {} |",
         ms(get),
@@ -387,8 +420,7 @@ async fn attacks(data: &Path, n: usize) {
 
     // A viewer's 1,024 WatchTask streams, each from the task's last event (a
     // replay of its whole history, unread, would fill the connection's window).
-    let last = legit
-        .admin
+    let last = admin
         .get_task(pb::GetTaskRequest {
             id: legit.task_id.clone(),
         })
@@ -428,7 +460,7 @@ async fn attacks(data: &Path, n: usize) {
             Err(_) => panic!("watch {i}: not answered in 10 s"),
         }
     }
-    let (get, read) = legit_p99(&mut legit, n).await;
+    let (get, read) = legit.p99(n).await;
     println!(
         "| a viewer's 1,024 WatchTask streams | {} | {} |",
         ms(get),
@@ -468,7 +500,7 @@ async fn attacks(data: &Path, n: usize) {
             })
         })
         .collect();
-    let (get, read) = legit_p99(&mut legit, n).await;
+    let (get, read) = legit.p99(n).await;
     println!(
         "| 300 callers with tokens of an unknown key, without pause | {} | {} |",
         ms(get),
