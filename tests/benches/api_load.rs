@@ -233,7 +233,10 @@ impl Legit {
     /// p99 of `n` sequential admin GetTask and agent file.read calls.
     async fn p99(&self, n: usize) -> (Duration, Duration) {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        self.asks.send((n, reply)).await.expect("the legitimate callers");
+        self.asks
+            .send((n, reply))
+            .await
+            .expect("the legitimate callers");
         answer.await.expect("their p99")
     }
 }

@@ -1,13 +1,15 @@
 //! The one module that owns the database (diesel, on SQLite or PostgreSQL).
 //!
 //! Callers see domain types and [`StoreError`]; no diesel type leaves this module.
-//! Every call runs its queries on the blocking pool (`spawn_blocking`), every write
+//! Every call runs its queries on the blocking pool (`spawn_blocking`) — on SQLite
+//! a task read before is answered from memory (`task_cache`) —, every write
 //! is one transaction, and every change to a task writes its history events in the
 //! same transaction, numbered 1, 2, 3, ... per task without gaps
 //! ([`Store::change_task`], [`Store::change_run`]).
 //!
 //! Files: `connection` (backends, pool, migrations, transactions), `schema` and
-//! `rows` (tables and row ↔ domain conversions), then one file per concept.
+//! `rows` (tables and row ↔ domain conversions), `task_cache`, then one file per
+//! concept.
 
 mod agents;
 mod api_keys;

@@ -477,7 +477,10 @@ async fn a_task_read_again_after_a_change_or_a_delete_is_what_the_database_holds
             // Read twice (the second read is the one a cache would answer).
             t.store.get_task(task.id).await.expect(b);
             t.store.get_task(task.id).await.expect(b);
-            t.store.change_task(task.id, move_to(change)).await.expect(b);
+            t.store
+                .change_task(task.id, move_to(change))
+                .await
+                .expect(b);
             let read = t.store.get_task(task.id).await.expect(b);
             assert_eq!(read.status, change, "{b}");
             assert_eq!(Some(read), row_of(&t, task.id).await, "{b}");
@@ -493,11 +496,17 @@ async fn a_task_read_again_after_a_change_or_a_delete_is_what_the_database_holds
         assert_eq!(read.description, "changed with its runs", "{b}");
         assert_eq!(Some(read), row_of(&t, task.id).await, "{b}");
 
-        t.store.change_task(task.id, move_to(TaskStatus::Canceled)).await.expect(b);
+        t.store
+            .change_task(task.id, move_to(TaskStatus::Canceled))
+            .await
+            .expect(b);
         t.store.get_task(task.id).await.expect(b);
         t.store.delete_task(task.id).await.expect(b);
         let err = t.store.get_task(task.id).await.expect_err(b);
-        assert!(matches!(err, StoreError::NotFound { what: "task", .. }), "{b}: {err}");
+        assert!(
+            matches!(err, StoreError::NotFound { what: "task", .. }),
+            "{b}: {err}"
+        );
     }
 }
 
@@ -510,7 +519,10 @@ async fn a_read_that_raced_a_write_does_not_keep_the_older_task() {
         // a write of the task commits.
         let seen = t.store.tasks.get(task.id).expect_err(b);
         let before = row_of(&t, task.id).await.expect(b);
-        t.store.change_task(task.id, move_to(TaskStatus::Planning)).await.expect(b);
+        t.store
+            .change_task(task.id, move_to(TaskStatus::Planning))
+            .await
+            .expect(b);
         t.store.tasks.store(seen, &before, 100);
         assert_eq!(
             t.store.get_task(task.id).await.expect(b).status,
@@ -535,14 +547,21 @@ async fn the_task_cache_keeps_at_most_its_bytes_dropping_the_oldest() {
         ids.push(one.id);
     }
     for (i, id) in ids.iter().enumerate() {
-        assert_eq!(cache.get(*id).is_ok(), i >= 7, "task {i} of 10 (300 bytes each, 1000 kept)");
+        assert_eq!(
+            cache.get(*id).is_ok(),
+            i >= 7,
+            "task {i} of 10 (300 bytes each, 1000 kept)"
+        );
     }
     // Storing one again does not count it twice.
     let mut again = task.clone();
     again.id = ids[9];
     let seen = cache.get(TaskId::new()).expect_err("a task never stored");
     cache.store(seen, &again, 300);
-    assert!(cache.get(ids[7]).is_ok(), "the 8th task is still within 1000 bytes");
+    assert!(
+        cache.get(ids[7]).is_ok(),
+        "the 8th task is still within 1000 bytes"
+    );
     // A task larger than the whole cache is not kept.
     let mut large = task.clone();
     large.id = TaskId::new();
