@@ -238,7 +238,9 @@ pub fn init_instance(
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| DEFAULT_FILTER.into());
     let otel_layer = tracing_opentelemetry::layer().with_tracer(tracer_provider.tracer(service));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour());
     let registry = tracing_subscriber::registry().with(filter).with(otel_layer);
     match format {
         LogFormat::Text => registry
@@ -292,6 +294,14 @@ fn install(tracer_provider: &SdkTracerProvider, meter_provider: Option<&SdkMeter
     if let Some(meter_provider) = meter_provider {
         global::set_meter_provider(meter_provider.clone());
     }
+}
+
+/// Whether log lines may carry colour codes: only on a terminal, and not when
+/// `NO_COLOR` is set (<https://no-color.org>). Files, pipes, `podman logs`
+/// and log collectors get plain text.
+fn colour() -> bool {
+    use std::io::IsTerminal as _;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 #[cfg(test)]
