@@ -92,10 +92,13 @@ impl TaskCache {
     /// The task as last read, or the generation to pass to [`Self::store`]
     /// after reading it from the database.
     pub(super) fn get(&self, id: TaskId) -> Result<Task, Generation> {
+        if !self.enabled {
+            return Err(Generation(0));
+        }
         let inner = self.lock();
         match inner.tasks.get(&id) {
-            Some(entry) if self.enabled => Ok(entry.task.clone()),
-            _ => Err(Generation(inner.generation)),
+            Some(entry) => Ok(entry.task.clone()),
+            None => Err(Generation(inner.generation)),
         }
     }
 
@@ -137,7 +140,7 @@ impl TaskCache {
     /// Drops `written` (their rows changed or are gone) and moves the
     /// generation on. Called after the transaction that wrote them ended.
     pub(super) fn written(&self, written: &[TaskId]) {
-        if written.is_empty() {
+        if !self.enabled || written.is_empty() {
             return;
         }
         let mut inner = self.lock();
