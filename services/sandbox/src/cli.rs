@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::policy::Limits;
+use crate::policy::{Limits, Tier};
 use crate::service::{Mode, SandboxConfig};
 
 /// How processes agents cause are confined.
@@ -40,7 +40,16 @@ pub struct SandboxArgs {
     /// agent) may write to files together; past it they are killed.
     #[arg(long = "sandbox-max-written-mib", env = "CHORUS_SANDBOX_MAX_WRITTEN_MIB", default_value_t = Limits::default().written_bytes >> 20)]
     pub max_written_mib: u64,
+    /// How the sandbox is built: `auto` (the namespace tier where it can
+    /// start, else the landlock tier), `namespaces` or `landlock` (that tier
+    /// or none). docs/sandbox-tiers.md compares them.
+    #[arg(long = "sandbox-tier", env = "CHORUS_SANDBOX_TIER", default_value = "auto", value_parser = parse_tier)]
+    pub tier: TierChoice,
 }
+
+/// `--sandbox-tier`: one tier, or the strongest that starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TierChoice(pub Option<Tier>);
 
 impl SandboxArgs {
     pub fn config(&self) -> SandboxConfig {
@@ -56,12 +65,24 @@ impl SandboxArgs {
                 ..Limits::default()
             },
             cgroup_parent: self.cgroup.clone(),
+            tier: self.tier.0,
         }
     }
 }
 
 fn parse_mode(value: &str) -> Result<Mode, String> {
     value.parse()
+}
+
+fn parse_tier(value: &str) -> Result<TierChoice, String> {
+    match value {
+        "auto" => Ok(TierChoice(None)),
+        "namespaces" => Ok(TierChoice(Some(Tier::Namespaces))),
+        "landlock" => Ok(TierChoice(Some(Tier::Landlock))),
+        other => Err(format!(
+            "sandbox tier '{other}' is none of auto, namespaces and landlock"
+        )),
+    }
 }
 
 fn parse_user(value: &str) -> Result<(u32, u32), String> {
@@ -82,6 +103,30 @@ fn parse_user(value: &str) -> Result<(u32, u32), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tier_is_auto_or_one_of_the_two() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sandbox: SandboxArgs,
+        }
+        let tier = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+                .map(|c| c.sandbox.config().tier)
+        };
+        assert_eq!(tier(&[]).expect("default"), None);
+        assert_eq!(
+            tier(&["--sandbox-tier", "landlock"]).expect("landlock"),
+            Some(Tier::Landlock)
+        );
+        assert_eq!(
+            tier(&["--sandbox-tier", "namespaces"]).expect("namespaces"),
+            Some(Tier::Namespaces)
+        );
+        assert!(tier(&["--sandbox-tier", "chroot"]).is_err());
+    }
 
     #[test]
     fn the_user_is_two_numbers_and_never_root() {

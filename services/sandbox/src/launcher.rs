@@ -30,11 +30,14 @@ mod confine;
 mod egress;
 mod fence;
 mod init;
+mod landlock_tier;
 mod mounts;
 mod net;
+mod notify;
 mod proxy;
 mod seccomp;
 mod signals;
+mod tree;
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -48,7 +51,7 @@ use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid, getppid, pipe2};
 
 use crate::policy::{
     EXIT_FENCED, EXIT_SETUP_FAILED, EXIT_WROTE_TOO_MUCH, Identity, MESSAGE_PREFIX, PROBE_PROGRAM,
-    Policy,
+    Policy, Tier,
 };
 
 /// What the launcher was asked to run.
@@ -153,6 +156,13 @@ fn run(policy: &Policy, target: Target) -> ! {
         }
         fail(&message)
     };
+    let service_is_root = geteuid().is_root();
+    if service_is_root && policy.identity == Identity::Service {
+        unwind("refusing to run a program as root: the policy must name a user".to_owned());
+    }
+    if policy.tier == Tier::Landlock {
+        landlock_tier::run(policy, &target, &mask, cgroups, proxy, egress_channel)
+    }
     // init reports how the program ended on `report`; it watches `lifeline`
     // (whose other end only this process holds) to tell that this process died.
     let (report_read, report_write) =
@@ -160,10 +170,6 @@ fn run(policy: &Policy, target: Target) -> ! {
     let (lifeline_read, lifeline_write) =
         pipe2(OFlag::O_CLOEXEC).unwrap_or_else(|e| unwind(format!("cannot make a pipe: {e}")));
 
-    let service_is_root = geteuid().is_root();
-    if service_is_root && policy.identity == Identity::Service {
-        unwind("refusing to run a program as root: the policy must name a user".to_owned());
-    }
     // Only the PID (and user) namespace here: the monitor must keep seeing the
     // host's file system (to remove the cgroups); init makes the others.
     let mut flags = CloneFlags::CLONE_NEWPID;
@@ -291,7 +297,7 @@ fn monitor(
             fence::Event::Signal(Signal::SIGUSR1) => {
                 let _ = kill(init, Signal::SIGKILL);
             }
-            fence::Event::Signal(_) => {}
+            fence::Event::Signal(_) | fence::Event::Ready => {}
             fence::Event::Fenced(why) => {
                 kill_all(init, cgroups);
                 fenced(&why)
@@ -344,6 +350,7 @@ mod tests {
             covers: Vec::new(),
             run: None,
             fence: None,
+            tier: crate::policy::Tier::Namespaces,
         })
         .expect("json")
     }

@@ -27,7 +27,7 @@ pub mod service;
 pub mod testing;
 
 pub use egress::{EgressRule, Forward};
-pub use policy::{Cgroups, Cover, Identity, Limits, NETWORK_ENV, Network, Policy};
+pub use policy::{Cgroups, Cover, Identity, Limits, NETWORK_ENV, Network, Policy, Tier};
 pub use service::{
     Mode, ProcessSpec, Sandbox, SandboxConfig, SandboxError, SandboxStatus, SandboxedChild,
 };

@@ -42,6 +42,36 @@ pub struct Policy {
     /// killed once the time in this file has passed. None: no fence.
     #[serde(default)]
     pub fence: Option<PathBuf>,
+    /// How the sandbox is built.
+    #[serde(default)]
+    pub tier: Tier,
+}
+
+/// How a sandbox is built. Both give the same policy; what each guarantees
+/// beyond it is in docs/sandbox-tiers.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// Namespaces of its own (PID, mount, network, IPC, UTS, and a user
+    /// namespace for a service that is not root), Landlock and seccomp on
+    /// top. The stronger tier, and the default.
+    #[default]
+    Namespaces,
+    /// No namespace and no privilege: Landlock (files, TCP, signals and
+    /// abstract sockets), seccomp (with the launcher answering every
+    /// `connect`, `bind` and `listen`), and the launcher as the child
+    /// subreaper of every process of the sandbox. For hosts where namespaces
+    /// cannot be made (a restricted container).
+    Landlock,
+}
+
+impl Tier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Namespaces => "namespaces",
+            Self::Landlock => "landlock",
+        }
+    }
 }
 
 /// A file the sandbox shows with other content, read-only: `path` (an
@@ -279,6 +309,7 @@ mod tests {
             }],
             run: Some("0b5e-run_1".to_owned()),
             fence: None,
+            tier: Tier::Landlock,
         };
         let json = serde_json::to_string(&policy).expect("serialize");
         assert_eq!(

@@ -35,7 +35,7 @@ use tracing::{error, info, warn};
 
 pub use self::child::SandboxedChild;
 use crate::launcher::cgroup;
-use crate::policy::{Cgroups, Cover, Identity, Limits, Network, PROBE_PROGRAM, Policy};
+use crate::policy::{Cgroups, Cover, Identity, Limits, Network, PROBE_PROGRAM, Policy, Tier};
 
 /// The launcher's file name, looked for next to the service's executable and
 /// on PATH.
@@ -78,6 +78,9 @@ pub struct SandboxConfig {
     /// A delegated cgroup v2 directory for per-sandbox cgroups (otherwise
     /// detected).
     pub cgroup_parent: Option<PathBuf>,
+    /// The one tier to use; None: the namespace tier where it can start,
+    /// else the landlock tier.
+    pub tier: Option<Tier>,
 }
 
 /// What the sandbox is on this host, as the status RPC shows it.
@@ -100,6 +103,11 @@ pub struct SandboxStatus {
     pub limits: String,
     /// What is missing, when unavailable; why, when off.
     pub problems: Vec<String>,
+    /// How the sandbox is built, when enforced: `namespaces` or `landlock`.
+    pub tier: &'static str,
+    /// Why this tier: what the namespace tier lacked, when the landlock tier
+    /// stands in for it.
+    pub tier_reason: String,
 }
 
 /// Why a process could not be started in the sandbox.
@@ -158,6 +166,7 @@ struct Inner {
     launcher: Option<PathBuf>,
     cgroups: Option<Cgroups>,
     service_is_root: bool,
+    tier: Tier,
 }
 
 impl Sandbox {
@@ -170,10 +179,7 @@ impl Sandbox {
         let identity = if service_is_root {
             "the owner of the workspace root (never root)".to_owned()
         } else {
-            format!(
-                "the service's user (uid {}), in a user namespace",
-                nix::unistd::geteuid()
-            )
+            format!("the service's user (uid {})", nix::unistd::geteuid())
         };
         let limits = match &cgroups {
             Some(Cgroups::V2 { parent }) => {
@@ -204,7 +210,10 @@ impl Sandbox {
             identity,
             limits,
             problems: Vec::new(),
+            tier: "",
+            tier_reason: String::new(),
         };
+        let mut tier = Tier::Namespaces;
         if let Some(plan) = &cgroups {
             cgroup::remove_leftovers(plan);
         }
@@ -227,36 +236,60 @@ impl Sandbox {
                 ));
             }
             (Mode::On, Some(path)) => {
-                match self_check(path, cgroups.as_ref(), service_is_root).await {
-                    Ok(report) => {
-                        status.landlock = format!(
-                            "{} ({})",
-                            report["landlock"].as_str().unwrap_or("?"),
-                            report["landlock_abi"].as_str().unwrap_or("?")
-                        );
-                        let seccomp = report["seccomp"].as_str().unwrap_or("none");
-                        status.seccomp = format!(
-                            "{seccomp} ({} programs)",
-                            report["seccomp_filters"].as_u64().unwrap_or(0)
-                        );
-                        if seccomp != "filter" {
-                            status.state = "unavailable";
-                            status.problems.push(format!(
-                                "the sandbox self-check ran without a seccomp filter (seccomp: {seccomp})"
-                            ));
+                let tiers = config
+                    .tier
+                    .map_or(vec![Tier::Namespaces, Tier::Landlock], |t| vec![t]);
+                let mut failed = Vec::new();
+                for candidate in tiers {
+                    match self_check(path, cgroups.as_ref(), service_is_root, candidate).await {
+                        Ok(checked) => {
+                            tier = candidate;
+                            status.tier = candidate.as_str();
+                            status.landlock = checked.landlock;
+                            status.seccomp = checked.seccomp;
+                            break;
                         }
+                        Err(problem) => failed.push((candidate, problem)),
                     }
-                    Err(problem) => {
-                        status.state = "unavailable";
-                        status.problems.push(problem);
-                    }
+                }
+                if status.tier.is_empty() {
+                    status.state = "unavailable";
+                    status.problems = failed
+                        .iter()
+                        .map(|(tier, problem)| {
+                            format!(
+                                "the {} tier: {problem}{}",
+                                tier.as_str(),
+                                hint(*tier, problem)
+                            )
+                        })
+                        .collect();
+                } else if let Some((_, problem)) = failed.first() {
+                    status.tier_reason = format!(
+                        "the namespace tier cannot start here ({problem}); the landlock tier stands in for it (docs/sandbox-tiers.md says what each guarantees)"
+                    );
+                }
+                if tier == Tier::Landlock && !service_is_root {
+                    status.identity = format!(
+                        "the service's user (uid {}), without namespaces",
+                        nix::unistd::geteuid()
+                    );
+                } else if !service_is_root {
+                    status.identity = format!(
+                        "the service's user (uid {}), in a user namespace",
+                        nix::unistd::geteuid()
+                    );
                 }
             }
         }
         if status.state == "unavailable" {
             error!(problems = ?status.problems, "the sandbox is unavailable: bash, git and CLI agents are refused until it is fixed, or until the service runs with --sandbox off");
         } else if status.state == "enforced" {
-            info!(launcher = %status.launcher, landlock = %status.landlock, seccomp = %status.seccomp, limits = %status.limits, "sandbox enforced");
+            if status.tier_reason.is_empty() {
+                info!(tier = status.tier, launcher = %status.launcher, landlock = %status.landlock, seccomp = %status.seccomp, limits = %status.limits, "sandbox enforced");
+            } else {
+                warn!(tier = status.tier, reason = %status.tier_reason, launcher = %status.launcher, landlock = %status.landlock, seccomp = %status.seccomp, limits = %status.limits, "sandbox enforced by the landlock tier");
+            }
         }
         Self {
             inner: Arc::new(Inner {
@@ -265,6 +298,7 @@ impl Sandbox {
                 launcher,
                 cgroups,
                 service_is_root,
+                tier,
             }),
         }
     }
@@ -283,10 +317,13 @@ impl Sandbox {
                     identity: String::new(),
                     limits: String::new(),
                     problems: vec![reason.to_owned()],
+                    tier: "",
+                    tier_reason: String::new(),
                 },
                 launcher: None,
                 cgroups: None,
                 service_is_root: nix::unistd::geteuid().is_root(),
+                tier: Tier::Namespaces,
             }),
         }
     }
@@ -298,6 +335,17 @@ impl Sandbox {
     /// Whether processes run confined.
     pub fn enforced(&self) -> bool {
         self.inner.status.state == "enforced"
+    }
+
+    /// Whether a process can be shown files with other content
+    /// ([`ProcessSpec::covers`]): only the namespace tier can.
+    pub fn can_cover(&self) -> bool {
+        self.enforced() && self.inner.tier == Tier::Namespaces
+    }
+
+    /// The tier processes start in, when enforced.
+    pub fn tier(&self) -> Option<Tier> {
+        self.enforced().then_some(self.inner.tier)
     }
 
     /// The program a proxied sandbox's git and ssh use to reach the egress
@@ -362,9 +410,9 @@ impl Sandbox {
                 )));
             }
         };
-        if !enforced && !spec.covers.is_empty() {
+        if !spec.covers.is_empty() && !self.can_cover() {
             return Err(SandboxError::Unavailable(
-                "the process needs files shown with other content, which only an enforced sandbox can do; it is not started with the sandbox off".to_owned(),
+                "the process needs files shown with other content, which only the namespace tier of the sandbox can do; it is not started".to_owned(),
             ));
         }
         let mut cmd = if enforced {
@@ -386,6 +434,7 @@ impl Sandbox {
                 covers: spec.covers.clone(),
                 run: spec.run.clone(),
                 fence: spec.fence.clone(),
+                tier: self.inner.tier,
             };
             let policy = serde_json::to_string(&policy).map_err(|e| {
                 SandboxError::Spawn(io::Error::other(format!("cannot write the policy: {e}")))
@@ -452,13 +501,20 @@ fn find_launcher() -> Option<PathBuf> {
     })
 }
 
-/// Runs the launcher's self-check: every confinement step, then the report of
-/// what was applied.
+/// What a tier's self-check applied.
+struct Checked {
+    landlock: String,
+    seccomp: String,
+}
+
+/// Runs the launcher's self-check in `tier`: every confinement step, then
+/// the report of what was applied (which must include a seccomp filter).
 async fn self_check(
     launcher: &Path,
     cgroups: Option<&Cgroups>,
     service_is_root: bool,
-) -> Result<serde_json::Value, String> {
+    tier: Tier,
+) -> Result<Checked, String> {
     let policy = Policy {
         parent: Some(std::process::id().cast_signed()),
         cwd: "/".into(),
@@ -478,6 +534,7 @@ async fn self_check(
         covers: Vec::new(),
         run: None,
         fence: None,
+        tier,
     };
     let policy = serde_json::to_string(&policy).map_err(|e| e.to_string())?;
     let run = Command::new(launcher)
@@ -508,8 +565,44 @@ async fn self_check(
         ));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.trim())
-        .map_err(|e| format!("the sandbox self-check said something unexpected ({e}): {stdout}"))
+    let report: serde_json::Value = serde_json::from_str(stdout.trim())
+        .map_err(|e| format!("the sandbox self-check said something unexpected ({e}): {stdout}"))?;
+    let seccomp = report["seccomp"].as_str().unwrap_or("none");
+    if seccomp != "filter" {
+        return Err(format!(
+            "the sandbox self-check ran without a seccomp filter (seccomp: {seccomp})"
+        ));
+    }
+    Ok(Checked {
+        landlock: format!(
+            "{} ({})",
+            report["landlock"].as_str().unwrap_or("?"),
+            report["landlock_abi"].as_str().unwrap_or("?")
+        ),
+        seccomp: format!(
+            "{seccomp} ({} programs)",
+            report["seccomp_filters"].as_u64().unwrap_or(0)
+        ),
+    })
+}
+
+/// How to get what a tier's self-check found missing.
+fn hint(tier: Tier, problem: &str) -> &'static str {
+    match tier {
+        Tier::Namespaces if problem.contains("mount proc") || problem.contains("proc:") => {
+            " — the container masks /proc; the landlock tier needs no new /proc"
+        }
+        Tier::Namespaces if problem.contains("namespaces") => {
+            " — the container's seccomp profile or the kernel refuses new namespaces; the landlock tier needs none"
+        }
+        Tier::Landlock if problem.contains("Landlock") => {
+            " — the landlock tier needs Landlock: Linux 5.13 or later with landlock among the LSMs the kernel enables (CONFIG_SECURITY_LANDLOCK, lsm=...,landlock on its command line)"
+        }
+        Tier::Landlock if problem.contains("user notification") => {
+            " — the landlock tier needs seccomp user notification with descriptors added (Linux 5.9 or later) and a container runtime that lets the seccomp(2) and ioctl(2) calls through (the default profiles of podman, Docker and containerd do)"
+        }
+        _ => "",
+    }
 }
 
 #[cfg(test)]

@@ -11,11 +11,53 @@ use chorus_sandbox::testing::{
 };
 use chorus_sandbox::{
     Identity, Mode, Network, ProcessSpec, Sandbox, SandboxConfig, SandboxError, SandboxedChild,
+    Tier,
 };
 use tokio::io::AsyncReadExt;
 
-async fn sandbox() -> Sandbox {
-    sandbox_with(SandboxConfig::default()).await
+/// Every test of the sandbox's promises runs in both tiers: each named here
+/// becomes `namespaces::<name>` and `landlock::<name>`.
+macro_rules! in_both_tiers {
+    ($($name:ident),* $(,)?) => {
+        mod namespaces {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(chorus_sandbox::Tier::Namespaces).await
+            })*
+        }
+        mod landlock {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(chorus_sandbox::Tier::Landlock).await
+            })*
+        }
+    };
+}
+
+in_both_tiers!(
+    only_the_workspace_and_the_system_are_visible,
+    the_program_never_runs_as_root_and_holds_no_capability,
+    other_processes_cannot_be_seen_or_signalled,
+    nothing_outlives_the_program,
+    stopping_reaches_every_process_and_killing_ends_them_all,
+    the_sandbox_dies_with_the_service,
+    exit_codes_signals_and_start_failures_come_through,
+    the_environment_is_exactly_what_the_service_gave,
+    the_network_is_what_the_policy_grants,
+    processes_are_limited,
+    a_sandbox_whose_fence_runs_out_kills_everything_by_itself,
+    only_the_namespace_tier_covers_files,
+);
+
+async fn sandbox(tier: Tier) -> Sandbox {
+    let sandbox = sandbox_with(SandboxConfig {
+        tier: Some(tier),
+        ..SandboxConfig::default()
+    })
+    .await;
+    assert_eq!(sandbox.tier(), Some(tier), "{:?}", sandbox.status());
+    assert_eq!(sandbox.status().tier, tier.as_str());
+    sandbox
 }
 
 async fn sandbox_with(config: SandboxConfig) -> Sandbox {
@@ -119,21 +161,21 @@ async fn read_both(child: &mut SandboxedChild) -> (String, String) {
     (stdout, stderr)
 }
 
-#[tokio::test]
-async fn only_the_workspace_and_the_system_are_visible() {
-    let sandbox = sandbox().await;
+async fn only_the_workspace_and_the_system_are_visible(tier: Tier) {
+    let sandbox = sandbox(tier).await;
     let dirs = dirs();
     let script = format!(
         "cat notes.txt; echo; \
          cat {outside}/key || echo no-secret; \
-         test -e {outside} || echo no-outside; \
-         test -e /root || echo no-root; test -e /home || echo no-home; \
+         ls {outside} >/dev/null 2>&1 || echo no-outside; \
+         ls /root >/dev/null 2>&1 || echo no-root; ls /home >/dev/null 2>&1 || echo no-home; \
          cat /etc/shadow >/dev/null 2>&1 || echo no-shadow; \
          echo x > {ws}/made && echo wrote-workspace; \
          echo x > /usr/evil 2>/dev/null || echo no-write-usr; \
          echo x > /etc/evil 2>/dev/null || echo no-write-etc; \
          touch /evil 2>/dev/null || echo no-write-root; \
-         echo x > /tmp/t && echo wrote-tmp; \
+         echo x > ${{TMPDIR:-/tmp}}/t && echo wrote-tmp; \
+         echo x > /tmp/shared-$$ 2>/dev/null && echo wrote-shared-tmp || echo no-shared-tmp; \
          pwd",
         outside = dirs.outside.display(),
         ws = dirs.workspace.display()
@@ -155,6 +197,12 @@ async fn only_the_workspace_and_the_system_are_visible() {
             "no-write-etc",
             "no-write-root",
             "wrote-tmp",
+            // The namespace tier's /tmp is its own; the landlock tier's is
+            // the service's, of which it gets a directory (TMPDIR) only.
+            match tier {
+                Tier::Namespaces => "wrote-shared-tmp",
+                Tier::Landlock => "no-shared-tmp",
+            },
             dirs.workspace.to_str().expect("utf8"),
         ]
     );
@@ -166,9 +214,8 @@ async fn only_the_workspace_and_the_system_are_visible() {
     }
 }
 
-#[tokio::test]
-async fn the_program_never_runs_as_root_and_holds_no_capability() {
-    let sandbox = sandbox().await;
+async fn the_program_never_runs_as_root_and_holds_no_capability(tier: Tier) {
+    let sandbox = sandbox(tier).await;
     let dirs = dirs();
     let ran = run(
         &sandbox,
@@ -210,9 +257,8 @@ async fn the_program_never_runs_as_root_and_holds_no_capability() {
     );
 }
 
-#[tokio::test]
-async fn other_processes_cannot_be_seen_or_signalled() {
-    let sandbox = sandbox().await;
+async fn other_processes_cannot_be_seen_or_signalled(tier: Tier) {
+    let sandbox = sandbox(tier).await;
     let dirs = dirs();
     let me = std::process::id();
     let script = format!(
@@ -223,18 +269,24 @@ async fn other_processes_cannot_be_seen_or_signalled() {
     );
     let ran = run(&sandbox, &spec(&dirs, &script)).await;
     let lines: Vec<&str> = ran.stdout.lines().collect();
-    // init, bash, ls and grep at most.
+    // The namespace tier shows init, bash, ls and grep at most; the landlock
+    // tier shows the host's pids (but nothing of what is behind them).
     let seen: usize = lines[0].parse().expect("count");
-    assert!(seen <= 4, "sees {seen} processes");
+    if tier == Tier::Namespaces {
+        assert!(seen <= 4, "sees {seen} processes");
+    }
     assert_eq!(&lines[1..], ["no-environ", "no-signal", "no-init-environ"]);
 }
 
-#[tokio::test]
-async fn nothing_outlives_the_program() {
-    let sandbox = sandbox().await;
+async fn nothing_outlives_the_program(tier: Tier) {
+    let sandbox = sandbox(tier).await;
     let dirs = dirs();
     // This binary also runs as nobody at the same time: each run its own marker.
-    let marker = &format!("chorus-escapee-outlive-{}", std::process::id());
+    let marker = &format!(
+        "chorus-escapee-outlive-{}-{}",
+        tier.as_str(),
+        std::process::id()
+    );
     let script = format!(
         "{} {} echo started",
         escapees(marker),
@@ -250,12 +302,15 @@ async fn nothing_outlives_the_program() {
     assert_eq!(survivors(marker), Vec::<i32>::new());
 }
 
-#[tokio::test]
-async fn stopping_reaches_every_process_and_killing_ends_them_all() {
-    let sandbox = sandbox().await;
+async fn stopping_reaches_every_process_and_killing_ends_them_all(tier: Tier) {
+    let sandbox = sandbox(tier).await;
     let dirs = dirs();
     // This binary also runs as nobody at the same time: each run its own marker.
-    let marker = &format!("chorus-escapee-stop-{}", std::process::id());
+    let marker = &format!(
+        "chorus-escapee-stop-{}-{}",
+        tier.as_str(),
+        std::process::id()
+    );
     let script = format!(
         "trap '' TERM; {} while :; do sleep 1; done",
         escapees(marker)
@@ -288,11 +343,14 @@ async fn stopping_reaches_every_process_and_killing_ends_them_all() {
     assert_eq!(status.code(), Some(7));
 }
 
-#[tokio::test]
-async fn the_sandbox_dies_with_the_service() {
+async fn the_sandbox_dies_with_the_service(tier: Tier) {
     let dirs = dirs();
     // This binary also runs as nobody at the same time: each run its own marker.
-    let marker = &format!("chorus-escapee-service-{}", std::process::id());
+    let marker = &format!(
+        "chorus-escapee-service-{}-{}",
+        tier.as_str(),
+        std::process::id()
+    );
     let script = format!("{} while :; do sleep 1; done", escapees(marker));
     let policy = serde_json::to_string(&chorus_sandbox::Policy {
         parent: None,
@@ -306,6 +364,7 @@ async fn the_sandbox_dies_with_the_service() {
         covers: Vec::new(),
         run: None,
         fence: None,
+        tier,
     })
     .expect("policy");
     // A stand-in service: a shell that starts the launcher and waits.
@@ -335,9 +394,8 @@ async fn the_sandbox_dies_with_the_service() {
     .await;
 }
 
-#[tokio::test]
-async fn exit_codes_signals_and_start_failures_come_through() {
-    let sandbox = sandbox().await;
+async fn exit_codes_signals_and_start_failures_come_through(tier: Tier) {
+    let sandbox = sandbox(tier).await;
     let dirs = dirs();
     let ran = run(&sandbox, &spec(&dirs, "echo out; echo err >&2; exit 3")).await;
     assert_eq!(ran.status.code(), Some(3));
@@ -384,13 +442,17 @@ async fn exit_codes_signals_and_start_failures_come_through() {
         ..spec(&dirs, "")
     };
     let ran = run(&sandbox, &spec).await;
-    assert_eq!(ran.status.code(), Some(127), "{}", ran.stderr);
+    // Not there at all (namespaces), or not allowed (landlock).
+    let expected = match tier {
+        Tier::Namespaces => 127,
+        Tier::Landlock => 126,
+    };
+    assert_eq!(ran.status.code(), Some(expected), "{}", ran.stderr);
     assert!(!ran.stdout.contains("escaped"));
 }
 
-#[tokio::test]
-async fn the_environment_is_exactly_what_the_service_gave() {
-    let sandbox = sandbox().await;
+async fn the_environment_is_exactly_what_the_service_gave(tier: Tier) {
+    let sandbox = sandbox(tier).await;
     let dirs = dirs();
     let mut spec = spec(&dirs, "env | sort");
     spec.env.push(("ONLY_THIS".into(), "1".into()));
@@ -401,12 +463,15 @@ async fn the_environment_is_exactly_what_the_service_gave() {
         .filter_map(|l| l.split_once('=').map(|(k, _)| k))
         .filter(|k| !matches!(*k, "PWD" | "SHLVL" | "_"))
         .collect();
-    assert_eq!(names, ["HOME", "ONLY_THIS", "PATH"]);
+    match tier {
+        Tier::Namespaces => assert_eq!(names, ["HOME", "ONLY_THIS", "PATH"]),
+        // Its private /tmp.
+        Tier::Landlock => assert_eq!(names, ["HOME", "ONLY_THIS", "PATH", "TMPDIR"]),
+    }
 }
 
-#[tokio::test]
-async fn the_network_is_what_the_policy_grants() {
-    let sandbox = sandbox().await;
+async fn the_network_is_what_the_policy_grants(tier: Tier) {
+    let sandbox = sandbox(tier).await;
     let dirs = dirs();
     let open = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
     let other = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
@@ -461,9 +526,9 @@ async fn the_network_is_what_the_policy_grants() {
     assert_eq!(ran.stdout.trim(), "loopback", "{}", ran.stderr);
 }
 
-#[tokio::test]
-async fn processes_are_limited() {
+async fn processes_are_limited(tier: Tier) {
     let sandbox = sandbox_with(SandboxConfig {
+        tier: Some(tier),
         limits: chorus_sandbox::Limits {
             processes: 20,
             ..chorus_sandbox::Limits::default()
@@ -528,7 +593,7 @@ async fn a_root_service_runs_programs_as_the_workspace_owner() {
         return;
     }
     let dirs = dirs();
-    let sandbox = sandbox().await;
+    let sandbox = sandbox(Tier::Namespaces).await;
     assert_eq!(
         sandbox.identity_for(&dirs.workspace).expect("owner"),
         Identity::User {
@@ -591,11 +656,31 @@ fn the_sandbox_holds_for_a_service_that_is_not_root() {
     );
 }
 
+/// The landlock tier cannot cover a file: such a process is refused before
+/// it starts, in the service and in the launcher.
+async fn only_the_namespace_tier_covers_files(tier: Tier) {
+    let sandbox = sandbox(tier).await;
+    let d = dirs();
+    let mut covered = spec(&d, "cat config");
+    covered.covers = vec![chorus_sandbox::Cover {
+        path: d.workspace.join("notes.txt"),
+        content: "shown instead\n".into(),
+    }];
+    match tier {
+        Tier::Namespaces => assert!(sandbox.can_cover()),
+        Tier::Landlock => {
+            assert!(!sandbox.can_cover());
+            let err = sandbox.spawn(&covered).expect_err("refused");
+            assert!(err.to_string().contains("only the namespace tier"), "{err}");
+        }
+    }
+}
+
 /// A covered file reads as the cover, read-only, inside the sandbox only; a
 /// cover is never placed through a symlink the program could have planted.
 #[tokio::test]
 async fn a_covered_file_shows_its_cover_and_never_follows_a_link() {
-    let sandbox = sandbox().await;
+    let sandbox = sandbox(Tier::Namespaces).await;
     let d = dirs();
     let config = d.workspace.join("config");
     std::fs::write(&config, "the repository's own\n").expect("config");
@@ -641,15 +726,18 @@ async fn a_covered_file_shows_its_cover_and_never_follows_a_link() {
 /// The run's fence: a sandbox whose service stops renewing it (paused, cut
 /// from its database, hung) kills the program and everything it started by
 /// itself; one renewed in time goes on; one already down starts nothing.
-#[tokio::test]
-async fn a_sandbox_whose_fence_runs_out_kills_everything_by_itself() {
+async fn a_sandbox_whose_fence_runs_out_kills_everything_by_itself(tier: Tier) {
     use chorus_sandbox::fence::{Fences, now_ms};
     use tokio::io::AsyncBufReadExt;
-    let sandbox = sandbox().await;
+    let sandbox = sandbox(tier).await;
     let d = dirs();
     let place = tempfile::tempdir().expect("fences");
     let fences = Fences::create(&place.path().join("fences")).expect("fences");
-    let marker = &format!("chorus-escapee-fence-{}", std::process::id());
+    let marker = &format!(
+        "chorus-escapee-fence-{}-{}",
+        tier.as_str(),
+        std::process::id()
+    );
 
     // Not renewed: gone soon after its time, escapees too, with no help.
     fences.set("lapsed", now_ms() + 300).expect("set");

@@ -287,6 +287,8 @@ pub fn sandbox_status(
         identity: status.identity.clone(),
         limits: status.limits.clone(),
         problems: status.problems.clone(),
+        tier: status.tier.to_owned(),
+        tier_reason: status.tier_reason.clone(),
     }
 }
 

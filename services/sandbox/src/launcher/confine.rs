@@ -2,11 +2,11 @@
 //! it: the user (never root) and no capabilities, resource limits, and the
 //! Landlock rules (which also set no_new_privs).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use caps::CapSet;
 use landlock::{
-    ABI, Access, AccessFs, PathBeneath, PathFd, RestrictionStatus, Ruleset, RulesetAttr,
+    ABI, Access, AccessFs, AccessNet, PathBeneath, PathFd, RestrictionStatus, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
 };
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
@@ -24,13 +24,30 @@ const READABLE: [&str; 8] = [
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
 ];
 
-/// Switches to the policy's user and drops every capability.
-pub fn identity(identity: Identity) -> Result<(), String> {
+/// Whether this process may run programs as `identity`: never as root, and
+/// a service that is not root only as itself.
+pub fn check_identity(identity: Identity) -> Result<(), String> {
     let root = geteuid().is_root();
     match identity {
         Identity::User { uid, gid } if uid == 0 || gid == 0 => {
-            return Err("refusing to run a program as root (uid or gid 0)".to_owned());
+            Err("refusing to run a program as root (uid or gid 0)".to_owned())
         }
+        Identity::User { uid, .. } if !root && uid != geteuid().as_raw() => Err(format!(
+            "a service that is not root runs programs as itself (uid {}), not as uid {uid}",
+            geteuid()
+        )),
+        Identity::Service if root => {
+            Err("refusing to run a program as root: the policy must name a user".to_owned())
+        }
+        Identity::User { .. } | Identity::Service => Ok(()),
+    }
+}
+
+/// Switches to the policy's user and drops every capability.
+pub fn identity(identity: Identity) -> Result<(), String> {
+    check_identity(identity)?;
+    let root = geteuid().is_root();
+    match identity {
         Identity::User { uid, gid } if root => {
             // The bounding set can only shrink while CAP_SETPCAP is held.
             caps::clear(None, CapSet::Bounding).map_err(|e| e.to_string())?;
@@ -38,17 +55,6 @@ pub fn identity(identity: Identity) -> Result<(), String> {
             let (uid, gid) = (Uid::from_raw(uid), Gid::from_raw(gid));
             setresgid(gid, gid, gid).map_err(|e| format!("setresgid: {e}"))?;
             setresuid(uid, uid, uid).map_err(|e| format!("setresuid: {e}"))?;
-        }
-        Identity::User { uid, .. } if uid != geteuid().as_raw() => {
-            return Err(format!(
-                "a service that is not root runs programs as itself (uid {}), not as uid {uid}",
-                geteuid()
-            ));
-        }
-        Identity::Service if root => {
-            return Err(
-                "refusing to run a program as root: the policy must name a user".to_owned(),
-            );
         }
         Identity::User { .. } | Identity::Service => {}
     }
@@ -95,15 +101,45 @@ pub fn limits(limits: &Limits, cgroups: Option<&Cgroups>) -> Result<(), String> 
     Ok(())
 }
 
-/// Applies the Landlock rules of the view: system directories readable, the
-/// policy's paths as it says, `/tmp` and `/dev` usable, and no signals or
-/// abstract sockets to anything outside the sandbox. (The network needs no
-/// rule: every sandbox has a network namespace of its own.)
-pub fn landlock(policy: &Policy) -> Result<RestrictionStatus, String> {
+/// Device files a landlock-tier sandbox reads and writes (it sees the host's
+/// `/dev`, of which it gets nothing else).
+const DEVICES: [&str; 7] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+];
+
+/// What a sandbox's processes see of the file system, besides the policy's
+/// paths.
+pub enum View<'a> {
+    /// The namespace tier's mount view: `/dev` and `/tmp` are the sandbox's
+    /// own; the network is a namespace of its own.
+    Namespaces,
+    /// The landlock tier's: the host's file system, of which the system
+    /// directories are read, a few device files used, and `tmp` (a private
+    /// directory) written; no TCP port bound or connected to directly (the
+    /// launcher does that, see `notify`).
+    Shared { tmp: &'a Path },
+}
+
+/// Applies the Landlock rules: system directories readable, the policy's
+/// paths as it says, the view's scratch places usable, and no signals or
+/// abstract sockets to anything outside the sandbox.
+pub fn landlock(policy: &Policy, view: &View<'_>) -> Result<RestrictionStatus, String> {
     let error = |e: landlock::RulesetError| e.to_string();
     let all = AccessFs::from_all(LANDLOCK_ABI);
     let read = AccessFs::from_read(LANDLOCK_ABI);
-    let ruleset = Ruleset::default().handle_access(all).map_err(error)?;
+    let mut ruleset = Ruleset::default().handle_access(all).map_err(error)?;
+    if matches!(view, View::Shared { .. }) {
+        // No rule allows any port: every TCP bind and connect is refused.
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(LANDLOCK_ABI))
+            .map_err(error)?;
+    }
     let ruleset = ruleset
         .scope(Scope::Signal | Scope::AbstractUnixSocket)
         .map_err(error)?;
@@ -111,9 +147,28 @@ pub fn landlock(policy: &Policy) -> Result<RestrictionStatus, String> {
         .iter()
         .filter_map(|f| std::fs::canonicalize(f).ok())
         .collect();
-    let created = ruleset
-        .create()
-        .map_err(error)?
+    let scratch: Vec<PathBuf> = match view {
+        View::Namespaces => vec!["/dev".into(), "/tmp".into()],
+        View::Shared { tmp } => DEVICES
+            .iter()
+            .map(PathBuf::from)
+            .chain([tmp.to_path_buf()])
+            .collect(),
+    };
+    let mut created = ruleset.create().map_err(error)?;
+    if matches!(view, View::Namespaces) {
+        // Listing the root, which holds only what the view shows. (A rule
+        // holds for everything beneath its directory: the landlock tier's
+        // root is the host's, so it gets none, or every directory of the
+        // host could be listed.)
+        created = created
+            .add_rule(PathBeneath::new(
+                PathFd::new("/").map_err(|e| e.to_string())?,
+                AccessFs::ReadDir,
+            ))
+            .map_err(error)?;
+    }
+    let created = created
         .add_rules(path_beneath_rules(READABLE, read))
         .map_err(error)?
         .add_rules(path_beneath_rules(&linked, read))
@@ -123,13 +178,7 @@ pub fn landlock(policy: &Policy) -> Result<RestrictionStatus, String> {
             AccessFs::ReadFile | AccessFs::ReadDir,
         ))
         .map_err(error)?
-        // Listing the view's own root (it holds only what the view shows).
-        .add_rule(PathBeneath::new(
-            PathFd::new("/").map_err(|e| e.to_string())?,
-            AccessFs::ReadDir,
-        ))
-        .map_err(error)?
-        .add_rules(path_beneath_rules(["/dev", "/tmp"], all))
+        .add_rules(path_beneath_rules(&scratch, all))
         .map_err(error)?
         .add_rules(path_beneath_rules(&policy.read_write, all))
         .map_err(error)?

@@ -25,9 +25,10 @@
 //! client: `chorus-sandbox connect <host> <port>` (ssh's ProxyCommand), or
 //! `chorus-sandbox <host> <port>` (how git calls `GIT_PROXY_COMMAND`).
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{IoSlice, IoSliceMut, Read, Write};
-use std::net::{IpAddr, Shutdown, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::sys::signal::{Signal, kill};
@@ -49,6 +50,10 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
     /// Kills the proxy process and waits for it.
     pub fn stop(&self) {
         let _ = kill(self.pid, Signal::SIGKILL);
@@ -212,6 +217,45 @@ pub fn hand_over(policy: &Policy, channel: OwnedFd) -> Result<(), String> {
             TcpListener::bind(address).map_err(|e| format!("cannot listen on {address}: {e}"))?;
         listeners.push(listener);
     }
+    // The proxy process holds them then; nothing of them stays here.
+    send_listeners(&channel, &listeners)
+}
+
+/// In a landlock-tier monitor, which shares the service's network: binds the
+/// proxy's and the forwards' listeners on loopback at ports the kernel picks
+/// and hands them to the proxy process. Returns where each address a
+/// namespace-tier sandbox would have on its own loopback really is (the
+/// launcher connects the program there, see `notify`).
+///
+/// # Errors
+/// A listener could not be bound, or the hand-over failed.
+pub fn hand_over_shared(
+    policy: &Policy,
+    channel: OwnedFd,
+) -> Result<HashMap<SocketAddr, SocketAddr>, String> {
+    let Network::Proxied { forwards, .. } = &policy.network else {
+        return Ok(HashMap::new());
+    };
+    let mut listeners = Vec::with_capacity(1 + forwards.len());
+    let mut routes = HashMap::new();
+    for address in std::iter::once(PROXY_ADDR).chain(forwards.iter().map(|f| f.listen)) {
+        let loopback = match address.ip() {
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        };
+        let listener = TcpListener::bind(SocketAddr::new(loopback, 0))
+            .map_err(|e| format!("cannot listen on {loopback}: {e}"))?;
+        let real = listener
+            .local_addr()
+            .map_err(|e| format!("cannot read a listener's address: {e}"))?;
+        routes.insert(address, real);
+        listeners.push(listener);
+    }
+    send_listeners(&channel, &listeners)?;
+    Ok(routes)
+}
+
+fn send_listeners(channel: &OwnedFd, listeners: &[TcpListener]) -> Result<(), String> {
     let raw: Vec<RawFd> = listeners.iter().map(AsRawFd::as_raw_fd).collect();
     sendmsg::<()>(
         channel.as_raw_fd(),
@@ -221,7 +265,6 @@ pub fn hand_over(policy: &Policy, channel: OwnedFd) -> Result<(), String> {
         None,
     )
     .map_err(|e| format!("cannot hand the listeners to the egress proxy: {e}"))?;
-    // The proxy process holds them now; nothing of them stays here.
     Ok(())
 }
 

@@ -13,7 +13,7 @@
 //! At the same pace the monitor adds up what the sandbox's processes have
 //! written ([`Budget`]) and kills them once it is over their limit.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -32,6 +32,8 @@ pub enum Event {
     Fenced(String),
     /// The processes wrote more than their limit: how much.
     WroteTooMuch(String),
+    /// The watched descriptor can be read.
+    Ready,
 }
 
 /// How much the processes of a sandbox may write: the processes are those
@@ -93,6 +95,8 @@ pub struct Waiter {
     /// When the budget is next added up (not at once: a process that has
     /// only just started has written nothing).
     budget_due: Instant,
+    /// Another descriptor to wait for (until it hangs up).
+    watched: Option<RawFd>,
 }
 
 impl Waiter {
@@ -104,7 +108,14 @@ impl Waiter {
             fence: fence.map(Path::to_path_buf),
             budget,
             budget_due: Instant::now() + CHECK,
+            watched: None,
         })
+    }
+
+    /// Also waits for `fd` to be readable ([`Event::Ready`]); the caller
+    /// keeps it open while this waits.
+    pub fn watch(&mut self, fd: RawFd) {
+        self.watched = Some(fd);
     }
 
     /// The next signal, the fence going down, or the budget spent.
@@ -124,11 +135,26 @@ impl Waiter {
             } else {
                 PollTimeout::NONE
             };
-            let mut fds = [PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+            // SAFETY: the caller of `watch` keeps the descriptor open.
+            #[allow(unsafe_code)]
+            let watched = self.watched.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
+            let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+            if let Some(fd) = watched {
+                fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            }
             match poll(&mut fds, timeout) {
                 Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
                 Ok(_) => {}
                 Err(e) => return Event::Fenced(format!("cannot wait for signals: {e}")),
+            }
+            if let Some(events) = fds.get(1).and_then(PollFd::revents) {
+                if events.contains(PollFlags::POLLIN) {
+                    return Event::Ready;
+                }
+                if events.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL)
+                {
+                    self.watched = None;
+                }
             }
             if let Ok(Some(info)) = self.signals.read_signal()
                 && let Ok(signal) = Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0))

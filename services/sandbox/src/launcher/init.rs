@@ -85,11 +85,11 @@ pub fn run(
         Target::Program(argv) => Some(exec_args(argv, &egress::program_env(&policy.network))),
         Target::Probe => None,
     };
-    let landlock = confine::landlock(policy)
+    let landlock = confine::landlock(policy, &confine::View::Namespaces)
         .unwrap_or_else(|e| fail(&format!("cannot apply the Landlock rules: {e}")));
     // After Landlock (which set no_new_privs), before the leader: init and
     // everything it starts run under the filter.
-    if let Err(e) = seccomp::install() {
+    if let Err(e) = seccomp::install(crate::policy::Tier::Namespaces) {
         fail(&format!("cannot apply the seccomp filter: {e}"));
     }
     if program.is_none() {
@@ -117,15 +117,15 @@ fn die_with_monitor(lifeline: &OwnedFd) {
 }
 
 /// The program's path (found on PATH when it has no slash), argv and environment.
-struct ExecArgs {
-    path: CString,
-    shown: String,
-    argv: Vec<CString>,
-    envp: Vec<CString>,
+pub(super) struct ExecArgs {
+    pub(super) path: CString,
+    pub(super) shown: String,
+    pub(super) argv: Vec<CString>,
+    pub(super) envp: Vec<CString>,
 }
 
 /// `overrides` replace variables of the launcher's environment (the program's).
-fn exec_args(argv: &[OsString], overrides: &[(OsString, OsString)]) -> ExecArgs {
+pub(super) fn exec_args(argv: &[OsString], overrides: &[(OsString, OsString)]) -> ExecArgs {
     let c_string = |s: &[u8]| {
         CString::new(s).unwrap_or_else(|_| fail("an argument or variable contains a NUL byte"))
     };

@@ -28,6 +28,8 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
+use crate::policy::Tier;
+
 /// The `CLONE_NEW*` flags: any of them makes a namespace. (`CLONE_NEWTIME`
 /// shares its bit with clone's exit signal, where no valid signal sets it.)
 const CLONE_NEW: [libc::c_int; 8] = [
@@ -130,23 +132,29 @@ const DENIED_ARCH: &[libc::c_long] = &[
 #[cfg(not(target_arch = "x86_64"))]
 const DENIED_ARCH: &[libc::c_long] = &[];
 
-/// Installs the filter on the calling process (single-threaded: init).
-pub fn install() -> Result<(), String> {
-    for program in programs()? {
+/// Installs the filter on the calling process (single-threaded: init, or the
+/// landlock tier's leader).
+pub fn install(tier: Tier) -> Result<(), String> {
+    for program in programs(tier)? {
         seccompiler::apply_filter(&program).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
 
 /// The programs, in the order they are installed.
-fn programs() -> Result<Vec<BpfProgram>, String> {
+fn programs(tier: Tier) -> Result<Vec<BpfProgram>, String> {
     let arch = target_arch()?;
     let compile = |rules, action| -> Result<BpfProgram, String> {
         SeccompFilter::new(rules, SeccompAction::Allow, action, arch)
             .and_then(TryInto::try_into)
             .map_err(|e| format!("cannot build the seccomp filter: {e}"))
     };
-    let deny = deny_rules().map_err(|e| format!("cannot build the seccomp filter: {e}"))?;
+    let mut deny = deny_rules().map_err(|e| format!("cannot build the seccomp filter: {e}"))?;
+    if tier == Tier::Landlock {
+        deny.extend(
+            shared_host_rules().map_err(|e| format!("cannot build the seccomp filter: {e}"))?,
+        );
+    }
     let mut programs = vec![
         compile(deny, SeccompAction::Errno(libc::EPERM.cast_unsigned()))?,
         compile(
@@ -206,6 +214,49 @@ fn deny_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendE
     rules.insert(libc::SYS_socket, sockets.clone());
     rules.insert(libc::SYS_socketpair, sockets);
     Ok(rules)
+}
+
+/// What a sandbox that shares the service's PID and network namespaces (the
+/// landlock tier) is refused besides: calls that act on another process of
+/// the same user by its pid without ptrace's checks (which Landlock makes),
+/// so the service's own processes cannot be reniced, pinned or starved of
+/// limits; and TCP Fast Open's connection in `sendto`/`sendmsg`, which no
+/// `connect` call (that the launcher answers) precedes.
+fn shared_host_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendError> {
+    let not_self = || -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+        Ok(vec![SeccompRule::new(vec![arg(0, SeccompCmpOp::Ne, 0)?])?])
+    };
+    let fast_open = |index: u8| -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+        let flag = u64::from(libc::MSG_FASTOPEN.cast_unsigned());
+        Ok(vec![SeccompRule::new(vec![arg(
+            index,
+            SeccompCmpOp::MaskedEq(flag),
+            flag,
+        )?])?])
+    };
+    // setpriority(which, who) and ioprio_set(which, who): a user's every
+    // process, or another process or group.
+    let by_user_or_other = |user: u64| -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+        Ok(vec![
+            SeccompRule::new(vec![arg(0, SeccompCmpOp::Eq, user)?])?,
+            SeccompRule::new(vec![arg(1, SeccompCmpOp::Ne, 0)?])?,
+        ])
+    };
+    let prio_user = u64::from(libc::PRIO_USER);
+    /// IOPRIO_WHO_USER of ioprio_set(2).
+    const IOPRIO_WHO_USER: u64 = 3;
+    Ok(BTreeMap::from([
+        (libc::SYS_prlimit64, not_self()?),
+        (libc::SYS_sched_setaffinity, not_self()?),
+        (libc::SYS_sched_setscheduler, not_self()?),
+        (libc::SYS_sched_setparam, not_self()?),
+        (libc::SYS_sched_setattr, not_self()?),
+        (libc::SYS_setpriority, by_user_or_other(prio_user)?),
+        (libc::SYS_ioprio_set, by_user_or_other(IOPRIO_WHO_USER)?),
+        (libc::SYS_sendto, fast_open(3)?),
+        (libc::SYS_sendmsg, fast_open(2)?),
+        (libc::SYS_sendmmsg, fast_open(3)?),
+    ]))
 }
 
 /// `socket(domain, type, protocol)` (and socketpair) refused: another family;
@@ -367,7 +418,9 @@ mod tests {
 
     #[test]
     fn every_program_compiles_for_this_architecture() {
-        let programs = programs().expect("programs");
+        let landlock = programs(Tier::Landlock).expect("programs");
+        let programs = programs(Tier::Namespaces).expect("programs");
+        assert_eq!(landlock.len(), programs.len());
         let expected = if cfg!(target_arch = "x86_64") { 3 } else { 2 };
         assert_eq!(programs.len(), expected);
         assert!(programs.iter().all(|p| !p.is_empty() && p.len() < 4096));
