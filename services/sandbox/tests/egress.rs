@@ -3,23 +3,23 @@
 //! the metadata address, every spelling of them, UDP — and what it may reach:
 //! a destination its egress list names, exactly its forwards.
 
+mod support;
+
 use std::io::Write;
 use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 
 use chorus_sandbox::testing::{TEST_UID, TestNet, running_as_root as root};
-use chorus_sandbox::{EgressRule, Forward, Identity, Network, ProcessSpec, Sandbox, SandboxConfig};
+use chorus_sandbox::{EgressRule, Forward, Identity, Network, ProcessSpec, Sandbox, Tier};
 use tokio::io::AsyncReadExt;
 
-async fn sandbox() -> Sandbox {
-    let sandbox = Sandbox::start(SandboxConfig {
-        launcher: Some(env!("CARGO_BIN_EXE_chorus-sandbox").into()),
-        ..SandboxConfig::default()
-    })
-    .await;
-    assert_eq!(sandbox.status().state, "enforced", "{:?}", sandbox.status());
-    sandbox
-}
+in_both_tiers!(
+    the_hosts_loopback_is_out_of_reach_directly_and_through_the_proxy,
+    an_allowed_destination_is_reached_and_nothing_else,
+    forwards_reach_exactly_their_target,
+    udp_leaves_neither_a_proxied_nor_an_unnetworked_sandbox,
+    an_invalid_forward_is_refused_before_anything_starts,
+);
 
 fn workspace() -> (tempfile::TempDir, PathBuf) {
     let top = tempfile::tempdir().expect("tempdir");
@@ -122,9 +122,8 @@ tunnel() {
 }
 "#;
 
-#[tokio::test]
-async fn the_hosts_loopback_is_out_of_reach_directly_and_through_the_proxy() {
-    let sandbox = sandbox().await;
+async fn the_hosts_loopback_is_out_of_reach_directly_and_through_the_proxy(tier: Tier) {
+    let sandbox = support::sandbox_in(tier).await;
     let (_top, ws) = workspace();
     let db = HostServer::start("secret");
     let port = db.port;
@@ -172,12 +171,11 @@ async fn the_hosts_loopback_is_out_of_reach_directly_and_through_the_proxy() {
     assert_eq!(db.accepted(), 0, "the database was reached:\n{stdout}");
 }
 
-#[tokio::test]
-async fn an_allowed_destination_is_reached_and_nothing_else() {
+async fn an_allowed_destination_is_reached_and_nothing_else(tier: Tier) {
     if !chorus_sandbox::testing::root_for("a test network namespace") {
         return;
     }
-    let sandbox = sandbox().await;
+    let sandbox = support::sandbox_in(tier).await;
     let (_top, ws) = workspace();
     let files = tempfile::tempdir().expect("tempdir");
     std::fs::write(files.path().join("hello.txt"), "hello from outside\n").expect("write");
@@ -238,9 +236,8 @@ async fn an_allowed_destination_is_reached_and_nothing_else() {
     assert!(stdout.contains("egress list is empty"), "{stdout}");
 }
 
-#[tokio::test]
-async fn forwards_reach_exactly_their_target() {
-    let sandbox = sandbox().await;
+async fn forwards_reach_exactly_their_target(tier: Tier) {
+    let sandbox = support::sandbox_in(tier).await;
     let (_top, ws) = workspace();
     let service = HostServer::start("service");
     let other = HostServer::start("other");
@@ -272,9 +269,8 @@ async fn forwards_reach_exactly_their_target() {
     assert_eq!(other.accepted(), 0);
 }
 
-#[tokio::test]
-async fn udp_leaves_neither_a_proxied_nor_an_unnetworked_sandbox() {
-    let sandbox = sandbox().await;
+async fn udp_leaves_neither_a_proxied_nor_an_unnetworked_sandbox(tier: Tier) {
+    let sandbox = support::sandbox_in(tier).await;
     let (_top, ws) = workspace();
     let host = UdpSocket::bind("127.0.0.1:0").expect("udp");
     let port = host.local_addr().expect("addr").port();
@@ -318,9 +314,8 @@ async fn udp_leaves_neither_a_proxied_nor_an_unnetworked_sandbox() {
     assert_eq!(&buf[..n], b"marker");
 }
 
-#[tokio::test]
-async fn an_invalid_forward_is_refused_before_anything_starts() {
-    let sandbox = sandbox().await;
+async fn an_invalid_forward_is_refused_before_anything_starts(tier: Tier) {
+    let sandbox = support::sandbox_in(tier).await;
     let (_top, ws) = workspace();
     let spec = proxied(
         &ws,

@@ -2,6 +2,8 @@
 //! tried the way an attacker would — other files, other processes, the
 //! network, root, escaping the run — and how it ends.
 
+mod support;
+
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,25 +16,6 @@ use chorus_sandbox::{
     Tier,
 };
 use tokio::io::AsyncReadExt;
-
-/// Every test of the sandbox's promises runs in both tiers: each named here
-/// becomes `namespaces::<name>` and `landlock::<name>`.
-macro_rules! in_both_tiers {
-    ($($name:ident),* $(,)?) => {
-        mod namespaces {
-            $(#[tokio::test]
-            async fn $name() {
-                super::$name(chorus_sandbox::Tier::Namespaces).await
-            })*
-        }
-        mod landlock {
-            $(#[tokio::test]
-            async fn $name() {
-                super::$name(chorus_sandbox::Tier::Landlock).await
-            })*
-        }
-    };
-}
 
 in_both_tiers!(
     only_the_workspace_and_the_system_are_visible,
@@ -50,12 +33,7 @@ in_both_tiers!(
 );
 
 async fn sandbox(tier: Tier) -> Sandbox {
-    let sandbox = sandbox_with(SandboxConfig {
-        tier: Some(tier),
-        ..SandboxConfig::default()
-    })
-    .await;
-    assert_eq!(sandbox.tier(), Some(tier), "{:?}", sandbox.status());
+    let sandbox = support::sandbox_in(tier).await;
     assert_eq!(sandbox.status().tier, tier.as_str());
     sandbox
 }
@@ -623,37 +601,12 @@ async fn a_root_service_runs_programs_as_the_workspace_owner() {
     );
 }
 
-/// The same tests, run by a service that is not root (the launcher then uses a
-/// user namespace): this binary again, as nobody.
+/// The same tests, run by a service that is not root (the namespace tier
+/// then uses a user namespace; the landlock tier shares the service's user):
+/// this binary again, as nobody.
 #[test]
 fn the_sandbox_holds_for_a_service_that_is_not_root() {
-    const AGAIN: &str = "CHORUS_SANDBOX_TEST_UNPRIVILEGED";
-    if !root() || std::env::var_os(AGAIN).is_some() {
-        return;
-    }
-    let this = std::env::current_exe().expect("this test binary");
-    let out = std::process::Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ])
-        .arg(&this)
-        .args(["--test-threads", "2", "--skip", "the_sandbox_holds_for"])
-        .env(AGAIN, "1")
-        .current_dir("/")
-        .output()
-        .expect("setpriv runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success()
-            && stdout.contains("test result: ok.")
-            && !stdout.contains("ok. 0 passed"),
-        "as nobody:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::again_as_nobody("the_sandbox_holds_for");
 }
 
 /// The landlock tier cannot cover a file: such a process is refused before

@@ -9,10 +9,20 @@ mod support;
 
 use std::os::unix::process::ExitStatusExt;
 
-use chorus_sandbox::{Network, ProcessSpec, SandboxConfig};
+use chorus_sandbox::{Network, ProcessSpec, SandboxConfig, Tier};
 use nix::libc;
 
-use support::{Ran, answer, answers, bash, run, sandbox, workspace};
+use support::{Ran, answer, answers, bash, run, sandbox_in, workspace};
+
+in_both_tiers!(
+    a_keyring_entry_never_passes_from_one_sandbox_to_the_next,
+    udp_and_other_sockets_need_the_host_network,
+    new_namespaces_cannot_be_made,
+    a_sibling_cannot_be_traced_or_read,
+    kernel_interfaces_a_run_never_needs_are_refused,
+    ordinary_programs_still_work,
+    the_self_check_reports_the_filter,
+);
 
 /// Python that makes raw system calls: `call(name, nr, *args)` prints
 /// `name=ok` or `name=<errno name>` (e.g. `name=EPERM`) and returns the result.
@@ -74,9 +84,8 @@ fn assert_refused(ran: &Ran, names: &[&str], errno: &str, what: &str) {
     }
 }
 
-#[tokio::test]
-async fn a_keyring_entry_never_passes_from_one_sandbox_to_the_next() {
-    let sandbox = sandbox().await;
+async fn a_keyring_entry_never_passes_from_one_sandbox_to_the_next(tier: Tier) {
+    let sandbox = sandbox_in(tier).await;
     let ws = workspace();
     let description = format!("chorus-test-{}", std::process::id());
     // The user keyring (-4) outlives every process of the user: what one run
@@ -124,9 +133,8 @@ async fn a_keyring_entry_never_passes_from_one_sandbox_to_the_next() {
     );
 }
 
-#[tokio::test]
-async fn udp_and_other_sockets_need_the_host_network() {
-    let sandbox = sandbox().await;
+async fn udp_and_other_sockets_need_the_host_network(tier: Tier) {
+    let sandbox = sandbox_in(tier).await;
     let ws = workspace();
     let body = "sock('udp4', socket.AF_INET, socket.SOCK_DGRAM)\n\
          sock('udp4_flags', socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)\n\
@@ -189,9 +197,8 @@ async fn udp_and_other_sockets_need_the_host_network() {
     }
 }
 
-#[tokio::test]
-async fn new_namespaces_cannot_be_made() {
-    let sandbox = sandbox().await;
+async fn new_namespaces_cannot_be_made(tier: Tier) {
+    let sandbox = sandbox_in(tier).await;
     let ws = workspace();
     let clone_user = libc::CLONE_NEWUSER | libc::SIGCHLD;
     let clone_ns = libc::CLONE_NEWNS | libc::CLONE_NEWUSER | libc::SIGCHLD;
@@ -258,9 +265,8 @@ async fn new_namespaces_cannot_be_made() {
     }
 }
 
-#[tokio::test]
-async fn a_sibling_cannot_be_traced_or_read() {
-    let sandbox = sandbox().await;
+async fn a_sibling_cannot_be_traced_or_read(tier: Tier) {
+    let sandbox = sandbox_in(tier).await;
     let ws = workspace();
     // A sibling of the same user, started just before: python's parent
     // (bash) started it too.
@@ -289,9 +295,8 @@ async fn a_sibling_cannot_be_traced_or_read() {
     );
 }
 
-#[tokio::test]
-async fn kernel_interfaces_a_run_never_needs_are_refused() {
-    let sandbox = sandbox().await;
+async fn kernel_interfaces_a_run_never_needs_are_refused(tier: Tier) {
+    let sandbox = sandbox_in(tier).await;
     let ws = workspace();
     // Harmless where they work (they touch only the calling process), so also
     // tried unconfined. perf_event_attr: a software task clock of this
@@ -375,9 +380,8 @@ async fn kernel_interfaces_a_run_never_needs_are_refused() {
     }
 }
 
-#[tokio::test]
-async fn ordinary_programs_still_work() {
-    let sandbox = sandbox().await;
+async fn ordinary_programs_still_work(tier: Tier) {
+    let sandbox = sandbox_in(tier).await;
     let ws = workspace();
     let script = "set -e; \
         sh -c 'echo sh-works'; \
@@ -419,9 +423,8 @@ async fn ordinary_programs_still_work() {
     );
 }
 
-#[tokio::test]
-async fn the_self_check_reports_the_filter() {
-    let sandbox = sandbox().await;
+async fn the_self_check_reports_the_filter(tier: Tier) {
+    let sandbox = sandbox_in(tier).await;
     let status = sandbox.status();
     assert!(
         status.seccomp.starts_with("filter"),

@@ -8,8 +8,41 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 
 use chorus_sandbox::testing::{TEST_UID, give_to_test_user, running_as_root};
-use chorus_sandbox::{Identity, Network, ProcessSpec, Sandbox, SandboxConfig, SandboxedChild};
+use chorus_sandbox::{
+    Identity, Network, ProcessSpec, Sandbox, SandboxConfig, SandboxedChild, Tier,
+};
 use tokio::io::AsyncReadExt;
+
+/// Every test named becomes `namespaces::<name>` and `landlock::<name>`: the
+/// test function takes the tier and runs in each.
+#[macro_export]
+macro_rules! in_both_tiers {
+    ($($name:ident),* $(,)?) => {
+        mod namespaces {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(chorus_sandbox::Tier::Namespaces).await
+            })*
+        }
+        mod landlock {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(chorus_sandbox::Tier::Landlock).await
+            })*
+        }
+    };
+}
+
+/// An enforced sandbox of `tier` with this build's launcher.
+pub async fn sandbox_in(tier: Tier) -> Sandbox {
+    let sandbox = sandbox_with(SandboxConfig {
+        tier: Some(tier),
+        ..SandboxConfig::default()
+    })
+    .await;
+    assert_eq!(sandbox.tier(), Some(tier), "{:?}", sandbox.status());
+    sandbox
+}
 
 /// An enforced sandbox with this build's launcher and `config` otherwise.
 pub async fn sandbox_with(config: SandboxConfig) -> Sandbox {
@@ -122,4 +155,37 @@ pub fn answer<'a>(answers: &'a [(String, String)], key: &str) -> Option<&'a str>
         .iter()
         .find(|(k, _)| k == key)
         .map(|(_, v)| v.as_str())
+}
+
+/// Runs this test binary again as nobody (for a root run), all its tests but
+/// those whose names contain `skip` (the one calling this), and asserts they
+/// pass. As nobody, or not root: nothing.
+pub fn again_as_nobody(skip: &str) {
+    const AGAIN: &str = "CHORUS_SANDBOX_TEST_UNPRIVILEGED";
+    if !running_as_root() || std::env::var_os(AGAIN).is_some() {
+        return;
+    }
+    let this = std::env::current_exe().expect("this test binary");
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(&this)
+        .args(["--test-threads", "2", "--skip", skip])
+        .env(AGAIN, "1")
+        .current_dir("/")
+        .output()
+        .expect("setpriv runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && stdout.contains("test result: ok.")
+            && !stdout.contains("ok. 0 passed"),
+        "as nobody:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -1,0 +1,216 @@
+//! What only the landlock tier has to hold, because it shares the service's
+//! user, PID and network namespaces: a sandboxed program tries, the way an
+//! attacker would, to reach the service's processes (their memory, files,
+//! limits, priority, an abstract socket) and the service's network (listening
+//! where others can connect, TCP Fast Open past `connect`). The tests shared
+//! with the namespace tier are in launcher.rs, seccomp.rs and egress.rs.
+
+mod support;
+
+use std::os::unix::net::UnixListener;
+
+use chorus_sandbox::Tier;
+use support::{answer, answers, bash, run, sandbox_in, workspace};
+
+/// Python that prints `name=ok` or `name=<errno name>` for each attempt.
+const PRELUDE: &str = r#"
+import ctypes, errno, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, f):
+    try:
+        f()
+        print(name + "=ok", flush=True)
+    except OSError as e:
+        print(name + "=" + errno.errorcode.get(e.errno, str(e.errno)), flush=True)
+def check(r):
+    if r < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+"#;
+
+fn python(body: &str) -> String {
+    let script = format!("{PRELUDE}\n{body}");
+    format!("python3 -c '{}'", script.replace('\'', r"'\''"))
+}
+
+#[tokio::test]
+async fn the_services_processes_are_out_of_reach_though_they_share_its_user() {
+    let sandbox = sandbox_in(Tier::Landlock).await;
+    let ws = workspace();
+    let service = std::process::id();
+    // An abstract socket the service listens on.
+    let name = format!("chorus-test-service-{service}");
+    let abstract_listener = {
+        use std::os::linux::net::SocketAddrExt;
+        let address =
+            std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("name");
+        UnixListener::bind_addr(&address).expect("abstract listener")
+    };
+    let body = format!(
+        r#"
+pid = {service}
+attempt("environ", lambda: open("/proc/%d/environ" % pid, "rb").read())
+attempt("mem", lambda: open("/proc/%d/mem" % pid, "rb").read(1))
+attempt("fd", lambda: os.readlink("/proc/%d/fd/0" % pid))
+attempt("open_fd", lambda: open("/proc/%d/fd/0" % pid, "rb"))
+attempt("cwd", lambda: os.listdir("/proc/%d/cwd/" % pid))
+attempt("root", lambda: os.listdir("/proc/%d/root/" % pid))
+attempt("signal", lambda: os.kill(pid, 0))
+attempt("pidfd_signal", lambda: check(libc.syscall(424, os.pidfd_open(pid), 0, None, 0)))
+class rlimit(ctypes.Structure):
+    _fields_ = [("cur", ctypes.c_ulong), ("max", ctypes.c_ulong)]
+attempt("prlimit", lambda: check(libc.prlimit(pid, 7, ctypes.byref(rlimit(1, 1)), None)))
+attempt("renice", lambda: os.setpriority(os.PRIO_PROCESS, pid, 19))
+attempt("renice_user", lambda: os.setpriority(os.PRIO_USER, 0, 19))
+attempt("affinity", lambda: os.sched_setaffinity(pid, {{0}}))
+def abstract():
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("\0{name}")
+attempt("abstract", abstract)
+"#
+    );
+    let ran = run(&sandbox, &bash(&ws, &python(&body))).await;
+    let got = answers(&ran.stdout);
+    for (name, refused) in [
+        ("environ", "EACCES"),
+        ("mem", "EACCES"),
+        ("fd", "EACCES"),
+        ("open_fd", "EACCES"),
+        ("cwd", "EACCES"),
+        ("root", "EACCES"),
+        ("signal", "EPERM"),
+        ("pidfd_signal", "EPERM"),
+        ("prlimit", "EPERM"),
+        ("renice", "EPERM"),
+        ("renice_user", "EPERM"),
+        ("affinity", "EPERM"),
+        ("abstract", "EPERM"),
+    ] {
+        assert_eq!(
+            answer(&got, name),
+            Some(refused),
+            "{name} was not refused as {refused}: {}\n{}",
+            ran.stdout,
+            ran.stderr
+        );
+    }
+    // The same program may still act on itself.
+    let ran = run(
+        &sandbox,
+        &bash(
+            &ws,
+            &python(
+                r#"
+attempt("own_priority", lambda: os.setpriority(os.PRIO_PROCESS, 0, 5))
+attempt("own_affinity", lambda: os.sched_setaffinity(0, os.sched_getaffinity(0)))
+attempt("own_environ", lambda: open("/proc/self/environ", "rb").read())
+"#,
+            ),
+        ),
+    )
+    .await;
+    let got = answers(&ran.stdout);
+    for name in ["own_priority", "own_affinity", "own_environ"] {
+        assert_eq!(answer(&got, name), Some("ok"), "{name}: {}", ran.stderr);
+    }
+    drop(abstract_listener);
+}
+
+#[tokio::test]
+async fn a_program_listens_on_loopback_only_and_connects_nowhere_else() {
+    let sandbox = sandbox_in(Tier::Landlock).await;
+    let ws = workspace();
+    let body = r#"
+def any_address():
+    s = socket.socket()
+    s.bind(("0.0.0.0", 0))
+    s.listen()
+    print("bound_to=" + s.getsockname()[0], flush=True)
+    c = socket.create_connection(("127.0.0.1", s.getsockname()[1]))
+attempt("any_address", any_address)
+def unbound_listen():
+    s = socket.socket()
+    s.listen()
+attempt("unbound_listen", unbound_listen)
+def public_address():
+    s = socket.socket()
+    s.bind(("192.0.2.1", 0))
+attempt("public_address", public_address)
+def ipv6():
+    s = socket.socket(socket.AF_INET6)
+    s.bind(("::", 0))
+    s.listen()
+    c = socket.create_connection(("::1", s.getsockname()[1]))
+attempt("ipv6_loopback", ipv6)
+def fast_open():
+    s = socket.socket()
+    s.sendto(b"x", 0x20000000, ("192.0.2.1", 80))
+attempt("fast_open", fast_open)
+def outside():
+    socket.create_connection(("192.0.2.1", 80), timeout=5)
+attempt("outside", outside)
+def nonblocking_own():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    c = socket.socket()
+    c.setblocking(False)
+    r = c.connect_ex(("127.0.0.1", s.getsockname()[1]))
+    print("nonblocking_result=" + errno.errorcode.get(r, str(r)), flush=True)
+    a, _ = s.accept()
+    c.setblocking(True)
+    c.sendall(b"hi")
+    assert a.recv(2) == b"hi"
+attempt("nonblocking_own", nonblocking_own)
+"#;
+    let ran = run(&sandbox, &bash(&ws, &python(body))).await;
+    let got = answers(&ran.stdout);
+    let expect = [
+        ("any_address", "ok"),
+        // What was asked for everywhere is bound on loopback only.
+        ("bound_to", "127.0.0.1"),
+        ("unbound_listen", "EACCES"),
+        ("public_address", "EADDRNOTAVAIL"),
+        ("ipv6_loopback", "ok"),
+        ("fast_open", "EPERM"),
+        ("outside", "ENETUNREACH"),
+        ("nonblocking_own", "ok"),
+    ];
+    for (name, expected) in expect {
+        assert_eq!(
+            answer(&got, name),
+            Some(expected),
+            "{name}: {}\n{}",
+            ran.stdout,
+            ran.stderr
+        );
+    }
+    let nonblocking = answer(&got, "nonblocking_result");
+    assert!(
+        matches!(nonblocking, Some("EINPROGRESS" | "0")),
+        "{nonblocking:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_status_says_which_tier_and_why() {
+    let landlock = sandbox_in(Tier::Landlock).await;
+    let status = landlock.status();
+    assert_eq!((status.state, status.tier), ("enforced", "landlock"));
+    assert!(status.landlock.contains("FullyEnforced"), "{status:?}");
+    assert!(status.seccomp.starts_with("filter"), "{status:?}");
+    // Chosen by hand, not for want of the namespace tier: no reason given.
+    assert_eq!(status.tier_reason, "");
+    assert!(!landlock.can_cover());
+    // Left to choose, on a host where namespaces work, the stronger tier.
+    let auto = support::sandbox().await;
+    assert_eq!(auto.status().tier, "namespaces");
+    assert!(auto.can_cover());
+}
+
+/// The same tests, by a service that is not root: the sandbox then runs as
+/// the service's own user, which is what the tier must hold against.
+#[test]
+fn the_tier_holds_for_a_service_that_is_not_root() {
+    support::again_as_nobody("the_tier_holds_for");
+}
