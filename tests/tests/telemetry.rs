@@ -287,6 +287,8 @@ async fn a_task_is_one_trace_across_orchestrator_chorus_tools_and_tool_exec() {
                     ("chorus-orchestrator", "chorus.refusals"),
                     ("chorus-orchestrator", "chorus.connections.open"),
                     ("chorus-tool-exec", "chorus.connections.open"),
+                    ("chorus-orchestrator", "chorus.sandbox"),
+                    ("chorus-tool-exec", "chorus.sandbox"),
                     ("chorus-tool-exec", "chorus.tool.calls"),
                     ("chorus-tool-exec", "chorus.tool.duration"),
                     ("chorus-tool-exec", "rpc.server.call.duration"),
@@ -320,4 +322,14 @@ async fn a_task_is_one_trace_across_orchestrator_chorus_tools_and_tool_exec() {
             && p.value >= 1.0),
         "{points:#?}"
     );
+    // Which sandbox each service has, and its tier.
+    for service in ["chorus-orchestrator", "chorus-tool-exec"] {
+        assert!(
+            points.iter().any(|p| p.service == service
+                && p.metric == "chorus.sandbox"
+                && p.attributes.get("chorus.sandbox.state").is_some()
+                && p.attributes.contains_key("chorus.sandbox.tier")),
+            "{service}: {points:#?}"
+        );
+    }
 }

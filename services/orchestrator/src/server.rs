@@ -288,6 +288,8 @@ pub async fn run(
         );
     }
     let processes = chorus_sandbox::Sandbox::start(config.sandbox).await;
+    let _sandbox_gauge =
+        chorus_telemetry::metrics().sandbox(processes.status().state, processes.status().tier);
     // This process's own fence directory (see `runner::fence`).
     config.runner.fence_dir = Some(crate::runner::fence::dir_for(&store.replica().instance));
     let mut state = AppState::new(store, config.signer, config.runner, processes.clone());

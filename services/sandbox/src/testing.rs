@@ -92,10 +92,21 @@ pub fn run_cgroup_dirs(plan: &crate::Cgroups, run: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// An enforced sandbox with the built launcher and `config` otherwise.
+/// An enforced sandbox with the built launcher and `config` otherwise; in
+/// the tier `CHORUS_SANDBOX_TIER` names (`namespaces` or `landlock`, as the
+/// services read it) when `config` names none, so a whole suite can be run
+/// in either tier.
 pub async fn enforced(config: SandboxConfig) -> Sandbox {
+    let tier = config.tier.or_else(
+        || match std::env::var("CHORUS_SANDBOX_TIER").ok()?.as_str() {
+            "namespaces" => Some(crate::Tier::Namespaces),
+            "landlock" => Some(crate::Tier::Landlock),
+            _ => None,
+        },
+    );
     let sandbox = Sandbox::start(SandboxConfig {
         launcher: Some(built_launcher()),
+        tier,
         ..config
     })
     .await;

@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Histogram, Meter, UpDownCounter};
+use opentelemetry::metrics::{Counter, Histogram, Meter, ObservableGauge, UpDownCounter};
 
 /// Seconds, the unit of every duration.
 const SECONDS: &str = "s";
@@ -153,6 +153,25 @@ impl Metrics {
             attributes.push(KeyValue::new("chorus.credential", credential.to_owned()));
         }
         self.refusals.add(1, &attributes);
+    }
+
+    /// `chorus.sandbox`: 1, with how the sandbox of this process is (`state`:
+    /// enforced, off or unavailable; `tier`: namespaces or landlock when
+    /// enforced), for as long as the returned gauge is kept.
+    pub fn sandbox(&self, state: &'static str, tier: &'static str) -> ObservableGauge<i64> {
+        self.meter
+            .i64_observable_gauge("chorus.sandbox")
+            .with_description("The run sandbox of this process: 1, by state and tier")
+            .with_callback(move |observer| {
+                observer.observe(
+                    1,
+                    &[
+                        KeyValue::new("chorus.sandbox.state", state),
+                        KeyValue::new("chorus.sandbox.tier", tier),
+                    ],
+                );
+            })
+            .build()
     }
 
     /// One tool call: counted and timed.

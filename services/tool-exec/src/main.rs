@@ -167,6 +167,8 @@ fn serve(args: ToolExecSettings, gate: GateSettings) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("binding {}", args.listen))?;
         let processes = chorus_sandbox::Sandbox::start(args.sandbox.config()).await;
+        let _sandbox_gauge =
+            chorus_telemetry::metrics().sandbox(processes.status().state, processes.status().tier);
         // The gate's channel connects lazily, within the runtime.
         let client_tls = args.tls.client();
         let gate = match gate {
