@@ -57,6 +57,16 @@ fn script() -> Vec<(String, Value)> {
 /// a planned task, starts it and follows it until its run ends; returns the
 /// task's history: summarised ([`event_summary`]), and as it came.
 async fn run_a_task(api: &Grpcurl, root: &str, model_url: &str) -> (Vec<String>, Vec<Value>) {
+    run_a_task_with(api, root, model_url, &["file.read", "file.create", "bash"]).await
+}
+
+/// [`run_a_task`] with an agent allowed `tools`.
+async fn run_a_task_with(
+    api: &Grpcurl,
+    root: &str,
+    model_url: &str,
+    tools: &[&str],
+) -> (Vec<String>, Vec<Value>) {
     let ws = api
         .orchestrator("CreateWorkspace", &json!({"name": "demo", "root": root}))
         .await["id"]
@@ -72,7 +82,7 @@ async fn run_a_task(api: &Grpcurl, root: &str, model_url: &str) -> (Vec<String>,
     api.orchestrator(
         "CreateAgent",
         &json!({"workspaceId": ws, "name": "scribe", "instructions": "Summarise the notes.",
-                "allowedTools": ["file.read", "file.create", "bash"], "provider": "model"}),
+                "allowedTools": tools, "provider": "model"}),
     )
     .await;
     let task = api
@@ -276,6 +286,208 @@ async fn the_orchestrator_image_serves_grpcurl_and_runs_a_task_in_its_sandbox() 
     );
 }
 
+/// The probes the agent's bash makes of the container it runs in, each printing
+/// `name=result`; `port` is a host port (10.0.2.2 from the container) bash is
+/// not granted.
+fn restricted_probes(model_port: u16) -> String {
+    format!(
+        r#"svc=$(for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = chorus-orchestr ] && echo ${{p#/proc/}}; done | head -1)
+echo "service=$svc"
+cat /var/lib/chorus/admin.key >/dev/null 2>&1 && echo admin_key=read || echo admin_key=refused
+cat /var/lib/chorus/run-token-keys.json >/dev/null 2>&1 && echo signing_keys=read || echo signing_keys=refused
+ls /var/lib/chorus >/dev/null 2>&1 && echo data_dir=listed || echo data_dir=refused
+cat /proc/$svc/environ >/dev/null 2>&1 && echo service_environ=read || echo service_environ=refused
+head -c1 /proc/$svc/mem >/dev/null 2>&1 && echo service_memory=read || echo service_memory=refused
+kill -0 $svc 2>/dev/null && echo signal_service=sent || echo signal_service=refused
+kill -TERM 1 2>/dev/null && echo signal_init=sent || echo signal_init=refused
+echo x > /var/lib/chorus/pwned 2>/dev/null && echo write_data=written || echo write_data=refused
+echo x > /srv/chorus/workspaces/pwned 2>/dev/null && echo write_outside=written || echo write_outside=refused
+echo x > /tmp/pwned 2>/dev/null && echo write_tmp=written || echo write_tmp=refused
+(exec 3<>/dev/tcp/10.0.2.2/{model_port}) 2>/dev/null && echo network=reached || echo network=refused
+(exec 3<>/dev/tcp/127.0.0.1/50051) 2>/dev/null && echo service_port=reached || echo service_port=refused
+setsid bash -c 'exec -a chorus-survivor sleep 1000' </dev/null >/dev/null 2>&1 &
+(bash -c 'exec -a chorus-survivor sleep 1000' </dev/null >/dev/null 2>&1 &) &
+echo id=$(id -u)
+echo done"#
+    )
+}
+
+/// Deploy/k8s's security context, as `podman run` flags: the services' user,
+/// every capability dropped, no new privileges, a read-only root, the
+/// runtime's default seccomp profile and masked /proc (podman's defaults).
+const RESTRICTED: [&str; 8] = [
+    "--user",
+    "10001:10001",
+    "--cap-drop",
+    "ALL",
+    "--security-opt",
+    "no-new-privileges",
+    "--read-only",
+    "--tmpfs=/tmp",
+];
+
+/// The orchestrator image under the restricted context Pod Security
+/// "restricted" enforces: the namespace tier cannot start (masked /proc), so
+/// the landlock tier confines bash and git, and the bash-probe set is refused
+/// in that container; nothing a run started survives it; a fork bomb does not
+/// stop the service from answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() {
+    if !chorus_tests::containers::enabled("the restricted-context test") {
+        return;
+    }
+    let images = images();
+    let dir = tempfile::tempdir().expect("dir");
+    let workspaces = workspaces_on_host(dir.path());
+    let name = unique("restricted");
+    let mut cleanup = Cleanup::new();
+    cleanup.container(&name);
+
+    // A fake model whose agent probes with bash, commits with git, and ends
+    // with a fork bomb bounded by its call's timeout.
+    let bomb = "b(){ b | b & }; b; sleep 30";
+    // A server on the host the bash call must not reach (no network grant).
+    let outside = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let model_port = outside.local_addr().expect("addr").port();
+    let steps = vec![
+        Step::tool_call("bash", json!({"command": restricted_probes(model_port)})),
+        Step::tool_call(
+            "bash",
+            json!({"command": "git init -q -b main && git config user.name Agent && git config user.email agent@example.com && git config commit.gpgsign false && echo repo"}),
+        ),
+        Step::tool_call("git_status", json!({})),
+        Step::tool_call(
+            "git_commit",
+            json!({"message": "Add the notes", "all": true}),
+        ),
+        Step::tool_call("bash", json!({"command": bomb, "timeout_secs": 10})),
+        Step::tool_call(
+            "completion-report",
+            json!({"status": "complete", "summary": "Probed and committed.", "output": "done"}),
+        ),
+    ];
+    let model = FakeOpenAi::start(steps).await;
+    let model_url = model.base_url().replace("127.0.0.1", "10.0.2.2");
+
+    let mount = format!("{}:/srv/chorus/workspaces", workspaces.display());
+    let mut args = vec![
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "--network",
+        "slirp4netns:allow_host_loopback=true",
+        "-p",
+        "127.0.0.1::50051",
+        "-v",
+        &mount,
+    ];
+    args.extend(RESTRICTED);
+    args.push(&images.orchestrator);
+    podman(&args);
+    let addr = published(&name, 50051);
+    wait_serving(&addr, "", START, || logs(&name)).await;
+    let admin_key = podman(&["exec", &name, "cat", "/var/lib/chorus/admin.key"]);
+    let api = Grpcurl::new(&addr).with_key(&admin_key);
+
+    let status = api.orchestrator("GetStatus", &json!({})).await;
+    let sandbox = &status["sandbox"];
+    assert_eq!(sandbox["state"], "enforced", "{status}\n{}", logs(&name));
+    assert_eq!(sandbox["tier"], "landlock", "{status}");
+    assert!(
+        sandbox["tierReason"]
+            .as_str()
+            .is_some_and(|r| r.contains("proc")),
+        "{status}"
+    );
+
+    // The service answers all along, fork bomb included.
+    let watching = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            let mut answered = 0;
+            loop {
+                let status = api.orchestrator("GetStatus", &json!({})).await;
+                assert_eq!(status["sandbox"]["state"], "enforced");
+                answered += 1;
+                if answered > 1_000_000 {
+                    return answered;
+                }
+            }
+        })
+    };
+    let tools = ["bash", "git.status", "git.commit"];
+    let (history, events) =
+        run_a_task_with(&api, "/srv/chorus/workspaces/demo", &model_url, &tools).await;
+    watching.abort();
+    for step in [
+        "tool_executed bash ok",
+        "tool_executed git.status ok",
+        "tool_executed git.commit ok",
+        "completion_report_submitted complete",
+        "status_changed completed",
+    ] {
+        assert!(
+            history.iter().any(|e| e == step),
+            "'{step}' missing from {history:#?}\n{}",
+            logs(&name)
+        );
+    }
+    let probes = bash_output(&events);
+    for expected in [
+        "admin_key=refused",
+        "signing_keys=refused",
+        "data_dir=refused",
+        "service_environ=refused",
+        "service_memory=refused",
+        "signal_service=refused",
+        "signal_init=refused",
+        "write_data=refused",
+        "write_outside=refused",
+        "write_tmp=refused",
+        "network=refused",
+        "service_port=refused",
+        "id=10001",
+        "done",
+    ] {
+        assert!(probes.contains(expected), "{expected} not in {probes}");
+    }
+    assert!(
+        !probes.contains("service=\\n"),
+        "the service was not found: {probes}"
+    );
+    // The commit is in the repository, by the agent.
+    let log = podman(&[
+        "exec",
+        &name,
+        "git",
+        "-C",
+        "/srv/chorus/workspaces/demo",
+        "log",
+        "--format=%s",
+    ]);
+    assert_eq!(log.trim(), "Add the notes");
+    // Nothing the run started is left: only tini and the service (and this
+    // exec's own processes) run in the container.
+    let left = podman(&[
+        "exec",
+        &name,
+        "bash",
+        "-c",
+        "for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); echo \"${p#/proc/} $c\"; done",
+    ]);
+    let survivors: Vec<&str> = left
+        .lines()
+        .filter(|l| {
+            l.contains("chorus-survivor") || l.contains("sleep") || l.contains("bash -c b()")
+        })
+        .collect();
+    assert!(survivors.is_empty(), "survivors: {survivors:?}\n{left}");
+    // And the service still answers.
+    let status = api.orchestrator("GetStatus", &json!({})).await;
+    assert_eq!(status["sandbox"]["tier"], "landlock");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
     if !chorus_tests::containers::enabled("the podman kube play test") {
@@ -389,8 +601,9 @@ async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
                 }
             }
         }
-        // Under the restricted context the run sandbox cannot mount its /proc: it
-        // says so, and bash, git and CLI agents are refused (deploy/README.md).
+        // Under the restricted context the namespace tier cannot mount its /proc:
+        // the landlock tier confines bash, git and CLI agents instead, and says
+        // why (docs/sandbox-tiers.md).
         let api = Grpcurl::new(&addr).with_key(&admin_key(&format!(
             "{prefix}-orchestrator-pod-0-orchestrator"
         )));
@@ -400,9 +613,12 @@ async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
             // The admin key, checked by tool-exec with its orchestrator.
             api.call("chorus.tools.v1.ToolExec/GetStatus", "{}").await
         };
-        assert_eq!(status["sandbox"]["state"], "unavailable", "{status}");
+        assert_eq!(status["sandbox"]["state"], "enforced", "{status}");
+        assert_eq!(status["sandbox"]["tier"], "landlock", "{status}");
         assert!(
-            status["sandbox"]["problems"].to_string().contains("/proc"),
+            status["sandbox"]["tierReason"]
+                .as_str()
+                .is_some_and(|r| r.contains("proc")),
             "{status}"
         );
     }

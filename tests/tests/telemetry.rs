@@ -327,7 +327,7 @@ async fn a_task_is_one_trace_across_orchestrator_chorus_tools_and_tool_exec() {
         assert!(
             points.iter().any(|p| p.service == service
                 && p.metric == "chorus.sandbox"
-                && p.attributes.get("chorus.sandbox.state").is_some()
+                && p.attributes.contains_key("chorus.sandbox.state")
                 && p.attributes.contains_key("chorus.sandbox.tier")),
             "{service}: {points:#?}"
         );

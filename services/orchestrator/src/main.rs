@@ -74,7 +74,16 @@ fn main() -> anyhow::Result<()> {
                 limits: settings.tool_exec_limits(),
             })
         } else {
-            warn!("no embedded tool-exec: start chorus-tool-exec with --orchestrator-addr {} and --orchestrator-key-file: an API key of role tool-exec, made by an admin with CreateApiKey or given to this orchestrator with --tool-exec-key-file", settings.listen);
+            match &settings.tool_exec_key_file {
+                Some(file) => info!(
+                    key_file = %file.display(),
+                    "no embedded tool-exec: a separate chorus-tool-exec presents the key in this file (its --orchestrator-key-file)"
+                ),
+                None => warn!(
+                    "no embedded tool-exec: start chorus-tool-exec with --orchestrator-addr {} and --orchestrator-key-file: an API key of role tool-exec, made by an admin with CreateApiKey or given to this orchestrator with --tool-exec-key-file",
+                    settings.listen
+                ),
+            }
             None
         };
         let config = settings.config(signer, embedded_tool_exec, secrets_key, &cwd)?;

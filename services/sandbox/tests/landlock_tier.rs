@@ -214,3 +214,36 @@ async fn the_status_says_which_tier_and_why() {
 fn the_tier_holds_for_a_service_that_is_not_root() {
     support::again_as_nobody("the_tier_holds_for");
 }
+
+/// A root service's programs run as the workspace owner, who walks the host's
+/// own directories here: a workspace below a directory closed to that user is
+/// refused before anything starts, saying which directory and what to do.
+#[tokio::test]
+async fn a_workspace_its_user_cannot_reach_is_refused_with_the_directory_to_open() {
+    use std::os::unix::fs::PermissionsExt;
+    if !chorus_sandbox::testing::running_as_root() {
+        return;
+    }
+    let sandbox = sandbox_in(Tier::Landlock).await;
+    let closed = tempfile::tempdir().expect("dir");
+    std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let root = closed.path().join("ws");
+    std::fs::create_dir(&root).expect("ws");
+    chorus_sandbox::testing::give_to_test_user(&root);
+    let ws = support::Workspace::at(root);
+    let ran = run(&sandbox, &bash(&ws, "touch reached")).await;
+    assert_eq!(ran.status.code(), Some(125), "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("cannot reach")
+            && ran
+                .stderr
+                .contains(&format!("chmod o+x {}", closed.path().display())),
+        "{}",
+        ran.stderr
+    );
+    assert!(!ws.root.join("reached").exists());
+    // Opened as the message says, it runs.
+    std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    let ran = run(&sandbox, &bash(&ws, "touch reached")).await;
+    assert!(ran.status.success(), "{}", ran.stderr);
+}

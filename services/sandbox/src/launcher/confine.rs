@@ -43,6 +43,37 @@ pub fn check_identity(identity: Identity) -> Result<(), String> {
     }
 }
 
+/// In the landlock tier, for a root service that runs programs as another
+/// user: whether that user can reach `path` through the host's directories
+/// (the namespace tier shows it `path` in a view of its own; here every
+/// directory above it must let that user search it).
+pub fn check_reachable(path: &Path, uid: u32, gid: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    for dir in path.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(dir) else {
+            continue;
+        };
+        let bit = if meta.uid() == uid {
+            0o100
+        } else if meta.gid() == gid {
+            0o010
+        } else {
+            0o001
+        };
+        if meta.mode() & bit == 0 {
+            return Err(format!(
+                "the sandbox's user (uid {uid}) cannot reach {}: the directory {} (owner {}, mode {:o}) does not let it search; the landlock tier shows programs the host's own directories, so every directory above a workspace or run directory must be searchable by that user (chmod o+x {}), or the service must run as that user",
+                path.display(),
+                dir.display(),
+                meta.uid(),
+                meta.mode() & 0o7777,
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Switches to the policy's user and drops every capability.
 pub fn identity(identity: Identity) -> Result<(), String> {
     check_identity(identity)?;

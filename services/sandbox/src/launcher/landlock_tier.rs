@@ -93,6 +93,18 @@ pub fn run(
     if let Err(e) = confine::check_identity(policy.identity) {
         made.fail(&e);
     }
+    if let Identity::User { uid, gid } = policy.identity
+        && nix::unistd::geteuid().is_root()
+    {
+        for path in std::iter::once(&policy.cwd)
+            .chain(&policy.read_write)
+            .chain(&policy.read_only)
+        {
+            if let Err(e) = confine::check_reachable(path, uid, gid) {
+                made.fail(&e);
+            }
+        }
+    }
     if !policy.covers.is_empty() {
         made.fail("the landlock tier cannot show a file with other content (covers need the namespace tier)");
     }

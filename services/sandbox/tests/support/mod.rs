@@ -65,6 +65,16 @@ pub struct Workspace {
     pub root: PathBuf,
 }
 
+impl Workspace {
+    /// A workspace at `root` (which the caller keeps).
+    pub fn at(root: PathBuf) -> Self {
+        Self {
+            _top: tempfile::tempdir().expect("tempdir"),
+            root,
+        }
+    }
+}
+
 pub fn workspace() -> Workspace {
     let top = tempfile::tempdir().expect("tempdir");
     let root = top.path().join("ws");
