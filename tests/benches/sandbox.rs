@@ -1,5 +1,6 @@
-//! What the run sandbox costs, each measure side by side with the same work
-//! unconfined (`--sandbox off`) in one run, the two interleaved:
+//! What the run sandbox costs, each measure in both tiers (namespaces,
+//! landlock) side by side with the same work unconfined (`--sandbox off`) in
+//! one run, the three interleaved:
 //!
 //! 1. One bash tool call (`true`), through tool-exec's runner in this process.
 //! 2. One agent start: StartTask to the run's recorded end, for a fake CLI
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use chorus_run_token::RunGrant;
 use chorus_sandbox::testing::{built_launcher, give_to_test_user};
-use chorus_sandbox::{Mode, Sandbox, SandboxConfig};
+use chorus_sandbox::{Mode, Sandbox, SandboxConfig, Tier};
 use chorus_tests::agents::{Client, data, ends_run, fake_cli_team, planned_task, report, wait_for};
 use chorus_tests::orchestrator::{Orchestrator, OrchestratorProcess};
 use chorus_tests::stats::{Samples, env_number, ms};
@@ -29,15 +30,23 @@ use chorus_tool_exec::{Limits, ToolRunner};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-fn config(mode: Mode) -> SandboxConfig {
+/// The three ways processes are run, as the rows of each table.
+const SETTINGS: [(&str, Mode, Option<Tier>); 3] = [
+    ("namespace tier", Mode::On, Some(Tier::Namespaces)),
+    ("landlock tier", Mode::On, Some(Tier::Landlock)),
+    ("unconfined (--sandbox off)", Mode::Off, None),
+];
+
+fn config(mode: Mode, tier: Option<Tier>) -> SandboxConfig {
     SandboxConfig {
         mode,
+        tier,
         launcher: Some(built_launcher()),
         ..SandboxConfig::default()
     }
 }
 
-fn table(title: &str, rows: &[(&str, &Samples)]) {
+fn table(title: &str, rows: &[(&str, Samples)]) {
     println!("## {title}\n");
     println!("| path | p50 ms | p90 ms | p99 ms | mean ms |");
     println!("|---|---|---|---|---|");
@@ -50,13 +59,17 @@ fn table(title: &str, rows: &[(&str, &Samples)]) {
             ms(s.mean())
         );
     }
-    if let [(_, with), (_, without)] = rows {
-        #[allow(clippy::cast_precision_loss)]
-        let ratio = with.median().as_secs_f64() / without.median().as_secs_f64();
-        println!(
-            "\nmedian: sandboxed / unconfined = {ratio:.2}; difference {} ms\n",
-            ms(with.median().saturating_sub(without.median()))
-        );
+    if let Some((_, unconfined)) = rows.last() {
+        println!();
+        for (name, with) in &rows[..rows.len() - 1] {
+            #[allow(clippy::cast_precision_loss)]
+            let ratio = with.median().as_secs_f64() / unconfined.median().as_secs_f64();
+            println!(
+                "median: {name} / unconfined = {ratio:.2}; difference {} ms",
+                ms(with.median().saturating_sub(unconfined.median()))
+            );
+        }
+        println!();
     }
 }
 
@@ -65,8 +78,10 @@ async fn bash_calls(calls: usize) {
     give_to_test_user(root.path());
     let runner =
         |sandbox: Sandbox| ToolRunner::new(Limits::default(), sandbox, CancellationToken::new());
-    let enforced = runner(Sandbox::start(config(Mode::On)).await);
-    let off = runner(Sandbox::start(config(Mode::Off)).await);
+    let mut runners = Vec::new();
+    for (_, mode, tier) in SETTINGS {
+        runners.push(runner(Sandbox::start(config(mode, tier)).await));
+    }
     let grant = RunGrant {
         run_id: "bench".into(),
         task_id: "bench".into(),
@@ -89,25 +104,36 @@ async fn bash_calls(calls: usize) {
         }
     };
     for _ in 0..20 {
-        call(&enforced).await;
-        call(&off).await;
+        for runner in &runners {
+            call(runner).await;
+        }
     }
-    let (mut with, mut without) = (Vec::new(), Vec::new());
+    let mut samples = vec![Vec::new(); runners.len()];
     for _ in 0..calls {
-        with.push(call(&enforced).await);
-        without.push(call(&off).await);
+        for (runner, samples) in runners.iter().zip(&mut samples) {
+            samples.push(call(runner).await);
+        }
     }
     table(
-        &format!("One bash tool call (`true`, {calls} per mode, interleaved)"),
-        &[
-            ("sandboxed", &Samples::new(with)),
-            ("unconfined (--sandbox off)", &Samples::new(without)),
-        ],
+        &format!("One bash tool call (`true`, {calls} per setting, interleaved)"),
+        &rows(samples),
     );
 }
 
-async fn orchestrator(data: &Path, mode: Mode) -> Orchestrator {
-    Orchestrator::with_fake_cli_on_sqlite(data, |config| config.sandbox = self::config(mode)).await
+/// The table's rows: each setting's name with its samples.
+fn rows(samples: Vec<Vec<Duration>>) -> Vec<(&'static str, Samples)> {
+    SETTINGS
+        .iter()
+        .zip(samples)
+        .map(|((name, _, _), s)| (*name, Samples::new(s)))
+        .collect()
+}
+
+async fn orchestrator(data: &Path, mode: Mode, tier: Option<Tier>) -> Orchestrator {
+    Orchestrator::with_fake_cli_on_sqlite(data, |config| {
+        config.sandbox = self::config(mode, tier);
+    })
+    .await
 }
 
 /// An orchestrator and a workspace whose agent is the fake CLI.
@@ -118,10 +144,18 @@ struct Side {
     _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
 
-async fn side(mode: Mode) -> Side {
+async fn side(mode: Mode, tier: Option<Tier>) -> Side {
     let data = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
-    let orchestrator = orchestrator(data.path(), mode).await;
+    // The landlock tier shows a root service's run user the host's own
+    // directories: the run directories below the data directory must be
+    // reachable (deploy/README.md; a service that is not root needs nothing).
+    if tier == Some(Tier::Landlock) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod");
+    }
+    let orchestrator = orchestrator(data.path(), mode, tier).await;
     let mut client = orchestrator.client().await;
     let team = fake_cli_team(&mut client, root.path(), &[], "i").await;
     Side {
@@ -149,28 +183,30 @@ async fn one_start(side: &mut Side) -> Duration {
 }
 
 async fn agent_starts(starts: usize) {
-    let mut enforced = side(Mode::On).await;
-    let mut off = side(Mode::Off).await;
-    for _ in 0..5 {
-        one_start(&mut enforced).await;
-        one_start(&mut off).await;
+    let mut sides = Vec::new();
+    for (_, mode, tier) in SETTINGS {
+        sides.push(side(mode, tier).await);
     }
-    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        for side in &mut sides {
+            one_start(side).await;
+        }
+    }
+    let mut samples = vec![Vec::new(); sides.len()];
     for _ in 0..starts {
-        with.push(one_start(&mut enforced).await);
-        without.push(one_start(&mut off).await);
+        for (side, samples) in sides.iter_mut().zip(&mut samples) {
+            samples.push(one_start(side).await);
+        }
     }
     table(
         &format!(
-            "One agent start: StartTask → the run's end, a CLI that reports at once ({starts} per mode, interleaved)"
+            "One agent start: StartTask → the run's end, a CLI that reports at once ({starts} per setting, interleaved)"
         ),
-        &[
-            ("sandboxed", &Samples::new(with)),
-            ("unconfined (--sandbox off)", &Samples::new(without)),
-        ],
+        &rows(samples),
     );
-    enforced.orchestrator.stop().await;
-    off.orchestrator.stop().await;
+    for side in sides {
+        side.orchestrator.stop().await;
+    }
 }
 
 /// Starts `count` fake-CLI runs that wait at a gate, on the binary, then
