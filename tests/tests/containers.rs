@@ -452,10 +452,11 @@ async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() 
     ] {
         assert!(probes.contains(expected), "{expected} not in {probes}");
     }
-    assert!(
-        !probes.contains("service=\\n"),
-        "the service was not found: {probes}"
-    );
+    // The probes aimed at the service's own process (found by its name).
+    let found = probes
+        .match_indices("service=")
+        .any(|(at, _)| probes[at + "service=".len()..].starts_with(|c: char| c.is_ascii_digit()));
+    assert!(found, "the service's process was not found: {probes}");
     // The commit is in the repository, by the agent.
     let log = podman(&[
         "exec",
@@ -486,6 +487,180 @@ async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() 
     // And the service still answers.
     let status = api.orchestrator("GetStatus", &json!({})).await;
     assert_eq!(status["sandbox"]["tier"], "landlock");
+}
+
+/// A task of the agent `agent` (allowed `file.read`) on a provider of `kind`
+/// at `model_url`, in the workspace `ws`, followed to its end: its history.
+async fn cli_task(
+    api: &Grpcurl,
+    ws: &str,
+    agent: &str,
+    kind: &str,
+    model_url: &str,
+) -> Vec<String> {
+    api.orchestrator(
+        "CreateProvider",
+        &json!({"workspaceId": ws, "name": agent, "kind": kind,
+                "baseUrl": model_url, "model": "fake-model", "apiKey": "dummy-key"}),
+    )
+    .await;
+    api.orchestrator(
+        "CreateAgent",
+        &json!({"workspaceId": ws, "name": agent, "instructions": "You read notes and report what they say.",
+                "allowedTools": ["file.read"], "provider": agent}),
+    )
+    .await;
+    let task = api
+        .orchestrator(
+            "CreateTask",
+            &json!({"workspaceId": ws, "description": "Read notes.txt and report its content."}),
+        )
+        .await["id"]
+        .as_str()
+        .expect("task id")
+        .to_owned();
+    for status in ["planning", "planned"] {
+        api.orchestrator("UpdateTaskStatus", &json!({"id": task, "status": status}))
+            .await;
+    }
+    api.orchestrator("StartTask", &json!({"taskId": task, "agent": agent}))
+        .await;
+    let events = api
+        .stream(
+            &format!("{ORCHESTRATOR}/WatchTask"),
+            &json!({"taskId": task}).to_string(),
+            TASK,
+        )
+        .await;
+    let mut history = event_summary(&events);
+    for event in events.iter().filter(|e| e["kind"] == "run_failed") {
+        history.push(format!("(run_failed: {})", event["data"]["reason"]));
+    }
+    history
+}
+
+/// The real Claude Code and OpenCode CLIs (installed on the host by .ci/run,
+/// mounted read-only) run tasks in the orchestrator image under the
+/// restricted context, in the landlock tier, against fake model servers on
+/// the host: each reads a file through chorus-tools and reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_clis_run_tasks_in_the_restricted_container() {
+    if !chorus_tests::containers::enabled("the real CLIs in the restricted container") {
+        return;
+    }
+    let Some(claude) = chorus_tests::fake_anthropic::claude_cli_or_skip() else {
+        return;
+    };
+    let Some(opencode) = chorus_tests::fake_anthropic::real_cli_or_skip(
+        "CHORUS_TEST_OPENCODE_BIN",
+        "the OpenCode CLI",
+    ) else {
+        return;
+    };
+    // Both are native programs in npm packages: their prefix is mounted whole.
+    let prefix = |bin: &Path| {
+        bin.parent()
+            .and_then(Path::parent)
+            .and_then(Path::parent)
+            .expect("<prefix>/node_modules/.bin/<cli>")
+            .to_path_buf()
+    };
+    assert_eq!(prefix(&claude), prefix(&opencode), "one npm prefix");
+    let clis = prefix(&claude);
+    let images = images();
+    let dir = tempfile::tempdir().expect("dir");
+    let workspaces = workspaces_on_host(dir.path());
+    std::fs::write(workspaces.join("demo/notes.txt"), "alpha-from-notes\n").expect("notes");
+    let tools = "/usr/local/bin/chorus-tools";
+    let read = format!(r#"{tools} '{{"tool":"file.read","path":"notes.txt"}}'"#);
+    let report = format!(
+        r#"{tools} '{{"tool":"completion-report","status":"complete","summary":"Read the notes.","output":"alpha-from-notes"}}'"#
+    );
+    let claude_model = chorus_tests::fake_anthropic::FakeAnthropic::start(vec![
+        chorus_tests::fake_anthropic::Reply::bash(read.clone()),
+        chorus_tests::fake_anthropic::Reply::bash(report.clone()),
+        chorus_tests::fake_anthropic::Reply::text("Reported."),
+    ])
+    .await;
+    let bash = |command: &str| {
+        Step::tool_call(
+            "bash",
+            json!({"command": command, "description": "Run a Chorus tool"}),
+        )
+    };
+    let opencode_model =
+        FakeOpenAi::start(vec![bash(&read), bash(&report), Step::text("Reported.")]).await;
+    let from_container = |url: String| url.replace("127.0.0.1", "10.0.2.2");
+
+    let name = unique("clis");
+    let mut cleanup = Cleanup::new();
+    cleanup.container(&name);
+    let mounts = [
+        format!("{}:/srv/chorus/workspaces", workspaces.display()),
+        format!("{}:/opt/agent-clis:ro", clis.display()),
+    ];
+    let mut args = vec![
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "--network",
+        "slirp4netns:allow_host_loopback=true",
+        "-p",
+        "127.0.0.1::50051",
+        "-v",
+        &mounts[0],
+        "-v",
+        &mounts[1],
+        "-e",
+        "CHORUS_CLAUDE_BIN=/opt/agent-clis/node_modules/.bin/claude",
+        "-e",
+        "CHORUS_OPENCODE_BIN=/opt/agent-clis/node_modules/.bin/opencode",
+    ];
+    args.extend(RESTRICTED);
+    args.push(&images.orchestrator);
+    podman(&args);
+    let addr = published(&name, 50051);
+    wait_serving(&addr, "", START, || logs(&name)).await;
+    let admin_key = podman(&["exec", &name, "cat", "/var/lib/chorus/admin.key"]);
+    let api = Grpcurl::new(&addr).with_key(&admin_key);
+    let status = api.orchestrator("GetStatus", &json!({})).await;
+    assert_eq!(status["sandbox"]["tier"], "landlock", "{status}");
+    let ws = api
+        .orchestrator(
+            "CreateWorkspace",
+            &json!({"name": "demo", "root": "/srv/chorus/workspaces/demo"}),
+        )
+        .await["id"]
+        .as_str()
+        .expect("workspace id")
+        .to_owned();
+    for (agent, kind, url) in [
+        (
+            "claude",
+            "PROVIDER_KIND_CLAUDE_CODE",
+            from_container(claude_model.base_url()),
+        ),
+        (
+            "opencode",
+            "PROVIDER_KIND_OPENCODE",
+            from_container(opencode_model.base_url()),
+        ),
+    ] {
+        let history = cli_task(&api, &ws, agent, kind, &url).await;
+        for step in [
+            "agent_started",
+            "tool_executed file.read ok",
+            "completion_report_submitted complete",
+            "status_changed completed",
+        ] {
+            assert!(
+                history.iter().any(|e| e == step),
+                "{agent}: '{step}' missing from {history:#?}\n{}",
+                logs(&name)
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
