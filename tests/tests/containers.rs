@@ -289,13 +289,17 @@ async fn the_orchestrator_image_serves_grpcurl_and_runs_a_task_in_its_sandbox() 
 /// The probes the agent's bash makes of the container it runs in, each printing
 /// `name=result`; `port` is a host port (10.0.2.2 from the container) bash is
 /// not granted.
-fn restricted_probes(model_port: u16) -> String {
+fn restricted_probes(service: &str, model_port: u16) -> String {
+    // /proc/<pid>/comm holds the first 15 bytes of the program's name.
+    let comm = &service[..service.len().min(15)];
     format!(
-        r#"svc=$(for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = chorus-orchestr ] && echo ${{p#/proc/}}; done | head -1)
+        r#"svc=$(for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = {comm} ] && echo ${{p#/proc/}}; done | head -1)
 echo "service=$svc"
 cat /var/lib/chorus/admin.key >/dev/null 2>&1 && echo admin_key=read || echo admin_key=refused
 cat /var/lib/chorus/run-token-keys.json >/dev/null 2>&1 && echo signing_keys=read || echo signing_keys=refused
 ls /var/lib/chorus >/dev/null 2>&1 && echo data_dir=listed || echo data_dir=refused
+cat /run/secrets/chorus/* >/dev/null 2>&1 && echo mounted_keys=read || echo mounted_keys=refused
+ls /run/secrets/chorus >/dev/null 2>&1 && echo mounted_keys_dir=listed || echo mounted_keys_dir=refused
 cat /proc/$svc/environ >/dev/null 2>&1 && echo service_environ=read || echo service_environ=refused
 head -c1 /proc/$svc/mem >/dev/null 2>&1 && echo service_memory=read || echo service_memory=refused
 kill -0 $svc 2>/dev/null && echo signal_service=sent || echo signal_service=refused
@@ -310,6 +314,55 @@ setsid bash -c 'exec -a chorus-survivor sleep 1000' </dev/null >/dev/null 2>&1 &
 echo id=$(id -u)
 echo done"#
     )
+}
+
+/// What [`restricted_probes`] must print: every probe refused, and the
+/// service's process found (so the probes aimed at it aimed at something).
+fn assert_probes_refused(probes: &str) {
+    for expected in [
+        "admin_key=refused",
+        "signing_keys=refused",
+        "data_dir=refused",
+        "mounted_keys=refused",
+        "mounted_keys_dir=refused",
+        "service_environ=refused",
+        "service_memory=refused",
+        "signal_service=refused",
+        "signal_init=refused",
+        "write_data=refused",
+        "write_outside=refused",
+        "write_tmp=refused",
+        "network=refused",
+        "service_port=refused",
+        "id=10001",
+        "done",
+    ] {
+        assert!(probes.contains(expected), "{expected} not in {probes}");
+    }
+    // The probes aimed at the service's own process (found by its name).
+    let found = probes
+        .match_indices("service=")
+        .any(|(at, _)| probes[at + "service=".len()..].starts_with(|c: char| c.is_ascii_digit()));
+    assert!(found, "the service's process was not found: {probes}");
+}
+
+/// Nothing a run started is left in `container`: only tini and the service
+/// (and this check's own processes) run there.
+fn assert_no_survivors(container: &str) {
+    let left = podman(&[
+        "exec",
+        container,
+        "bash",
+        "-c",
+        "for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); echo \"${p#/proc/} $c\"; done",
+    ]);
+    let survivors: Vec<&str> = left
+        .lines()
+        .filter(|l| {
+            l.contains("chorus-survivor") || l.contains("sleep") || l.contains("bash -c b()")
+        })
+        .collect();
+    assert!(survivors.is_empty(), "survivors: {survivors:?}\n{left}");
 }
 
 /// Deploy/k8s's security context, as `podman run` flags: the services' user,
@@ -350,7 +403,10 @@ async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() 
     let outside = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
     let model_port = outside.local_addr().expect("addr").port();
     let steps = vec![
-        Step::tool_call("bash", json!({"command": restricted_probes(model_port)})),
+        Step::tool_call(
+            "bash",
+            json!({"command": restricted_probes("chorus-orchestrator", model_port)}),
+        ),
         Step::tool_call(
             "bash",
             json!({"command": "git init -q -b main && git config user.name Agent && git config user.email agent@example.com && git config commit.gpgsign false && echo repo"}),
@@ -433,30 +489,7 @@ async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() 
             logs(&name)
         );
     }
-    let probes = bash_output(&events);
-    for expected in [
-        "admin_key=refused",
-        "signing_keys=refused",
-        "data_dir=refused",
-        "service_environ=refused",
-        "service_memory=refused",
-        "signal_service=refused",
-        "signal_init=refused",
-        "write_data=refused",
-        "write_outside=refused",
-        "write_tmp=refused",
-        "network=refused",
-        "service_port=refused",
-        "id=10001",
-        "done",
-    ] {
-        assert!(probes.contains(expected), "{expected} not in {probes}");
-    }
-    // The probes aimed at the service's own process (found by its name).
-    let found = probes
-        .match_indices("service=")
-        .any(|(at, _)| probes[at + "service=".len()..].starts_with(|c: char| c.is_ascii_digit()));
-    assert!(found, "the service's process was not found: {probes}");
+    assert_probes_refused(&bash_output(&events));
     // The commit is in the repository, by the agent.
     let log = podman(&[
         "exec",
@@ -468,22 +501,7 @@ async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() 
         "--format=%s",
     ]);
     assert_eq!(log.trim(), "Add the notes");
-    // Nothing the run started is left: only tini and the service (and this
-    // exec's own processes) run in the container.
-    let left = podman(&[
-        "exec",
-        &name,
-        "bash",
-        "-c",
-        "for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); echo \"${p#/proc/} $c\"; done",
-    ]);
-    let survivors: Vec<&str> = left
-        .lines()
-        .filter(|l| {
-            l.contains("chorus-survivor") || l.contains("sleep") || l.contains("bash -c b()")
-        })
-        .collect();
-    assert!(survivors.is_empty(), "survivors: {survivors:?}\n{left}");
+    assert_no_survivors(&name);
     // And the service still answers.
     let status = api.orchestrator("GetStatus", &json!({})).await;
     assert_eq!(status["sandbox"]["tier"], "landlock");
@@ -797,6 +815,90 @@ async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
             "{status}"
         );
     }
+
+    // A task whose agent probes with bash and commits with git: the API agent
+    // runs in the orchestrator pod (its fake model beside it, in the same
+    // pod), its bash and git calls in the tool-exec pod, both in the landlock
+    // tier, on the workspaces volume the two pods share.
+    let orchestrator = format!("{prefix}-orchestrator-pod-0-orchestrator");
+    podman(&[
+        "exec",
+        &orchestrator,
+        "bash",
+        "-c",
+        "mkdir -p /srv/chorus/workspaces/demo && echo notes > /srv/chorus/workspaces/demo/notes.txt",
+    ]);
+    let outside = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let outside_port = outside.local_addr().expect("addr").port();
+    let script: Vec<Value> = [
+        ("bash", json!({"command": restricted_probes("chorus-tool-exec", outside_port)})),
+        (
+            "bash",
+            json!({"command": "git init -q -b main && git config user.name Agent && git config user.email agent@example.com && echo repo"}),
+        ),
+        ("git_status", json!({})),
+        ("git_commit", json!({"message": "Add the notes", "all": true})),
+        (
+            "completion-report",
+            json!({"status": "complete", "summary": "Probed and committed.", "output": "done"}),
+        ),
+    ]
+    .into_iter()
+    .map(|(tool, arguments)| json!({"tool": tool, "arguments": arguments}))
+    .collect();
+    let bin_dir = format!(
+        "{}:/opt/chorus-test-bin:ro",
+        chorus_tests::containers::bin_dir().display()
+    );
+    let model = format!("{prefix}-model");
+    cleanup.container(&model);
+    podman(&[
+        "run",
+        "-d",
+        "--name",
+        &model,
+        "--pod",
+        &format!("{prefix}-orchestrator-pod-0"),
+        "-v",
+        &bin_dir,
+        &images.base,
+        "/opt/chorus-test-bin/fake-model",
+        "127.0.0.1:18080",
+        &Value::from(script).to_string(),
+    ]);
+    let orchestrator_addr = format!("127.0.0.1:{}", ports[0].1);
+    let api = Grpcurl::new(&orchestrator_addr).with_key(&admin_key(&orchestrator));
+    let tools = ["bash", "git.status", "git.commit"];
+    let (history, events) = run_a_task_with(
+        &api,
+        "/srv/chorus/workspaces/demo",
+        "http://127.0.0.1:18080/v1",
+        &tools,
+    )
+    .await;
+    for step in [
+        "tool_executed git.status ok",
+        "tool_executed git.commit ok",
+        "status_changed completed",
+    ] {
+        assert!(
+            history.iter().any(|e| e == step),
+            "'{step}' missing from {history:#?}\n{}",
+            logs(&format!("{prefix}-tool-exec-pod-0-tool-exec"))
+        );
+    }
+    assert_probes_refused(&bash_output(&events));
+    assert_no_survivors(&format!("{prefix}-tool-exec-pod-0-tool-exec"));
+    let log = podman(&[
+        "exec",
+        &orchestrator,
+        "git",
+        "-C",
+        "/srv/chorus/workspaces/demo",
+        "log",
+        "--format=%s",
+    ]);
+    assert_eq!(log.trim(), "Add the notes");
     eprintln!("the podman kube play test took {:.1?}", started.elapsed());
 }
 
