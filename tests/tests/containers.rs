@@ -953,17 +953,12 @@ async fn compose_runs_a_task(cleanup: &mut Cleanup) -> (Compose, Vec<String>) {
         .collect(),
     };
     compose.down_on_drop(cleanup);
-    // podman 4.3 cannot wait for `condition: service_healthy` (podman-compose
-    // says so and goes on): the test brings the services up in the order the
-    // file's depends_on asks for, each once its health check passes.
-    compose.run(&["up", "-d", "postgres", "otel-collector", "model"]);
-    wait_healthy(&compose.container("postgres"), START).await;
-    compose.run(&["up", "-d", "orchestrator"]);
+    // The command deploy/README.md gives, as it is written there.
+    compose.run(&["up", "-d"]);
     let orchestrator = compose.container("orchestrator");
     let addr = format!("127.0.0.1:{port}");
     wait_serving(&addr, "", START, || logs(&orchestrator)).await;
     wait_healthy(&orchestrator, START).await;
-    compose.run(&["up", "-d", "tool-exec"]);
     let tool_exec = compose.container("tool-exec");
     wait_healthy(&tool_exec, START).await;
 
