@@ -73,22 +73,43 @@ async fn run_a_task_with(
         .as_str()
         .expect("workspace id")
         .to_owned();
+    let agent = Agent {
+        name: "scribe",
+        kind: "PROVIDER_KIND_OPENAI_COMPATIBLE",
+        model_url,
+        tools,
+    };
+    agent_task(api, &ws, &agent).await
+}
+
+/// An agent of its own provider (named as the agent, model `fake-model`).
+struct Agent<'a> {
+    name: &'a str,
+    kind: &'a str,
+    model_url: &'a str,
+    tools: &'a [&'a str],
+}
+
+/// Makes `agent` and its provider in the workspace `ws`, and a planned task;
+/// starts it and follows it until its run ends: the task's history,
+/// summarised ([`event_summary`]) and as it came.
+async fn agent_task(api: &Grpcurl, ws: &str, agent: &Agent<'_>) -> (Vec<String>, Vec<Value>) {
     api.orchestrator(
         "CreateProvider",
-        &json!({"workspaceId": ws, "name": "model", "kind": "PROVIDER_KIND_OPENAI_COMPATIBLE",
-                "baseUrl": model_url, "model": "fake-model", "apiKey": "sk-test"}),
+        &json!({"workspaceId": ws, "name": agent.name, "kind": agent.kind,
+                "baseUrl": agent.model_url, "model": "fake-model", "apiKey": "sk-test"}),
     )
     .await;
     api.orchestrator(
         "CreateAgent",
-        &json!({"workspaceId": ws, "name": "scribe", "instructions": "Summarise the notes.",
-                "allowedTools": tools, "provider": "model"}),
+        &json!({"workspaceId": ws, "name": agent.name, "instructions": "Read the notes and do as they say.",
+                "allowedTools": agent.tools, "provider": agent.name}),
     )
     .await;
     let task = api
         .orchestrator(
             "CreateTask",
-            &json!({"workspaceId": ws, "description": "Summarise notes.txt"}),
+            &json!({"workspaceId": ws, "description": "Read notes.txt"}),
         )
         .await["id"]
         .as_str()
@@ -99,7 +120,7 @@ async fn run_a_task_with(
         api.orchestrator("UpdateTaskStatus", &json!({"id": task, "status": status}))
             .await;
     }
-    api.orchestrator("StartTask", &json!({"taskId": task, "agent": "scribe"}))
+    api.orchestrator("StartTask", &json!({"taskId": task, "agent": agent.name}))
         .await;
     // Without follow, the stream ends once the task is over and its runs ended.
     let events = api
@@ -507,56 +528,6 @@ async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() 
     assert_eq!(status["sandbox"]["tier"], "landlock");
 }
 
-/// A task of the agent `agent` (allowed `file.read`) on a provider of `kind`
-/// at `model_url`, in the workspace `ws`, followed to its end: its history.
-async fn cli_task(
-    api: &Grpcurl,
-    ws: &str,
-    agent: &str,
-    kind: &str,
-    model_url: &str,
-) -> Vec<String> {
-    api.orchestrator(
-        "CreateProvider",
-        &json!({"workspaceId": ws, "name": agent, "kind": kind,
-                "baseUrl": model_url, "model": "fake-model", "apiKey": "dummy-key"}),
-    )
-    .await;
-    api.orchestrator(
-        "CreateAgent",
-        &json!({"workspaceId": ws, "name": agent, "instructions": "You read notes and report what they say.",
-                "allowedTools": ["file.read"], "provider": agent}),
-    )
-    .await;
-    let task = api
-        .orchestrator(
-            "CreateTask",
-            &json!({"workspaceId": ws, "description": "Read notes.txt and report its content."}),
-        )
-        .await["id"]
-        .as_str()
-        .expect("task id")
-        .to_owned();
-    for status in ["planning", "planned"] {
-        api.orchestrator("UpdateTaskStatus", &json!({"id": task, "status": status}))
-            .await;
-    }
-    api.orchestrator("StartTask", &json!({"taskId": task, "agent": agent}))
-        .await;
-    let events = api
-        .stream(
-            &format!("{ORCHESTRATOR}/WatchTask"),
-            &json!({"taskId": task}).to_string(),
-            TASK,
-        )
-        .await;
-    let mut history = event_summary(&events);
-    for event in events.iter().filter(|e| e["kind"] == "run_failed") {
-        history.push(format!("(run_failed: {})", event["data"]["reason"]));
-    }
-    history
-}
-
 /// The real Claude Code and OpenCode CLIs (installed on the host by .ci/run,
 /// mounted read-only) run tasks in the orchestrator image under the
 /// restricted context, in the landlock tier, against fake model servers on
@@ -665,7 +636,17 @@ async fn the_real_clis_run_tasks_in_the_restricted_container() {
             from_container(opencode_model.base_url()),
         ),
     ] {
-        let history = cli_task(&api, &ws, agent, kind, &url).await;
+        let (history, _) = agent_task(
+            &api,
+            &ws,
+            &Agent {
+                name: agent,
+                kind,
+                model_url: &url,
+                tools: &["file.read"],
+            },
+        )
+        .await;
         for step in [
             "agent_started",
             "tool_executed file.read ok",

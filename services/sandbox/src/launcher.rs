@@ -25,6 +25,7 @@
 //! could not be executed, 127 it was not found; the reason is on stderr after
 //! `chorus-sandbox: `.
 
+mod bpf;
 pub(crate) mod cgroup;
 mod confine;
 mod egress;

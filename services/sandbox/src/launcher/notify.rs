@@ -49,15 +49,6 @@ const CONNECT_WAIT: Duration = Duration::from_secs(30);
 /// Most sockets bound for a sandbox and not yet listening, kept here.
 const MAX_BOUND: usize = 256;
 
-/// Offsets in `struct seccomp_data`.
-const NR: u32 = 0;
-const ARCH: u32 = 4;
-
-#[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000;
-#[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000;
-
 /// In the leader, last of its filters: hands `connect`, `bind` and `listen`
 /// to the launcher. Returns the listener descriptor the monitor answers on.
 ///
@@ -65,39 +56,17 @@ const AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000;
 /// The kernel refused the filter (before 5.0 there is no user notification;
 /// a runtime's own notifying filter makes it EBUSY).
 pub fn install() -> Result<OwnedFd, String> {
-    use seccompiler::sock_filter;
-    let load = |offset| sock_filter {
-        code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
-        jt: 0,
-        jf: 0,
-        k: offset,
-    };
-    let ret = |value| sock_filter {
-        code: (libc::BPF_RET | libc::BPF_K) as u16,
-        jt: 0,
-        jf: 0,
-        k: value,
-    };
-    let equal = |value: libc::c_long, jt| sock_filter {
-        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
-        jt,
-        jf: 0,
-        k: u32::try_from(value).unwrap_or(u32::MAX),
-    };
+    use super::bpf::{ARCH, AUDIT_ARCH, NR, jump, load, ret};
+    let number = |nr: libc::c_long| u32::try_from(nr).unwrap_or(u32::MAX);
     // Another architecture: allowed here (the deny list kills it).
     let program = [
         load(ARCH),
-        sock_filter {
-            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
-            jt: 1,
-            jf: 0,
-            k: AUDIT_ARCH,
-        },
+        jump(libc::BPF_JEQ, AUDIT_ARCH, 1, 0),
         ret(libc::SECCOMP_RET_ALLOW),
         load(NR),
-        equal(libc::SYS_connect, 3),
-        equal(libc::SYS_bind, 2),
-        equal(libc::SYS_listen, 1),
+        jump(libc::BPF_JEQ, number(libc::SYS_connect), 3, 0),
+        jump(libc::BPF_JEQ, number(libc::SYS_bind), 2, 0),
+        jump(libc::BPF_JEQ, number(libc::SYS_listen), 1, 0),
         ret(libc::SECCOMP_RET_ALLOW),
         ret(libc::SECCOMP_RET_USER_NOTIF),
     ];

@@ -322,36 +322,12 @@ fn arg(
 /// load the number; at or above the x32 bit → ENOSYS; else allow.
 #[cfg(target_arch = "x86_64")]
 fn x32_guard() -> Option<BpfProgram> {
-    use seccompiler::sock_filter;
-
-    /// `AUDIT_ARCH_X86_64`: EM_X86_64 | 64-bit | little-endian.
-    const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+    use super::bpf::{ARCH, AUDIT_ARCH, NR, jump, load, ret};
     const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-    /// Offsets in `struct seccomp_data`.
-    const NR: u32 = 0;
-    const ARCH: u32 = 4;
-    let load = |offset| sock_filter {
-        code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
-        jt: 0,
-        jf: 0,
-        k: offset,
-    };
-    let ret = |value| sock_filter {
-        code: (libc::BPF_RET | libc::BPF_K) as u16,
-        jt: 0,
-        jf: 0,
-        k: value,
-    };
-    let jump = |op: u32, value, jt, jf| sock_filter {
-        code: (libc::BPF_JMP | op | libc::BPF_K) as u16,
-        jt,
-        jf,
-        k: value,
-    };
     let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS.cast_unsigned();
     Some(vec![
         load(ARCH),
-        jump(libc::BPF_JEQ, AUDIT_ARCH_X86_64, 0, 3),
+        jump(libc::BPF_JEQ, AUDIT_ARCH, 0, 3),
         load(NR),
         jump(libc::BPF_JGE, X32_SYSCALL_BIT, 0, 1),
         ret(enosys),
