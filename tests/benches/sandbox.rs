@@ -129,9 +129,10 @@ fn rows(samples: Vec<Vec<Duration>>) -> Vec<(&'static str, Samples)> {
         .collect()
 }
 
-async fn orchestrator(data: &Path, mode: Mode, tier: Option<Tier>) -> Orchestrator {
+async fn orchestrator(data: &Path, mode: Mode, tier: Option<Tier>, runs: &Path) -> Orchestrator {
     Orchestrator::with_fake_cli_on_sqlite(data, |config| {
         config.sandbox = self::config(mode, tier);
+        config.runner.runs_dir = runs.to_path_buf();
     })
     .await
 }
@@ -141,28 +142,30 @@ struct Side {
     orchestrator: Orchestrator,
     client: Client,
     team: chorus_tests::agents::Team,
-    _dirs: (tempfile::TempDir, tempfile::TempDir),
+    _dirs: (tempfile::TempDir, tempfile::TempDir, tempfile::TempDir),
 }
 
 async fn side(mode: Mode, tier: Option<Tier>) -> Side {
     let data = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
     // The landlock tier shows a root service's run user the host's own
-    // directories: the run directories below the data directory must be
-    // reachable (deploy/README.md; a service that is not root needs nothing).
-    if tier == Some(Tier::Landlock) {
+    // directories: the run directories are kept where that user can reach
+    // them (docs/sandbox-tiers.md; a service that is not root, as in the
+    // images, needs nothing).
+    let runs = tempfile::tempdir().expect("runs");
+    {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o711))
+        std::fs::set_permissions(runs.path(), std::fs::Permissions::from_mode(0o711))
             .expect("chmod");
     }
-    let orchestrator = orchestrator(data.path(), mode, tier).await;
+    let orchestrator = orchestrator(data.path(), mode, tier, runs.path()).await;
     let mut client = orchestrator.client().await;
     let team = fake_cli_team(&mut client, root.path(), &[], "i").await;
     Side {
         orchestrator,
         client,
         team,
-        _dirs: (data, root),
+        _dirs: (data, root, runs),
     }
 }
 
