@@ -33,6 +33,12 @@ const START: Duration = Duration::from_secs(90);
 /// How long a task's agent may take in a test.
 const TASK: Duration = Duration::from_secs(180);
 
+/// One container test at a time. The services run as uid 10001 in every
+/// container, and without user namespaces that is one user of the host: a
+/// run's process limit (RLIMIT_NPROC, counted per user) reached by one test's
+/// fork bomb would starve another test's agents of threads.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// What every agent in these tests does: read the notes, run bash in the run
 /// sandbox, write a summary, report. Function names as the OpenAI tools have them.
 fn script() -> Vec<(String, Value)> {
@@ -195,6 +201,7 @@ fn the_collector_configuration_is_the_same_for_compose_and_kubernetes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_orchestrator_image_serves_grpcurl_and_runs_a_task_in_its_sandbox() {
+    let _one = ONE_AT_A_TIME.lock().await;
     if !chorus_tests::containers::enabled("the orchestrator image test") {
         return;
     }
@@ -407,6 +414,7 @@ const RESTRICTED: [&str; 8] = [
 /// stop the service from answering.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() {
+    let _one = ONE_AT_A_TIME.lock().await;
     if !chorus_tests::containers::enabled("the restricted-context test") {
         return;
     }
@@ -497,6 +505,13 @@ async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() 
     let (history, events) =
         run_a_task_with(&api, "/srv/chorus/workspaces/demo", &model_url, &tools).await;
     watching.abort();
+    let watched = watching.await;
+    assert!(
+        !watched
+            .as_ref()
+            .is_err_and(tokio::task::JoinError::is_panic),
+        "the service stopped answering during the task: {watched:?}"
+    );
     for step in [
         "tool_executed bash ok",
         "tool_executed git.status ok",
@@ -534,6 +549,7 @@ async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() 
 /// the host: each reads a file through chorus-tools and reports.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_clis_run_tasks_in_the_restricted_container() {
+    let _one = ONE_AT_A_TIME.lock().await;
     if !chorus_tests::containers::enabled("the real CLIs in the restricted container") {
         return;
     }
@@ -664,6 +680,7 @@ async fn the_real_clis_run_tasks_in_the_restricted_container() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
+    let _one = ONE_AT_A_TIME.lock().await;
     if !chorus_tests::containers::enabled("the podman kube play test") {
         return;
     }
@@ -986,6 +1003,7 @@ async fn compose_runs_a_task(cleanup: &mut Cleanup) -> (Compose, Vec<String>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compose_runs_a_task_through_tool_exec_and_postgresql_and_its_trace_reaches_the_collector()
 {
+    let _one = ONE_AT_A_TIME.lock().await;
     if !chorus_tests::containers::enabled("the compose test") {
         return;
     }
