@@ -352,6 +352,7 @@ mod tests {
             run: None,
             fence: None,
             tier: crate::policy::Tier::Namespaces,
+            gate_signals: false,
         })
         .expect("json")
     }

@@ -45,6 +45,12 @@ pub struct Policy {
     /// How the sandbox is built.
     #[serde(default)]
     pub tier: Tier,
+    /// In the landlock tier: the launcher answers the calls that signal or
+    /// open another process by pid, letting them reach the sandbox's own
+    /// processes only. It does so by itself on kernels whose Landlock cannot
+    /// scope signals (before ABI 6, Linux 6.12); true asks for it anyway.
+    #[serde(default)]
+    pub gate_signals: bool,
 }
 
 /// How a sandbox is built. Both give the same policy; what each guarantees
@@ -310,6 +316,7 @@ mod tests {
             run: Some("0b5e-run_1".to_owned()),
             fence: None,
             tier: Tier::Landlock,
+            gate_signals: false,
         };
         let json = serde_json::to_string(&policy).expect("serialize");
         assert_eq!(

@@ -435,6 +435,7 @@ impl Sandbox {
                 run: spec.run.clone(),
                 fence: spec.fence.clone(),
                 tier: self.inner.tier,
+                gate_signals: false,
             };
             let policy = serde_json::to_string(&policy).map_err(|e| {
                 SandboxError::Spawn(io::Error::other(format!("cannot write the policy: {e}")))
@@ -535,6 +536,7 @@ async fn self_check(
         run: None,
         fence: None,
         tier,
+        gate_signals: false,
     };
     let policy = serde_json::to_string(&policy).map_err(|e| e.to_string())?;
     let run = Command::new(launcher)

@@ -247,3 +247,93 @@ async fn a_workspace_its_user_cannot_reach_is_refused_with_the_directory_to_open
     let ran = run(&sandbox, &bash(&ws, "touch reached")).await;
     assert!(ran.status.success(), "{}", ran.stderr);
 }
+
+/// On kernels whose Landlock cannot scope signals (before 6.12), the launcher
+/// answers every call that signals or opens a process by pid: the sandbox's
+/// own processes are reached, nothing else. Forced here (`gate_signals`, which
+/// also leaves Landlock's signal scope out), so the answer is the launcher's.
+#[tokio::test]
+async fn without_landlocks_signal_scope_the_launcher_lets_signals_reach_the_sandbox_only() {
+    let ws = workspace();
+    let service = std::process::id();
+    let body = format!(
+        r#"
+import signal, subprocess, threading, time
+pid = {service}
+child = subprocess.Popen(["sleep", "100"])
+attempt("own_child", lambda: os.kill(child.pid, 0))
+attempt("own_group", lambda: os.killpg(0, 0))
+attempt("service", lambda: os.kill(pid, 0))
+attempt("service_group", lambda: os.killpg(os.getpgid(pid) if False else pid, 0))
+attempt("init", lambda: os.kill(1, 0))
+attempt("tgkill_own", lambda: signal.pthread_kill(threading.main_thread().ident, 0))
+attempt("tgkill_service", lambda: check(libc.syscall(234, pid, pid, 0)))
+attempt("tkill_service", lambda: check(libc.syscall(200, pid, 0)))
+attempt("sigqueue_service", lambda: check(libc.syscall(129, pid, 0, None)))
+attempt("pidfd_service", lambda: os.pidfd_open(pid))
+attempt("pidfd_own", lambda: os.close(os.pidfd_open(child.pid)))
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+attempt("everyone", lambda: os.kill(-1, signal.SIGTERM))
+child.wait()
+print("child_ended=" + str(child.returncode), flush=True)
+"#
+    );
+    let spec = bash(&ws, &python(&body));
+    let mut policy = chorus_sandbox::Policy {
+        parent: None,
+        cwd: spec.cwd.clone(),
+        read_write: spec.read_write.clone(),
+        read_only: Vec::new(),
+        network: chorus_sandbox::Network::None,
+        identity: spec.identity,
+        limits: chorus_sandbox::Limits::default(),
+        cgroups: None,
+        covers: Vec::new(),
+        run: None,
+        fence: None,
+        tier: Tier::Landlock,
+        gate_signals: true,
+    };
+    let launcher = env!("CARGO_BIN_EXE_chorus-sandbox");
+    let run_with = |policy: &chorus_sandbox::Policy| {
+        let json = serde_json::to_string(policy).expect("policy");
+        std::process::Command::new(launcher)
+            .arg("--policy")
+            .arg(json)
+            .arg("--")
+            .args(std::iter::once(&spec.program).chain(&spec.args))
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .expect("launcher runs")
+    };
+    let out = run_with(&policy);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let got = answers(&stdout);
+    for (name, expected) in [
+        ("own_child", "ok"),
+        ("own_group", "ok"),
+        ("service", "EPERM"),
+        ("service_group", "EPERM"),
+        ("init", "EPERM"),
+        ("tgkill_own", "ok"),
+        ("tgkill_service", "EPERM"),
+        ("tkill_service", "EPERM"),
+        ("sigqueue_service", "EPERM"),
+        ("pidfd_service", "EPERM"),
+        ("pidfd_own", "ok"),
+        ("everyone", "ok"),
+        // kill(-1) reached the sandbox's own child.
+        ("child_ended", "-15"),
+    ] {
+        assert_eq!(
+            answer(&got, name),
+            Some(expected),
+            "{name}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // This test process was not signalled (it would have died of SIGTERM).
+    policy.gate_signals = false;
+    assert!(run_with(&policy).status.success());
+}

@@ -343,6 +343,7 @@ async fn the_sandbox_dies_with_the_service(tier: Tier) {
         run: None,
         fence: None,
         tier,
+        gate_signals: false,
     })
     .expect("policy");
     // A stand-in service: a shell that starts the launcher and waits.

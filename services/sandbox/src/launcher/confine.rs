@@ -154,7 +154,13 @@ pub enum View<'a> {
     /// directories are read, a few device files used, and `tmp` (a private
     /// directory) written; no TCP port bound or connected to directly (the
     /// launcher does that, see `notify`).
-    Shared { tmp: &'a Path },
+    Shared {
+        tmp: &'a Path,
+        /// Whether Landlock scopes signals; false where the launcher answers
+        /// the calls that send them (see `notify`), as on kernels whose
+        /// Landlock cannot.
+        scope_signals: bool,
+    },
 }
 
 /// Applies the Landlock rules: system directories readable, the policy's
@@ -171,16 +177,21 @@ pub fn landlock(policy: &Policy, view: &View<'_>) -> Result<RestrictionStatus, S
             .handle_access(AccessNet::from_all(LANDLOCK_ABI))
             .map_err(error)?;
     }
-    let ruleset = ruleset
-        .scope(Scope::Signal | Scope::AbstractUnixSocket)
-        .map_err(error)?;
+    let scopes = match view {
+        View::Shared {
+            scope_signals: false,
+            ..
+        } => Scope::AbstractUnixSocket.into(),
+        _ => Scope::Signal | Scope::AbstractUnixSocket,
+    };
+    let ruleset = ruleset.scope(scopes).map_err(error)?;
     let linked: Vec<PathBuf> = ["/etc/resolv.conf", "/etc/hosts", "/etc/localtime"]
         .iter()
         .filter_map(|f| std::fs::canonicalize(f).ok())
         .collect();
     let scratch: Vec<PathBuf> = match view {
         View::Namespaces => vec!["/dev".into(), "/tmp".into()],
-        View::Shared { tmp } => DEVICES
+        View::Shared { tmp, .. } => DEVICES
             .iter()
             .map(PathBuf::from)
             .chain([tmp.to_path_buf()])

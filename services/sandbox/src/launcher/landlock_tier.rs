@@ -175,7 +175,8 @@ pub fn run(
         made.end();
         std::process::exit(code);
     }
-    let supervisor = listener.map(|fd| notify::Supervisor::new(fd, routes));
+    let outside: Vec<Pid> = made.proxy.iter().map(Proxy::pid).collect();
+    let supervisor = listener.map(|fd| notify::Supervisor::new(fd, routes, outside));
     watch(policy, leader, mask, supervisor, &made)
 }
 
@@ -214,10 +215,15 @@ fn lead(
         }
         Target::Probe => None,
     };
-    let landlock = confine::landlock(policy, &confine::View::Shared { tmp })
+    let gate_signals = policy.gate_signals || landlock_abi() < SIGNAL_SCOPE_ABI;
+    let view = confine::View::Shared {
+        tmp,
+        scope_signals: !gate_signals,
+    };
+    let landlock = confine::landlock(policy, &view)
         .map_err(|e| setup("cannot apply the Landlock rules", &e))?;
     seccomp::install(Tier::Landlock).map_err(|e| setup("cannot apply the seccomp filter", &e))?;
-    let listener = notify::install().map_err(|e| (EXIT_SETUP_FAILED, e))?;
+    let listener = notify::install(gate_signals).map_err(|e| (EXIT_SETUP_FAILED, e))?;
     send_fd(channel, &listener).map_err(|e| setup("cannot hand the network filter over", &e))?;
     drop(listener);
     let Some(program) = program else {
@@ -315,6 +321,27 @@ fn watch(
         WaitStatus::Signaled(_, signal, _) => signals::die_by(signal as i32),
         _ => super::fail("lost track of the program"),
     }
+}
+
+/// The Landlock ABI from which signals are scoped (Linux 6.12).
+const SIGNAL_SCOPE_ABI: i64 = 6;
+
+/// The kernel's Landlock ABI (0 without Landlock).
+fn landlock_abi() -> i64 {
+    /// `LANDLOCK_CREATE_RULESET_VERSION`.
+    const VERSION: u32 = 1;
+    // SAFETY: landlock_create_ruleset(NULL, 0, VERSION) reads no memory and
+    // returns the ABI version or -1.
+    #[allow(unsafe_code)]
+    let abi = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            VERSION,
+        )
+    };
+    abi.max(0)
 }
 
 /// A directory of the sandbox's own under the launcher's temporary

@@ -49,27 +49,50 @@ const CONNECT_WAIT: Duration = Duration::from_secs(30);
 /// Most sockets bound for a sandbox and not yet listening, kept here.
 const MAX_BOUND: usize = 256;
 
+/// The calls that signal another process by its pid, or open one (the
+/// launcher answers them where Landlock cannot scope signals).
+const SIGNAL_CALLS: [libc::c_long; 6] = [
+    libc::SYS_kill,
+    libc::SYS_tkill,
+    libc::SYS_tgkill,
+    libc::SYS_rt_sigqueueinfo,
+    libc::SYS_rt_tgsigqueueinfo,
+    libc::SYS_pidfd_open,
+];
+
 /// In the leader, last of its filters: hands `connect`, `bind` and `listen`
+/// (and, with `gate_signals`, the calls that signal or open another process)
 /// to the launcher. Returns the listener descriptor the monitor answers on.
 ///
 /// # Errors
 /// The kernel refused the filter (before 5.0 there is no user notification;
 /// a runtime's own notifying filter makes it EBUSY).
-pub fn install() -> Result<OwnedFd, String> {
+pub fn install(gate_signals: bool) -> Result<OwnedFd, String> {
     use super::bpf::{ARCH, AUDIT_ARCH, NR, jump, load, ret};
-    let number = |nr: libc::c_long| u32::try_from(nr).unwrap_or(u32::MAX);
+    let mut handed = vec![libc::SYS_connect, libc::SYS_bind, libc::SYS_listen];
+    if gate_signals {
+        handed.extend(SIGNAL_CALLS);
+    }
+    let count = u8::try_from(handed.len()).unwrap_or(u8::MAX);
     // Another architecture: allowed here (the deny list kills it).
-    let program = [
+    let mut program = vec![
         load(ARCH),
         jump(libc::BPF_JEQ, AUDIT_ARCH, 1, 0),
         ret(libc::SECCOMP_RET_ALLOW),
         load(NR),
-        jump(libc::BPF_JEQ, number(libc::SYS_connect), 3, 0),
-        jump(libc::BPF_JEQ, number(libc::SYS_bind), 2, 0),
-        jump(libc::BPF_JEQ, number(libc::SYS_listen), 1, 0),
-        ret(libc::SECCOMP_RET_ALLOW),
-        ret(libc::SECCOMP_RET_USER_NOTIF),
     ];
+    for (i, nr) in handed.iter().enumerate() {
+        // Equal: skip the rest of the comparisons and the "allow".
+        let skip = count - u8::try_from(i).unwrap_or(0);
+        program.push(jump(
+            libc::BPF_JEQ,
+            u32::try_from(*nr).unwrap_or(u32::MAX),
+            skip,
+            0,
+        ));
+    }
+    program.push(ret(libc::SECCOMP_RET_ALLOW));
+    program.push(ret(libc::SECCOMP_RET_USER_NOTIF));
     let prog = libc::sock_fprog {
         len: u16::try_from(program.len()).unwrap_or(u16::MAX),
         filter: program.as_ptr().cast_mut().cast(),
@@ -107,6 +130,10 @@ pub struct Supervisor {
     own_ports: HashSet<u16>,
     /// Sockets bound for the sandbox and not yet listening, by inode.
     bound: VecDeque<(u64, OwnedFd)>,
+    /// The monitor, whose descendants (less `outside`) are the sandbox's
+    /// processes: the only ones a signal of the sandbox may reach.
+    monitor: nix::unistd::Pid,
+    outside: Vec<nix::unistd::Pid>,
 }
 
 /// One call the kernel handed over.
@@ -128,12 +155,20 @@ enum Answer {
 }
 
 impl Supervisor {
-    pub fn new(listener: OwnedFd, routes: HashMap<SocketAddr, SocketAddr>) -> Self {
+    /// `outside`: the monitor's children that are not of the sandbox (its
+    /// egress proxy).
+    pub fn new(
+        listener: OwnedFd,
+        routes: HashMap<SocketAddr, SocketAddr>,
+        outside: Vec<nix::unistd::Pid>,
+    ) -> Self {
         Self {
             listener,
             routes,
             own_ports: HashSet::new(),
             bound: VecDeque::new(),
+            monitor: nix::unistd::getpid(),
+            outside,
         }
     }
 
@@ -258,7 +293,99 @@ impl Supervisor {
                     self.on_bind(address, nonblocking)
                 })
             }
+            nr if SIGNAL_CALLS.contains(&nr) => Ok(self.on_signal(call)),
             _ => Ok(Answer::Return(-libc::ENOSYS)),
+        }
+    }
+
+    /// A call that signals (or opens) processes by pid: it reaches the
+    /// sandbox's own processes only, as Landlock's signal scope would have it
+    /// (EPERM for any other), and the launcher sends what it sends.
+    fn on_signal(&self, call: &Call) -> Answer {
+        let family = super::tree::family(self.monitor, &self.outside);
+        let ours = |pid: i32| pid != self.monitor.as_raw() && family.contains(&pid);
+        // An `int` argument: its low 32 bits, signed.
+        let int = |i: usize| {
+            u32::try_from(call.args[i] & 0xffff_ffff)
+                .unwrap_or(0)
+                .cast_signed()
+        };
+        let caller = i32::try_from(call.pid).unwrap_or(0);
+        let result = |done: Result<(), Errno>| match done {
+            Ok(()) => Answer::Return(0),
+            Err(e) => Answer::Return(-(e as i32)),
+        };
+        match call.nr {
+            libc::SYS_kill => {
+                let (pid, signal) = (int(0), int(1));
+                let targets: Vec<i32> = match pid {
+                    p if p > 0 => {
+                        if !ours(p) {
+                            return Answer::Return(-libc::EPERM);
+                        }
+                        vec![p]
+                    }
+                    -1 => family
+                        .iter()
+                        .copied()
+                        .filter(|p| *p != caller && ours(*p))
+                        .collect(),
+                    group => {
+                        let group = if group == 0 {
+                            super::tree::group_of(caller).unwrap_or(0)
+                        } else {
+                            -group
+                        };
+                        let members: Vec<i32> = family
+                            .iter()
+                            .copied()
+                            .filter(|p| ours(*p) && super::tree::group_of(*p) == Some(group))
+                            .collect();
+                        if members.is_empty() && group > 0 && !ours(group) {
+                            return Answer::Return(-libc::EPERM);
+                        }
+                        members
+                    }
+                };
+                if targets.is_empty() {
+                    return Answer::Return(-libc::ESRCH);
+                }
+                let mut outcome = Err(Errno::ESRCH);
+                for target in targets {
+                    if super::tree::send_number(target, &family, signal).is_ok() {
+                        outcome = Ok(());
+                    }
+                }
+                result(outcome)
+            }
+            libc::SYS_tkill | libc::SYS_tgkill => {
+                let (process, thread, signal) = if call.nr == libc::SYS_tkill {
+                    let thread = int(0);
+                    (super::tree::process_of(thread).unwrap_or(0), thread, int(1))
+                } else {
+                    (int(0), int(1), int(2))
+                };
+                if !ours(process) || super::tree::process_of(thread) != Some(process) {
+                    return Answer::Return(-libc::EPERM);
+                }
+                // SAFETY: tgkill(2) reads no memory.
+                #[allow(unsafe_code)]
+                let done = unsafe { libc::syscall(libc::SYS_tgkill, process, thread, signal) };
+                result(if done == 0 {
+                    Ok(())
+                } else {
+                    Err(Errno::last())
+                })
+            }
+            // Their target is read here; what they send (a siginfo in the
+            // program's memory) goes as the program made it.
+            _ => {
+                if ours(int(0)) {
+                    Answer::GoOn
+                } else {
+                    Answer::Return(-libc::EPERM)
+                }
+            }
         }
     }
 

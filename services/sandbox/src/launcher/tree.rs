@@ -65,11 +65,7 @@ fn parent_of(pid: i32) -> Option<i32> {
 
 /// Sends `signal` to every process below `root` but those in `skip`.
 pub fn signal_all(root: Pid, skip: &[Pid], signal: Signal) {
-    let family: HashSet<i32> = descendants(root, skip)
-        .iter()
-        .map(|p| p.as_raw())
-        .chain([root.as_raw()])
-        .collect();
+    let family = family(root, skip);
     for pid in &family {
         if *pid != root.as_raw() {
             send(*pid, &family, signal);
@@ -80,42 +76,90 @@ pub fn signal_all(root: Pid, skip: &[Pid], signal: Signal) {
 /// Signals `pid` if, once a pidfd holds it, its parent is still one of
 /// `family`.
 fn send(pid: i32, family: &HashSet<i32>, signal: Signal) {
+    let _ = send_number(pid, family, signal as libc::c_int);
+}
+
+/// [`send`] with a signal's number (0 checks that the process is there;
+/// real-time signals too): ESRCH when the process is gone or no longer one
+/// of the family.
+pub fn send_number(pid: i32, family: &HashSet<i32>, signal: libc::c_int) -> Result<(), Errno> {
     // SAFETY: pidfd_open(2) takes a pid and flags and returns a new
     // descriptor or -1; it touches no memory of ours.
     #[allow(unsafe_code)]
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
-        if Errno::last() == Errno::ESRCH {
-            return;
+        let errno = Errno::last();
+        if errno == Errno::ESRCH {
+            return Err(errno);
         }
         // No pidfds here (an old kernel, or a runtime's filter): the direct
         // children (which only this process reaps, so their pids cannot be
         // reused while they are its children) and the rest as they are.
         if parent_of(pid).is_some_and(|p| family.contains(&p)) {
-            let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
+            // SAFETY: kill(2) reads no memory.
+            #[allow(unsafe_code)]
+            let done = unsafe { libc::kill(pid, signal) };
+            return if done == 0 {
+                Ok(())
+            } else {
+                Err(Errno::last())
+            };
         }
-        return;
+        return Err(Errno::ESRCH);
     }
-    let Ok(raw) = i32::try_from(fd) else { return };
+    let raw = i32::try_from(fd).map_err(|_| Errno::EBADF)?;
     // SAFETY: `raw` is a descriptor pidfd_open just returned to this process;
     // nothing else owns it.
     #[allow(unsafe_code)]
     let pidfd = unsafe { OwnedFd::from_raw_fd(raw) };
     if !parent_of(pid).is_some_and(|p| family.contains(&p)) {
-        return;
+        return Err(Errno::ESRCH);
     }
     // SAFETY: pidfd_send_signal(2) with a null siginfo reads no memory.
     #[allow(unsafe_code)]
-    unsafe {
+    let done = unsafe {
         libc::syscall(
             libc::SYS_pidfd_send_signal,
             raw,
-            signal as libc::c_int,
+            signal,
             std::ptr::null::<libc::siginfo_t>(),
             0,
-        );
-    }
+        )
+    };
     drop(pidfd);
+    if done == 0 {
+        Ok(())
+    } else {
+        Err(Errno::last())
+    }
+}
+
+/// The family [`send_number`] checks against: `root` and every process
+/// below it but those in `skip`.
+pub fn family(root: Pid, skip: &[Pid]) -> HashSet<i32> {
+    descendants(root, skip)
+        .iter()
+        .map(|p| p.as_raw())
+        .chain([root.as_raw()])
+        .collect()
+}
+
+/// The process group of `pid`, from `/proc/<pid>/stat`.
+pub fn group_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// The thread group (process) of the thread `tid`.
+pub fn process_of(tid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Kills every process below `root` and reaps them, until none is left: a
