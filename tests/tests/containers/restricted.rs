@@ -108,6 +108,31 @@ const RESTRICTED: [&str; 8] = [
     "--tmpfs=/tmp",
 ];
 
+/// Starts the orchestrator image as `name` under [`RESTRICTED`], with `extra`
+/// podman flags, its port published on 127.0.0.1 and the host's loopback
+/// reachable as 10.0.2.2; waits until it serves: a client with its admin key.
+async fn start_restricted(name: &str, extra: &[&str]) -> Grpcurl {
+    let images = images();
+    let mut args = vec![
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--network",
+        "slirp4netns:allow_host_loopback=true",
+        "-p",
+        "127.0.0.1::50051",
+    ];
+    args.extend(extra);
+    args.extend(RESTRICTED);
+    args.push(&images.orchestrator);
+    podman(&args);
+    let addr = published(name, 50051);
+    wait_serving(&addr, "", START, || logs(name)).await;
+    let admin_key = podman(&["exec", name, "cat", "/var/lib/chorus/admin.key"]);
+    Grpcurl::new(&addr).with_key(&admin_key)
+}
+
 /// The orchestrator image under the restricted context Pod Security
 /// "restricted" enforces: the namespace tier cannot start (masked /proc), so
 /// the landlock tier confines bash and git, and the bash-probe set is refused
@@ -119,7 +144,6 @@ async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() 
     if !chorus_tests::containers::enabled("the restricted-context test") {
         return;
     }
-    let images = images();
     let dir = tempfile::tempdir().expect("dir");
     let workspaces = workspaces_on_host(dir.path());
     let name = unique("restricted");
@@ -156,25 +180,7 @@ async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() 
     let model_url = model.base_url().replace("127.0.0.1", "10.0.2.2");
 
     let mount = format!("{}:/srv/chorus/workspaces", workspaces.display());
-    let mut args = vec![
-        "run",
-        "-d",
-        "--name",
-        &name,
-        "--network",
-        "slirp4netns:allow_host_loopback=true",
-        "-p",
-        "127.0.0.1::50051",
-        "-v",
-        &mount,
-    ];
-    args.extend(RESTRICTED);
-    args.push(&images.orchestrator);
-    podman(&args);
-    let addr = published(&name, 50051);
-    wait_serving(&addr, "", START, || logs(&name)).await;
-    let admin_key = podman(&["exec", &name, "cat", "/var/lib/chorus/admin.key"]);
-    let api = Grpcurl::new(&addr).with_key(&admin_key);
+    let api = start_restricted(&name, &["-v", &mount]).await;
 
     let status = api.orchestrator("GetStatus", &json!({})).await;
     let sandbox = &status["sandbox"];
@@ -273,7 +279,6 @@ async fn the_real_clis_run_tasks_in_the_restricted_container() {
     };
     assert_eq!(prefix(&claude), prefix(&opencode), "one npm prefix");
     let clis = prefix(&claude);
-    let images = images();
     let dir = tempfile::tempdir().expect("dir");
     let workspaces = workspaces_on_host(dir.path());
     std::fs::write(workspaces.join("demo/notes.txt"), "alpha-from-notes\n").expect("notes");
@@ -305,31 +310,20 @@ async fn the_real_clis_run_tasks_in_the_restricted_container() {
         format!("{}:/srv/chorus/workspaces", workspaces.display()),
         format!("{}:/opt/agent-clis:ro", clis.display()),
     ];
-    let mut args = vec![
-        "run",
-        "-d",
-        "--name",
+    let api = start_restricted(
         &name,
-        "--network",
-        "slirp4netns:allow_host_loopback=true",
-        "-p",
-        "127.0.0.1::50051",
-        "-v",
-        &mounts[0],
-        "-v",
-        &mounts[1],
-        "-e",
-        "CHORUS_CLAUDE_BIN=/opt/agent-clis/node_modules/.bin/claude",
-        "-e",
-        "CHORUS_OPENCODE_BIN=/opt/agent-clis/node_modules/.bin/opencode",
-    ];
-    args.extend(RESTRICTED);
-    args.push(&images.orchestrator);
-    podman(&args);
-    let addr = published(&name, 50051);
-    wait_serving(&addr, "", START, || logs(&name)).await;
-    let admin_key = podman(&["exec", &name, "cat", "/var/lib/chorus/admin.key"]);
-    let api = Grpcurl::new(&addr).with_key(&admin_key);
+        &[
+            "-v",
+            &mounts[0],
+            "-v",
+            &mounts[1],
+            "-e",
+            "CHORUS_CLAUDE_BIN=/opt/agent-clis/node_modules/.bin/claude",
+            "-e",
+            "CHORUS_OPENCODE_BIN=/opt/agent-clis/node_modules/.bin/opencode",
+        ],
+    )
+    .await;
     let status = api.orchestrator("GetStatus", &json!({})).await;
     assert_eq!(status["sandbox"]["tier"], "landlock", "{status}");
     let ws = api
