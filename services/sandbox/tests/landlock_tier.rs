@@ -337,3 +337,56 @@ print("child_ended=" + str(child.returncode), flush=True)
     policy.gate_signals = false;
     assert!(run_with(&policy).status.success());
 }
+
+/// Where neither tier can start, nothing runs, and the status says for each
+/// tier what it lacked and how to get it. (A stand-in launcher fails as each
+/// tier's self-check does on such a host: no new /proc, no Landlock.)
+#[tokio::test]
+async fn where_neither_tier_starts_the_status_says_what_each_lacks() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("dir");
+    let launcher = dir.path().join("chorus-sandbox");
+    std::fs::write(
+        &launcher,
+        r#"#!/bin/sh
+case "$2" in
+  *'"tier":"landlock"'*) echo "chorus-sandbox: cannot apply the Landlock rules: this kernel does not enforce Landlock" >&2 ;;
+  *) echo "chorus-sandbox: cannot build the sandbox's file system view: /proc: cannot mount proc: EPERM: Operation not permitted" >&2 ;;
+esac
+exit 125
+"#,
+    )
+    .expect("stand-in");
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let sandbox = chorus_sandbox::Sandbox::start(chorus_sandbox::SandboxConfig {
+        launcher: Some(launcher),
+        ..chorus_sandbox::SandboxConfig::default()
+    })
+    .await;
+    let status = sandbox.status();
+    assert_eq!(
+        (status.state, status.tier),
+        ("unavailable", ""),
+        "{status:?}"
+    );
+    let [namespaces, landlock] = status.problems.as_slice() else {
+        panic!("one problem per tier: {status:?}");
+    };
+    assert!(
+        namespaces.starts_with("the namespaces tier:")
+            && namespaces.contains("the container masks /proc"),
+        "{namespaces}"
+    );
+    assert!(
+        landlock.starts_with("the landlock tier:")
+            && landlock.contains("Linux 5.13 or later")
+            && landlock.contains("lsm="),
+        "{landlock}"
+    );
+    let ws = workspace();
+    let err = sandbox
+        .spawn(&bash(&ws, "touch ran"))
+        .expect_err("nothing runs");
+    assert!(err.to_string().contains("unavailable"), "{err}");
+    assert!(!ws.root.join("ran").exists());
+}
