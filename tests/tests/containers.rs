@@ -477,6 +477,11 @@ async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
         ),
         ("git_status", json!({})),
         ("git_commit", json!({"message": "Add the notes", "all": true})),
+        // A fork bomb, bounded by its call's timeout.
+        (
+            "bash",
+            json!({"command": "b(){ b | b & }; b; sleep 30", "timeout_secs": 10}),
+        ),
         (
             "completion-report",
             json!({"status": "complete", "summary": "Probed and committed.", "output": "done"}),
@@ -528,6 +533,15 @@ async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
     }
     assert_probes_refused(&bash_output(&events));
     assert_no_survivors(&format!("{prefix}-tool-exec-pod-0-tool-exec"));
+    // Both services still answer after the fork bomb.
+    let tool_exec_api =
+        Grpcurl::new(&format!("127.0.0.1:{}", ports[1].1)).with_key(&admin_key(&orchestrator));
+    let status = tool_exec_api
+        .call("chorus.tools.v1.ToolExec/GetStatus", "{}")
+        .await;
+    assert_eq!(status["sandbox"]["tier"], "landlock", "{status}");
+    let status = api.orchestrator("GetStatus", &json!({})).await;
+    assert_eq!(status["sandbox"]["tier"], "landlock", "{status}");
     let log = podman(&[
         "exec",
         &orchestrator,
