@@ -9,7 +9,7 @@ use chorus_tests::containers::{
     Cleanup, Grpcurl, images, logs, podman, published, unique, wait_serving,
 };
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{
     Agent, ONE_AT_A_TIME, START, agent_task, bash_output, run_a_task_with, workspaces_on_host,
@@ -43,6 +43,71 @@ setsid bash -c 'exec -a chorus-survivor sleep 1000' </dev/null >/dev/null 2>&1 &
 echo id=$(id -u)
 echo done"#
     )
+}
+
+/// The agent's script in the restricted tests: the probes (aimed at the
+/// process named `service`, and at the host's `port`), a repository made
+/// with bash, git.status and git.commit, a fork bomb bounded by its call's
+/// timeout, the report. Tool names as the OpenAI tools have them.
+pub fn probe_commit_and_bomb(service: &str, port: u16) -> Vec<(&'static str, Value)> {
+    vec![
+        ("bash", json!({"command": restricted_probes(service, port)})),
+        (
+            "bash",
+            json!({"command": "git init -q -b main && git config user.name Agent && git config user.email agent@example.com && git config commit.gpgsign false && echo repo"}),
+        ),
+        ("git_status", json!({})),
+        (
+            "git_commit",
+            json!({"message": "Add the notes", "all": true}),
+        ),
+        (
+            "bash",
+            json!({"command": "b(){ b | b & }; b; sleep 30", "timeout_secs": 10}),
+        ),
+        (
+            "completion-report",
+            json!({"status": "complete", "summary": "Probed and committed.", "output": "done"}),
+        ),
+    ]
+}
+
+/// After [`probe_commit_and_bomb`]: the task completed with its git calls,
+/// every probe was refused, the commit is in the workspace (read in
+/// `container`), and nothing the run started is left in `ran_in`, whose log
+/// a failure shows.
+pub fn assert_probed_and_committed(
+    history: &[String],
+    events: &[Value],
+    container: &str,
+    ran_in: &str,
+) {
+    for step in [
+        "tool_executed bash ok",
+        "tool_executed git.status ok",
+        "tool_executed git.commit ok",
+        "completion_report_submitted complete",
+        "status_changed completed",
+    ] {
+        assert!(
+            history.iter().any(|e| e == step),
+            "'{step}' missing from {history:#?}\n{}",
+            logs(ran_in)
+        );
+    }
+    assert_probes_refused(&bash_output(events));
+    // The commit is in the repository, by the agent.
+    let log = podman(&[
+        "exec",
+        container,
+        "git",
+        "-C",
+        "/srv/chorus/workspaces/demo",
+        "log",
+        "--format=%s",
+    ]);
+    assert_eq!(log.trim(), "Add the notes");
+    assert_no_survivors(ran_in);
 }
 
 /// What [`restricted_probes`] must print: every probe refused, and the
@@ -152,30 +217,13 @@ async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() 
 
     // A fake model whose agent probes with bash, commits with git, and ends
     // with a fork bomb bounded by its call's timeout.
-    let bomb = "b(){ b | b & }; b; sleep 30";
     // A server on the host the bash call must not reach (no network grant).
     let outside = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
     let model_port = outside.local_addr().expect("addr").port();
-    let steps = vec![
-        Step::tool_call(
-            "bash",
-            json!({"command": restricted_probes("chorus-orchestrator", model_port)}),
-        ),
-        Step::tool_call(
-            "bash",
-            json!({"command": "git init -q -b main && git config user.name Agent && git config user.email agent@example.com && git config commit.gpgsign false && echo repo"}),
-        ),
-        Step::tool_call("git_status", json!({})),
-        Step::tool_call(
-            "git_commit",
-            json!({"message": "Add the notes", "all": true}),
-        ),
-        Step::tool_call("bash", json!({"command": bomb, "timeout_secs": 10})),
-        Step::tool_call(
-            "completion-report",
-            json!({"status": "complete", "summary": "Probed and committed.", "output": "done"}),
-        ),
-    ];
+    let steps = probe_commit_and_bomb("chorus-orchestrator", model_port)
+        .into_iter()
+        .map(|(tool, arguments)| Step::tool_call(tool, arguments))
+        .collect();
     let model = FakeOpenAi::start(steps).await;
     let model_url = model.base_url().replace("127.0.0.1", "10.0.2.2");
 
@@ -219,32 +267,7 @@ async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() 
             .is_err_and(tokio::task::JoinError::is_panic),
         "the service stopped answering during the task: {watched:?}"
     );
-    for step in [
-        "tool_executed bash ok",
-        "tool_executed git.status ok",
-        "tool_executed git.commit ok",
-        "completion_report_submitted complete",
-        "status_changed completed",
-    ] {
-        assert!(
-            history.iter().any(|e| e == step),
-            "'{step}' missing from {history:#?}\n{}",
-            logs(&name)
-        );
-    }
-    assert_probes_refused(&bash_output(&events));
-    // The commit is in the repository, by the agent.
-    let log = podman(&[
-        "exec",
-        &name,
-        "git",
-        "-C",
-        "/srv/chorus/workspaces/demo",
-        "log",
-        "--format=%s",
-    ]);
-    assert_eq!(log.trim(), "Add the notes");
-    assert_no_survivors(&name);
+    assert_probed_and_committed(&history, &events, &name, &name);
     // And the service still answers.
     let status = api.orchestrator("GetStatus", &json!({})).await;
     assert_eq!(status["sandbox"]["tier"], "landlock");
