@@ -149,7 +149,12 @@ enum Answer {
     /// Let the kernel make the call as the program asked.
     GoOn,
     /// Put `socket` at the program's descriptor, then return `result`.
-    Replace { socket: OwnedFd, result: i32 },
+    Replace {
+        socket: OwnedFd,
+        result: i32,
+        /// Whether the program's descriptor was close-on-exec.
+        cloexec: bool,
+    },
     /// Return this (0 or a negative errno) without making the call.
     Return(i32),
 }
@@ -226,10 +231,12 @@ impl Supervisor {
         let (error, flags) = match answer {
             Answer::GoOn => (0, libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE),
             Answer::Return(result) => (result, 0),
-            Answer::Replace { socket, result } => {
+            Answer::Replace {
+                socket,
+                result,
+                cloexec,
+            } => {
                 let target = u32::try_from(call.args[0] & 0xffff_ffff).unwrap_or(u32::MAX);
-                let cloexec =
-                    fd_flags(call.pid, call.args[0]).is_some_and(|f| f & 0o2_000_000 != 0);
                 let addfd = libc::seccomp_notif_addfd {
                     id: call.id,
                     flags: u32::try_from(libc::SECCOMP_ADDFD_FLAG_SETFD).unwrap_or(1),
@@ -286,11 +293,11 @@ impl Supervisor {
                     // Not an IPv4 or IPv6 address: a Unix socket's call.
                     return Ok(Answer::GoOn);
                 };
-                let nonblocking = fd_flags(call.pid, call.args[0]).is_some_and(|f| f & 0o4000 != 0);
+                let flags = OpenFlags(fd_flags(call.pid, call.args[0]).unwrap_or(0));
                 Ok(if call.nr == libc::SYS_connect {
-                    self.on_connect(address, nonblocking)
+                    self.on_connect(address, flags)
                 } else {
-                    self.on_bind(address, nonblocking)
+                    self.on_bind(address, flags)
                 })
             }
             nr if SIGNAL_CALLS.contains(&nr) => Ok(self.on_signal(call)),
@@ -389,7 +396,7 @@ impl Supervisor {
         }
     }
 
-    fn on_connect(&self, asked: SocketAddr, nonblocking: bool) -> Answer {
+    fn on_connect(&self, asked: SocketAddr, flags: OpenFlags) -> Answer {
         let to = if let Some(route) = self.routes.get(&asked) {
             *route
         } else if asked.ip().is_loopback() && self.own_ports.contains(&asked.port()) {
@@ -399,13 +406,17 @@ impl Supervisor {
         } else {
             return Answer::Return(-libc::ENETUNREACH);
         };
-        match connect_for(to, nonblocking) {
-            Ok((socket, result)) => Answer::Replace { socket, result },
+        match connect_for(to, flags.nonblocking()) {
+            Ok((socket, result)) => Answer::Replace {
+                socket,
+                result,
+                cloexec: flags.cloexec(),
+            },
             Err(e) => Answer::Return(-(e as i32)),
         }
     }
 
-    fn on_bind(&mut self, asked: SocketAddr, nonblocking: bool) -> Answer {
+    fn on_bind(&mut self, asked: SocketAddr, flags: OpenFlags) -> Answer {
         let ip = match asked.ip() {
             IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
             IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
@@ -413,7 +424,7 @@ impl Supervisor {
             _ => return Answer::Return(-libc::EADDRNOTAVAIL),
         };
         let address = SocketAddr::new(ip, asked.port());
-        let made = new_socket(address, nonblocking).and_then(|socket| {
+        let made = new_socket(address, flags.nonblocking()).and_then(|socket| {
             setsockopt(&socket, sockopt::ReuseAddr, &true)?;
             bind(socket.as_raw_fd(), &SockaddrStorage::from(address))?;
             let local: SockaddrStorage = getsockname(socket.as_raw_fd())?;
@@ -433,7 +444,11 @@ impl Supervisor {
                     }
                     self.bound.push_back((inode, kept));
                 }
-                Answer::Replace { socket, result: 0 }
+                Answer::Replace {
+                    socket,
+                    result: 0,
+                    cloexec: flags.cloexec(),
+                }
             }
             Err(e) => Answer::Return(-(e as i32)),
         }
@@ -507,6 +522,21 @@ fn read_address(call: &Call) -> Result<Option<SocketAddr>, Gone> {
         }
         _ => None,
     })
+}
+
+/// The open flags of a program's descriptor (as `fdinfo` shows them).
+#[derive(Debug, Clone, Copy)]
+struct OpenFlags(u32);
+
+impl OpenFlags {
+    fn nonblocking(self) -> bool {
+        self.0 & 0o4000 != 0
+    }
+
+    /// `fdinfo` shows close-on-exec as O_CLOEXEC.
+    fn cloexec(self) -> bool {
+        self.0 & 0o2_000_000 != 0
+    }
 }
 
 /// The open flags of the process's descriptor (`/proc/<pid>/fdinfo`), in
