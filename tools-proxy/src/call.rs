@@ -102,9 +102,15 @@ impl From<Failure> for Attempt {
 
 /// The failure of a call `service` answered with `status`: to retry when the
 /// service refused it unrun at its limit (RESOURCE_EXHAUSTED with a
-/// `grpc-retry-pushback-ms` hint, gRFC A6).
+/// `grpc-retry-pushback-ms` hint, gRFC A6), or never took it.
 fn refused(status: &tonic::Status, service: &str) -> Attempt {
     let failure = Failure::from_status(status, service);
+    if not_taken(status) {
+        return Attempt::Retry {
+            after: None,
+            failure,
+        };
+    }
     let hint = status
         .metadata()
         .get(crate::exit::RETRY_PUSHBACK)
@@ -117,6 +123,30 @@ fn refused(status: &tonic::Status, service: &str) -> Attempt {
         },
         _ => Attempt::Final(failure),
     }
+}
+
+/// Whether the call that failed with `status` never reached the service: its
+/// connection was closed by a GOAWAY that did not count it among the calls
+/// taken (RFC 9113 §6.8), or it was never sent. Any other failure of the
+/// connection may have come after the call ran.
+fn not_taken(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if let Some(h2) = error.downcast_ref::<h2::Error>()
+            && h2.is_go_away()
+            && h2.is_remote()
+        {
+            return true;
+        }
+        if error
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled)
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// Sends the call until it is answered, retrying what was not done (a busy or

@@ -33,6 +33,14 @@
 //! The bounds are checked where the connection is read and written: the
 //! server's connection task polls the timer with its socket, so idle
 //! connections cost no task and no periodic wake-up.
+//!
+//! A connection closed by a bound says goodbye in HTTP/2 when it can
+//! ([`goaway`]): a GOAWAY naming the last call the server took. A connection
+//! closed before any call was taken ([`ConnState::take_call`] refuses calls
+//! once it is closing) tells its client that none was: a client whose calls
+//! came in a burst with many others sends them again instead of failing.
+
+mod goaway;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
@@ -49,6 +57,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 use tonic::transport::server::{Connected, TcpConnectInfo, TlsConnectInfo};
 use tracing::{info, warn};
+
+use goaway::Http2;
 
 /// Bytes of the HTTP/2 client preface and the header of the frame after it
 /// (the client's SETTINGS): a connection that has sent these has begun
@@ -208,12 +218,12 @@ struct Unproven {
 }
 
 impl Unproven {
-    /// The oldest connection still unproven, taken out of the count (and
-    /// marked so that it is not counted out again).
-    fn oldest(&mut self) -> Option<Arc<ConnState>> {
+    /// The oldest connection still unproven, taken out of the count and
+    /// closing for `why` (see [`ConnState::evict`]).
+    fn evict_oldest(&mut self, why: &str) -> Option<Arc<ConnState>> {
         while let Some(oldest) = self.queue.pop_front() {
             if let Some(oldest) = oldest.upgrade()
-                && !oldest.proven.swap(true, Ordering::AcqRel)
+                && oldest.evict(why)
             {
                 self.count = self.count.saturating_sub(1);
                 return Some(oldest);
@@ -286,7 +296,7 @@ impl Registry {
             answers: Mutex::default(),
             next_answer: AtomicU64::new(0),
             proven: AtomicBool::new(false),
-            closing: Mutex::new(None),
+            closing: Mutex::default(),
             waker: Mutex::new(None),
             registry: Arc::downgrade(self),
         });
@@ -302,6 +312,8 @@ impl Registry {
             registry: Arc::clone(self),
             accepted: Instant::now(),
             read: 0,
+            http2: Http2::default(),
+            said_goodbye: false,
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
         };
         self.by_peer
@@ -330,22 +342,25 @@ impl Registry {
     /// share, and a caller that makes its call at once is never turned away.
     /// False when the server is full of connections that all carried calls.
     fn count_unproven(&self, state: &Arc<ConnState>, full: bool) -> bool {
-        let (evicted, why) = {
+        let why = |flag: &str| {
+            format!(
+                "too many connections carried no call with a credential ({flag}); the oldest was closed"
+            )
+        };
+        let (evicted, reason) = {
             let mut book = self.unproven.lock().unwrap_or_else(PoisonError::into_inner);
             let ip = state.peer.ip();
             let mine = book.by_ip.entry(ip).or_default();
             let mut evicted = None;
-            let mut why = "";
+            let mut reason = "unproven-connections-per-peer";
             if mine.count >= self.limits.per_peer {
-                evicted = mine.oldest();
-                why = "--max-unproven-connections-per-peer";
+                evicted = mine.evict_oldest(&why("--max-unproven-connections-per-peer"));
             }
-            if let Some(oldest) = &evicted {
-                let _ = oldest;
+            if evicted.is_some() {
                 book.all.remove_one();
             } else if full {
-                evicted = book.all.oldest();
-                why = "--max-connections";
+                evicted = book.all.evict_oldest(&why("--max-connections"));
+                reason = "connections";
                 if let Some(oldest) = &evicted
                     && let Some(theirs) = book.by_ip.get_mut(&oldest.peer.ip())
                 {
@@ -357,20 +372,14 @@ impl Registry {
             }
             book.by_ip.entry(ip).or_default().add(state);
             book.all.add(state);
-            (evicted, why)
+            (evicted, reason)
         };
         if let Some(oldest) = evicted {
-            let why = format!(
-                "too many connections carried no call with a credential ({why}); the oldest was closed"
-            );
-            let reason = if full && !why.contains("per-peer") {
-                "connections"
-            } else {
-                "unproven-connections-per-peer"
-            };
             chorus_telemetry::metrics().refused(reason, "connection", None);
-            self.log_close(Some(oldest.peer), &why);
-            oldest.close(why);
+            if let Some(why) = oldest.closing_why() {
+                self.log_close(Some(oldest.peer), &why);
+            }
+            oldest.wake();
         }
         true
     }
@@ -408,13 +417,22 @@ pub struct ConnState {
     /// Answers waiting to be read, by number: since when.
     answers: Mutex<BTreeMap<u64, Instant>>,
     next_answer: AtomicU64,
-    /// A call with a credential has been served on it.
+    /// A call with a credential has been taken on it, or it was evicted:
+    /// it no longer counts among the unproven.
     proven: AtomicBool,
-    /// Why it is being closed.
-    closing: Mutex<Option<String>>,
+    closing: Mutex<Closing>,
     /// The connection task, to wake when a bound changes.
     waker: Mutex<Option<Waker>>,
     registry: Weak<Registry>,
+}
+
+/// Whether a connection is closing, and whether a call was taken on it: the
+/// two are decided together, so that a connection closed before its first
+/// call took none.
+#[derive(Debug, Default)]
+struct Closing {
+    why: Option<String>,
+    taken: bool,
 }
 
 impl ConnState {
@@ -450,24 +468,51 @@ impl ConnState {
         }
     }
 
-    /// A call with a credential was served on the connection: it no longer
-    /// counts against its address's unproven connections.
-    pub fn prove(&self) {
-        if !self.proven.swap(true, Ordering::AcqRel)
-            && let Some(registry) = self.registry.upgrade()
-        {
+    /// A call on the connection is about to run: false when the connection
+    /// is closing, and the call must not run (its client is told it was not
+    /// taken). A call with a `credential` proves the connection: it no
+    /// longer counts against its address's unproven connections.
+    pub fn take_call(&self, credential: bool) -> bool {
+        let mut closing = self.closing.lock().unwrap_or_else(PoisonError::into_inner);
+        if closing.why.is_some() {
+            return false;
+        }
+        closing.taken = true;
+        let proves = credential && !self.proven.swap(true, Ordering::AcqRel);
+        drop(closing);
+        if proves && let Some(registry) = self.registry.upgrade() {
             registry.proven(self.peer.ip());
         }
+        true
+    }
+
+    /// Closes an unproven connection for `why`, out of the unproven count;
+    /// false when a call with a credential was taken on it first.
+    fn evict(&self, why: &str) -> bool {
+        let mut closing = self.closing.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.proven.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        closing.why.get_or_insert_with(|| why.to_owned());
+        true
+    }
+
+    fn closing_why(&self) -> Option<String> {
+        self.closing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .why
+            .clone()
     }
 
     /// Closes the connection: its next read or write fails, and the server
     /// drops it with every call and answer on it.
     pub fn close(&self, why: String) {
-        let mut closing = self.closing.lock().unwrap_or_else(PoisonError::into_inner);
-        if closing.is_none() {
-            *closing = Some(why);
-        }
-        drop(closing);
+        self.closing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .why
+            .get_or_insert(why);
         self.wake();
     }
 
@@ -537,6 +582,9 @@ pub struct Conn {
     accepted: Instant,
     /// Bytes read, counted up to [`HANDSHAKE_BYTES`].
     read: usize,
+    /// Its frames, for a goodbye.
+    http2: Http2,
+    said_goodbye: bool,
     timer: Pin<Box<Sleep>>,
 }
 
@@ -606,15 +654,18 @@ impl Conn {
             }
         }
         loop {
-            if let Some(why) = self
+            let closing = self
                 .state
                 .closing
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone()
-            {
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(why) = closing.why.clone() {
+                let taken = closing.taken;
+                drop(closing);
+                self.goodbye(taken, &why);
                 return Err(io::Error::new(io::ErrorKind::ConnectionAborted, why));
             }
+            drop(closing);
             let Some((at, bound)) = self.next_bound() else {
                 return Ok(());
             };
@@ -629,6 +680,39 @@ impl Conn {
             self.registry.log_close(Some(self.state.peer), &why);
             self.state.close(why);
         }
+    }
+}
+
+impl Conn {
+    /// Tells the client, once, that the connection ends and which of its
+    /// calls were taken (all it opened, or none when `taken` is false), then
+    /// ends the server's side of it. The client's bytes not yet read are read
+    /// and dropped first: the socket then closes without a reset that could
+    /// come before the goodbye.
+    fn goodbye(&mut self, taken: bool, why: &str) {
+        if std::mem::replace(&mut self.said_goodbye, true) {
+            return;
+        }
+        // Streams the server has not read were not taken, whatever `taken`.
+        let last = if taken { self.http2.last_stream() } else { 0 };
+        let mut unread = [0_u8; 4096];
+        for _ in 0..16 {
+            match self.io.try_read(&mut unread) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => self.http2.read(&unread[..n]),
+            }
+        }
+        let Some(bytes) = self.http2.goodbye(last, why) else {
+            return;
+        };
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            match self.io.try_write(rest) {
+                Ok(n) if n > 0 => rest = &rest[n..],
+                _ => return,
+            }
+        }
+        let _ = socket2::SockRef::from(&self.io).shutdown(std::net::Shutdown::Write);
     }
 }
 
@@ -688,8 +772,10 @@ impl AsyncRead for Conn {
         this.check(cx)?;
         let before = buf.filled().len();
         let read = Pin::new(&mut this.io).poll_read(cx, buf);
+        let new = &buf.filled()[before..];
+        this.http2.read(new);
         if this.read < HANDSHAKE_BYTES {
-            this.read += buf.filled().len() - before;
+            this.read += new.len();
         }
         read
     }
@@ -703,7 +789,11 @@ impl AsyncWrite for Conn {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         this.check(cx)?;
-        Pin::new(&mut this.io).poll_write(cx, buf)
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            this.http2.written(&buf[..n]);
+        }
+        written
     }
 
     fn poll_write_vectored(
@@ -713,7 +803,18 @@ impl AsyncWrite for Conn {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         this.check(cx)?;
-        Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
+        let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(mut n)) = written {
+            for buf in bufs {
+                let part = n.min(buf.len());
+                this.http2.written(&buf[..part]);
+                n -= part;
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        written
     }
 
     fn is_write_vectored(&self) -> bool {

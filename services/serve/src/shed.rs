@@ -327,14 +327,23 @@ impl Shared {
             .connections
             .as_ref()
             .and_then(|c| c.of(request.extensions()));
+        let caller = Caller::of(request.extensions());
+        if let Some(conn) = &conn
+            && !conn.take_call(caller.who().is_some())
+        {
+            // Its client is told by the connection's GOAWAY that this call
+            // was not taken; it may send it again.
+            let (kind_label, credential) = caller.labels();
+            chorus_telemetry::metrics().refused("connection-closing", kind_label, credential);
+            return Ok(Status::unavailable(
+                "the connection is closing and this call was not taken: send it again",
+            )
+            .into_http());
+        }
         let on_conn = conn.as_ref().map(ConnState::call);
         if kind == CallKind::Health {
             let response = inner.call(request).await?;
             return Ok(response.map(|body| Body::new(Held::health(body, on_conn))));
-        }
-        let caller = Caller::of(request.extensions());
-        if let (Some(conn), Some(_)) = (&conn, caller.who()) {
-            conn.prove();
         }
         let path = request.uri().path().to_owned();
         let (request, places) = match self.admit(kind, &caller, request).await {

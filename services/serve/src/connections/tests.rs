@@ -157,7 +157,7 @@ async fn one_address_holds_few_connections_without_a_credential_the_oldest_goes_
 
     // A call with a credential on the second: it no longer counts, and is
     // never the one closed.
-    conn_second.state.prove();
+    conn_second.state.take_call(true);
     let _fourth = client(addr, Ipv4Addr::LOCALHOST).await;
     let _conn_fourth = incoming.next().await.expect("accepted").expect("admitted");
     // Another address has a share of its own.
@@ -193,8 +193,8 @@ async fn past_the_total_the_oldest_silent_connection_makes_room_and_proven_ones_
     assert!(closed(&mut first).await);
     assert_eq!(connections.open(), 2);
     // Every connection has carried a call: one more is closed when accepted.
-    conn_second.state.prove();
-    conn_third.state.prove();
+    conn_second.state.take_call(true);
+    conn_third.state.take_call(true);
     let mut over = client(addr, Ipv4Addr::new(127, 0, 0, 4)).await;
     let next = tokio::spawn(async move { incoming.next().await.map(|c| c.map(|_| ())) });
     assert!(closed(&mut over).await, "refused: nothing to make room");
@@ -206,4 +206,100 @@ async fn past_the_total_the_oldest_silent_connection_makes_room_and_proven_ones_
 fn the_default_total_is_three_quarters_of_the_open_file_limit() {
     let connections = Connections::new(ConnectionLimits::default(), 20_000, "the demo");
     assert_eq!(connections.max(), 15_000);
+}
+
+/// An HTTP/2 client on `tcp` that has opened stream 1 (a call whose body is
+/// still to come); its answer, and the connection's task.
+async fn call_opened(
+    tcp: TcpStream,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    h2::client::ResponseFuture,
+    tokio::task::JoinHandle<()>,
+) {
+    let (send, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut send = send.ready().await.expect("ready");
+    let call = http::Request::post("http://chorus/demo.v1.Demo/Call")
+        .body(())
+        .expect("request");
+    let (answer, _body) = send.send_request(call, false).expect("stream 1 opened");
+    (send, answer, driver)
+}
+
+/// Reads the server side of `conn` until the client's stream `id` has been
+/// read, as the HTTP/2 server would.
+async fn read_until_stream(conn: &mut Conn, id: u32) {
+    let mut buf = [0_u8; 256];
+    while conn.http2.last_stream() < id {
+        assert!(
+            conn.read(&mut buf).await.expect("read") > 0,
+            "the client left"
+        );
+    }
+}
+
+fn is_remote_goaway(error: &h2::Error) -> bool {
+    error.is_go_away() && error.is_remote() && error.reason() == Some(h2::Reason::NO_ERROR)
+}
+
+#[tokio::test]
+async fn a_connection_closed_before_it_took_a_call_tells_its_client_that_none_was_taken() {
+    let (_connections, mut incoming, addr) = listening(LIMITS).await;
+    let (_send, answer, _driver) = call_opened(client(addr, Ipv4Addr::LOCALHOST).await).await;
+    let mut conn_first = incoming.next().await.expect("accepted").expect("admitted");
+    // The server has read the call, but no layer has taken it yet.
+    read_until_stream(&mut conn_first, 1).await;
+    let _second = client(addr, Ipv4Addr::LOCALHOST).await;
+    let _conn_second = incoming.next().await.expect("accepted").expect("admitted");
+    let _third = client(addr, Ipv4Addr::LOCALHOST).await;
+    let conn_third = incoming.next().await.expect("accepted").expect("admitted");
+    // The first is evicted: the call it read must not run now.
+    assert!(
+        !conn_first.state.take_call(true),
+        "a call taken on an evicted connection"
+    );
+    let error = served(conn_first).await;
+    assert!(error.to_string().contains("per-peer"), "{error}");
+    let refused = answer.await.expect_err("the call has no answer");
+    assert!(
+        is_remote_goaway(&refused),
+        "the client was not told its call was not taken: {refused:?}"
+    );
+    // A connection that took a call is never evicted in its place.
+    assert!(conn_third.state.take_call(true));
+}
+
+#[tokio::test]
+async fn a_connection_closed_after_a_call_names_it_and_later_calls_are_not_taken() {
+    let (_connections, mut incoming, addr) = listening(LIMITS).await;
+    let (send, answer, _driver) = call_opened(client(addr, Ipv4Addr::LOCALHOST).await).await;
+    let mut conn = incoming.next().await.expect("accepted").expect("admitted");
+    read_until_stream(&mut conn, 1).await;
+    assert!(conn.state.take_call(true), "the first call runs");
+    conn.state.close("the demo closes it".to_owned());
+    let error = served(conn).await;
+    assert!(error.to_string().contains("the demo closes it"), "{error}");
+    // Stream 1 was taken: its client must not think otherwise.
+    let lost = answer.await.expect_err("the call has no answer");
+    assert!(
+        !lost.is_go_away(),
+        "a taken call reported as not taken: {lost:?}"
+    );
+    // A call after the goodbye is refused unsent.
+    let later = match send.ready().await {
+        Err(e) => e,
+        Ok(mut ready) => {
+            let call = http::Request::post("http://chorus/demo.v1.Demo/Call")
+                .body(())
+                .expect("request");
+            match ready.send_request(call, true) {
+                Err(e) => e,
+                Ok((answer, _)) => answer.await.expect_err("no answer after the goodbye"),
+            }
+        }
+    };
+    assert!(is_remote_goaway(&later), "{later:?}");
 }
