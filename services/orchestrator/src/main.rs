@@ -62,12 +62,10 @@ fn main() -> anyhow::Result<()> {
         let signals = Shutdown::install();
         signals.exit_on_second_signal();
         // Bind every listener before serving anything.
-        let listener = tokio::net::TcpListener::bind(settings.listen)
-            .await
+        let listener = chorus_serve::connections::listen(settings.listen)
             .with_context(|| format!("binding {}", settings.listen))?;
         let embedded_tool_exec = if settings.embeds_tool_exec() {
-            let listener = tokio::net::TcpListener::bind(settings.tool_exec_listen)
-                .await
+            let listener = chorus_serve::connections::listen(settings.tool_exec_listen)
                 .with_context(|| format!("binding the embedded tool-exec on {} (use --tool-exec-listen or --no-embedded-tool-exec)", settings.tool_exec_listen))?;
             Some(EmbeddedToolExec {
                 listener,

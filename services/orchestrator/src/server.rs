@@ -420,9 +420,12 @@ pub async fn run(
             AgentToolsServer::new(AgentToolsService::new(state.clone()))
                 .max_decoding_message_size(message_bytes),
         )
-        .serve_with_incoming_shutdown(serve.incoming(listener, &connections), async move {
-            serve_stop.cancelled().await;
-        });
+        .serve_with_incoming_shutdown(
+            serve.incoming(listener, &connections, config.tls.is_some()),
+            async move {
+                serve_stop.cancelled().await;
+            },
+        );
     let mut server = std::pin::pin!(server);
 
     // The embedded tool-exec checks runs and records calls in-process; it

@@ -52,7 +52,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use chorus_telemetry::LogRate;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 use tonic::transport::server::{Connected, TcpConnectInfo, TlsConnectInfo};
@@ -108,6 +108,8 @@ struct Registry {
     /// The effective `max`.
     max: usize,
     open: AtomicUsize,
+    /// Sockets kept open after a goodbye.
+    lingering: AtomicUsize,
     by_peer: Mutex<HashMap<SocketAddr, Weak<ConnState>>>,
     /// Connections that carried no call with a credential yet.
     unproven: Mutex<Book>,
@@ -127,6 +129,7 @@ impl Connections {
                 limits,
                 max,
                 open: AtomicUsize::new(0),
+                lingering: AtomicUsize::new(0),
                 by_peer: Mutex::default(),
                 unproven: Mutex::default(),
                 closes: LogRate::new(CLOSES_LOGGED_PER_SECOND),
@@ -151,12 +154,14 @@ impl Connections {
     }
 
     /// The connections of `listener` within the bounds, with TCP keepalive
-    /// and no Nagle delay. A connection beyond a count is closed at once; an
+    /// and no Nagle delay; `tls`: the server speaks TLS on them (else HTTP/2
+    /// in the clear). A connection beyond a count is closed at once; an
     /// accept that fails (no file descriptor left) is retried after a pause.
     pub fn incoming(
         &self,
         listener: TcpListener,
         keepalive: Option<Duration>,
+        tls: bool,
     ) -> impl futures_util::Stream<Item = io::Result<Conn>> + Send + 'static {
         let registry = Arc::clone(&self.registry);
         futures_util::stream::unfold(listener, move |listener| {
@@ -171,7 +176,7 @@ impl Connections {
                             continue;
                         }
                     };
-                    match registry.admit(stream, peer, keepalive) {
+                    match registry.admit(stream, peer, keepalive, tls) {
                         Ok(conn) => return Some((Ok(conn), listener)),
                         Err(why) => {
                             chorus_telemetry::metrics().refused(why.reason(), "connection", None);
@@ -254,6 +259,13 @@ impl Unproven {
 /// are still being dropped.
 const ROOM_BEING_MADE: usize = 64;
 
+/// How long a connection that said goodbye is read (and what comes dropped)
+/// before its socket closes, and how many at once at most: a client that
+/// sends its call just after the goodbye must read the goodbye, not a reset
+/// that data arriving at a closed socket would bring.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGERING_AT_ONCE: usize = 1024;
+
 /// Why a connection was closed at once.
 #[derive(Debug, thiserror::Error)]
 enum Refused {
@@ -280,6 +292,7 @@ impl Registry {
         stream: TcpStream,
         peer: SocketAddr,
         keepalive: Option<Duration>,
+        tls: bool,
     ) -> Result<Conn, Refused> {
         let open = self.open.load(Ordering::Relaxed);
         let refused = || Refused::Total {
@@ -312,7 +325,7 @@ impl Registry {
             registry: Arc::clone(self),
             accepted: Instant::now(),
             read: 0,
-            http2: Http2::default(),
+            http2: Http2::new(!tls),
             said_goodbye: false,
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
         };
@@ -322,6 +335,34 @@ impl Registry {
             .insert(peer, Arc::downgrade(&state));
         set_up(&conn.io, keepalive).map_err(Refused::Socket)?;
         Ok(conn)
+    }
+
+    /// Keeps the socket of `io`, whose server side has ended, open for
+    /// [`LINGER`] (within [`LINGERING_AT_ONCE`]), reading and dropping what the
+    /// client still sends until it closes.
+    fn linger(self: &Arc<Self>, io: &TcpStream) {
+        use std::os::fd::AsFd as _;
+        if self.lingering.fetch_add(1, Ordering::AcqRel) >= LINGERING_AT_ONCE {
+            self.lingering.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        let registry = Arc::clone(self);
+        let kept = io
+            .as_fd()
+            .try_clone_to_owned()
+            .map(std::net::TcpStream::from)
+            .and_then(TcpStream::from_std);
+        let (Ok(mut kept), Ok(runtime)) = (kept, tokio::runtime::Handle::try_current()) else {
+            registry.lingering.fetch_sub(1, Ordering::AcqRel);
+            return;
+        };
+        runtime.spawn(async move {
+            let mut rest = (&mut kept).take(64 * 1024);
+            let mut sink = tokio::io::sink();
+            let _ = tokio::time::timeout(LINGER, tokio::io::copy(&mut rest, &mut sink)).await;
+            drop(kept);
+            registry.lingering.fetch_sub(1, Ordering::AcqRel);
+        });
     }
 
     fn log_close(&self, peer: Option<SocketAddr>, why: &str) {
@@ -713,6 +754,7 @@ impl Conn {
             }
         }
         let _ = socket2::SockRef::from(&self.io).shutdown(std::net::Shutdown::Write);
+        self.registry.linger(&self.io);
     }
 }
 
@@ -830,6 +872,26 @@ impl AsyncWrite for Conn {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
+}
+
+/// Connections the kernel completes and holds for the accept loop, at most
+/// (capped by `net.core.somaxconn`).
+const BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with a backlog of [`BACKLOG`] rather than tokio's
+/// 1,024: when a burst of callers (a thousand agents' first calls) outruns the
+/// accept loop, connections past the backlog are answered with SYN cookies,
+/// and the kernel resets the ones whose cookie no longer checks out — a reset
+/// that no client can tell from a call lost after it ran.
+pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
 }
 
 /// Raises this process's soft limit of open files to its hard limit, so that

@@ -218,13 +218,14 @@ impl ServeConfig {
     }
 
     /// The connections of `listener`, within `connections`' bounds, with TCP
-    /// keepalive and no Nagle delay.
+    /// keepalive and no Nagle delay; `tls`: the server speaks TLS on them.
     pub fn incoming(
         &self,
         listener: tokio::net::TcpListener,
         connections: &Connections,
+        tls: bool,
     ) -> impl futures_util::Stream<Item = std::io::Result<Conn>> + Send + 'static {
-        connections.incoming(listener, self.keepalive)
+        connections.incoming(listener, self.keepalive, tls)
     }
 
     /// The concurrency limit, per kind of caller: inside the auth layer (no

@@ -163,8 +163,7 @@ fn serve(args: ToolExecSettings, gate: GateSettings) -> anyhow::Result<()> {
     let served = runtime.block_on(async move {
         let signals = Shutdown::install();
         signals.exit_on_second_signal();
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
+        let listener = chorus_serve::connections::listen(args.listen)
             .with_context(|| format!("binding {}", args.listen))?;
         let processes = chorus_sandbox::Sandbox::start(args.sandbox.config()).await;
         let _sandbox_gauge =

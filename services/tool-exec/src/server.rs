@@ -121,9 +121,10 @@ pub async fn run(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(service)
-        .serve_with_incoming_shutdown(serve.incoming(listener, &connections), async move {
-            serve_stop.cancelled().await
-        });
+        .serve_with_incoming_shutdown(
+            serve.incoming(listener, &connections, config.tls.is_some()),
+            async move { serve_stop.cancelled().await },
+        );
     let mut server = std::pin::pin!(server);
 
     info!(%addr, "tool-exec serving");

@@ -113,18 +113,21 @@ impl Frames {
 pub(super) struct Http2 {
     from_client: Frames,
     to_client: Frames,
-}
-
-impl Default for Http2 {
-    fn default() -> Self {
-        Self {
-            from_client: Frames::new(Place::Preface(0)),
-            to_client: Frames::new(Place::Header(0)),
-        }
-    }
+    /// The server speaks HTTP/2 in the clear: a client that has not sent
+    /// its preface yet is told goodbye too, in the only protocol it may use.
+    cleartext: bool,
 }
 
 impl Http2 {
+    /// `cleartext`: the server speaks HTTP/2 in the clear (not TLS).
+    pub(super) fn new(cleartext: bool) -> Self {
+        Self {
+            from_client: Frames::new(Place::Preface(0)),
+            to_client: Frames::new(Place::Header(0)),
+            cleartext,
+        }
+    }
+
     /// Bytes read from the client.
     pub(super) fn read(&mut self, bytes: &[u8]) {
         self.from_client.feed(bytes);
@@ -142,12 +145,16 @@ impl Http2 {
 
     /// The bytes that end the connection for its client, telling it that no
     /// stream after `last` was taken; `why` goes with them as debug data.
-    /// None when nothing can be said: the client has not shown it speaks
-    /// HTTP/2 in the clear, or the server is in the middle of a frame.
+    /// None when nothing can be said: the client does not speak HTTP/2 in the
+    /// clear (under TLS, or it sent something else), or the server is in the
+    /// middle of a frame.
     pub(super) fn goodbye(&self, last: u32, why: &str) -> Option<Vec<u8>> {
-        if !matches!(self.from_client.place, Place::Header(_) | Place::Payload(_))
-            || self.to_client.place != Place::Header(0)
-        {
+        let client_speaks_it = match self.from_client.place {
+            Place::Header(_) | Place::Payload(_) => true,
+            Place::Preface(_) => self.cleartext,
+            Place::Opaque => false,
+        };
+        if !client_speaks_it || self.to_client.place != Place::Header(0) {
             return None;
         }
         let mut debug = why.as_bytes();
@@ -224,7 +231,7 @@ mod tests {
         client.extend(frame(HEADERS, 5, &[0x82; 3]));
         client.extend(frame(HEADERS, 3, &[0x82; 3]));
         for chunk in [1, 7, 1000] {
-            let mut http2 = Http2::default();
+            let mut http2 = Http2::new(false);
             for piece in client.chunks(chunk) {
                 http2.read(piece);
             }
@@ -242,7 +249,7 @@ mod tests {
 
     #[test]
     fn before_the_server_wrote_anything_its_settings_come_first() {
-        let mut http2 = Http2::default();
+        let mut http2 = Http2::new(false);
         http2.read(PREFACE);
         let (settings, last, _, _) = parse(&http2.goodbye(0, "x").expect("said"));
         assert!(settings);
@@ -251,13 +258,21 @@ mod tests {
 
     #[test]
     fn nothing_is_said_under_tls_before_the_preface_or_inside_a_frame() {
-        let mut tls = Http2::default();
+        let mut tls = Http2::new(false);
         tls.read(&[0x16, 0x03, 0x01, 0x02, 0x00]);
         assert_eq!(tls.goodbye(0, "x"), None, "TLS");
-        let mut early = Http2::default();
+        let mut early = Http2::new(false);
         early.read(&PREFACE[..10]);
-        assert_eq!(early.goodbye(0, "x"), None, "half a preface");
-        let mut mid = Http2::default();
+        assert_eq!(early.goodbye(0, "x"), None, "half a preface, under TLS");
+        // A server in the clear tells a client that has sent nothing yet.
+        let mut silent = Http2::new(true);
+        assert!(
+            silent.goodbye(0, "x").is_some(),
+            "nothing sent, in the clear"
+        );
+        silent.read(&[0x16, 0x03]);
+        assert_eq!(silent.goodbye(0, "x"), None, "not HTTP/2");
+        let mut mid = Http2::new(false);
         mid.read(PREFACE);
         let data = frame(0x0, 1, &[7; 100]);
         mid.written(&data[..50]);
@@ -268,7 +283,7 @@ mod tests {
 
     #[test]
     fn a_long_reason_is_cut_on_a_character_boundary() {
-        let mut http2 = Http2::default();
+        let mut http2 = Http2::new(false);
         http2.read(PREFACE);
         let why = "é".repeat(DEBUG_BYTES);
         let (_, _, _, debug) = parse(&http2.goodbye(0, &why).expect("said"));

@@ -28,7 +28,7 @@ async fn listening(
         .expect("listen");
     let addr = listener.local_addr().expect("address");
     let connections = Connections::new(limits, 1024, "the demo");
-    let incoming = Box::pin(connections.incoming(listener, None));
+    let incoming = Box::pin(connections.incoming(listener, None, false));
     (connections, incoming, addr)
 }
 
@@ -52,10 +52,18 @@ async fn served(mut conn: Conn) -> io::Error {
     }
 }
 
-/// Whether the client's connection has been closed by the server.
+/// Whether the client's connection has been closed by the server, after
+/// what it said (a goodbye).
 async fn closed(client: &mut TcpStream) -> bool {
-    let mut buf = [0_u8; 1];
-    matches!(client.read(&mut buf).await, Ok(0) | Err(_))
+    let mut buf = [0_u8; 256];
+    let mut said = 0;
+    loop {
+        match client.read(&mut buf).await {
+            Ok(0) | Err(_) => return true,
+            Ok(n) if said + n <= 1024 => said += n,
+            Ok(_) => return false,
+        }
+    }
 }
 
 #[tokio::test(start_paused = true)]
