@@ -50,6 +50,26 @@ where
     T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
     <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
 {
+    call_with_progress(channel, token, arguments, &mut |_| {}).await
+}
+
+/// [`call`], telling `progress` of each thing the other agent does (its text,
+/// its tool calls, nested handoffs) as it happens.
+///
+/// # Errors
+/// As [`call`].
+pub async fn call_with_progress<T>(
+    channel: T,
+    token: &str,
+    arguments: &Map<String, Value>,
+    progress: &mut (dyn FnMut(&pb::HandoffProgress) + Send),
+) -> Result<Value, HandoffError>
+where
+    T: tonic::client::GrpcService<tonic::body::Body> + Clone,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
     let text = |name: &str| {
         arguments
             .get(name)
@@ -83,7 +103,7 @@ where
     loop {
         let mut call = tonic::Request::new(request.clone());
         call.metadata_mut().insert("authorization", bearer.clone());
-        let (outcome, started) = follow(channel.clone(), call).await;
+        let (outcome, started) = follow(channel.clone(), call, progress).await;
         match outcome {
             Err(HandoffError::Status(status))
                 if reopened < REOPENS
@@ -109,6 +129,7 @@ where
 async fn follow<T>(
     channel: T,
     request: tonic::Request<pb::HandoffRequest>,
+    progress: &mut (dyn FnMut(&pb::HandoffProgress) + Send),
 ) -> (Result<Value, HandoffError>, String)
 where
     T: tonic::client::GrpcService<tonic::body::Body>,
@@ -133,6 +154,7 @@ where
         };
         match message.event {
             Some(pb::handoff_event::Event::Started(s)) => started = s.run_id,
+            Some(pb::handoff_event::Event::Progress(p)) => progress(&p),
             Some(pb::handoff_event::Event::Completed(done)) => {
                 let usage = done.usage.unwrap_or_default();
                 return (

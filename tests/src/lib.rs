@@ -17,6 +17,7 @@ pub mod fake_anthropic;
 pub mod fake_http;
 pub mod fake_openai;
 pub mod flows;
+pub mod mcp;
 pub mod orchestrator;
 pub mod otlp;
 pub mod pki;

@@ -43,16 +43,66 @@ fn tls_config() -> Result<ClientTlsConfig, Failure> {
 /// Metadata key carrying the workspace root given on the command line.
 pub const WORKSPACE_ROOT_METADATA: &str = "chorus-workspace-root";
 
-/// What to print on success: the result JSON, and the failure if the tool ran but
-/// reported an error alongside its output.
+/// What a call that ran answered: its output, the tool's failure if it
+/// reported one alongside, and its metadata.
 #[derive(Debug)]
-pub struct Answer {
-    pub stdout: String,
+pub struct Reply {
+    pub output: Value,
     pub error: Option<Failure>,
+    pub metadata: Map<String, Value>,
 }
 
+impl Reply {
+    /// The result JSON printed on stdout: `{"output", "error"?, "metadata"}`.
+    pub fn stdout(&self) -> String {
+        let mut result = Map::new();
+        result.insert("output".to_owned(), self.output.clone());
+        if let Some(error) = &self.error {
+            result.insert(
+                "error".to_owned(),
+                serde_json::json!({"code": error.code, "message": error.message}),
+            );
+        }
+        result.insert("metadata".to_owned(), Value::Object(self.metadata.clone()));
+        Value::Object(result).to_string()
+    }
+}
+
+/// The connections to the services, made at the first call that needs each
+/// and kept for the next ones (a resident MCP session makes many).
+#[derive(Default)]
+pub struct Channels {
+    tool_exec: tokio::sync::Mutex<Option<TracedChannel>>,
+    orchestrator: tokio::sync::Mutex<Option<TracedChannel>>,
+}
+
+impl Channels {
+    /// The channel to the service of `route`, connected if it is not yet.
+    async fn to(&self, route: &Route) -> Result<TracedChannel, Attempt> {
+        let (held, service, addr) = match route {
+            Route::ToolExec { addr } => (&self.tool_exec, "tool-exec", addr),
+            Route::Orchestrator { addr } => (&self.orchestrator, "orchestrator", addr),
+        };
+        let mut held = held.lock().await;
+        if let Some(channel) = held.as_ref() {
+            return Ok(channel.clone());
+        }
+        let channel = connect(service, addr).await?;
+        *held = Some(channel.clone());
+        Ok(channel)
+    }
+}
+
+/// What a handoff tells of the other agent's work while it runs.
+pub type OnProgress<'a> =
+    &'a mut (dyn FnMut(&chorus_proto::orchestrator::v1::HandoffProgress) + Send);
+
 /// Sends the call, in a span that continues the agent's trace (`TRACEPARENT`).
-pub async fn send(request: Request) -> Result<Answer, Failure> {
+pub async fn send(
+    request: Request,
+    channels: &Channels,
+    progress: OnProgress<'_>,
+) -> Result<Reply, Failure> {
     let span = tracing::info_span!(
         "chorus-tools",
         otel.name = %format!("chorus-tools {}", request.tool),
@@ -62,7 +112,9 @@ pub async fn send(request: Request) -> Result<Answer, Failure> {
     if let Some(parent) = chorus_telemetry::propagation::started_in() {
         let _ = span.set_parent(parent.clone());
     }
-    let answer = send_call(request).instrument(span.clone()).await;
+    let answer = send_call(request, channels, progress)
+        .instrument(span.clone())
+        .await;
     if answer.as_ref().map_or(true, |a| a.error.is_some()) {
         span.record("otel.status_code", "ERROR");
     }
@@ -152,7 +204,11 @@ fn not_taken(status: &tonic::Status) -> bool {
 /// Sends the call until it is answered, retrying what was not done (a busy or
 /// unreachable service) with growing, jittered waits, for at most
 /// [`ENV_RETRY_SECS`] and [`ATTEMPTS`] attempts.
-async fn send_call(request: Request) -> Result<Answer, Failure> {
+async fn send_call(
+    request: Request,
+    channels: &Channels,
+    progress: OnProgress<'_>,
+) -> Result<Reply, Failure> {
     let budget = std::env::var(ENV_RETRY_SECS)
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
@@ -160,7 +216,7 @@ async fn send_call(request: Request) -> Result<Answer, Failure> {
     let give_up = tokio::time::Instant::now() + budget;
     let mut backoff = FIRST_BACKOFF;
     for attempt in 1.. {
-        let (after, failure) = match attempt_call(&request).await {
+        let (after, failure) = match attempt_call(&request, channels, &mut *progress).await {
             Ok(answer) => return Ok(answer),
             Err(Attempt::Final(failure)) => return Err(failure),
             Err(Attempt::Retry { after, failure }) => (after, failure),
@@ -196,14 +252,11 @@ fn jittered(wait: Duration) -> Duration {
     wait.mul_f64(0.5 + fraction)
 }
 
-async fn attempt_call(request: &Request) -> Result<Answer, Attempt> {
-    let (service, addr) = match &request.route {
-        Route::ToolExec { addr } => ("tool-exec", addr),
-        Route::Orchestrator { addr } => ("orchestrator", addr),
-    };
+/// A channel to `service` at `addr`, connected.
+async fn connect(service: &str, addr: &str) -> Result<TracedChannel, Attempt> {
     // ExecuteTool and a handoff bound themselves; CallTool has a deadline.
     let mut endpoint =
-        chorus_proto::channel::tune(Endpoint::from_shared(addr.clone()).map_err(|e| {
+        chorus_proto::channel::tune(Endpoint::from_shared(addr.to_owned()).map_err(|e| {
             Failure::usage(format!(
                 "{service} address '{addr}' is not a valid URI: {e}"
             ))
@@ -213,7 +266,7 @@ async fn attempt_call(request: &Request) -> Result<Answer, Attempt> {
             .tls_config(tls_config()?)
             .map_err(|e| Failure::usage(format!("TLS for {service} at {addr}: {e}")))?;
     }
-    let channel = endpoint
+    endpoint
         .connect()
         .await
         .map(traced)
@@ -224,9 +277,17 @@ async fn attempt_call(request: &Request) -> Result<Answer, Attempt> {
                 "unavailable",
                 format!("cannot reach {service} at {addr}: {}", source_chain(&e)),
             ),
-        })?;
+        })
+}
+
+async fn attempt_call(
+    request: &Request,
+    channels: &Channels,
+    progress: OnProgress<'_>,
+) -> Result<Reply, Attempt> {
+    let channel = channels.to(&request.route).await?;
     if let Route::Orchestrator { .. } = request.route {
-        return call_orchestrator(channel, request).await;
+        return call_orchestrator(channel, request, progress).await;
     }
 
     let mut grpc = tonic::Request::new(ExecuteToolRequest {
@@ -254,22 +315,12 @@ async fn attempt_call(request: &Request) -> Result<Answer, Attempt> {
     if request.tool == "help" {
         name_examples_by_this_binary(&mut output);
     }
-    let mut result = Map::new();
-    result.insert("output".to_owned(), output);
-    let error = response.error.map(|e| {
-        result.insert(
-            "error".to_owned(),
-            serde_json::json!({"code": e.code, "message": e.message}),
-        );
-        Failure::new(Exit::ToolFailed, &e.code, e.message)
-    });
-    result.insert(
-        "metadata".to_owned(),
-        Value::Object(response.metadata.map(json::from_struct).unwrap_or_default()),
-    );
-    Ok(Answer {
-        stdout: Value::Object(result).to_string(),
-        error,
+    Ok(Reply {
+        output,
+        error: response
+            .error
+            .map(|e| Failure::new(Exit::ToolFailed, &e.code, e.message)),
+        metadata: response.metadata.map(json::from_struct).unwrap_or_default(),
     })
 }
 
@@ -298,9 +349,13 @@ fn name_examples_by_this_binary(output: &mut Value) {
     }
 }
 
-async fn call_orchestrator(channel: TracedChannel, request: &Request) -> Result<Answer, Attempt> {
+async fn call_orchestrator(
+    channel: TracedChannel,
+    request: &Request,
+    progress: OnProgress<'_>,
+) -> Result<Reply, Attempt> {
     if request.tool == "handoff" {
-        return handoff(channel, request).await;
+        return handoff(channel, request, progress).await;
     }
     let mut grpc = chorus_proto::channel::short(tonic::Request::new(CallToolRequest {
         tool: request.tool.clone(),
@@ -319,38 +374,40 @@ async fn call_orchestrator(channel: TracedChannel, request: &Request) -> Result<
     if request.tool == "help" {
         name_examples_by_this_binary(&mut output);
     }
-    let mut result = Map::new();
-    result.insert("output".to_owned(), output);
-    result.insert(
-        "metadata".to_owned(),
-        Value::Object(response.metadata.map(json::from_struct).unwrap_or_default()),
-    );
-    Ok(Answer {
-        stdout: Value::Object(result).to_string(),
+    Ok(Reply {
+        output,
         error: None,
+        metadata: response.metadata.map(json::from_struct).unwrap_or_default(),
     })
 }
 
 /// A handoff: one streaming call that ends when the other agent does; prints its
 /// result like any tool's, or its failure as the tool's error (exit 1).
-async fn handoff(channel: TracedChannel, request: &Request) -> Result<Answer, Attempt> {
-    match chorus_proto::handoff::call(channel, &request.token, &request.arguments).await {
-        Ok(output) => Ok(Answer {
-            stdout: serde_json::json!({ "output": output, "metadata": {} }).to_string(),
+async fn handoff(
+    channel: TracedChannel,
+    request: &Request,
+    progress: OnProgress<'_>,
+) -> Result<Reply, Attempt> {
+    let handoff = chorus_proto::handoff::call_with_progress(
+        channel,
+        &request.token,
+        &request.arguments,
+        progress,
+    );
+    match handoff.await {
+        Ok(output) => Ok(Reply {
+            output,
             error: None,
+            metadata: Map::new(),
         }),
         Err(HandoffError::Failed {
             failure,
             reason,
             run_id,
-        }) => Ok(Answer {
-            stdout: serde_json::json!({
-                "output": null,
-                "error": { "code": failure, "message": reason },
-                "metadata": { "run_id": run_id },
-            })
-            .to_string(),
+        }) => Ok(Reply {
+            output: Value::Null,
             error: Some(Failure::new(Exit::ToolFailed, &failure, reason)),
+            metadata: Map::from_iter([("run_id".to_owned(), Value::String(run_id))]),
         }),
         Err(HandoffError::Status(status)) => Err(refused(&status, "orchestrator")),
     }

@@ -4,6 +4,7 @@
 //! chorus-tools '{"tool":"file.read","path":"src/main.rs"}'
 //! chorus-tools /path/to/workspace '{"tool":"file.read","path":"src/main.rs"}'
 //! chorus-tools - < call.json     # the JSON on stdin: large contents
+//! chorus-tools mcp                # the run's tools as an MCP server on stdio
 //! ```
 //!
 //! It is a pure proxy: it reads the run token and service addresses from the
@@ -16,6 +17,7 @@
 
 mod call;
 mod exit;
+mod mcp;
 mod usage;
 
 use std::process::ExitCode;
@@ -32,6 +34,12 @@ pub const ENV_ORCHESTRATOR_ADDR: &str = "CHORUS_ORCHESTRATOR_ADDR";
 pub const DEFAULT_TOOLS_ADDR: &str = "http://127.0.0.1:50052";
 
 fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    if let (Some(first), None) = (args.next(), args.next())
+        && first == "mcp"
+    {
+        return mcp::serve();
+    }
     let cli = match usage::Cli::try_parse_with_catalog() {
         Ok(cli) => cli,
         Err(e) => return usage::clap_exit(&e),
@@ -51,7 +59,7 @@ fn main() -> ExitCode {
         runtime.block_on(async {
             // Spans leave only when OTEL_* asks; the agent's TRACEPARENT goes on anyway.
             let telemetry = chorus_telemetry::init_quiet("chorus-tools");
-            let answer = call::send(request).await;
+            let answer = call::send(request, &call::Channels::default(), &mut |_| {}).await;
             if let Some(telemetry) = telemetry {
                 // Flushing blocks; the runtime must keep driving the export meanwhile.
                 let _ = tokio::task::spawn_blocking(move || drop(telemetry)).await;
@@ -61,7 +69,7 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(answer) => {
-            println!("{}", answer.stdout);
+            println!("{}", answer.stdout());
             match answer.error {
                 None => ExitCode::SUCCESS,
                 Some(failure) => failure.report(),

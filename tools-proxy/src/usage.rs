@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
-use chorus_catalog::{Executor, TOOLS, help_tool};
+use chorus_catalog::{Executor, TOOLS, ToolSpec, help_tool};
 use chorus_proto::limits;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use serde_json::{Map, Value};
@@ -17,7 +17,7 @@ use crate::{DEFAULT_TOOLS_ADDR, ENV_ORCHESTRATOR_ADDR, ENV_RUN_TOKEN, ENV_TOOLS_
 #[command(
     name = "chorus-tools",
     version,
-    override_usage = "chorus-tools [WORKSPACE_ROOT] '<JSON>'\n       chorus-tools [WORKSPACE_ROOT] - < call.json\n       chorus-tools '{\"tool\":\"file.read\",\"path\":\"README.md\"}'"
+    override_usage = "chorus-tools [WORKSPACE_ROOT] '<JSON>'\n       chorus-tools [WORKSPACE_ROOT] - < call.json\n       chorus-tools '{\"tool\":\"file.read\",\"path\":\"README.md\"}'\n       chorus-tools mcp    (the run's tools as an MCP server on stdin/stdout)"
 )]
 pub struct Cli {
     /// Optional workspace root (must be the run's own), then the tool call as one JSON
@@ -127,6 +127,17 @@ impl Request {
                 "unknown tool '{tool}'; run chorus-tools --help to list the tools"
             ))
         })?;
+        Self::new(spec, call, workspace_root)
+    }
+
+    /// A call of `spec` with `arguments` on behalf of the run whose token is
+    /// in the environment, sent to the service that executes it.
+    pub fn new(
+        spec: &'static ToolSpec,
+        arguments: Map<String, Value>,
+        workspace_root: Option<String>,
+    ) -> Result<Self, Failure> {
+        let tool = spec.name.to_owned();
         let token = std::env::var(ENV_RUN_TOKEN).ok().filter(|t| !t.trim().is_empty()).ok_or_else(|| {
             Failure::usage(format!("{ENV_RUN_TOKEN} is not set: chorus-tools only works inside an agent run started by Chorus"))
         })?;
@@ -159,7 +170,7 @@ impl Request {
         };
         Ok(Self {
             tool,
-            arguments: call,
+            arguments,
             token,
             workspace_root,
             route,

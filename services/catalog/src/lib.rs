@@ -357,6 +357,20 @@ pub fn get(name: &str) -> Option<&'static ToolSpec> {
     TOOLS.iter().find(|t| t.name == name)
 }
 
+/// The name a tool goes by where names are `[a-zA-Z0-9_-]` only (OpenAI
+/// functions, MCP tools as Claude Code names them): the catalog's dots become
+/// underscores (`file.read` → `file_read`).
+pub fn wire_name(name: &str) -> String {
+    name.replace('.', "_")
+}
+
+/// Looks a tool up by its [`wire_name`] or its catalog name.
+pub fn by_wire_name(name: &str) -> Option<&'static ToolSpec> {
+    TOOLS
+        .iter()
+        .find(|t| t.name == name || wire_name(t.name) == name)
+}
+
 /// A name in an allow-list that is neither a tool nor a `@profile`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AllowListError {

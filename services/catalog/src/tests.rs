@@ -268,3 +268,20 @@ fn the_planners_help_lists_the_arguments_of_every_verdict() {
         help.example
     );
 }
+
+#[test]
+fn every_tool_has_one_wire_name_that_finds_it_again() {
+    let mut seen = std::collections::BTreeSet::new();
+    for spec in TOOLS {
+        let wire = wire_name(spec.name);
+        assert!(
+            wire.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+            "{wire}"
+        );
+        assert!(seen.insert(wire.clone()), "{wire} names two tools");
+        assert_eq!(by_wire_name(&wire).map(|t| t.name), Some(spec.name));
+        assert_eq!(by_wire_name(spec.name).map(|t| t.name), Some(spec.name));
+    }
+    assert!(by_wire_name("file_reads").is_none());
+}

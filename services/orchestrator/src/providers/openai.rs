@@ -46,11 +46,8 @@ impl Default for ApiLimits {
 /// Longest wait a `Retry-After` header may ask for.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
-/// The function name a tool gets: OpenAI allows `[a-zA-Z0-9_-]` only, so the
-/// catalog's dots become underscores (`file.read` → `file_read`).
-pub fn function_name(tool: &str) -> String {
-    tool.replace('.', "_")
-}
+/// The function name a tool gets: OpenAI allows `[a-zA-Z0-9_-]` only.
+pub use chorus_catalog::wire_name as function_name;
 
 /// The `tools` array of a run: its granted tools that Chorus executes (native
 /// CLI tools such as web.search have no API equivalent), in catalog order.
@@ -84,10 +81,7 @@ pub fn tool_definitions(granted: &[String], kind: AgentKind) -> Vec<Value> {
 /// The catalog tool a function name stands for. Whether the run may call it is
 /// for the services to decide (and record), as for any other agent.
 fn tool_of(function: &str) -> Option<&'static str> {
-    chorus_catalog::TOOLS
-        .iter()
-        .find(|t| function_name(t.name) == function || t.name == function)
-        .map(|t| t.name)
+    chorus_catalog::by_wire_name(function).map(|t| t.name)
 }
 
 /// Runs one attempt: a fresh conversation (system prompt, message), or, when

@@ -1,0 +1,58 @@
+// An MCP client made with the official TypeScript SDK (@modelcontextprotocol/sdk),
+// driven by the Rust tests: it connects as the plan in argv[2] says, runs its
+// steps, and prints what it got as one JSON object on stdout.
+//
+// plan: {
+//   "transport": {"stdio": {"command", "args", "env"}} | {"http": {"url", "headers"}},
+//   "steps": [{"list": true} | {"call": NAME, "arguments": {...}, "progress": bool}]
+// }
+// output: {"results": [ {"tools": [...]} | {"result": CallToolResult, "progress": [...]}
+//                       | {"error": {"code", "message"}} ]}
+//         or {"connect_error": "..."} when the session could not begin.
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+const modules = process.env.CHORUS_TEST_NODE_MODULES;
+const sdk = (path) => import(pathToFileURL(join(modules, '@modelcontextprotocol/sdk/dist/esm', path)).href);
+const { Client } = await sdk('client/index.js');
+const plan = JSON.parse(process.argv[2]);
+
+let transport;
+if (plan.transport.stdio) {
+  const { StdioClientTransport } = await sdk('client/stdio.js');
+  const { command, args, env } = plan.transport.stdio;
+  transport = new StdioClientTransport({ command, args, env, stderr: 'inherit' });
+} else {
+  const { StreamableHTTPClientTransport } = await sdk('client/streamableHttp.js');
+  const { url, headers } = plan.transport.http;
+  transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } });
+}
+
+const client = new Client({ name: 'chorus-tests', version: '1.0.0' });
+try {
+  await client.connect(transport);
+} catch (e) {
+  console.log(JSON.stringify({ connect_error: String(e && e.message || e) }));
+  process.exit(0);
+}
+
+const results = [];
+for (const step of plan.steps) {
+  try {
+    if (step.list) {
+      const { tools } = await client.listTools();
+      results.push({ tools });
+    } else {
+      const progress = [];
+      const options = step.progress
+        ? { onprogress: (p) => progress.push(p.message ?? ''), resetTimeoutOnProgress: true, timeout: 120000 }
+        : { timeout: 120000 };
+      const result = await client.callTool({ name: step.call, arguments: step.arguments ?? {} }, undefined, options);
+      results.push({ result, progress });
+    }
+  } catch (e) {
+    results.push({ error: { code: e.code ?? null, message: String(e.message ?? e) } });
+  }
+}
+console.log(JSON.stringify({ results }));
+await client.close();

@@ -1,0 +1,158 @@
+//! `chorus-tools mcp`: the run's tools as an MCP server on stdin and stdout,
+//! for a whole agent session. The agent CLI starts it once (Claude Code's
+//! `--mcp-config`, OpenCode's `mcp` configuration); it keeps its connections
+//! to the services open, lists the tools the run was granted with their
+//! schemas, and sends each call as a one-shot `chorus-tools` would: same
+//! token, same services, same checks and records.
+
+use std::process::ExitCode;
+
+use chorus_catalog::ToolSpec;
+use chorus_mcp::{Progress, Ran, Refused, RunTools, RunToolsServer, ToolError, Why};
+use chorus_proto::orchestrator::v1::HandoffProgress;
+use rmcp::ServiceExt as _;
+use serde_json::{Map, Value};
+
+use crate::call::{self, Channels};
+use crate::exit::{Exit, Failure};
+use crate::usage::Request;
+
+/// Serves MCP on stdin and stdout until the client closes them.
+pub fn serve() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            return Failure::new(
+                Exit::Unavailable,
+                "internal",
+                format!("cannot start the async runtime: {e}"),
+            )
+            .report();
+        }
+    };
+    // Without a token nothing can be listed or called: say so before any
+    // client waits on an answer.
+    if let Err(failure) = Request::new(help(), Map::new(), None) {
+        return failure.report();
+    }
+    runtime.block_on(async {
+        let telemetry = chorus_telemetry::init_quiet("chorus-tools");
+        let server = RunToolsServer::new(Grpc {
+            channels: Channels::default(),
+        });
+        let outcome = match server.serve(rmcp::transport::stdio()).await {
+            Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Some(telemetry) = telemetry {
+            let _ = tokio::task::spawn_blocking(move || drop(telemetry)).await;
+        }
+        match outcome {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                Failure::new(Exit::Usage, "mcp", format!("the MCP session failed: {e}")).report()
+            }
+        }
+    })
+}
+
+fn help() -> &'static ToolSpec {
+    chorus_catalog::get("help").expect("help is in the catalog")
+}
+
+/// The run's tools, through the services' gRPC APIs.
+struct Grpc {
+    channels: Channels,
+}
+
+impl RunTools for Grpc {
+    async fn granted(&self) -> Result<Vec<String>, Refused> {
+        let request = Request::new(help(), Map::new(), None).map_err(refused)?;
+        let reply = call::send(request, &self.channels, &mut |_| {})
+            .await
+            .map_err(refused)?;
+        if let Some(error) = reply.error {
+            return Err(refused(error));
+        }
+        Ok(reply.output["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
+            .collect())
+    }
+
+    async fn call(
+        &self,
+        tool: &'static ToolSpec,
+        arguments: Map<String, Value>,
+        progress: Progress,
+    ) -> Result<Ran, Refused> {
+        let request = Request::new(tool, arguments, None).map_err(refused)?;
+        // A handoff's progress comes as it happens; the client hears of it
+        // while the call goes on.
+        let (said, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let channels = &self.channels;
+        let sending = async move {
+            let mut on_progress = move |p: &HandoffProgress| {
+                let _ = said.send(describe(p));
+            };
+            call::send(request, channels, &mut on_progress).await
+        };
+        let telling = async {
+            while let Some(message) = heard.recv().await {
+                progress.report(message).await;
+            }
+        };
+        let (reply, ()) = tokio::join!(sending, telling);
+        let reply = reply.map_err(refused)?;
+        Ok(Ran {
+            output: reply.output,
+            error: reply.error.map(|e| ToolError {
+                code: e.code,
+                message: e.message,
+            }),
+            metadata: reply.metadata,
+        })
+    }
+}
+
+/// A call the services did not run, by what chorus-tools would have exited
+/// with.
+fn refused(failure: Failure) -> Refused {
+    let why = match (failure.exit, failure.code.as_str()) {
+        (_, "unauthenticated") => Why::Unauthenticated,
+        (Exit::Denied, _) => Why::Denied,
+        (Exit::InvalidArguments, _) => Why::Invalid,
+        // A tool's own failure comes as a reply, not here: what is left is
+        // the services' refusal of the call (a precondition, a limit).
+        (Exit::ToolFailed, _) => Why::Denied,
+        (Exit::Usage | Exit::Unavailable, _) => Why::Unavailable,
+    };
+    Refused {
+        why,
+        message: failure.message,
+    }
+}
+
+/// One line of what the other agent of a handoff did.
+fn describe(progress: &HandoffProgress) -> String {
+    const MOST: usize = 200;
+    let data = progress
+        .data
+        .clone()
+        .map(chorus_proto::json::from_struct)
+        .unwrap_or_default();
+    let text = match data.get("text").and_then(Value::as_str) {
+        Some(text) => format!("{}: {text}", progress.kind),
+        None => format!("{}: {}", progress.kind, Value::Object(data)),
+    };
+    match text.char_indices().nth(MOST) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text,
+    }
+}
