@@ -1,21 +1,23 @@
 // An MCP client made with the official TypeScript SDK (@modelcontextprotocol/sdk),
-// driven by the Rust tests: it connects as the plan in argv[2] says, runs its
+// driven by the Rust tests: it connects as the plan in CHORUS_TEST_MCP_PLAN says, runs its
 // steps, and prints what it got as one JSON object on stdout.
 //
 // plan: {
 //   "transport": {"stdio": {"command", "args", "env"}} | {"http": {"url", "headers"}},
-//   "steps": [{"list": true} | {"call": NAME, "arguments": {...}, "progress": bool}]
+//   "steps": [{"list": true} | {"call": NAME, "arguments": {...}, "progress": bool,
+//              "abort_when_exists": PATH}]
 // }
 // output: {"results": [ {"tools": [...]} | {"result": CallToolResult, "progress": [...]}
 //                       | {"error": {"code", "message"}} ]}
 //         or {"connect_error": "..."} when the session could not begin.
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const modules = process.env.CHORUS_TEST_NODE_MODULES;
 const sdk = (path) => import(pathToFileURL(join(modules, '@modelcontextprotocol/sdk/dist/esm', path)).href);
 const { Client } = await sdk('client/index.js');
-const plan = JSON.parse(process.argv[2]);
+const plan = JSON.parse(process.env.CHORUS_TEST_MCP_PLAN);
 
 let transport;
 if (plan.transport.stdio) {
@@ -47,8 +49,21 @@ for (const step of plan.steps) {
       const options = step.progress
         ? { onprogress: (p) => progress.push(p.message ?? ''), resetTimeoutOnProgress: true, timeout: 120000 }
         : { timeout: 120000 };
-      const result = await client.callTool({ name: step.call, arguments: step.arguments ?? {} }, undefined, options);
-      results.push({ result, progress });
+      // abort_when_exists: the client cancels the call once that file exists.
+      let watch;
+      if (step.abort_when_exists) {
+        const controller = new AbortController();
+        options.signal = controller.signal;
+        watch = setInterval(() => {
+          if (existsSync(step.abort_when_exists)) controller.abort('cancelled by the test');
+        }, 10);
+      }
+      try {
+        const result = await client.callTool({ name: step.call, arguments: step.arguments ?? {} }, undefined, options);
+        results.push({ result, progress });
+      } finally {
+        clearInterval(watch);
+      }
     }
   } catch (e) {
     results.push({ error: { code: e.code ?? null, message: String(e.message ?? e) } });

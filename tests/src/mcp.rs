@@ -33,7 +33,8 @@ pub async fn run_client(modules: &std::path::Path, plan: &Value) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/client.mjs");
     let output = tokio::process::Command::new("node")
         .arg(script)
-        .arg(plan.to_string())
+        // Not an argument: what the plan holds stays out of process listings.
+        .env("CHORUS_TEST_MCP_PLAN", plan.to_string())
         .env("CHORUS_TEST_NODE_MODULES", modules)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)

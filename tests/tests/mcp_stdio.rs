@@ -5,10 +5,14 @@
 //! and nothing works with a finished run's token, another run's, or none.
 
 use chorus_proto::orchestrator::v1 as pb;
-use chorus_tests::agents::{add_agent, history, opened_run, summary, workspace};
+use chorus_tests::agents::{
+    add_agent, call, history, opened_run, report, summary, wait_for, workspace,
+};
+use chorus_tests::db::databases;
+use chorus_tests::flows::{Setup, setup};
 use chorus_tests::mcp::{is_error, run_client, sdk_or_skip, stdio, text};
 use chorus_tests::orchestrator::OrchestratorProcess;
-use serde_json::json;
+use serde_json::{Value, json};
 
 async fn orchestrator(data: &std::path::Path) -> OrchestratorProcess {
     OrchestratorProcess::spawn(data, &data.join("chorus.db").display().to_string(), &[]).await
@@ -197,6 +201,152 @@ async fn nothing_works_with_a_finished_run_another_runs_token_or_none() {
     assert!(
         got.get("connect_error").is_some(),
         "no token, no session: {got}"
+    );
+    orchestrator.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_streams_the_childs_progress_and_returns_its_report() {
+    let Some(modules) = sdk_or_skip() else { return };
+    let data_dir = tempfile::tempdir().expect("data");
+    let db = &databases(data_dir.path())[0];
+    let Setup {
+        orchestrator,
+        mut client,
+        ws,
+        root,
+    } = setup(data_dir.path(), db).await;
+    // The seeded workflow agent may hand off; the writer is a fake CLI.
+    let run = opened_run(&mut client, &ws, "writer-workflow", "hand off over mcp").await;
+    let writer = [
+        "Write the draft.".to_owned(),
+        call(&json!({"tool": "file.create", "path": "draft.md", "content": "Once.\n"})),
+        report("complete", "draft written"),
+        "fake: say Draft done.".to_owned(),
+    ];
+    let plan = json!({"transport": stdio(&run), "steps": [
+        {"call": "handoff", "progress": true,
+         "arguments": {"agent": "writer", "prompt": writer.join("\n")}},
+    ]});
+    let got = run_client(&modules, &plan).await;
+    let handed = &got["results"][0];
+    assert!(
+        !is_error(handed) && text(handed).contains("draft written"),
+        "the child's report comes back: {handed}"
+    );
+    let progress: Vec<&str> = handed["progress"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        progress.iter().any(|p| p.contains("file.create")),
+        "the child's tool call was told as progress while it ran: {progress:?}"
+    );
+    assert!(root.path().join("draft.md").exists(), "the child wrote");
+    drop(orchestrator);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_ended_during_a_long_call_ends_the_call_and_leaves_nothing_running() {
+    let Some(modules) = sdk_or_skip() else { return };
+    let data = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let orchestrator = orchestrator(data.path()).await;
+    let mut admin = orchestrator.client().await;
+    let ws = workspace(&mut admin, "long", root.path()).await;
+    add_agent(&mut admin, &ws, "mcp-sleeper", &["bash"], "").await;
+    let run = opened_run(&mut admin, &ws, "mcp-sleeper", "sleep over mcp").await;
+    let marker = format!("mcp-long-call-{}", std::process::id());
+    let command = format!(
+        "echo started > started.txt; sh -c 'sleep 300' {marker}; echo survived > survived.txt"
+    );
+    let plan = json!({"transport": stdio(&run), "steps": [
+        {"call": "bash", "arguments": {"command": command, "timeout_secs": 600}},
+    ]});
+    let client = tokio::spawn(async move { run_client(&modules, &plan).await });
+    // The call runs once its first line has.
+    let started = root.path().join("started.txt");
+    let mut polls = 0;
+    while !started.exists() {
+        assert!(polls < 3000, "the bash call never started");
+        polls += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let run_id = run.run.as_ref().expect("run").id.clone();
+    admin
+        .finish_run(pb::FinishRunRequest {
+            id: run_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("finish the run");
+    // FinishRun returns once no call of the run has a process left.
+    assert_eq!(
+        chorus_sandbox::testing::processes_with_arg_containing(&marker),
+        Vec::<i32>::new(),
+        "a process of the ended run survived"
+    );
+    let got = client.await.expect("client");
+    let ended = &got["results"][0];
+    assert!(
+        ended.get("error").is_some() || is_error(ended),
+        "the call ended with the run: {ended}"
+    );
+    assert!(!root.path().join("survived.txt").exists());
+    let events = summary(&history(&mut admin, &run.run.as_ref().expect("run").task_id).await);
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("tool_") && e.contains("bash")),
+        "the stopped call is recorded: {events:?}"
+    );
+    orchestrator.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_its_client_cancels_is_stopped_and_recorded() {
+    let Some(modules) = sdk_or_skip() else { return };
+    let data = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let orchestrator = orchestrator(data.path()).await;
+    let mut admin = orchestrator.client().await;
+    let ws = workspace(&mut admin, "cancel", root.path()).await;
+    add_agent(&mut admin, &ws, "mcp-sleeper", &["bash"], "").await;
+    let run = opened_run(&mut admin, &ws, "mcp-sleeper", "cancel over mcp").await;
+    let task = run.run.as_ref().expect("run").task_id.clone();
+    let marker = format!("mcp-cancelled-call-{}", std::process::id());
+    let command = format!(
+        "echo started > started.txt; sh -c 'sleep 300' {marker}; echo survived > survived.txt"
+    );
+    let plan = json!({"transport": stdio(&run), "steps": [
+        {"call": "bash", "arguments": {"command": command, "timeout_secs": 600},
+         "abort_when_exists": root.path().join("started.txt")},
+    ]});
+    let got = run_client(&modules, &plan).await;
+    let cancelled = &got["results"][0];
+    assert!(
+        cancelled["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cancelled")),
+        "the client's cancel ends its call: {cancelled}"
+    );
+    // The call's record is written when its process has ended.
+    let events = wait_for(&mut admin, &task, |e| {
+        e.kind.starts_with("tool_") && chorus_tests::agents::data(e)["tool"] == "bash"
+    })
+    .await;
+    assert_eq!(
+        chorus_sandbox::testing::processes_with_arg_containing(&marker),
+        Vec::<i32>::new(),
+        "the cancelled call's process survived"
+    );
+    assert!(!root.path().join("survived.txt").exists());
+    let recorded = summary(&events);
+    assert!(
+        recorded.contains(&"tool_executed bash cancelled".to_owned()),
+        "the stopped call is recorded as cancelled: {recorded:?}"
     );
     orchestrator.kill().await;
 }
