@@ -44,6 +44,7 @@ pub async fn team(
             base_url: base_url.into(),
             model: model.into(),
             api_key: api_key.into(),
+            ..Default::default()
         })
         .await
         .expect("provider");
@@ -339,6 +340,28 @@ pub async fn add_agent(
         })
         .await
         .expect("agent");
+}
+
+/// Sets how the team's provider's CLI agents reach the tools
+/// (UNSPECIFIED keeps the default, MCP).
+pub async fn use_transport(client: &mut Client, team: &Team, transport: pb::ToolTransport) {
+    let agent = client
+        .get_agent(pb::GetAgentRequest {
+            workspace_id: team.workspace.id.clone(),
+            name: team.agent.clone(),
+        })
+        .await
+        .expect("agent")
+        .into_inner();
+    client
+        .update_provider(pb::UpdateProviderRequest {
+            workspace_id: team.workspace.id.clone(),
+            name: agent.provider,
+            tool_transport: transport.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("transport");
 }
 
 /// Gives existing agents (e.g. the seeded ones) a provider.

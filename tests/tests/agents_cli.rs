@@ -12,7 +12,7 @@ use chorus_tests::agents::{
     self, Client, data, ends_run, planned_task, start, summary, task_of, team, wait_for,
 };
 use chorus_tests::orchestrator::Orchestrator;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// An orchestrator whose CLIs are the fake CLI; it keeps run directories (the
 /// fake CLI writes what it was given there).
@@ -49,13 +49,17 @@ fn env_of(record: &Value, name: &str) -> String {
     record["env"][name].as_str().unwrap_or_default().to_owned()
 }
 
-async fn completes_with_one_allowed_and_one_denied_tool(kind: pb::ProviderKind) {
+async fn completes_with_one_allowed_and_one_denied_tool(
+    kind: pb::ProviderKind,
+    transport: pb::ToolTransport,
+) {
     let data_dir = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
     std::fs::write(root.path().join("notes.txt"), "alpha\n").expect("seed");
     let orchestrator = orchestrator(data_dir.path()).await;
     let mut client = orchestrator.client().await;
     let team = cli_team(&mut client, root.path(), kind).await;
+    agents::use_transport(&mut client, &team, transport).await;
     let script = format!(
         "Read the notes.\n\
          fake: record {}\n\
@@ -147,8 +151,44 @@ async fn completes_with_one_allowed_and_one_denied_tool(kind: pb::ProviderKind) 
             .position(|a| a == name)
             .map(|i| argv[i + 1].clone())
     };
-    match kind {
-        pb::ProviderKind::ClaudeCode => {
+    match (kind, transport) {
+        (pb::ProviderKind::ClaudeCode, pb::ToolTransport::Mcp) => {
+            assert_eq!(&argv[..1], ["-p"]);
+            assert_eq!(flag("--tools").as_deref(), Some(""), "no built-in tool");
+            assert!(argv.contains(&"--strict-mcp-config".to_owned()));
+            let config: Value =
+                serde_json::from_str(&flag("--mcp-config").expect("--mcp-config")).expect("JSON");
+            assert_eq!(
+                config["mcpServers"]["chorus"],
+                json!({"type": "stdio", "command": chorus_tools, "args": ["mcp"]}),
+                "chorus-tools mcp, the only server, with no secret in it"
+            );
+            let allowed = flag("--allowedTools").unwrap_or_default();
+            let mut allowed: Vec<&str> = allowed.split(' ').collect();
+            allowed.sort_unstable();
+            assert_eq!(
+                allowed,
+                [
+                    "mcp__chorus__completion-report",
+                    "mcp__chorus__file_read",
+                    "mcp__chorus__help",
+                    "mcp__chorus__task_comment",
+                ],
+                "exactly the granted tools"
+            );
+            assert_eq!(flag("--disallowedTools").as_deref(), Some("Agent Task"));
+            assert!(
+                !argv.iter().any(|a| a.contains("Bash")),
+                "no shell at all: {argv:?}"
+            );
+            let prompt = flag("--append-system-prompt").expect("system prompt");
+            assert!(prompt.starts_with("You read notes and report."), "{prompt}");
+            assert!(
+                !prompt.contains("chorus-tools") && prompt.contains("completion-report tool"),
+                "native tools, not the shell form: {prompt}"
+            );
+        }
+        (pb::ProviderKind::ClaudeCode, _) => {
             assert_eq!(&argv[..1], ["-p"]);
             assert_eq!(flag("--output-format").as_deref(), Some("stream-json"));
             assert!(argv.contains(&"--verbose".to_owned()));
@@ -168,6 +208,20 @@ async fn completes_with_one_allowed_and_one_denied_tool(kind: pb::ProviderKind) 
                 prompt.contains("### file.read") && !prompt.contains("### file.write"),
                 "{prompt}"
             );
+        }
+        (_, pb::ToolTransport::Mcp) => {
+            assert_eq!(&argv[..3], ["run", "--format", "json"]);
+            let config: Value =
+                serde_json::from_str(&env_of(&record, "OPENCODE_CONFIG_CONTENT")).expect("config");
+            assert_eq!(
+                config["mcp"]["chorus"],
+                json!({"type": "local", "command": [chorus_tools, "mcp"], "enabled": true})
+            );
+            assert_eq!(config["tools"]["bash"], false, "no shell at all");
+            assert_eq!(config["permission"]["bash"], "deny");
+            for tool in ["edit", "write", "read", "webfetch", "task"] {
+                assert_eq!(config["tools"][tool], false, "{tool}");
+            }
         }
         _ => {
             assert_eq!(&argv[..3], ["run", "--format", "json"]);
@@ -251,12 +305,38 @@ async fn completes_with_one_allowed_and_one_denied_tool(kind: pb::ProviderKind) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claude_code_agent_completes_a_task_through_chorus_tools() {
-    completes_with_one_allowed_and_one_denied_tool(pb::ProviderKind::ClaudeCode).await;
+    completes_with_one_allowed_and_one_denied_tool(
+        pb::ProviderKind::ClaudeCode,
+        pb::ToolTransport::Shell,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_opencode_agent_completes_a_task_through_chorus_tools() {
-    completes_with_one_allowed_and_one_denied_tool(pb::ProviderKind::Opencode).await;
+    completes_with_one_allowed_and_one_denied_tool(
+        pb::ProviderKind::Opencode,
+        pb::ToolTransport::Shell,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_code_agent_completes_a_task_over_mcp_with_no_shell() {
+    completes_with_one_allowed_and_one_denied_tool(
+        pb::ProviderKind::ClaudeCode,
+        pb::ToolTransport::Mcp,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opencode_agent_completes_a_task_over_mcp_with_no_shell() {
+    completes_with_one_allowed_and_one_denied_tool(
+        pb::ProviderKind::Opencode,
+        pb::ToolTransport::Mcp,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -169,6 +169,7 @@ async fn claude_provider(
             base_url: base_url.into(),
             model: "claude-test-model".into(),
             api_key: "dummy-key".into(),
+            ..Default::default()
         })
         .await
         .expect("provider");

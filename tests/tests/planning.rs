@@ -42,6 +42,7 @@ async fn workspace(client: &mut Client, root: &Path, base_url: &str) -> pb::Work
                 base_url: url.into(),
                 model: model.into(),
                 api_key: String::new(),
+                ..Default::default()
             })
             .await
             .expect("provider");

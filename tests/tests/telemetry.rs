@@ -115,6 +115,7 @@ async fn a_task_is_one_trace_across_orchestrator_chorus_tools_and_tool_exec() {
             base_url: model.base_url(),
             model: "fake-model".into(),
             api_key: "sk-test".into(),
+            ..Default::default()
         })
         .await
         .expect("provider");

@@ -364,6 +364,10 @@ pub fn wire_name(name: &str) -> String {
     name.replace('.', "_")
 }
 
+/// The name the tools' MCP server goes by in MCP client configurations
+/// (`mcp__chorus__file_read` in Claude Code).
+pub const MCP_SERVER: &str = "chorus";
+
 /// Looks a tool up by its [`wire_name`] or its catalog name.
 pub fn by_wire_name(name: &str) -> Option<&'static ToolSpec> {
     TOOLS

@@ -36,9 +36,7 @@ use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 
-/// The name the services go by in MCP client configurations
-/// (`mcp__chorus__file_read` in Claude Code).
-pub const SERVER_NAME: &str = "chorus";
+pub use chorus_catalog::MCP_SERVER as SERVER_NAME;
 
 /// A call that ran: its output, and its error when the tool failed.
 #[derive(Debug, Clone, PartialEq)]

@@ -23,7 +23,7 @@ pub use api_key::ApiKeyRecord;
 pub use error::DomainError;
 pub use event::{Event, EventKind};
 pub use name::Name;
-pub use provider::{Provider, ProviderKind};
+pub use provider::{Provider, ProviderKind, ToolTransport};
 pub use provider_key::{
     DEFAULT_KEY_ENV_PREFIX, KeyReference, KeyReferenceRules, KeySource, ProviderKey,
 };

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{AgentKind, Name, ProviderKind, RunId, TaskId, Usage};
+use crate::domain::{AgentKind, Name, ProviderKind, RunId, TaskId, ToolTransport, Usage};
 
 /// Most bytes of agent text kept in one progress event.
 pub const PROGRESS_TEXT_BYTES: usize = 4096;
@@ -58,6 +58,7 @@ pub struct ProviderSettings {
     pub kind: ProviderKind,
     pub base_url: Option<String>,
     pub api_key: Option<String>,
+    pub tool_transport: ToolTransport,
 }
 
 impl std::fmt::Debug for ProviderSettings {
@@ -67,6 +68,7 @@ impl std::fmt::Debug for ProviderSettings {
             .field("kind", &self.kind)
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<hidden>"))
+            .field("tool_transport", &self.tool_transport)
             .finish()
     }
 }

@@ -11,9 +11,14 @@
 //! write; tests read it there, with the run directory kept):
 //!
 //! - `record <file>`: write its pid, uid, argv, cwd and environment to `<file>` as JSON;
-//! - `call <json>`: run chorus-tools with that argument (the path comes from the
-//!   `--allowedTools` rule for Claude Code, from the permission rule of the
-//!   generated config for OpenCode: the flags must be right for this to work);
+//! - `call <json>`: call the tool. When the CLI was given an MCP server (Claude
+//!   Code's `--mcp-config`, the `mcp` section of OpenCode's generated config),
+//!   through that server, started once for the session as the real CLIs do —
+//!   even a tool the CLI would not offer, so that what refuses it is the
+//!   services; otherwise by running chorus-tools with that argument (the path
+//!   comes from the `--allowedTools` rule for Claude Code, from the permission
+//!   rule of the generated config for OpenCode). The flags must be right for
+//!   either to work;
 //! - `shell <command>`: run a shell command, as a CLI's own shell tool would
 //!   (its output is the tool result);
 //! - `save <file>`: write the last call's exit code, stdout and stderr to
@@ -82,6 +87,30 @@ impl Out {
         }
     }
 
+    /// An MCP tool call and its result, as the CLI prints them.
+    fn mcp_tool(&mut self, call: &str, output: &str, ok: bool) {
+        self.turns += 1;
+        let mut input: Value = serde_json::from_str(call).unwrap_or_else(|_| json!({}));
+        let tool = input
+            .as_object_mut()
+            .and_then(|o| o.remove("tool"))
+            .and_then(|t| t.as_str().map(chorus_catalog::wire_name))
+            .unwrap_or_default();
+        match self.mode {
+            Mode::Claude => {
+                let id = format!("toolu_{}", self.turns);
+                let name = format!("mcp__chorus__{tool}");
+                self.emit(&json!({"type":"assistant","message":{"content":[{"type":"tool_use","id":id,"name":name,"input":input}]},"session_id":self.session}));
+                self.emit(&json!({"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":id,"content":output,"is_error":!ok}]},"session_id":self.session}));
+            }
+            Mode::Opencode => {
+                let name = format!("chorus_{tool}");
+                self.emit(&json!({"type":"tool_use","timestamp":0,"sessionID":self.session,"part":{"tool":name,"state":{"status":"completed","input":input,"output":output}}}));
+                self.emit(&json!({"type":"step_finish","timestamp":0,"sessionID":self.session,"part":{"reason":"tool-calls","cost":0.001,"tokens":{"input":100,"output":10}}}));
+            }
+        }
+    }
+
     fn finish(&self) {
         match self.mode {
             Mode::Claude => self.emit(&json!({"type":"result","subtype":"success","is_error":false,"result":self.last_text,"session_id":self.session,"num_turns":self.turns + 1,"total_cost_usd":0.0042,"usage":{"input_tokens":120,"output_tokens":30}})),
@@ -115,6 +144,86 @@ fn chorus_tools(mode: Mode, args: &[String]) -> Option<String> {
                     pattern.as_str() != "*" && action.as_str() == Some("allow")
                 })
                 .map(|(pattern, _)| pattern.trim_end_matches(" '*'").to_owned())
+        }
+    }
+}
+
+/// The MCP server the CLI was given: its command and arguments.
+fn mcp_server(mode: Mode, args: &[String]) -> Option<Vec<String>> {
+    let command: Vec<String> = match mode {
+        Mode::Claude => {
+            let config: Value = serde_json::from_str(&flag(args, "--mcp-config")?).ok()?;
+            let server = config.pointer("/mcpServers/chorus")?;
+            let mut command = vec![server.get("command")?.as_str()?.to_owned()];
+            command.extend(
+                server
+                    .get("args")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| a.as_str().map(str::to_owned)),
+            );
+            command
+        }
+        Mode::Opencode => {
+            let config: Value =
+                serde_json::from_str(&std::env::var("OPENCODE_CONFIG_CONTENT").ok()?).ok()?;
+            config
+                .pointer("/mcp/chorus/command")?
+                .as_array()?
+                .iter()
+                .filter_map(|a| a.as_str().map(str::to_owned))
+                .collect()
+        }
+    };
+    (!command.is_empty()).then_some(command)
+}
+
+/// A session with the CLI's MCP server.
+struct Mcp {
+    runtime: tokio::runtime::Runtime,
+    client: rmcp::service::RunningService<rmcp::RoleClient, ()>,
+}
+
+impl Mcp {
+    fn start(command: &[String]) -> Result<Self, String> {
+        use rmcp::ServiceExt as _;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut server = tokio::process::Command::new(&command[0]);
+        server.args(&command[1..]);
+        let client = runtime.block_on(async {
+            let transport =
+                rmcp::transport::TokioChildProcess::new(server).map_err(|e| e.to_string())?;
+            ().serve(transport).await.map_err(|e| e.to_string())
+        })?;
+        Ok(Self { runtime, client })
+    }
+
+    /// Calls the tool of the catalog call `call` (`{"tool", ...arguments}`):
+    /// the result's text and whether it is not an error.
+    fn call(&self, call: &str) -> (String, bool) {
+        let Ok(Value::Object(mut arguments)) = serde_json::from_str::<Value>(call) else {
+            return (format!("not a JSON object: {call}"), false);
+        };
+        let tool = arguments
+            .remove("tool")
+            .and_then(|t| t.as_str().map(chorus_catalog::wire_name))
+            .unwrap_or_default();
+        let request = rmcp::model::CallToolRequestParams::new(tool).with_arguments(arguments);
+        match self.runtime.block_on(self.client.call_tool(request)) {
+            Ok(result) => {
+                let text = result
+                    .content
+                    .iter()
+                    .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                (text, result.is_error != Some(true))
+            }
+            Err(e) => (e.to_string(), false),
         }
     }
 }
@@ -230,6 +339,7 @@ fn main() -> ExitCode {
         Mode::Opencode => out.emit(&json!({"type":"step_start","timestamp":0,"sessionID":out.session,"part":{"type":"step-start"}})),
     }
     let mut last_call = json!(null);
+    let mut mcp: Option<Mcp> = None;
     for line in script_source.lines() {
         // The message starts with "Task <id>: <description>", so a step may
         // follow text on its line.
@@ -252,6 +362,26 @@ fn main() -> ExitCode {
                     "env": env,
                 });
                 write_whole(&in_home(rest), &record.to_string());
+            }
+            "call" if mcp_server(mode, &args).is_some() => {
+                if mcp.is_none() {
+                    let command = mcp_server(mode, &args).unwrap_or_default();
+                    match Mcp::start(&command) {
+                        Ok(session) => mcp = Some(session),
+                        Err(e) => {
+                            eprintln!(
+                                "fake-agent-cli: cannot start the MCP server {command:?}: {e}"
+                            );
+                            return ExitCode::from(9);
+                        }
+                    }
+                }
+                let Some(session) = &mcp else {
+                    return ExitCode::from(9);
+                };
+                let (text, ok) = session.call(rest.trim());
+                last_call = json!({"code": if ok { 0 } else { 1 }, "stdout": if ok { text.as_str() } else { "" }, "stderr": if ok { "" } else { text.as_str() }});
+                out.mcp_tool(rest.trim(), &text, ok);
             }
             "call" => {
                 let Some(program) = chorus_tools(mode, &args) else {

@@ -52,6 +52,42 @@ impl ProviderKind {
     }
 }
 
+/// How a CLI provider's agents reach Chorus's tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ToolTransport {
+    /// `chorus-tools mcp` is the CLI's only MCP server: each granted tool is a
+    /// native tool of the model, and the CLI gets no shell and no built-in
+    /// tools at all.
+    #[default]
+    Mcp,
+    /// Every tool through `chorus-tools '<json>'` in the CLI's shell tool,
+    /// fenced to that one program: for CLIs without MCP.
+    Shell,
+}
+
+impl ToolTransport {
+    pub const ALL: [ToolTransport; 2] = [Self::Mcp, Self::Shell];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Mcp => "mcp",
+            Self::Shell => "shell",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, DomainError> {
+        Self::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| {
+                DomainError::invalid(
+                    "tool_transport",
+                    format!("unknown '{s}'; one of: mcp, shell"),
+                )
+            })
+    }
+}
+
 /// A provider as everyone but the agent runner sees it: the API key is write-only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Provider {
@@ -64,6 +100,8 @@ pub struct Provider {
     /// Where its API key comes from (None: it has none). The key itself is
     /// never returned; references are not secret and are shown.
     pub api_key_source: Option<KeySource>,
+    /// How its CLI agents reach the tools (an API agent calls them natively).
+    pub tool_transport: ToolTransport,
     pub created_ms: i64,
     pub updated_ms: i64,
 }
@@ -103,6 +141,24 @@ impl Provider {
                 }
                 let _ = api_key_set;
             }
+        }
+        Ok(())
+    }
+}
+
+impl Provider {
+    /// Checks the tool transport against the kind: an API agent's loop calls
+    /// the tools itself, so only the default (MCP, meaning native) fits it.
+    pub fn check_transport(
+        kind: ProviderKind,
+        transport: ToolTransport,
+    ) -> Result<(), DomainError> {
+        if kind == ProviderKind::OpenaiCompatible && transport == ToolTransport::Shell {
+            return Err(DomainError::invalid(
+                "tool_transport",
+                "an openai_compatible provider's agents call the tools natively, with no shell; \
+                 tool_transport shell is for CLI providers (claude_code, opencode)",
+            ));
         }
         Ok(())
     }
@@ -179,6 +235,23 @@ mod tests {
         assert!(
             Provider::check(ProviderKind::ClaudeCode, Some("localhost:1"), None, true).is_err()
         );
+    }
+
+    #[test]
+    fn a_shell_transport_is_for_clis_only() {
+        for kind in [ProviderKind::ClaudeCode, ProviderKind::Opencode] {
+            for transport in ToolTransport::ALL {
+                assert!(Provider::check_transport(kind, transport).is_ok());
+            }
+        }
+        let err = Provider::check_transport(ProviderKind::OpenaiCompatible, ToolTransport::Shell)
+            .expect_err("shell for an API")
+            .to_string();
+        assert!(err.contains("tool_transport"), "{err}");
+        for transport in ToolTransport::ALL {
+            assert_eq!(ToolTransport::parse(transport.as_str()), Ok(transport));
+        }
+        assert!(ToolTransport::parse("stdio").is_err());
     }
 
     #[test]

@@ -6,7 +6,8 @@ use chorus_proto::orchestrator::v1 as pb;
 
 use crate::domain::{
     Agent, AgentKind, ApiKeyRecord, DomainError, Event, Name, Planning, Provider, ProviderKind,
-    Question, Run, RunId, StageExt, Task, TaskId, TaskSource, Workspace, WorkspaceId,
+    Question, Run, RunId, StageExt, Task, TaskId, TaskSource, ToolTransport, Workspace,
+    WorkspaceId,
 };
 
 pub fn workspace(w: &Workspace) -> pb::Workspace {
@@ -39,6 +40,7 @@ pub fn provider(workspace_id: &str, p: &Provider) -> pb::Provider {
             .unwrap_or_default(),
         created_ms: p.created_ms,
         updated_ms: p.updated_ms,
+        tool_transport: tool_transport(p.tool_transport) as i32,
     }
 }
 
@@ -51,6 +53,26 @@ pub fn provider_kind(kind: ProviderKind) -> pb::ProviderKind {
 }
 
 /// The wire enum as a domain kind; UNSPECIFIED and unknown numbers are refused.
+pub fn tool_transport(transport: ToolTransport) -> pb::ToolTransport {
+    match transport {
+        ToolTransport::Mcp => pb::ToolTransport::Mcp,
+        ToolTransport::Shell => pb::ToolTransport::Shell,
+    }
+}
+
+/// A request's tool transport; None for UNSPECIFIED.
+pub fn tool_transport_from(value: i32) -> Result<Option<ToolTransport>, DomainError> {
+    match pb::ToolTransport::try_from(value) {
+        Ok(pb::ToolTransport::Unspecified) => Ok(None),
+        Ok(pb::ToolTransport::Mcp) => Ok(Some(ToolTransport::Mcp)),
+        Ok(pb::ToolTransport::Shell) => Ok(Some(ToolTransport::Shell)),
+        Err(_) => Err(DomainError::invalid(
+            "tool_transport",
+            format!("unknown value {value}; choose TOOL_TRANSPORT_MCP or TOOL_TRANSPORT_SHELL"),
+        )),
+    }
+}
+
 pub fn provider_kind_from(value: i32) -> Result<ProviderKind, DomainError> {
     match pb::ProviderKind::try_from(value) {
         Ok(pb::ProviderKind::ClaudeCode) => Ok(ProviderKind::ClaudeCode),

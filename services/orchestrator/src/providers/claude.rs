@@ -5,15 +5,14 @@
 
 use serde_json::{Value, json};
 
-use super::claude_flags::claude_tool_flags;
+use super::claude_flags::{DISALLOWED_TOOLS, claude_mcp_flags, claude_tool_flags};
 use super::{Attempt, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
-use crate::domain::Usage;
+use crate::domain::{ToolTransport, Usage};
 use crate::runner::CliSetup;
 use crate::runner::process::CliCommand;
 
 /// The command line and environment of one attempt.
 pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliCommand {
-    let flags = claude_tool_flags(&setup.chorus_tools, &ctx.tools);
     let mut args = vec![
         "-p".to_owned(),
         attempt.message.clone(),
@@ -22,13 +21,34 @@ pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliComm
         "stream-json".to_owned(),
         "--append-system-prompt".to_owned(),
         ctx.system_prompt.clone(),
-        "--tools".to_owned(),
-        flags.tools,
-        "--allowedTools".to_owned(),
-        flags.allowed_tools,
-        "--disallowedTools".to_owned(),
-        flags.disallowed_tools,
     ];
+    match ctx.provider.tool_transport {
+        ToolTransport::Mcp => {
+            let flags = claude_mcp_flags(&setup.chorus_tools, &ctx.tools);
+            args.extend([
+                "--tools".to_owned(),
+                flags.tools,
+                "--mcp-config".to_owned(),
+                flags.mcp_config,
+                "--strict-mcp-config".to_owned(),
+                "--allowedTools".to_owned(),
+                flags.allowed_tools,
+                "--disallowedTools".to_owned(),
+                DISALLOWED_TOOLS.to_owned(),
+            ]);
+        }
+        ToolTransport::Shell => {
+            let flags = claude_tool_flags(&setup.chorus_tools, &ctx.tools);
+            args.extend([
+                "--tools".to_owned(),
+                flags.tools,
+                "--allowedTools".to_owned(),
+                flags.allowed_tools,
+                "--disallowedTools".to_owned(),
+                flags.disallowed_tools,
+            ]);
+        }
+    }
     if let Some(model) = &ctx.model {
         args.extend(["--model".to_owned(), model.clone()]);
     }
@@ -42,10 +62,12 @@ pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliComm
         "1".to_owned(),
     ));
     env.push(("DISABLE_AUTOUPDATER".to_owned(), "1".to_owned()));
-    // Its Bash tool must wait as long as a handoff through chorus-tools may take.
+    // A tool call (its Bash tool's, or an MCP tool's) must wait as long as a
+    // handoff may take.
     let bash_ms = setup.bash_timeout.as_millis().to_string();
     env.push(("BASH_DEFAULT_TIMEOUT_MS".to_owned(), bash_ms.clone()));
-    env.push(("BASH_MAX_TIMEOUT_MS".to_owned(), bash_ms));
+    env.push(("BASH_MAX_TIMEOUT_MS".to_owned(), bash_ms.clone()));
+    env.push(("MCP_TOOL_TIMEOUT".to_owned(), bash_ms));
     if let Some(url) = &ctx.provider.base_url {
         env.push(("ANTHROPIC_BASE_URL".to_owned(), url.clone()));
     }

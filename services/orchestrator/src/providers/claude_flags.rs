@@ -1,5 +1,12 @@
 //! The Claude Code CLI's tool flags, from an agent's allow-list.
 //!
+//! With the MCP transport (the default, [`claude_mcp_flags`]) the CLI gets no
+//! built-in tool at all (`--tools ""`, or only WebSearch when web.search is
+//! granted), chorus-tools' MCP server as its only MCP server
+//! (`--mcp-config`, `--strict-mcp-config`), and exactly the run's granted
+//! tools allowed (`mcp__chorus__file_read`, ...): there is no shell to fence.
+//!
+//! With the shell transport ([`claude_tool_flags`]):
 //! The CLI only ever gets what maps from the allow-list: every Chorus tool runs
 //! through chorus-tools, so it maps to the Bash tool restricted to
 //! `Bash(<chorus-tools path> *)`; web.search maps to the CLI's own WebSearch;
@@ -25,6 +32,53 @@ pub struct ClaudeToolFlags {
 
 /// The CLI's built-in tools that start sub-agents outside Chorus's control.
 const SUB_AGENT_TOOLS: &str = "Agent Task";
+
+/// Values of `--tools`, `--allowedTools` and `--mcp-config` for the MCP
+/// transport (`--strict-mcp-config` and the sub-agent tools' denial go with
+/// them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaudeMcpFlags {
+    pub tools: String,
+    pub allowed_tools: String,
+    pub mcp_config: String,
+}
+
+/// Maps the run's granted tools (profiles expanded, the always-granted ones
+/// included) to the MCP transport's flags: each tool Chorus executes becomes
+/// `mcp__chorus__<wire name>`, web.search the CLI's own WebSearch. The MCP
+/// server inherits the CLI's environment (its run token and the services'
+/// addresses), so the configuration holds no secret.
+pub fn claude_mcp_flags(chorus_tools: &Path, granted: &[String]) -> ClaudeMcpFlags {
+    let server = chorus_catalog::MCP_SERVER;
+    let mut tools = Vec::new();
+    let mut allowed = Vec::new();
+    for spec in chorus_catalog::named_tools(granted) {
+        match spec.executor {
+            Executor::ToolExec | Executor::Orchestrator => allowed.push(format!(
+                "mcp__{server}__{}",
+                chorus_catalog::wire_name(spec.name)
+            )),
+            Executor::AgentCli if spec.name == "web.search" => {
+                tools.push("WebSearch".to_owned());
+                allowed.push("WebSearch".to_owned());
+            }
+            Executor::AgentCli => {}
+        }
+    }
+    let config = serde_json::json!({"mcpServers": {server: {
+        "type": "stdio",
+        "command": chorus_tools.display().to_string(),
+        "args": ["mcp"],
+    }}});
+    ClaudeMcpFlags {
+        tools: tools.join(" "),
+        allowed_tools: allowed.join(" "),
+        mcp_config: config.to_string(),
+    }
+}
+
+/// The CLI's built-in tools that start sub-agents, denied with either transport.
+pub const DISALLOWED_TOOLS: &str = SUB_AGENT_TOOLS;
 
 /// Maps an allow-list (tool names and `@profile` references) to the CLI's flags.
 pub fn claude_tool_flags(chorus_tools: &Path, allow_list: &[String]) -> ClaudeToolFlags {
@@ -99,6 +153,28 @@ mod tests {
             );
             assert_eq!(flags.disallowed_tools, "Agent Task");
         }
+    }
+
+    #[test]
+    fn over_mcp_exactly_the_granted_tools_are_allowed_and_no_built_in_one() {
+        let path = Path::new("/opt/chorus/bin/chorus-tools");
+        let granted: Vec<String> = ["file.read", "handoff", "completion-report", "help", "Bash"]
+            .map(str::to_owned)
+            .to_vec();
+        let flags = claude_mcp_flags(path, &granted);
+        assert_eq!(flags.tools, "", "no built-in tool");
+        assert_eq!(
+            flags.allowed_tools,
+            "mcp__chorus__file_read mcp__chorus__handoff mcp__chorus__completion-report mcp__chorus__help"
+        );
+        let config: serde_json::Value = serde_json::from_str(&flags.mcp_config).expect("JSON");
+        assert_eq!(
+            config["mcpServers"]["chorus"],
+            serde_json::json!({"type": "stdio", "command": "/opt/chorus/bin/chorus-tools", "args": ["mcp"]})
+        );
+        let with_search = claude_mcp_flags(path, &["web.search".to_owned()]);
+        assert_eq!(with_search.tools, "WebSearch");
+        assert_eq!(with_search.allowed_tools, "WebSearch");
     }
 
     #[test]

@@ -1,6 +1,14 @@
 //! The OpenCode CLI: `opencode run --format json <message>` with a generated
 //! configuration passed inline (`OPENCODE_CONFIG_CONTENT`, which overrides every
-//! file OpenCode reads): only the bash tool, and bash allowed only for a plain
+//! file OpenCode reads).
+//!
+//! With the MCP transport (the default) every built-in tool is off, bash
+//! included, and `chorus-tools mcp` is the one MCP server (`chorus`, a local
+//! server that inherits OpenCode's environment: the run token and the
+//! services' addresses): the model's tools are the run's granted ones, as
+//! `chorus_file_read` and so on, and nothing else.
+//!
+//! With the shell transport: only the bash tool, and bash allowed only for a plain
 //! chorus-tools call — `<chorus-tools> '<json>'`, one single-quoted argument and
 //! nothing else: OpenCode matches its rules against a command's text with its
 //! redirections, and the last matching rule wins, so a call with a quote
@@ -13,7 +21,7 @@
 use serde_json::{Value, json};
 
 use super::{Attempt, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
-use crate::domain::Usage;
+use crate::domain::{ToolTransport, Usage};
 use crate::runner::CliSetup;
 use crate::runner::process::CliCommand;
 
@@ -43,8 +51,9 @@ pub const INSTRUCTIONS_FILE: &str = "chorus-instructions.md";
 
 /// The generated configuration of a run.
 pub fn config(setup: &CliSetup, ctx: &RunContext) -> Value {
+    let mcp = ctx.provider.tool_transport == ToolTransport::Mcp;
     let mut tools = serde_json::Map::new();
-    tools.insert("bash".to_owned(), json!(true));
+    tools.insert("bash".to_owned(), json!(!mcp));
     for tool in OTHER_TOOLS {
         tools.insert(tool.to_owned(), json!(false));
     }
@@ -68,6 +77,14 @@ pub fn config(setup: &CliSetup, ctx: &RunContext) -> Value {
             "bash": bash,
         },
     });
+    if mcp {
+        config["permission"]["bash"] = json!("deny");
+        config["mcp"] = json!({ chorus_catalog::MCP_SERVER: {
+            "type": "local",
+            "command": [chorus_tools, "mcp"],
+            "enabled": true,
+        }});
+    }
     if let Some(base_url) = &ctx.provider.base_url {
         let model = ctx.model.clone().unwrap_or_else(|| "default".to_owned());
         let mut options = json!({ "baseURL": base_url });

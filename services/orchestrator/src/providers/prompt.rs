@@ -52,8 +52,9 @@ pub enum Invocation<'a> {
     /// Through its CLI's Bash tool, running chorus-tools at this path (the path
     /// the CLI's permission rule allows).
     Cli(&'a str),
-    /// As function calls of a chat-completions API: the request declares the
-    /// tools, so the prompt only says how to finish.
+    /// As native tools of the model — a chat-completions API's functions, a
+    /// CLI's MCP tools: the model is given the tools with their schemas, so the
+    /// prompt only says how to finish.
     Functions,
 }
 

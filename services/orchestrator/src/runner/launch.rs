@@ -9,8 +9,8 @@ use std::time::Duration;
 use tracing::info;
 
 use crate::domain::{
-    Agent, AgentKind, Name, ProviderKey, ProviderKind, Run, RunState, TokenBinding, Usage,
-    Workspace,
+    Agent, AgentKind, Name, ProviderKey, ProviderKind, Run, RunState, TokenBinding, ToolTransport,
+    Usage, Workspace,
 };
 use crate::error::ServiceError;
 use crate::providers::prompt::{Invocation, system_prompt};
@@ -135,9 +135,12 @@ impl Launch {
         }
         let tools = agent.granted_tools()?;
         let chorus_tools = runner.config().chorus_tools.display().to_string();
-        let invocation = match provider.kind {
-            ProviderKind::OpenaiCompatible => Invocation::Functions,
-            ProviderKind::ClaudeCode | ProviderKind::Opencode => Invocation::Cli(&chorus_tools),
+        // Native tools (an API's functions, a CLI's MCP tools) or the shell form.
+        let invocation = match (provider.kind, provider.tool_transport) {
+            (ProviderKind::OpenaiCompatible, _) | (_, ToolTransport::Mcp) => Invocation::Functions,
+            (ProviderKind::ClaudeCode | ProviderKind::Opencode, ToolTransport::Shell) => {
+                Invocation::Cli(&chorus_tools)
+            }
         };
         let system_prompt = system_prompt(
             agent.kind,
@@ -152,6 +155,7 @@ impl Launch {
                 kind: provider.kind,
                 base_url: provider.base_url.clone(),
                 api_key,
+                tool_transport: provider.tool_transport,
             },
             agent,
             workspace,

@@ -11,7 +11,9 @@ use super::rows::ProviderRow;
 use super::schema::{agents, providers};
 use super::workspaces::{ensure_workspace, load_workspace};
 use super::{Db, Store, StoreError, or_exists};
-use crate::domain::{Name, Provider, ProviderKey, ProviderKind, WorkspaceId, now_ms};
+use crate::domain::{
+    Name, Provider, ProviderKey, ProviderKind, ToolTransport, WorkspaceId, now_ms,
+};
 
 /// A provider to create. Its `Debug` hides the API key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +23,7 @@ pub struct NewProvider {
     pub base_url: Option<String>,
     pub model: Option<String>,
     pub api_key: Option<ProviderKey>,
+    pub tool_transport: ToolTransport,
 }
 
 /// Changes to a provider: `None` keeps a field, `Some(None)` clears it,
@@ -30,6 +33,7 @@ pub struct ProviderChanges {
     pub base_url: Option<Option<String>>,
     pub model: Option<Option<String>>,
     pub api_key: Option<Option<ProviderKey>>,
+    pub tool_transport: Option<ToolTransport>,
 }
 
 impl Store {
@@ -44,6 +48,7 @@ impl Store {
             new.model.as_deref(),
             new.api_key.is_some(),
         )?;
+        Provider::check_transport(new.kind, new.tool_transport)?;
         let secrets = self.secrets.clone();
         self.write(move |conn| {
             ensure_workspace(conn, workspace)?;
@@ -61,6 +66,7 @@ impl Store {
                 api_key,
                 created_ms: now,
                 updated_ms: now,
+                tool_transport: new.tool_transport.as_str().to_owned(),
             };
             or_exists(
                 diesel::insert_into(providers::table)
@@ -125,7 +131,11 @@ impl Store {
                 base_url,
                 model,
                 api_key,
+                tool_transport,
             } = changes;
+            if let Some(transport) = tool_transport {
+                row.tool_transport = transport.as_str().to_owned();
+            }
             if let Some(base_url) = base_url {
                 row.base_url = base_url;
             }
@@ -146,12 +156,16 @@ impl Store {
                 row.model.as_deref(),
                 row.api_key.is_some(),
             )?;
+            if let Some(transport) = tool_transport {
+                Provider::check_transport(kind, transport)?;
+            }
             row.updated_ms = now_ms().max(row.updated_ms);
             diesel::update(providers::table.find((&key.0, &key.1)))
                 .set((
                     providers::base_url.eq(&row.base_url),
                     providers::model.eq(&row.model),
                     providers::api_key.eq(&row.api_key),
+                    providers::tool_transport.eq(&row.tool_transport),
                     providers::updated_ms.eq(row.updated_ms),
                 ))
                 .execute(conn)

@@ -13,8 +13,8 @@ use super::StoreError;
 use super::schema::{agents, api_keys, providers, runs, task_events, tasks, workspaces};
 use crate::domain::{
     Agent, AgentKind, ApiKeyRecord, DomainError, Event, EventKind, Name, Provider, ProviderKind,
-    Run, RunId, RunState, Stage, StageExt, Task, TaskId, TaskStatus, TokenBinding, Workspace,
-    WorkspaceId,
+    Run, RunId, RunState, Stage, StageExt, Task, TaskId, TaskStatus, TokenBinding, ToolTransport,
+    Workspace, WorkspaceId,
 };
 
 fn corrupt(what: &'static str, key: impl fmt::Display, reason: impl fmt::Display) -> StoreError {
@@ -112,6 +112,7 @@ pub(super) struct ProviderRow {
     pub api_key: Option<String>,
     pub created_ms: i64,
     pub updated_ms: i64,
+    pub tool_transport: String,
 }
 
 impl ProviderRow {
@@ -134,6 +135,7 @@ impl ProviderRow {
             base_url: self.base_url,
             model: self.model,
             api_key_source,
+            tool_transport: r.check(ToolTransport::parse(&self.tool_transport))?,
             created_ms: self.created_ms,
             updated_ms: self.updated_ms,
         })

@@ -25,6 +25,8 @@ diesel::table! {
         api_key -> Nullable<Text>,
         created_ms -> BigInt,
         updated_ms -> BigInt,
+        /// `mcp` or `shell` ([`crate::domain::ToolTransport`]).
+        tool_transport -> Text,
     }
 }
 

@@ -42,6 +42,7 @@ pub(super) async fn create(
         base_url: convert::non_empty(req.base_url),
         model: convert::non_empty(req.model),
         api_key: api_key(state, req.api_key)?,
+        tool_transport: convert::tool_transport_from(req.tool_transport)?.unwrap_or_default(),
     };
     let provider = state.store.create_provider(workspace, new).await?;
     Ok(convert::provider(&workspace.to_string(), &provider))
@@ -81,6 +82,7 @@ pub(super) async fn update(
         base_url: req.base_url.map(convert::non_empty),
         model: req.model.map(convert::non_empty),
         api_key: req.api_key.map(|text| api_key(state, text)).transpose()?,
+        tool_transport: convert::tool_transport_from(req.tool_transport)?,
     };
     let provider = state
         .store

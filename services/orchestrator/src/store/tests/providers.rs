@@ -14,6 +14,7 @@ pub(super) fn ollama(api_key: Option<&str>) -> NewProvider {
         base_url: Some("http://localhost:11434/v1".into()),
         model: Some("llama3".into()),
         api_key: api_key.map(secret),
+        tool_transport: crate::domain::ToolTransport::default(),
     }
 }
 

@@ -262,5 +262,6 @@ pub(super) fn claude() -> NewProvider {
         base_url: None,
         model: Some("sonnet".into()),
         api_key: None,
+        tool_transport: crate::domain::ToolTransport::default(),
     }
 }

@@ -234,6 +234,7 @@ async fn unbounded_values_are_refused_with_their_bound() {
                 base_url: "http://".into(),
                 model: "m".into(),
                 api_key: String::new(),
+                ..Default::default()
             }))
             .await;
         assert_status(err, Code::InvalidArgument, "base_url", b);

@@ -155,6 +155,7 @@ fn ollama(workspace_id: &str, api_key: &str) -> pb::CreateProviderRequest {
         base_url: "http://localhost:11434/v1".into(),
         model: "llama3".into(),
         api_key: api_key.into(),
+        ..Default::default()
     }
 }
 
