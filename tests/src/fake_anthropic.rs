@@ -31,6 +31,9 @@ pub enum Reply {
     /// A short text block plus a `tool_use` of `Bash` running `command`
     /// (stop_reason `tool_use`).
     Bash { command: String },
+    /// A `tool_use` of the tool `name` (an MCP tool: `mcp__chorus__file_read`)
+    /// with `input` (stop_reason `tool_use`).
+    Tool { name: String, input: Value },
     /// A text block (stop_reason `end_turn`).
     Text(String),
 }
@@ -40,6 +43,14 @@ impl Reply {
     pub fn bash(command: impl Into<String>) -> Self {
         Reply::Bash {
             command: command.into(),
+        }
+    }
+
+    /// `Reply::Tool`.
+    pub fn tool(name: impl Into<String>, input: Value) -> Self {
+        Reply::Tool {
+            name: name.into(),
+            input,
         }
     }
 
@@ -228,6 +239,16 @@ async fn messages(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
                         json!({"type": "text", "text": "I will run the command."}),
                         json!({"type": "tool_use", "id": id, "name": "Bash",
                                "input": {"command": command, "description": "Run the scripted command"}}),
+                    ],
+                    "tool_use",
+                )
+            }
+            Some(Reply::Tool { name, input }) => {
+                let id = unique_id("toolu_fake");
+                (
+                    vec![
+                        json!({"type": "text", "text": "I will use the tool."}),
+                        json!({"type": "tool_use", "id": id, "name": name, "input": input}),
                     ],
                     "tool_use",
                 )

@@ -54,6 +54,7 @@ async fn the_real_claude_code_cli_reads_is_refused_and_reports_through_chorus_to
         "You read notes and report what they say.",
     )
     .await;
+    chorus_tests::agents::use_transport(&mut client, &team, pb::ToolTransport::Shell).await;
     let task = planned_task(
         &mut client,
         &team.workspace,
@@ -169,6 +170,8 @@ async fn claude_provider(
             base_url: base_url.into(),
             model: "claude-test-model".into(),
             api_key: "dummy-key".into(),
+            // These tests are of the shell form: agents_real_mcp.rs has MCP's.
+            tool_transport: pb::ToolTransport::Shell.into(),
             ..Default::default()
         })
         .await

@@ -77,6 +77,8 @@ async fn the_real_opencode_cli_reads_and_reports_through_chorus_tools() {
         "You read notes and report what they say.",
     )
     .await;
+    // The shell form: agents_real_mcp.rs has MCP's.
+    chorus_tests::agents::use_transport(&mut client, &team, pb::ToolTransport::Shell).await;
     let task = planned_task(
         &mut client,
         &team.workspace,

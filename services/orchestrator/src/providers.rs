@@ -73,6 +73,15 @@ impl std::fmt::Debug for ProviderSettings {
     }
 }
 
+/// The catalog name of a tool a CLI names `<prefix><wire name>` (its MCP
+/// tools: `mcp__chorus__file_read`, `chorus_file_read`), for progress and
+/// records; any other name as it is (`Bash`, `WebSearch`).
+pub fn catalog_name(name: &str, prefix: &str) -> String {
+    name.strip_prefix(prefix)
+        .and_then(chorus_catalog::by_wire_name)
+        .map_or_else(|| name.to_owned(), |spec| spec.name.to_owned())
+}
+
 /// Everything about a run that its attempts share.
 #[derive(Debug, Clone)]
 pub struct RunContext {

@@ -119,11 +119,10 @@ impl Stream {
                             }
                         }
                         Some("tool_use") => {
-                            let tool = block
-                                .get("name")
-                                .and_then(Value::as_str)
-                                .unwrap_or("?")
-                                .to_owned();
+                            let tool = super::catalog_name(
+                                block.get("name").and_then(Value::as_str).unwrap_or("?"),
+                                "mcp__chorus__",
+                            );
                             let input = block.get("input").cloned().unwrap_or(json!({}));
                             if let Some(id) = block.get("id").and_then(Value::as_str) {
                                 self.calls

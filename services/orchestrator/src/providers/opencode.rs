@@ -182,11 +182,10 @@ impl Stream {
                 }
             }
             Some("tool_use") => {
-                let tool = part
-                    .get("tool")
-                    .and_then(Value::as_str)
-                    .unwrap_or("?")
-                    .to_owned();
+                let tool = super::catalog_name(
+                    part.get("tool").and_then(Value::as_str).unwrap_or("?"),
+                    "chorus_",
+                );
                 let input = part.pointer("/state/input").cloned().unwrap_or(json!({}));
                 progress.push(Progress::ToolUse {
                     tool: tool.clone(),

@@ -1,0 +1,286 @@
+//! The real Claude Code (2.1.330) and OpenCode (1.18.33) CLIs, run by the
+//! orchestrator over the MCP transport against scripted fake model servers:
+//! the model is offered exactly the run's granted tools as native tools —
+//! no Bash, no built-in tool — and calls them through `chorus-tools mcp`: a
+//! read, a write, a read outside the workspace (refused by the services and
+//! recorded), a handoff whose child's report comes back, and the completion
+//! report; the task completes.
+//!
+//! Skipped (with a notice) when `CHORUS_TEST_CLAUDE_BIN` / `CHORUS_TEST_OPENCODE_BIN`
+//! is not set, unless `CHORUS_TEST_REQUIRE_REAL_CLIS=1` (as in CI), which makes
+//! them fail instead.
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_tests::agents::{
+    Client, add_agent, ends_run, fake_cli, planned_task, start, summary, wait_for, workspace,
+};
+use chorus_tests::fake_anthropic::{FakeAnthropic, Reply, claude_cli_or_skip, real_cli_or_skip};
+use chorus_tests::fake_openai::{FakeOpenAi, Step};
+use chorus_tests::orchestrator::Orchestrator;
+use serde_json::{Value, json};
+
+/// The helper's script: the fake CLI (as OpenCode, over MCP) reads the notes
+/// and reports.
+fn helper_script() -> String {
+    [
+        "fake: say Helping.",
+        r#"fake: call {"tool":"file.read","path":"notes.txt"}"#,
+        r#"fake: call {"tool":"completion-report","status":"complete","summary":"The helper read the notes.","output":"helped: alpha-from-notes"}"#,
+        "fake: say Helped.",
+    ]
+    .join("\n")
+}
+
+async fn provider(
+    client: &mut Client,
+    ws: &pb::Workspace,
+    name: &str,
+    kind: pb::ProviderKind,
+    base_url: &str,
+    model: &str,
+) {
+    client
+        .create_provider(pb::CreateProviderRequest {
+            workspace_id: ws.id.clone(),
+            name: name.into(),
+            kind: kind.into(),
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key: if base_url.is_empty() {
+                String::new()
+            } else {
+                "dummy-key".into()
+            },
+            ..Default::default()
+        })
+        .await
+        .expect("provider");
+}
+
+/// A workspace with the lead agent on `lead_kind` (the real CLI, at the fake
+/// model `base_url`) and the helper on the fake CLI; the task's events.
+async fn run_lead(
+    orchestrator: &Orchestrator,
+    root: &std::path::Path,
+    lead_kind: pb::ProviderKind,
+    base_url: &str,
+    model: &str,
+) -> (Client, pb::Task, Vec<pb::TaskEvent>) {
+    let mut client = orchestrator.client().await;
+    let ws = workspace(&mut client, "mcp", root).await;
+    provider(&mut client, &ws, "lead-model", lead_kind, base_url, model).await;
+    // The helper runs the fake CLI (the runner's other CLI) with its script.
+    let helper_kind = match lead_kind {
+        pb::ProviderKind::ClaudeCode => pb::ProviderKind::Opencode,
+        _ => pb::ProviderKind::ClaudeCode,
+    };
+    provider(&mut client, &ws, "helper-model", helper_kind, "", "").await;
+    add_agent(
+        &mut client,
+        &ws,
+        "lead",
+        &["file.read", "file.create", "handoff"],
+        "lead-model",
+    )
+    .await;
+    add_agent(&mut client, &ws, "helper", &["file.read"], "helper-model").await;
+    let task = planned_task(
+        &mut client,
+        &ws,
+        "Read the notes, write made.txt, have them checked.",
+    )
+    .await;
+    let started = start(&mut client, &task, "lead", 120).await;
+    let run = started.run.expect("run").id;
+    let events = wait_for(&mut client, &task.id, |e| {
+        ends_run(e) && chorus_tests::agents::data(e)["run_id"] == run
+    })
+    .await;
+    (client, task, events)
+}
+
+fn assert_completed(root: &std::path::Path, events: &[pb::TaskEvent]) {
+    let kinds = summary(events);
+    for expected in [
+        "tool_executed file.read ok",
+        "tool_executed file.create ok",
+        "agent_handoff_started",
+        "agent_handoff_completed",
+        "tool_executed handoff ok",
+        "tool_executed file.read permission_denied",
+        "completion_report_submitted complete",
+        "status_changed completed",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k.starts_with(expected)),
+            "{expected} not in {kinds:#?}"
+        );
+    }
+    assert!(
+        kinds.contains(&"agent_progress file.create tool_use".to_owned()),
+        "the CLI's calls are shown by their catalog names: {kinds:#?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("made.txt")).expect("written"),
+        "made over mcp"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_claude_code_cli_uses_its_granted_tools_over_mcp_with_no_shell() {
+    let Some(claude) = claude_cli_or_skip() else {
+        return;
+    };
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    std::fs::write(root.path().join("notes.txt"), "alpha-from-notes\n").expect("seed");
+    let tool = |name: &str, input: Value| Reply::tool(format!("mcp__chorus__{name}"), input);
+    let model = FakeAnthropic::start(vec![
+        tool("file_read", json!({"path": "notes.txt"})),
+        tool(
+            "file_create",
+            json!({"path": "made.txt", "content": "made over mcp"}),
+        ),
+        tool("file_read", json!({"path": "../outside.txt"})),
+        tool(
+            "handoff",
+            json!({"agent": "helper", "prompt": helper_script()}),
+        ),
+        tool(
+            "completion-report",
+            json!({"status": "complete", "summary": "Read, wrote, checked.", "output": "made.txt"}),
+        ),
+        Reply::text("Reported."),
+    ])
+    .await;
+    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key pair");
+    let orchestrator = Orchestrator::start_configured(
+        &data_dir.path().join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| {
+            config.runner.claude_bin = claude;
+            config.runner.opencode_bin = fake_cli();
+        },
+    )
+    .await;
+    let (_client, _task, events) = run_lead(
+        &orchestrator,
+        root.path(),
+        pb::ProviderKind::ClaudeCode,
+        &model.base_url(),
+        "claude-test-model",
+    )
+    .await;
+
+    // What the model was offered: exactly the granted tools, natively.
+    let requests = model.main_requests();
+    let offered: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    let mut offered: Vec<&str> = offered
+        .into_iter()
+        .filter(|n| *n != "DeferredToolPlaceholder")
+        .collect();
+    offered.sort_unstable();
+    assert_eq!(
+        offered,
+        [
+            "mcp__chorus__completion-report",
+            "mcp__chorus__file_create",
+            "mcp__chorus__file_read",
+            "mcp__chorus__handoff",
+            "mcp__chorus__help",
+        ],
+        "no Bash, no built-in tool"
+    );
+    let results = model.tool_results();
+    assert!(
+        results[0].0.contains("alpha-from-notes") && !results[0].1,
+        "{results:?}"
+    );
+    assert!(!results[1].1, "{results:?}");
+    assert!(results[2].1, "outside the workspace: {results:?}");
+    assert!(
+        results[3].0.contains("helped: alpha-from-notes"),
+        "the child's report: {results:?}"
+    );
+    assert!(!results[4].1, "{results:?}");
+    assert_completed(root.path(), &events);
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_opencode_cli_uses_its_granted_tools_over_mcp_with_no_shell() {
+    let Some(opencode) = real_cli_or_skip("CHORUS_TEST_OPENCODE_BIN", "the OpenCode CLI") else {
+        return;
+    };
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    std::fs::write(root.path().join("notes.txt"), "alpha-from-notes\n").expect("seed");
+    let tool = |name: &str, input: Value| Step::tool_call(format!("chorus_{name}"), input);
+    let model = FakeOpenAi::start(vec![
+        tool("file_read", json!({"path": "notes.txt"})),
+        tool(
+            "file_create",
+            json!({"path": "made.txt", "content": "made over mcp"}),
+        ),
+        tool("file_read", json!({"path": "../outside.txt"})),
+        tool(
+            "handoff",
+            json!({"agent": "helper", "prompt": helper_script()}),
+        ),
+        tool(
+            "completion-report",
+            json!({"status": "complete", "summary": "Read, wrote, checked.", "output": "made.txt"}),
+        ),
+        Step::text("Reported."),
+    ])
+    .await;
+    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key pair");
+    let orchestrator = Orchestrator::start_configured(
+        &data_dir.path().join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| {
+            config.runner.opencode_bin = opencode;
+            config.runner.claude_bin = fake_cli();
+        },
+    )
+    .await;
+    let (_client, _task, events) = run_lead(
+        &orchestrator,
+        root.path(),
+        pb::ProviderKind::Opencode,
+        &model.base_url(),
+        "fake-model",
+    )
+    .await;
+    let requests = model.requests();
+    let offered: Vec<String> = requests
+        .iter()
+        .filter_map(|r| r["tools"].as_array())
+        .next()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+        .collect();
+    let mut offered = offered;
+    offered.sort_unstable();
+    assert_eq!(
+        offered,
+        [
+            "chorus_completion-report",
+            "chorus_file_create",
+            "chorus_file_read",
+            "chorus_handoff",
+            "chorus_help",
+        ],
+        "no bash, no built-in tool"
+    );
+    assert_completed(root.path(), &events);
+    orchestrator.stop().await;
+}
