@@ -172,7 +172,6 @@ async fn claude_provider(
             api_key: "dummy-key".into(),
             // These tests are of the shell form: agents_real_mcp.rs has MCP's.
             tool_transport: pb::ToolTransport::Shell.into(),
-            ..Default::default()
         })
         .await
         .expect("provider");
