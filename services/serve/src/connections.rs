@@ -344,7 +344,13 @@ impl Registry {
     /// client still sends until it closes.
     fn linger(self: &Arc<Self>, io: &TcpStream) {
         use std::os::fd::AsFd as _;
-        if self.lingering.fetch_add(1, Ordering::AcqRel) >= LINGERING_AT_ONCE {
+        // A kept socket is a file descriptor: it comes out of the connections'
+        // budget, never on top of it (an attack that fills the budget leaves
+        // nothing to linger).
+        let lingering = self.lingering.fetch_add(1, Ordering::AcqRel);
+        if lingering >= LINGERING_AT_ONCE
+            || lingering + self.open.load(Ordering::Relaxed) >= self.max
+        {
             self.lingering.fetch_sub(1, Ordering::AcqRel);
             return;
         }

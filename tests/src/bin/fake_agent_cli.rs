@@ -228,6 +228,32 @@ impl Mcp {
     }
 }
 
+/// What `save` keeps of an MCP call: what a one-shot chorus-tools call would
+/// have printed (`{"output", "error"?, "metadata"}` on stdout; the error's
+/// `{"code", "message"}` on stderr and exit 1 when the call failed), so that
+/// a script reads the same either way.
+fn as_one_shot(text: &str, ok: bool) -> Value {
+    let answer: Value =
+        serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
+    if ok {
+        return json!({
+            "code": 0,
+            "stdout": json!({"output": answer, "metadata": {}}).to_string(),
+            "stderr": "",
+        });
+    }
+    let error = answer
+        .get("error")
+        .cloned()
+        .unwrap_or_else(|| json!({"code": "unavailable", "message": text}));
+    let output = answer.get("output").cloned().unwrap_or(Value::Null);
+    json!({
+        "code": 1,
+        "stdout": json!({"output": output, "error": error, "metadata": {}}).to_string(),
+        "stderr": error.to_string(),
+    })
+}
+
 /// Starts the escapees of `marker` and returns once they all run; with
 /// `holding`, they keep this process's stdout and stderr open.
 fn stubborn(marker: &str, holding: bool) -> std::io::Result<()> {
@@ -380,7 +406,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(9);
                 };
                 let (text, ok) = session.call(rest.trim());
-                last_call = json!({"code": if ok { 0 } else { 1 }, "stdout": if ok { text.as_str() } else { "" }, "stderr": if ok { "" } else { text.as_str() }});
+                last_call = as_one_shot(&text, ok);
                 out.mcp_tool(rest.trim(), &text, ok);
             }
             "call" => {

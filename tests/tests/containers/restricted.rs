@@ -276,7 +276,8 @@ async fn under_the_restricted_context_the_landlock_tier_confines_bash_and_git() 
 /// The real Claude Code and OpenCode CLIs (installed on the host by .ci/run,
 /// mounted read-only) run tasks in the orchestrator image under the
 /// restricted context, in the landlock tier, against fake model servers on
-/// the host: each reads a file through chorus-tools and reports.
+/// the host: each reads a file and reports through its only tools, those of
+/// chorus-tools mcp (no shell, no built-in tool).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_clis_run_tasks_in_the_restricted_container() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -305,25 +306,22 @@ async fn the_real_clis_run_tasks_in_the_restricted_container() {
     let dir = tempfile::tempdir().expect("dir");
     let workspaces = workspaces_on_host(dir.path());
     std::fs::write(workspaces.join("demo/notes.txt"), "alpha-from-notes\n").expect("notes");
-    let tools = "/usr/local/bin/chorus-tools";
-    let read = format!(r#"{tools} '{{"tool":"file.read","path":"notes.txt"}}'"#);
-    let report = format!(
-        r#"{tools} '{{"tool":"completion-report","status":"complete","summary":"Read the notes.","output":"alpha-from-notes"}}'"#
-    );
+    // The default transport: each CLI's only tools are chorus-tools mcp's.
+    let read = json!({"path": "notes.txt"});
+    let report =
+        json!({"status": "complete", "summary": "Read the notes.", "output": "alpha-from-notes"});
     let claude_model = chorus_tests::fake_anthropic::FakeAnthropic::start(vec![
-        chorus_tests::fake_anthropic::Reply::bash(read.clone()),
-        chorus_tests::fake_anthropic::Reply::bash(report.clone()),
+        chorus_tests::fake_anthropic::Reply::tool("mcp__chorus__file_read", read.clone()),
+        chorus_tests::fake_anthropic::Reply::tool("mcp__chorus__completion-report", report.clone()),
         chorus_tests::fake_anthropic::Reply::text("Reported."),
     ])
     .await;
-    let bash = |command: &str| {
-        Step::tool_call(
-            "bash",
-            json!({"command": command, "description": "Run a Chorus tool"}),
-        )
-    };
-    let opencode_model =
-        FakeOpenAi::start(vec![bash(&read), bash(&report), Step::text("Reported.")]).await;
+    let opencode_model = FakeOpenAi::start(vec![
+        Step::tool_call("chorus_file_read", read),
+        Step::tool_call("chorus_completion-report", report),
+        Step::text("Reported."),
+    ])
+    .await;
     let from_container = |url: String| url.replace("127.0.0.1", "10.0.2.2");
 
     let name = unique("clis");
