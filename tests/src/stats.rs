@@ -150,6 +150,30 @@ pub fn env_number(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// Times `calls` runs of the command `make` builds, each from spawn to exit
+/// (its output read), after a tenth as many untimed; panics on a failed run.
+pub fn spawned(mut make: impl FnMut() -> std::process::Command, calls: usize) -> Samples {
+    let run = |cmd: &mut std::process::Command| {
+        let started = std::time::Instant::now();
+        let out = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("spawn");
+        let elapsed = started.elapsed();
+        assert!(
+            out.status.success(),
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        elapsed
+    };
+    for _ in 0..calls / 10 {
+        run(&mut make());
+    }
+    Samples::new((0..calls).map(|_| run(&mut make())).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,6 +31,53 @@ fn helper_script() -> String {
     .join("\n")
 }
 
+/// The lead model's script, the same for both CLIs: (tool, arguments), then
+/// the text "Reported.".
+fn lead_calls() -> Vec<(&'static str, Value)> {
+    vec![
+        ("file_read", json!({"path": "notes.txt"})),
+        (
+            "file_create",
+            json!({"path": "made.txt", "content": "made over mcp"}),
+        ),
+        ("file_read", json!({"path": "../outside.txt"})),
+        (
+            "handoff",
+            json!({"agent": "helper", "prompt": helper_script()}),
+        ),
+        (
+            "completion-report",
+            json!({"status": "complete", "summary": "Read, wrote, checked.", "output": "made.txt"}),
+        ),
+    ]
+}
+
+/// An orchestrator running `claude` and `opencode` as the two CLIs.
+async fn orchestrator(
+    data_dir: &std::path::Path,
+    claude: std::path::PathBuf,
+    opencode: std::path::PathBuf,
+) -> Orchestrator {
+    let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
+    Orchestrator::start_configured(
+        &data_dir.join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| {
+            config.runner.claude_bin = claude;
+            config.runner.opencode_bin = opencode;
+        },
+    )
+    .await
+}
+
+/// The names of the tools the model was offered, sorted, against `expected`.
+fn assert_offered(mut offered: Vec<String>, expected: &[&str]) {
+    offered.retain(|n| n != "DeferredToolPlaceholder");
+    offered.sort_unstable();
+    assert_eq!(offered, expected, "no shell, no built-in tool");
+}
+
 async fn provider(
     client: &mut Client,
     ws: &pb::Workspace,
@@ -134,36 +181,13 @@ async fn the_real_claude_code_cli_uses_its_granted_tools_over_mcp_with_no_shell(
     let data_dir = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
     std::fs::write(root.path().join("notes.txt"), "alpha-from-notes\n").expect("seed");
-    let tool = |name: &str, input: Value| Reply::tool(format!("mcp__chorus__{name}"), input);
-    let model = FakeAnthropic::start(vec![
-        tool("file_read", json!({"path": "notes.txt"})),
-        tool(
-            "file_create",
-            json!({"path": "made.txt", "content": "made over mcp"}),
-        ),
-        tool("file_read", json!({"path": "../outside.txt"})),
-        tool(
-            "handoff",
-            json!({"agent": "helper", "prompt": helper_script()}),
-        ),
-        tool(
-            "completion-report",
-            json!({"status": "complete", "summary": "Read, wrote, checked.", "output": "made.txt"}),
-        ),
-        Reply::text("Reported."),
-    ])
-    .await;
-    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key pair");
-    let orchestrator = Orchestrator::start_configured(
-        &data_dir.path().join("chorus.db").display().to_string(),
-        signer,
-        true,
-        |config| {
-            config.runner.claude_bin = claude;
-            config.runner.opencode_bin = fake_cli();
-        },
-    )
-    .await;
+    let mut replies: Vec<Reply> = lead_calls()
+        .into_iter()
+        .map(|(name, input)| Reply::tool(format!("mcp__chorus__{name}"), input))
+        .collect();
+    replies.push(Reply::text("Reported."));
+    let model = FakeAnthropic::start(replies).await;
+    let orchestrator = orchestrator(data_dir.path(), claude, fake_cli()).await;
     let (_client, _task, events) = run_lead(
         &orchestrator,
         root.path(),
@@ -174,28 +198,21 @@ async fn the_real_claude_code_cli_uses_its_granted_tools_over_mcp_with_no_shell(
     .await;
 
     // What the model was offered: exactly the granted tools, natively.
-    let requests = model.main_requests();
-    let offered: Vec<&str> = requests[0]["tools"]
+    let offered = model.main_requests()[0]["tools"]
         .as_array()
-        .expect("tools")
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
-    let mut offered: Vec<&str> = offered
         .into_iter()
-        .filter(|n| *n != "DeferredToolPlaceholder")
+        .flatten()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
         .collect();
-    offered.sort_unstable();
-    assert_eq!(
+    assert_offered(
         offered,
-        [
+        &[
             "mcp__chorus__completion-report",
             "mcp__chorus__file_create",
             "mcp__chorus__file_read",
             "mcp__chorus__handoff",
             "mcp__chorus__help",
         ],
-        "no Bash, no built-in tool"
     );
     let results = model.tool_results();
     assert!(
@@ -221,36 +238,13 @@ async fn the_real_opencode_cli_uses_its_granted_tools_over_mcp_with_no_shell() {
     let data_dir = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
     std::fs::write(root.path().join("notes.txt"), "alpha-from-notes\n").expect("seed");
-    let tool = |name: &str, input: Value| Step::tool_call(format!("chorus_{name}"), input);
-    let model = FakeOpenAi::start(vec![
-        tool("file_read", json!({"path": "notes.txt"})),
-        tool(
-            "file_create",
-            json!({"path": "made.txt", "content": "made over mcp"}),
-        ),
-        tool("file_read", json!({"path": "../outside.txt"})),
-        tool(
-            "handoff",
-            json!({"agent": "helper", "prompt": helper_script()}),
-        ),
-        tool(
-            "completion-report",
-            json!({"status": "complete", "summary": "Read, wrote, checked.", "output": "made.txt"}),
-        ),
-        Step::text("Reported."),
-    ])
-    .await;
-    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key pair");
-    let orchestrator = Orchestrator::start_configured(
-        &data_dir.path().join("chorus.db").display().to_string(),
-        signer,
-        true,
-        |config| {
-            config.runner.opencode_bin = opencode;
-            config.runner.claude_bin = fake_cli();
-        },
-    )
-    .await;
+    let mut steps: Vec<Step> = lead_calls()
+        .into_iter()
+        .map(|(name, input)| Step::tool_call(format!("chorus_{name}"), input))
+        .collect();
+    steps.push(Step::text("Reported."));
+    let model = FakeOpenAi::start(steps).await;
+    let orchestrator = orchestrator(data_dir.path(), fake_cli(), opencode).await;
     let (_client, _task, events) = run_lead(
         &orchestrator,
         root.path(),
@@ -259,27 +253,23 @@ async fn the_real_opencode_cli_uses_its_granted_tools_over_mcp_with_no_shell() {
         "fake-model",
     )
     .await;
-    let requests = model.requests();
-    let offered: Vec<String> = requests
+    let offered = model
+        .requests()
         .iter()
-        .filter_map(|r| r["tools"].as_array())
-        .next()
+        .find_map(|r| r["tools"].as_array().cloned())
         .into_iter()
         .flatten()
         .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
         .collect();
-    let mut offered = offered;
-    offered.sort_unstable();
-    assert_eq!(
+    assert_offered(
         offered,
-        [
+        &[
             "chorus_completion-report",
             "chorus_file_create",
             "chorus_file_read",
             "chorus_handoff",
             "chorus_help",
         ],
-        "no bash, no built-in tool"
     );
     assert_completed(root.path(), &events);
     orchestrator.stop().await;

@@ -4,34 +4,11 @@
 //! `cargo bench -p chorus-tools --bench call_vs_cat` (CHORUS_BENCH_CALLS sets the
 //! number of calls, default 300). tool-exec runs in this process, on loopback.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use chorus_tests::ToolExec;
-use chorus_tests::stats::{Samples, ms};
-
-fn time_command(mut make: impl FnMut() -> Command, calls: usize) -> Samples {
-    let run = |cmd: &mut Command| {
-        let started = Instant::now();
-        let out = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .output()
-            .expect("spawn");
-        let elapsed = started.elapsed();
-        assert!(
-            out.status.success(),
-            "{:?} failed: {}",
-            cmd,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        elapsed
-    };
-    for _ in 0..calls / 10 {
-        run(&mut make());
-    }
-    Samples::new((0..calls).map(|_| run(&mut make())).collect())
-}
+use chorus_tests::stats::{ms, spawned};
 
 fn main() {
     let calls: usize = std::env::var("CHORUS_BENCH_CALLS")
@@ -51,7 +28,7 @@ fn main() {
     let bin = env!("CARGO_BIN_EXE_chorus-tools");
     let addr = service.addr.to_string();
 
-    let tools = time_command(
+    let tools = spawned(
         || {
             let mut c = Command::new(bin);
             c.arg(r#"{"tool":"file.read","path":"small.txt"}"#)
@@ -61,7 +38,7 @@ fn main() {
         },
         calls,
     );
-    let version = time_command(
+    let version = spawned(
         || {
             let mut c = Command::new(bin);
             c.arg("--version");
@@ -69,7 +46,7 @@ fn main() {
         },
         calls,
     );
-    let cat = time_command(
+    let cat = spawned(
         || {
             let mut c = Command::new("cat");
             c.arg(&file);

@@ -8,35 +8,13 @@
 //! the calls per row, default 500). tool-exec runs in this process, on
 //! loopback.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use chorus_tests::ToolExec;
-use chorus_tests::stats::{Samples, ms};
+use chorus_tests::stats::{Samples, ms, spawned};
 use rmcp::ServiceExt as _;
 use rmcp::model::CallToolRequestParams;
-
-fn spawned(mut make: impl FnMut() -> Command, calls: usize) -> Samples {
-    let run = |cmd: &mut Command| {
-        let started = Instant::now();
-        let out = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .output()
-            .expect("spawn");
-        let elapsed = started.elapsed();
-        assert!(
-            out.status.success(),
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        elapsed
-    };
-    for _ in 0..calls / 10 {
-        run(&mut make());
-    }
-    Samples::new((0..calls).map(|_| run(&mut make())).collect())
-}
 
 /// Resident and peak resident memory (KiB) of `pid`.
 fn memory_kib(pid: u32) -> (u64, u64) {
