@@ -9,7 +9,7 @@ use chorus_tests::agents::{
     add_agent, call, history, opened_run, report, summary, wait_for, workspace,
 };
 use chorus_tests::db::databases;
-use chorus_tests::flows::{Setup, setup};
+use chorus_tests::flows::{Setup, setup, stubborn, wait_stubborn};
 use chorus_tests::mcp::{is_error, run_client, sdk_or_skip, stdio, text};
 use chorus_tests::orchestrator::OrchestratorProcess;
 use serde_json::{Value, json};
@@ -349,4 +349,60 @@ async fn a_call_its_client_cancels_is_stopped_and_recorded() {
         "the stopped call is recorded as cancelled: {recorded:?}"
     );
     orchestrator.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canceling_the_task_during_a_handoff_ends_the_call_and_everything_the_child_started() {
+    let Some(modules) = sdk_or_skip() else { return };
+    let data_dir = tempfile::tempdir().expect("data");
+    let db = &databases(data_dir.path())[0];
+    let Setup {
+        orchestrator,
+        mut client,
+        ws,
+        root: _root,
+    } = setup(data_dir.path(), db).await;
+    let run = opened_run(&mut client, &ws, "writer-workflow", "hand off, then cancel").await;
+    let task = run.run.as_ref().expect("run").task_id.clone();
+    let chain = format!("mcp-chain-{}", std::process::id());
+    let marker = format!("mcp-escapee-{}", std::process::id());
+    let child = [format!("fake: say child of {chain}"), stubborn(&marker)].join("\n");
+    let plan = json!({"transport": stdio(&run), "steps": [
+        {"call": "handoff", "progress": true, "arguments": {"agent": "writer", "prompt": child}},
+    ]});
+    let mcp = tokio::spawn(async move { run_client(&modules, &plan).await });
+    wait_stubborn(&mut client, &task, "writer").await;
+    let canceled = client
+        .cancel_task(pb::CancelTaskRequest {
+            id: task.clone(),
+            reason: "changed my mind".into(),
+        })
+        .await
+        .expect("cancel")
+        .into_inner();
+    assert_eq!(canceled.status, "canceled");
+    // Every process the child started is dead when CancelTask returns.
+    assert_eq!(
+        chorus_sandbox::testing::survivors(&marker),
+        Vec::<i32>::new()
+    );
+    assert_eq!(
+        chorus_sandbox::testing::processes_with_arg_containing(&chain),
+        Vec::<i32>::new(),
+        "the child's CLI survived the cancel"
+    );
+    let got = mcp.await.expect("client");
+    let ended = &got["results"][0];
+    assert!(
+        (is_error(ended) && text(ended).contains("canceled")) || ended.get("error").is_some(),
+        "the handoff call ends with the cancel: {ended}"
+    );
+    let progress = ended["progress"].as_array().cloned().unwrap_or_default();
+    assert!(
+        progress
+            .iter()
+            .any(|p| p.as_str().is_some_and(|p| p.contains(&chain))),
+        "the child's progress came while it ran: {progress:?}"
+    );
+    drop(orchestrator);
 }

@@ -224,10 +224,32 @@ struct Unproven {
     queue: VecDeque<Weak<ConnState>>,
 }
 
+/// How many of the oldest unproven connections are searched for one that has
+/// asked for nothing, before the oldest of all is closed instead.
+const SILENT_SEARCHED: usize = 64;
+
 impl Unproven {
-    /// The oldest connection still unproven, taken out of the count and
-    /// closing for `why` (see [`ConnState::evict`]).
+    /// The oldest connection still unproven that has asked for nothing (among
+    /// the [`SILENT_SEARCHED`] oldest), else the oldest of all, taken out of
+    /// the count and closing for `why` (see [`ConnState::evict`]): a
+    /// connection whose call is on its way is about to be proven, and a flood
+    /// of silent ones must not push it out first.
     fn evict_oldest(&mut self, why: &str) -> Option<Arc<ConnState>> {
+        let mut searched = 0;
+        let mut at = 0;
+        while at < self.queue.len() && searched < SILENT_SEARCHED {
+            if let Some(state) = self.queue[at].upgrade()
+                && !state.proven.load(Ordering::Acquire)
+            {
+                searched += 1;
+                if !state.asked.load(Ordering::Acquire) && state.evict(why) {
+                    self.queue.remove(at);
+                    self.count = self.count.saturating_sub(1);
+                    return Some(state);
+                }
+            }
+            at += 1;
+        }
         while let Some(oldest) = self.queue.pop_front() {
             if let Some(oldest) = oldest.upgrade()
                 && oldest.evict(why)
@@ -311,6 +333,7 @@ impl Registry {
             answers: Mutex::default(),
             next_answer: AtomicU64::new(0),
             proven: AtomicBool::new(false),
+            asked: AtomicBool::new(false),
             closing: Mutex::default(),
             waker: Mutex::new(None),
             registry: Arc::downgrade(self),
@@ -329,6 +352,7 @@ impl Registry {
             read: 0,
             http2: Http2::new(!tls),
             said_goodbye: false,
+            asked: false,
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
         };
         self.by_peer
@@ -469,6 +493,8 @@ pub struct ConnState {
     /// A call with a credential has been taken on it, or it was evicted:
     /// it no longer counts among the unproven.
     proven: AtomicBool,
+    /// Its client has opened a stream (sent a request's headers).
+    asked: AtomicBool,
     closing: Mutex<Closing>,
     /// The connection task, to wake when a bound changes.
     waker: Mutex<Option<Waker>>,

@@ -27,6 +27,8 @@ pub struct Conn {
     /// Its frames, for a goodbye.
     pub(super) http2: Http2,
     pub(super) said_goodbye: bool,
+    /// Its client has opened a stream (mirrors `ConnState::asked`).
+    pub(super) asked: bool,
     pub(super) timer: Pin<Box<Sleep>>,
 }
 
@@ -217,6 +219,10 @@ impl AsyncRead for Conn {
         let read = Pin::new(&mut this.io).poll_read(cx, buf);
         let new = &buf.filled()[before..];
         this.http2.read(new);
+        if !this.asked && this.http2.last_stream() > 0 {
+            this.asked = true;
+            this.state.asked.store(true, Ordering::Release);
+        }
         if this.read < HANDSHAKE_BYTES {
             this.read += new.len();
         }

@@ -260,8 +260,11 @@ async fn a_connection_closed_before_it_took_a_call_tells_its_client_that_none_wa
     let mut conn_first = incoming.next().await.expect("accepted").expect("admitted");
     // The server has read the call, but no layer has taken it yet.
     read_until_stream(&mut conn_first, 1).await;
-    let _second = client(addr, Ipv4Addr::LOCALHOST).await;
-    let _conn_second = incoming.next().await.expect("accepted").expect("admitted");
+    // A second asks too: no connection is silent, so the oldest goes.
+    let (_send_second, _answer_second, _driver_second) =
+        call_opened(client(addr, Ipv4Addr::LOCALHOST).await).await;
+    let mut conn_second = incoming.next().await.expect("accepted").expect("admitted");
+    read_until_stream(&mut conn_second, 1).await;
     let _third = client(addr, Ipv4Addr::LOCALHOST).await;
     let conn_third = incoming.next().await.expect("accepted").expect("admitted");
     // The first is evicted: the call it read must not run now.
@@ -310,4 +313,24 @@ async fn a_connection_closed_after_a_call_names_it_and_later_calls_are_not_taken
         }
     };
     assert!(is_remote_goaway(&later), "{later:?}");
+}
+
+#[tokio::test]
+async fn a_connection_whose_call_came_outlives_silent_ones_that_came_after_it() {
+    let (_connections, mut incoming, addr) = listening(LIMITS).await;
+    let (_send, _answer, _driver) = call_opened(client(addr, Ipv4Addr::LOCALHOST).await).await;
+    let mut asking = incoming.next().await.expect("accepted").expect("admitted");
+    read_until_stream(&mut asking, 1).await;
+    let mut silent = client(addr, Ipv4Addr::LOCALHOST).await;
+    let conn_silent = incoming.next().await.expect("accepted").expect("admitted");
+    // One too many for the address: the silent one goes, though it is newer.
+    let _third = client(addr, Ipv4Addr::LOCALHOST).await;
+    let _conn_third = incoming.next().await.expect("accepted").expect("admitted");
+    let error = served(conn_silent).await;
+    assert!(error.to_string().contains("per-peer"), "{error}");
+    assert!(closed(&mut silent).await);
+    assert!(
+        asking.state.take_call(true),
+        "the connection whose call came was closed"
+    );
 }
