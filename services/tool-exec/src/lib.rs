@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod calls;
 pub mod config;
 pub mod context;
 pub mod error;
