@@ -44,8 +44,15 @@ pub fn serve() -> ExitCode {
         let server = RunToolsServer::new(Grpc {
             channels: Channels::default(),
         });
+        // The session ends when the client closes stdin, or with SIGTERM (a
+        // CLI stopping its servers): either way the spans are exported.
+        let mut terminated =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         let outcome = match server.serve(rmcp::transport::stdio()).await {
-            Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
+            Ok(running) => tokio::select! {
+                ended = running.waiting() => ended.map(drop).map_err(|e| e.to_string()),
+                Some(()) = async { terminated.as_mut()?.recv().await } => Ok(()),
+            },
             Err(e) => Err(e.to_string()),
         };
         if let Some(telemetry) = telemetry {

@@ -202,6 +202,13 @@ impl Mcp {
         Ok(Self { runtime, client })
     }
 
+    /// Ends the session as a CLI does when it is done: the server's stdin is
+    /// closed and it exits on its own (its spans exported).
+    fn end(self) {
+        let Self { runtime, client } = self;
+        let _ = runtime.block_on(client.cancel());
+    }
+
     /// Calls the tool of the catalog call `call` (`{"tool", ...arguments}`):
     /// the result's text and whether it is not an error.
     fn call(&self, call: &str) -> (String, bool) {
@@ -479,6 +486,9 @@ fn main() -> ExitCode {
             "say" => out.say(rest.trim()),
             "stderr" => eprintln!("{}", rest.trim()),
             "exit" => {
+                if let Some(session) = mcp.take() {
+                    session.end();
+                }
                 out.finish();
                 return ExitCode::from(rest.trim().parse::<u8>().unwrap_or(1));
             }
@@ -502,6 +512,9 @@ fn main() -> ExitCode {
                 return ExitCode::from(7);
             }
         }
+    }
+    if let Some(session) = mcp.take() {
+        session.end();
     }
     out.finish();
     ExitCode::SUCCESS
