@@ -248,20 +248,54 @@ async fn a_handoff_streams_the_childs_progress_and_returns_its_report() {
     drop(orchestrator);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_ended_during_a_long_call_ends_the_call_and_leaves_nothing_running() {
-    let Some(modules) = sdk_or_skip() else { return };
+/// A run of an agent granted bash, and a bash command that writes
+/// started.txt, sleeps 300 s in a process carrying `marker`, then writes
+/// survived.txt.
+struct LongCall {
+    orchestrator: OrchestratorProcess,
+    admin: chorus_tests::agents::Client,
+    _data: tempfile::TempDir,
+    root: tempfile::TempDir,
+    run: pb::OpenRunResponse,
+    marker: String,
+    command: String,
+}
+
+async fn long_call(name: &str) -> LongCall {
     let data = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
     let orchestrator = orchestrator(data.path()).await;
     let mut admin = orchestrator.client().await;
-    let ws = workspace(&mut admin, "long", root.path()).await;
+    let ws = workspace(&mut admin, name, root.path()).await;
     add_agent(&mut admin, &ws, "mcp-sleeper", &["bash"], "").await;
-    let run = opened_run(&mut admin, &ws, "mcp-sleeper", "sleep over mcp").await;
-    let marker = format!("mcp-long-call-{}", std::process::id());
+    let run = opened_run(&mut admin, &ws, "mcp-sleeper", name).await;
+    let marker = format!("mcp-{name}-{}", std::process::id());
     let command = format!(
         "echo started > started.txt; sh -c 'sleep 300' {marker}; echo survived > survived.txt"
     );
+    LongCall {
+        orchestrator,
+        admin,
+        _data: data,
+        root,
+        run,
+        marker,
+        command,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_ended_during_a_long_call_ends_the_call_and_leaves_nothing_running() {
+    let Some(modules) = sdk_or_skip() else { return };
+    let LongCall {
+        orchestrator,
+        mut admin,
+        _data,
+        root,
+        run,
+        marker,
+        command,
+    } = long_call("ended").await;
     let plan = json!({"transport": stdio(&run), "steps": [
         {"call": "bash", "arguments": {"command": command, "timeout_secs": 600}},
     ]});
@@ -308,18 +342,16 @@ async fn a_run_ended_during_a_long_call_ends_the_call_and_leaves_nothing_running
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_its_client_cancels_is_stopped_and_recorded() {
     let Some(modules) = sdk_or_skip() else { return };
-    let data = tempfile::tempdir().expect("data");
-    let root = tempfile::tempdir().expect("root");
-    let orchestrator = orchestrator(data.path()).await;
-    let mut admin = orchestrator.client().await;
-    let ws = workspace(&mut admin, "cancel", root.path()).await;
-    add_agent(&mut admin, &ws, "mcp-sleeper", &["bash"], "").await;
-    let run = opened_run(&mut admin, &ws, "mcp-sleeper", "cancel over mcp").await;
+    let LongCall {
+        orchestrator,
+        mut admin,
+        _data,
+        root,
+        run,
+        marker,
+        command,
+    } = long_call("cancelled").await;
     let task = run.run.as_ref().expect("run").task_id.clone();
-    let marker = format!("mcp-cancelled-call-{}", std::process::id());
-    let command = format!(
-        "echo started > started.txt; sh -c 'sleep 300' {marker}; echo survived > survived.txt"
-    );
     let plan = json!({"transport": stdio(&run), "steps": [
         {"call": "bash", "arguments": {"command": command, "timeout_secs": 600},
          "abort_when_exists": root.path().join("started.txt")},
