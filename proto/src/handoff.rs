@@ -70,35 +70,13 @@ where
     T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
     <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
 {
-    let text = |name: &str| {
-        arguments
-            .get(name)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let agent = match text("agent") {
-        a if a.is_empty() => text("agentName"),
-        a => a,
-    };
-    let timeout_secs = arguments
-        .get("timeout_secs")
-        .and_then(Value::as_u64)
-        .map_or(0, |t| u32::try_from(t).unwrap_or(u32::MAX));
-    // The agent's run token is the call's credential: its run is the parent.
     let bearer: tonic::metadata::MetadataValue<tonic::metadata::Ascii> =
         format!("Bearer {}", token.trim()).parse().map_err(|_| {
             HandoffError::Status(tonic::Status::unauthenticated(
                 "the run token is not valid metadata",
             ))
         })?;
-    let mut request = pb::HandoffRequest {
-        task_id: String::new(),
-        agent,
-        prompt: text("prompt"),
-        timeout_secs,
-        run_id: String::new(),
-    };
+    let mut request = request(arguments);
     let mut reopened = 0;
     loop {
         let mut call = tonic::Request::new(request.clone());
@@ -152,42 +130,8 @@ where
             Ok(None) => break,
             Err(status) => return (Err(HandoffError::Status(status)), started),
         };
-        match message.event {
-            Some(pb::handoff_event::Event::Started(s)) => started = s.run_id,
-            Some(pb::handoff_event::Event::Progress(p)) => progress(&p),
-            Some(pb::handoff_event::Event::Completed(done)) => {
-                let usage = done.usage.unwrap_or_default();
-                return (
-                    Ok(json!({
-                        "agent": done.agent,
-                        "run_id": done.run_id,
-                        "output": done.output,
-                        "completion_report": done.completion_report.map(|r| Value::Object(pbjson::from_struct(r))),
-                        "usage": {
-                            "input_tokens": usage.input_tokens,
-                            "output_tokens": usage.output_tokens,
-                            "cost_usd": usage.cost_usd,
-                        },
-                    })),
-                    started,
-                );
-            }
-            Some(pb::handoff_event::Event::Failed(failed)) => {
-                let failure = pb::HandoffFailure::try_from(failed.failure)
-                    .unwrap_or(pb::HandoffFailure::Internal)
-                    .as_str_name()
-                    .trim_start_matches("HANDOFF_FAILURE_")
-                    .to_ascii_lowercase();
-                return (
-                    Err(HandoffError::Failed {
-                        failure,
-                        reason: failed.reason,
-                        run_id: failed.run_id,
-                    }),
-                    started,
-                );
-            }
-            _ => {}
+        if let Some(outcome) = outcome(message, &mut started, progress) {
+            return (outcome, started);
         }
     }
     (
@@ -196,4 +140,79 @@ where
         ))),
         started,
     )
+}
+
+/// What one event of a Handoff stream means to its caller: the handoff's
+/// outcome when it is the last (completed or failed), else nothing (a start
+/// is noted in `started`, progress goes to `progress`). The one reading of
+/// the stream, for a gRPC client and for a consumer in the orchestrator's
+/// own process alike.
+pub fn outcome(
+    message: pb::HandoffEvent,
+    started: &mut String,
+    progress: &mut (dyn FnMut(&pb::HandoffProgress) + Send),
+) -> Option<Result<Value, HandoffError>> {
+    match message.event? {
+        pb::handoff_event::Event::Started(s) => {
+            *started = s.run_id;
+            None
+        }
+        pb::handoff_event::Event::Progress(p) => {
+            progress(&p);
+            None
+        }
+        pb::handoff_event::Event::Completed(done) => {
+            let usage = done.usage.unwrap_or_default();
+            Some(Ok(json!({
+                "agent": done.agent,
+                "run_id": done.run_id,
+                "output": done.output,
+                "completion_report": done.completion_report.map(|r| Value::Object(pbjson::from_struct(r))),
+                "usage": {
+                    "input_tokens": usage.input_tokens,
+                    "output_tokens": usage.output_tokens,
+                    "cost_usd": usage.cost_usd,
+                },
+            })))
+        }
+        pb::handoff_event::Event::Failed(failed) => {
+            let failure = pb::HandoffFailure::try_from(failed.failure)
+                .unwrap_or(pb::HandoffFailure::Internal)
+                .as_str_name()
+                .trim_start_matches("HANDOFF_FAILURE_")
+                .to_ascii_lowercase();
+            Some(Err(HandoffError::Failed {
+                failure,
+                reason: failed.reason,
+                run_id: failed.run_id,
+            }))
+        }
+    }
+}
+
+/// The Handoff request of a handoff tool call's `arguments` (`agent`, or
+/// `agentName` as the original system named it; `prompt`; `timeout_secs`).
+pub fn request(arguments: &Map<String, Value>) -> pb::HandoffRequest {
+    let text = |name: &str| {
+        arguments
+            .get(name)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let agent = match text("agent") {
+        a if a.is_empty() => text("agentName"),
+        a => a,
+    };
+    let timeout_secs = arguments
+        .get("timeout_secs")
+        .and_then(Value::as_u64)
+        .map_or(0, |t| u32::try_from(t).unwrap_or(u32::MAX));
+    pb::HandoffRequest {
+        task_id: String::new(),
+        agent,
+        prompt: text("prompt"),
+        timeout_secs,
+        run_id: String::new(),
+    }
 }

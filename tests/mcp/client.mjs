@@ -30,6 +30,18 @@ if (plan.transport.stdio) {
   transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } });
 }
 
+// What the client sent is delivered before it closes: a cancellation the SDK
+// sends without waiting (an aborted call) reaches the server as it would
+// from a client that goes on running.
+const sending = new Set();
+const send = transport.send.bind(transport);
+transport.send = (message, options) => {
+  const sent = send(message, options);
+  sending.add(sent);
+  sent.finally(() => sending.delete(sent)).catch(() => {});
+  return sent;
+};
+
 const client = new Client({ name: 'chorus-tests', version: '1.0.0' });
 try {
   await client.connect(transport);
@@ -70,4 +82,7 @@ for (const step of plan.steps) {
   }
 }
 console.log(JSON.stringify({ results }));
+await Promise.allSettled([...sending]);
+// A client done with an HTTP session ends it (DELETE), as the spec asks.
+if (plan.transport.http) await transport.terminateSession().catch(() => {});
 await client.close();

@@ -56,8 +56,22 @@ pub struct Setup {
 }
 
 pub async fn setup(data_dir: &Path, db: &TestDatabase) -> Setup {
+    setup_configured(data_dir, db, |_| {}).await
+}
+
+/// [`setup`] with the orchestrator's configuration adjusted by `configure`.
+pub async fn setup_configured(
+    data_dir: &Path,
+    db: &TestDatabase,
+    configure: impl FnOnce(&mut chorus_orchestrator::server::OrchestratorConfig),
+) -> Setup {
     let root = tempfile::tempdir().expect("root");
-    let orchestrator = orchestrator(data_dir, db).await;
+    let orchestrator = Orchestrator::with_fake_cli(data_dir, &db.url, |config| {
+        // What the fake CLIs write is read from their run directories.
+        config.runner.keep_run_dirs = true;
+        configure(config);
+    })
+    .await;
     let mut client = orchestrator.client().await;
     let ws = workspace(&mut client, root.path()).await;
     Setup {

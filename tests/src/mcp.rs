@@ -70,6 +70,80 @@ pub fn stdio(run: &chorus_proto::orchestrator::v1::OpenRunResponse) -> Value {
     }})
 }
 
+/// How the SDK client reaches a run's tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// `chorus-tools mcp`, started by the client.
+    Stdio,
+    /// tool-exec's Streamable HTTP endpoint (OpenRun's `mcp_url`), the run
+    /// token as bearer.
+    Http,
+}
+
+impl Transport {
+    /// The plan's transport for the run of `run`.
+    pub fn to(self, run: &chorus_proto::orchestrator::v1::OpenRunResponse) -> Value {
+        match self {
+            Self::Stdio => stdio(run),
+            Self::Http => http(run),
+        }
+    }
+
+    /// The plan's transport for the run of `run`, with no token.
+    pub fn without_token(self, run: &chorus_proto::orchestrator::v1::OpenRunResponse) -> Value {
+        let mut transport = self.to(run);
+        match self {
+            Self::Stdio => transport["stdio"]["env"]
+                .as_object_mut()
+                .map(|env| env.remove("CHORUS_RUN_TOKEN")),
+            Self::Http => transport["http"]["headers"]
+                .as_object_mut()
+                .map(|headers| headers.remove("Authorization")),
+        };
+        transport
+    }
+
+    /// What an orchestrator started as a process needs to serve it.
+    pub fn flags(self) -> &'static [&'static str] {
+        match self {
+            Self::Stdio => &[],
+            Self::Http => &["--mcp-listen", "127.0.0.1:0"],
+        }
+    }
+
+    /// Makes an in-process orchestrator's embedded tool-exec serve it.
+    pub fn serve(self, config: &mut chorus_orchestrator::server::OrchestratorConfig) {
+        if self == Self::Http
+            && let Some(embedded) = config.embedded_tool_exec.as_mut()
+        {
+            embedded.mcp = Some(endpoint());
+        }
+    }
+}
+
+/// An MCP endpoint on a free loopback port, with the default limits.
+pub fn endpoint() -> chorus_tool_exec::mcp::McpFace {
+    chorus_tool_exec::mcp::McpFace {
+        listener: std::sync::Arc::new(
+            std::net::TcpListener::bind("127.0.0.1:0").expect("bind the MCP endpoint"),
+        ),
+        limits: chorus_mcp::streamable::Limits::default(),
+    }
+}
+
+/// The Streamable HTTP transport of a plan: OpenRun's MCP endpoint, the run
+/// token as bearer.
+pub fn http(run: &chorus_proto::orchestrator::v1::OpenRunResponse) -> Value {
+    assert!(
+        !run.mcp_url.is_empty(),
+        "OpenRun names no MCP endpoint: the orchestrator serves none (--mcp-listen)"
+    );
+    serde_json::json!({"http": {
+        "url": run.mcp_url,
+        "headers": {"Authorization": format!("Bearer {}", run.token)},
+    }})
+}
+
 /// The text of a call's result (its first content block).
 pub fn text(result: &Value) -> String {
     result["result"]["content"][0]["text"]

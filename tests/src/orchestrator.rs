@@ -74,6 +74,7 @@ impl Orchestrator {
         let embedded_tool_exec = embed_tool_exec.then(|| EmbeddedToolExec {
             listener: tool_listener,
             limits: Limits::default(),
+            mcp: None,
         });
         let runs = tempfile::tempdir().expect("runs dir");
         let mut config = OrchestratorConfig {

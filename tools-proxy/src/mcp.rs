@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use chorus_catalog::ToolSpec;
-use chorus_mcp::{Progress, Ran, Refused, RunTools, RunToolsServer, ToolError, Why};
+use chorus_mcp::{Caller, Progress, Ran, Refused, RunTools, RunToolsServer, ToolError, Why};
 use chorus_proto::orchestrator::v1::HandoffProgress;
 use rmcp::ServiceExt as _;
 use serde_json::{Map, Value};
@@ -76,8 +76,10 @@ struct Grpc {
     channels: Channels,
 }
 
+/// On stdio the caller is the process's own run (`CHORUS_RUN_TOKEN`): the
+/// request names no other.
 impl RunTools for Grpc {
-    async fn granted(&self) -> Result<Vec<String>, Refused> {
+    async fn granted(&self, _caller: &Caller) -> Result<Vec<String>, Refused> {
         let request = Request::new(help(), Map::new(), None).map_err(refused)?;
         let reply = call::send(request, &self.channels, &mut |_| {})
             .await
@@ -95,6 +97,7 @@ impl RunTools for Grpc {
 
     async fn call(
         &self,
+        _caller: &Caller,
         tool: &'static ToolSpec,
         arguments: Map<String, Value>,
         progress: Progress,
@@ -142,24 +145,17 @@ fn refused(failure: Failure) -> Refused {
     };
     Refused {
         why,
+        code: failure.code,
         message: failure.message,
     }
 }
 
 /// One line of what the other agent of a handoff did.
 fn describe(progress: &HandoffProgress) -> String {
-    const MOST: usize = 200;
     let data = progress
         .data
         .clone()
         .map(chorus_proto::json::from_struct)
         .unwrap_or_default();
-    let text = match data.get("text").and_then(Value::as_str) {
-        Some(text) => format!("{}: {text}", progress.kind),
-        None => format!("{}: {}", progress.kind, Value::Object(data)),
-    };
-    match text.char_indices().nth(MOST) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text,
-    }
+    chorus_mcp::progress_line(&progress.kind, &data)
 }

@@ -36,6 +36,8 @@ use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 
+pub mod streamable;
+
 pub use chorus_catalog::MCP_SERVER as SERVER_NAME;
 
 /// A call that ran: its output, and its error when the tool failed.
@@ -57,6 +59,9 @@ pub struct ToolError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
     pub why: Why,
+    /// The services' code for it (`permission_denied`, `failed_precondition`,
+    /// `not_found`, ...: gRPC's names in lower snake case).
+    pub code: String,
     /// The services' own message.
     pub message: String,
 }
@@ -75,14 +80,45 @@ pub enum Why {
     Unavailable,
 }
 
+/// Who sent a request, as its transport tells: on Streamable HTTP the
+/// bearer token of the request (each request carries its own); on stdio
+/// nothing (the server process holds its run's token).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    pub bearer: Option<String>,
+}
+
+impl Caller {
+    /// The caller of a request whose transport put its HTTP request in
+    /// `extensions` (rmcp's Streamable HTTP server does).
+    pub fn of(extensions: &rmcp::model::Extensions) -> Self {
+        let bearer = extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| bearer(&parts.headers));
+        Self { bearer }
+    }
+}
+
+/// The token of an `Authorization: Bearer` header.
+pub fn bearer(headers: &http::HeaderMap) -> Option<String> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_owned())
+}
+
 /// Executes a run's tools for the MCP face.
 pub trait RunTools: Send + Sync + 'static {
-    /// The catalog names of the tools the run may use, as the services say.
-    fn granted(&self) -> impl Future<Output = Result<Vec<String>, Refused>> + Send;
+    /// The catalog names of the tools the run of `caller` may use, as the
+    /// services say.
+    fn granted(&self, caller: &Caller)
+    -> impl Future<Output = Result<Vec<String>, Refused>> + Send;
 
-    /// Calls `tool` with `arguments`; a long call tells `progress` how it goes.
+    /// Calls `tool` with `arguments` for `caller`; a long call tells
+    /// `progress` how it goes.
     fn call(
         &self,
+        caller: &Caller,
         tool: &'static ToolSpec,
         arguments: Map<String, Value>,
         progress: Progress,
@@ -119,6 +155,20 @@ impl Progress {
     }
 }
 
+/// One line of what the other agent of a handoff did (`kind`, `data`), for a
+/// progress notification.
+pub fn progress_line(kind: &str, data: &Map<String, Value>) -> String {
+    const MOST: usize = 200;
+    let text = match data.get("text").and_then(Value::as_str) {
+        Some(text) => format!("{kind}: {text}"),
+        None => format!("{kind}: {}", Value::Object(data.clone())),
+    };
+    match text.char_indices().nth(MOST) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text,
+    }
+}
+
 /// An MCP server of a run's tools, executed by `T`.
 pub struct RunToolsServer<T> {
     tools: Arc<T>,
@@ -131,9 +181,9 @@ impl<T: RunTools> RunToolsServer<T> {
         }
     }
 
-    /// The MCP tools the run may use.
-    async fn listed(&self) -> Result<Vec<&'static ToolSpec>, ErrorData> {
-        let granted = self.tools.granted().await.map_err(protocol_error)?;
+    /// The MCP tools the run of `caller` may use.
+    async fn listed(&self, caller: &Caller) -> Result<Vec<&'static ToolSpec>, ErrorData> {
+        let granted = self.tools.granted(caller).await.map_err(protocol_error)?;
         Ok(chorus_catalog::TOOLS
             .iter()
             .filter(|t| t.executor != Executor::AgentCli)
@@ -187,15 +237,18 @@ pub fn result(spec: &ToolSpec, answer: Result<Ran, Refused>) -> Result<CallToolR
             error: Some(error),
             ..
         }) => {
-            let mut text = serde_json::json!({"error": {"code": error.code, "message": error.message}});
+            let mut text =
+                serde_json::json!({"error": {"code": error.code, "message": error.message}});
             if !output.is_null() {
                 text["output"] = output;
             }
-            Ok(CallToolResult::error(vec![ContentBlock::text(text.to_string())]))
+            Ok(CallToolResult::error(vec![ContentBlock::text(
+                text.to_string(),
+            )]))
         }
         Err(refused) => match refused.why {
             Why::Denied | Why::Invalid => Ok(CallToolResult::error(vec![ContentBlock::text(
-                serde_json::json!({"error": {"code": refused.why.code(), "message": refused.message}})
+                serde_json::json!({"error": {"code": refused.code, "message": refused.message}})
                     .to_string(),
             )])),
             Why::Unauthenticated | Why::Unavailable => Err(protocol_error(refused)),
@@ -203,19 +256,8 @@ pub fn result(spec: &ToolSpec, answer: Result<Ran, Refused>) -> Result<CallToolR
     }
 }
 
-impl Why {
-    fn code(self) -> &'static str {
-        match self {
-            Self::Denied => "permission_denied",
-            Self::Invalid => "invalid_argument",
-            Self::Unauthenticated => "unauthenticated",
-            Self::Unavailable => "unavailable",
-        }
-    }
-}
-
 fn protocol_error(refused: Refused) -> ErrorData {
-    let data = Some(serde_json::json!({"code": refused.why.code()}));
+    let data = Some(serde_json::json!({"code": refused.code}));
     match refused.why {
         Why::Invalid => ErrorData::invalid_params(refused.message, data),
         Why::Denied | Why::Unauthenticated => ErrorData::invalid_request(refused.message, data),
@@ -236,9 +278,10 @@ impl<T: RunTools> ServerHandler for RunToolsServer<T> {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = self.listed().await?.into_iter().map(tool).collect();
+        let caller = Caller::of(&context.extensions);
+        let tools = self.listed(&caller).await?.into_iter().map(tool).collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -266,11 +309,13 @@ impl<T: RunTools> ServerHandler for RunToolsServer<T> {
             count: Arc::default(),
         };
         let arguments = request.arguments.unwrap_or_default();
-        let call = self.tools.call(spec, arguments, progress);
+        let caller = Caller::of(&context.extensions);
+        let call = self.tools.call(&caller, spec, arguments, progress);
         let answer = tokio::select! {
             answer = call => answer,
             () = context.ct.cancelled() => Err(Refused {
                 why: Why::Unavailable,
+                code: "cancelled".to_owned(),
                 message: "the client cancelled the call".to_owned(),
             }),
         };

@@ -2,22 +2,70 @@
 //! separate tool-exec, called in-process (no loopback gRPC, no service key).
 
 use chorus_auth::{ApiKey, Principal};
+use chorus_proto::orchestrator::v1::HandoffProgress;
 use chorus_tool_exec::ToolError;
-use chorus_tool_exec::gate::{Authorized, RunGate, ToolCallRecord};
+use chorus_tool_exec::context::ToolOutcome;
+use chorus_tool_exec::gate::{Authorized, RunGate, ToolCallRecord, handoff_outcome};
+use serde_json::{Map, Value};
+use tokio_stream::StreamExt as _;
 
+use crate::auth::runs::run_of_token;
+use crate::core::agent_tools::{self as core, AgentTools};
 use crate::error::ServiceError;
-use crate::grpc::agent_tools::{authorize_reported, report};
 use crate::state::AppState;
 
 /// [`RunGate`] over this process's own state.
 #[derive(Debug, Clone)]
 pub struct InProcessGate {
     state: AppState,
+    tools: AgentTools,
 }
 
 impl InProcessGate {
     pub fn new(state: AppState) -> Self {
-        Self { state }
+        Self {
+            tools: AgentTools::new(state.clone()),
+            state,
+        }
+    }
+
+    /// A handoff for the run of `token`, followed here until the child ends.
+    async fn handoff(
+        &self,
+        token: &str,
+        arguments: &Map<String, Value>,
+        progress: &mut (dyn for<'p> FnMut(&'p HandoffProgress) + Send),
+    ) -> Result<ToolOutcome, ToolError> {
+        let verified = self
+            .state
+            .verifier
+            .verify_token(token)
+            .map_err(|e| refused(e.into()))?;
+        let parent = core::handoff_parent(&self.state, &verified)
+            .await
+            .map_err(refused)?;
+        let request = chorus_proto::handoff::request(arguments);
+        let mut stream = crate::runner::handoff::handoff(&self.state, request, Some(parent))
+            .await
+            .map_err(refused)?;
+        let mut started = String::new();
+        while let Some(message) = stream.next().await {
+            let message = message.map_err(|s| status(&s))?;
+            if let Some(outcome) = chorus_proto::handoff::outcome(message, &mut started, progress) {
+                return handoff_outcome(outcome).map_err(|s| status(&s));
+            }
+        }
+        Err(ToolError::GateUnavailable(
+            "the handoff ended without its outcome: the orchestrator is stopping".to_owned(),
+        ))
+    }
+}
+
+/// A status of the orchestrator's own stream as tool-exec reports it.
+fn status(status: &tonic::Status) -> ToolError {
+    ToolError::Refused {
+        code: status.code(),
+        message: status.message().to_owned(),
     }
 }
 
@@ -37,7 +85,7 @@ impl RunGate for InProcessGate {
         tool: &str,
         call_id: Option<&str>,
     ) -> Result<Authorized, ToolError> {
-        let fence = authorize_reported(&self.state, token, tool, call_id.map(str::to_owned))
+        let fence = core::authorize_reported(&self.state, token, tool, call_id.map(str::to_owned))
             .await
             .map_err(refused)?;
         Ok(Authorized {
@@ -53,7 +101,7 @@ impl RunGate for InProcessGate {
         call: ToolCallRecord,
         call_id: Option<&str>,
     ) -> Result<(), ToolError> {
-        report(&self.state, token, call, call_id.map(str::to_owned))
+        core::report(&self.state, token, call, call_id.map(str::to_owned))
             .await
             .map_err(refused)
     }
@@ -70,5 +118,35 @@ impl RunGate for InProcessGate {
     /// The embedded tool-exec answers while the orchestrator's database does.
     async fn ready(&self) -> Result<(), String> {
         self.state.store.ping().await.map_err(|e| e.to_string())
+    }
+
+    async fn call_orchestration(
+        &self,
+        token: &str,
+        tool: &str,
+        arguments: Map<String, Value>,
+        progress: &mut (dyn for<'p> FnMut(&'p HandoffProgress) + Send),
+    ) -> Result<ToolOutcome, ToolError> {
+        if tool == "handoff" {
+            return self.handoff(token, &arguments, progress).await;
+        }
+        let verified = self
+            .state
+            .verifier
+            .verify_token(token)
+            .map_err(|e| refused(e.into()))?;
+        let run = run_of_token(&self.state, &verified)
+            .await
+            .map_err(refused)?;
+        let called = self
+            .tools
+            .call(&run, tool, Value::Object(arguments))
+            .await
+            .map_err(refused)?;
+        Ok(ToolOutcome {
+            output: called.output,
+            error: None,
+            metadata: Map::from_iter([("duration_ms".to_owned(), called.duration_ms.into())]),
+        })
     }
 }

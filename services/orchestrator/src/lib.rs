@@ -2,11 +2,14 @@
 //! tasks and their history, runs — and exposes it over gRPC.
 //!
 //! `domain` holds the rules (state machines, validation) and knows nothing of the
-//! database or gRPC; `store` persists domain types with diesel.
+//! database or gRPC; `store` persists domain types with diesel; `core` is what
+//! every face calls, in domain types; `grpc` and `embedded` are faces. See
+//! docs/architecture.md for where each thing lives.
 // One function sets the parent-death signal of agent processes (runner::process).
 #![deny(unsafe_code)]
 
 pub mod auth;
+pub mod core;
 pub mod domain;
 pub mod embedded;
 pub mod error;

@@ -67,9 +67,17 @@ fn main() -> anyhow::Result<()> {
         let embedded_tool_exec = if settings.embeds_tool_exec() {
             let listener = chorus_serve::connections::listen(settings.tool_exec_listen)
                 .with_context(|| format!("binding the embedded tool-exec on {} (use --tool-exec-listen or --no-embedded-tool-exec)", settings.tool_exec_listen))?;
+            let limits = settings.tool_exec_limits();
+            let mcp = settings.mcp.bind(limits.message_bytes()).with_context(|| {
+                format!(
+                    "binding the embedded tool-exec's MCP endpoint on {:?} (--mcp-listen)",
+                    settings.mcp.mcp_listen
+                )
+            })?;
             Some(EmbeddedToolExec {
                 listener,
-                limits: settings.tool_exec_limits(),
+                limits,
+                mcp,
             })
         } else {
             match &settings.tool_exec_key_file {

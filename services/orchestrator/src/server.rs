@@ -36,6 +36,8 @@ pub const ADMIN_KEY_FILE: &str = "admin.key";
 pub struct EmbeddedToolExec {
     pub listener: TcpListener,
     pub limits: Limits,
+    /// Its MCP endpoint (Streamable HTTP); None: off.
+    pub mcp: Option<chorus_tool_exec::mcp::McpFace>,
 }
 
 /// Everything the orchestrator needs to run.
@@ -49,6 +51,9 @@ pub struct OrchestratorConfig {
     pub embedded_tool_exec: Option<EmbeddedToolExec>,
     /// Address of a tool-exec run separately (when none is embedded), handed to agents.
     pub tool_exec_addr: Option<String>,
+    /// The MCP endpoint of a tool-exec run separately, handed to OpenRun's
+    /// callers.
+    pub tool_exec_mcp_url: Option<String>,
     /// Limits and timeouts of calls, keepalive, health checks, the drain and
     /// the grace of a shutdown (the embedded tool-exec's too).
     pub serve: ServeConfig,
@@ -98,6 +103,7 @@ impl OrchestratorConfig {
             signer,
             embedded_tool_exec: None,
             tool_exec_addr: None,
+            tool_exec_mcp_url: None,
             serve: ServeConfig::default(),
             sandbox: chorus_sandbox::SandboxConfig::default(),
             admin_key_file: Some(data_dir.join(ADMIN_KEY_FILE)),
@@ -326,6 +332,13 @@ pub async fn run(
             None => config.tool_exec_addr.clone().unwrap_or_default(),
         }),
         embedded_tool_exec: config.embedded_tool_exec.is_some(),
+        mcp_url: match &config.embedded_tool_exec {
+            Some(EmbeddedToolExec {
+                mcp: Some(face), ..
+            }) => face.url(config.tls.is_some())?,
+            Some(_) => String::new(),
+            None => config.tool_exec_mcp_url.clone().unwrap_or_default(),
+        },
     };
 
     let lost = CancellationToken::new();
@@ -439,6 +452,7 @@ pub async fn run(
                 tls: config.tls.clone(),
                 peers: config.peers.clone(),
                 serve: serve.clone(),
+                mcp: embedded.mcp,
                 ..ToolExecConfig::new(state.verifier.clone(), processes.clone())
             };
             let tool_exec_stop = draining.clone();

@@ -63,6 +63,13 @@ pub struct OrchestratorSettings {
     /// --no-embedded-tool-exec.
     #[arg(long, env = "CHORUS_TOOL_EXEC_ADDR")]
     pub tool_exec_addr: Option<String>,
+    /// The MCP endpoint of a separately run tool-exec (its --mcp-listen, as
+    /// clients reach it: http(s)://host:port/mcp), handed to OpenRun's callers.
+    #[arg(long, env = "CHORUS_TOOL_EXEC_MCP_URL", requires = "tool_exec_addr")]
+    pub tool_exec_mcp_url: Option<String>,
+    /// The embedded tool-exec's MCP endpoint.
+    #[command(flatten)]
+    pub mcp: chorus_tool_exec::mcp::McpArgs,
     /// Log format.
     #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: chorus_telemetry::LogFormat,
@@ -290,6 +297,7 @@ impl OrchestratorSettings {
         let mut config = OrchestratorConfig {
             embedded_tool_exec,
             tool_exec_addr: self.tool_exec_addr.clone(),
+            tool_exec_mcp_url: self.tool_exec_mcp_url.clone(),
             sandbox: self.sandbox.config(),
             serve: self.serve.config(),
             admin_key_file: Some(self.admin_key_file()),

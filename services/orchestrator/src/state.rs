@@ -20,6 +20,9 @@ pub struct Addresses {
     pub tool_exec: String,
     /// The tool-exec is served by this process.
     pub embedded_tool_exec: bool,
+    /// The MCP endpoint of the run's tools (Streamable HTTP); empty when
+    /// none is served or known.
+    pub mcp_url: String,
 }
 
 #[derive(Debug, Clone)]

@@ -12,6 +12,8 @@
 //! - [`health`]: one status for every served name, NOT_SERVING while a
 //!   dependency fails and once the server drains;
 //! - [`settings`]: the flags for all of it, keepalive and the shutdown drain;
+//! - [`http`]: a plain HTTP face beside the gRPC port (the MCP endpoint),
+//!   with TLS and bounded connections;
 //! - [`config`]: the optional TOML file under environment and flags, and
 //!   `--print-config`.
 #![deny(unsafe_code)]
@@ -22,6 +24,7 @@ pub mod connections;
 pub mod data_dir;
 pub mod deadline;
 pub mod health;
+pub mod http;
 pub mod memory;
 pub mod settings;
 pub mod shed;

@@ -93,6 +93,8 @@ pub struct ToolExecConfig {
     pub tls: Option<ServerTls>,
     /// Client certificates that act with a role.
     pub peers: PeerRoles,
+    /// The MCP endpoint (Streamable HTTP) beside the gRPC port; None: off.
+    pub mcp: Option<crate::mcp::McpFace>,
 }
 
 impl ToolExecConfig {
@@ -105,6 +107,7 @@ impl ToolExecConfig {
             gate: None,
             tls: None,
             peers: PeerRoles::default(),
+            mcp: None,
         }
     }
 }

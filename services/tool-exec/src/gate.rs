@@ -14,14 +14,16 @@ use std::time::Duration;
 
 use chorus_auth::tls::ClientTls;
 use chorus_auth::{Principal, Role};
+use chorus_proto::handoff::HandoffError;
 use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
 use chorus_proto::orchestrator::v1::{
-    AuthenticateKeyRequest, AuthorizeToolCallRequest, GetRunTokenKeysRequest, RecordToolCallRequest,
+    AuthenticateKeyRequest, AuthorizeToolCallRequest, CallToolRequest, CallToolResponse,
+    GetRunTokenKeysRequest, HandoffProgress, RecordToolCallRequest,
 };
 use chorus_proto::{channel, json, limits};
 use chorus_run_token::RunTokenVerifier;
 use chorus_telemetry::grpc::{TracedChannel, traced};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
@@ -30,6 +32,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tracing::{error, info};
 
+use crate::context::ToolOutcome;
 use crate::error::ToolError;
 pub use crate::record::ToolCallRecord;
 
@@ -75,12 +78,67 @@ pub trait RunGate: Send + Sync + Debug {
     async fn ready(&self) -> Result<(), String> {
         Ok(())
     }
+    /// Calls an orchestration tool (handoff, completion-report, the task
+    /// tools) for the run of `token`, as its agent would: the MCP face over
+    /// HTTP sends here the tools tool-exec does not run. The orchestrator
+    /// authorizes, executes and records the call. A handoff tells `progress`
+    /// what the other agent does as it happens.
+    async fn call_orchestration(
+        &self,
+        token: &str,
+        tool: &str,
+        arguments: Map<String, Value>,
+        progress: &mut (dyn for<'p> FnMut(&'p HandoffProgress) + Send),
+    ) -> Result<ToolOutcome, ToolError> {
+        let _ = (token, arguments, progress);
+        Err(ToolError::FailedPrecondition(format!(
+            "{tool} is the orchestrator's tool, and this tool-exec's gate cannot call it"
+        )))
+    }
+}
+
+/// A handoff's outcome as a tool's answer: the other agent's result, or its
+/// failure in-band (the model reads why, and the child run's id); a status
+/// (the call refused, the orchestrator gone) is the caller's to map.
+pub fn handoff_outcome(outcome: Result<Value, HandoffError>) -> Result<ToolOutcome, Status> {
+    match outcome {
+        Ok(output) => Ok(ToolOutcome {
+            output,
+            error: None,
+            metadata: Map::new(),
+        }),
+        Err(HandoffError::Failed {
+            failure,
+            reason,
+            run_id,
+        }) => Ok(ToolOutcome {
+            output: Value::Null,
+            error: None,
+            metadata: Map::new(),
+        }
+        .with_error(&failure, reason)
+        .with_metadata("run_id", run_id)),
+        Err(HandoffError::Status(status)) => Err(status),
+    }
+}
+
+/// What the orchestrator's CallTool answered, as a tool's answer.
+pub fn called(response: CallToolResponse) -> ToolOutcome {
+    ToolOutcome {
+        output: response.output.map_or(Value::Null, json::from_value),
+        error: None,
+        metadata: response.metadata.map(json::from_struct).unwrap_or_default(),
+    }
 }
 
 /// The orchestrator's `AgentTools` service as the gate.
 #[derive(Clone)]
 pub struct OrchestratorGate {
     client: AgentToolsClient<TracedChannel>,
+    /// For the calls of agents' orchestration tools (their run token the
+    /// credential): without the short deadline, a handoff lasts as its
+    /// child does.
+    agents: TracedChannel,
     /// Where a record that could not be delivered is retried, each time on a
     /// new connection (behind a load balancer: maybe to another replica).
     endpoint: Endpoint,
@@ -134,7 +192,15 @@ impl OrchestratorGate {
         // Every call to the orchestrator is short.
         let endpoint = channel::tune(endpoint).timeout(channel::CALL_TIMEOUT);
         let channel = endpoint.connect_lazy();
+        let agents = traced(
+            channel::tune(
+                tls.endpoint(addr)
+                    .map_err(|e| ToolError::Internal(format!("orchestrator address: {e}")))?,
+            )
+            .connect_lazy(),
+        );
         Ok(Self {
+            agents,
             endpoint,
             // Its answers are small; its records are cut before they are sent.
             health: HealthClient::new(channel.clone()),
@@ -350,5 +416,36 @@ impl RunGate for OrchestratorGate {
             )));
         }
         Ok(())
+    }
+    async fn call_orchestration(
+        &self,
+        token: &str,
+        tool: &str,
+        arguments: Map<String, Value>,
+        progress: &mut (dyn for<'p> FnMut(&'p HandoffProgress) + Send),
+    ) -> Result<ToolOutcome, ToolError> {
+        if tool == "handoff" {
+            let outcome = chorus_proto::handoff::call_with_progress(
+                self.agents.clone(),
+                token,
+                &arguments,
+                progress,
+            )
+            .await;
+            return handoff_outcome(outcome).map_err(|s| self.refused(&s));
+        }
+        let bearer = MetadataValue::try_from(format!("Bearer {}", token.trim()))
+            .map_err(|_| ToolError::Unauthenticated(chorus_run_token::TokenError::Missing))?;
+        let mut request = tonic::Request::new(CallToolRequest {
+            tool: tool.to_owned(),
+            arguments: Some(json::to_struct(arguments)),
+        });
+        request.metadata_mut().insert("authorization", bearer);
+        let answer = AgentToolsClient::new(self.agents.clone())
+            .max_decoding_message_size(limits::DEFAULT_MESSAGE_BYTES)
+            .call_tool(request)
+            .await
+            .map_err(|s| self.refused(&s))?;
+        Ok(called(answer.into_inner()))
     }
 }

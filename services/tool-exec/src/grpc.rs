@@ -33,8 +33,13 @@ impl ToolExecService {
         verifier: RunTokenVerifier,
         gate: Option<Arc<dyn RunGate>>,
     ) -> Self {
+        Self::over(ToolCalls::new(runner, verifier, gate))
+    }
+
+    /// The service over `calls` (shared with the other faces).
+    pub fn over(calls: ToolCalls) -> Self {
         Self {
-            calls: ToolCalls::new(runner, verifier, gate),
+            calls,
             limits: Vec::new(),
         }
     }

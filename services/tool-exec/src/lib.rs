@@ -9,6 +9,7 @@ pub mod context;
 pub mod error;
 pub mod gate;
 pub mod grpc;
+pub mod mcp;
 pub mod process;
 pub mod record;
 pub mod runner;

@@ -178,9 +178,14 @@ fn serve(args: ToolExecSettings, gate: GateSettings) -> anyhow::Result<()> {
             )?) as Arc<dyn RunGate>),
             None => None,
         };
+        let mcp = args
+            .mcp
+            .bind(limits.message_bytes())
+            .with_context(|| format!("binding the MCP endpoint {:?}", args.mcp.mcp_listen))?;
         let config = ToolExecConfig {
             limits,
             gate,
+            mcp,
             serve: args.serve(),
             tls: args.tls.server(),
             peers: args.tls.peers().map_err(anyhow::Error::msg)?,

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::auth::ToolExecAuthenticator;
+use crate::calls::ToolCalls;
 use crate::config::ToolExecConfig;
 use crate::gate::RunGate;
 use crate::grpc::ToolExecService;
@@ -58,9 +59,9 @@ pub async fn run(
     serve.capacity.request_bytes = message_bytes;
     // Connections are bounded by --max-connections, not a low default limit.
     let connections = serve.connections(chorus_serve::connections::raise_fd_limit(), "tool-exec");
+    let tool_calls = ToolCalls::new(runner, config.verifier.clone(), config.gate.clone());
     let service = ToolExecServer::new(
-        ToolExecService::new(runner, config.verifier.clone(), config.gate.clone())
-            .with_limits(serve.limits(&connections)),
+        ToolExecService::over(tool_calls.clone()).with_limits(serve.limits(&connections)),
     )
     .max_decoding_message_size(message_bytes);
 
@@ -126,6 +127,18 @@ pub async fn run(
             async move { serve_stop.cancelled().await },
         );
     let mut server = std::pin::pin!(server);
+    // The MCP endpoint ends with the gRPC port's calls (`stop`).
+    let mcp = match config.mcp.clone() {
+        Some(face) => Some(tokio::spawn(crate::mcp::serve(
+            face,
+            tool_calls,
+            config.gate.clone(),
+            config.verifier.clone(),
+            config.tls.clone(),
+            stop.clone(),
+        ))),
+        None => None,
+    };
 
     info!(%addr, "tool-exec serving");
     tokio::select! {
@@ -148,6 +161,13 @@ pub async fn run(
         Ok(result) => result?,
         Err(_) => {
             warn!(grace = ?serve.shutdown_grace, "calls still running after the grace period; stopping anyway")
+        }
+    }
+    if let Some(mcp) = mcp {
+        match mcp.await {
+            Ok(Err(e)) => warn!(error = %e, "the MCP endpoint failed"),
+            Err(e) => warn!(error = %e, "the MCP endpoint's task failed"),
+            Ok(Ok(())) => {}
         }
     }
     info!("tool-exec stopped");

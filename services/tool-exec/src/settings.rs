@@ -74,6 +74,8 @@ pub struct ToolExecSettings {
     #[command(flatten)]
     pub serve: ServeArgs,
     #[command(flatten)]
+    pub mcp: crate::mcp::McpArgs,
+    #[command(flatten)]
     pub sandbox: chorus_sandbox::cli::SandboxArgs,
     #[command(flatten)]
     pub tls: chorus_auth::cli::TlsArgs,

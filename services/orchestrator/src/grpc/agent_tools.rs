@@ -1,34 +1,22 @@
-//! `chorus.orchestrator.v1.AgentTools`: what agent runs use. CallTool executes
-//! the orchestration tools for the run whose token is the call's credential;
-//! AuthorizeToolCall and RecordToolCall are tool-exec's questions and reports
-//! for workspace tools (tool-exec's service key is the credential, the agent's
-//! token is in the request); GetRunTokenKeys and AuthenticateKey give tool-exec
-//! what it needs to check credentials itself.
-//!
-//! Every run token is checked claim by claim against its stored run
-//! ([`crate::auth::runs::run_of_token`]). A call from an unknown,
-//! still-starting, waiting or ended run is refused with FAILED_PRECONDITION and
-//! leaves no trace in history (only a warning log). A tool outside the run's
-//! allow-list is refused with PERMISSION_DENIED and recorded as `tool_denied`.
-
-use std::time::Instant;
+//! `chorus.orchestrator.v1.AgentTools`, the gRPC face of what agent runs use
+//! ([`crate::core::agent_tools`]): CallTool executes the orchestration tools
+//! for the run whose token is the call's credential; AuthorizeToolCall and
+//! RecordToolCall are tool-exec's questions and reports for workspace tools
+//! (tool-exec's service key is the credential, the agent's token is in the
+//! request); GetRunTokenKeys and AuthenticateKey give tool-exec what it needs
+//! to check credentials itself. This module only converts.
 
 use chorus_auth::{ApiKey, Principal};
-use chorus_catalog::{Executor, args, outputs};
 use chorus_proto::json;
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_run_token::TokenError;
 use chorus_tool_exec::record::ToolCallRecord;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tonic::{Request, Response, Status};
-use tracing::{info, warn};
 
-use crate::auth::runs::{run_and_reporter, run_of_token};
-use crate::domain::policy::{self, Reporter};
-use crate::domain::{
-    AgentKind, DomainError, Run, RunId, RunState, Task, TaskId, TaskStatus, now_ms,
-};
+use crate::auth::runs::run_of_token;
+use crate::core::agent_tools::{self as core, AgentTools};
+use crate::domain::Run;
 use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::state::AppState;
@@ -36,171 +24,15 @@ use crate::state::AppState;
 #[derive(Debug, Clone)]
 pub struct AgentToolsService {
     state: AppState,
+    tools: AgentTools,
 }
 
 impl AgentToolsService {
     pub fn new(state: AppState) -> Self {
-        Self { state }
-    }
-
-    async fn authorize(&self, run: &Run, tool: &str) -> Result<(), ServiceError> {
-        authorize(&self.state, run, tool).await
-    }
-
-    /// Executes one orchestration tool for `run`.
-    async fn execute(
-        &self,
-        run: &Run,
-        tool: &str,
-        arguments: Value,
-    ) -> Result<Value, ServiceError> {
-        let store = &self.state.store;
-        match tool {
-            "task.get" => {
-                let a: args::TaskGet = parse(tool, arguments)?;
-                let task = self.task_in_workspace(run, a.task_id.as_deref()).await?;
-                Ok(to_json(&outputs::TaskGet {
-                    task: task_view(&task),
-                }))
-            }
-            "task.list" => {
-                let a: args::TaskList = parse(tool, arguments)?;
-                let status = a
-                    .status
-                    .as_deref()
-                    .map(str::parse::<TaskStatus>)
-                    .transpose()?;
-                let own = store.get_task(run.task_id).await?;
-                let (tasks, _) = store
-                    .list_tasks(Some(own.workspace_id), status, 500, None)
-                    .await?;
-                Ok(to_json(&outputs::TaskList {
-                    tasks: tasks.iter().map(task_view).collect(),
-                }))
-            }
-            "task.update_stage" => {
-                let a: args::TaskUpdateStage = parse(tool, arguments)?;
-                let by = run.clone();
-                let (task, events) = store
-                    .change_task(run.task_id, move |task| {
-                        Ok(vec![policy::change_stage(task, a.stage, Some(&by))?])
-                    })
-                    .await?;
-                self.state.publish(&events);
-                Ok(to_json(&outputs::TaskStage {
-                    task_id: task.id.to_string(),
-                    stage: task.stage,
-                }))
-            }
-            "task.comment" => {
-                let a: args::TaskComment = parse(tool, arguments)?;
-                let event = policy::comment(run, &a.text)?;
-                let events = store.append_events(run.task_id, vec![event]).await?;
-                self.state.publish(&events);
-                let sequence = events.last().map_or(0, |e| e.sequence);
-                Ok(to_json(&outputs::TaskComment {
-                    task_id: run.task_id.to_string(),
-                    sequence,
-                }))
-            }
-            "completion-report" => {
-                let report: args::CompletionReport = parse(tool, arguments)?;
-                let status = report.status;
-                let (_, _, events) = store
-                    .change_run(run.id, move |run, task| {
-                        policy::apply_completion_report(run, task, report)
-                    })
-                    .await?;
-                self.state.publish(&events);
-                Ok(to_json(&outputs::CompletionReportAccepted { status }))
-            }
-            "planner-output" => {
-                let output: args::PlannerOutput = parse(tool, arguments)?;
-                if let args::PlannerOutput::Plan {
-                    assigned_agent: Some(assigned),
-                    ..
-                } = &output
-                    && !assigned.trim().is_empty()
-                {
-                    self.check_assignable(run, assigned).await?;
-                }
-                let kind = match &output {
-                    args::PlannerOutput::Plan { .. } => "plan",
-                    args::PlannerOutput::Questions { .. } => "questions",
-                    args::PlannerOutput::Error { .. } => "error",
-                };
-                let (_, _, events) = store
-                    .change_run(run.id, move |run, _task| {
-                        policy::apply_planner_output(run, output)
-                    })
-                    .await?;
-                self.state.publish(&events);
-                Ok(to_json(&outputs::PlannerOutputAccepted {
-                    kind: kind.to_owned(),
-                }))
-            }
-            "help" => {
-                let a: args::Help = parse(tool, arguments)?;
-                let granted = chorus_catalog::granted_names(&run.tools);
-                if let Some(only) = a.tool.as_deref().filter(|only| !granted.contains(only)) {
-                    return Err(ServiceError::Invalid(format!(
-                        "tool '{only}' is not available to this run; available: {}",
-                        granted.join(", ")
-                    )));
-                }
-                Ok(to_json(&chorus_catalog::help_for(
-                    granted,
-                    a.tool.as_deref(),
-                )))
-            }
-            "handoff" => Err(ServiceError::Invalid(
-                "handoff streams its agent's progress: call the Handoff RPC with the run token (chorus-tools does)"
-                    .to_owned(),
-            )),
-            other => Err(ServiceError::Invalid(format!(
-                "'{other}' is not an orchestration tool"
-            ))),
+        Self {
+            tools: AgentTools::new(state.clone()),
+            state,
         }
-    }
-
-    /// Refuses a plan whose assigned agent is not a user-defined agent of the
-    /// run's workspace, naming the ones it could be, so the planner can fix it.
-    async fn check_assignable(&self, run: &Run, assigned: &str) -> Result<(), ServiceError> {
-        let own = self.state.store.get_task(run.task_id).await?;
-        let agents = self.state.store.list_agents(own.workspace_id).await?;
-        let assignable: Vec<&str> = agents
-            .iter()
-            .filter(|a| a.kind == AgentKind::UserDefined)
-            .map(|a| a.name.as_str())
-            .collect();
-        if assignable.contains(&assigned) {
-            return Ok(());
-        }
-        Err(ServiceError::Invalid(format!(
-            "assigned_agent '{assigned}' is not an agent this task can be assigned to; choose one of: {} (or leave it out)",
-            assignable.join(", ")
-        )))
-    }
-
-    /// The run's own task, or another task of the same workspace.
-    async fn task_in_workspace(
-        &self,
-        run: &Run,
-        task_id: Option<&str>,
-    ) -> Result<Task, ServiceError> {
-        let own = self.state.store.get_task(run.task_id).await?;
-        let Some(id) = task_id else { return Ok(own) };
-        let id = TaskId::parse(id)?;
-        let task = self.state.store.get_task(id).await?;
-        if task.workspace_id != own.workspace_id {
-            // Tasks of other workspaces do not exist for this run.
-            return Err(crate::store::StoreError::NotFound {
-                what: "task",
-                key: id.to_string(),
-            }
-            .into());
-        }
-        Ok(task)
     }
 }
 
@@ -212,41 +44,16 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
     ) -> Result<Response<pb::CallToolResponse>, Status> {
         let run = run_of_caller(&self.state, &request).await?;
         let pb::CallToolRequest { tool, arguments } = request.into_inner();
-        let spec = chorus_catalog::get(&tool).ok_or_else(|| {
-            ServiceError::Invalid(format!(
-                "unknown tool '{tool}'; call help to list the tools"
-            ))
-        })?;
-        // help is answered here too (tool-exec answers it for chorus-tools).
-        if spec.executor != Executor::Orchestrator && spec.name != "help" {
-            return Err(ServiceError::Invalid(format!(
-                "'{tool}' is not executed by the orchestrator; chorus-tools sends it to tool-exec"
-            ))
-            .into());
-        }
-        self.authorize(&run, &tool).await?;
         let arguments = arguments.map_or(Value::Object(serde_json::Map::new()), |s| {
             Value::Object(json::from_struct(s))
         });
-        let started = Instant::now();
-        let result = self.execute(&run, &tool, arguments.clone()).await;
-        let elapsed = started.elapsed();
-        let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
-        let (status, output) = match &result {
-            Ok(output) => ("ok", output.to_string()),
-            Err(e) => (chorus_proto::code_name(e.code()), e.to_string()),
-        };
-        chorus_telemetry::metrics().tool_call(&tool, status, elapsed.as_secs_f64());
-        info!(run_id = %run.id, agent = %run.agent, tool = %tool, status = %status, "orchestration tool called");
-        let call = ToolCallRecord::new(&tool, &arguments, status, duration_ms, &output);
-        record(&self.state, &run, call).await?;
-        let output = result?;
+        let called = self.tools.call(&run, &tool, arguments).await?;
         let metadata = json::to_struct(serde_json::Map::from_iter([(
             "duration_ms".to_owned(),
-            json!(duration_ms),
+            json!(called.duration_ms),
         )]));
         Ok(Response::new(pb::CallToolResponse {
-            output: Some(json::to_value(output)),
+            output: Some(json::to_value(called.output)),
             metadata: Some(metadata),
         }))
     }
@@ -257,7 +64,7 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
     ) -> Result<Response<pb::AuthorizeToolCallResponse>, Status> {
         let r = request.into_inner();
         let call_id = call_id(r.call_id)?;
-        let fence = authorize_reported(&self.state, &r.run_token, &r.tool, call_id).await?;
+        let fence = core::authorize_reported(&self.state, &r.run_token, &r.tool, call_id).await?;
         Ok(Response::new(pb::AuthorizeToolCallResponse {
             fence_in_ms: Some(fence),
         }))
@@ -281,7 +88,7 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
             output_bytes: r.output_bytes,
             started_ms: r.started_ms,
         };
-        report(&self.state, &r.run_token, call, id).await?;
+        core::report(&self.state, &r.run_token, call, id).await?;
         Ok(Response::new(pb::RecordToolCallResponse {}))
     }
 
@@ -344,105 +151,32 @@ pub(crate) async fn run_of_caller<T>(
     }
 }
 
-/// The parent of a Handoff call: the run whose token was its credential (then
-/// it must be allowed to hand off now), or none for a caller with a key.
+/// The parent of a Handoff call: the run whose token was its credential (see
+/// [`core::handoff_parent`]), or none for a caller with a key.
 pub(crate) async fn parent_of<T>(
     state: &AppState,
     request: &Request<T>,
 ) -> Result<Option<Run>, ServiceError> {
     match request.extensions().get::<Principal>() {
         Some(Principal::Run { verified, .. }) => {
-            let parent = run_of_token(state, verified).await?;
-            authorize(state, &parent, "handoff").await?;
-            Ok(Some(parent))
+            core::handoff_parent(state, verified).await.map(Some)
         }
         _ => Ok(None),
     }
 }
 
-/// For a Handoff call that re-opens a handoff's stream (`run_id`): the run
-/// of the token, which may be waiting for that very handoff (its first
-/// stream broke), but must not have ended and must hold the handoff tool.
+/// For a Handoff call that re-opens a handoff's stream: the run of the
+/// token (see [`core::handoff_follower`]), or none for a caller with a key.
 pub(crate) async fn follower_of<T>(
     state: &AppState,
     request: &Request<T>,
 ) -> Result<Option<Run>, ServiceError> {
     match request.extensions().get::<Principal>() {
         Some(Principal::Run { verified, .. }) => {
-            let run = run_of_token(state, verified).await?;
-            match run.state {
-                RunState::Finished => Err(DomainError::RunNotActive(format!(
-                    "run {} has ended; it can do nothing more",
-                    run.id
-                ))
-                .into()),
-                RunState::Spawning | RunState::AwaitingHandoff | RunState::Active => {
-                    if !run.tools.iter().any(|t| t == "handoff") {
-                        return Err(DomainError::NotAllowed(format!(
-                            "run {} may not call handoff",
-                            run.id
-                        ))
-                        .into());
-                    }
-                    Ok(Some(run))
-                }
-            }
+            core::handoff_follower(state, verified).await.map(Some)
         }
         _ => Ok(None),
     }
-}
-
-/// The run a call is reported for and who reports it (tool-exec passes the
-/// token the call was made with; see [`run_and_reporter`]).
-pub(crate) async fn reporter_of_token_text(
-    state: &AppState,
-    token: &str,
-) -> Result<(Run, Reporter), ServiceError> {
-    let verified = state.verifier.verify_token(token)?;
-    run_and_reporter(state, &verified).await
-}
-
-/// Records one finished tool call of `run` as `tool_executed`, bounded by the
-/// history's rule whoever reported it.
-pub(crate) async fn record(
-    state: &AppState,
-    run: &Run,
-    call: ToolCallRecord,
-) -> Result<(), ServiceError> {
-    let events = state
-        .store
-        .append_events(run.task_id, vec![policy::tool_executed(run, call)])
-        .await?;
-    state.publish(&events);
-    Ok(())
-}
-
-/// Records a call tool-exec reports for `run`, unless the run has ended or
-/// never held the tool (see [`policy::check_recordable`]); a call reported
-/// by a driver that lost the run is recorded as interrupted. Checked under
-/// the task's lock, so that no call is recorded after the event that ends
-/// its run.
-pub(crate) async fn record_reported(
-    state: &AppState,
-    run: &Run,
-    call: ToolCallRecord,
-    by: Reporter,
-) -> Result<(), ServiceError> {
-    policy::check_recordable(run, &call, by, now_ms())?;
-    if by == Reporter::LostDriver {
-        info!(run_id = %run.id, tool = %call.tool, status = %call.status, "a call of a driver that lost the run is recorded as interrupted");
-    }
-    let checked = call.clone();
-    let draft = policy::reported_call(run, call, by);
-    let (_, _, events) = state
-        .store
-        .change_run(run.id, move |run, _| {
-            policy::check_recordable(run, &checked, by, now_ms())?;
-            Ok(vec![draft])
-        })
-        .await?;
-    state.publish(&events);
-    Ok(())
 }
 
 /// The longest call id tool-exec may give.
@@ -457,108 +191,4 @@ fn call_id(id: String) -> Result<Option<String>, ServiceError> {
         )));
     }
     Ok((!id.is_empty()).then_some(id))
-}
-
-/// tool-exec's question before, and while, a workspace tool call runs: the
-/// run of `token` is active and may call `tool`. The answer is the call's
-/// fence (see [`fence_of`]). A call with processes, asked about the first
-/// time (`call_id`), is noted in flight until its record — noted before the
-/// run is read, so that an end committed meanwhile either sees the note and
-/// waits for the call, or is seen here and refuses it.
-pub(crate) async fn authorize_reported(
-    state: &AppState,
-    token: &str,
-    tool: &str,
-    call_id: Option<String>,
-) -> Result<i64, ServiceError> {
-    let verified = state.verifier.verify_token(token)?;
-    let noted = match (&call_id, RunId::parse(&verified.grant.run_id)) {
-        (Some(id), Ok(run)) => {
-            state.store.call_started(id.clone(), run).await?;
-            Some(id.clone())
-        }
-        _ => None,
-    };
-    let answer = async {
-        let run = run_of_token(state, &verified).await?;
-        authorize(state, &run, tool).await?;
-        fence_of(state, &run)
-    }
-    .await;
-    if let (Err(_), Some(id)) = (&answer, noted)
-        && let Err(e) = state.store.call_ended(id).await
-    {
-        warn!(error = %e, "cannot forget a call that was refused; it is forgotten a lease after its run ends");
-    }
-    answer
-}
-
-/// tool-exec's report of a finished call: no longer in flight (its
-/// processes are gone), and recorded as [`record_reported`] says.
-pub(crate) async fn report(
-    state: &AppState,
-    token: &str,
-    call: ToolCallRecord,
-    call_id: Option<String>,
-) -> Result<(), ServiceError> {
-    let (run, by) = reporter_of_token_text(state, token).await?;
-    if let Some(id) = call_id {
-        state.store.call_ended(id).await?;
-    }
-    record_reported(state, &run, call, by).await
-}
-
-/// For how long the processes of a call of `run` may run without another
-/// answer (see [`Run::fence_in`]); refused when the run's driver has let
-/// its lease lapse.
-pub(crate) fn fence_of(state: &AppState, run: &Run) -> Result<i64, ServiceError> {
-    Ok(run.fence_in(state.store.replica().lease, now_ms())?)
-}
-
-/// Checks `run` may call `tool` now; records a denial as `tool_denied`.
-pub(crate) async fn authorize(state: &AppState, run: &Run, tool: &str) -> Result<(), ServiceError> {
-    match policy::check_tool_call(run, tool) {
-        Ok(()) => Ok(()),
-        Err(DomainError::NotAllowed(reason)) => {
-            let events = state
-                .store
-                .append_events(run.task_id, policy::denied_events(run, tool, &reason))
-                .await?;
-            state.publish(&events);
-            warn!(run_id = %run.id, agent = %run.agent, tool, "tool denied");
-            Err(DomainError::NotAllowed(reason).into())
-        }
-        Err(e) => {
-            warn!(run_id = %run.id, agent = %run.agent, tool, error = %e, "tool call from a run that is not active");
-            Err(e.into())
-        }
-    }
-}
-
-fn parse<T: DeserializeOwned>(tool: &str, arguments: Value) -> Result<T, ServiceError> {
-    serde_json::from_value(arguments)
-        .map_err(|e| ServiceError::Invalid(format!("invalid arguments for {tool}: {e}")))
-}
-
-fn to_json<T: serde::Serialize>(value: &T) -> Value {
-    serde_json::to_value(value)
-        .unwrap_or_else(|e| Value::String(format!("unserializable output: {e}")))
-}
-
-/// A task as agents see it.
-fn task_view(t: &Task) -> outputs::Task {
-    outputs::Task {
-        id: t.id.to_string(),
-        description: t.description.clone(),
-        status: t.status.as_str().to_owned(),
-        stage: t.stage,
-        summary: t.planning.summary.clone(),
-        requirements: t.planning.requirements.clone(),
-        acceptance_criteria: t.planning.acceptance_criteria.clone(),
-        plan: t.planning.plan.clone(),
-        assigned_agent: t.planning.assigned_agent.as_ref().map(ToString::to_string),
-        current_agent: t.current_agent.as_ref().map(ToString::to_string),
-        created_ms: t.created_ms,
-        updated_ms: t.updated_ms,
-    }
 }

@@ -80,6 +80,7 @@ pub(super) async fn open(
         run: Some(convert::run(&run)),
         tools_addr: state.addresses.tool_exec.clone(),
         orchestrator_addr: state.addresses.orchestrator.clone(),
+        mcp_url: state.addresses.mcp_url.clone(),
     })
 }
 

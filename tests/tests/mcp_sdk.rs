@@ -1,30 +1,65 @@
-//! `chorus-tools mcp` with an MCP client no one here wrote (the official
-//! TypeScript SDK) over stdio: it lists exactly the run's granted tools with
-//! their schemas, calls each kind (tool-exec's, the orchestrator's), gets
-//! `isError` for what the run may not do (a path outside, a tool not granted),
-//! and nothing works with a finished run's token, another run's, or none.
+//! The MCP face with a client no one here wrote (the official TypeScript
+//! SDK), over both transports — stdio (`chorus-tools mcp`) and Streamable
+//! HTTP (tool-exec's endpoint, the run token as bearer): it lists exactly the
+//! run's granted tools with their schemas, calls each kind (tool-exec's, the
+//! orchestrator's), gets `isError` for what the run may not do (a path
+//! outside, a tool not granted), nothing works with a finished run's token,
+//! another run's, or none, and cancel, a run's end and the client's cancel
+//! reach a call in flight. Each test runs once per transport (`stdio::`,
+//! `http::`).
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
     add_agent, call, history, opened_run, report, summary, wait_for, workspace,
 };
 use chorus_tests::db::databases;
-use chorus_tests::flows::{Setup, setup, stubborn, wait_stubborn};
-use chorus_tests::mcp::{is_error, run_client, sdk_or_skip, stdio, text};
+use chorus_tests::flows::{Setup, setup_configured, stubborn, wait_stubborn};
+use chorus_tests::mcp::{Transport, is_error, run_client, sdk_or_skip, text};
 use chorus_tests::orchestrator::OrchestratorProcess;
 use serde_json::{Value, json};
 
-async fn orchestrator(data: &std::path::Path) -> OrchestratorProcess {
-    OrchestratorProcess::spawn(data, &data.join("chorus.db").display().to_string(), &[]).await
+/// Each test, once over stdio and once over Streamable HTTP.
+macro_rules! over_both_transports {
+    ($($(#[$attr:meta])* $name:ident;)*) => {
+        mod stdio {
+            $($(#[$attr])* async fn $name() {
+                super::$name(chorus_tests::mcp::Transport::Stdio).await;
+            })*
+        }
+        mod http {
+            $($(#[$attr])* async fn $name() {
+                super::$name(chorus_tests::mcp::Transport::Http).await;
+            })*
+        }
+    };
 }
 
-#[tokio::test]
-async fn an_sdk_client_lists_exactly_the_granted_tools_and_calls_each_kind() {
+over_both_transports! {
+    #[tokio::test]
+    an_sdk_client_lists_exactly_the_granted_tools_and_calls_each_kind;
+    #[tokio::test]
+    nothing_works_with_a_finished_run_another_runs_token_or_none;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_handoff_streams_the_childs_progress_and_returns_its_report;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_run_ended_during_a_long_call_ends_the_call_and_leaves_nothing_running;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_call_its_client_cancels_is_stopped_and_recorded;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    canceling_the_task_during_a_handoff_ends_the_call_and_everything_the_child_started;
+}
+
+async fn orchestrator(data: &std::path::Path, transport: Transport) -> OrchestratorProcess {
+    let db = data.join("chorus.db").display().to_string();
+    OrchestratorProcess::spawn(data, &db, transport.flags()).await
+}
+
+async fn an_sdk_client_lists_exactly_the_granted_tools_and_calls_each_kind(transport: Transport) {
     let Some(modules) = sdk_or_skip() else { return };
     let data = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
     std::fs::write(root.path().join("notes.txt"), "hello over mcp").expect("a file");
-    let orchestrator = orchestrator(data.path()).await;
+    let orchestrator = orchestrator(data.path(), transport).await;
     let mut admin = orchestrator.client().await;
     let ws = workspace(&mut admin, "mcp", root.path()).await;
     add_agent(
@@ -38,7 +73,7 @@ async fn an_sdk_client_lists_exactly_the_granted_tools_and_calls_each_kind() {
     let run = opened_run(&mut admin, &ws, "mcp-writer", "write over mcp").await;
 
     let plan = json!({
-        "transport": stdio(&run),
+        "transport": transport.to(&run),
         "steps": [
             {"list": true},
             {"call": "file_read", "arguments": {"path": "notes.txt"}},
@@ -133,14 +168,13 @@ async fn an_sdk_client_lists_exactly_the_granted_tools_and_calls_each_kind() {
     orchestrator.kill().await;
 }
 
-#[tokio::test]
-async fn nothing_works_with_a_finished_run_another_runs_token_or_none() {
+async fn nothing_works_with_a_finished_run_another_runs_token_or_none(transport: Transport) {
     let Some(modules) = sdk_or_skip() else { return };
     let data = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
     let mine = tempfile::tempdir().expect("another root");
     std::fs::write(mine.path().join("secret.txt"), "not yours").expect("a file");
-    let orchestrator = orchestrator(data.path()).await;
+    let orchestrator = orchestrator(data.path(), transport).await;
     let mut admin = orchestrator.client().await;
     let ws = workspace(&mut admin, "theirs", root.path()).await;
     add_agent(&mut admin, &ws, "mcp-reader", &["file.read"], "").await;
@@ -154,7 +188,7 @@ async fn nothing_works_with_a_finished_run_another_runs_token_or_none() {
         })
         .await
         .expect("finish");
-    let plan = json!({"transport": stdio(&run), "steps": [
+    let plan = json!({"transport": transport.to(&run), "steps": [
         {"list": true},
         {"call": "file_read", "arguments": {"path": "notes.txt"}},
     ]});
@@ -177,7 +211,7 @@ async fn nothing_works_with_a_finished_run_another_runs_token_or_none() {
     // path into this workspace is outside it.
     let theirs = opened_run(&mut admin, &ws, "mcp-reader", "another run").await;
     let secret = format!("{}/secret.txt", mine.path().display());
-    let plan = json!({"transport": stdio(&theirs), "steps": [
+    let plan = json!({"transport": transport.to(&theirs), "steps": [
         {"call": "file_read", "arguments": {"path": secret}},
     ]});
     let got = run_client(&modules, &plan).await;
@@ -187,12 +221,9 @@ async fn nothing_works_with_a_finished_run_another_runs_token_or_none() {
         "another workspace's file with another run's token: {crossed}"
     );
 
-    // No token: the server says so and stops before any client waits.
-    let mut none = stdio(&run);
-    none["stdio"]["env"]
-        .as_object_mut()
-        .expect("env")
-        .remove("CHORUS_RUN_TOKEN");
+    // No token: the server says so before any session begins (stdio: the
+    // process exits; HTTP: 401).
+    let none = transport.without_token(&run);
     let got = run_client(
         &modules,
         &json!({"transport": none, "steps": [{"list": true}]}),
@@ -205,8 +236,7 @@ async fn nothing_works_with_a_finished_run_another_runs_token_or_none() {
     orchestrator.kill().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handoff_streams_the_childs_progress_and_returns_its_report() {
+async fn a_handoff_streams_the_childs_progress_and_returns_its_report(transport: Transport) {
     let Some(modules) = sdk_or_skip() else { return };
     let data_dir = tempfile::tempdir().expect("data");
     let db = &databases(data_dir.path())[0];
@@ -215,7 +245,7 @@ async fn a_handoff_streams_the_childs_progress_and_returns_its_report() {
         mut client,
         ws,
         root,
-    } = setup(data_dir.path(), db).await;
+    } = setup_configured(data_dir.path(), db, |config| transport.serve(config)).await;
     // The seeded workflow agent may hand off; the writer is a fake CLI.
     let run = opened_run(&mut client, &ws, "writer-workflow", "hand off over mcp").await;
     let writer = [
@@ -224,7 +254,7 @@ async fn a_handoff_streams_the_childs_progress_and_returns_its_report() {
         report("complete", "draft written"),
         "fake: say Draft done.".to_owned(),
     ];
-    let plan = json!({"transport": stdio(&run), "steps": [
+    let plan = json!({"transport": transport.to(&run), "steps": [
         {"call": "handoff", "progress": true,
          "arguments": {"agent": "writer", "prompt": writer.join("\n")}},
     ]});
@@ -261,15 +291,15 @@ struct LongCall {
     command: String,
 }
 
-async fn long_call(name: &str) -> LongCall {
+async fn long_call(name: &str, transport: Transport) -> LongCall {
     let data = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
-    let orchestrator = orchestrator(data.path()).await;
+    let orchestrator = orchestrator(data.path(), transport).await;
     let mut admin = orchestrator.client().await;
     let ws = workspace(&mut admin, name, root.path()).await;
     add_agent(&mut admin, &ws, "mcp-sleeper", &["bash"], "").await;
     let run = opened_run(&mut admin, &ws, "mcp-sleeper", name).await;
-    let marker = format!("mcp-{name}-{}", std::process::id());
+    let marker = format!("mcp-{name}-{transport:?}-{}", std::process::id());
     let command = format!(
         "echo started > started.txt; sh -c 'sleep 300' {marker}; echo survived > survived.txt"
     );
@@ -284,8 +314,9 @@ async fn long_call(name: &str) -> LongCall {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_ended_during_a_long_call_ends_the_call_and_leaves_nothing_running() {
+async fn a_run_ended_during_a_long_call_ends_the_call_and_leaves_nothing_running(
+    transport: Transport,
+) {
     let Some(modules) = sdk_or_skip() else { return };
     let LongCall {
         orchestrator,
@@ -295,8 +326,8 @@ async fn a_run_ended_during_a_long_call_ends_the_call_and_leaves_nothing_running
         run,
         marker,
         command,
-    } = long_call("ended").await;
-    let plan = json!({"transport": stdio(&run), "steps": [
+    } = long_call("ended", transport).await;
+    let plan = json!({"transport": transport.to(&run), "steps": [
         {"call": "bash", "arguments": {"command": command, "timeout_secs": 600}},
     ]});
     let client = tokio::spawn(async move { run_client(&modules, &plan).await });
@@ -339,8 +370,7 @@ async fn a_run_ended_during_a_long_call_ends_the_call_and_leaves_nothing_running
     orchestrator.kill().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_its_client_cancels_is_stopped_and_recorded() {
+async fn a_call_its_client_cancels_is_stopped_and_recorded(transport: Transport) {
     let Some(modules) = sdk_or_skip() else { return };
     let LongCall {
         orchestrator,
@@ -350,9 +380,9 @@ async fn a_call_its_client_cancels_is_stopped_and_recorded() {
         run,
         marker,
         command,
-    } = long_call("cancelled").await;
+    } = long_call("cancelled", transport).await;
     let task = run.run.as_ref().expect("run").task_id.clone();
-    let plan = json!({"transport": stdio(&run), "steps": [
+    let plan = json!({"transport": transport.to(&run), "steps": [
         {"call": "bash", "arguments": {"command": command, "timeout_secs": 600},
          "abort_when_exists": root.path().join("started.txt")},
     ]});
@@ -383,8 +413,9 @@ async fn a_call_its_client_cancels_is_stopped_and_recorded() {
     orchestrator.kill().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn canceling_the_task_during_a_handoff_ends_the_call_and_everything_the_child_started() {
+async fn canceling_the_task_during_a_handoff_ends_the_call_and_everything_the_child_started(
+    transport: Transport,
+) {
     let Some(modules) = sdk_or_skip() else { return };
     let data_dir = tempfile::tempdir().expect("data");
     let db = &databases(data_dir.path())[0];
@@ -393,13 +424,13 @@ async fn canceling_the_task_during_a_handoff_ends_the_call_and_everything_the_ch
         mut client,
         ws,
         root: _root,
-    } = setup(data_dir.path(), db).await;
+    } = setup_configured(data_dir.path(), db, |config| transport.serve(config)).await;
     let run = opened_run(&mut client, &ws, "writer-workflow", "hand off, then cancel").await;
     let task = run.run.as_ref().expect("run").task_id.clone();
     let chain = format!("mcp-chain-{}", std::process::id());
     let marker = format!("mcp-escapee-{}", std::process::id());
     let child = [format!("fake: say child of {chain}"), stubborn(&marker)].join("\n");
-    let plan = json!({"transport": stdio(&run), "steps": [
+    let plan = json!({"transport": transport.to(&run), "steps": [
         {"call": "handoff", "progress": true, "arguments": {"agent": "writer", "prompt": child}},
     ]});
     let mcp = tokio::spawn(async move { run_client(&modules, &plan).await });

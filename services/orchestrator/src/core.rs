@@ -1,0 +1,10 @@
+//! The orchestrator's application core: what every face calls — the gRPC
+//! services, the embedded tool-exec's gate, the MCP face through it, and the
+//! faces to come. Its functions take and return domain types and answer
+//! [`crate::error::ServiceError`]; a face converts its wire types, calls
+//! them and maps the error (gRPC: [`crate::error::ServiceError::code`]).
+//!
+//! - [`agent_tools`]: what agent runs use — the orchestration tools, the
+//!   allow-list decision for every tool call, and call recording.
+
+pub mod agent_tools;
