@@ -18,6 +18,7 @@ pub mod fake_http;
 pub mod fake_openai;
 pub mod flows;
 pub mod mcp;
+pub mod mcp_http;
 pub mod orchestrator;
 pub mod otlp;
 pub mod pki;

@@ -4,106 +4,11 @@
 //! is not listed, a Host that is not, and a body past the message limit are
 //! refused; sessions past `--mcp-max-sessions` wait for one to end.
 
-use bytes::Bytes;
 use chorus_tests::agents::{add_agent, opened_run, workspace};
+use chorus_tests::mcp_http::{initialize, list_tools, open, send};
 use chorus_tests::orchestrator::OrchestratorProcess;
-use http::{HeaderMap, Method, Request, StatusCode};
-use http_body_util::{BodyExt as _, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use serde_json::{Value, json};
-
-/// What the endpoint answered.
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: String,
-}
-
-impl Answer {
-    /// The JSON-RPC message of the answer (plain JSON, or the last `data:`
-    /// of an event stream).
-    fn message(&self) -> Value {
-        let json = self
-            .body
-            .lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .map(str::trim)
-            .rfind(|data| !data.is_empty())
-            .unwrap_or(self.body.trim());
-        serde_json::from_str(json)
-            .unwrap_or_else(|e| panic!("no JSON-RPC message ({e}): {}", self.body))
-    }
-
-    fn session(&self) -> String {
-        self.headers
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_else(|| panic!("no session id: {} {}", self.status, self.body))
-            .to_owned()
-    }
-}
-
-/// Sends `body` to `url` with `headers` (the MCP content headers added).
-async fn send(method: Method, url: &str, headers: &[(&str, &str)], body: String) -> Answer {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut request = Request::builder()
-        .method(method)
-        .uri(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream");
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = client
-        .request(request.body(Full::new(Bytes::from(body))).expect("request"))
-        .await
-        .expect("the MCP endpoint answers");
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.expect("the body").to_bytes();
-    Answer {
-        status: parts.status,
-        headers: parts.headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    }
-}
-
-fn initialize() -> String {
-    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "1"},
-    }})
-    .to_string()
-}
-
-fn list_tools() -> String {
-    json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string()
-}
-
-/// Opens a session with `token`; its id.
-async fn open(url: &str, token: &str) -> String {
-    let bearer = format!("Bearer {token}");
-    let answer = send(
-        Method::POST,
-        url,
-        &[("authorization", &bearer)],
-        initialize(),
-    )
-    .await;
-    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
-    let session = answer.session();
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
-    let answer = send(
-        Method::POST,
-        url,
-        &[("authorization", &bearer), ("mcp-session-id", &session)],
-        initialized,
-    )
-    .await;
-    assert!(answer.status.is_success(), "{}", answer.body);
-    session
-}
+use http::{Method, StatusCode};
+use serde_json::json;
 
 #[tokio::test]
 async fn the_endpoint_refuses_what_a_caller_may_not_do_and_bounds_what_it_holds() {

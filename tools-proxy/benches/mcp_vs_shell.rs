@@ -1,8 +1,10 @@
-//! `file.read` of a small file three ways, side by side: a call on an open
-//! MCP session (`chorus-tools mcp`, started once, driven by the official
-//! Rust SDK's client as an agent CLI drives it), a one-shot `chorus-tools`
-//! process per call (the shell form), and `cat` of the same file. Also the
-//! resident MCP server's memory after the calls.
+//! `file.read` of a small file four ways, side by side: a call on an open
+//! MCP session over stdio (`chorus-tools mcp`, started once, driven by the
+//! official Rust SDK's client as an agent CLI drives it), a call on an open
+//! MCP session over Streamable HTTP (tool-exec's endpoint, a keep-alive
+//! HTTP/1.1 client), a one-shot `chorus-tools` process per call (the shell
+//! form), and `cat` of the same file. Also the resident MCP server's memory
+//! after the calls.
 //!
 //! `cargo bench -p chorus-tools --bench mcp_vs_shell` (CHORUS_BENCH_CALLS sets
 //! the calls per row, default 500). tool-exec runs in this process, on
@@ -39,7 +41,12 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let service = runtime.block_on(ToolExec::start());
+    let endpoint = chorus_tests::mcp::endpoint();
+    let mcp_url = endpoint.url(false).expect("the endpoint's address");
+    let service = runtime.block_on(ToolExec::start_configured(
+        |config| config.mcp = Some(endpoint),
+        chorus_run_token::RunTokenSigner::generate(),
+    ));
     let workspace = tempfile::tempdir().expect("workspace");
     let file = workspace.path().join("small.txt");
     std::fs::write(&file, "a small file\n".repeat(40)).expect("seed");
@@ -82,6 +89,30 @@ fn main() {
     let mcp = Samples::new((0..calls).map(|_| call()).collect());
     let (rss, peak) = memory_kib(server_pid);
 
+    let http = runtime.block_on(async {
+        let mut session = chorus_tests::mcp_http::Session::open(&mcp_url, &token).await;
+        let mut call = async || {
+            let started = Instant::now();
+            let answer = session
+                .call("file_read", serde_json::json!({"path": "small.txt"}))
+                .await;
+            let elapsed = started.elapsed();
+            assert!(
+                answer["result"]["isError"] != true && answer["result"].is_object(),
+                "{answer}"
+            );
+            elapsed
+        };
+        for _ in 0..calls / 10 {
+            call().await;
+        }
+        let mut samples = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            samples.push(call().await);
+        }
+        Samples::new(samples)
+    });
+
     let shell = spawned(
         || {
             let mut c = Command::new(bin);
@@ -108,7 +139,14 @@ fn main() {
     println!("| file.read of a 520-byte file | p50 ms | p90 ms | p99 ms | mean ms |");
     println!("|---|---|---|---|---|");
     for (name, s) in [
-        ("a call on an open MCP session (chorus-tools mcp)", &mcp),
+        (
+            "a call on an open MCP session, stdio (chorus-tools mcp)",
+            &mcp,
+        ),
+        (
+            "a call on an open MCP session, Streamable HTTP (tool-exec /mcp)",
+            &http,
+        ),
         ("a one-shot chorus-tools process (shell form)", &shell),
         ("cat (process start to exit)", &cat),
     ] {
