@@ -30,9 +30,20 @@ pub fn sdk_or_skip() -> Option<PathBuf> {
 /// Runs the SDK client with `plan` (see `tests/mcp/client.mjs`); what it
 /// printed.
 pub async fn run_client(modules: &std::path::Path, plan: &Value) -> Value {
+    run_client_with_env(modules, plan, &[]).await
+}
+
+/// [`run_client`] with `env` added to the client's environment (such as
+/// `NODE_EXTRA_CA_CERTS`).
+pub async fn run_client_with_env(
+    modules: &std::path::Path,
+    plan: &Value,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/client.mjs");
     let output = tokio::process::Command::new("node")
         .arg(script)
+        .envs(env.iter().copied())
         // Not an argument: what the plan holds stays out of process listings.
         .env("CHORUS_TEST_MCP_PLAN", plan.to_string())
         .env("CHORUS_TEST_NODE_MODULES", modules)

@@ -469,3 +469,56 @@ async fn canceling_the_task_during_a_handoff_ends_the_call_and_everything_the_ch
     );
     drop(orchestrator);
 }
+
+/// With certificates, the MCP endpoint speaks HTTPS with the services'
+/// certificate: OpenRun names an `https://` URL, a client trusting the CA
+/// lists and calls, and plaintext is not answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_certificates_the_http_endpoint_speaks_tls_only() {
+    let Some(modules) = sdk_or_skip() else { return };
+    let pki = chorus_tests::pki::Pki::new();
+    let data = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    std::fs::write(root.path().join("notes.txt"), "over tls").expect("a file");
+    let signer = chorus_run_token::load_or_create_signer(data.path()).expect("key set");
+    let orchestrator = chorus_tests::orchestrator::Orchestrator::start_configured(
+        &data.path().join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| {
+            config.tls = Some(chorus_auth::tls::ServerTls {
+                cert: pki.server_cert.clone(),
+                key: pki.server_key.clone(),
+                client_ca: None,
+            });
+            config.runner.tls_ca = Some(pki.ca.clone());
+            Transport::Http.serve(config);
+        },
+    )
+    .await;
+    let mut admin = orchestrator.client().await;
+    let ws = workspace(&mut admin, "mcp-tls", root.path()).await;
+    add_agent(&mut admin, &ws, "mcp-reader", &["file.read"], "").await;
+    let run = opened_run(&mut admin, &ws, "mcp-reader", "read over tls").await;
+    assert!(run.mcp_url.starts_with("https://"), "{}", run.mcp_url);
+
+    let plan = json!({"transport": Transport::Http.to(&run), "steps": [
+        {"call": "file_read", "arguments": {"path": "notes.txt"}},
+    ]});
+    let ca = [("NODE_EXTRA_CA_CERTS", pki.ca.as_os_str())];
+    let got = chorus_tests::mcp::run_client_with_env(&modules, &plan, &ca).await;
+    let read = &got["results"][0];
+    assert!(!is_error(read) && text(read).contains("over tls"), "{got}");
+
+    let mut plain = Transport::Http.to(&run);
+    plain["http"]["url"] = json!(run.mcp_url.replacen("https://", "http://", 1));
+    let got = run_client(
+        &modules,
+        &json!({"transport": plain, "steps": [{"list": true}]}),
+    )
+    .await;
+    assert!(
+        got.get("connect_error").is_some(),
+        "plaintext answered: {got}"
+    );
+}
