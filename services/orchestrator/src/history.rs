@@ -6,7 +6,7 @@
 //! behind, or sees a sequence number jump, goes back to the store for what it
 //! missed, so a slow or lagging watcher never loses an event.
 
-mod hub;
+pub(crate) mod hub;
 mod pg_connect;
 pub mod relay;
 mod watch;

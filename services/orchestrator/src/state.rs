@@ -59,8 +59,8 @@ impl AppState {
         let verifier = signer.verifier();
         Self {
             auth: Arc::new(KeyAuthenticator::new(store.clone(), verifier.clone())),
+            hub: Arc::clone(store.hub()),
             store,
-            hub: Arc::new(EventHub::new()),
             signer: Arc::new(signer),
             verifier,
             shutdown: CancellationToken::new(),
@@ -70,22 +70,6 @@ impl AppState {
             key_references: KeyReferenceRules::default(),
             claim_now: Arc::new(tokio::sync::Notify::new()),
         }
-    }
-
-    /// Announces committed events to live watchers. Call after every store write
-    /// that returned events.
-    pub fn publish(&self, events: &[Event]) {
-        let appended = &chorus_telemetry::metrics().events_appended;
-        for event in events {
-            appended.add(
-                1,
-                &[opentelemetry::KeyValue::new(
-                    "chorus.event",
-                    event.kind.as_str(),
-                )],
-            );
-        }
-        self.hub.publish(events);
     }
 }
 

@@ -36,8 +36,39 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::domain::DomainError;
+use crate::domain::{DomainError, Event, Run, Task};
+use crate::history::hub::EventHub;
 use crate::secrets::SecretBox;
+
+/// What a write that commits events answers, with them.
+pub trait Committed {
+    /// The events the write committed, in order.
+    fn committed(&self) -> &[Event];
+}
+
+impl Committed for Vec<Event> {
+    fn committed(&self) -> &[Event] {
+        self
+    }
+}
+
+impl Committed for (Task, Vec<Event>) {
+    fn committed(&self) -> &[Event] {
+        &self.1
+    }
+}
+
+impl Committed for (Run, Task, Vec<Event>) {
+    fn committed(&self) -> &[Event] {
+        &self.2
+    }
+}
+
+impl Committed for (Task, Vec<Run>, Vec<Event>) {
+    fn committed(&self) -> &[Event] {
+        &self.2
+    }
+}
 
 pub use agents::{AgentChanges, NewAgent};
 pub use providers::{NewProvider, ProviderChanges};
@@ -198,6 +229,10 @@ pub struct Store {
     url: Arc<str>,
     /// Tasks as last read (SQLite only; see `task_cache`).
     tasks: Arc<task_cache::TaskCache>,
+    /// Where committed events are announced to this process's watchers:
+    /// every write that commits events publishes them here itself (see
+    /// [`Store::write_events`]), so no caller can forget to.
+    hub: Arc<EventHub>,
 }
 
 /// A file's device and inode.
@@ -264,7 +299,14 @@ impl Store {
                 Backend::Sqlite => task_cache::TaskCache::enabled(task_cache::CACHE_BYTES),
                 Backend::Postgres => task_cache::TaskCache::disabled(),
             }),
+            hub: Arc::new(EventHub::new()),
         })
+    }
+
+    /// Where this store announces the events it commits (and the replicas'
+    /// relay, the events other replicas committed).
+    pub fn hub(&self) -> &Arc<EventHub> {
+        &self.hub
     }
 
     /// The same store, acting as replica `identity` (the default: the single
@@ -388,6 +430,29 @@ impl Store {
     {
         self.with_conn(move |conn| connection::write_transaction(conn, f))
             .await
+    }
+
+    /// [`Self::write`] for a write that commits events: once committed, they
+    /// are announced to this process's watchers (and counted).
+    async fn write_events<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Committed + Send + 'static,
+        F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let written = self.write(f).await?;
+        let events = written.committed();
+        let appended = &chorus_telemetry::metrics().events_appended;
+        for event in events {
+            appended.add(
+                1,
+                &[opentelemetry::KeyValue::new(
+                    "chorus.event",
+                    event.kind.as_str(),
+                )],
+            );
+        }
+        self.hub.publish(events);
+        Ok(written)
     }
 
     /// [`Self::write`] on the heartbeat's own connection.

@@ -118,12 +118,11 @@ impl AgentTools {
             "task.update_stage" => {
                 let a: args::TaskUpdateStage = parse(tool, arguments)?;
                 let by = run.clone();
-                let (task, events) = store
+                let (task, _) = store
                     .change_task(run.task_id, move |task| {
                         Ok(vec![policy::change_stage(task, a.stage, Some(&by))?])
                     })
                     .await?;
-                self.state.publish(&events);
                 Ok(to_json(&outputs::TaskStage {
                     task_id: task.id.to_string(),
                     stage: task.stage,
@@ -133,7 +132,6 @@ impl AgentTools {
                 let a: args::TaskComment = parse(tool, arguments)?;
                 let event = policy::comment(run, &a.text)?;
                 let events = store.append_events(run.task_id, vec![event]).await?;
-                self.state.publish(&events);
                 let sequence = events.last().map_or(0, |e| e.sequence);
                 Ok(to_json(&outputs::TaskComment {
                     task_id: run.task_id.to_string(),
@@ -143,12 +141,11 @@ impl AgentTools {
             "completion-report" => {
                 let report: args::CompletionReport = parse(tool, arguments)?;
                 let status = report.status;
-                let (_, _, events) = store
+                store
                     .change_run(run.id, move |run, task| {
                         policy::apply_completion_report(run, task, report)
                     })
                     .await?;
-                self.state.publish(&events);
                 Ok(to_json(&outputs::CompletionReportAccepted { status }))
             }
             "planner-output" => {
@@ -166,12 +163,11 @@ impl AgentTools {
                     args::PlannerOutput::Questions { .. } => "questions",
                     args::PlannerOutput::Error { .. } => "error",
                 };
-                let (_, _, events) = store
+                store
                     .change_run(run.id, move |run, _task| {
                         policy::apply_planner_output(run, output)
                     })
                     .await?;
-                self.state.publish(&events);
                 Ok(to_json(&outputs::PlannerOutputAccepted {
                     kind: kind.to_owned(),
                 }))
@@ -296,11 +292,10 @@ pub(crate) async fn record(
     run: &Run,
     call: ToolCallRecord,
 ) -> Result<(), ServiceError> {
-    let events = state
+    state
         .store
         .append_events(run.task_id, vec![policy::tool_executed(run, call)])
         .await?;
-    state.publish(&events);
     Ok(())
 }
 
@@ -321,14 +316,13 @@ pub(crate) async fn record_reported(
     }
     let checked = call.clone();
     let draft = policy::reported_call(run, call, by);
-    let (_, _, events) = state
+    state
         .store
         .change_run(run.id, move |run, _| {
             policy::check_recordable(run, &checked, by, now_ms())?;
             Ok(vec![draft])
         })
         .await?;
-    state.publish(&events);
     Ok(())
 }
 
@@ -393,11 +387,10 @@ pub(crate) async fn authorize(state: &AppState, run: &Run, tool: &str) -> Result
     match policy::check_tool_call(run, tool) {
         Ok(()) => Ok(()),
         Err(DomainError::NotAllowed(reason)) => {
-            let events = state
+            state
                 .store
                 .append_events(run.task_id, policy::denied_events(run, tool, &reason))
                 .await?;
-            state.publish(&events);
             warn!(run_id = %run.id, agent = %run.agent, tool, "tool denied");
             Err(DomainError::NotAllowed(reason).into())
         }

@@ -123,7 +123,7 @@ async fn run_attempts(
         })
         .await
     {
-        Ok((_, _, events)) => state.publish(&events),
+        Ok(_) => {}
         Err(e) => {
             // Canceled while spawning, or the store failed: nothing was started.
             outcome.result = Err(AttemptError::Failed {
@@ -468,7 +468,7 @@ async fn record_progress(
             }
         };
         match result {
-            Ok(events) => state.publish(&events),
+            Ok(_) => {}
             Err(e) => warn!(run_id = %ctx.run_id, error = %e, "cannot record the agent's progress"),
         }
     }
@@ -597,7 +597,6 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
                 })
                 .unwrap_or("canceled");
             super::trace::ended(&ctx.span, ctx, how, Some(&run));
-            state.publish(&events);
             info!(run_id = %run.id, reason = run.end_reason.as_deref().unwrap_or(""), "run ended");
         }
         Err(e) => {

@@ -153,7 +153,6 @@ pub async fn handoff(
         .store
         .open_run(new, |task, run, parent| begin_handoff(task, run, parent))
         .await?;
-    state.publish(&events);
     let started = events
         .iter()
         .find(|e| e.kind == EventKind::AgentHandoffStarted)
@@ -390,7 +389,7 @@ async fn record_refused_call(
         .append_events(parent.task_id, vec![policy::tool_executed(parent, call)])
         .await
     {
-        Ok(events) => state.publish(&events),
+        Ok(_) => {}
         Err(e) => warn!(run_id = %parent.id, error = %e, "cannot record a refused handoff"),
     }
 }

@@ -112,7 +112,6 @@ async fn claim_paced(state: &AppState, own: bool, pace: Duration) -> Result<usiz
             })
             .await?;
         claimed += taken.len();
-        state.publish(&events);
         let after = crate::runner::start::before(&events);
         for run in taken {
             if run.state == RunState::Finished {

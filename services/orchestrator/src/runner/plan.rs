@@ -81,7 +81,6 @@ async fn launch_planner(
             Ok(events)
         })
         .await?;
-    state.publish(&events);
     launch.start(
         state,
         &run,

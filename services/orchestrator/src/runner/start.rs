@@ -65,7 +65,6 @@ pub async fn start_task(
             Ok(vec![policy::change_status(task, TaskStatus::Active, None)?])
         })
         .await?;
-    state.publish(&events);
     launch.start(state, &run, message, before(&events));
     Ok(pb::StartTaskResponse {
         task: Some(convert::task(&task)),
@@ -158,13 +157,12 @@ pub async fn cancel_task(
     let reason = convert::non_empty(req.reason).unwrap_or_else(|| "canceled".to_owned());
     policy::check_status_reason(&reason)?;
     let now = now_ms();
-    let (task, runs, events) = state
+    let (task, runs, _) = state
         .store
         .change_task_runs(task_id, move |task, runs| {
             policy::cancel_task(task, runs, &reason, now)
         })
         .await?;
-    state.publish(&events);
     let ended: Vec<RunId> = runs
         .iter()
         .filter(|r| r.finished_ms == Some(now))

@@ -338,7 +338,7 @@ impl Store {
     {
         let me = self.replica.id.clone();
         let lease_end = self.lease_end();
-        self.write(move |conn| {
+        self.write_events(move |conn| {
             let before_task = lock_task(conn, task_id)?;
             let now = now_ms();
             let leased: Vec<RunRow> = runs::table

@@ -88,7 +88,7 @@ impl Store {
     {
         let lease_end = self.lease_end();
         let replica = self.replica.id.clone();
-        self.write(move |conn| {
+        self.write_events(move |conn| {
             let before = lock_task(conn, new.task_id)?;
             let mut task = before.clone();
             let parent_before = match new.parent {
@@ -189,7 +189,7 @@ impl Store {
     where
         F: FnOnce(&mut Run, &mut Task) -> Result<Vec<EventDraft>, DomainError> + Send + 'static,
     {
-        self.write(move |conn| {
+        self.write_events(move |conn| {
             let task_id = load_run(conn, run_id)?.task_id;
             let before_task = lock_task(conn, task_id)?;
             // Read again under the task's lock: every run change holds it.
@@ -277,7 +277,7 @@ impl Store {
     where
         F: FnOnce(&mut Task, &mut [Run]) -> Result<Vec<EventDraft>, DomainError> + Send + 'static,
     {
-        self.write(move |conn| {
+        self.write_events(move |conn| {
             let before_task = lock_task(conn, task_id)?;
             let before_runs = load_unfinished(conn, Some(task_id))?;
             let mut task = before_task.clone();
@@ -308,7 +308,7 @@ impl Store {
             + Send
             + 'static,
     {
-        self.write(move |conn| {
+        self.write_events(move |conn| {
             let task_id = load_run(conn, run_id)?.task_id;
             let before_task = lock_task(conn, task_id)?;
             let before_run = load_run(conn, run_id)?;

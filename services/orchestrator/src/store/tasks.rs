@@ -68,7 +68,7 @@ impl Store {
         trace_context: Option<String>,
     ) -> Result<(Task, Vec<Event>), StoreError> {
         Task::check_description(&description)?;
-        self.write(move |conn| {
+        self.write_events(move |conn| {
             ensure_workspace(conn, workspace)?;
             let now = now_ms();
             let task = Task {
@@ -221,7 +221,7 @@ impl Store {
     where
         F: FnOnce(&mut Task) -> Result<Vec<EventDraft>, DomainError> + Send + 'static,
     {
-        self.write(move |conn| {
+        self.write_events(move |conn| {
             let before = lock_task(conn, id)?;
             let mut task = before.clone();
             let drafts = f(&mut task)?;

@@ -60,7 +60,7 @@ pub(super) async fn open(
         // Its caller drives it: no replica does.
         drive: None,
     };
-    let (run, _task, events) = state
+    let (run, _task, _) = state
         .store
         .open_run(new, |task, run, _parent| {
             // A run works on an active task: a planned or waiting one becomes
@@ -73,7 +73,6 @@ pub(super) async fn open(
             Ok(events)
         })
         .await?;
-    state.publish(&events);
 
     Ok(pb::OpenRunResponse {
         token: crate::auth::runs::mint(state, &run)?,
@@ -99,13 +98,12 @@ pub(super) async fn finish(
     let id = convert::run_id("id", &req.id)?;
     let reason = convert::non_empty(req.reason).unwrap_or_else(|| "finished".to_owned());
     let now = now_ms();
-    let (run, _task, events) = state
+    let (run, _task, _) = state
         .store
         .change_run(id, move |run, task| {
             Ok(vec![policy::finish_run(run, task, reason, now)?])
         })
         .await?;
-    state.publish(&events);
     crate::runner::wait_calls_stopped(state, run.task_id, vec![run.id], now).await?;
     Ok(convert::run(&run))
 }

@@ -40,7 +40,7 @@ pub(super) async fn create(
         chorus.task_id = tracing::field::Empty,
     );
     let trace = chorus_telemetry::propagation::traceparent(&span);
-    let (task, events) = state
+    let (task, _) = state
         .store
         .create_traced_task(
             workspace,
@@ -51,7 +51,6 @@ pub(super) async fn create(
         .instrument(span.clone())
         .await?;
     span.record("chorus.task_id", task.id.to_string());
-    state.publish(&events);
     Ok(convert::task(&task))
 }
 
@@ -107,14 +106,13 @@ pub(super) async fn update_status(
     }
     // A task whose runs are still going is not moved by hand: CancelTask ends
     // them with it (checked in the same transaction as the change).
-    let (task, _runs, events) = state
+    let (task, _runs, _) = state
         .store
         .change_task_runs(id, move |task, runs| {
             policy::check_no_live_runs(task, runs)?;
             Ok(vec![policy::change_status(task, to, reason)?])
         })
         .await?;
-    state.publish(&events);
     Ok(convert::task(&task))
 }
 
@@ -147,7 +145,7 @@ pub(super) async fn update_planning(
     }
     let data = serde_json::to_value(&planning)
         .map_err(|e| StoreError::Database(format!("planning is not JSON: {e}")))?;
-    let (task, events) = state
+    let (task, _) = state
         .store
         .change_task(id, move |task| {
             policy::check_planning_editable(task)?;
@@ -155,7 +153,6 @@ pub(super) async fn update_planning(
             Ok(vec![(EventKind::PlanningUpdated, data)])
         })
         .await?;
-    state.publish(&events);
     Ok(convert::task(&task))
 }
 
