@@ -20,7 +20,7 @@ use serde_json::json;
 use tonic::Code;
 
 #[derive(Debug, Clone, Copy)]
-enum Ending {
+enum RunEnd {
     FinishRun,
     CancelTask,
 }
@@ -79,7 +79,7 @@ fn run_env(
     }
 }
 
-async fn a_run_end_stops_its_bash_call(ending: Ending) {
+async fn a_run_end_stops_its_bash_call(ending: RunEnd) {
     let (orchestrator, root, _data) = an_orchestrator().await;
     let mut client = orchestrator.client().await;
     let (task, opened) = opened_bash_run(&mut client, root.path()).await;
@@ -95,7 +95,7 @@ async fn a_run_end_stops_its_bash_call(ending: Ending) {
     .await;
 
     match ending {
-        Ending::FinishRun => {
+        RunEnd::FinishRun => {
             client
                 .finish_run(pb::FinishRunRequest {
                     id: run_id.clone(),
@@ -104,7 +104,7 @@ async fn a_run_end_stops_its_bash_call(ending: Ending) {
                 .await
                 .expect("finish");
         }
-        Ending::CancelTask => {
+        RunEnd::CancelTask => {
             client
                 .cancel_task(pb::CancelTaskRequest {
                     id: task.id.clone(),
@@ -147,12 +147,12 @@ async fn a_run_end_stops_its_bash_call(ending: Ending) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finish_run_stops_the_runs_bash_call_and_records_it() {
-    a_run_end_stops_its_bash_call(Ending::FinishRun).await;
+    a_run_end_stops_its_bash_call(RunEnd::FinishRun).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_task_stops_the_runs_bash_call_and_records_it() {
-    a_run_end_stops_its_bash_call(Ending::CancelTask).await;
+    a_run_end_stops_its_bash_call(RunEnd::CancelTask).await;
 }
 
 /// A run taken over by another driver — here the next process on the same

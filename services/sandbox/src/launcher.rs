@@ -319,8 +319,8 @@ fn monitor(
         cgroups.remove();
     }
     match init::read_report(report) {
-        Some(init::Ending::Exited(code)) => std::process::exit(code),
-        Some(init::Ending::Signaled(signal)) => signals::die_by(signal),
+        Some(init::LeaderExit::Exited(code)) => std::process::exit(code),
+        Some(init::LeaderExit::Signaled(signal)) => signals::die_by(signal),
         None => match status {
             Some(WaitStatus::Exited(_, code)) => std::process::exit(code),
             Some(WaitStatus::Signaled(_, signal, _)) => signals::die_by(signal as i32),

@@ -15,7 +15,7 @@ mod shutdown;
 pub use log_rate::LogRate;
 pub use metrics::metrics;
 pub use otel::{EXPORT_ENV, Export, Telemetry, init, init_instance, init_quiet};
-pub use shutdown::{Shutdown, StopSignal, shutdown_signal};
+pub use shutdown::{Shutdown, ShutdownSignal, shutdown_signal};
 
 /// How logs are written on stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -10,12 +10,12 @@ use tracing::{error, warn};
 
 /// A stop signal the process received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopSignal {
+pub enum ShutdownSignal {
     Terminate,
     Interrupt,
 }
 
-impl StopSignal {
+impl ShutdownSignal {
     /// The exit status of a process ended by this signal at once: 128 plus
     /// the signal's number (143 for SIGTERM, 130 for SIGINT), as shells report it.
     pub fn exit_code(self) -> i32 {
@@ -41,7 +41,7 @@ impl StopSignal {
 /// still leads to a graceful shutdown.
 #[derive(Debug, Clone)]
 pub struct Shutdown {
-    seen: watch::Receiver<Vec<StopSignal>>,
+    seen: watch::Receiver<Vec<ShutdownSignal>>,
 }
 
 impl Shutdown {
@@ -58,8 +58,8 @@ impl Shutdown {
                 tokio::spawn(async move {
                     loop {
                         let received = tokio::select! {
-                            Some(()) = term.recv() => StopSignal::Terminate,
-                            Some(()) = int.recv() => StopSignal::Interrupt,
+                            Some(()) = term.recv() => ShutdownSignal::Terminate,
+                            Some(()) = int.recv() => ShutdownSignal::Interrupt,
                             else => return,
                         };
                         sender.send_modify(|seen| seen.push(received));
@@ -88,11 +88,11 @@ impl Shutdown {
     }
 
     /// Resolves on the second signal, with it.
-    pub fn forced(&self) -> impl Future<Output = Option<StopSignal>> + Send + use<> {
+    pub fn forced(&self) -> impl Future<Output = Option<ShutdownSignal>> + Send + use<> {
         self.nth(2)
     }
 
-    /// Ends the process at once, with [`StopSignal::exit_code`], when a second
+    /// Ends the process at once, with [`ShutdownSignal::exit_code`], when a second
     /// signal arrives — during the drain, the ordered stop or anything after.
     pub fn exit_on_second_signal(&self) {
         let forced = self.forced();
@@ -109,7 +109,7 @@ impl Shutdown {
     }
 
     /// Resolves with the `n`th signal (1-based); None if no more can come.
-    fn nth(&self, n: usize) -> impl Future<Output = Option<StopSignal>> + Send + use<> {
+    fn nth(&self, n: usize) -> impl Future<Output = Option<ShutdownSignal>> + Send + use<> {
         let mut seen = self.seen.clone();
         async move {
             let signal = seen
@@ -137,8 +137,8 @@ mod tests {
 
     #[test]
     fn the_exit_code_is_128_plus_the_signal() {
-        assert_eq!(StopSignal::Terminate.exit_code(), 143);
-        assert_eq!(StopSignal::Interrupt.exit_code(), 130);
+        assert_eq!(ShutdownSignal::Terminate.exit_code(), 143);
+        assert_eq!(ShutdownSignal::Interrupt.exit_code(), 130);
     }
 
     #[tokio::test]
@@ -147,10 +147,13 @@ mod tests {
         let shutdown = Shutdown { seen };
         let requested = tokio::spawn(shutdown.requested());
         let forced = tokio::spawn(shutdown.forced());
-        sender.send_modify(|s| s.push(StopSignal::Terminate));
+        sender.send_modify(|s| s.push(ShutdownSignal::Terminate));
         requested.await.expect("requested");
         assert!(!forced.is_finished(), "one signal does not force");
-        sender.send_modify(|s| s.push(StopSignal::Interrupt));
-        assert_eq!(forced.await.expect("forced"), Some(StopSignal::Interrupt));
+        sender.send_modify(|s| s.push(ShutdownSignal::Interrupt));
+        assert_eq!(
+            forced.await.expect("forced"),
+            Some(ShutdownSignal::Interrupt)
+        );
     }
 }

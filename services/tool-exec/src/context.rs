@@ -10,21 +10,21 @@ use serde_json::{Map, Value};
 
 use crate::config::Limits;
 use crate::error::ToolError;
-use crate::sandbox::Sandbox;
-use crate::stop::StopSignal;
+use crate::sandbox::FileRoot;
+use crate::stop::CallStop;
 
 /// How long a stopped call waits for its blocking work to wind down.
 pub const STOPPED_WORK_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct ToolContext {
-    pub sandbox: Arc<Sandbox>,
+    pub sandbox: Arc<FileRoot>,
     pub grant: Arc<RunGrant>,
     pub limits: Limits,
     /// Where bash and git run.
     pub processes: chorus_sandbox::Sandbox,
     /// Fires when the call must stop: long-running tools stop and clean up.
-    pub stop: StopSignal,
+    pub stop: CallStop,
     /// The call's fence, for the processes it starts (see [`crate::watch`]).
     pub fence: Option<std::path::PathBuf>,
 }
@@ -42,7 +42,7 @@ impl ToolContext {
     pub async fn blocking<T, F>(&self, work: F) -> Result<T, ToolError>
     where
         T: Send + 'static,
-        F: FnOnce(&Sandbox, &StopSignal) -> Result<T, ToolError> + Send + 'static,
+        F: FnOnce(&FileRoot, &CallStop) -> Result<T, ToolError> + Send + 'static,
     {
         self.stop.check()?;
         let sandbox = Arc::clone(&self.sandbox);

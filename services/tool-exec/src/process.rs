@@ -115,7 +115,7 @@ pub struct RunLimits {
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ending {
+pub enum CommandEnd {
     /// The program exited by itself (with any status).
     Exited,
     /// The timeout passed; every process was killed.
@@ -144,7 +144,7 @@ impl Captured {
 /// What a finished run produced.
 #[derive(Debug, Clone)]
 pub struct Finished {
-    pub ending: Ending,
+    pub ending: CommandEnd,
     /// The program's wait status (after the kill when it timed out or was cancelled).
     pub status: ExitStatus,
     pub stdout: Captured,
@@ -154,7 +154,7 @@ pub struct Finished {
 impl Finished {
     /// True when the program exited by itself with status 0.
     pub fn success(&self) -> bool {
-        self.ending == Ending::Exited && self.status.success()
+        self.ending == CommandEnd::Exited && self.status.success()
     }
 }
 
@@ -229,23 +229,23 @@ pub async fn run(
     let deadline = Instant::now() + limits.timeout;
     let ending = tokio::select! {
         biased;
-        _ = child.wait() => Ending::Exited,
-        () = cancel.cancelled() => Ending::Cancelled,
-        () = sleep_until(deadline) => Ending::TimedOut,
+        _ = child.wait() => CommandEnd::Exited,
+        () = cancel.cancelled() => CommandEnd::Cancelled,
+        () = sleep_until(deadline) => CommandEnd::TimedOut,
     };
     let status = match ending {
-        Ending::Exited => {
+        CommandEnd::Exited => {
             child.clean_up().await;
             child.wait().await
         }
-        Ending::TimedOut | Ending::Cancelled => child.kill_all().await,
+        CommandEnd::TimedOut | CommandEnd::Cancelled => child.kill_all().await,
     }
     .map_err(|e| StartError::Failed {
         message: format!("cannot wait for the process: {e}"),
         not_found: false,
     })?;
     let (stdout, stderr) = collect(stdout, stderr, &stop_reading).await;
-    if ending == Ending::Exited
+    if ending == CommandEnd::Exited
         && let Some(message) = child.launch_failure(status, &stderr.text())
     {
         match status.code() {

@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Limits;
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
-use crate::sandbox::Sandbox;
-use crate::stop::{StopReason, StopSignal};
+use crate::sandbox::FileRoot;
+use crate::stop::{CallStop, StopReason};
 use crate::tools;
 
 /// What a bash or git call gets past its own timeout to kill its processes and
@@ -132,11 +132,11 @@ impl ToolRunner {
             _ => None,
         };
         let sandbox = Arc::new(
-            Sandbox::open(&grant.root)?
+            FileRoot::open(&grant.root)?
                 .owned_by(owner)
                 .with_hard_links(self.limits.hard_links),
         );
-        let stop = StopSignal::new(&self.shutdown, spec.name, self.deadline_of(spec));
+        let stop = CallStop::new(&self.shutdown, spec.name, self.deadline_of(spec));
         let ctx = ToolContext {
             sandbox,
             grant: Arc::new(grant),

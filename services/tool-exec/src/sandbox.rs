@@ -1,7 +1,7 @@
 //! The one gate to the filesystem.
 //!
-//! Every path that arrives in a request goes through [`Sandbox::resolve`], and every
-//! file operation goes through a method of [`Sandbox`], which works on a directory
+//! Every path that arrives in a request goes through [`FileRoot::resolve`], and every
+//! file operation goes through a method of [`FileRoot`], which works on a directory
 //! handle of the workspace root (cap-std). Resolution is done per path component
 //! relative to that handle, so `..`, absolute symlinks, symlinks that lead outside
 //! the root and directories swapped for symlinks mid-operation cannot escape: the
@@ -21,7 +21,7 @@ use cap_std::ambient_authority;
 use cap_std::fs::{Dir, File, FileTypeExt, Metadata, OpenOptions, OpenOptionsExt};
 
 use crate::error::ToolError;
-use crate::stop::StopSignal;
+use crate::stop::CallStop;
 
 /// Longest accepted path (bytes), as Linux's PATH_MAX.
 const MAX_PATH_BYTES: usize = 4096;
@@ -32,7 +32,7 @@ const READ_CHUNK_BYTES: u64 = 1024 * 1024;
 
 /// A workspace root opened as a directory handle.
 #[derive(Debug)]
-pub struct Sandbox {
+pub struct FileRoot {
     /// The root as named in the run token.
     root: PathBuf,
     /// The same root with symlinks resolved, for recognising absolute paths.
@@ -70,7 +70,7 @@ impl WorkspacePath {
     }
 
     /// Builds a workspace path from a path already known to be relative and
-    /// normalised (tests only: real paths come from [`Sandbox::resolve`]).
+    /// normalised (tests only: real paths come from [`FileRoot::resolve`]).
     #[cfg(test)]
     pub(crate) fn from_relative(rel: PathBuf) -> Self {
         Self(rel)
@@ -119,7 +119,7 @@ impl WorkspacePath {
     }
 }
 
-/// How [`Sandbox::write_atomic`] treats an existing file.
+/// How [`FileRoot::write_atomic`] treats an existing file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteMode {
     /// Fail if the file exists; create missing parent directories.
@@ -128,7 +128,7 @@ pub enum WriteMode {
     Replace,
 }
 
-impl Sandbox {
+impl FileRoot {
     /// Opens the workspace root. It must be an absolute path to a directory.
     pub fn open(root: &Path) -> Result<Self, ToolError> {
         let unusable = |reason: String| ToolError::WorkspaceUnavailable {
@@ -151,7 +151,7 @@ impl Sandbox {
     }
 
     /// File tools will act as `uid:gid` (a root service acting for the
-    /// workspace's user): see [`Sandbox::act`].
+    /// workspace's user): see [`FileRoot::act`].
     #[must_use]
     pub fn owned_by(mut self, owner: Option<(u32, u32)>) -> Self {
         self.owner = owner;
@@ -361,7 +361,7 @@ impl Sandbox {
         &self,
         path: &WorkspacePath,
         limit: u64,
-        stop: &StopSignal,
+        stop: &CallStop,
     ) -> Result<Vec<u8>, ToolError> {
         use std::io::Read;
         let (file, meta) = self.open_file(path)?;
@@ -397,7 +397,7 @@ impl Sandbox {
     }
 
     /// The workspace-relative form of a real path found by a directory walk under
-    /// [`Sandbox::canonical_root`], or `None` when it is not under the root.
+    /// [`FileRoot::canonical_root`], or `None` when it is not under the root.
     pub fn relative_of(&self, real: &Path) -> Option<WorkspacePath> {
         let rel = real.strip_prefix(&self.canonical_root).ok()?;
         if rel.components().any(|c| !matches!(c, Component::Normal(_))) {

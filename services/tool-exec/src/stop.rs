@@ -1,13 +1,13 @@
 //! When a tool call stops early: its deadline passed, its caller went away, or
 //! tool-exec is shutting down.
 //!
-//! Every call gets a [`StopSignal`]. The runner fires it for the deadline and for
+//! Every call gets a [`CallStop`]. The runner fires it for the deadline and for
 //! a caller that left; the service's shutdown token, its parent, fires it on
-//! shutdown. Async work waits on [`StopSignal::token`] (bash and git kill their
+//! shutdown. Async work waits on [`CallStop::token`] (bash and git kill their
 //! processes); blocking work cannot be aborted from outside, so its loops call
-//! [`StopSignal::check`], one atomic load, and return the stop's error.
+//! [`CallStop::check`], one atomic load, and return the stop's error.
 //!
-//! A call that changes files passes [`StopSignal::commit`] right before the
+//! A call that changes files passes [`CallStop::commit`] right before the
 //! change is made. Before that point a stop abandons the call and it changes
 //! nothing; after it the change is made and reported, whatever fires later.
 
@@ -34,14 +34,14 @@ pub enum StopReason {
 
 /// Where a call stands with respect to its change.
 const RUNNING: u8 = 0;
-/// The call passed [`StopSignal::commit`]: its change is being made.
+/// The call passed [`CallStop::commit`]: its change is being made.
 const COMMITTED: u8 = 1;
 /// The call was stopped before its change: it may not make one any more.
 const ABANDONED: u8 = 2;
 
 /// The stop of one tool call; clones share it.
 #[derive(Debug, Clone)]
-pub struct StopSignal {
+pub struct CallStop {
     inner: Arc<Inner>,
 }
 
@@ -51,12 +51,12 @@ struct Inner {
     deadline: Duration,
     /// Fires when the call must stop, whatever the reason.
     token: CancellationToken,
-    /// Set by [`StopSignal::stop`]; unset when the shutdown token fired.
+    /// Set by [`CallStop::stop`]; unset when the shutdown token fired.
     reason: OnceLock<StopReason>,
     state: AtomicU8,
 }
 
-impl StopSignal {
+impl CallStop {
     /// The stop of a call of `tool` with a `deadline`; it fires too when
     /// `shutdown` does.
     pub fn new(shutdown: &CancellationToken, tool: &'static str, deadline: Duration) -> Self {
@@ -165,7 +165,7 @@ impl StopSignal {
 }
 
 #[cfg(test)]
-impl StopSignal {
+impl CallStop {
     /// A signal nobody fires, for tests of the work itself.
     pub(crate) fn idle() -> Self {
         Self::new(&CancellationToken::new(), "test", Duration::from_secs(3600))
@@ -178,9 +178,9 @@ mod tests {
 
     use super::*;
 
-    fn signal() -> (CancellationToken, StopSignal) {
+    fn signal() -> (CancellationToken, CallStop) {
         let shutdown = CancellationToken::new();
-        let stop = StopSignal::new(&shutdown, "file.patch", Duration::from_secs(7));
+        let stop = CallStop::new(&shutdown, "file.patch", Duration::from_secs(7));
         (shutdown, stop)
     }
 

@@ -422,7 +422,7 @@ pub fn cancel_task(
     events.extend(handoff::end_all_runs(
         runs,
         task,
-        handoff::Ending {
+        handoff::EndFromOutside {
             kind: EventKind::RunCanceled,
             failure: HandoffFailure::Canceled,
             reason: &why,
@@ -445,7 +445,7 @@ pub fn interrupt_task(
     let mut events = handoff::end_all_runs(
         runs,
         task,
-        handoff::Ending {
+        handoff::EndFromOutside {
             kind: EventKind::RunInterrupted,
             failure: HandoffFailure::Interrupted,
             reason,
@@ -536,7 +536,7 @@ pub fn interrupt_runs(
             id,
             runs,
             task,
-            handoff::Ending {
+            handoff::EndFromOutside {
                 kind: EventKind::RunCanceled,
                 failure: HandoffFailure::Canceled,
                 reason: &why,

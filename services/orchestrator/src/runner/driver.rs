@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::process::{CliExit, Ending, run_cli};
+use super::process::{CliEnd, CliExit, run_cli};
 use super::tools::ToolRouter;
 use super::{HOME_DIR, Runner, TMP_DIR, WORK_DIR};
 use crate::domain::policy::{handoff, planning};
@@ -362,14 +362,14 @@ fn cli_result(
         }
     };
     match &exit.ending {
-        Ending::Exited(0) => match stream_error {
+        CliEnd::Exited(0) => match stream_error {
             None => Ok(end),
             Some(error) => Err(AttemptError::Failed {
                 reason: format!("{program} reported an error: {error}"),
                 partial: end,
             }),
         },
-        Ending::Exited(_) | Ending::Signaled(_) => {
+        CliEnd::Exited(_) | CliEnd::Signaled(_) => {
             let mut reason = exit.describe(program);
             if let Some(error) = stream_error {
                 reason = format!("{reason}\n{program} reported: {error}");
@@ -379,11 +379,11 @@ fn cli_result(
                 partial: end,
             })
         }
-        Ending::TimedOut(_) => Err(AttemptError::TimedOut {
+        CliEnd::TimedOut(_) => Err(AttemptError::TimedOut {
             reason: exit.describe(program),
             partial: end,
         }),
-        Ending::Stopped => Err(AttemptError::Stopped { partial: end }),
+        CliEnd::Stopped => Err(AttemptError::Stopped { partial: end }),
     }
 }
 
@@ -542,7 +542,7 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
                 run.id,
                 others,
                 task,
-                handoff::Ending {
+                handoff::EndFromOutside {
                     kind: EventKind::RunCanceled,
                     failure: HandoffFailure::Canceled,
                     reason: &why,

@@ -71,7 +71,7 @@ impl CliCommand {
 
 /// How the process ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
+pub enum CliEnd {
     Exited(i32),
     Signaled(i32),
     TimedOut(Duration),
@@ -81,7 +81,7 @@ pub enum Ending {
 /// The end of a CLI process.
 #[derive(Debug)]
 pub struct CliExit {
-    pub ending: Ending,
+    pub ending: CliEnd,
     /// The last lines of stderr, or of stdout when stderr was empty.
     pub tail: Vec<String>,
 }
@@ -91,13 +91,13 @@ impl CliExit {
     /// each followed by the last lines of output.
     pub fn describe(&self, program: &str) -> String {
         let what = match &self.ending {
-            Ending::Exited(code) => format!("{program} exited with code {code}"),
-            Ending::Signaled(signal) => format!(
+            CliEnd::Exited(code) => format!("{program} exited with code {code}"),
+            CliEnd::Signaled(signal) => format!(
                 "{program} was killed by signal {signal} ({})",
                 signal_name(*signal)
             ),
-            Ending::TimedOut(after) => format!("timed out after {} s", after.as_secs()),
-            Ending::Stopped => "stopped".to_owned(),
+            CliEnd::TimedOut(after) => format!("timed out after {} s", after.as_secs()),
+            CliEnd::Stopped => "stopped".to_owned(),
         };
         if self.tail.is_empty() {
             what
@@ -144,7 +144,7 @@ pub async fn run_cli(
 
     // Read stdout while watching the CLI, the clock and the stop token.
     let mut stdout_open = true;
-    let mut ending: Option<Ending> = None;
+    let mut ending: Option<CliEnd> = None;
     let exited = loop {
         tokio::select! {
             line = lines.next_line(), if stdout_open => match line {
@@ -153,11 +153,11 @@ pub async fn run_cli(
             },
             status = child.wait() => break Some(status),
             () = clock.expired() => {
-                ending = Some(Ending::TimedOut(run_timeout));
+                ending = Some(CliEnd::TimedOut(run_timeout));
                 break None;
             }
             () = stop.cancelled() => {
-                ending = Some(Ending::Stopped);
+                ending = Some(CliEnd::Stopped);
                 break None;
             }
         }
@@ -195,11 +195,11 @@ pub async fn run_cli(
         use std::os::unix::process::ExitStatusExt;
         match status {
             Some(s) => match (s.code(), s.signal()) {
-                (Some(code), _) => Ending::Exited(code),
-                (None, Some(signal)) => Ending::Signaled(signal),
-                (None, None) => Ending::Exited(-1),
+                (Some(code), _) => CliEnd::Exited(code),
+                (None, Some(signal)) => CliEnd::Signaled(signal),
+                (None, None) => CliEnd::Exited(-1),
             },
-            None => Ending::Exited(-1),
+            None => CliEnd::Exited(-1),
         }
     });
     let tail = if stderr_tail.is_empty() {
@@ -364,7 +364,7 @@ mod tests {
         )
         .await;
         assert_eq!(lines, ["one", "two", "three"]);
-        assert_eq!(exit.ending, Ending::Exited(3));
+        assert_eq!(exit.ending, CliEnd::Exited(3));
         assert_eq!(exit.tail, ["oops"]);
         assert_eq!(
             exit.describe("claude"),
@@ -380,7 +380,7 @@ mod tests {
         )
         .await;
         assert_eq!(lines, ["started"]);
-        assert_eq!(exit.ending, Ending::TimedOut(Duration::from_millis(300)));
+        assert_eq!(exit.ending, CliEnd::TimedOut(Duration::from_millis(300)));
         assert!(exit.describe("x").starts_with("timed out after 0 s"));
     }
 
@@ -409,7 +409,7 @@ mod tests {
             MAX_LINE_BYTES + 10
         );
         let (exit, lines) = run(&script, Duration::from_secs(30)).await;
-        assert_eq!(exit.ending, Ending::Exited(0));
+        assert_eq!(exit.ending, CliEnd::Exited(0));
         assert_eq!(lines, ["after"]);
     }
 }

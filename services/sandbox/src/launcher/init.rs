@@ -23,7 +23,7 @@ use crate::policy::{EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, Poli
 
 /// How the leader ended, as init reports it to the monitor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ending {
+pub enum LeaderExit {
     Exited(i32),
     Signaled(i32),
 }
@@ -252,11 +252,13 @@ fn reap(leader: Pid, mask: &nix::sys::signal::SigSet, report: OwnedFd) -> ! {
             Ok(Signal::SIGCHLD) => loop {
                 match waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
                     Ok(WaitStatus::Exited(pid, code)) if pid == leader => {
-                        finish(report, Ending::Exited(code), code)
+                        finish(report, LeaderExit::Exited(code), code)
                     }
-                    Ok(WaitStatus::Signaled(pid, signal, _)) if pid == leader => {
-                        finish(report, Ending::Signaled(signal as i32), 128 + signal as i32)
-                    }
+                    Ok(WaitStatus::Signaled(pid, signal, _)) if pid == leader => finish(
+                        report,
+                        LeaderExit::Signaled(signal as i32),
+                        128 + signal as i32,
+                    ),
                     Ok(WaitStatus::StillAlive) | Err(_) => break,
                     Ok(_) => {}
                 }
@@ -272,24 +274,24 @@ fn reap(leader: Pid, mask: &nix::sys::signal::SigSet, report: OwnedFd) -> ! {
 
 /// Tells the monitor how the leader ended and exits; the kernel then kills
 /// whatever is left in the namespace.
-fn finish(report: OwnedFd, ending: Ending, code: i32) -> ! {
+fn finish(report: OwnedFd, ending: LeaderExit, code: i32) -> ! {
     let line = match ending {
-        Ending::Exited(code) => format!("exited {code}"),
-        Ending::Signaled(signal) => format!("signaled {signal}"),
+        LeaderExit::Exited(code) => format!("exited {code}"),
+        LeaderExit::Signaled(signal) => format!("signaled {signal}"),
     };
     let _ = std::fs::File::from(report).write_all(line.as_bytes());
     std::process::exit(code)
 }
 
 /// What init reported, if it got to report.
-pub fn read_report(report: OwnedFd) -> Option<Ending> {
+pub fn read_report(report: OwnedFd) -> Option<LeaderExit> {
     let mut text = String::new();
     std::fs::File::from(report).read_to_string(&mut text).ok()?;
     let (kind, number) = text.trim().split_once(' ')?;
     let number: i32 = number.parse().ok()?;
     match kind {
-        "exited" => Some(Ending::Exited(number)),
-        "signaled" => Some(Ending::Signaled(number)),
+        "exited" => Some(LeaderExit::Exited(number)),
+        "signaled" => Some(LeaderExit::Signaled(number)),
         _ => None,
     }
 }
@@ -300,11 +302,11 @@ mod tests {
 
     #[test]
     fn a_report_says_how_the_leader_ended() {
-        for (ending, code) in [(Ending::Exited(3), 3), (Ending::Signaled(9), 137)] {
+        for (ending, code) in [(LeaderExit::Exited(3), 3), (LeaderExit::Signaled(9), 137)] {
             let (read, write) = pipe2(OFlag::O_CLOEXEC).expect("pipe");
             let line = match ending {
-                Ending::Exited(c) => format!("exited {c}"),
-                Ending::Signaled(s) => format!("signaled {s}"),
+                LeaderExit::Exited(c) => format!("exited {c}"),
+                LeaderExit::Signaled(s) => format!("signaled {s}"),
             };
             std::fs::File::from(write)
                 .write_all(line.as_bytes())

@@ -89,7 +89,7 @@ async fn exit_status_and_both_streams_are_reported() {
     )
     .await
     .expect("runs");
-    assert_eq!(out.ending, Ending::Exited);
+    assert_eq!(out.ending, CommandEnd::Exited);
     assert_eq!(out.status.code(), Some(3));
     assert!(!out.success());
     assert_eq!(out.stdout.text(), "out\n");
@@ -123,7 +123,7 @@ async fn a_timed_out_group_is_killed() {
     )
     .await
     .expect("runs");
-    assert_eq!(out.ending, Ending::TimedOut);
+    assert_eq!(out.ending, CommandEnd::TimedOut);
     assert_eq!(out.status.signal(), Some(libc_sigkill()));
 }
 
@@ -134,7 +134,7 @@ async fn a_cancelled_token_stops_the_run() {
     let out = run(&off().await, &sh("sleep 1000"), limits(600, 1024), &cancel)
         .await
         .expect("runs");
-    assert_eq!(out.ending, Ending::Cancelled);
+    assert_eq!(out.ending, CommandEnd::Cancelled);
     assert!(!out.success());
 }
 

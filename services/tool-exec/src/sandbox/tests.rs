@@ -1,9 +1,9 @@
 use super::*;
-use crate::stop::StopSignal;
+use crate::stop::CallStop;
 
-fn sandbox() -> (tempfile::TempDir, Sandbox) {
+fn sandbox() -> (tempfile::TempDir, FileRoot) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sandbox = Sandbox::open(dir.path()).expect("opens");
+    let sandbox = FileRoot::open(dir.path()).expect("opens");
     (dir, sandbox)
 }
 
@@ -99,7 +99,7 @@ fn symlinks_leading_out_are_refused_when_used() {
     for rel in ["out/secret.txt", "up/passwd"] {
         let path = sandbox.resolve(rel).expect("resolves lexically");
         let err = sandbox
-            .read_file(&path, 1024, &StopSignal::idle())
+            .read_file(&path, 1024, &CallStop::idle())
             .expect_err(rel);
         assert!(
             matches!(err, ToolError::OutsideWorkspace { .. }),
@@ -140,10 +140,10 @@ fn write_atomic_keeps_temporary_names_short_enough_for_long_file_names() {
     let name = "é".repeat(127); // 254 bytes
     let path = sandbox.resolve(&name).expect("resolves");
     sandbox
-        .write_atomic(&path, b"one", WriteMode::CreateNew, &StopSignal::idle())
+        .write_atomic(&path, b"one", WriteMode::CreateNew, &CallStop::idle())
         .expect("creates");
     sandbox
-        .write_atomic(&path, b"two", WriteMode::Replace, &StopSignal::idle())
+        .write_atomic(&path, b"two", WriteMode::Replace, &CallStop::idle())
         .expect("replaces");
     assert_eq!(std::fs::read(dir.path().join(&name)).expect("read"), b"two");
     assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 1);
@@ -166,14 +166,14 @@ fn the_git_directory_is_protected_under_any_name() {
                 &path,
                 b"#!/bin/sh\n",
                 WriteMode::CreateNew,
-                &StopSignal::idle(),
+                &CallStop::idle(),
             )
             .expect_err(rel);
         assert!(protected(err), "{rel}");
     }
     let path = sandbox.resolve_for_write("cfg").expect("not .git by name");
     let err = sandbox
-        .write_atomic(&path, b"x", WriteMode::Replace, &StopSignal::idle())
+        .write_atomic(&path, b"x", WriteMode::Replace, &CallStop::idle())
         .expect_err("through link");
     assert!(protected(err));
     let path = sandbox
@@ -181,7 +181,7 @@ fn the_git_directory_is_protected_under_any_name() {
         .expect("not .git by name");
     assert!(protected(
         sandbox
-            .remove_file(&path, &StopSignal::idle())
+            .remove_file(&path, &CallStop::idle())
             .expect_err("remove")
     ));
 
@@ -199,7 +199,7 @@ fn the_git_directory_is_protected_under_any_name() {
     // Removing the link itself changes nothing in .git.
     let path = sandbox.resolve_for_write("cfg").expect("resolves");
     sandbox
-        .remove_file(&path, &StopSignal::idle())
+        .remove_file(&path, &CallStop::idle())
         .expect("removes the link");
     assert!(dir.path().join(".git/config").exists());
 }
@@ -213,7 +213,7 @@ fn create_new_refuses_a_parent_that_leads_outside() {
         .resolve_for_write("out/new/file.txt")
         .expect("resolves");
     let err = sandbox
-        .write_atomic(&path, b"x", WriteMode::CreateNew, &StopSignal::idle())
+        .write_atomic(&path, b"x", WriteMode::CreateNew, &CallStop::idle())
         .expect_err("outside");
     assert!(matches!(err, ToolError::OutsideWorkspace { .. }), "{err}");
     assert_eq!(

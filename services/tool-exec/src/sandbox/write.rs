@@ -5,11 +5,11 @@ use std::io::{self, Write};
 
 use cap_std::fs::OpenOptions;
 
-use super::{Sandbox, WorkspacePath, WriteMode, not_a_file, require_regular_file};
+use super::{FileRoot, WorkspacePath, WriteMode, not_a_file, require_regular_file};
 use crate::error::ToolError;
-use crate::stop::StopSignal;
+use crate::stop::CallStop;
 
-impl Sandbox {
+impl FileRoot {
     /// Writes `content` so that readers see the old file or the new one, never a
     /// half-written one: the bytes go to a temporary file in the same directory,
     /// which is then renamed (Replace) or linked (CreateNew) into place.
@@ -22,7 +22,7 @@ impl Sandbox {
         path: &WorkspacePath,
         content: &[u8],
         mode: WriteMode,
-        stop: &StopSignal,
+        stop: &CallStop,
     ) -> Result<(), ToolError> {
         if path.is_in_git_dir() {
             return Err(ToolError::ProtectedPath {
@@ -105,7 +105,7 @@ impl Sandbox {
         &self,
         path: &WorkspacePath,
         parent: &WorkspacePath,
-        stop: &StopSignal,
+        stop: &CallStop,
     ) -> Result<(), ToolError> {
         let mut at = WorkspacePath::root();
         for part in parent.as_path().components() {
@@ -161,7 +161,7 @@ impl Sandbox {
     /// Removes one file or symlink (never a directory). A symlink is removed
     /// itself; one whose target lies outside the root is refused. The removal
     /// is committed with `stop` right before it is made.
-    pub fn remove_file(&self, path: &WorkspacePath, stop: &StopSignal) -> Result<(), ToolError> {
+    pub fn remove_file(&self, path: &WorkspacePath, stop: &CallStop) -> Result<(), ToolError> {
         if path.is_in_git_dir() {
             return Err(ToolError::ProtectedPath {
                 path: path.display(),

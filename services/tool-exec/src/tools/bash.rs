@@ -26,7 +26,7 @@ use chorus_sandbox::ProcessSpec;
 use crate::config::Limits;
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
-use crate::process::{self, Ending, RunLimits};
+use crate::process::{self, CommandEnd, RunLimits};
 use crate::stop::StopReason;
 
 const TOOL: &str = "bash";
@@ -77,7 +77,7 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
             )
         })?;
 
-    let timed_out = finished.ending == Ending::TimedOut;
+    let timed_out = finished.ending == CommandEnd::TimedOut;
     let output = outputs::Bash {
         stdout: finished.stdout.text(),
         stderr: finished.stderr.text(),
@@ -90,15 +90,15 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
         .with_metadata("exit_code", output.exit_code)
         .with_metadata("timed_out", timed_out);
     Ok(match finished.ending {
-        Ending::Exited => outcome,
-        Ending::TimedOut => outcome.with_error(
+        CommandEnd::Exited => outcome,
+        CommandEnd::TimedOut => outcome.with_error(
             "deadline_exceeded",
             format!(
                 "command timed out after {} s; it and every process it started were killed",
                 timeout.as_secs()
             ),
         ),
-        Ending::Cancelled => {
+        CommandEnd::Cancelled => {
             let (code, why) = match ctx.stop.reason() {
                 Some(StopReason::Deadline) => {
                     ("deadline_exceeded", "the call ran past its deadline")

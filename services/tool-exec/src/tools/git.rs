@@ -46,7 +46,7 @@ use chorus_sandbox::{Cover, Identity, Network, ProcessSpec};
 
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
-use crate::process::{self, Ending, Finished, RunLimits};
+use crate::process::{self, CommandEnd, Finished, RunLimits};
 use crate::sandbox::WorkspacePath;
 use crate::stop::StopReason;
 
@@ -491,12 +491,12 @@ impl<'a> Git<'a> {
             })?;
         drop(shadow);
         match out.ending {
-            Ending::Exited => Ok(out),
-            Ending::TimedOut => Err(ToolError::DeadlineExceeded(format!(
+            CommandEnd::Exited => Ok(out),
+            CommandEnd::TimedOut => Err(ToolError::DeadlineExceeded(format!(
                 "git {what} timed out after {} s and was killed",
                 self.ctx.limits.git_timeout.as_secs()
             ))),
-            Ending::Cancelled => Err(self.stopped(what)),
+            CommandEnd::Cancelled => Err(self.stopped(what)),
         }
     }
 

@@ -22,8 +22,8 @@ use ignore::DirEntry;
 use super::walk::{PathGlob, Walk};
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
-use crate::sandbox::{Sandbox, WorkspacePath, fs_error};
-use crate::stop::StopSignal;
+use crate::sandbox::{FileRoot, WorkspacePath, fs_error};
+use crate::stop::CallStop;
 
 const TOOL: &str = "file.list";
 
@@ -71,7 +71,7 @@ fn list_entries(
     dir: &WorkspacePath,
     handle: &Dir,
     limit: usize,
-    stop: &StopSignal,
+    stop: &CallStop,
 ) -> Result<Listing, ToolError> {
     let read = handle.entries().map_err(|e| fs_error(dir, e))?;
     let mut found = Vec::new();
@@ -105,11 +105,11 @@ fn list_entries(
 
 /// Every entry below the walked directory, in path order, up to `limit`.
 fn list_walk(
-    sandbox: &Sandbox,
+    sandbox: &FileRoot,
     walk: &Walk,
     glob: Option<&PathGlob>,
     limit: usize,
-    stop: &StopSignal,
+    stop: &CallStop,
 ) -> Result<Listing, ToolError> {
     let mut builder = walk.builder();
     builder.sort_by_file_name(|a, b| a.cmp(b));
@@ -118,12 +118,12 @@ fn list_walk(
 
 /// Turns walked entries into listing entries, each stat'ed through the sandbox.
 fn collect_walked(
-    sandbox: &Sandbox,
+    sandbox: &FileRoot,
     walk: &Walk,
     walked: impl IntoIterator<Item = Result<DirEntry, ignore::Error>>,
     glob: Option<&PathGlob>,
     limit: usize,
-    stop: &StopSignal,
+    stop: &CallStop,
 ) -> Result<Listing, ToolError> {
     let mut listing = Listing::default();
     let mut keys: Vec<PathBuf> = Vec::new();

@@ -8,7 +8,7 @@ use chorus_catalog::{args, outputs};
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
 use crate::sandbox::WriteMode;
-use crate::stop::StopSignal;
+use crate::stop::CallStop;
 use crate::tools::read::{lines, load_text, prefix_at_char_boundary};
 use crate::tools::write::check_write_size;
 
@@ -59,7 +59,7 @@ pub async fn run(ctx: &ToolContext, args: args::FilePatch) -> Result<ToolOutcome
 fn apply_all(
     original: &str,
     patches: &[args::Patch],
-    stop: &StopSignal,
+    stop: &CallStop,
 ) -> Result<String, ToolError> {
     let total = patches.len();
     let mut text = original.to_owned();

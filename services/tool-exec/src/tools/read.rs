@@ -9,8 +9,8 @@ use chorus_catalog::{args, outputs};
 
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
-use crate::sandbox::{Sandbox, WorkspacePath};
-use crate::stop::StopSignal;
+use crate::sandbox::{FileRoot, WorkspacePath};
+use crate::stop::CallStop;
 
 /// How much of the start of a file is checked for NUL bytes.
 const BINARY_PROBE_BYTES: usize = 8 * 1024;
@@ -51,10 +51,10 @@ pub async fn run(ctx: &ToolContext, args: args::FileRead) -> Result<ToolOutcome,
 
 /// Loads a whole text file (at most `max_bytes`), refusing binary and non-UTF-8 files.
 pub(crate) fn load_text(
-    sandbox: &Sandbox,
+    sandbox: &FileRoot,
     path: &WorkspacePath,
     max_bytes: u64,
-    stop: &StopSignal,
+    stop: &CallStop,
 ) -> Result<String, ToolError> {
     let bytes = sandbox.read_file(path, max_bytes, stop)?;
     decode_text(path, bytes)

@@ -30,8 +30,8 @@ use super::walk::{PathGlob, Walk};
 use crate::config::Limits;
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
-use crate::sandbox::{Sandbox, WorkspacePath, not_a_file};
-use crate::stop::StopSignal;
+use crate::sandbox::{FileRoot, WorkspacePath, not_a_file};
+use crate::stop::CallStop;
 
 const TOOL: &str = "file.search";
 
@@ -143,7 +143,7 @@ impl Query {
 }
 
 /// Searches every file below the walked directory, on as many threads as cores.
-fn search_walk(sandbox: &Sandbox, walk: &Walk, query: &Query, shared: &Shared, stop: &StopSignal) {
+fn search_walk(sandbox: &FileRoot, walk: &Walk, query: &Query, shared: &Shared, stop: &CallStop) {
     walk.builder().build_parallel().run(|| {
         let mut worker = Worker::new(sandbox, query, shared, stop);
         // Each search thread acts as the workspace's user from its first
@@ -186,11 +186,11 @@ fn search_walk(sandbox: &Sandbox, walk: &Walk, query: &Query, shared: &Shared, s
 
 /// Searches one file named by the call.
 fn search_one(
-    sandbox: &Sandbox,
+    sandbox: &FileRoot,
     path: &WorkspacePath,
     query: &Query,
     shared: &Shared,
-    stop: &StopSignal,
+    stop: &CallStop,
 ) -> Result<(), ToolError> {
     let (file, meta) = sandbox.open_file(path)?;
     let size = meta.len();

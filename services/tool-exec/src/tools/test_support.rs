@@ -7,8 +7,8 @@ use chorus_run_token::RunGrant;
 
 use crate::config::Limits;
 use crate::context::ToolContext;
-use crate::sandbox::Sandbox;
-use crate::stop::StopSignal;
+use crate::sandbox::FileRoot;
+use crate::stop::CallStop;
 
 #[derive(Debug)]
 pub(crate) struct Workspace {
@@ -28,7 +28,7 @@ impl Workspace {
         let root = dir.path().join("ws");
         std::fs::create_dir_all(&root).expect("create the workspace");
         std::fs::create_dir_all(dir.path().join("outside")).expect("create outside");
-        let sandbox = Sandbox::open(&root).expect("open the sandbox");
+        let sandbox = FileRoot::open(&root).expect("open the sandbox");
         let grant = RunGrant {
             run_id: "run-1".to_owned(),
             task_id: "task-1".to_owned(),
@@ -53,7 +53,7 @@ impl Workspace {
             grant: Arc::new(grant),
             limits,
             processes: chorus_sandbox::Sandbox::refusing("file tools start no process"),
-            stop: StopSignal::idle(),
+            stop: CallStop::idle(),
             fence: None,
         };
         Self { dir, ctx }

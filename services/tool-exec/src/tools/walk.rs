@@ -2,7 +2,7 @@
 //! set up for workspaces, and the globs that filter walked files.
 //!
 //! The walker reads directories by their real path below
-//! [`Sandbox::canonical_root`]; it is only a source of *names*. Callers map every
+//! [`FileRoot::canonical_root`]; it is only a source of *names*. Callers map every
 //! entry back with [`Walk::relative`] and stat or open it through the sandbox's
 //! directory handle, skipping entries the sandbox refuses. A directory swapped for
 //! a symlink to the outside mid-walk may feed the walker outside names, but none
@@ -23,7 +23,7 @@ use ignore::{DirEntry, WalkBuilder};
 
 use self::rules::RuleCache;
 use crate::error::ToolError;
-use crate::sandbox::{Sandbox, WorkspacePath};
+use crate::sandbox::{FileRoot, WorkspacePath};
 
 mod rules;
 
@@ -39,7 +39,7 @@ pub(crate) struct Walk {
 impl Walk {
     /// Prepares a walk of `dir`, which the caller has checked is a directory
     /// inside the workspace.
-    pub(crate) fn new(sandbox: &Arc<Sandbox>, dir: &WorkspacePath, include_ignored: bool) -> Self {
+    pub(crate) fn new(sandbox: &Arc<FileRoot>, dir: &WorkspacePath, include_ignored: bool) -> Self {
         let root = if dir.is_root() {
             sandbox.canonical_root().to_path_buf()
         } else {
@@ -68,7 +68,7 @@ impl Walk {
 
     /// The workspace path of a walked entry, or `None` when it is not below the
     /// walked directory (then it is skipped).
-    pub(crate) fn relative(&self, sandbox: &Sandbox, entry: &DirEntry) -> Option<WorkspacePath> {
+    pub(crate) fn relative(&self, sandbox: &FileRoot, entry: &DirEntry) -> Option<WorkspacePath> {
         entry.path().strip_prefix(&self.root).ok()?;
         sandbox.relative_of(entry.path())
     }

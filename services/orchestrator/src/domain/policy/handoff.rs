@@ -149,7 +149,7 @@ fn descendants_deepest_first(ancestor: RunId, runs: &[Run]) -> Vec<usize> {
 /// How runs are ended from outside (a cancel, a parent's end, a restart): the
 /// event each gets, how their handoffs fail, why, and when.
 #[derive(Debug, Clone, Copy)]
-pub struct Ending<'a> {
+pub struct EndFromOutside<'a> {
     pub kind: EventKind,
     pub failure: HandoffFailure,
     pub reason: &'a str,
@@ -161,7 +161,7 @@ pub fn end_descendants(
     ancestor: RunId,
     runs: &mut [Run],
     task: &mut Task,
-    ending: Ending<'_>,
+    ending: EndFromOutside<'_>,
 ) -> Result<Events, DomainError> {
     let mut events = Events::new();
     for i in descendants_deepest_first(ancestor, runs) {
@@ -177,7 +177,7 @@ pub fn end_descendants(
 fn end_run_and_handoff(
     run: &mut Run,
     task: &mut Task,
-    ending: Ending<'_>,
+    ending: EndFromOutside<'_>,
 ) -> Result<Events, DomainError> {
     let reason = ending.reason.to_owned();
     let mut events = vec![end_run(
@@ -201,7 +201,7 @@ fn end_run_and_handoff(
 pub fn end_all_runs(
     runs: &mut [Run],
     task: &mut Task,
-    ending: Ending<'_>,
+    ending: EndFromOutside<'_>,
 ) -> Result<Events, DomainError> {
     let mut events = Events::new();
     let roots: Vec<RunId> = runs

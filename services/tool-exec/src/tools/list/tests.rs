@@ -429,7 +429,7 @@ async fn a_directory_swapped_for_an_outside_symlink_mid_walk_leaks_nothing() {
         }
     });
     let listing =
-        collect_walked(&sandbox, &walk, walked, None, 100, &StopSignal::idle()).expect("listing");
+        collect_walked(&sandbox, &walk, walked, None, 100, &CallStop::idle()).expect("listing");
 
     assert!(
         seen.iter().any(|p| p.ends_with("a/secret.txt")),

@@ -2,7 +2,7 @@ use chorus_catalog::{args, outputs};
 
 use super::*;
 use crate::config::Limits;
-use crate::stop::StopSignal;
+use crate::stop::CallStop;
 use crate::tools::test_support::{Workspace, output};
 
 fn edit(find: &str, replace: &str) -> args::Patch {
@@ -223,12 +223,8 @@ async fn nothing_is_written_unless_every_patch_applies() {
 
 #[tokio::test]
 async fn the_message_says_which_patch_failed_and_that_nothing_changed() {
-    let err = apply_all(
-        "a\n",
-        &[edit("a", "b"), edit("zz", "")],
-        &StopSignal::idle(),
-    )
-    .expect_err("fails");
+    let err =
+        apply_all("a\n", &[edit("a", "b"), edit("zz", "")], &CallStop::idle()).expect_err("fails");
     assert_eq!(
         err.to_string(),
         "patch 2 of 2 failed: find text \"zz\" not found; no change was written"

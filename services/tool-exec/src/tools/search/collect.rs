@@ -16,8 +16,8 @@ use serde_json::Value;
 
 use super::answer::match_value;
 use super::{MAX_LINE_BYTES, Query};
-use crate::sandbox::{Sandbox, WorkspacePath};
-use crate::stop::StopSignal;
+use crate::sandbox::{FileRoot, WorkspacePath};
+use crate::stop::CallStop;
 
 /// JSON keys, quotes and numbers around one match or context line, roughly.
 const MATCH_OVERHEAD: usize = 48;
@@ -139,10 +139,10 @@ impl Shared {
 /// One search thread: a searcher and matcher reused for every file it searches.
 #[derive(Debug)]
 pub(crate) struct Worker<'a> {
-    sandbox: &'a Sandbox,
+    sandbox: &'a FileRoot,
     query: &'a Query,
     shared: &'a Shared,
-    stop: &'a StopSignal,
+    stop: &'a CallStop,
     searcher: Searcher,
     matcher: RegexMatcher,
     /// The current file's matches; reused from file to file.
@@ -151,10 +151,10 @@ pub(crate) struct Worker<'a> {
 
 impl<'a> Worker<'a> {
     pub(crate) fn new(
-        sandbox: &'a Sandbox,
+        sandbox: &'a FileRoot,
         query: &'a Query,
         shared: &'a Shared,
-        stop: &'a StopSignal,
+        stop: &'a CallStop,
     ) -> Self {
         Self {
             sandbox,
@@ -227,7 +227,7 @@ impl<'a> Worker<'a> {
 /// Receives one file's matches and context lines from the searcher.
 struct FileSink<'a> {
     shared: &'a Shared,
-    stop: &'a StopSignal,
+    stop: &'a CallStop,
     path_len: usize,
     after_context: usize,
     matches: &'a mut Vec<SearchMatch>,

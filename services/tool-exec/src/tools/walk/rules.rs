@@ -21,7 +21,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::{DirEntry, Match};
 
-use crate::sandbox::{Sandbox, WorkspacePath};
+use crate::sandbox::{FileRoot, WorkspacePath};
 
 /// The ignore files of a directory, in order of precedence.
 const RULE_FILES: [&str; 3] = [".ignore", ".gitignore", ".git/info/exclude"];
@@ -31,7 +31,7 @@ const MAX_RULE_FILE_BYTES: u64 = 1024 * 1024;
 /// Rules of every directory met so far, keyed by real path.
 #[derive(Debug)]
 pub(super) struct RuleCache {
-    sandbox: Arc<Sandbox>,
+    sandbox: Arc<FileRoot>,
     dirs: RwLock<HashMap<PathBuf, Arc<DirRules>>>,
 }
 
@@ -44,7 +44,7 @@ struct DirRules {
 }
 
 impl RuleCache {
-    pub(super) fn new(sandbox: Arc<Sandbox>) -> Self {
+    pub(super) fn new(sandbox: Arc<FileRoot>) -> Self {
         Self {
             sandbox,
             dirs: RwLock::new(HashMap::new()),
