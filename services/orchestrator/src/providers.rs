@@ -13,9 +13,13 @@
 
 pub mod claude;
 pub mod claude_flags;
+pub mod cli;
 pub mod openai;
 pub mod opencode;
 pub mod prompt;
+pub mod provider;
+
+pub use provider::{AttemptEnv, Provider, for_kind};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -59,6 +63,13 @@ pub struct ProviderSettings {
     pub base_url: Option<String>,
     pub api_key: Option<String>,
     pub tool_transport: ToolTransport,
+}
+
+impl ProviderSettings {
+    /// What its kind does for a run.
+    pub fn provider(&self) -> &'static dyn Provider {
+        for_kind(self.kind)
+    }
 }
 
 impl std::fmt::Debug for ProviderSettings {

@@ -6,12 +6,52 @@
 use serde_json::{Value, json};
 
 use super::claude_flags::{DISALLOWED_TOOLS, claude_mcp_flags, claude_tool_flags};
-use super::{Attempt, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
+use super::cli::CliSetup;
+use super::provider::{CliOutput, CliProvider};
+use super::{Attempt, AttemptEnd, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
 use crate::domain::{ToolTransport, Usage};
-use crate::runner::CliSetup;
 use crate::runner::process::CliCommand;
 
 /// The command line and environment of one attempt.
+/// Claude Code as a provider.
+#[derive(Debug)]
+pub struct Claude;
+
+impl CliProvider for Claude {
+    const NAME: &'static str = "claude";
+    type Output = Stream;
+
+    fn program(config: &crate::runner::RunnerConfig) -> &std::path::Path {
+        &config.claude_bin
+    }
+
+    fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliCommand {
+        command(setup, ctx, attempt)
+    }
+
+    /// Anthropic's API.
+    fn default_hosts(_model: Option<&str>) -> Vec<&'static str> {
+        vec!["api.anthropic.com"]
+    }
+}
+
+impl CliOutput for Stream {
+    fn line(&mut self, line: &str) -> Vec<Progress> {
+        Stream::line(self, line)
+    }
+
+    fn end(self) -> (AttemptEnd, Option<String>) {
+        (
+            AttemptEnd {
+                output: self.result,
+                session_id: self.session_id,
+                usage: self.usage,
+            },
+            self.error,
+        )
+    }
+}
+
 pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliCommand {
     let mut args = vec![
         "-p".to_owned(),

@@ -20,9 +20,10 @@
 
 use serde_json::{Value, json};
 
-use super::{Attempt, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
+use super::cli::CliSetup;
+use super::provider::{CliOutput, CliProvider};
+use super::{Attempt, AttemptEnd, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
 use crate::domain::{ToolTransport, Usage};
-use crate::runner::CliSetup;
 use crate::runner::process::CliCommand;
 
 /// Name of the provider entry the generated config declares for a custom base URL.
@@ -117,6 +118,60 @@ fn model_flag(ctx: &RunContext) -> Option<String> {
 }
 
 /// The command line and environment of one attempt.
+/// OpenCode as a provider.
+#[derive(Debug)]
+pub struct Opencode;
+
+impl CliProvider for Opencode {
+    const NAME: &'static str = "opencode";
+    type Output = Stream;
+
+    fn program(config: &crate::runner::RunnerConfig) -> &std::path::Path {
+        &config.opencode_bin
+    }
+
+    fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliCommand {
+        command(setup, ctx, attempt)
+    }
+
+    /// The API its model names (`anthropic/...` without one), and its model
+    /// list.
+    fn default_hosts(model: Option<&str>) -> Vec<&'static str> {
+        let named = match model.and_then(|m| m.split_once('/')).map(|(p, _)| p) {
+            Some("anthropic") | None => "api.anthropic.com",
+            Some("openai") => "api.openai.com",
+            Some("openrouter") => "openrouter.ai",
+            Some("google") => "generativelanguage.googleapis.com",
+            Some("groq") => "api.groq.com",
+            Some("mistral") => "api.mistral.ai",
+            Some(_) => "api.anthropic.com",
+        };
+        vec![named, "models.dev"]
+    }
+
+    /// Its instructions: the system prompt, as a file its configuration names.
+    fn run_file(ctx: &RunContext) -> Option<(&'static str, Vec<u8>)> {
+        Some((INSTRUCTIONS_FILE, ctx.system_prompt.clone().into_bytes()))
+    }
+}
+
+impl CliOutput for Stream {
+    fn line(&mut self, line: &str) -> Vec<Progress> {
+        Stream::line(self, line)
+    }
+
+    fn end(self) -> (AttemptEnd, Option<String>) {
+        (
+            AttemptEnd {
+                output: self.last_text,
+                session_id: self.session_id,
+                usage: self.usage,
+            },
+            self.error,
+        )
+    }
+}
+
 pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliCommand {
     let mut args = vec!["run".to_owned(), "--format".to_owned(), "json".to_owned()];
     if let Some(model) = model_flag(ctx) {

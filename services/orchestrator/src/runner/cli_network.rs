@@ -19,8 +19,6 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use chorus_sandbox::{EgressRule, Forward, Network};
 use tracing::warn;
 
-use crate::domain::ProviderKind;
-
 /// Variables naming a gRPC endpoint a CLI (through chorus-tools) reaches.
 fn forwarded(name: &str) -> bool {
     name == "CHORUS_TOOLS_ADDR"
@@ -31,9 +29,9 @@ fn forwarded(name: &str) -> bool {
 /// What a CLI agent's run needs to know for its network.
 #[derive(Debug, Clone, Copy)]
 pub struct CliReach<'a> {
-    pub kind: ProviderKind,
     pub base_url: Option<&'a str>,
-    pub model: Option<&'a str>,
+    /// Where it goes without a base URL (its provider's usual endpoints).
+    pub default_hosts: &'a [&'static str],
     /// The agent's egress list, when it holds the `network` grant.
     pub egress: Option<&'a [String]>,
 }
@@ -80,7 +78,7 @@ pub fn confine(
         }
     }
     if !any_base_url {
-        for host in default_hosts(reach.kind, reach.model) {
+        for host in reach.default_hosts {
             allow.extend(rule(host, 443));
         }
     }
@@ -94,27 +92,6 @@ pub fn confine(
     }
     allow.dedup();
     (Network::Proxied { allow, forwards }, env)
-}
-
-/// The usual endpoints of a provider without a base URL: Claude Code's API;
-/// for OpenCode, the one its model names (`anthropic/...`) and its model list.
-fn default_hosts(kind: ProviderKind, model: Option<&str>) -> Vec<&'static str> {
-    match kind {
-        ProviderKind::ClaudeCode => vec!["api.anthropic.com"],
-        ProviderKind::Opencode => {
-            let named = match model.and_then(|m| m.split_once('/')).map(|(p, _)| p) {
-                Some("anthropic") | None => "api.anthropic.com",
-                Some("openai") => "api.openai.com",
-                Some("openrouter") => "openrouter.ai",
-                Some("google") => "generativelanguage.googleapis.com",
-                Some("groq") => "api.groq.com",
-                Some("mistral") => "api.mistral.ai",
-                Some(_) => "api.anthropic.com",
-            };
-            vec![named, "models.dev"]
-        }
-        ProviderKind::OpenaiCompatible => Vec::new(),
-    }
 }
 
 fn rule(host: &str, port: u16) -> Option<EgressRule> {
@@ -221,6 +198,7 @@ fn is_loopback(host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ProviderKind;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
@@ -230,10 +208,17 @@ mod tests {
     }
 
     fn reach(kind: ProviderKind, base_url: Option<&str>) -> CliReach<'_> {
+        reach_of(kind, None, base_url)
+    }
+
+    fn reach_of<'a>(
+        kind: ProviderKind,
+        model: Option<&str>,
+        base_url: Option<&'a str>,
+    ) -> CliReach<'a> {
         CliReach {
-            kind,
             base_url,
-            model: None,
+            default_hosts: crate::providers::for_kind(kind).default_hosts(model).leak(),
             egress: None,
         }
     }
@@ -301,10 +286,7 @@ mod tests {
         assert!(forwards.is_empty());
         let (network, _) = confine(
             Vec::new(),
-            CliReach {
-                model: Some("openai/gpt-5"),
-                ..reach(ProviderKind::Opencode, None)
-            },
+            reach_of(ProviderKind::Opencode, Some("openai/gpt-5"), None),
         );
         let Network::Proxied { allow, .. } = network else {
             panic!("not proxied");

@@ -15,7 +15,6 @@
 //! - the orchestrator is shutting down → `run_interrupted` and the task waits;
 //! - CancelTask already ended the run → only its usage and session are kept.
 
-use chorus_auth::tls::ClientTls;
 use std::sync::Arc;
 
 use chorus_tool_exec::record::input_excerpt;
@@ -23,17 +22,13 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::process::{CliEnd, CliExit, run_cli};
-use super::tools::ToolRouter;
 use super::{HOME_DIR, Runner, TMP_DIR, WORK_DIR};
 use crate::domain::policy::{handoff, planning};
 use crate::domain::{
-    AgentKind, EventKind, HandoffFailure, HandoffOutcome, Name, ProviderKind, Run, RunState,
-    TaskStatus, now_ms, policy,
+    AgentKind, EventKind, HandoffFailure, HandoffOutcome, Name, Run, RunState, TaskStatus, now_ms,
+    policy,
 };
-use crate::providers::{
-    Attempt, AttemptEnd, AttemptError, Progress, RunContext, claude, openai, opencode,
-};
+use crate::providers::{Attempt, AttemptEnd, AttemptEnv, AttemptError, Progress, RunContext};
 use crate::state::AppState;
 
 /// The message that resumes a run that ended without reporting.
@@ -163,10 +158,10 @@ async fn run_attempt_loop(
         if !may_resume || reported(state, ctx).await {
             break;
         }
-        let resume = match ctx.provider.kind {
-            ProviderKind::OpenaiCompatible => Some(ctx.run_id.to_string()),
-            ProviderKind::ClaudeCode | ProviderKind::Opencode => outcome.session_id.clone(),
-        };
+        let resume = ctx
+            .provider
+            .provider()
+            .continue_session(ctx, outcome.session_id.as_deref());
         let Some(resume) = resume else { break };
         info!(run_id = %ctx.run_id, "the agent ended without reporting; resuming it once with a reminder");
         let _ = progress_tx.send(Progress::Text(String::new()));
@@ -201,15 +196,14 @@ async fn prepare(ctx: &RunContext) -> Result<(), String> {
         chorus_sandbox::Identity::User { uid, gid } => Some((uid, gid)),
         chorus_sandbox::Identity::Service => None,
     };
-    let instructions = (ctx.provider.kind == ProviderKind::Opencode)
-        .then(|| ctx.system_prompt.clone().into_bytes());
+    let file = ctx.provider.provider().run_file(ctx);
     tokio::task::spawn_blocking(move || {
         let dirs = [HOME_DIR, TMP_DIR, WORK_DIR];
         let layout = super::run_dir::Layout {
             dirs: &dirs,
-            file: instructions
-                .as_deref()
-                .map(|content| (opencode::INSTRUCTIONS_FILE, content)),
+            file: file
+                .as_ref()
+                .map(|(name, content)| (*name, content.as_slice())),
         };
         super::run_dir::prepare(&run_dir, owner, layout)
     })
@@ -246,145 +240,12 @@ async fn run_attempt(
     attempt: &Attempt,
     progress: &mpsc::UnboundedSender<Progress>,
 ) -> Result<AttemptEnd, AttemptError> {
-    let config = runner.config();
-    let (name, command, mut stream) = match ctx.provider.kind {
-        ProviderKind::ClaudeCode => {
-            let setup = runner.cli_setup(&config.claude_bin);
-            let command = claude::command(&setup, ctx, attempt);
-            (
-                "claude",
-                command,
-                CliStream::Claude(claude::Stream::default()),
-            )
-        }
-        ProviderKind::Opencode => {
-            let setup = runner.cli_setup(&config.opencode_bin);
-            let command = opencode::command(&setup, ctx, attempt);
-            (
-                "opencode",
-                command,
-                CliStream::Opencode(opencode::Stream::default()),
-            )
-        }
-        ProviderKind::OpenaiCompatible => {
-            let tls = ClientTls {
-                ca: runner.config().tls_ca.clone(),
-                ..ClientTls::default()
-            };
-            let router = ToolRouter::new(&ctx.tools_addr, &ctx.orchestrator_addr, &ctx.token, &tls)
-                .map_err(|reason| AttemptError::Failed {
-                    reason,
-                    partial: AttemptEnd::default(),
-                })?;
-            return openai::attempt(
-                &runner.http,
-                &config.api,
-                &state.store,
-                &router,
-                ctx,
-                attempt,
-                &mut |p| {
-                    let _ = progress.send(p);
-                },
-            )
-            .await;
-        }
+    let env = AttemptEnv {
+        state,
+        runner,
+        progress,
     };
-    let exit = run_cli(
-        runner.processes(),
-        &command,
-        &ctx.clock,
-        ctx.timeout,
-        config.kill_grace,
-        &ctx.stop,
-        &mut |line: &str| {
-            for p in stream.line(line) {
-                let _ = progress.send(p);
-            }
-        },
-    )
-    .await;
-    let (end, error) = stream.end();
-    cli_result(name, exit, end, error)
-}
-
-/// The output parser of a CLI provider.
-enum CliStream {
-    Claude(claude::Stream),
-    Opencode(opencode::Stream),
-}
-
-impl CliStream {
-    fn line(&mut self, line: &str) -> Vec<Progress> {
-        match self {
-            Self::Claude(s) => s.line(line),
-            Self::Opencode(s) => s.line(line),
-        }
-    }
-
-    /// What the attempt produced, and the error the stream reported, if any.
-    fn end(self) -> (AttemptEnd, Option<String>) {
-        match self {
-            Self::Claude(s) => (
-                AttemptEnd {
-                    output: s.result,
-                    session_id: s.session_id,
-                    usage: s.usage,
-                },
-                s.error,
-            ),
-            Self::Opencode(s) => (
-                AttemptEnd {
-                    output: s.last_text,
-                    session_id: s.session_id,
-                    usage: s.usage,
-                },
-                s.error,
-            ),
-        }
-    }
-}
-
-/// Turns a CLI's exit into the attempt's result.
-fn cli_result(
-    program: &str,
-    exit: Result<CliExit, String>,
-    end: AttemptEnd,
-    stream_error: Option<String>,
-) -> Result<AttemptEnd, AttemptError> {
-    let exit = match exit {
-        Ok(exit) => exit,
-        Err(reason) => {
-            return Err(AttemptError::Failed {
-                reason,
-                partial: end,
-            });
-        }
-    };
-    match &exit.ending {
-        CliEnd::Exited(0) => match stream_error {
-            None => Ok(end),
-            Some(error) => Err(AttemptError::Failed {
-                reason: format!("{program} reported an error: {error}"),
-                partial: end,
-            }),
-        },
-        CliEnd::Exited(_) | CliEnd::Signaled(_) => {
-            let mut reason = exit.describe(program);
-            if let Some(error) = stream_error {
-                reason = format!("{reason}\n{program} reported: {error}");
-            }
-            Err(AttemptError::Failed {
-                reason,
-                partial: end,
-            })
-        }
-        CliEnd::TimedOut(_) => Err(AttemptError::TimedOut {
-            reason: exit.describe(program),
-            partial: end,
-        }),
-        CliEnd::Stopped => Err(AttemptError::Stopped { partial: end }),
-    }
+    ctx.provider.provider().attempt(env, ctx, attempt).await
 }
 
 /// Writes progress as history, in order, until the attempts are over.

@@ -9,11 +9,10 @@ use std::time::Duration;
 use tracing::info;
 
 use crate::domain::{
-    Agent, AgentKind, Name, ProviderKey, ProviderKind, Run, RunState, TokenBinding, ToolTransport,
-    Usage, Workspace,
+    Agent, AgentKind, Name, ProviderKey, Run, RunState, TokenBinding, Usage, Workspace,
 };
 use crate::error::ServiceError;
-use crate::providers::prompt::{Invocation, system_prompt};
+use crate::providers::prompt::system_prompt;
 use crate::providers::{Attempt, ProviderSettings, RunClock, RunContext};
 use crate::state::AppState;
 
@@ -112,7 +111,7 @@ impl Launch {
             .check_provider_kind(provider.name.as_str(), provider.kind)
             .map_err(|e| ServiceError::Precondition(e.to_string()))?;
         let mut identity = chorus_sandbox::Identity::Service;
-        if provider.kind != ProviderKind::OpenaiCompatible {
+        if crate::providers::for_kind(provider.kind).spawns_processes() {
             runner
                 .config()
                 .validate()
@@ -136,12 +135,8 @@ impl Launch {
         let tools = agent.granted_tools()?;
         let chorus_tools = runner.config().chorus_tools.display().to_string();
         // Native tools (an API's functions, a CLI's MCP tools) or the shell form.
-        let invocation = match (provider.kind, provider.tool_transport) {
-            (ProviderKind::OpenaiCompatible, _) | (_, ToolTransport::Mcp) => Invocation::Functions,
-            (ProviderKind::ClaudeCode | ProviderKind::Opencode, ToolTransport::Shell) => {
-                Invocation::Cli(&chorus_tools)
-            }
-        };
+        let invocation = crate::providers::for_kind(provider.kind)
+            .invocation(provider.tool_transport, &chorus_tools);
         let system_prompt = system_prompt(
             agent.kind,
             &agent.instructions,
@@ -177,9 +172,9 @@ impl Launch {
         )
     }
 
-    /// The kind of provider the run is on.
-    pub fn provider_kind(&self) -> ProviderKind {
-        self.provider.kind
+    /// What the run's provider does.
+    pub fn provider(&self) -> &'static dyn crate::providers::Provider {
+        self.provider.provider()
     }
 
     /// Starts the driver of `run` (just opened with [`Launch::token_binding`],

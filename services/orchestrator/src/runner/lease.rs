@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Launch;
-use crate::domain::{ProviderKind, Run, RunId, RunState, TokenBinding, now_ms, policy};
+use crate::domain::{Run, RunId, RunState, TokenBinding, now_ms, policy};
 use crate::state::AppState;
 use crate::store::StoreError;
 
@@ -228,24 +228,7 @@ async fn resumable(state: &AppState, run: &Run) -> Option<Resume> {
         .ok()?;
     // The grant the run was opened with, not the agent's current one.
     launch.tools.clone_from(&run.tools);
-    let session = match launch.provider_kind() {
-        ProviderKind::OpenaiCompatible => {
-            let stored = state.store.run_messages(run.id).await.ok()?;
-            if stored.is_empty() {
-                return None;
-            }
-            run.id.to_string()
-        }
-        ProviderKind::ClaudeCode | ProviderKind::Opencode => {
-            let session = run.session_id.clone()?;
-            let home = super::home_dir(&state.runner.config().runs_dir.join(run.id.to_string()));
-            if !home.is_dir() {
-                info!(run_id = %run.id, home = %home.display(), "a CLI run of a replica that is gone cannot be resumed here: its session's files are not in this replica's runs directory (share --runs-dir between replicas to resume CLI runs)");
-                return None;
-            }
-            session
-        }
-    };
+    let session = launch.provider().resumable(state, run).await?;
     Some(Resume { launch, session })
 }
 

@@ -6,7 +6,7 @@
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::domain::{ProviderKind, RunState, Usage, policy};
+use crate::domain::{RunState, Usage, policy};
 use crate::providers::{AttemptEnd, AttemptError, RunContext};
 use crate::state::AppState;
 
@@ -31,7 +31,9 @@ pub(super) async fn hand_on(
     let left = i64::try_from(ctx.clock.left().as_millis())
         .unwrap_or(i64::MAX)
         .max(1000);
-    let api = ctx.provider.kind == ProviderKind::OpenaiCompatible;
+    // A provider that continues a run without a session it named (an API
+    // agent: its stored messages) can be handed on without one.
+    let api = ctx.provider.provider().continue_session(ctx, None).is_some();
     let (me, epoch) = super::driver::driver_of(state, ctx);
     let kept = state
         .store
