@@ -5,6 +5,11 @@
 //! them and maps the error (gRPC: [`crate::error::ServiceError::code`]).
 //!
 //! - [`agent_tools`]: what agent runs use — the orchestration tools, the
-//!   allow-list decision for every tool call, and call recording.
+//!   allow-list decision for every tool call, and call recording;
+//! - [`runs`]: runs a caller drives itself (OpenRun, FinishRun);
+//! - [`tasks`]: a task's life — created, planned and answered, started on an
+//!   agent, moved by hand, canceled.
 
 pub mod agent_tools;
+pub mod runs;
+pub mod tasks;

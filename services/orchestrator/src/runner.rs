@@ -3,7 +3,8 @@
 //! run's state; this module holds only what cannot be stored — the stop token of
 //! each live run and a way to wait for its end.
 //!
-//! Files: `start` (StartTask, CancelTask), `driver` (one run, attempt by attempt,
+//! Files: `start` (what starting and canceling runs share; the use cases are
+//! `core::tasks`), `driver` (one run, attempt by attempt,
 //! to its recorded end), `process` (a CLI process in the run sandbox), `tools`
 //! (the executor path for API agents).
 
@@ -16,7 +17,7 @@ pub mod lease;
 pub mod plan;
 pub mod process;
 mod run_dir;
-mod start;
+pub mod start;
 mod supervise;
 mod takeover;
 pub mod tools;
@@ -39,7 +40,7 @@ use crate::providers::openai::ApiLimits;
 use crate::state::AppState;
 
 pub use launch::Launch;
-pub use start::{cancel_task, start_task, task_message, timeout_or, wait_calls_stopped};
+pub use start::{task_message, timeout_or, wait_calls_stopped};
 pub use takeover::{PLANNER_RESUMED, RESUMED};
 
 /// Environment variables an agent process gets from the orchestrator's own

@@ -200,28 +200,28 @@ impl Orchestrator for OrchestratorService {
         &self,
         request: Request<pb::PlanTaskRequest>,
     ) -> Result<Response<pb::PlanTaskResponse>, Status> {
-        reply(crate::runner::plan::plan_task(&self.state, request.into_inner()).await)
+        reply(tasks::plan(&self.state, request.into_inner()).await)
     }
 
     async fn submit_answers(
         &self,
         request: Request<pb::SubmitAnswersRequest>,
     ) -> Result<Response<pb::PlanTaskResponse>, Status> {
-        reply(crate::runner::plan::submit_answers(&self.state, request.into_inner()).await)
+        reply(tasks::answer(&self.state, request.into_inner()).await)
     }
 
     async fn start_task(
         &self,
         request: Request<pb::StartTaskRequest>,
     ) -> Result<Response<pb::StartTaskResponse>, Status> {
-        reply(crate::runner::start_task(&self.state, request.into_inner()).await)
+        reply(tasks::start(&self.state, request.into_inner()).await)
     }
 
     async fn cancel_task(
         &self,
         request: Request<pb::CancelTaskRequest>,
     ) -> Result<Response<pb::Task>, Status> {
-        reply(crate::runner::cancel_task(&self.state, request.into_inner()).await)
+        reply(tasks::cancel(&self.state, request.into_inner()).await)
     }
 
     async fn delete_task(

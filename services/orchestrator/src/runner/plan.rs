@@ -1,97 +1,9 @@
-//! PlanTask and SubmitAnswers: the internal task-validator agent plans a task on
-//! the workspace's system provider. Its run is an ordinary run; where the task
-//! goes when it ends is decided by [`policy::planning::settle_planning`].
+//! The planner's message (PlanTask and SubmitAnswers are
+//! [`crate::core::tasks::plan`] and [`crate::core::tasks::answer`]).
 
 use std::fmt::Write as _;
 
-use chorus_proto::orchestrator::v1 as pb;
-
-use super::launch::Launch;
-use super::start::{MAX_RUN_TIMEOUT, before, bounded_timeout};
-use crate::domain::policy::planning;
-use crate::domain::{Agent, AgentKind, Name, TASK_VALIDATOR, Task, TaskStatus};
-use crate::error::ServiceError;
-use crate::grpc::convert;
-use crate::state::AppState;
-use crate::store::NewRun;
-
-/// Plans a pending or planned task.
-pub async fn plan_task(
-    state: &AppState,
-    req: pb::PlanTaskRequest,
-) -> Result<pb::PlanTaskResponse, ServiceError> {
-    let task_id = convert::task_id("id", &req.id)?;
-    let task = state.store.get_task(task_id).await?;
-    if task.status == TaskStatus::AwaitingInput {
-        return Err(ServiceError::Precondition(
-            "the planner asked questions: answer them with SubmitAnswers, which plans the task again"
-                .to_owned(),
-        ));
-    }
-    task.status.check_transition(TaskStatus::Planning)?;
-    launch_planner(state, task, req.timeout_secs, None).await
-}
-
-/// Answers the planner's questions and plans again.
-pub async fn submit_answers(
-    state: &AppState,
-    req: pb::SubmitAnswersRequest,
-) -> Result<pb::PlanTaskResponse, ServiceError> {
-    let task_id = convert::task_id("id", &req.id)?;
-    let task = state.store.get_task(task_id).await?;
-    // Checked again in the transaction; this answers before anything is resolved.
-    planning::submit_answers(&mut task.clone(), req.answers.clone())?;
-    launch_planner(state, task, req.timeout_secs, Some(req.answers)).await
-}
-
-/// Resolves the planner, opens its run (with the answers, if any, and the move
-/// to planning in the same transaction) and starts it.
-async fn launch_planner(
-    state: &AppState,
-    task: Task,
-    timeout_secs: u32,
-    answers: Option<Vec<String>>,
-) -> Result<pb::PlanTaskResponse, ServiceError> {
-    let workspace = state.store.get_workspace(task.workspace_id).await?;
-    let planner = Name::parse("agent", TASK_VALIDATOR)?;
-    let agents = state.store.list_agents(workspace.id).await?;
-    let timeout = bounded_timeout(
-        timeout_secs,
-        state.runner.config().run_timeout,
-        MAX_RUN_TIMEOUT,
-    )?;
-    let launch = Launch::prepare(state, workspace, &planner, timeout).await?;
-    let new = NewRun {
-        task_id: task.id,
-        agent: planner,
-        parent: None,
-        tools: launch.tools.clone(),
-        handoff_prompt: None,
-        token: Some(launch.token_binding()),
-        drive: Some(timeout),
-    };
-    let (run, task, events) = state
-        .store
-        .open_run(new, move |task, run, _parent| {
-            let mut events = match answers {
-                Some(answers) => planning::submit_answers(task, answers)?,
-                None => Vec::new(),
-            };
-            events.extend(planning::begin_planning(task, run)?);
-            Ok(events)
-        })
-        .await?;
-    launch.start(
-        state,
-        &run,
-        planner_message(&task, &agents),
-        before(&events),
-    );
-    Ok(pb::PlanTaskResponse {
-        task: Some(convert::task(&task)),
-        run: Some(convert::run(&run)),
-    })
-}
+use crate::domain::{Agent, AgentKind, Task};
 
 /// The planner's message: the task, the questions answered so far, and the
 /// agents a plan may assign.
@@ -134,7 +46,10 @@ pub fn planner_message(task: &Task, agents: &[Agent]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Planning, Question, Stage, TaskId, TaskSource, WorkspaceId};
+    use crate::domain::{
+        Name, Planning, Question, Stage, TASK_VALIDATOR, TaskId, TaskSource, TaskStatus,
+        WorkspaceId,
+    };
 
     fn agent(name: &str, kind: AgentKind, instructions: &str) -> Agent {
         Agent {

@@ -1,76 +1,15 @@
-//! StartTask and CancelTask.
+//! What starting and ending runs share: timeouts, prompts, a run's first
+//! message, and the waits of a cancel (until runs are released and their
+//! calls' processes are gone).
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use chorus_proto::orchestrator::v1 as pb;
 use tracing::{info, warn};
 
-use super::launch::Launch;
-use crate::domain::{AgentKind, Name, Run, RunId, Task, TaskId, TaskStatus, now_ms, policy};
+use crate::domain::{Run, RunId, Task, TaskId, now_ms};
 use crate::error::ServiceError;
-use crate::grpc::convert;
 use crate::state::AppState;
-use crate::store::NewRun;
-
-/// Starts an agent on a task: checks everything that can be checked first
-/// (agent, provider, status), then in one transaction moves the task to active
-/// and opens the run (spawning); the driver takes it from there.
-pub async fn start_task(
-    state: &AppState,
-    req: pb::StartTaskRequest,
-) -> Result<pb::StartTaskResponse, ServiceError> {
-    let task_id = convert::task_id("task_id", &req.task_id)?;
-    let task = state.store.get_task(task_id).await?;
-    task.status.check_transition(TaskStatus::Active)?;
-    let workspace = state.store.get_workspace(task.workspace_id).await?;
-    let agent_name = match convert::non_empty(req.agent) {
-        Some(name) => Name::parse("agent", &name)?,
-        None => task.planning.assigned_agent.clone().ok_or_else(|| {
-            ServiceError::Invalid(
-                "agent: name the agent to run, or assign one in the task's plan (UpdatePlanning)"
-                    .to_owned(),
-            )
-        })?,
-    };
-    let timeout = bounded_timeout(
-        req.timeout_secs,
-        state.runner.config().run_timeout,
-        MAX_RUN_TIMEOUT,
-    )?;
-    check_prompt(&req.prompt)?;
-    let agent = state
-        .store
-        .get_agent(workspace.id, agent_name.clone())
-        .await?;
-    if agent.kind == AgentKind::Internal {
-        return Err(ServiceError::Invalid(format!(
-            "agent: '{agent_name}' is internal to Chorus (the planner; PlanTask runs it); start a user-defined agent"
-        )));
-    }
-    let launch = Launch::prepare_agent(state, workspace, agent, timeout).await?;
-    let message = task_message(&task, req.prompt.trim());
-    let new = NewRun {
-        task_id,
-        agent: agent_name,
-        parent: None,
-        tools: launch.tools.clone(),
-        handoff_prompt: None,
-        token: Some(launch.token_binding()),
-        drive: Some(timeout),
-    };
-    let (run, task, events) = state
-        .store
-        .create_run_with(new, |task| {
-            Ok(vec![policy::change_status(task, TaskStatus::Active, None)?])
-        })
-        .await?;
-    launch.start(state, &run, message, before(&events));
-    Ok(pb::StartTaskResponse {
-        task: Some(convert::task(&task)),
-        run: Some(convert::run(&run)),
-    })
-}
 
 /// The longest a run may be given (StartTask, PlanTask).
 pub const MAX_RUN_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
@@ -144,36 +83,6 @@ pub fn before(events: &[crate::domain::Event]) -> u64 {
     events.first().map_or(0, |e| e.sequence.saturating_sub(1))
 }
 
-/// Cancels a task: in one transaction it goes canceled and its unfinished runs
-/// end with `run_canceled` (so nothing they still try is accepted); the
-/// replicas driving them read that and kill their processes, and this
-/// returns once each has released its runs (or, for a replica that is gone,
-/// once its lease ran out and a live replica released them).
-pub async fn cancel_task(
-    state: &AppState,
-    req: pb::CancelTaskRequest,
-) -> Result<pb::Task, ServiceError> {
-    let task_id = convert::task_id("id", &req.id)?;
-    let reason = convert::non_empty(req.reason).unwrap_or_else(|| "canceled".to_owned());
-    policy::check_status_reason(&reason)?;
-    let now = now_ms();
-    let (task, runs, _) = state
-        .store
-        .change_task_runs(task_id, move |task, runs| {
-            policy::cancel_task(task, runs, &reason, now)
-        })
-        .await?;
-    let ended: Vec<RunId> = runs
-        .iter()
-        .filter(|r| r.finished_ms == Some(now))
-        .map(|r| r.id)
-        .collect();
-    wait_released(state, task_id).await?;
-    wait_calls_stopped(state, task_id, ended, now).await?;
-    info!(task_id = %task_id, "task canceled");
-    Ok(convert::task(&task))
-}
-
 /// How often a wait for released runs checks the store besides when the
 /// task changes.
 const RECHECK: Duration = Duration::from_millis(100);
@@ -226,7 +135,7 @@ pub async fn wait_calls_stopped(
 /// release — its driver's fence fallen (see `runner::fence`), after which the
 /// launchers have killed them by themselves. Bounded by twice the lease; past
 /// that it logs and returns.
-async fn wait_released(state: &AppState, task: TaskId) -> Result<(), ServiceError> {
+pub async fn wait_released(state: &AppState, task: TaskId) -> Result<(), ServiceError> {
     let mut changes = state.hub.subscribe(task);
     let lease = state.store.replica().lease;
     let deadline = tokio::time::Instant::now() + 2 * lease;
@@ -264,7 +173,7 @@ async fn wait_released(state: &AppState, task: TaskId) -> Result<(), ServiceErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Planning, TaskSource};
+    use crate::domain::{Planning, TaskSource, TaskStatus};
 
     #[test]
     fn the_message_carries_the_task_and_its_plan() {

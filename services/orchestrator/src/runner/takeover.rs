@@ -33,7 +33,11 @@ pub(super) async fn hand_on(
         .max(1000);
     // A provider that continues a run without a session it named (an API
     // agent: its stored messages) can be handed on without one.
-    let api = ctx.provider.provider().continue_session(ctx, None).is_some();
+    let api = ctx
+        .provider
+        .provider()
+        .continue_session(ctx, None)
+        .is_some();
     let (me, epoch) = super::driver::driver_of(state, ctx);
     let kept = state
         .store

@@ -10,9 +10,9 @@ use tokio::task::JoinHandle;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
-use tracing::Instrument as _;
 
-use crate::domain::{DomainError, Event, EventKind, TaskStatus, policy};
+use crate::core::tasks as core;
+use crate::domain::{DomainError, Event, Name, Run, Task, TaskStatus};
 use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::history::{self, WatchEnd};
@@ -31,26 +31,8 @@ pub(super) async fn create(
     req: pb::CreateTaskRequest,
 ) -> Result<pb::Task, ServiceError> {
     let workspace = convert::workspace_id("workspace_id", &req.workspace_id)?;
-    // The task's trace: its runs' spans continue this one (which continues the
-    // caller's trace when the call carried one).
-    let span = tracing::info_span!(
-        "task",
-        otel.name = "task",
-        chorus.workspace_id = %workspace,
-        chorus.task_id = tracing::field::Empty,
-    );
-    let trace = chorus_telemetry::propagation::traceparent(&span);
-    let (task, _) = state
-        .store
-        .create_traced_task(
-            workspace,
-            req.description,
-            convert::source_from(req.source),
-            trace,
-        )
-        .instrument(span.clone())
-        .await?;
-    span.record("chorus.task_id", task.id.to_string());
+    let source = convert::source_from(req.source);
+    let task = core::create(state, workspace, req.description, source).await?;
     Ok(convert::task(&task))
 }
 
@@ -100,19 +82,7 @@ pub(super) async fn update_status(
         return Err(DomainError::invalid("status", "must not be empty").into());
     }
     let to = req.status.parse::<TaskStatus>()?;
-    let reason = convert::non_empty(req.reason);
-    if let Some(reason) = &reason {
-        policy::check_status_reason(reason)?;
-    }
-    // A task whose runs are still going is not moved by hand: CancelTask ends
-    // them with it (checked in the same transaction as the change).
-    let (task, _runs, _) = state
-        .store
-        .change_task_runs(id, move |task, runs| {
-            policy::check_no_live_runs(task, runs)?;
-            Ok(vec![policy::change_status(task, to, reason)?])
-        })
-        .await?;
+    let task = core::change_status(state, id, to, convert::non_empty(req.reason)).await?;
     Ok(convert::task(&task))
 }
 
@@ -135,25 +105,64 @@ pub(super) async fn update_planning(
         req.planning
             .ok_or_else(|| DomainError::invalid("planning", "must be set"))?,
     )?;
-    if let Some(agent) = &planning.assigned_agent {
-        // The assigned agent must be one of the task's workspace.
-        let task = state.store.get_task(id).await?;
-        state
-            .store
-            .get_agent(task.workspace_id, agent.clone())
-            .await?;
-    }
-    let data = serde_json::to_value(&planning)
-        .map_err(|e| StoreError::Database(format!("planning is not JSON: {e}")))?;
-    let (task, _) = state
-        .store
-        .change_task(id, move |task| {
-            policy::check_planning_editable(task)?;
-            task.planning = planning;
-            Ok(vec![(EventKind::PlanningUpdated, data)])
-        })
-        .await?;
+    Ok(convert::task(
+        &core::change_planning(state, id, planning).await?,
+    ))
+}
+
+/// StartTask.
+pub(super) async fn start(
+    state: &AppState,
+    req: pb::StartTaskRequest,
+) -> Result<pb::StartTaskResponse, ServiceError> {
+    let start = core::Start {
+        task: convert::task_id("task_id", &req.task_id)?,
+        agent: convert::non_empty(req.agent)
+            .map(|name| Name::parse("agent", &name))
+            .transpose()?,
+        prompt: req.prompt,
+        timeout_secs: req.timeout_secs,
+    };
+    let (task, run) = core::start(state, start).await?;
+    Ok(pb::StartTaskResponse {
+        task: Some(convert::task(&task)),
+        run: Some(convert::run(&run)),
+    })
+}
+
+/// CancelTask.
+pub(super) async fn cancel(
+    state: &AppState,
+    req: pb::CancelTaskRequest,
+) -> Result<pb::Task, ServiceError> {
+    let id = convert::task_id("id", &req.id)?;
+    let task = core::cancel(state, id, convert::non_empty(req.reason)).await?;
     Ok(convert::task(&task))
+}
+
+/// PlanTask.
+pub(super) async fn plan(
+    state: &AppState,
+    req: pb::PlanTaskRequest,
+) -> Result<pb::PlanTaskResponse, ServiceError> {
+    let id = convert::task_id("id", &req.id)?;
+    planned(core::plan(state, id, req.timeout_secs).await?)
+}
+
+/// SubmitAnswers.
+pub(super) async fn answer(
+    state: &AppState,
+    req: pb::SubmitAnswersRequest,
+) -> Result<pb::PlanTaskResponse, ServiceError> {
+    let id = convert::task_id("id", &req.id)?;
+    planned(core::answer(state, id, req.answers, req.timeout_secs).await?)
+}
+
+fn planned((task, run): (Task, Run)) -> Result<pb::PlanTaskResponse, ServiceError> {
+    Ok(pb::PlanTaskResponse {
+        task: Some(convert::task(&task)),
+        run: Some(convert::run(&run)),
+    })
 }
 
 pub(super) async fn history(

@@ -1,0 +1,108 @@
+//! Runs a caller drives itself: opened with a token for an agent of the
+//! task's workspace (OpenRun), finished by it (FinishRun).
+
+use std::time::Duration;
+
+use crate::domain::{AgentKind, Name, Run, RunId, TaskId, TaskStatus, now_ms, policy};
+use crate::error::ServiceError;
+use crate::state::{Addresses, AppState};
+
+/// Token lifetime when the request says 0.
+const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(3600);
+
+/// A run opened for its caller: the run, its signed token, and where its
+/// tools are.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    pub run: Run,
+    pub token: String,
+    pub addresses: Addresses,
+}
+
+/// Opens a run of `agent` on a task: the agent must be one of the task's
+/// workspace (internal agents too). In one transaction the run opens with the
+/// agent's granted tools and goes active with its agent as the task's current
+/// agent; its token is minted for the workspace root.
+pub async fn open(
+    state: &AppState,
+    task_id: TaskId,
+    agent_name: Name,
+    ttl_secs: u32,
+) -> Result<Opened, ServiceError> {
+    let ttl = match ttl_secs {
+        0 => DEFAULT_TOKEN_TTL,
+        n => Duration::from_secs(u64::from(n)),
+    };
+    if ttl > chorus_run_token::MAX_TOKEN_TTL {
+        return Err(ServiceError::Invalid(format!(
+            "ttl_secs: at most {} s (48 h)",
+            chorus_run_token::MAX_TOKEN_TTL.as_secs()
+        )));
+    }
+    let task = state.store.get_task(task_id).await?;
+    let workspace = state.store.get_workspace(task.workspace_id).await?;
+    let agent = state
+        .store
+        .get_agent(workspace.id, agent_name.clone())
+        .await?;
+    if agent.kind == AgentKind::Internal {
+        return Err(ServiceError::Invalid(format!(
+            "agent: '{agent_name}' is internal to Chorus (the planner; PlanTask runs it); open a run of a user-defined agent"
+        )));
+    }
+    let tools = agent.granted_tools()?;
+
+    let new = crate::store::NewRun {
+        task_id,
+        agent: agent_name,
+        parent: None,
+        tools,
+        handoff_prompt: None,
+        token: Some(crate::auth::runs::binding(
+            &workspace.root,
+            &agent.egress,
+            ttl,
+        )),
+        // Its caller drives it: no replica does.
+        drive: None,
+    };
+    let (run, _task, _) = state
+        .store
+        .open_run(new, |task, run, _parent| {
+            // A run works on an active task: a planned or waiting one becomes
+            // active, as with StartTask; others are refused.
+            let mut events = Vec::new();
+            if task.status != TaskStatus::Active {
+                events.push(policy::change_status(task, TaskStatus::Active, None)?);
+            }
+            events.push(policy::activate_run(run, task)?);
+            Ok(events)
+        })
+        .await?;
+
+    Ok(Opened {
+        token: crate::auth::runs::mint(state, &run)?,
+        run,
+        addresses: state.addresses.clone(),
+    })
+}
+
+/// Finishes a run (FAILED_PRECONDITION when it already has) and records
+/// `agent_completed`; the task's current agent is cleared when it was this one.
+/// Returns once no tool call of the run may still have processes.
+pub async fn finish(
+    state: &AppState,
+    id: RunId,
+    reason: Option<String>,
+) -> Result<Run, ServiceError> {
+    let reason = reason.unwrap_or_else(|| "finished".to_owned());
+    let now = now_ms();
+    let (run, _task, _) = state
+        .store
+        .change_run(id, move |run, task| {
+            Ok(vec![policy::finish_run(run, task, reason, now)?])
+        })
+        .await?;
+    crate::runner::wait_calls_stopped(state, run.task_id, vec![run.id], now).await?;
+    Ok(run)
+}

@@ -1,0 +1,263 @@
+//! Tasks through their life: created, planned (the planner asks, the user
+//! answers), started on an agent, moved by hand, canceled. Each function is
+//! one use case of every face, in domain types.
+
+use tracing::{Instrument as _, info};
+
+use crate::domain::policy::planning;
+use crate::domain::{
+    AgentKind, EventKind, Name, Planning, Run, RunId, TASK_VALIDATOR, Task, TaskId, TaskSource,
+    TaskStatus, WorkspaceId, now_ms, policy,
+};
+use crate::error::ServiceError;
+use crate::runner::Launch;
+use crate::runner::plan::planner_message;
+use crate::runner::start::{
+    MAX_RUN_TIMEOUT, before, bounded_timeout, check_prompt, task_message, wait_calls_stopped,
+    wait_released,
+};
+use crate::state::AppState;
+use crate::store::{NewRun, StoreError};
+
+/// Creates a task in `workspace`. Its trace begins here (continuing the
+/// caller's, when the call carried one): its runs' spans continue it.
+pub async fn create(
+    state: &AppState,
+    workspace: WorkspaceId,
+    description: String,
+    source: TaskSource,
+) -> Result<Task, ServiceError> {
+    let span = tracing::info_span!(
+        "task",
+        otel.name = "task",
+        chorus.workspace_id = %workspace,
+        chorus.task_id = tracing::field::Empty,
+    );
+    let trace = chorus_telemetry::propagation::traceparent(&span);
+    let (task, _) = state
+        .store
+        .create_traced_task(workspace, description, source, trace)
+        .instrument(span.clone())
+        .await?;
+    span.record("chorus.task_id", task.id.to_string());
+    Ok(task)
+}
+
+/// Moves a task to `to` by hand (with `reason`): refused while its runs
+/// still go (CancelTask ends them with it), checked in the same transaction.
+pub async fn change_status(
+    state: &AppState,
+    id: TaskId,
+    to: TaskStatus,
+    reason: Option<String>,
+) -> Result<Task, ServiceError> {
+    if let Some(reason) = &reason {
+        policy::check_status_reason(reason)?;
+    }
+    let (task, _runs, _) = state
+        .store
+        .change_task_runs(id, move |task, runs| {
+            policy::check_no_live_runs(task, runs)?;
+            Ok(vec![policy::change_status(task, to, reason)?])
+        })
+        .await?;
+    Ok(task)
+}
+
+/// Replaces a task's planning; an assigned agent must be one of its
+/// workspace.
+pub async fn change_planning(
+    state: &AppState,
+    id: TaskId,
+    planning: Planning,
+) -> Result<Task, ServiceError> {
+    if let Some(agent) = &planning.assigned_agent {
+        let task = state.store.get_task(id).await?;
+        state
+            .store
+            .get_agent(task.workspace_id, agent.clone())
+            .await?;
+    }
+    let data = serde_json::to_value(&planning)
+        .map_err(|e| StoreError::Database(format!("planning is not JSON: {e}")))?;
+    let (task, _) = state
+        .store
+        .change_task(id, move |task| {
+            policy::check_planning_editable(task)?;
+            task.planning = planning;
+            Ok(vec![(EventKind::PlanningUpdated, data)])
+        })
+        .await?;
+    Ok(task)
+}
+
+/// What StartTask asks.
+#[derive(Debug, Clone)]
+pub struct Start {
+    pub task: TaskId,
+    /// The agent to run; None: the one the task's plan assigns.
+    pub agent: Option<Name>,
+    /// Said to the agent after the task and its plan.
+    pub prompt: String,
+    /// 0: the default run timeout.
+    pub timeout_secs: u32,
+}
+
+/// Starts an agent on a task: checks everything that can be checked first
+/// (agent, provider, status), then in one transaction moves the task to active
+/// and opens the run (spawning); the driver takes it from there.
+pub async fn start(state: &AppState, req: Start) -> Result<(Task, Run), ServiceError> {
+    let task_id = req.task;
+    let task = state.store.get_task(task_id).await?;
+    task.status.check_transition(TaskStatus::Active)?;
+    let workspace = state.store.get_workspace(task.workspace_id).await?;
+    let agent_name = match req.agent {
+        Some(name) => name,
+        None => task.planning.assigned_agent.clone().ok_or_else(|| {
+            ServiceError::Invalid(
+                "agent: name the agent to run, or assign one in the task's plan (UpdatePlanning)"
+                    .to_owned(),
+            )
+        })?,
+    };
+    let timeout = bounded_timeout(
+        req.timeout_secs,
+        state.runner.config().run_timeout,
+        MAX_RUN_TIMEOUT,
+    )?;
+    check_prompt(&req.prompt)?;
+    let agent = state
+        .store
+        .get_agent(workspace.id, agent_name.clone())
+        .await?;
+    if agent.kind == AgentKind::Internal {
+        return Err(ServiceError::Invalid(format!(
+            "agent: '{agent_name}' is internal to Chorus (the planner; PlanTask runs it); start a user-defined agent"
+        )));
+    }
+    let launch = Launch::prepare_agent(state, workspace, agent, timeout).await?;
+    let message = task_message(&task, req.prompt.trim());
+    let new = NewRun {
+        task_id,
+        agent: agent_name,
+        parent: None,
+        tools: launch.tools.clone(),
+        handoff_prompt: None,
+        token: Some(launch.token_binding()),
+        drive: Some(timeout),
+    };
+    let (run, task, events) = state
+        .store
+        .create_run_with(new, |task| {
+            Ok(vec![policy::change_status(task, TaskStatus::Active, None)?])
+        })
+        .await?;
+    launch.start(state, &run, message, before(&events));
+    Ok((task, run))
+}
+
+/// Cancels a task: in one transaction it goes canceled and its unfinished runs
+/// end with `run_canceled` (so nothing they still try is accepted); the
+/// replicas driving them read that and kill their processes, and this
+/// returns once each has released its runs (or, for a replica that is gone,
+/// once its lease ran out and a live replica released them).
+pub async fn cancel(
+    state: &AppState,
+    task_id: TaskId,
+    reason: Option<String>,
+) -> Result<Task, ServiceError> {
+    let reason = reason.unwrap_or_else(|| "canceled".to_owned());
+    policy::check_status_reason(&reason)?;
+    let now = now_ms();
+    let (task, runs, _) = state
+        .store
+        .change_task_runs(task_id, move |task, runs| {
+            policy::cancel_task(task, runs, &reason, now)
+        })
+        .await?;
+    let ended: Vec<RunId> = runs
+        .iter()
+        .filter(|r| r.finished_ms == Some(now))
+        .map(|r| r.id)
+        .collect();
+    wait_released(state, task_id).await?;
+    wait_calls_stopped(state, task_id, ended, now).await?;
+    info!(task_id = %task_id, "task canceled");
+    Ok(task)
+}
+
+/// Plans a pending or planned task.
+pub async fn plan(
+    state: &AppState,
+    task_id: TaskId,
+    timeout_secs: u32,
+) -> Result<(Task, Run), ServiceError> {
+    let task = state.store.get_task(task_id).await?;
+    if task.status == TaskStatus::AwaitingInput {
+        return Err(ServiceError::Precondition(
+            "the planner asked questions: answer them with SubmitAnswers, which plans the task again"
+                .to_owned(),
+        ));
+    }
+    task.status.check_transition(TaskStatus::Planning)?;
+    launch_planner(state, task, timeout_secs, None).await
+}
+
+/// Answers the planner's questions and plans again.
+pub async fn answer(
+    state: &AppState,
+    task_id: TaskId,
+    answers: Vec<String>,
+    timeout_secs: u32,
+) -> Result<(Task, Run), ServiceError> {
+    let task = state.store.get_task(task_id).await?;
+    // Checked again in the transaction; this answers before anything is resolved.
+    planning::submit_answers(&mut task.clone(), answers.clone())?;
+    launch_planner(state, task, timeout_secs, Some(answers)).await
+}
+
+/// Resolves the planner, opens its run (with the answers, if any, and the move
+/// to planning in the same transaction) and starts it.
+async fn launch_planner(
+    state: &AppState,
+    task: Task,
+    timeout_secs: u32,
+    answers: Option<Vec<String>>,
+) -> Result<(Task, Run), ServiceError> {
+    let workspace = state.store.get_workspace(task.workspace_id).await?;
+    let planner = Name::parse("agent", TASK_VALIDATOR)?;
+    let agents = state.store.list_agents(workspace.id).await?;
+    let timeout = bounded_timeout(
+        timeout_secs,
+        state.runner.config().run_timeout,
+        MAX_RUN_TIMEOUT,
+    )?;
+    let launch = Launch::prepare(state, workspace, &planner, timeout).await?;
+    let new = NewRun {
+        task_id: task.id,
+        agent: planner,
+        parent: None,
+        tools: launch.tools.clone(),
+        handoff_prompt: None,
+        token: Some(launch.token_binding()),
+        drive: Some(timeout),
+    };
+    let (run, task, events) = state
+        .store
+        .open_run(new, move |task, run, _parent| {
+            let mut events = match answers {
+                Some(answers) => planning::submit_answers(task, answers)?,
+                None => Vec::new(),
+            };
+            events.extend(planning::begin_planning(task, run)?);
+            Ok(events)
+        })
+        .await?;
+    launch.start(
+        state,
+        &run,
+        planner_message(&task, &agents),
+        before(&events),
+    );
+    Ok((task, run))
+}
