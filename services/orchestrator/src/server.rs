@@ -6,16 +6,18 @@ use std::sync::Arc;
 
 use chorus_auth::AuthLayer;
 use chorus_auth::tls::{PeerRoles, ServerTls};
-use chorus_proto::limits::MessageLimitLayer;
 use chorus_proto::orchestrator::v1::agent_tools_server::AgentToolsServer;
 use chorus_proto::orchestrator::v1::orchestrator_server::OrchestratorServer;
 use chorus_run_token::RunTokenSigner;
+use chorus_serve::ServeConfig;
+use chorus_serve::grpc::{Port, PortSpec};
 use chorus_serve::health::watch_dependency;
-use chorus_serve::{Calls, Health, ServeConfig};
 use chorus_tool_exec::gate::RunGate;
 use chorus_tool_exec::{Limits, ToolExecConfig};
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tonic::service::Routes;
 use tracing::{info, warn};
 
 use crate::domain::{KeyReferenceRules, RootPolicy};
@@ -26,7 +28,7 @@ use crate::history::relay::Relay;
 use crate::runner::RunnerConfig;
 use crate::secrets::KeySource;
 use crate::state::AppState;
-use crate::store::{Backend, ReplicaIdentity};
+use crate::store::{Backend, ReplicaIdentity, Store};
 
 /// File of the first admin key in the data directory.
 pub const ADMIN_KEY_FILE: &str = "admin.key";
@@ -46,7 +48,7 @@ pub struct OrchestratorConfig {
     /// `postgres://...`, or a SQLite file path.
     pub database_url: String,
     /// Mints run tokens (the private key).
-    pub signer: RunTokenSigner,
+    pub signer: Arc<RunTokenSigner>,
     /// Serve tool-exec in this process too.
     pub embedded_tool_exec: Option<EmbeddedToolExec>,
     /// Address of a tool-exec run separately (when none is embedded), handed to agents.
@@ -100,7 +102,7 @@ impl OrchestratorConfig {
         Self {
             runner: RunnerConfig::new(data_dir),
             database_url: database_url.into(),
-            signer,
+            signer: Arc::new(signer),
             embedded_tool_exec: None,
             tool_exec_addr: None,
             tool_exec_mcp_url: None,
@@ -230,6 +232,109 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let message_bytes = config.message_bytes();
+    let (store, replica_lock) = open_replica(&config).await?;
+    let key_hint = bootstrap_keys(&store, &config).await?;
+    let _pool_gauge = pool_gauge(&store);
+    // Replicas sign with one key set, kept in the database (sealed); the
+    // first replica's own set becomes it.
+    if store.backend() == Backend::Postgres {
+        let shared = store.shared_run_token_keys(config.signer.export()).await?;
+        config.signer.adopt(shared)?;
+        info!(
+            "run tokens are signed with the key set the replicas share in the database (RotateRunTokenKey rotates it for all)"
+        );
+    }
+    let processes = chorus_sandbox::Sandbox::start(config.sandbox.clone()).await;
+    let _sandbox_gauge =
+        chorus_telemetry::metrics().sandbox(processes.status().state, processes.status().tier);
+    let state = app_state(&mut config, store, processes.clone(), addr)?;
+
+    let lost = CancellationToken::new();
+    // The SQLite lock is held until `run` returns.
+    let (relay, _sqlite_lock) = match replica_lock {
+        ReplicaLock::Relay(relay) => (Some(start_relay(*relay, &state, &lost)), None),
+        ReplicaLock::File(file) => (None, Some(file)),
+    };
+    let mut serve = config.serve.clone();
+    serve.capacity.request_bytes = message_bytes;
+    let port = Port::open(
+        &serve,
+        PortSpec {
+            name: "the orchestrator",
+            log: "orchestrator",
+            services: &SERVICES,
+            own_deadline: &[],
+            message_bytes,
+            message_hint: "send less: orchestration calls carry text, never whole files".to_owned(),
+        },
+    )
+    .await?;
+    // Set when the drain starts: a draining replica takes no more runs.
+    let draining = CancellationToken::new();
+    let leases = tokio::spawn(
+        crate::runner::lease::Leases::new(state.clone(), port.health.clone()).keep(
+            state.shutdown.clone(),
+            draining.clone(),
+            lost.clone(),
+        ),
+    );
+    let stop = state.shutdown.clone();
+    let database_watch = watch_database(&state, &port.health, serve.health_check);
+    let routes = Routes::new(
+        OrchestratorServer::new(
+            OrchestratorService::new(state.clone()).with_limits(port.limits(&serve)),
+        )
+        .max_decoding_message_size(message_bytes),
+    )
+    .add_service(
+        AgentToolsServer::new(AgentToolsService::new(state.clone()))
+            .max_decoding_message_size(message_bytes),
+    );
+    let auth = AuthLayer::with_peers(
+        state.auth.clone(),
+        crate::auth::access::access,
+        key_hint,
+        config.peers.clone(),
+    );
+    let mut serving = port.serve(
+        &serve,
+        listener,
+        config.tls.as_ref(),
+        auth,
+        routes,
+        stop.clone(),
+    )?;
+    let tool_exec = config
+        .embedded_tool_exec
+        .take()
+        .map(|embedded| serve_embedded(embedded, &state, &config, &serve, &processes, &draining))
+        .transpose()?;
+
+    if !serving.drain_after(shutdown, || draining.cancel()).await? {
+        return Ok(());
+    }
+    stop.cancel();
+    stop_replica(&state, [Some(leases), relay]).await;
+    serving.finish().await?;
+    if let Some(tool_exec) = tool_exec {
+        match tool_exec.await {
+            Ok(result) => result?,
+            Err(e) => warn!(error = %e, "embedded tool-exec task failed"),
+        }
+    }
+    // Its last check holds a database connection: the store is closed only
+    // once it is done.
+    if let Err(e) = database_watch.await {
+        warn!(error = %e, "the database health check failed");
+    }
+    Ok(())
+}
+
+/// Opens the store as this replica and takes what keeps a second process
+/// from acting as it: the replica's advisory lock, held by the connection
+/// that listens for the other replicas' events (PostgreSQL), or a lock file
+/// beside the database (SQLite: one orchestrator per file).
+async fn open_replica(config: &OrchestratorConfig) -> anyhow::Result<(Store, ReplicaLock)> {
     let store = crate::secrets::open_store(&config.database_url, &config.secrets_key).await?;
     let replica_id = match (&config.replica_id, store.backend()) {
         (Some(id), _) => id.clone(),
@@ -237,10 +342,6 @@ pub async fn run(
         (None, Backend::Postgres) => host_name().map_err(anyhow::Error::msg)?,
     };
     let store = store.as_replica(ReplicaIdentity::new(&replica_id, config.lease));
-    // One live process per replica id: the replica's advisory lock, held by
-    // the connection that listens for the other replicas' events
-    // (PostgreSQL), or a lock file beside the database (SQLite: one
-    // orchestrator per file).
     let replica_lock = match store.backend() {
         Backend::Postgres => ReplicaLock::Relay(Box::new(Relay::start(&store).await?)),
         Backend::Sqlite => ReplicaLock::File(lock_sqlite(&store)?),
@@ -253,9 +354,15 @@ pub async fn run(
         }
         Backend::Sqlite => info!("SQLite serves one orchestrator; use PostgreSQL to run replicas"),
     }
+    Ok((store, replica_lock))
+}
+
+/// The first admin key (written to its file when the store has none) and a
+/// separate tool-exec's key; what a caller without a key is told.
+async fn bootstrap_keys(store: &Store, config: &OrchestratorConfig) -> anyhow::Result<String> {
     let key_hint = match &config.admin_key_file {
         Some(file) => {
-            crate::auth::bootstrap::ensure_admin_key(&store, file).await?;
+            crate::auth::bootstrap::ensure_admin_key(store, file).await?;
             format!(
                 "admins make keys with CreateApiKey; the first admin key is in {}",
                 file.display()
@@ -264,11 +371,15 @@ pub async fn run(
         None => "admins make keys with CreateApiKey".to_owned(),
     };
     if let Some(file) = &config.tool_exec_key_file {
-        crate::auth::bootstrap::accept_tool_exec_key(&store, file).await?;
+        crate::auth::bootstrap::accept_tool_exec_key(store, file).await?;
     }
-    // Database pool use, observed when metrics are collected (while served).
+    Ok(key_hint)
+}
+
+/// Database pool use, observed when metrics are collected (while it lives).
+fn pool_gauge(store: &Store) -> opentelemetry::metrics::ObservableGauge<i64> {
     let pool_store = store.clone();
-    let _pool_gauge = chorus_telemetry::metrics()
+    chorus_telemetry::metrics()
         .meter()
         .i64_observable_gauge("chorus.db.pool.connections")
         .with_description("Database connections of the pool, by state (used or idle)")
@@ -283,23 +394,27 @@ pub async fn run(
                 &[opentelemetry::KeyValue::new("state", "idle")],
             );
         })
-        .build();
-    // Replicas sign with one key set, kept in the database (sealed); the
-    // first replica's own set becomes it.
-    if store.backend() == Backend::Postgres {
-        let shared = store.shared_run_token_keys(config.signer.export()).await?;
-        config.signer.adopt(shared)?;
-        info!(
-            "run tokens are signed with the key set the replicas share in the database (RotateRunTokenKey rotates it for all)"
-        );
-    }
-    let processes = chorus_sandbox::Sandbox::start(config.sandbox).await;
-    let _sandbox_gauge =
-        chorus_telemetry::metrics().sandbox(processes.status().state, processes.status().tier);
+        .build()
+}
+
+/// The state every face and the runner share: the store, the signer, the
+/// runner, where workspaces and key references may point, and the addresses
+/// agents are given.
+fn app_state(
+    config: &mut OrchestratorConfig,
+    store: Store,
+    processes: chorus_sandbox::Sandbox,
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<AppState> {
     // This process's own fence directory (see `runner::fence`).
     config.runner.fence_dir = Some(crate::runner::fence::dir_for(&store.replica().instance));
-    let mut state = AppState::new(store, config.signer, config.runner, processes.clone());
-    state.roots = config.workspace_roots;
+    let mut state = AppState::new(
+        store,
+        Arc::clone(&config.signer),
+        config.runner.clone(),
+        processes,
+    );
+    state.roots = config.workspace_roots.clone();
     // Neither a workspace nor a key reference may reach the secrets key.
     if let Some(file) = config.secrets_key.file() {
         state.roots.protect(file);
@@ -313,14 +428,22 @@ pub async fn run(
     }
     state.key_references = KeyReferenceRules {
         protected: state.roots.protected.clone(),
-        ..config.key_references
+        ..config.key_references.clone()
     };
-    // Agents reach the services over TLS when they serve it.
+    state.addresses = addresses(config, addr)?;
+    Ok(state)
+}
+
+/// Where agents reach the services (over TLS when they serve it).
+fn addresses(
+    config: &OrchestratorConfig,
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<crate::state::Addresses> {
     let scheme = |addr: String| match &config.tls {
         Some(_) if !addr.contains("://") && !addr.is_empty() => format!("https://{addr}"),
         _ => addr,
     };
-    state.addresses = crate::state::Addresses {
+    Ok(crate::state::Addresses {
         orchestrator: scheme(
             config
                 .advertise_addr
@@ -339,158 +462,83 @@ pub async fn run(
             Some(_) => String::new(),
             None => config.tool_exec_mcp_url.clone().unwrap_or_default(),
         },
-    };
+    })
+}
 
-    let lost = CancellationToken::new();
-    // The SQLite lock is held until `run` returns.
-    let (relay, _sqlite_lock) = match replica_lock {
-        ReplicaLock::Relay(relay) => (Some(*relay), None),
-        ReplicaLock::File(file) => (None, Some(file)),
-    };
-    let relay = match relay {
-        Some(relay) => {
-            let (store, hub, signer, claim_now, stop, lost) = (
-                state.store.clone(),
-                state.hub.clone(),
-                state.signer.clone(),
-                state.claim_now.clone(),
-                state.shutdown.clone(),
-                lost.clone(),
-            );
-            Some(tokio::spawn(
-                relay.run(store, hub, signer, claim_now, stop, lost),
-            ))
-        }
-        None => None,
-    };
-    let mut serve = config.serve;
-    serve.capacity.request_bytes = message_bytes;
-    let health = Health::new(&SERVICES).await;
-    // Set when the drain starts: a draining replica takes no more runs.
-    let draining = CancellationToken::new();
-    let leases = tokio::spawn(
-        crate::runner::lease::Leases::new(state.clone(), health.clone()).keep(
-            state.shutdown.clone(),
-            draining.clone(),
-            lost.clone(),
-        ),
-    );
-    let calls = Calls::from_descriptors(chorus_proto::FILE_DESCRIPTOR_SET, &SERVICES, &[])?;
-    // Reflection lists what this port serves, nothing else.
-    let (reflection_v1, reflection_v1alpha) = chorus_proto::reflection::services(&SERVICES)?;
+/// Relays the other replicas' events to this one's watchers until the
+/// shutdown; `lost` fires if the replica's lock is lost.
+fn start_relay(relay: Relay, state: &AppState, lost: &CancellationToken) -> JoinHandle<()> {
+    tokio::spawn(relay.run(
+        state.store.clone(),
+        state.hub.clone(),
+        state.signer.clone(),
+        state.claim_now.clone(),
+        state.shutdown.clone(),
+        lost.clone(),
+    ))
+}
 
-    let stop = state.shutdown.clone();
+/// Health (`""` and both services) is NOT_SERVING while the database does
+/// not answer.
+fn watch_database(
+    state: &AppState,
+    health: &chorus_serve::Health,
+    every: std::time::Duration,
+) -> JoinHandle<()> {
     let store = state.store.clone();
-    let database_watch = tokio::spawn(watch_dependency(
+    tokio::spawn(watch_dependency(
         health.clone(),
         "the database",
-        serve.health_check,
+        every,
         store.failures(),
-        stop.clone(),
+        state.shutdown.clone(),
         move || {
             let store = store.clone();
             async move { store.ping().await.map_err(|e| e.to_string()) }
         },
-    ));
-    let serve_stop = stop.clone();
-    let auth = AuthLayer::with_peers(
-        state.auth.clone(),
-        crate::auth::access::access,
-        key_hint,
-        config.peers.clone(),
-    );
-    // Connections are bounded by --max-connections, not a low default limit.
-    let connections = serve.connections(
-        chorus_serve::connections::raise_fd_limit(),
-        "the orchestrator",
-    );
-    let mut builder = serve.server();
-    if let Some(tls) = &config.tls {
-        builder = builder.tls_config(tls.config()?)?;
-    }
-    let server = builder
-        // Outermost: every call is traced and measured, refused and shed ones too.
-        .layer(chorus_telemetry::grpc::ServerLayer)
-        .layer(serve.deadline(&calls))
-        .layer(MessageLimitLayer::new(
-            message_bytes,
-            "send less: orchestration calls carry text, never whole files",
-        ))
-        .layer(auth)
-        // Inside the auth layer: no call holds a place before its credential
-        // is checked, and each kind of caller has places of its own.
-        .layer(serve.load_shed(&calls, &connections, "the orchestrator"))
-        .add_service(health.service())
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(
-            OrchestratorServer::new(
-                OrchestratorService::new(state.clone()).with_limits(serve.limits(&connections)),
-            )
-            .max_decoding_message_size(message_bytes),
-        )
-        .add_service(
-            AgentToolsServer::new(AgentToolsService::new(state.clone()))
-                .max_decoding_message_size(message_bytes),
-        )
-        .serve_with_incoming_shutdown(
-            serve.incoming(listener, &connections, config.tls.is_some()),
-            async move {
-                serve_stop.cancelled().await;
-            },
-        );
-    let mut server = std::pin::pin!(server);
+    ))
+}
 
-    // The embedded tool-exec checks runs and records calls in-process; it
-    // drains with the orchestrator.
-    let tool_exec = match config.embedded_tool_exec {
-        Some(embedded) => {
-            let gate: Arc<dyn RunGate> = Arc::new(InProcessGate::new(state.clone()));
-            let tool_exec_config = ToolExecConfig {
-                limits: embedded.limits,
-                gate: Some(gate),
-                tls: config.tls.clone(),
-                peers: config.peers.clone(),
-                serve: serve.clone(),
-                mcp: embedded.mcp,
-                ..ToolExecConfig::new(state.verifier.clone(), processes.clone())
-            };
-            let tool_exec_stop = draining.clone();
-            info!(addr = %embedded.listener.local_addr()?, "embedded tool-exec");
-            Some(tokio::spawn(chorus_tool_exec::run(
-                embedded.listener,
-                tool_exec_config,
-                async move {
-                    tool_exec_stop.cancelled().await;
-                },
-            )))
-        }
-        None => None,
+/// Serves the embedded tool-exec: it checks runs and records calls
+/// in-process, and drains with the orchestrator.
+fn serve_embedded(
+    embedded: EmbeddedToolExec,
+    state: &AppState,
+    config: &OrchestratorConfig,
+    serve: &ServeConfig,
+    processes: &chorus_sandbox::Sandbox,
+    draining: &CancellationToken,
+) -> anyhow::Result<JoinHandle<anyhow::Result<()>>> {
+    let gate: Arc<dyn RunGate> = Arc::new(InProcessGate::new(state.clone()));
+    let tool_exec_config = ToolExecConfig {
+        limits: embedded.limits,
+        gate: Some(gate),
+        tls: config.tls.clone(),
+        peers: config.peers.clone(),
+        serve: serve.clone(),
+        mcp: embedded.mcp,
+        ..ToolExecConfig::new(state.verifier.clone(), processes.clone())
     };
+    let tool_exec_stop = draining.clone();
+    info!(addr = %embedded.listener.local_addr()?, "embedded tool-exec");
+    Ok(tokio::spawn(chorus_tool_exec::run(
+        embedded.listener,
+        tool_exec_config,
+        async move {
+            tool_exec_stop.cancelled().await;
+        },
+    )))
+}
 
-    info!(%addr, "orchestrator serving");
-    tokio::select! {
-        result = &mut server => return result.map_err(Into::into),
-        () = shutdown => {}
-    }
-
-    health.drain().await;
-    draining.cancel();
-    if !serve.drain.is_zero() {
-        info!(drain = ?serve.drain, "orchestrator draining: health NOT_SERVING, calls still served");
-        tokio::select! {
-            result = &mut server => return result.map_err(Into::into),
-            () = tokio::time::sleep(serve.drain) => {}
-        }
-    }
-    info!("orchestrator shutting down");
-    stop.cancel();
-    // Every run's processes are killed and its end recorded before the store goes.
+/// Once calls are no longer taken: every run's processes are killed and its
+/// end recorded, the replica's tasks end, and its stop is recorded — before
+/// the store goes.
+async fn stop_replica<const N: usize>(state: &AppState, tasks: [Option<JoinHandle<()>>; N]) {
     state.runner.shutdown().await;
     if let Some(fence) = state.runner.fence() {
         fence.remove();
     }
-    for task in [Some(leases), relay].into_iter().flatten() {
+    for task in tasks.into_iter().flatten() {
         if let Err(e) = task.await {
             warn!(error = %e, "a replica task failed");
         }
@@ -498,23 +546,4 @@ pub async fn run(
     if let Err(e) = state.store.stop_replica().await {
         warn!(error = %e, "cannot record that this replica stopped");
     }
-    match tokio::time::timeout(serve.shutdown_grace, &mut server).await {
-        Ok(result) => result?,
-        Err(_) => {
-            warn!(grace = ?serve.shutdown_grace, "calls still running after the grace period; stopping anyway")
-        }
-    }
-    if let Some(tool_exec) = tool_exec {
-        match tool_exec.await {
-            Ok(result) => result?,
-            Err(e) => warn!(error = %e, "embedded tool-exec task failed"),
-        }
-    }
-    // Its last check holds a database connection: the store is closed only
-    // once it is done.
-    if let Err(e) = database_watch.await {
-        warn!(error = %e, "the database health check failed");
-    }
-    info!("orchestrator stopped");
-    Ok(())
 }

@@ -52,7 +52,7 @@ impl AppState {
     /// State over `store`, running CLI agents in `processes`.
     pub fn new(
         store: Store,
-        signer: RunTokenSigner,
+        signer: Arc<RunTokenSigner>,
         runner: RunnerConfig,
         processes: chorus_sandbox::Sandbox,
     ) -> Self {
@@ -61,7 +61,7 @@ impl AppState {
             auth: Arc::new(KeyAuthenticator::new(store.clone(), verifier.clone())),
             hub: Arc::clone(store.hub()),
             store,
-            signer: Arc::new(signer),
+            signer,
             verifier,
             shutdown: CancellationToken::new(),
             addresses: Addresses::default(),

@@ -8,6 +8,8 @@
 //!   RESOURCE_EXHAUSTED and a retry hint; a call's message read first; unread
 //!   answers bounded); [`calls`] tells unary calls, streams and health apart
 //!   for them;
+//! - [`grpc`]: one gRPC port as both services serve it — the layers in
+//!   order, health, reflection, TLS, the drain and the grace;
 //! - [`memory`]: the allocator's arenas, set first thing in `main`;
 //! - [`health`]: one status for every served name, NOT_SERVING while a
 //!   dependency fails and once the server drains;
@@ -23,6 +25,7 @@ pub mod config;
 pub mod connections;
 pub mod data_dir;
 pub mod deadline;
+pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod memory;

@@ -7,14 +7,15 @@ use std::time::Duration;
 use chorus_auth::AuthLayer;
 use chorus_run_token::RunTokenVerifier;
 
-use chorus_proto::limits::MessageLimitLayer;
 use chorus_proto::tools::v1::tool_exec_server::ToolExecServer;
+use chorus_serve::Health;
+use chorus_serve::grpc::{Port, PortSpec};
 use chorus_serve::health::watch_dependency;
-use chorus_serve::{Calls, Health};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tonic::service::Routes;
+use tracing::warn;
 
 use crate::auth::ToolExecAuthenticator;
 use crate::calls::ToolCalls;
@@ -51,118 +52,67 @@ pub async fn run(
     config: ToolExecConfig,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
-    let addr = listener.local_addr()?;
-    let mut serve = config.serve;
+    let mut serve = config.serve.clone();
     let cancel = CancellationToken::new();
     let runner = ToolRunner::new(config.limits, config.processes.clone(), cancel.clone());
     let message_bytes = config.limits.message_bytes();
     serve.capacity.request_bytes = message_bytes;
-    // Connections are bounded by --max-connections, not a low default limit.
-    let connections = serve.connections(chorus_serve::connections::raise_fd_limit(), "tool-exec");
+    let port = Port::open(
+        &serve,
+        PortSpec {
+            name: "tool-exec",
+            log: "tool-exec",
+            services: &[SERVICE],
+            own_deadline: &OWN_DEADLINE,
+            message_bytes,
+            message_hint: config.limits.message_hint(),
+        },
+    )
+    .await?;
     let tool_calls = ToolCalls::new(runner, config.verifier.clone(), config.gate.clone());
     let service = ToolExecServer::new(
-        ToolExecService::over(tool_calls.clone()).with_limits(serve.limits(&connections)),
+        ToolExecService::over(tool_calls.clone()).with_limits(port.limits(&serve)),
     )
     .max_decoding_message_size(message_bytes);
 
-    let health = Health::new(&[SERVICE]).await;
-    let calls =
-        Calls::from_descriptors(chorus_proto::FILE_DESCRIPTOR_SET, &[SERVICE], &OWN_DEADLINE)?;
-    // Reflection lists what this port serves, nothing else.
-    let (reflection_v1, reflection_v1alpha) = chorus_proto::reflection::services(&[SERVICE])?;
-
     let stop = CancellationToken::new();
     if let Some(gate) = config.gate.clone() {
-        health.unchecked("the orchestrator").await;
-        tokio::spawn(refresh_keys(
-            gate.clone(),
-            config.verifier.clone(),
-            stop.clone(),
-        ));
-        tokio::spawn(watch_dependency(
-            health.clone(),
-            "the orchestrator",
-            serve.health_check,
-            Arc::new(Notify::new()),
-            stop.clone(),
-            move || {
-                let gate = Arc::clone(&gate);
-                async move { gate.ready().await }
-            },
-        ));
+        watch_gate(&port.health, gate, &config, serve.health_check, &stop).await;
     }
-    let authenticator = Arc::new(ToolExecAuthenticator::new(
-        config.verifier.clone(),
-        config.gate.clone(),
-    ));
     let auth = AuthLayer::with_peers(
-        authenticator,
+        Arc::new(ToolExecAuthenticator::new(
+            config.verifier.clone(),
+            config.gate.clone(),
+        )),
         crate::auth::access,
         "agents pass their run token (CHORUS_RUN_TOKEN); operators an API key of role viewer or more",
         config.peers.clone(),
     );
-    let mut builder = serve.server();
-    if let Some(tls) = &config.tls {
-        builder = builder.tls_config(tls.config()?)?;
-    }
-    let serve_stop = stop.clone();
-    let server = builder
-        // Outermost: every call is traced and measured, refused and shed ones too.
-        .layer(chorus_telemetry::grpc::ServerLayer)
-        .layer(serve.deadline(&calls))
-        .layer(MessageLimitLayer::new(
-            message_bytes,
-            config.limits.message_hint(),
-        ))
-        .layer(auth)
-        // Inside the auth layer: no call holds a place before its credential
-        // is checked, and each kind of caller has places of its own.
-        .layer(serve.load_shed(&calls, &connections, "tool-exec"))
-        .add_service(health.service())
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(service)
-        .serve_with_incoming_shutdown(
-            serve.incoming(listener, &connections, config.tls.is_some()),
-            async move { serve_stop.cancelled().await },
-        );
-    let mut server = std::pin::pin!(server);
+    let mut serving = port.serve(
+        &serve,
+        listener,
+        config.tls.as_ref(),
+        auth,
+        Routes::new(service),
+        stop.clone(),
+    )?;
     // The MCP endpoint ends with the gRPC port's calls (`stop`).
-    let mcp = match config.mcp.clone() {
-        Some(face) => Some(tokio::spawn(crate::mcp::serve(
+    let mcp = config.mcp.clone().map(|face| {
+        tokio::spawn(crate::mcp::serve(
             face,
             tool_calls,
             config.gate.clone(),
             config.verifier.clone(),
             config.tls.clone(),
             stop.clone(),
-        ))),
-        None => None,
-    };
-
-    info!(%addr, "tool-exec serving");
-    tokio::select! {
-        result = &mut server => return result.map_err(Into::into),
-        () = shutdown => {}
+        ))
+    });
+    if !serving.drain_after(shutdown, || {}).await? {
+        return Ok(());
     }
-
-    health.drain().await;
-    if !serve.drain.is_zero() {
-        info!(drain = ?serve.drain, "tool-exec draining: health NOT_SERVING, calls still served");
-        tokio::select! {
-            result = &mut server => return result.map_err(Into::into),
-            () = tokio::time::sleep(serve.drain) => {}
-        }
-    }
-    info!("tool-exec shutting down");
     stop.cancel();
     cancel.cancel();
-    match tokio::time::timeout(serve.shutdown_grace, &mut server).await {
-        Ok(result) => result?,
-        Err(_) => {
-            warn!(grace = ?serve.shutdown_grace, "calls still running after the grace period; stopping anyway")
-        }
-    }
+    serving.finish().await?;
     if let Some(mcp) = mcp {
         match mcp.await {
             Ok(Err(e)) => warn!(error = %e, "the MCP endpoint failed"),
@@ -170,8 +120,35 @@ pub async fn run(
             Ok(Ok(())) => {}
         }
     }
-    info!("tool-exec stopped");
     Ok(())
+}
+
+/// Health follows the gate's orchestrator (unchecked until the first
+/// answer), and the run-token keys are fetched from it, until `stop`.
+async fn watch_gate(
+    health: &Health,
+    gate: Arc<dyn RunGate>,
+    config: &ToolExecConfig,
+    every: Duration,
+    stop: &CancellationToken,
+) {
+    health.unchecked("the orchestrator").await;
+    tokio::spawn(refresh_keys(
+        gate.clone(),
+        config.verifier.clone(),
+        stop.clone(),
+    ));
+    tokio::spawn(watch_dependency(
+        health.clone(),
+        "the orchestrator",
+        every,
+        Arc::new(Notify::new()),
+        stop.clone(),
+        move || {
+            let gate = Arc::clone(&gate);
+            async move { gate.ready().await }
+        },
+    ));
 }
 
 /// How often tool-exec asks its orchestrator for the run-token keys (a token

@@ -77,7 +77,7 @@ async fn fixtures() -> Vec<Fixture> {
         .map(|t| {
             let state = AppState::new(
                 t.store.clone(),
-                RunTokenSigner::generate(),
+                std::sync::Arc::new(RunTokenSigner::generate()),
                 crate::runner::RunnerConfig::new(std::path::Path::new("/nonexistent")),
                 chorus_sandbox::Sandbox::refusing("these tests start no agent process"),
             );
