@@ -296,6 +296,13 @@ pub async fn run(
         key_hint,
         config.peers.clone(),
     );
+    // Logged before the orchestrator's own port: whoever reads the log for
+    // the addresses has both once it serves.
+    let tool_exec = config
+        .embedded_tool_exec
+        .take()
+        .map(|embedded| serve_embedded(embedded, &state, &config, &serve, &processes, &draining))
+        .transpose()?;
     let mut serving = port.serve(
         &serve,
         listener,
@@ -304,11 +311,6 @@ pub async fn run(
         routes,
         stop.clone(),
     )?;
-    let tool_exec = config
-        .embedded_tool_exec
-        .take()
-        .map(|embedded| serve_embedded(embedded, &state, &config, &serve, &processes, &draining))
-        .transpose()?;
 
     if !serving.drain_after(shutdown, || draining.cancel()).await? {
         return Ok(());

@@ -85,7 +85,9 @@ fn tool_of(function: &str) -> Option<&'static str> {
 }
 
 /// Runs one attempt: a fresh conversation (system prompt, message), or, when
-/// `attempt.resume` is set, the stored one followed by the message.
+/// `attempt.resume` is set, the stored one followed by the message. Each
+/// turn asks the model, stores what it said, and answers its tool calls,
+/// until it answers without calls or submits its report.
 pub async fn attempt(
     client: &reqwest::Client,
     limits: &ApiLimits,
@@ -96,80 +98,19 @@ pub async fn attempt(
     progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<AttemptEnd, AttemptError> {
     let mut end = AttemptEnd::default();
-    let fail = |reason: String, end: &AttemptEnd| AttemptError::Failed {
-        reason,
-        partial: end.clone(),
-    };
-    let Some(base_url) = ctx.provider.base_url.as_deref() else {
-        return Err(fail(
-            format!("provider '{}' has no base URL", ctx.provider.name),
-            &end,
-        ));
-    };
-    let Some(model) = ctx.model.as_deref() else {
-        return Err(fail(
-            format!(
-                "no model: set one on agent '{}' or provider '{}'",
-                ctx.agent, ctx.provider.name
-            ),
-            &end,
-        ));
-    };
-    let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
-    let mut messages = if attempt.resume.is_some() {
-        store
-            .run_messages(ctx.run_id)
-            .await
-            .map_err(|e| fail(format!("cannot load the stored conversation: {e}"), &end))?
-    } else {
-        Vec::new()
-    };
-    let mut new = Vec::new();
-    if messages.is_empty() {
-        new.push(json!({ "role": "system", "content": ctx.system_prompt }));
-    }
-    // A conversation taken over from a replica that stopped mid-call: every
-    // call the model made gets an answer before the next message.
-    new.extend(unanswered_calls(&messages));
-    new.push(json!({ "role": "user", "content": attempt.message }));
-    persist(store, ctx, &mut messages, new, &end).await?;
+    let (url, model) = endpoint(ctx).map_err(|reason| failed(reason, &end))?;
+    let mut messages = opening(store, ctx, attempt, &end).await?;
     let tools = tool_definitions(&ctx.tools, ctx.agent_kind);
-
     for turn in 1..=limits.max_turns {
-        let body = json!({
-            "model": model,
-            "messages": messages,
-            "tools": tools,
-            "tool_choice": "auto",
-            "stream": false,
-        });
-        debug!(run_id = %ctx.run_id, turn, "model request");
-        let span = model_span(ctx, model);
-        let answer = match post(client, limits, ctx, &url, &body, &end)
-            .instrument(span.clone())
-            .await
-        {
-            Ok(answer) => answer,
-            Err(e) => {
-                span.record("otel.status_code", "ERROR");
-                return Err(e);
-            }
+        let request = Turn {
+            client,
+            limits,
+            url: &url,
+            model,
+            tools: &tools,
+            turn,
         };
-        let usage = usage_of(&answer);
-        answered(&span, &answer, &usage);
-        end.usage.add(usage);
-        let message = answer
-            .pointer("/choices/0/message")
-            .cloned()
-            .ok_or_else(|| {
-                fail(
-                    format!(
-                        "the model API answered without choices[0].message: {}",
-                        cut(&answer.to_string(), 500)
-                    ),
-                    &end,
-                )
-            })?;
+        let message = request.ask(ctx, &messages, &mut end).await?;
         let text = message
             .get("content")
             .and_then(Value::as_str)
@@ -195,58 +136,9 @@ pub async fn attempt(
         }
         let mut reported = false;
         for call in &calls {
-            let id = call
-                .get("id")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
-            let function = call
-                .pointer("/function/name")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            let raw = call
-                .pointer("/function/arguments")
-                .and_then(Value::as_str)
-                .unwrap_or("{}");
-            // A call that cannot be made is answered to the model and recorded.
-            let mut invalid = |reason: String| {
-                progress(Progress::Denied {
-                    tool: cut(function, 200),
-                    input: Value::String(cut(raw, 2048)),
-                    reason: reason.clone(),
-                    by: "chorus",
-                });
-                error_content("invalid_argument", &reason)
-            };
-            let content = match (tool_of(function), serde_json::from_str::<Value>(raw)) {
-                (None, _) => invalid(format!("unknown tool '{function}'")),
-                (Some(_), Err(e)) => invalid(format!("the arguments are not valid JSON: {e}")),
-                (Some(_), Ok(other)) if !other.is_object() && !other.is_null() => {
-                    invalid(format!("the arguments must be a JSON object, not {other}"))
-                }
-                (Some(tool), Ok(arguments)) => {
-                    progress(Progress::ToolUse {
-                        tool: tool.to_owned(),
-                        input: arguments.clone(),
-                    });
-                    // The run's end (timeout, cancel) stops the call at once: the
-                    // dropped request stops the tool in tool-exec too.
-                    let called = tokio::select! {
-                        r = router.call(tool, arguments) => r,
-                        () = ctx.clock.expired() => return Err(timed_out(ctx, &end)),
-                        () = ctx.stop.cancelled() => return Err(AttemptError::Stopped { partial: end.clone() }),
-                    };
-                    match called {
-                        Ok(output) => {
-                            if matches!(tool, "completion-report" | "planner-output") {
-                                reported = true;
-                            }
-                            output.to_string()
-                        }
-                        Err(ToolCallError { code, message }) => error_content(&code, &message),
-                    }
-                }
-            };
+            let (content, report) = answer_call(router, ctx, call, progress, &end).await?;
+            reported |= report;
+            let id = call.get("id").and_then(Value::as_str).unwrap_or("");
             let result = json!({ "role": "tool", "tool_call_id": id, "content": content });
             persist(store, ctx, &mut messages, vec![result], &end).await?;
         }
@@ -255,13 +147,179 @@ pub async fn attempt(
             return Ok(end);
         }
     }
-    Err(fail(
+    Err(failed(
         format!(
             "the model used all {} turns of this attempt without finishing",
             limits.max_turns
         ),
         &end,
     ))
+}
+
+/// The attempt failed with `reason`, after what `end` holds.
+fn failed(reason: String, end: &AttemptEnd) -> AttemptError {
+    AttemptError::Failed {
+        reason,
+        partial: end.clone(),
+    }
+}
+
+/// The chat-completions URL and the model of the run's provider.
+fn endpoint(ctx: &RunContext) -> Result<(String, &str), String> {
+    let Some(base_url) = ctx.provider.base_url.as_deref() else {
+        return Err(format!("provider '{}' has no base URL", ctx.provider.name));
+    };
+    let Some(model) = ctx.model.as_deref() else {
+        return Err(format!(
+            "no model: set one on agent '{}' or provider '{}'",
+            ctx.agent, ctx.provider.name
+        ));
+    };
+    Ok((
+        format!("{}/chat/completions", base_url.trim_end_matches('/')),
+        model,
+    ))
+}
+
+/// The conversation an attempt begins with, stored: the stored one when it
+/// resumes (every call it left unanswered answered as interrupted), else the
+/// system prompt; then the attempt's message.
+async fn opening(
+    store: &Store,
+    ctx: &RunContext,
+    attempt: &Attempt,
+    end: &AttemptEnd,
+) -> Result<Vec<Value>, AttemptError> {
+    let mut messages = if attempt.resume.is_some() {
+        store
+            .run_messages(ctx.run_id)
+            .await
+            .map_err(|e| failed(format!("cannot load the stored conversation: {e}"), end))?
+    } else {
+        Vec::new()
+    };
+    let mut new = Vec::new();
+    if messages.is_empty() {
+        new.push(json!({ "role": "system", "content": ctx.system_prompt }));
+    }
+    // A conversation taken over from a replica that stopped mid-call: every
+    // call the model made gets an answer before the next message.
+    new.extend(unanswered_calls(&messages));
+    new.push(json!({ "role": "user", "content": attempt.message }));
+    persist(store, ctx, &mut messages, new, end).await?;
+    Ok(messages)
+}
+
+/// One model request of an attempt.
+struct Turn<'a> {
+    client: &'a reqwest::Client,
+    limits: &'a ApiLimits,
+    url: &'a str,
+    model: &'a str,
+    tools: &'a [Value],
+    turn: u32,
+}
+
+impl Turn<'_> {
+    /// Asks the model what comes after `messages`; its message (usage added
+    /// to `end`).
+    async fn ask(
+        &self,
+        ctx: &RunContext,
+        messages: &[Value],
+        end: &mut AttemptEnd,
+    ) -> Result<Value, AttemptError> {
+        let body = json!({
+            "model": self.model,
+            "messages": messages,
+            "tools": self.tools,
+            "tool_choice": "auto",
+            "stream": false,
+        });
+        debug!(run_id = %ctx.run_id, turn = self.turn, "model request");
+        let span = model_span(ctx, self.model);
+        let answer = match post(self.client, self.limits, ctx, self.url, &body, end)
+            .instrument(span.clone())
+            .await
+        {
+            Ok(answer) => answer,
+            Err(e) => {
+                span.record("otel.status_code", "ERROR");
+                return Err(e);
+            }
+        };
+        let usage = usage_of(&answer);
+        answered(&span, &answer, &usage);
+        end.usage.add(usage);
+        answer
+            .pointer("/choices/0/message")
+            .cloned()
+            .ok_or_else(|| {
+                failed(
+                    format!(
+                        "the model API answered without choices[0].message: {}",
+                        cut(&answer.to_string(), 500)
+                    ),
+                    end,
+                )
+            })
+    }
+}
+
+/// Makes one tool call the model asked for (or refuses it: an unknown tool,
+/// arguments that are not a JSON object), through the services with the
+/// run's token; what the model is told, and whether it was the run's report.
+/// The run's end (timeout, cancel) stops the call at once: the dropped
+/// request stops the tool in tool-exec too.
+async fn answer_call(
+    router: &ToolRouter,
+    ctx: &RunContext,
+    call: &Value,
+    progress: &mut (dyn FnMut(Progress) + Send),
+    end: &AttemptEnd,
+) -> Result<(String, bool), AttemptError> {
+    let function = call
+        .pointer("/function/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let raw = call
+        .pointer("/function/arguments")
+        .and_then(Value::as_str)
+        .unwrap_or("{}");
+    // A call that cannot be made is answered to the model and recorded.
+    let mut invalid = |reason: String| {
+        progress(Progress::Denied {
+            tool: cut(function, 200),
+            input: Value::String(cut(raw, 2048)),
+            reason: reason.clone(),
+            by: "chorus",
+        });
+        Ok((error_content("invalid_argument", &reason), false))
+    };
+    let (tool, arguments) = match (tool_of(function), serde_json::from_str::<Value>(raw)) {
+        (None, _) => return invalid(format!("unknown tool '{function}'")),
+        (Some(_), Err(e)) => return invalid(format!("the arguments are not valid JSON: {e}")),
+        (Some(_), Ok(other)) if !other.is_object() && !other.is_null() => {
+            return invalid(format!("the arguments must be a JSON object, not {other}"));
+        }
+        (Some(tool), Ok(arguments)) => (tool, arguments),
+    };
+    progress(Progress::ToolUse {
+        tool: tool.to_owned(),
+        input: arguments.clone(),
+    });
+    let called = tokio::select! {
+        r = router.call(tool, arguments) => r,
+        () = ctx.clock.expired() => return Err(timed_out(ctx, end)),
+        () = ctx.stop.cancelled() => return Err(AttemptError::Stopped { partial: end.clone() }),
+    };
+    Ok(match called {
+        Ok(output) => (
+            output.to_string(),
+            matches!(tool, "completion-report" | "planner-output"),
+        ),
+        Err(ToolCallError { code, message }) => (error_content(&code, &message), false),
+    })
 }
 
 /// Answers to the tool calls of the conversation's last assistant message
