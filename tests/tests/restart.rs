@@ -239,10 +239,17 @@ async fn killed_and_restarted(sessions: Sessions, kind: pb::ProviderKind) {
                 .all(|r| r.state == "finished" && r.end_reason.starts_with("interrupted")),
             "{b}: {runs:?}"
         );
-        // Recovery settled them: their directories went with them.
+        // Recovery settled them: their directories go with them, right after
+        // the transaction that settled them (which the watch saw).
         for run in &runs {
+            let dir = runs_dir.join(&run.id);
+            let mut polls = 0;
+            while dir.exists() && polls < 1000 {
+                polls += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
             assert!(
-                !runs_dir.join(&run.id).exists(),
+                !dir.exists(),
                 "{b}: the directory of interrupted run {} was left",
                 run.id
             );

@@ -45,12 +45,19 @@ impl InProcessGate {
             .await
             .map_err(refused)?;
         let request = chorus_proto::handoff::request(arguments);
-        let mut stream = crate::runner::handoff::handoff(&self.state, request, Some(parent))
+        let ask = crate::runner::handoff::HandoffAsk {
+            agent: request.agent,
+            prompt: request.prompt,
+            timeout_secs: request.timeout_secs,
+            ..crate::runner::handoff::HandoffAsk::default()
+        };
+        let mut stream = crate::runner::handoff::handoff(&self.state, ask, Some(parent))
             .await
             .map_err(refused)?;
         let mut started = String::new();
-        while let Some(message) = stream.next().await {
-            let message = message.map_err(|s| status(&s))?;
+        while let Some(update) = stream.next().await {
+            // Read as a gRPC caller reads it: the same answer either way.
+            let message = crate::grpc::convert::handoff_event(update.map_err(refused)?);
             if let Some(outcome) = chorus_proto::handoff::outcome(message, &mut started, progress) {
                 return handoff_outcome(outcome).map_err(|s| status(&s));
             }

@@ -91,7 +91,6 @@ impl AgentTools {
         tool: &str,
         arguments: Value,
     ) -> Result<Value, ServiceError> {
-        let store = &self.state.store;
         match tool {
             "task.get" => {
                 let a: args::TaskGet = parse(tool, arguments)?;
@@ -100,92 +99,12 @@ impl AgentTools {
                     task: task_view(&task),
                 }))
             }
-            "task.list" => {
-                let a: args::TaskList = parse(tool, arguments)?;
-                let status = a
-                    .status
-                    .as_deref()
-                    .map(str::parse::<TaskStatus>)
-                    .transpose()?;
-                let own = store.get_task(run.task_id).await?;
-                let (tasks, _) = store
-                    .list_tasks(Some(own.workspace_id), status, 500, None)
-                    .await?;
-                Ok(to_json(&outputs::TaskList {
-                    tasks: tasks.iter().map(task_view).collect(),
-                }))
-            }
-            "task.update_stage" => {
-                let a: args::TaskUpdateStage = parse(tool, arguments)?;
-                let by = run.clone();
-                let (task, _) = store
-                    .change_task(run.task_id, move |task| {
-                        Ok(vec![policy::change_stage(task, a.stage, Some(&by))?])
-                    })
-                    .await?;
-                Ok(to_json(&outputs::TaskStage {
-                    task_id: task.id.to_string(),
-                    stage: task.stage,
-                }))
-            }
-            "task.comment" => {
-                let a: args::TaskComment = parse(tool, arguments)?;
-                let event = policy::comment(run, &a.text)?;
-                let events = store.append_events(run.task_id, vec![event]).await?;
-                let sequence = events.last().map_or(0, |e| e.sequence);
-                Ok(to_json(&outputs::TaskComment {
-                    task_id: run.task_id.to_string(),
-                    sequence,
-                }))
-            }
-            "completion-report" => {
-                let report: args::CompletionReport = parse(tool, arguments)?;
-                let status = report.status;
-                store
-                    .change_run(run.id, move |run, task| {
-                        policy::apply_completion_report(run, task, report)
-                    })
-                    .await?;
-                Ok(to_json(&outputs::CompletionReportAccepted { status }))
-            }
-            "planner-output" => {
-                let output: args::PlannerOutput = parse(tool, arguments)?;
-                if let args::PlannerOutput::Plan {
-                    assigned_agent: Some(assigned),
-                    ..
-                } = &output
-                    && !assigned.trim().is_empty()
-                {
-                    self.check_assignable(run, assigned).await?;
-                }
-                let kind = match &output {
-                    args::PlannerOutput::Plan { .. } => "plan",
-                    args::PlannerOutput::Questions { .. } => "questions",
-                    args::PlannerOutput::Error { .. } => "error",
-                };
-                store
-                    .change_run(run.id, move |run, _task| {
-                        policy::apply_planner_output(run, output)
-                    })
-                    .await?;
-                Ok(to_json(&outputs::PlannerOutputAccepted {
-                    kind: kind.to_owned(),
-                }))
-            }
-            "help" => {
-                let a: args::Help = parse(tool, arguments)?;
-                let granted = chorus_catalog::granted_names(&run.tools);
-                if let Some(only) = a.tool.as_deref().filter(|only| !granted.contains(only)) {
-                    return Err(ServiceError::Invalid(format!(
-                        "tool '{only}' is not available to this run; available: {}",
-                        granted.join(", ")
-                    )));
-                }
-                Ok(to_json(&chorus_catalog::help_for(
-                    granted,
-                    a.tool.as_deref(),
-                )))
-            }
+            "task.list" => self.task_list(run, parse(tool, arguments)?).await,
+            "task.update_stage" => self.update_stage(run, parse(tool, arguments)?).await,
+            "task.comment" => self.comment(run, parse(tool, arguments)?).await,
+            "completion-report" => self.report(run, parse(tool, arguments)?).await,
+            "planner-output" => self.planner_output(run, parse(tool, arguments)?).await,
+            "help" => help(run, parse(tool, arguments)?),
             "handoff" => Err(ServiceError::Invalid(
                 "handoff streams its agent's progress: call the Handoff RPC with the run token (chorus-tools does)"
                     .to_owned(),
@@ -194,6 +113,104 @@ impl AgentTools {
                 "'{other}' is not an orchestration tool"
             ))),
         }
+    }
+
+    /// task.list: the tasks of the run's workspace.
+    async fn task_list(&self, run: &Run, a: args::TaskList) -> Result<Value, ServiceError> {
+        let status = a
+            .status
+            .as_deref()
+            .map(str::parse::<TaskStatus>)
+            .transpose()?;
+        let store = &self.state.store;
+        let own = store.get_task(run.task_id).await?;
+        let (tasks, _) = store
+            .list_tasks(Some(own.workspace_id), status, 500, None)
+            .await?;
+        Ok(to_json(&outputs::TaskList {
+            tasks: tasks.iter().map(task_view).collect(),
+        }))
+    }
+
+    /// task.update_stage: moves the run's task to another stage.
+    async fn update_stage(
+        &self,
+        run: &Run,
+        a: args::TaskUpdateStage,
+    ) -> Result<Value, ServiceError> {
+        let by = run.clone();
+        let (task, _) = self
+            .state
+            .store
+            .change_task(run.task_id, move |task| {
+                Ok(vec![policy::change_stage(task, a.stage, Some(&by))?])
+            })
+            .await?;
+        Ok(to_json(&outputs::TaskStage {
+            task_id: task.id.to_string(),
+            stage: task.stage,
+        }))
+    }
+
+    /// task.comment: a note in the task's history.
+    async fn comment(&self, run: &Run, a: args::TaskComment) -> Result<Value, ServiceError> {
+        let event = policy::comment(run, &a.text)?;
+        let events = self
+            .state
+            .store
+            .append_events(run.task_id, vec![event])
+            .await?;
+        let sequence = events.last().map_or(0, |e| e.sequence);
+        Ok(to_json(&outputs::TaskComment {
+            task_id: run.task_id.to_string(),
+            sequence,
+        }))
+    }
+
+    /// completion-report: the run's report, which ends its work.
+    async fn report(
+        &self,
+        run: &Run,
+        report: args::CompletionReport,
+    ) -> Result<Value, ServiceError> {
+        let status = report.status;
+        self.state
+            .store
+            .change_run(run.id, move |run, task| {
+                policy::apply_completion_report(run, task, report)
+            })
+            .await?;
+        Ok(to_json(&outputs::CompletionReportAccepted { status }))
+    }
+
+    /// planner-output: the planner's plan, questions or error.
+    async fn planner_output(
+        &self,
+        run: &Run,
+        output: args::PlannerOutput,
+    ) -> Result<Value, ServiceError> {
+        if let args::PlannerOutput::Plan {
+            assigned_agent: Some(assigned),
+            ..
+        } = &output
+            && !assigned.trim().is_empty()
+        {
+            self.check_assignable(run, assigned).await?;
+        }
+        let kind = match &output {
+            args::PlannerOutput::Plan { .. } => "plan",
+            args::PlannerOutput::Questions { .. } => "questions",
+            args::PlannerOutput::Error { .. } => "error",
+        };
+        self.state
+            .store
+            .change_run(run.id, move |run, _task| {
+                policy::apply_planner_output(run, output)
+            })
+            .await?;
+        Ok(to_json(&outputs::PlannerOutputAccepted {
+            kind: kind.to_owned(),
+        }))
     }
 
     /// Refuses a plan whose assigned agent is not a user-defined agent of the
@@ -399,6 +416,21 @@ pub(crate) async fn authorize(state: &AppState, run: &Run, tool: &str) -> Result
             Err(e.into())
         }
     }
+}
+
+/// help: the run's granted tools (or one of them), with their arguments.
+fn help(run: &Run, a: args::Help) -> Result<Value, ServiceError> {
+    let granted = chorus_catalog::granted_names(&run.tools);
+    if let Some(only) = a.tool.as_deref().filter(|only| !granted.contains(only)) {
+        return Err(ServiceError::Invalid(format!(
+            "tool '{only}' is not available to this run; available: {}",
+            granted.join(", ")
+        )));
+    }
+    Ok(to_json(&chorus_catalog::help_for(
+        granted,
+        a.tool.as_deref(),
+    )))
 }
 
 fn parse<T: DeserializeOwned>(tool: &str, arguments: Value) -> Result<T, ServiceError> {

@@ -4,6 +4,9 @@ use chorus_auth::Role;
 use chorus_proto::json;
 use chorus_proto::orchestrator::v1 as pb;
 
+use crate::domain::HandoffFailure;
+use crate::runner::handoff::HandoffUpdate;
+
 use crate::domain::{
     Agent, AgentKind, ApiKeyRecord, DomainError, Event, Name, Planning, Provider, ProviderKind,
     Question, Run, RunId, StageExt, Task, TaskId, TaskSource, ToolTransport, Workspace,
@@ -299,6 +302,74 @@ pub fn optional_name(field: &'static str, value: String) -> Result<Option<Name>,
 /// Proto3 strings are "" when unset; the domain says None.
 pub fn non_empty(s: String) -> Option<String> {
     if s.trim().is_empty() { None } else { Some(s) }
+}
+
+/// A handoff's failure on the wire.
+pub fn handoff_failure(failure: HandoffFailure) -> pb::HandoffFailure {
+    match failure {
+        HandoffFailure::AgentFailed => pb::HandoffFailure::AgentFailed,
+        HandoffFailure::TimedOut => pb::HandoffFailure::TimedOut,
+        HandoffFailure::Canceled => pb::HandoffFailure::Canceled,
+        HandoffFailure::TargetUnknown => pb::HandoffFailure::TargetUnknown,
+        HandoffFailure::Internal => pb::HandoffFailure::Internal,
+        HandoffFailure::Interrupted => pb::HandoffFailure::Interrupted,
+    }
+}
+
+/// What a handoff's caller hears, on the wire.
+pub fn handoff_event(update: HandoffUpdate) -> pb::HandoffEvent {
+    use pb::handoff_event::Event;
+    let event = match update {
+        HandoffUpdate::Started {
+            run,
+            agent,
+            handoff_index,
+            parent,
+            sequence,
+        } => Event::Started(pb::HandoffStarted {
+            run_id: run.to_string(),
+            agent,
+            handoff_index,
+            parent_run_id: parent,
+            sequence,
+        }),
+        HandoffUpdate::Progress {
+            kind,
+            data,
+            sequence,
+        } => Event::Progress(pb::HandoffProgress {
+            kind,
+            data: data.map(json::to_struct),
+            sequence,
+        }),
+        HandoffUpdate::Completed {
+            run,
+            agent,
+            output,
+            report,
+            usage: spent,
+        } => Event::Completed(pb::HandoffCompleted {
+            run_id: run.to_string(),
+            agent,
+            output,
+            completion_report: report.map(json::to_struct),
+            usage: Some(usage(spent)),
+        }),
+        HandoffUpdate::Failed {
+            run,
+            agent,
+            failure,
+            reason,
+            usage: spent,
+        } => Event::Failed(pb::HandoffFailed {
+            run_id: run.map(|r| r.to_string()).unwrap_or_default(),
+            agent,
+            failure: handoff_failure(failure) as i32,
+            reason,
+            usage: spent.map(usage),
+        }),
+    };
+    pb::HandoffEvent { event: Some(event) }
 }
 
 #[cfg(test)]

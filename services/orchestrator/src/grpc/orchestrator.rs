@@ -21,6 +21,7 @@ use chorus_proto::orchestrator::v1::orchestrator_server::Orchestrator;
 use tonic::{Request, Response, Status};
 
 use crate::error::ServiceError;
+use crate::grpc::convert;
 use crate::state::AppState;
 
 pub use tasks::TaskEventStream;
@@ -247,7 +248,9 @@ impl Orchestrator for OrchestratorService {
         reply(tasks::watch(&self.state, request.into_inner()).await)
     }
 
-    type HandoffStream = crate::runner::handoff::HandoffStream;
+    type HandoffStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<pb::HandoffEvent, Status>> + Send>,
+    >;
 
     async fn handoff(
         &self,
@@ -260,12 +263,21 @@ impl Orchestrator for OrchestratorService {
         } else {
             crate::grpc::agent_tools::follower_of(&self.state, &request).await
         };
-        reply(match parent {
-            Ok(parent) => {
-                crate::runner::handoff::handoff(&self.state, request.into_inner(), parent).await
+        let started = async {
+            let parent = parent?;
+            let ask = handoff_ask(request.into_inner())?;
+            crate::runner::handoff::handoff(&self.state, ask, parent).await
+        }
+        .await;
+        match started {
+            Ok(stream) => {
+                let stream = tokio_stream::StreamExt::map(stream, |update| {
+                    update.map(convert::handoff_event).map_err(Status::from)
+                });
+                Ok(Response::new(Box::pin(stream)))
             }
-            Err(e) => Err(e),
-        })
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn open_run(
@@ -355,4 +367,22 @@ impl Orchestrator for OrchestratorService {
     ) -> Result<Response<pb::RunTokenKeys>, Status> {
         reply(keys::rotate(&self.state).await)
     }
+}
+
+/// A Handoff request in domain terms (agent and prompt as given: the
+/// handoff checks them).
+fn handoff_ask(
+    req: pb::HandoffRequest,
+) -> Result<crate::runner::handoff::HandoffAsk, crate::error::ServiceError> {
+    Ok(crate::runner::handoff::HandoffAsk {
+        task: convert::non_empty(req.task_id)
+            .map(|id| crate::domain::TaskId::parse(&id))
+            .transpose()?,
+        agent: req.agent,
+        prompt: req.prompt,
+        timeout_secs: req.timeout_secs,
+        follow: convert::non_empty(req.run_id)
+            .map(|id| convert::run_id("run_id", &id))
+            .transpose()?,
+    })
 }

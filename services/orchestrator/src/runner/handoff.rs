@@ -1,4 +1,5 @@
-//! The Handoff RPC: starts an agent on a task with a prompt and streams its run.
+//! A handoff: starts an agent on a task with a prompt and streams its run, in
+//! domain types (the Handoff RPC and the embedded gate convert).
 //!
 //! With the parent's run token (an agent handing off through chorus-tools or the
 //! API tool loop) the new run is a child: in one transaction the parent starts
@@ -16,14 +17,11 @@
 
 use std::pin::Pin;
 
-use chorus_proto::json;
-use chorus_proto::orchestrator::v1 as pb;
 use chorus_tool_exec::record::ToolCallRecord;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::Status;
 use tracing::{info, warn};
 
 use super::launch::Launch;
@@ -31,16 +29,63 @@ use super::start::{before, check_prompt, task_message, timeout_or};
 use crate::domain::policy;
 use crate::domain::policy::handoff::begin_handoff;
 use crate::domain::{
-    AgentKind, Event, EventKind, HandoffFailure, Name, Run, RunId, Task, TaskId, TaskStatus,
+    AgentKind, Event, EventKind, HandoffFailure, Name, Run, RunId, Task, TaskId, TaskStatus, Usage,
 };
 use crate::error::ServiceError;
-use crate::grpc::convert;
 use crate::history;
 use crate::state::AppState;
 use crate::store::{NewRun, StoreError};
 
-/// The stream a Handoff call returns.
-pub type HandoffStream = Pin<Box<dyn Stream<Item = Result<pb::HandoffEvent, Status>> + Send>>;
+/// What a handoff asks: a new run of `agent` with `prompt` (on the parent's
+/// task, or `task`), or — `follow` set — the stream of an earlier handoff
+/// again. `agent` and `prompt` are as given (checked here).
+#[derive(Debug, Clone, Default)]
+pub struct HandoffAsk {
+    pub task: Option<TaskId>,
+    pub agent: String,
+    pub prompt: String,
+    /// 0: the default handoff timeout.
+    pub timeout_secs: u32,
+    pub follow: Option<RunId>,
+}
+
+/// What the caller of a handoff hears, in order: the child started, its
+/// progress, and exactly one end (completed or failed).
+#[derive(Debug, Clone, PartialEq)]
+pub enum HandoffUpdate {
+    Started {
+        run: RunId,
+        agent: String,
+        handoff_index: u32,
+        parent: String,
+        sequence: u64,
+    },
+    /// Something the child did: the event's kind (`tool_executed`, `text`,
+    /// ...) and data.
+    Progress {
+        kind: String,
+        data: Option<serde_json::Map<String, Value>>,
+        sequence: u64,
+    },
+    Completed {
+        run: RunId,
+        agent: String,
+        output: String,
+        report: Option<serde_json::Map<String, Value>>,
+        usage: Usage,
+    },
+    /// No run when the handoff never started (`run` None).
+    Failed {
+        run: Option<RunId>,
+        agent: String,
+        failure: HandoffFailure,
+        reason: String,
+        usage: Option<Usage>,
+    },
+}
+
+/// The stream a handoff returns.
+pub type HandoffStream = Pin<Box<dyn Stream<Item = Result<HandoffUpdate, ServiceError>> + Send>>;
 
 /// Messages buffered before the producer waits for the caller.
 const STREAM_BUFFER: usize = 64;
@@ -49,16 +94,15 @@ const STREAM_BUFFER: usize = 64;
 /// `parent` is the run handing off (its token was the call's credential).
 pub async fn handoff(
     state: &AppState,
-    req: pb::HandoffRequest,
+    req: HandoffAsk,
     parent: Option<Run>,
 ) -> Result<HandoffStream, ServiceError> {
-    if let Some(run_id) = convert::non_empty(req.run_id.clone()) {
-        return reopen(state, req, &run_id, parent.as_ref()).await;
+    if let Some(run_id) = req.follow {
+        return reopen(state, req, run_id, parent.as_ref()).await;
     }
-    let task_id = match (&parent, convert::non_empty(req.task_id.clone())) {
+    let task_id = match (&parent, req.task) {
         (Some(parent), None) => parent.task_id,
         (Some(parent), Some(id)) => {
-            let id = TaskId::parse(&id)?;
             if id != parent.task_id {
                 return Err(ServiceError::Invalid(format!(
                     "task_id: run {} works on task {}, not {id}; an agent hands off within its own task",
@@ -67,7 +111,7 @@ pub async fn handoff(
             }
             id
         }
-        (None, Some(id)) => TaskId::parse(&id)?,
+        (None, Some(id)) => id,
         (None, None) => {
             return Err(ServiceError::Invalid(
                 "task_id: name the task to hand off on".to_owned(),
@@ -164,8 +208,8 @@ pub async fn handoff(
 /// Re-opens the stream of an earlier handoff: its messages from the start.
 async fn reopen(
     state: &AppState,
-    req: pb::HandoffRequest,
-    run_id: &str,
+    req: HandoffAsk,
+    run_id: RunId,
     caller: Option<&Run>,
 ) -> Result<HandoffStream, ServiceError> {
     if !req.agent.is_empty() || !req.prompt.is_empty() {
@@ -173,10 +217,7 @@ async fn reopen(
             "run_id re-opens a handoff: leave agent and prompt empty".to_owned(),
         ));
     }
-    let run = state
-        .store
-        .get_run(convert::run_id("run_id", run_id)?)
-        .await?;
+    let run = state.store.get_run(run_id).await?;
     if let Some(caller) = caller
         && caller.task_id != run.task_id
     {
@@ -185,8 +226,8 @@ async fn reopen(
             run.id
         )));
     }
-    if let Some(task) = convert::non_empty(req.task_id)
-        && TaskId::parse(&task)? != run.task_id
+    if let Some(task) = req.task
+        && task != run.task_id
     {
         return Err(ServiceError::Invalid(format!(
             "run_id: run {} belongs to task {}, not {task}",
@@ -217,7 +258,7 @@ fn follow(state: &AppState, task: TaskId, run: RunId, after: u64) -> HandoffStre
             let event = match event {
                 Ok(event) => event,
                 Err(e) => {
-                    let _ = tx.send(Err(Status::from(ServiceError::from(e)))).await;
+                    let _ = tx.send(Err(ServiceError::from(e))).await;
                     return;
                 }
             };
@@ -235,7 +276,7 @@ fn follow(state: &AppState, task: TaskId, run: RunId, after: u64) -> HandoffStre
         }
         // The history stream ended before the handoff did: shutdown.
         let _ = tx
-            .send(Err(Status::unavailable(format!(
+            .send(Err(ServiceError::Unavailable(format!(
                 "the orchestrator is shutting down; re-open this handoff with run_id {run} to see how it ends"
             ))))
             .await;
@@ -245,7 +286,7 @@ fn follow(state: &AppState, task: TaskId, run: RunId, after: u64) -> HandoffStre
 
 /// What an event of the task's history means for the stream of `run`.
 enum Translated {
-    Message(pb::HandoffEvent),
+    Message(HandoffUpdate),
     /// `run`'s handoff ended: the terminal message follows.
     End,
 }
@@ -255,21 +296,19 @@ fn translate(event: &Event, run: RunId) -> Option<Translated> {
     let own = field("run_id") == Some(run.to_string().as_str());
     let nested = field("parent_run_id") == Some(run.to_string().as_str());
     let progress = |kind: &str| {
-        Translated::Message(message(pb::handoff_event::Event::Progress(
-            pb::HandoffProgress {
-                kind: kind.to_owned(),
-                data: match &event.data {
-                    Value::Object(map) => Some(json::to_struct(map.clone())),
-                    _ => None,
-                },
-                sequence: event.sequence,
+        Translated::Message(HandoffUpdate::Progress {
+            kind: kind.to_owned(),
+            data: match &event.data {
+                Value::Object(map) => Some(map.clone()),
+                _ => None,
             },
-        )))
+            sequence: event.sequence,
+        })
     };
     match event.kind {
-        EventKind::AgentHandoffStarted if own => Some(Translated::Message(message(
-            pb::handoff_event::Event::Started(pb::HandoffStarted {
-                run_id: run.to_string(),
+        EventKind::AgentHandoffStarted if own => {
+            Some(Translated::Message(HandoffUpdate::Started {
+                run,
                 agent: field("agent").unwrap_or_default().to_owned(),
                 handoff_index: event
                     .data
@@ -277,10 +316,10 @@ fn translate(event: &Event, run: RunId) -> Option<Translated> {
                     .and_then(Value::as_u64)
                     .and_then(|i| u32::try_from(i).ok())
                     .unwrap_or_default(),
-                parent_run_id: field("parent_run_id").unwrap_or_default().to_owned(),
+                parent: field("parent_run_id").unwrap_or_default().to_owned(),
                 sequence: event.sequence,
-            }),
-        ))),
+            }))
+        }
         EventKind::AgentHandoffCompleted if own => Some(Translated::End),
         EventKind::AgentHandoffStarted if nested => Some(progress("handoff_started")),
         EventKind::AgentHandoffCompleted if nested => Some(progress("handoff_completed")),
@@ -304,7 +343,7 @@ async fn terminal_message(
     store: &crate::store::Store,
     event: &Event,
     run: RunId,
-) -> Result<pb::HandoffEvent, Status> {
+) -> Result<HandoffUpdate, ServiceError> {
     let field = |name: &str| {
         event
             .data
@@ -313,63 +352,40 @@ async fn terminal_message(
             .unwrap_or_default()
             .to_owned()
     };
-    let child = store
-        .get_run(run)
-        .await
-        .map_err(|e| Status::from(ServiceError::from(e)))?;
-    let usage = Some(convert::usage(child.usage));
+    let child = store.get_run(run).await?;
     if field("outcome") == "completed" {
-        return Ok(message(pb::handoff_event::Event::Completed(
-            pb::HandoffCompleted {
-                run_id: run.to_string(),
-                agent: child.agent.to_string(),
-                output: child.output.clone().unwrap_or_default(),
-                completion_report: child.completion_report.as_ref().and_then(|r| {
-                    match serde_json::to_value(r) {
-                        Ok(Value::Object(map)) => Some(json::to_struct(map)),
-                        _ => None,
-                    }
-                }),
-                usage,
-            },
-        )));
-    }
-    let failure = HandoffFailure::parse(&field("failure")).unwrap_or(HandoffFailure::Internal);
-    Ok(message(pb::handoff_event::Event::Failed(
-        pb::HandoffFailed {
-            run_id: run.to_string(),
+        return Ok(HandoffUpdate::Completed {
+            run,
             agent: child.agent.to_string(),
-            failure: wire_failure(failure) as i32,
-            reason: field("reason"),
-            usage,
-        },
-    )))
-}
-
-fn message(event: pb::handoff_event::Event) -> pb::HandoffEvent {
-    pb::HandoffEvent { event: Some(event) }
-}
-
-pub fn wire_failure(failure: HandoffFailure) -> pb::HandoffFailure {
-    match failure {
-        HandoffFailure::AgentFailed => pb::HandoffFailure::AgentFailed,
-        HandoffFailure::TimedOut => pb::HandoffFailure::TimedOut,
-        HandoffFailure::Canceled => pb::HandoffFailure::Canceled,
-        HandoffFailure::TargetUnknown => pb::HandoffFailure::TargetUnknown,
-        HandoffFailure::Internal => pb::HandoffFailure::Internal,
-        HandoffFailure::Interrupted => pb::HandoffFailure::Interrupted,
+            output: child.output.clone().unwrap_or_default(),
+            report: child
+                .completion_report
+                .as_ref()
+                .and_then(|r| match serde_json::to_value(r) {
+                    Ok(Value::Object(map)) => Some(map),
+                    _ => None,
+                }),
+            usage: child.usage,
+        });
     }
+    Ok(HandoffUpdate::Failed {
+        run: Some(run),
+        agent: child.agent.to_string(),
+        failure: HandoffFailure::parse(&field("failure")).unwrap_or(HandoffFailure::Internal),
+        reason: field("reason"),
+        usage: Some(child.usage),
+    })
 }
 
 /// A stream holding only the failure of a handoff that never started.
 fn refused(agent: &Name, failure: HandoffFailure, reason: String) -> HandoffStream {
-    let failed = message(pb::handoff_event::Event::Failed(pb::HandoffFailed {
-        run_id: String::new(),
+    let failed = HandoffUpdate::Failed {
+        run: None,
         agent: agent.to_string(),
-        failure: wire_failure(failure) as i32,
+        failure,
         reason,
         usage: None,
-    }));
+    };
     Box::pin(tokio_stream::iter([Ok(failed)]))
 }
 
