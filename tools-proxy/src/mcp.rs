@@ -87,12 +87,7 @@ impl RunTools for Grpc {
         if let Some(error) = reply.error {
             return Err(refused(error));
         }
-        Ok(reply.output["tools"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
-            .collect())
+        Ok(chorus_mcp::tool_names(&reply.output))
     }
 
     async fn call(
@@ -105,20 +100,15 @@ impl RunTools for Grpc {
         let request = Request::new(tool, arguments, None).map_err(refused)?;
         // A handoff's progress comes as it happens; the client hears of it
         // while the call goes on.
-        let (said, mut heard) = tokio::sync::mpsc::unbounded_channel();
         let channels = &self.channels;
-        let sending = async move {
-            let mut on_progress = move |p: &HandoffProgress| {
-                let _ = said.send(describe(p));
-            };
-            call::send(request, channels, &mut on_progress).await
-        };
-        let telling = async {
-            while let Some(message) = heard.recv().await {
-                progress.report(message).await;
-            }
-        };
-        let (reply, ()) = tokio::join!(sending, telling);
+        let reply = progress
+            .relay(|said| async move {
+                let mut on_progress = move |p: &HandoffProgress| {
+                    let _ = said.send(describe(p));
+                };
+                call::send(request, channels, &mut on_progress).await
+            })
+            .await;
         let reply = reply.map_err(refused)?;
         Ok(Ran {
             output: reply.output,

@@ -142,6 +142,26 @@ impl Progress {
         }
     }
 
+    /// Runs `call` with a sender of progress lines: each line reaches the
+    /// client as it is sent, while the call goes on.
+    pub async fn relay<T, F>(
+        &self,
+        call: impl FnOnce(tokio::sync::mpsc::UnboundedSender<String>) -> F,
+    ) -> T
+    where
+        F: Future<Output = T>,
+    {
+        let (said, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let calling = call(said);
+        let telling = async {
+            while let Some(message) = heard.recv().await {
+                self.report(message).await;
+            }
+        };
+        let (answer, ()) = tokio::join!(calling, telling);
+        answer
+    }
+
     /// Tells the client, if it asked, what happened last (`message`).
     pub async fn report(&self, message: impl Into<String>) {
         let Some((peer, token)) = &self.to else {
@@ -167,6 +187,16 @@ pub fn progress_line(kind: &str, data: &Map<String, Value>) -> String {
         Some((end, _)) => format!("{}…", &text[..end]),
         None => text,
     }
+}
+
+/// The tool names a `help` call's output lists (the run's granted tools).
+pub fn tool_names(help: &Value) -> Vec<String> {
+    help["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
+        .collect()
 }
 
 /// An MCP server of a run's tools, executed by `T`.

@@ -82,26 +82,19 @@ impl SessionTools {
         };
         // A handoff's progress comes as it happens; the client hears of it
         // while the call goes on.
-        let (said, mut heard) = tokio::sync::mpsc::unbounded_channel();
-        let calling = async move {
-            let mut on_progress = move |p: &HandoffProgress| {
-                let data = p
-                    .data
-                    .clone()
-                    .map(chorus_proto::json::from_struct)
-                    .unwrap_or_default();
-                let _ = said.send(chorus_mcp::progress_line(&p.kind, &data));
-            };
-            gate.call_orchestration(token, tool.name, arguments, &mut on_progress)
-                .await
-        };
-        let telling = async {
-            while let Some(message) = heard.recv().await {
-                progress.report(message).await;
-            }
-        };
-        let (outcome, ()) = tokio::join!(calling, telling);
-        outcome
+        progress
+            .relay(|said| async move {
+                let mut on_progress = move |p: &HandoffProgress| {
+                    let data = p.data.clone().map(chorus_proto::json::from_struct);
+                    let _ = said.send(chorus_mcp::progress_line(
+                        &p.kind,
+                        &data.unwrap_or_default(),
+                    ));
+                };
+                gate.call_orchestration(token, tool.name, arguments, &mut on_progress)
+                    .await
+            })
+            .await
     }
 }
 
@@ -113,12 +106,7 @@ impl RunTools for SessionTools {
             .call(token, grant, "help".to_owned(), Value::Object(Map::new()))
             .await
             .map_err(refused)?;
-        Ok(help.output["tools"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
-            .collect())
+        Ok(chorus_mcp::tool_names(&help.output))
     }
 
     async fn call(
