@@ -89,39 +89,15 @@ pub async fn serve<S, B>(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(service.clone());
-        let acceptor = acceptor.clone();
-        let stop = stop.clone();
-        connections.spawn(async move {
-            let _place = place;
-            let mut builder = auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HANDSHAKE);
-            let stream = match acceptor {
-                Some(acceptor) => {
-                    let Ok(Ok(stream)) =
-                        tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await
-                    else {
-                        debug!(%peer, "{name}: TLS handshake failed or took too long");
-                        return;
-                    };
-                    Either::Right(stream)
-                }
-                None => Either::Left(stream),
-            };
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            let mut connection = std::pin::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = stop.cancelled() => {
-                    // The request in hand is answered; then the connection ends.
-                    connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(GRACE, connection).await;
-                }
-            }
-        });
+        connections.spawn(serve_connection(
+            stream,
+            peer,
+            TowerToHyperService::new(service.clone()),
+            acceptor.clone(),
+            name,
+            stop.clone(),
+            place,
+        ));
     }
     connections.close();
     if tokio::time::timeout(GRACE, connections.wait())
@@ -129,5 +105,51 @@ pub async fn serve<S, B>(
         .is_err()
     {
         warn!(grace = ?GRACE, "{name}: connections still open after the grace; dropped");
+    }
+}
+
+/// Serves one connection (after its TLS handshake, when TLS is on) until it
+/// ends; at the stop, the request in hand is answered, then it ends.
+async fn serve_connection<S, B>(
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    service: TowerToHyperService<S>,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    name: &'static str,
+    stop: CancellationToken,
+    _place: tokio::sync::OwnedSemaphorePermit,
+) where
+    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HANDSHAKE);
+    let stream = match acceptor {
+        Some(acceptor) => {
+            let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await
+            else {
+                debug!(%peer, "{name}: TLS handshake failed or took too long");
+                return;
+            };
+            Either::Right(stream)
+        }
+        None => Either::Left(stream),
+    };
+    let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+    let mut connection = std::pin::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = stop.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(GRACE, connection).await;
+        }
     }
 }

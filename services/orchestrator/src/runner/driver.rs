@@ -395,53 +395,81 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
                 shutting_down,
                 output.as_deref(),
             );
-            let why = format!(
-                "the run of '{agent}' that handed off to it ended ({})",
-                first_line(&ending.reason)
-            );
-            let mut events = handoff::end_descendants(
-                run.id,
-                others,
-                task,
-                handoff::EndFromOutside {
-                    kind: EventKind::RunCanceled,
-                    failure: HandoffFailure::Canceled,
-                    reason: &why,
-                    now_ms: now,
-                },
-            )?;
-            events.push(policy::end_run(
-                run,
-                task,
-                ending.kind,
-                ending.reason.clone(),
-                details,
-                now,
-            )?);
-            if run.handoff_index.is_some() {
-                let parent = others.iter_mut().find(|o| Some(o.id) == run.parent);
-                events.extend(handoff::end_handoff(
-                    run,
-                    parent,
-                    task,
-                    &ending.handoff,
-                    now,
-                )?);
-            }
-            match agent_kind {
-                AgentKind::Internal => {
-                    events.extend(planning::settle_planning(run, task, &ending.reason)?);
-                }
-                AgentKind::UserDefined => {
-                    if let Some(to) = ending.task {
-                        let why = ending.task_reason.as_deref().unwrap_or(&ending.reason);
-                        events.extend(policy::settle_task_without_report(run, task, to, why)?);
-                    }
-                }
-            }
-            Ok(events)
+            end_events(run, task, others, &ending, details, now, agent_kind)
         })
         .await;
+    log_end(ctx, end);
+    // Released even when nothing was recorded (a canceled run): whoever waits
+    // for its processes to be gone here (CancelTask) hears it at once.
+    state.hub.poke(ctx.task_id);
+}
+
+/// What a run's end writes, in one transaction with its family: its
+/// handoff children end first (canceled), then the run with `ending`, then —
+/// for a handoff's run — the handoff's end in its parent, and the task's
+/// settling (a planner's plan, or a run that ended without its report).
+fn end_events(
+    run: &mut Run,
+    task: &mut crate::domain::Task,
+    others: &mut [Run],
+    ending: &RunEnd,
+    details: Value,
+    now: i64,
+    agent_kind: AgentKind,
+) -> Result<Vec<crate::store::EventDraft>, crate::domain::DomainError> {
+    let why = format!(
+        "the run of '{}' that handed off to it ended ({})",
+        run.agent,
+        first_line(&ending.reason)
+    );
+    let mut events = handoff::end_descendants(
+        run.id,
+        others,
+        task,
+        handoff::EndFromOutside {
+            kind: EventKind::RunCanceled,
+            failure: HandoffFailure::Canceled,
+            reason: &why,
+            now_ms: now,
+        },
+    )?;
+    events.push(policy::end_run(
+        run,
+        task,
+        ending.kind,
+        ending.reason.clone(),
+        details,
+        now,
+    )?);
+    if run.handoff_index.is_some() {
+        let parent = others.iter_mut().find(|o| Some(o.id) == run.parent);
+        events.extend(handoff::end_handoff(
+            run,
+            parent,
+            task,
+            &ending.handoff,
+            now,
+        )?);
+    }
+    match agent_kind {
+        AgentKind::Internal => {
+            events.extend(planning::settle_planning(run, task, &ending.reason)?);
+        }
+        AgentKind::UserDefined => {
+            if let Some(to) = ending.task {
+                let why = ending.task_reason.as_deref().unwrap_or(&ending.reason);
+                events.extend(policy::settle_task_without_report(run, task, to, why)?);
+            }
+        }
+    }
+    Ok(events)
+}
+
+/// Logs and traces how a run's end was recorded.
+fn log_end(
+    ctx: &RunContext,
+    end: Result<(Run, crate::domain::Task, Vec<crate::domain::Event>), crate::store::StoreError>,
+) {
     match end {
         Ok((run, _task, events)) => {
             // The run's own end event is the last run event (its handoff
@@ -465,9 +493,6 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
             warn!(run_id = %ctx.run_id, error = %e, "cannot record the end of a run");
         }
     }
-    // Released even when nothing was recorded (a canceled run): whoever waits
-    // for its processes to be gone here (CancelTask) hears it at once.
-    state.hub.poke(ctx.task_id);
 }
 
 /// The replica and epoch this driver writes as.

@@ -100,24 +100,7 @@ pub async fn handoff(
     if let Some(run_id) = req.follow {
         return reopen(state, req, run_id, parent.as_ref()).await;
     }
-    let task_id = match (&parent, req.task) {
-        (Some(parent), None) => parent.task_id,
-        (Some(parent), Some(id)) => {
-            if id != parent.task_id {
-                return Err(ServiceError::Invalid(format!(
-                    "task_id: run {} works on task {}, not {id}; an agent hands off within its own task",
-                    parent.id, parent.task_id
-                )));
-            }
-            id
-        }
-        (None, Some(id)) => id,
-        (None, None) => {
-            return Err(ServiceError::Invalid(
-                "task_id: name the task to hand off on".to_owned(),
-            ));
-        }
-    };
+    let task_id = task_of(parent.as_ref(), req.task)?;
     let agent_name = Name::parse("agent", req.agent.trim())?;
     let prompt = req.prompt.trim().to_owned();
     check_prompt(&prompt)?;
@@ -141,32 +124,7 @@ pub async fn handoff(
     }
 
     // What is wrong with the target ends the handoff, not the call.
-    let launch = match state
-        .store
-        .get_agent(workspace.id, agent_name.clone())
-        .await
-    {
-        Ok(agent) if agent.kind == AgentKind::Internal => Err((
-            HandoffFailure::TargetUnknown,
-            format!("agent '{agent_name}' is internal to Chorus; hand off to a user-defined agent"),
-        )),
-        Ok(agent) => Launch::prepare_agent(state, workspace, agent, timeout)
-            .await
-            .map_err(|e| {
-                (
-                    HandoffFailure::Internal,
-                    format!("agent '{agent_name}' cannot be started: {e}"),
-                )
-            }),
-        Err(StoreError::NotFound { .. }) => Err((
-            HandoffFailure::TargetUnknown,
-            format!(
-                "no agent '{agent_name}' in this workspace; agents: {}",
-                agent_names(state, task.workspace_id).await
-            ),
-        )),
-        Err(e) => return Err(e.into()),
-    };
+    let launch = target(state, workspace, &task, &agent_name, timeout).await?;
     let launch = match launch {
         Ok(launch) => launch,
         Err((failure, reason)) => {
@@ -203,6 +161,69 @@ pub async fn handoff(
         .map_or(0, |e| e.sequence);
     launch.start(state, &run, message, before(&events));
     Ok(follow(state, task_id, run.id, started.saturating_sub(1)))
+}
+
+/// The task a handoff works on: the parent's (a child hands off within it),
+/// or the one named (a caller with a key).
+fn task_of(parent: Option<&Run>, named: Option<TaskId>) -> Result<TaskId, ServiceError> {
+    match (parent, named) {
+        (Some(parent), None) => Ok(parent.task_id),
+        (Some(parent), Some(id)) => {
+            if id != parent.task_id {
+                return Err(ServiceError::Invalid(format!(
+                    "task_id: run {} works on task {}, not {id}; an agent hands off within its own task",
+                    parent.id, parent.task_id
+                )));
+            }
+            Ok(id)
+        }
+        (None, Some(id)) => Ok(id),
+        (None, None) => Err(ServiceError::Invalid(
+            "task_id: name the task to hand off on".to_owned(),
+        )),
+    }
+}
+
+/// The launch of the handoff's agent, or why the handoff fails without a
+/// run (an unknown or internal agent, one that cannot be started); a store
+/// that fails fails the call.
+async fn target(
+    state: &AppState,
+    workspace: crate::domain::Workspace,
+    task: &Task,
+    agent_name: &Name,
+    timeout: std::time::Duration,
+) -> Result<Result<Launch, (HandoffFailure, String)>, ServiceError> {
+    Ok(
+        match state
+            .store
+            .get_agent(workspace.id, agent_name.clone())
+            .await
+        {
+            Ok(agent) if agent.kind == AgentKind::Internal => Err((
+                HandoffFailure::TargetUnknown,
+                format!(
+                    "agent '{agent_name}' is internal to Chorus; hand off to a user-defined agent"
+                ),
+            )),
+            Ok(agent) => Launch::prepare_agent(state, workspace, agent, timeout)
+                .await
+                .map_err(|e| {
+                    (
+                        HandoffFailure::Internal,
+                        format!("agent '{agent_name}' cannot be started: {e}"),
+                    )
+                }),
+            Err(StoreError::NotFound { .. }) => Err((
+                HandoffFailure::TargetUnknown,
+                format!(
+                    "no agent '{agent_name}' in this workspace; agents: {}",
+                    agent_names(state, task.workspace_id).await
+                ),
+            )),
+            Err(e) => return Err(e.into()),
+        },
+    )
 }
 
 /// Re-opens the stream of an earlier handoff: its messages from the start.
