@@ -64,34 +64,7 @@ fn main() -> anyhow::Result<()> {
         // Bind every listener before serving anything.
         let listener = chorus_serve::connections::listen(settings.listen)
             .with_context(|| format!("binding {}", settings.listen))?;
-        let embedded_tool_exec = if settings.embeds_tool_exec() {
-            let listener = chorus_serve::connections::listen(settings.tool_exec_listen)
-                .with_context(|| format!("binding the embedded tool-exec on {} (use --tool-exec-listen or --no-embedded-tool-exec)", settings.tool_exec_listen))?;
-            let limits = settings.tool_exec_limits();
-            let mcp = settings.mcp.bind(limits.message_bytes()).with_context(|| {
-                format!(
-                    "binding the embedded tool-exec's MCP endpoint on {:?} (--mcp-listen)",
-                    settings.mcp.mcp_listen
-                )
-            })?;
-            Some(EmbeddedToolExec {
-                listener,
-                limits,
-                mcp,
-            })
-        } else {
-            match &settings.tool_exec_key_file {
-                Some(file) => info!(
-                    key_file = %file.display(),
-                    "no embedded tool-exec: a separate chorus-tool-exec presents the key in this file (its --orchestrator-key-file)"
-                ),
-                None => warn!(
-                    "no embedded tool-exec: start chorus-tool-exec with --orchestrator-addr {} and --orchestrator-key-file: an API key of role tool-exec, made by an admin with CreateApiKey or given to this orchestrator with --tool-exec-key-file",
-                    settings.listen
-                ),
-            }
-            None
-        };
+        let embedded_tool_exec = embedded_tool_exec(&settings)?;
         let config = settings.config(signer, embedded_tool_exec, secrets_key, &cwd)?;
         info!(allowed = ?config.workspace_roots.allowed, "workspace roots may lie under these directories (--workspace-roots)");
         if let Err(problem) = config.runner.validate() {
@@ -105,4 +78,37 @@ fn main() -> anyhow::Result<()> {
     drop(telemetry);
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     served
+}
+
+/// The embedded tool-exec's listeners, bound (none with
+/// --no-embedded-tool-exec or --tool-exec-addr: then the log says how to
+/// run one separately).
+fn embedded_tool_exec(settings: &OrchestratorSettings) -> anyhow::Result<Option<EmbeddedToolExec>> {
+    if !settings.embeds_tool_exec() {
+        match &settings.tool_exec_key_file {
+            Some(file) => info!(
+                key_file = %file.display(),
+                "no embedded tool-exec: a separate chorus-tool-exec presents the key in this file (its --orchestrator-key-file)"
+            ),
+            None => warn!(
+                "no embedded tool-exec: start chorus-tool-exec with --orchestrator-addr {} and --orchestrator-key-file: an API key of role tool-exec, made by an admin with CreateApiKey or given to this orchestrator with --tool-exec-key-file",
+                settings.listen
+            ),
+        }
+        return Ok(None);
+    }
+    let listener = chorus_serve::connections::listen(settings.tool_exec_listen)
+        .with_context(|| format!("binding the embedded tool-exec on {} (use --tool-exec-listen or --no-embedded-tool-exec)", settings.tool_exec_listen))?;
+    let limits = settings.tool_exec_limits();
+    let mcp = settings.mcp.bind(limits.message_bytes()).with_context(|| {
+        format!(
+            "binding the embedded tool-exec's MCP endpoint on {:?} (--mcp-listen)",
+            settings.mcp.mcp_listen
+        )
+    })?;
+    Ok(Some(EmbeddedToolExec {
+        listener,
+        limits,
+        mcp,
+    }))
 }

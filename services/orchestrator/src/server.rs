@@ -235,15 +235,7 @@ pub async fn run(
     let (store, replica_lock) = open_replica(&config).await?;
     let key_hint = bootstrap_keys(&store, &config).await?;
     let _pool_gauge = pool_gauge(&store);
-    // Replicas sign with one key set, kept in the database (sealed); the
-    // first replica's own set becomes it.
-    if store.backend() == Backend::Postgres {
-        let shared = store.shared_run_token_keys(config.signer.export()).await?;
-        config.signer.adopt(shared)?;
-        info!(
-            "run tokens are signed with the key set the replicas share in the database (RotateRunTokenKey rotates it for all)"
-        );
-    }
+    share_signing_keys(&store, &config.signer).await?;
     let processes = chorus_sandbox::Sandbox::start(config.sandbox.clone()).await;
     let _sandbox_gauge =
         chorus_telemetry::metrics().sandbox(processes.status().state, processes.status().tier);
@@ -257,18 +249,7 @@ pub async fn run(
     };
     let mut serve = config.serve.clone();
     serve.capacity.request_bytes = message_bytes;
-    let port = Port::open(
-        &serve,
-        PortSpec {
-            name: "the orchestrator",
-            log: "orchestrator",
-            services: &SERVICES,
-            own_deadline: &[],
-            message_bytes,
-            message_hint: "send less: orchestration calls carry text, never whole files".to_owned(),
-        },
-    )
-    .await?;
+    let port = Port::open(&serve, port_spec(message_bytes)).await?;
     // Set when the drain starts: a draining replica takes no more runs.
     let draining = CancellationToken::new();
     let leases = tokio::spawn(
@@ -280,16 +261,7 @@ pub async fn run(
     );
     let stop = state.shutdown.clone();
     let database_watch = watch_database(&state, &port.health, serve.health_check);
-    let routes = Routes::new(
-        OrchestratorServer::new(
-            OrchestratorService::new(state.clone()).with_limits(port.limits(&serve)),
-        )
-        .max_decoding_message_size(message_bytes),
-    )
-    .add_service(
-        AgentToolsServer::new(AgentToolsService::new(state.clone()))
-            .max_decoding_message_size(message_bytes),
-    );
+    let routes = routes(&state, port.limits(&serve), message_bytes);
     let auth = AuthLayer::with_peers(
         state.auth.clone(),
         crate::auth::access::access,
@@ -328,6 +300,48 @@ pub async fn run(
     // once it is done.
     if let Err(e) = database_watch.await {
         warn!(error = %e, "the database health check failed");
+    }
+    Ok(())
+}
+
+/// The orchestrator's port: its services, and the message limit (as large
+/// as its tool-exec's).
+fn port_spec(message_bytes: usize) -> PortSpec {
+    PortSpec {
+        name: "the orchestrator",
+        log: "orchestrator",
+        services: &SERVICES,
+        own_deadline: &[],
+        message_bytes,
+        message_hint: "send less: orchestration calls carry text, never whole files".to_owned(),
+    }
+}
+
+/// The services of the port, over `state`.
+fn routes(
+    state: &AppState,
+    limits: Vec<chorus_proto::serving::v1::Limit>,
+    message_bytes: usize,
+) -> Routes {
+    Routes::new(
+        OrchestratorServer::new(OrchestratorService::new(state.clone()).with_limits(limits))
+            .max_decoding_message_size(message_bytes),
+    )
+    .add_service(
+        AgentToolsServer::new(AgentToolsService::new(state.clone()))
+            .max_decoding_message_size(message_bytes),
+    )
+}
+
+/// Replicas sign with one key set, kept in the database (sealed); the first
+/// replica's own set becomes it.
+async fn share_signing_keys(store: &Store, signer: &RunTokenSigner) -> anyhow::Result<()> {
+    if store.backend() == Backend::Postgres {
+        let shared = store.shared_run_token_keys(signer.export()).await?;
+        signer.adopt(shared)?;
+        info!(
+            "run tokens are signed with the key set the replicas share in the database (RotateRunTokenKey rotates it for all)"
+        );
     }
     Ok(())
 }

@@ -256,83 +256,68 @@ async fn record_progress(
 ) {
     while let Some(progress) = rx.recv().await {
         let (me, epoch) = driver_of(&state, &ctx);
-        let result = match progress {
-            Progress::Session(session) => state
-                .store
-                .change_run(ctx.run_id, move |run, _task| {
-                    policy::check_driver(run, &me, epoch)?;
+        let (session, event) = progress_record(&ctx, progress);
+        let result = state
+            .store
+            .change_run(ctx.run_id, move |run, _task| {
+                policy::check_driver(run, &me, epoch)?;
+                if let Some(session) = session {
                     run.session_id = Some(session);
-                    Ok(Vec::new())
-                })
-                .await
-                .map(|(_, _, events)| events),
-            Progress::Denied {
-                tool,
-                input,
-                reason,
-                by,
-            } => {
-                let run_id = ctx.run_id;
-                let agent = ctx.agent.clone();
-                let (input, input_bytes) = input_excerpt(&input);
-                state
-                    .store
-                    .change_run(ctx.run_id, move |run, _task| {
-                        policy::check_driver(run, &me, epoch)?;
-                        Ok(vec![(
-                            EventKind::ToolDenied,
-                            json!({
-                                "run_id": run_id.to_string(),
-                                "agent": agent.as_str(),
-                                "tool": tool,
-                                "input": input,
-                                "input_bytes": input_bytes,
-                                "reason": reason,
-                                "by": by,
-                            }),
-                        )])
-                    })
-                    .await
-                    .map(|(_, _, events)| events)
-            }
-            other => {
-                let (kind, details) = match other {
-                    // An empty text marks the reminder.
-                    Progress::Text(text) if text.is_empty() => {
-                        ("reminder", json!({ "text": reminder(ctx.agent_kind) }))
-                    }
-                    Progress::Text(text) => ("text", json!({ "text": text })),
-                    Progress::ToolUse { tool, input } => {
-                        let (input, input_bytes) = input_excerpt(&input);
-                        (
-                            "tool_use",
-                            json!({ "tool": tool, "input": input, "input_bytes": input_bytes }),
-                        )
-                    }
-                    Progress::Session(_) | Progress::Denied { .. } => continue,
-                };
-                let run_id = ctx.run_id;
-                let agent = ctx.agent.clone();
-                state
-                    .store
-                    .change_run(ctx.run_id, move |run, _task| {
-                        policy::check_driver(run, &me, epoch)?;
-                        let data = json!({ "run_id": run_id.to_string(), "agent": agent.as_str(), "kind": kind });
-                        let mut data = data;
-                        if let (Some(d), Value::Object(extra)) = (data.as_object_mut(), details) {
-                            d.extend(extra);
-                        }
-                        Ok(vec![(EventKind::AgentProgress, data)])
-                    })
-                    .await
-                    .map(|(_, _, events)| events)
-            }
-        };
-        match result {
-            Ok(_) => {}
-            Err(e) => warn!(run_id = %ctx.run_id, error = %e, "cannot record the agent's progress"),
+                }
+                Ok(event.into_iter().collect())
+            })
+            .await;
+        if let Err(e) = result {
+            warn!(run_id = %ctx.run_id, error = %e, "cannot record the agent's progress");
         }
     }
+}
+
+/// What a piece of progress changes in its run: the session it names, or
+/// the event that records it (a denial, or the agent's progress).
+fn progress_record(
+    ctx: &RunContext,
+    progress: Progress,
+) -> (Option<String>, Option<crate::store::EventDraft>) {
+    let (run_id, agent) = (ctx.run_id.to_string(), ctx.agent.as_str());
+    let (kind, details) = match progress {
+        Progress::Session(session) => return (Some(session), None),
+        Progress::Denied {
+            tool,
+            input,
+            reason,
+            by,
+        } => {
+            let (input, input_bytes) = input_excerpt(&input);
+            let data = json!({
+                "run_id": run_id,
+                "agent": agent,
+                "tool": tool,
+                "input": input,
+                "input_bytes": input_bytes,
+                "reason": reason,
+                "by": by,
+            });
+            return (None, Some((EventKind::ToolDenied, data)));
+        }
+        // An empty text marks the reminder.
+        Progress::Text(text) if text.is_empty() => {
+            ("reminder", json!({ "text": reminder(ctx.agent_kind) }))
+        }
+        Progress::Text(text) => ("text", json!({ "text": text })),
+        Progress::ToolUse { tool, input } => {
+            let (input, input_bytes) = input_excerpt(&input);
+            (
+                "tool_use",
+                json!({ "tool": tool, "input": input, "input_bytes": input_bytes }),
+            )
+        }
+    };
+    let mut data = json!({ "run_id": run_id, "agent": agent, "kind": kind });
+    if let (Some(d), Value::Object(extra)) = (data.as_object_mut(), details) {
+        d.extend(extra);
+    }
+    (None, Some((EventKind::AgentProgress, data)))
 }
 
 /// How a run that ended without a report is treated, by what stopped it.

@@ -69,68 +69,13 @@ impl Launch {
         timeout: Duration,
     ) -> Result<Self, ServiceError> {
         let runner = &state.runner;
-        let agent_name = &agent.name;
-        // An agent without a provider of its own runs on the workspace's system
-        // provider, as the internal planner does.
-        let provider_name = agent
-            .provider
-            .clone()
-            .or_else(|| workspace.system_provider.clone())
-            .ok_or_else(|| {
-                ServiceError::Precondition(match agent.kind {
-                    AgentKind::UserDefined => format!(
-                        "agent '{agent_name}' has no provider and workspace '{}' has no system provider to run it on; give the agent one with UpdateAgent, or set the workspace's system_provider with UpdateWorkspace",
-                        workspace.name
-                    ),
-                    AgentKind::Internal => format!(
-                        "workspace '{}' has no system provider to run '{agent_name}'; set one with UpdateWorkspace (system_provider)",
-                        workspace.name
-                    ),
-                })
-            })?;
-        let provider = state
-            .store
-            .get_provider(workspace.id, provider_name.clone())
-            .await?;
-        let api_key = match state
-            .store
-            .provider_api_key(workspace.id, provider_name.clone())
-            .await?
-        {
-            None => None,
-            Some(ProviderKey::Secret(key)) => Some(key),
-            Some(ProviderKey::Reference(reference)) => Some(
-                crate::secrets::resolve(&reference, &state.key_references)
-                    .await
-                    .map_err(|e| {
-                        ServiceError::Precondition(format!("provider '{provider_name}': {e}"))
-                    })?,
-            ),
-        };
+        let (provider, api_key) = provider_of(state, &workspace, &agent).await?;
         agent
             .check_provider_kind(provider.name.as_str(), provider.kind)
             .map_err(|e| ServiceError::Precondition(e.to_string()))?;
         let mut identity = chorus_sandbox::Identity::Service;
         if crate::providers::for_kind(provider.kind).spawns_processes() {
-            runner
-                .config()
-                .validate()
-                .map_err(ServiceError::Precondition)?;
-            if state.addresses.tool_exec.is_empty() {
-                return Err(ServiceError::Precondition(
-                    "no tool-exec is configured, so a CLI agent could not use its tools; run the orchestrator with its embedded tool-exec or --tool-exec-addr".to_owned(),
-                ));
-            }
-            let processes = runner.processes();
-            if processes.status().state == "unavailable" {
-                return Err(ServiceError::Precondition(format!(
-                    "CLI agents run only in the sandbox, which is unavailable on this host ({}); fix that, or run the orchestrator with --sandbox off to run them unconfined",
-                    processes.status().problems.join("; ")
-                )));
-            }
-            identity = processes
-                .identity_for(&workspace.root)
-                .map_err(|e| ServiceError::Precondition(e.to_string()))?;
+            identity = process_identity(state, &workspace)?;
         }
         let tools = agent.granted_tools()?;
         let chorus_tools = runner.config().chorus_tools.display().to_string();
@@ -242,4 +187,78 @@ impl Launch {
         info!(run_id = %run.id, task_id = %run.task_id, agent = %run.agent, parent = ?run.parent, provider = %ctx.provider.name, kind = ctx.provider.kind.as_str(), replica = %state.store.replica().id, epoch = run.epoch, resumed, "starting agent");
         runner.launch(state.clone(), ctx, run.parent, after, attempt);
     }
+}
+
+/// The provider `agent` runs on (its own, else the workspace's system
+/// provider) and its API key, resolved when it is a reference.
+async fn provider_of(
+    state: &AppState,
+    workspace: &Workspace,
+    agent: &Agent,
+) -> Result<(crate::domain::Provider, Option<String>), ServiceError> {
+    let agent_name = &agent.name;
+    let provider_name = agent
+        .provider
+        .clone()
+        .or_else(|| workspace.system_provider.clone())
+        .ok_or_else(|| {
+            ServiceError::Precondition(match agent.kind {
+                AgentKind::UserDefined => format!(
+                    "agent '{agent_name}' has no provider and workspace '{}' has no system provider to run it on; give the agent one with UpdateAgent, or set the workspace's system_provider with UpdateWorkspace",
+                    workspace.name
+                ),
+                AgentKind::Internal => format!(
+                    "workspace '{}' has no system provider to run '{agent_name}'; set one with UpdateWorkspace (system_provider)",
+                    workspace.name
+                ),
+            })
+        })?;
+    let provider = state
+        .store
+        .get_provider(workspace.id, provider_name.clone())
+        .await?;
+    let api_key = match state
+        .store
+        .provider_api_key(workspace.id, provider_name.clone())
+        .await?
+    {
+        None => None,
+        Some(ProviderKey::Secret(key)) => Some(key),
+        Some(ProviderKey::Reference(reference)) => Some(
+            crate::secrets::resolve(&reference, &state.key_references)
+                .await
+                .map_err(|e| {
+                    ServiceError::Precondition(format!("provider '{provider_name}': {e}"))
+                })?,
+        ),
+    };
+    Ok((provider, api_key))
+}
+
+/// Who the processes of an agent on `workspace` run as; refused when they
+/// cannot run (no chorus-tools, no tool-exec, no sandbox on this host).
+fn process_identity(
+    state: &AppState,
+    workspace: &Workspace,
+) -> Result<chorus_sandbox::Identity, ServiceError> {
+    let runner = &state.runner;
+    runner
+        .config()
+        .validate()
+        .map_err(ServiceError::Precondition)?;
+    if state.addresses.tool_exec.is_empty() {
+        return Err(ServiceError::Precondition(
+            "no tool-exec is configured, so a CLI agent could not use its tools; run the orchestrator with its embedded tool-exec or --tool-exec-addr".to_owned(),
+        ));
+    }
+    let processes = runner.processes();
+    if processes.status().state == "unavailable" {
+        return Err(ServiceError::Precondition(format!(
+            "CLI agents run only in the sandbox, which is unavailable on this host ({}); fix that, or run the orchestrator with --sandbox off to run them unconfined",
+            processes.status().problems.join("; ")
+        )));
+    }
+    processes
+        .identity_for(&workspace.root)
+        .map_err(|e| ServiceError::Precondition(e.to_string()))
 }
