@@ -4,7 +4,7 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::EventHub;
+use super::{EventHub, Subscription};
 use crate::domain::{Event, EventKind, TaskId, TaskStatus};
 
 /// Most events read from the store per round trip while replaying (the store
@@ -69,33 +69,13 @@ pub async fn watch_task<S: EventSource>(
         } else {
             match source.settled(task).await {
                 Ok(settled) => settled,
-                Err(e) => {
-                    let _ = tx.send(Err(e)).await;
-                    return WatchEnd::SourceFailed;
-                }
+                Err(e) => return failed(&tx, e).await,
             }
         };
-        // Replay what the store has after the cursor, until a batch is empty.
-        let mut replayed_an_end = false;
-        loop {
-            let batch = match source.events_after(task, cursor, REPLAY_BATCH).await {
-                Ok(batch) => batch,
-                Err(e) => {
-                    let _ = tx.send(Err(e)).await;
-                    return WatchEnd::SourceFailed;
-                }
-            };
-            if batch.is_empty() {
-                break;
-            }
-            for event in batch {
-                cursor = event.sequence;
-                replayed_an_end |= ends_task(&event) || ends_run(&event);
-                if tx.send(Ok(event)).await.is_err() {
-                    return WatchEnd::ReceiverGone;
-                }
-            }
-        }
+        let replayed_an_end = match replay(source, task, &mut cursor, &tx).await {
+            Ok(replayed_an_end) => replayed_an_end,
+            Err(end) => return end,
+        };
         if settled_before_replay {
             return WatchEnd::TaskFinished;
         }
@@ -107,43 +87,95 @@ pub async fn watch_task<S: EventSource>(
             match source.settled(task).await {
                 Ok(true) => continue,
                 Ok(false) => {}
-                Err(e) => {
-                    let _ = tx.send(Err(e)).await;
-                    return WatchEnd::SourceFailed;
-                }
+                Err(e) => return failed(&tx, e).await,
             }
         }
-        // Follow live events until one does not continue the cursor, or one that
-        // may settle the task does (then replay what is left and end).
+        let following = Following {
+            source,
+            task,
+            follow,
+            tx: &tx,
+            cancel: &cancel,
+        };
+        if let Some(end) = following.live(&mut live, &mut cursor).await {
+            return end;
+        }
+    }
+}
+
+/// Sends the store's failure to the receiver: the watch ends.
+async fn failed<E>(tx: &mpsc::Sender<Result<Event, E>>, error: E) -> WatchEnd {
+    let _ = tx.send(Err(error)).await;
+    WatchEnd::SourceFailed
+}
+
+/// Replays what the store has after `cursor` (moved along), until a batch is
+/// empty; whether an event that may settle the task was among them.
+async fn replay<S: EventSource>(
+    source: &S,
+    task: TaskId,
+    cursor: &mut u64,
+    tx: &mpsc::Sender<Result<Event, S::Error>>,
+) -> Result<bool, WatchEnd> {
+    let mut replayed_an_end = false;
+    loop {
+        let batch = match source.events_after(task, *cursor, REPLAY_BATCH).await {
+            Ok(batch) => batch,
+            Err(e) => return Err(failed(tx, e).await),
+        };
+        if batch.is_empty() {
+            return Ok(replayed_an_end);
+        }
+        for event in batch {
+            *cursor = event.sequence;
+            replayed_an_end |= ends_task(&event) || ends_run(&event);
+            if tx.send(Ok(event)).await.is_err() {
+                return Err(WatchEnd::ReceiverGone);
+            }
+        }
+    }
+}
+
+/// A watch following live events.
+struct Following<'a, S: EventSource> {
+    source: &'a S,
+    task: TaskId,
+    follow: bool,
+    tx: &'a mpsc::Sender<Result<Event, S::Error>>,
+    cancel: &'a CancellationToken,
+}
+
+impl<S: EventSource> Following<'_, S> {
+    /// Sends live events that continue the cursor until one does not (a gap,
+    /// a lagging receiver) or one settles the task: None, replay again. Some:
+    /// how the watch ends.
+    async fn live(&self, live: &mut Subscription, cursor: &mut u64) -> Option<WatchEnd> {
         loop {
             let received = tokio::select! {
-                () = cancel.cancelled() => return WatchEnd::Cancelled,
-                () = tx.closed() => return WatchEnd::ReceiverGone,
+                () = self.cancel.cancelled() => return Some(WatchEnd::Cancelled),
+                () = self.tx.closed() => return Some(WatchEnd::ReceiverGone),
                 received = live.recv() => received,
             };
             match received {
-                Ok(event) if event.sequence <= cursor => {}
-                Ok(event) if event.sequence == cursor + 1 => {
-                    cursor = event.sequence;
-                    let may_settle = !follow && (ends_task(&event) || ends_run(&event));
-                    if tx.send(Ok(event)).await.is_err() {
-                        return WatchEnd::ReceiverGone;
+                Ok(event) if event.sequence <= *cursor => {}
+                Ok(event) if event.sequence == *cursor + 1 => {
+                    *cursor = event.sequence;
+                    let may_settle = !self.follow && (ends_task(&event) || ends_run(&event));
+                    if self.tx.send(Ok(event)).await.is_err() {
+                        return Some(WatchEnd::ReceiverGone);
                     }
                     if may_settle {
-                        match source.settled(task).await {
-                            Ok(true) => break,
+                        match self.source.settled(self.task).await {
+                            Ok(true) => return None,
                             Ok(false) => {}
-                            Err(e) => {
-                                let _ = tx.send(Err(e)).await;
-                                return WatchEnd::SourceFailed;
-                            }
+                            Err(e) => return Some(failed(self.tx, e).await),
                         }
                     }
                 }
                 // A gap (an event committed before we subscribed is still in the
                 // store) or a lagging receiver: replay from the store.
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
-                Err(broadcast::error::RecvError::Closed) => return WatchEnd::Cancelled,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => return None,
+                Err(broadcast::error::RecvError::Closed) => return Some(WatchEnd::Cancelled),
             }
         }
     }
