@@ -255,15 +255,14 @@ impl ServeConfig {
     /// Every limit of a port served with these settings and `connections`,
     /// with its value in force, as GetStatus shows them.
     pub fn limits(&self, connections: &Connections) -> Vec<Limit> {
-        let c = &self.capacity;
+        let mut limits = self.connection_limits(connections);
+        limits.extend(self.call_limits());
+        limits
+    }
+
+    /// The bounds of connections: how many, and for how long.
+    fn connection_limits(&self, connections: &Connections) -> Vec<Limit> {
         let l = &self.connections;
-        let secs = |d: Duration| format!("{} s", d.as_secs());
-        let mib = |n: usize| format!("{} MiB", n / (1024 * 1024));
-        let limit = |flag: &str, value: String, bounds: &str| Limit {
-            flag: flag.to_owned(),
-            value,
-            bounds: bounds.to_owned(),
-        };
         vec![
             limit(
                 "--max-connections",
@@ -295,6 +294,14 @@ impl ServeConfig {
                 secs(l.answer_send),
                 "time an answer may wait for its client to read it",
             ),
+        ]
+    }
+
+    /// The bounds of calls: their time, their places by kind of caller, and
+    /// their answers' unread bytes.
+    fn call_limits(&self) -> Vec<Limit> {
+        let c = &self.capacity;
+        vec![
             limit(
                 "--request-body-secs",
                 secs(c.request_body),
@@ -372,4 +379,21 @@ impl ServeConfig {
             ),
         ]
     }
+}
+
+/// One limit as GetStatus shows it.
+fn limit(flag: &str, value: String, bounds: &str) -> Limit {
+    Limit {
+        flag: flag.to_owned(),
+        value,
+        bounds: bounds.to_owned(),
+    }
+}
+
+fn secs(d: Duration) -> String {
+    format!("{} s", d.as_secs())
+}
+
+fn mib(n: usize) -> String {
+    format!("{} MiB", n / (1024 * 1024))
 }

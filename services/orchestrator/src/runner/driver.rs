@@ -504,16 +504,6 @@ fn ending(
             task_reason: None,
         };
     }
-    let failed = |kind: EventKind,
-                  failure: HandoffFailure,
-                  reason: String,
-                  task: Option<TaskStatus>| RunEnd {
-        kind,
-        handoff: HandoffOutcome::Failed(failure, reason.clone()),
-        reason,
-        task,
-        task_reason: None,
-    };
     match result {
         Err(AttemptError::Stopped { .. }) if shutting_down => {
             let reason = match agent_kind {
@@ -523,7 +513,7 @@ fn ending(
                         .to_owned()
                 }
             };
-            failed(
+            RunEnd::failed(
                 EventKind::RunInterrupted,
                 HandoffFailure::Interrupted,
                 reason.clone(),
@@ -531,51 +521,73 @@ fn ending(
             )
             .with_task_reason(format!("{reason}; start it again"))
         }
-        Err(AttemptError::Stopped { .. }) => failed(
+        Err(AttemptError::Stopped { .. }) => RunEnd::failed(
             EventKind::RunCanceled,
             HandoffFailure::Canceled,
             "canceled".to_owned(),
             None,
         ),
-        Err(AttemptError::Failed { reason, .. }) => failed(
+        Err(AttemptError::Failed { reason, .. }) => RunEnd::failed(
             EventKind::RunFailed,
             HandoffFailure::AgentFailed,
             reason,
             Some(TaskStatus::Failed),
         ),
-        Err(AttemptError::TimedOut { reason, .. }) => failed(
+        Err(AttemptError::TimedOut { reason, .. }) => RunEnd::failed(
             EventKind::RunFailed,
             HandoffFailure::TimedOut,
             reason,
             Some(TaskStatus::Failed),
         ),
-        Ok(_) => {
-            let what = match agent_kind {
-                AgentKind::UserDefined => "a completion report",
-                AgentKind::Internal => "its planner output",
-            };
-            let mut reason = format!("agent '{agent}' ended without {what}");
-            if resumed {
-                reason.push_str(", even after a reminder");
-            }
-            let mut ending = failed(
-                EventKind::AgentCompleted,
-                HandoffFailure::AgentFailed,
-                reason,
-                Some(TaskStatus::Waiting),
-            );
-            if let (HandoffOutcome::Failed(_, why), Some(output)) =
-                (&mut ending.handoff, output.filter(|o| !o.trim().is_empty()))
-            {
-                why.push_str("; its last output: ");
-                why.push_str(&crate::providers::cut(output, 2048));
-            }
-            ending
-        }
+        Ok(_) => unreported(agent, agent_kind, resumed, output),
     }
 }
 
+/// The end of a run whose agent stopped without its report (after the
+/// reminder, when `resumed`): the task waits; the handoff's parent is told
+/// its last output.
+fn unreported(agent: &Name, agent_kind: AgentKind, resumed: bool, output: Option<&str>) -> RunEnd {
+    let what = match agent_kind {
+        AgentKind::UserDefined => "a completion report",
+        AgentKind::Internal => "its planner output",
+    };
+    let mut reason = format!("agent '{agent}' ended without {what}");
+    if resumed {
+        reason.push_str(", even after a reminder");
+    }
+    let mut ending = RunEnd::failed(
+        EventKind::AgentCompleted,
+        HandoffFailure::AgentFailed,
+        reason,
+        Some(TaskStatus::Waiting),
+    );
+    if let (HandoffOutcome::Failed(_, why), Some(output)) =
+        (&mut ending.handoff, output.filter(|o| !o.trim().is_empty()))
+    {
+        why.push_str("; its last output: ");
+        why.push_str(&crate::providers::cut(output, 2048));
+    }
+    ending
+}
+
 impl RunEnd {
+    /// A run that failed in a way `kind` records, its handoff failing with
+    /// `failure`, the task moved to `task`.
+    fn failed(
+        kind: EventKind,
+        failure: HandoffFailure,
+        reason: String,
+        task: Option<TaskStatus>,
+    ) -> Self {
+        Self {
+            kind,
+            handoff: HandoffOutcome::Failed(failure, reason.clone()),
+            reason,
+            task,
+            task_reason: None,
+        }
+    }
+
     /// The same ending, with the task told `reason` instead.
     fn with_task_reason(mut self, reason: String) -> Self {
         self.task_reason = Some(reason);

@@ -88,33 +88,8 @@ impl ToolRouter {
                 });
             }
         };
-        let failed = |status: tonic::Status| ToolCallError {
-            code: chorus_proto::code_name(status.code()).to_owned(),
-            message: status.message().to_owned(),
-        };
         match spec.executor {
-            Executor::ToolExec => {
-                let channel = self.tool_exec.clone().ok_or_else(|| ToolCallError {
-                    code: "unavailable".to_owned(),
-                    message: "no tool-exec is configured for this orchestrator".to_owned(),
-                })?;
-                let response = ToolExecClient::new(channel)
-                    .max_decoding_message_size(DEFAULT_MESSAGE_BYTES)
-                    .execute_tool(self.request(ExecuteToolRequest {
-                        tool: tool.to_owned(),
-                        arguments: Some(json::to_struct(arguments)),
-                    }))
-                    .await
-                    .map_err(failed)?
-                    .into_inner();
-                let output = response.output.map_or(Value::Null, json::from_value);
-                Ok(match response.error {
-                    None => output,
-                    Some(e) => {
-                        json!({ "output": output, "error": { "code": e.code, "message": e.message } })
-                    }
-                })
-            }
+            Executor::ToolExec => self.tool_exec(tool, arguments).await,
             Executor::Orchestrator if tool == "handoff" => {
                 let token = self
                     .bearer
@@ -125,7 +100,7 @@ impl ToolRouter {
                 chorus_proto::handoff::call(self.orchestrator.clone(), &token, &arguments)
                     .await
                     .map_err(|e| match e {
-                        HandoffError::Status(status) => failed(status),
+                        HandoffError::Status(status) => failed(&status),
                         HandoffError::Failed {
                             failure, reason, ..
                         } => ToolCallError {
@@ -144,7 +119,7 @@ impl ToolRouter {
                         },
                     )))
                     .await
-                    .map_err(failed)?
+                    .map_err(|s| failed(&s))?
                     .into_inner();
                 Ok(response.output.map_or(Value::Null, json::from_value))
             }
@@ -155,5 +130,42 @@ impl ToolRouter {
                 ),
             }),
         }
+    }
+
+    /// A workspace tool, through tool-exec; a tool's own failure comes back
+    /// beside its output, for the model to read.
+    async fn tool_exec(
+        &self,
+        tool: &str,
+        arguments: Map<String, Value>,
+    ) -> Result<Value, ToolCallError> {
+        let channel = self.tool_exec.clone().ok_or_else(|| ToolCallError {
+            code: "unavailable".to_owned(),
+            message: "no tool-exec is configured for this orchestrator".to_owned(),
+        })?;
+        let response = ToolExecClient::new(channel)
+            .max_decoding_message_size(DEFAULT_MESSAGE_BYTES)
+            .execute_tool(self.request(ExecuteToolRequest {
+                tool: tool.to_owned(),
+                arguments: Some(json::to_struct(arguments)),
+            }))
+            .await
+            .map_err(|s| failed(&s))?
+            .into_inner();
+        let output = response.output.map_or(Value::Null, json::from_value);
+        Ok(match response.error {
+            None => output,
+            Some(e) => {
+                json!({ "output": output, "error": { "code": e.code, "message": e.message } })
+            }
+        })
+    }
+}
+
+/// A call a service refused, for the model.
+fn failed(status: &tonic::Status) -> ToolCallError {
+    ToolCallError {
+        code: chorus_proto::code_name(status.code()).to_owned(),
+        message: status.message().to_owned(),
     }
 }
