@@ -36,6 +36,25 @@ pub struct Connect {
 pub fn from_url(url: &str) -> Result<Connect, String> {
     let parsed =
         url::Url::parse(url).map_err(|e| format!("the database URL does not parse: {e}"))?;
+    let (mut config, mut ssl) = from_parts(&parsed)?;
+    libpq_defaults(&mut config, &mut ssl, &parsed);
+    let (mode, tls) = ssl.client()?;
+    config.ssl_mode(mode);
+    Ok(Connect {
+        config,
+        tls: tls.map(tokio_postgres_rustls::MakeRustlsConnect::new),
+    })
+}
+
+/// What the URL says of TLS: `sslmode` (libpq's default `prefer`) and
+/// `sslrootcert`.
+struct Ssl {
+    mode: String,
+    root: Option<String>,
+}
+
+/// The connection settings the URL's parts and query name.
+fn from_parts(parsed: &url::Url) -> Result<(tokio_postgres::Config, Ssl), String> {
     let mut config = tokio_postgres::Config::new();
     let decode = |s: &str| percent_encoding_decode(s);
     if let Some(host) = parsed.host_str().filter(|h| !h.is_empty()) {
@@ -54,8 +73,10 @@ pub fn from_url(url: &str) -> Result<Connect, String> {
     if !dbname.is_empty() {
         config.dbname(decode(dbname));
     }
-    let mut sslmode = "prefer".to_owned();
-    let mut root = None;
+    let mut ssl = Ssl {
+        mode: "prefer".to_owned(),
+        root: None,
+    };
     for (key, value) in parsed.query_pairs() {
         let value = value.into_owned();
         match key.as_ref() {
@@ -89,13 +110,17 @@ pub fn from_url(url: &str) -> Result<Connect, String> {
                     config.connect_timeout(Duration::from_secs(secs));
                 }
             }
-            "sslmode" => sslmode = value,
-            "sslrootcert" => root = Some(value),
+            "sslmode" => ssl.mode = value,
+            "sslrootcert" => ssl.root = Some(value),
             _ => {}
         }
     }
-    // What the URL leaves out, libpq takes from its environment variables
-    // (a password from PGPASSWORD, or the password file), then defaults.
+    Ok((config, ssl))
+}
+
+/// What the URL leaves out, libpq takes from its environment variables (a
+/// password from PGPASSWORD, or the password file), then defaults.
+fn libpq_defaults(config: &mut tokio_postgres::Config, ssl: &mut Ssl, parsed: &url::Url) {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     if config.get_hosts().is_empty() {
         config.host(env("PGHOST").unwrap_or_else(|| "/var/run/postgresql".to_owned()));
@@ -123,65 +148,68 @@ pub fn from_url(url: &str) -> Result<Connect, String> {
     if !parsed.query_pairs().any(|(k, _)| k == "sslmode")
         && let Some(mode) = env("PGSSLMODE")
     {
-        sslmode = mode;
+        ssl.mode = mode;
     }
-    if root.is_none() {
-        root = env("PGSSLROOTCERT");
+    if ssl.root.is_none() {
+        ssl.root = env("PGSSLROOTCERT");
     }
     if config.get_password().is_none() {
         if let Some(password) = env("PGPASSWORD") {
             config.password(password);
-        } else if let Some(password) = password_file(&config, env("PGPASSFILE")) {
+        } else if let Some(password) = password_file(config, env("PGPASSFILE")) {
             config.password(password);
         }
     }
-    let roots = || -> Result<rustls::RootCertStore, String> {
-        let mut store = rustls::RootCertStore::empty();
-        match &root {
-            Some(path) if path != "system" => {
-                for cert in CertificateDer::pem_file_iter(path)
-                    .map_err(|e| format!("sslrootcert {path}: {e}"))?
-                {
-                    let cert = cert.map_err(|e| format!("sslrootcert {path}: {e}"))?;
-                    store
-                        .add(cert)
-                        .map_err(|e| format!("sslrootcert {path}: {e}"))?;
+}
+
+impl Ssl {
+    /// The TLS of the connection, as libpq's `sslmode` means it.
+    fn client(&self) -> Result<(SslMode, Option<rustls::ClientConfig>), String> {
+        let root = &self.root;
+        let roots = || -> Result<rustls::RootCertStore, String> {
+            let mut store = rustls::RootCertStore::empty();
+            match &root {
+                Some(path) if path != "system" => {
+                    for cert in CertificateDer::pem_file_iter(path)
+                        .map_err(|e| format!("sslrootcert {path}: {e}"))?
+                    {
+                        let cert = cert.map_err(|e| format!("sslrootcert {path}: {e}"))?;
+                        store
+                            .add(cert)
+                            .map_err(|e| format!("sslrootcert {path}: {e}"))?;
+                    }
                 }
+                _ => store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
             }
-            _ => store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-        }
-        Ok(store)
-    };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = || {
-        rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS: {e}"))
-    };
-    let unchecked = || -> Result<rustls::ClientConfig, String> {
-        Ok(builder()?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Unchecked(Arc::clone(&provider))))
-            .with_no_client_auth())
-    };
-    let checked = || -> Result<rustls::ClientConfig, String> {
-        Ok(builder()?
-            .with_root_certificates(roots()?)
-            .with_no_client_auth())
-    };
-    let (mode, tls) = match sslmode.as_str() {
-        "disable" => (SslMode::Disable, None),
-        "allow" | "prefer" => (SslMode::Prefer, Some(unchecked()?)),
-        "require" if root.is_some() => (SslMode::Require, Some(checked()?)),
-        "require" => (SslMode::Require, Some(unchecked()?)),
-        "verify-ca" | "verify-full" => (SslMode::Require, Some(checked()?)),
-        other => return Err(format!("sslmode '{other}' is not one libpq knows")),
-    };
-    config.ssl_mode(mode);
-    Ok(Connect {
-        config,
-        tls: tls.map(tokio_postgres_rustls::MakeRustlsConnect::new),
-    })
+            Ok(store)
+        };
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = || {
+            rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("TLS: {e}"))
+        };
+        let unchecked = || -> Result<rustls::ClientConfig, String> {
+            Ok(builder()?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(Unchecked(Arc::clone(&provider))))
+                .with_no_client_auth())
+        };
+        let checked = || -> Result<rustls::ClientConfig, String> {
+            Ok(builder()?
+                .with_root_certificates(roots()?)
+                .with_no_client_auth())
+        };
+        let answer = match self.mode.as_str() {
+            "disable" => (SslMode::Disable, None),
+            "allow" | "prefer" => (SslMode::Prefer, Some(unchecked()?)),
+            "require" if root.is_some() => (SslMode::Require, Some(checked()?)),
+            "require" => (SslMode::Require, Some(unchecked()?)),
+            "verify-ca" | "verify-full" => (SslMode::Require, Some(checked()?)),
+            other => return Err(format!("sslmode '{other}' is not one libpq knows")),
+        };
+        Ok(answer)
+    }
 }
 
 /// The password libpq's password file (`PGPASSFILE`, else `~/.pgpass`) has
