@@ -20,49 +20,9 @@ pub(crate) fn describe(spec: &ToolSpec, schema: &Value) -> HelpTool {
         Some(alternatives) => alternatives.iter().collect(),
         None => vec![schema],
     };
-    let mut merged = Map::new();
-    for alternative in &alternatives {
-        if let Some(props) = alternative.get("properties").and_then(Value::as_object) {
-            for (name, prop) in props {
-                merged.entry(name.clone()).or_insert_with(|| prop.clone());
-            }
-        }
-    }
-    // The tag's values, as its description ("one of: plan, questions, error").
-    if alternatives.len() > 1 {
-        for (name, prop) in merged.iter_mut() {
-            let values: Vec<String> = alternatives
-                .iter()
-                .filter_map(|a| a.pointer(&format!("/properties/{name}")))
-                .filter_map(|p| {
-                    p.get("const")
-                        .or_else(|| p.pointer("/enum/0"))
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                })
-                .collect();
-            if values.len() > 1 && prop.get("description").is_none() {
-                prop["description"] = Value::String(format!("one of: {}", values.join(", ")));
-            }
-        }
-    }
+    let merged = merged_properties(&alternatives);
     let properties = if merged.is_empty() { &empty } else { &merged };
-    let required_by = |alternative: &Value| -> Vec<String> {
-        alternative
-            .get("required")
-            .and_then(Value::as_array)
-            .map(|r| {
-                r.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let required: Vec<String> = required_by(alternatives[0])
-        .into_iter()
-        .filter(|name| alternatives.iter().all(|a| required_by(a).contains(name)))
-        .collect();
+    let required = required_by_all(&alternatives);
     let required: Vec<&str> = required.iter().map(String::as_str).collect();
     let defs = schema
         .get("$defs")
@@ -84,7 +44,73 @@ pub(crate) fn describe(spec: &ToolSpec, schema: &Value) -> HelpTool {
         .collect();
     // Required arguments first, each group in schema order.
     arguments.sort_by_key(|a| !a.required);
+    let example = example(spec, &arguments, properties, defs);
+    HelpTool {
+        name: spec.name.to_owned(),
+        description: spec.description.to_owned(),
+        arguments,
+        example: format!("chorus-tools '{}'", Value::Object(example)),
+    }
+}
 
+/// The properties of all the alternatives, the first of each name kept; a
+/// tag's values become its description ("one of: plan, questions, error").
+fn merged_properties(alternatives: &[&Value]) -> Map<String, Value> {
+    let mut merged = Map::new();
+    for alternative in alternatives {
+        if let Some(props) = alternative.get("properties").and_then(Value::as_object) {
+            for (name, prop) in props {
+                merged.entry(name.clone()).or_insert_with(|| prop.clone());
+            }
+        }
+    }
+    if alternatives.len() > 1 {
+        for (name, prop) in merged.iter_mut() {
+            let values: Vec<String> = alternatives
+                .iter()
+                .filter_map(|a| a.pointer(&format!("/properties/{name}")))
+                .filter_map(|p| {
+                    p.get("const")
+                        .or_else(|| p.pointer("/enum/0"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                })
+                .collect();
+            if values.len() > 1 && prop.get("description").is_none() {
+                prop["description"] = Value::String(format!("one of: {}", values.join(", ")));
+            }
+        }
+    }
+    merged
+}
+
+/// The arguments every alternative requires.
+fn required_by_all(alternatives: &[&Value]) -> Vec<String> {
+    let required_by = |alternative: &Value| -> Vec<String> {
+        alternative
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| {
+                r.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    required_by(alternatives[0])
+        .into_iter()
+        .filter(|name| alternatives.iter().all(|a| required_by(a).contains(name)))
+        .collect()
+}
+
+/// An example call: the tool and a placeholder for each required argument.
+fn example(
+    spec: &ToolSpec,
+    arguments: &[HelpArgument],
+    properties: &Map<String, Value>,
+    defs: &Map<String, Value>,
+) -> Map<String, Value> {
     let mut example = Map::new();
     example.insert("tool".to_owned(), Value::String(spec.name.to_owned()));
     if spec.name == "planner-output" {
@@ -100,12 +126,7 @@ pub(crate) fn describe(spec: &ToolSpec, schema: &Value) -> HelpTool {
             placeholder(&arg.name, &arg.kind, properties.get(&arg.name), defs),
         );
     }
-    HelpTool {
-        name: spec.name.to_owned(),
-        description: spec.description.to_owned(),
-        arguments,
-        example: format!("chorus-tools '{}'", Value::Object(example)),
-    }
+    example
 }
 
 /// The help answer for a set of granted tools, or for one of them.
