@@ -77,6 +77,12 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
             )
         })?;
 
+    Ok(answer(ctx, &finished, timeout))
+}
+
+/// What the model is told of a finished command: its output, and how it
+/// ended when it did not exit by itself.
+fn answer(ctx: &ToolContext, finished: &process::Finished, timeout: Duration) -> ToolOutcome {
     let timed_out = finished.ending == CommandEnd::TimedOut;
     let output = outputs::Bash {
         stdout: finished.stdout.text(),
@@ -89,7 +95,7 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
     let outcome = ToolOutcome::ok(&output)
         .with_metadata("exit_code", output.exit_code)
         .with_metadata("timed_out", timed_out);
-    Ok(match finished.ending {
+    match finished.ending {
         CommandEnd::Exited => outcome,
         CommandEnd::TimedOut => outcome.with_error(
             "deadline_exceeded",
@@ -120,7 +126,7 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
                 ),
             )
         }
-    })
+    }
 }
 
 /// The call's timeout: `timeout_secs` or the default, within `1..=bash_max_timeout`.

@@ -404,27 +404,7 @@ impl<'a> Git<'a> {
 
     /// Runs `cmd` (git `what`); any exit status is a result.
     async fn run(&self, what: &str, cmd: GitCommand) -> Result<Finished, ToolError> {
-        let mut env = process::base_env(cmd.network);
-        for (key, value) in [
-            ("LC_ALL", OsStr::new("C")),
-            ("GIT_DIR", self.root.join(".git").as_os_str()),
-            ("GIT_WORK_TREE", self.root.as_os_str()),
-            ("GIT_COMMON_DIR", self.root.join(".git").as_os_str()),
-            ("GIT_ALLOW_PROTOCOL", OsStr::new(ALLOWED_PROTOCOLS)),
-            ("GIT_CONFIG_NOSYSTEM", OsStr::new("1")),
-            ("GIT_CONFIG_GLOBAL", OsStr::new("/dev/null")),
-            ("GIT_ATTR_NOSYSTEM", OsStr::new("1")),
-            ("GIT_TERMINAL_PROMPT", OsStr::new("0")),
-            ("GIT_EDITOR", OsStr::new(":")),
-            ("GIT_SEQUENCE_EDITOR", OsStr::new(":")),
-            ("GIT_PAGER", OsStr::new("cat")),
-            ("GIT_ASKPASS", OsStr::new("")),
-            ("SSH_ASKPASS", OsStr::new("")),
-            ("GIT_PROXY_COMMAND", OsStr::new("")),
-            ("GIT_SSH_COMMAND", OsStr::new("ssh -o BatchMode=yes")),
-        ] {
-            env.push((key.into(), value.to_owned()));
-        }
+        let mut env = self.base_env(cmd.network);
         env.extend(cmd.env);
         let network = if cmd.network {
             process::network_of(&self.ctx.grant)?
@@ -432,21 +412,7 @@ impl<'a> Git<'a> {
             Network::None
         };
         let mut read_only = Vec::new();
-        // git's git:// and ssh transports take no proxy variable: they reach
-        // the egress proxy through the launcher's CONNECT client.
-        if matches!(network, Network::Proxied { .. })
-            && let Some(helper) = self.ctx.processes.connect_helper()
-            && let Some(shown) = helper
-                .to_str()
-                .filter(|p| !p.contains(['\'', '"', '$', '`', '\\']))
-        {
-            env.push(("GIT_PROXY_COMMAND".into(), helper.into()));
-            env.push((
-                "GIT_SSH_COMMAND".into(),
-                format!("ssh -o BatchMode=yes -o \"ProxyCommand='{shown}' connect %h %p\"").into(),
-            ));
-            read_only.push(helper.to_path_buf());
-        }
+        self.through_proxy(&network, &mut env, &mut read_only);
         // The landlock tier cannot cover a file: git gets a common directory
         // of its own instead, whose configuration is the allowed one (see
         // [`shadow`]).
@@ -497,6 +463,57 @@ impl<'a> Git<'a> {
                 self.ctx.limits.git_timeout.as_secs()
             ))),
             CommandEnd::Cancelled => Err(self.stopped(what)),
+        }
+    }
+
+    /// The environment of every git command: the repository named, no system
+    /// or global configuration, no prompt, editor, pager or helper program.
+    fn base_env(&self, network: bool) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        let mut env = process::base_env(network);
+        for (key, value) in [
+            ("LC_ALL", OsStr::new("C")),
+            ("GIT_DIR", self.root.join(".git").as_os_str()),
+            ("GIT_WORK_TREE", self.root.as_os_str()),
+            ("GIT_COMMON_DIR", self.root.join(".git").as_os_str()),
+            ("GIT_ALLOW_PROTOCOL", OsStr::new(ALLOWED_PROTOCOLS)),
+            ("GIT_CONFIG_NOSYSTEM", OsStr::new("1")),
+            ("GIT_CONFIG_GLOBAL", OsStr::new("/dev/null")),
+            ("GIT_ATTR_NOSYSTEM", OsStr::new("1")),
+            ("GIT_TERMINAL_PROMPT", OsStr::new("0")),
+            ("GIT_EDITOR", OsStr::new(":")),
+            ("GIT_SEQUENCE_EDITOR", OsStr::new(":")),
+            ("GIT_PAGER", OsStr::new("cat")),
+            ("GIT_ASKPASS", OsStr::new("")),
+            ("SSH_ASKPASS", OsStr::new("")),
+            ("GIT_PROXY_COMMAND", OsStr::new("")),
+            ("GIT_SSH_COMMAND", OsStr::new("ssh -o BatchMode=yes")),
+        ] {
+            env.push((key.into(), value.to_owned()));
+        }
+        env
+    }
+
+    /// git's git:// and ssh transports take no proxy variable: with the
+    /// network granted they reach the egress proxy through the launcher's
+    /// CONNECT client.
+    fn through_proxy(
+        &self,
+        network: &Network,
+        env: &mut Vec<(std::ffi::OsString, std::ffi::OsString)>,
+        read_only: &mut Vec<PathBuf>,
+    ) {
+        if matches!(network, Network::Proxied { .. })
+            && let Some(helper) = self.ctx.processes.connect_helper()
+            && let Some(shown) = helper
+                .to_str()
+                .filter(|p| !p.contains(['\'', '"', '$', '`', '\\']))
+        {
+            env.push(("GIT_PROXY_COMMAND".into(), helper.into()));
+            env.push((
+                "GIT_SSH_COMMAND".into(),
+                format!("ssh -o BatchMode=yes -o \"ProxyCommand='{shown}' connect %h %p\"").into(),
+            ));
+            read_only.push(helper.to_path_buf());
         }
     }
 
