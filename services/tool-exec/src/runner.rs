@@ -95,30 +95,7 @@ impl ToolRunner {
         if self.shutdown.is_cancelled() {
             return Err(ToolError::ShuttingDown);
         }
-        let spec =
-            chorus_catalog::get(tool).ok_or_else(|| ToolError::UnknownTool(tool.to_owned()))?;
-        if !spec.always_granted && !grant.allows(spec.name) {
-            return Err(ToolError::NotAllowed {
-                tool: spec.name.to_owned(),
-                agent: grant.agent.clone(),
-                allowed: grant.tools.join(", "),
-            });
-        }
-        match spec.executor {
-            Executor::ToolExec => {}
-            Executor::Orchestrator => {
-                return Err(ToolError::WrongService {
-                    tool: spec.name.to_owned(),
-                    executor: "orchestrator",
-                });
-            }
-            Executor::AgentCli => {
-                return Err(ToolError::WrongService {
-                    tool: spec.name.to_owned(),
-                    executor: "agent CLI itself (a native tool)",
-                });
-            }
-        }
+        let spec = granted_here(&grant, tool)?;
         let arguments = if arguments.is_null() {
             Value::Object(serde_json::Map::new())
         } else {
@@ -238,4 +215,33 @@ fn parse<T: DeserializeOwned>(tool: &str, arguments: Value) -> Result<T, ToolErr
         tool: tool.to_owned(),
         message: e.to_string(),
     })
+}
+
+/// The catalog's `tool`, when the run of `grant` holds it and tool-exec runs
+/// it (not the orchestrator, not the agent CLI).
+fn granted_here(grant: &RunGrant, tool: &str) -> Result<&'static ToolSpec, ToolError> {
+    let spec = chorus_catalog::get(tool).ok_or_else(|| ToolError::UnknownTool(tool.to_owned()))?;
+    if !spec.always_granted && !grant.allows(spec.name) {
+        return Err(ToolError::NotAllowed {
+            tool: spec.name.to_owned(),
+            agent: grant.agent.clone(),
+            allowed: grant.tools.join(", "),
+        });
+    }
+    match spec.executor {
+        Executor::ToolExec => {}
+        Executor::Orchestrator => {
+            return Err(ToolError::WrongService {
+                tool: spec.name.to_owned(),
+                executor: "orchestrator",
+            });
+        }
+        Executor::AgentCli => {
+            return Err(ToolError::WrongService {
+                tool: spec.name.to_owned(),
+                executor: "agent CLI itself (a native tool)",
+            });
+        }
+    }
+    Ok(spec)
 }
