@@ -191,23 +191,26 @@ pub async fn run_cli(
         let reason = reason.strip_prefix(&shown).unwrap_or(&reason);
         return Err(format!("cannot start {program}: {reason}"));
     }
-    let ending = ending.unwrap_or_else(|| {
-        use std::os::unix::process::ExitStatusExt;
-        match status {
-            Some(s) => match (s.code(), s.signal()) {
-                (Some(code), _) => CliEnd::Exited(code),
-                (None, Some(signal)) => CliEnd::Signaled(signal),
-                (None, None) => CliEnd::Exited(-1),
-            },
-            None => CliEnd::Exited(-1),
-        }
-    });
+    let ending = ending.unwrap_or_else(|| exit_of(status));
     let tail = if stderr_tail.is_empty() {
         stdout_tail.last_lines(TAIL_LINES)
     } else {
         stderr_tail.last_lines(TAIL_LINES)
     };
     Ok(CliExit { ending, tail })
+}
+
+/// How a CLI that ended by itself ended, by its status.
+fn exit_of(status: Option<ExitStatus>) -> CliEnd {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => CliEnd::Exited(code),
+            (None, Some(signal)) => CliEnd::Signaled(signal),
+            (None, None) => CliEnd::Exited(-1),
+        },
+        None => CliEnd::Exited(-1),
+    }
 }
 
 /// The last [`TAIL_BYTES`] of a stream.
