@@ -6,10 +6,16 @@
 //!
 //! - [`agent_tools`]: what agent runs use — the orchestration tools, the
 //!   allow-list decision for every tool call, and call recording;
+//! - [`keys`]: API keys made and revoked, the run-token key rotated;
+//! - [`providers`]: providers and their keys' references;
 //! - [`runs`]: runs a caller drives itself (OpenRun, FinishRun);
 //! - [`tasks`]: a task's life — created, planned and answered, started on an
-//!   agent, moved by hand, canceled.
+//!   agent, moved by hand, canceled;
+//! - [`workspaces`]: workspaces within the roots the deployment allows.
 
 pub mod agent_tools;
+pub mod keys;
+pub mod providers;
 pub mod runs;
 pub mod tasks;
+pub mod workspaces;

@@ -12,15 +12,12 @@ use crate::store::{NewProvider, ProviderChanges};
 
 /// A request's API key: "" is none; a reference may not point at Chorus's own
 /// secrets (the data directory, the secrets key, `CHORUS_*` variables).
-fn api_key(state: &AppState, text: String) -> Result<Option<ProviderKey>, ServiceError> {
-    let Some(text) = convert::non_empty(text) else {
-        return Ok(None);
-    };
-    let key = ProviderKey::parse(&text)?;
-    if let ProviderKey::Reference(reference) = &key {
-        reference.check(&state.key_references)?;
-    }
-    Ok(Some(key))
+/// A key as given: empty for none, else a secret or a reference.
+fn api_key(text: String) -> Result<Option<ProviderKey>, ServiceError> {
+    convert::non_empty(text)
+        .map(|text| ProviderKey::parse(&text))
+        .transpose()
+        .map_err(Into::into)
 }
 
 /// The workspace id and provider name every per-provider request carries.
@@ -41,10 +38,10 @@ pub(super) async fn create(
         kind: convert::provider_kind_from(req.kind)?,
         base_url: convert::non_empty(req.base_url),
         model: convert::non_empty(req.model),
-        api_key: api_key(state, req.api_key)?,
+        api_key: api_key(req.api_key)?,
         tool_transport: convert::tool_transport_from(req.tool_transport)?.unwrap_or_default(),
     };
-    let provider = state.store.create_provider(workspace, new).await?;
+    let provider = crate::core::providers::create(state, workspace, new).await?;
     Ok(convert::provider(&workspace.to_string(), &provider))
 }
 
@@ -81,13 +78,10 @@ pub(super) async fn update(
     let changes = ProviderChanges {
         base_url: req.base_url.map(convert::non_empty),
         model: req.model.map(convert::non_empty),
-        api_key: req.api_key.map(|text| api_key(state, text)).transpose()?,
+        api_key: req.api_key.map(api_key).transpose()?,
         tool_transport: convert::tool_transport_from(req.tool_transport)?,
     };
-    let provider = state
-        .store
-        .update_provider(workspace, name, changes)
-        .await?;
+    let provider = crate::core::providers::update(state, workspace, name, changes).await?;
     Ok(convert::provider(&workspace.to_string(), &provider))
 }
 

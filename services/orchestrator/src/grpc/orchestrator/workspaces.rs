@@ -3,7 +3,7 @@
 
 use chorus_proto::orchestrator::v1 as pb;
 
-use crate::domain::{Name, Workspace};
+use crate::domain::Name;
 use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::state::AppState;
@@ -13,9 +13,7 @@ pub(super) async fn create(
     req: pb::CreateWorkspaceRequest,
 ) -> Result<pb::Workspace, ServiceError> {
     let name = Name::parse("name", &req.name)?;
-    let root = Workspace::check_root(&req.root)?;
-    state.roots.check(&root)?;
-    let workspace = state.store.create_workspace(name, &req.root).await?;
+    let workspace = crate::core::workspaces::create(state, name, &req.root).await?;
     Ok(convert::workspace(&workspace))
 }
 
