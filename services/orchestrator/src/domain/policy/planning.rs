@@ -77,37 +77,15 @@ pub fn settle_planning(
             plan,
             assigned_agent,
         }) => {
-            let assigned_agent = assigned_agent
-                .filter(|a| !a.trim().is_empty())
-                .map(|a| Name::parse("assigned agent", &a))
-                .transpose()?;
-            let answered = task
-                .planning
-                .questions
-                .iter()
-                .filter(|q| q.answer.is_some())
-                .cloned()
-                .collect();
-            task.planning = Planning {
-                summary: Some(summary.clone()),
+            let planning = Planning {
+                summary: Some(summary),
                 requirements,
                 acceptance_criteria,
                 plan,
-                questions: answered,
-                assigned_agent: assigned_agent.clone(),
+                questions: Vec::new(),
+                assigned_agent: None,
             };
-            vec![
-                (
-                    EventKind::PlanningCompleted,
-                    json!({
-                        "run_id": run_id,
-                        "summary": summary,
-                        "steps": task.planning.plan.len(),
-                        "assigned_agent": assigned_agent.as_ref().map(Name::as_str),
-                    }),
-                ),
-                change_status(task, TaskStatus::Planned, None)?,
-            ]
+            take_plan(task, &run_id, planning, assigned_agent)?
         }
         Some(PlannerOutput::Questions { questions }) => {
             task.planning.questions = questions
@@ -141,4 +119,43 @@ pub fn settle_planning(
         ],
     };
     Ok(events)
+}
+
+/// The planner's plan becomes the task's (the questions it answered kept),
+/// and the task is planned.
+fn take_plan(
+    task: &mut Task,
+    run_id: &str,
+    plan: Planning,
+    assigned_agent: Option<String>,
+) -> Result<Events, DomainError> {
+    let assigned_agent = assigned_agent
+        .filter(|a| !a.trim().is_empty())
+        .map(|a| Name::parse("assigned agent", &a))
+        .transpose()?;
+    let answered = task
+        .planning
+        .questions
+        .iter()
+        .filter(|q| q.answer.is_some())
+        .cloned()
+        .collect();
+    let summary = plan.summary.clone();
+    task.planning = Planning {
+        questions: answered,
+        assigned_agent: assigned_agent.clone(),
+        ..plan
+    };
+    Ok(vec![
+        (
+            EventKind::PlanningCompleted,
+            json!({
+                "run_id": run_id,
+                "summary": summary,
+                "steps": task.planning.plan.len(),
+                "assigned_agent": assigned_agent.as_ref().map(Name::as_str),
+            }),
+        ),
+        change_status(task, TaskStatus::Planned, None)?,
+    ])
 }
