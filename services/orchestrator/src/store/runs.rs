@@ -91,62 +91,9 @@ impl Store {
         self.write_events(move |conn| {
             let before = lock_task(conn, new.task_id)?;
             let mut task = before.clone();
-            let parent_before = match new.parent {
-                Some(parent) => {
-                    let parent_run = load_run(conn, parent)?;
-                    if parent_run.task_id != new.task_id {
-                        return Err(DomainError::invalid(
-                            "parent run",
-                            format!(
-                                "run {parent} belongs to task {}, not {}",
-                                parent_run.task_id, new.task_id
-                            ),
-                        )
-                        .into());
-                    }
-                    Some(parent_run)
-                }
-                None => None,
-            };
-            let handoff_index = match new.handoff_prompt {
-                Some(_) => {
-                    let taken: i64 = runs::table
-                        .filter(runs::task_id.eq(new.task_id.to_string()))
-                        .filter(runs::handoff_index.is_not_null())
-                        .count()
-                        .get_result(conn)
-                        .db()?;
-                    Some(u32::try_from(taken + 1).map_err(|_| {
-                        DomainError::invalid("handoff", "this task has too many handoffs")
-                    })?)
-                }
-                None => None,
-            };
-            let mut run = Run {
-                id: RunId::new(),
-                task_id: new.task_id,
-                agent: new.agent,
-                parent: new.parent,
-                state: RunState::Spawning,
-                tools: new.tools,
-                started_ms: now_ms(),
-                finished_ms: None,
-                end_reason: None,
-                completion_report: None,
-                planner_output: None,
-                session_id: None,
-                usage: crate::domain::Usage::default(),
-                handoff_index,
-                prompt: new.handoff_prompt,
-                output: None,
-                token: new.token,
-                replica: new.drive.map(|_| replica),
-                epoch: 0,
-                timeout_ms: new
-                    .drive
-                    .map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX)),
-                lease_expires_ms: new.drive.map(|_| lease_end),
-            };
+            let parent_before = parent_of(conn, &new)?;
+            let handoff_index = next_handoff_index(conn, &new)?;
+            let mut run = new.run(handoff_index, replica, lease_end);
             let mut parent = parent_before.clone();
             let opened = json!({
                 "run_id": run.id,
@@ -477,4 +424,78 @@ fn load_run(conn: &mut AnyConnection, id: RunId) -> Result<Run, StoreError> {
         .db()?
         .ok_or_else(|| StoreError::not_found("run", id))?
         .into_domain()
+}
+
+/// The parent a new run names, which must be a run of the same task.
+fn parent_of(conn: &mut AnyConnection, new: &NewRun) -> Result<Option<Run>, StoreError> {
+    Ok(match new.parent {
+        Some(parent) => {
+            let parent_run = load_run(conn, parent)?;
+            if parent_run.task_id != new.task_id {
+                return Err(DomainError::invalid(
+                    "parent run",
+                    format!(
+                        "run {parent} belongs to task {}, not {}",
+                        parent_run.task_id, new.task_id
+                    ),
+                )
+                .into());
+            }
+            Some(parent_run)
+        }
+        None => None,
+    })
+}
+
+/// A handoff run's number within its task (1 for the first); none for a
+/// run that is not a handoff's.
+fn next_handoff_index(conn: &mut AnyConnection, new: &NewRun) -> Result<Option<u32>, StoreError> {
+    Ok(match new.handoff_prompt {
+        Some(_) => {
+            let taken: i64 = runs::table
+                .filter(runs::task_id.eq(new.task_id.to_string()))
+                .filter(runs::handoff_index.is_not_null())
+                .count()
+                .get_result(conn)
+                .db()?;
+            Some(
+                u32::try_from(taken + 1).map_err(|_| {
+                    DomainError::invalid("handoff", "this task has too many handoffs")
+                })?,
+            )
+        }
+        None => None,
+    })
+}
+
+impl NewRun {
+    /// The run it opens: spawning, driven by `replica` until `lease_end` when
+    /// a replica drives it.
+    fn run(self, handoff_index: Option<u32>, replica: String, lease_end: i64) -> Run {
+        Run {
+            id: RunId::new(),
+            task_id: self.task_id,
+            agent: self.agent,
+            parent: self.parent,
+            state: RunState::Spawning,
+            tools: self.tools,
+            started_ms: now_ms(),
+            finished_ms: None,
+            end_reason: None,
+            completion_report: None,
+            planner_output: None,
+            session_id: None,
+            usage: crate::domain::Usage::default(),
+            handoff_index,
+            prompt: self.handoff_prompt,
+            output: None,
+            token: self.token,
+            replica: self.drive.map(|_| replica),
+            epoch: 0,
+            timeout_ms: self
+                .drive
+                .map(|t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX)),
+            lease_expires_ms: self.drive.map(|_| lease_end),
+        }
+    }
 }
