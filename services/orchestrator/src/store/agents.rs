@@ -139,34 +139,11 @@ impl Store {
             )
             .db()?;
             let mut agent = found(conn, workspace, &name, row)?.into_domain()?;
-            let AgentChanges {
-                instructions,
-                allowed_tools,
-                provider,
-                model,
-                egress,
-            } = changes;
-            if allowed_tools.is_some() || provider.is_some() || egress.is_some() {
-                agent.check_user_defined("its tools, provider and egress are fixed")?;
-            }
-            if let Some(Some(provider)) = &provider {
+            changes.check(&agent)?;
+            if let Some(Some(provider)) = &changes.provider {
                 ensure_provider(conn, workspace, provider)?;
             }
-            if let Some(instructions) = instructions {
-                agent.instructions = instructions;
-            }
-            if let Some(allowed_tools) = allowed_tools {
-                agent.allowed_tools = allowed_tools;
-            }
-            if let Some(provider) = provider {
-                agent.provider = provider;
-            }
-            if let Some(model) = model {
-                agent.model = model;
-            }
-            if let Some(egress) = egress {
-                agent.egress = egress;
-            }
+            changes.apply(&mut agent);
             if let Some(provider) = &agent.provider {
                 agent.check_provider_kind(
                     provider.as_str(),
@@ -246,6 +223,35 @@ fn found(
         None => {
             ensure_workspace(conn, workspace)?;
             Err(StoreError::not_found("agent", name))
+        }
+    }
+}
+
+impl AgentChanges {
+    /// Only a user-defined agent's tools, provider and egress change.
+    fn check(&self, agent: &Agent) -> Result<(), crate::domain::DomainError> {
+        if self.allowed_tools.is_some() || self.provider.is_some() || self.egress.is_some() {
+            agent.check_user_defined("its tools, provider and egress are fixed")?;
+        }
+        Ok(())
+    }
+
+    /// The agent with these changes (absent fields kept).
+    fn apply(self, agent: &mut Agent) {
+        if let Some(instructions) = self.instructions {
+            agent.instructions = instructions;
+        }
+        if let Some(allowed_tools) = self.allowed_tools {
+            agent.allowed_tools = allowed_tools;
+        }
+        if let Some(provider) = self.provider {
+            agent.provider = provider;
+        }
+        if let Some(model) = self.model {
+            agent.model = model;
+        }
+        if let Some(egress) = self.egress {
+            agent.egress = egress;
         }
     }
 }
