@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use crate::domain::{AgentKind, Name, Run, RunId, TaskId, TaskStatus, now_ms, policy};
+use crate::domain::{
+    Agent, AgentKind, Name, Run, RunId, TaskId, TaskStatus, WorkspaceId, now_ms, policy,
+};
 use crate::error::ServiceError;
 use crate::state::{Addresses, AppState};
 
@@ -41,15 +43,7 @@ pub async fn open(
     }
     let task = state.store.get_task(task_id).await?;
     let workspace = state.store.get_workspace(task.workspace_id).await?;
-    let agent = state
-        .store
-        .get_agent(workspace.id, agent_name.clone())
-        .await?;
-    if agent.kind == AgentKind::Internal {
-        return Err(ServiceError::Invalid(format!(
-            "agent: '{agent_name}' is internal to Chorus (the planner; PlanTask runs it); open a run of a user-defined agent"
-        )));
-    }
+    let agent = user_defined_agent(state, workspace.id, &agent_name, "open a run of").await?;
     let tools = agent.granted_tools()?;
 
     let new = crate::store::NewRun {
@@ -105,4 +99,21 @@ pub async fn finish(
         .await?;
     crate::runner::wait_calls_stopped(state, run.task_id, vec![run.id], now).await?;
     Ok(run)
+}
+
+/// The user-defined agent `name` of `workspace`; an internal one (the
+/// planner) is refused, saying to `what` a user-defined agent instead.
+pub(crate) async fn user_defined_agent(
+    state: &AppState,
+    workspace: WorkspaceId,
+    name: &Name,
+    what: &str,
+) -> Result<Agent, ServiceError> {
+    let agent = state.store.get_agent(workspace, name.clone()).await?;
+    if agent.kind == AgentKind::Internal {
+        return Err(ServiceError::Invalid(format!(
+            "agent: '{name}' is internal to Chorus (the planner; PlanTask runs it); {what} a user-defined agent"
+        )));
+    }
+    Ok(agent)
 }

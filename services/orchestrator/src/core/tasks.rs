@@ -6,8 +6,8 @@ use tracing::{Instrument as _, info};
 
 use crate::domain::policy::planning;
 use crate::domain::{
-    AgentKind, EventKind, Name, Planning, Run, RunId, TASK_VALIDATOR, Task, TaskId, TaskSource,
-    TaskStatus, WorkspaceId, now_ms, policy,
+    EventKind, Name, Planning, Run, RunId, TASK_VALIDATOR, Task, TaskId, TaskSource, TaskStatus,
+    WorkspaceId, now_ms, policy,
 };
 use crate::error::ServiceError;
 use crate::runner::Launch;
@@ -126,15 +126,7 @@ pub async fn start(state: &AppState, req: Start) -> Result<(Task, Run), ServiceE
         MAX_RUN_TIMEOUT,
     )?;
     check_prompt(&req.prompt)?;
-    let agent = state
-        .store
-        .get_agent(workspace.id, agent_name.clone())
-        .await?;
-    if agent.kind == AgentKind::Internal {
-        return Err(ServiceError::Invalid(format!(
-            "agent: '{agent_name}' is internal to Chorus (the planner; PlanTask runs it); start a user-defined agent"
-        )));
-    }
+    let agent = super::runs::user_defined_agent(state, workspace.id, &agent_name, "start").await?;
     let launch = Launch::prepare_agent(state, workspace, agent, timeout).await?;
     let message = task_message(&task, req.prompt.trim());
     let new = NewRun {

@@ -340,28 +340,7 @@ impl Store {
         let lease_end = self.lease_end();
         self.write_events(move |conn| {
             let before_task = lock_task(conn, task_id)?;
-            let now = now_ms();
-            let leased: Vec<RunRow> = runs::table
-                .filter(runs::task_id.eq(task_id.to_string()))
-                .filter(runs::replica.is_not_null())
-                .select(RunRow::as_select())
-                .order((runs::started_ms.asc(), runs::id.asc()))
-                .load(conn)
-                .db()?;
-            let over = |row: &RunRow| {
-                (row.lease_expires_ms.is_none_or(|end| end < now)
-                    || (own && row.replica.as_deref() == Some(me.as_str())))
-                    && candidates.iter().any(|c| c.to_string() == row.id)
-            };
-            let mut claimed = Vec::new();
-            for row in leased.into_iter().filter(over) {
-                if row.state == RunState::Finished.as_str() {
-                    release_ended(conn, &row.id)?;
-                    notify_task(conn, task_id, 0)?;
-                } else {
-                    claimed.push(row.into_domain()?.id);
-                }
-            }
+            let claimed = lapsed_runs(conn, task_id, own.then_some(me.as_str()), &candidates)?;
             if claimed.is_empty() {
                 return Ok((before_task, Vec::new(), Vec::new()));
             }
@@ -376,32 +355,7 @@ impl Store {
                     replica: &me,
                 },
             )?;
-            let mut saved = Vec::new();
-            for (before, run) in before_runs.iter().zip(&changed) {
-                let is_claimed = claimed.contains(&run.id);
-                if is_claimed && run.state != RunState::Finished {
-                    // Resumed here: a new driver, a new epoch, a fresh lease.
-                    if run.replica.as_deref() != Some(me.as_str()) || run.epoch <= before.epoch {
-                        return Err(DomainError::Transition(format!(
-                            "run {} was claimed but neither ended nor taken over",
-                            run.id
-                        ))
-                        .into());
-                    }
-                }
-                let run = super::runs::save_run(conn, before, run)?;
-                if is_claimed {
-                    if run.state == RunState::Finished {
-                        release_ended(conn, &run.id.to_string())?;
-                    } else {
-                        diesel::update(runs::table.find(run.id.to_string()))
-                            .set(runs::lease_expires_ms.eq(lease_end))
-                            .execute(conn)
-                            .db()?;
-                    }
-                    saved.push(run);
-                }
-            }
+            let saved = save_claimed(conn, &before_runs, &changed, &claimed, &me, lease_end)?;
             let events = save_task(conn, &before_task, &mut task, drafts)?;
             Ok((task, saved, events))
         })
@@ -419,4 +373,78 @@ fn release_ended(conn: &mut AnyConnection, run: &str) -> Result<(), StoreError> 
         .execute(conn)
         .db()?;
     Ok(())
+}
+
+/// The candidates among the task's leased runs whose lease ran out (or, with
+/// `own`, that this replica id held before): ended ones are released here;
+/// the ids of the others, to be claimed.
+fn lapsed_runs(
+    conn: &mut AnyConnection,
+    task_id: TaskId,
+    own: Option<&str>,
+    candidates: &[RunId],
+) -> Result<Vec<RunId>, StoreError> {
+    let now = now_ms();
+    let leased: Vec<RunRow> = runs::table
+        .filter(runs::task_id.eq(task_id.to_string()))
+        .filter(runs::replica.is_not_null())
+        .select(RunRow::as_select())
+        .order((runs::started_ms.asc(), runs::id.asc()))
+        .load(conn)
+        .db()?;
+    let over = |row: &RunRow| {
+        (row.lease_expires_ms.is_none_or(|end| end < now)
+            || (own.is_some() && row.replica.as_deref() == own))
+            && candidates.iter().any(|c| c.to_string() == row.id)
+    };
+    let mut claimed = Vec::new();
+    for row in leased.into_iter().filter(over) {
+        if row.state == RunState::Finished.as_str() {
+            release_ended(conn, &row.id)?;
+            notify_task(conn, task_id, 0)?;
+        } else {
+            claimed.push(row.into_domain()?.id);
+        }
+    }
+    Ok(claimed)
+}
+
+/// Saves the runs `f` changed; the claimed ones are released when they
+/// ended, or resumed here (a new driver, a new epoch, a fresh lease until
+/// `lease_end`). The claimed runs, as saved.
+fn save_claimed(
+    conn: &mut AnyConnection,
+    before_runs: &[Run],
+    changed: &[Run],
+    claimed: &[RunId],
+    me: &str,
+    lease_end: i64,
+) -> Result<Vec<Run>, StoreError> {
+    let mut saved = Vec::new();
+    for (before, run) in before_runs.iter().zip(changed) {
+        let is_claimed = claimed.contains(&run.id);
+        if is_claimed && run.state != RunState::Finished {
+            // Resumed here: a new driver, a new epoch, a fresh lease.
+            if run.replica.as_deref() != Some(me) || run.epoch <= before.epoch {
+                return Err(DomainError::Transition(format!(
+                    "run {} was claimed but neither ended nor taken over",
+                    run.id
+                ))
+                .into());
+            }
+        }
+        let run = super::runs::save_run(conn, before, run)?;
+        if is_claimed {
+            if run.state == RunState::Finished {
+                release_ended(conn, &run.id.to_string())?;
+            } else {
+                diesel::update(runs::table.find(run.id.to_string()))
+                    .set(runs::lease_expires_ms.eq(lease_end))
+                    .execute(conn)
+                    .db()?;
+            }
+            saved.push(run);
+        }
+    }
+    Ok(saved)
 }
