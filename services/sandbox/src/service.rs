@@ -181,24 +181,7 @@ impl Sandbox {
         } else {
             format!("the service's user (uid {})", nix::unistd::geteuid())
         };
-        let limits = match &cgroups {
-            Some(Cgroups::V2 { parent }) => {
-                format!("cgroup v2 per run under {}", parent.display())
-            }
-            Some(Cgroups::V1 { pids, memory, cpu }) => format!(
-                "cgroup v1 ({}) per run, rlimits for the rest",
-                [
-                    pids.as_ref().map(|_| "pids"),
-                    memory.as_ref().map(|_| "memory"),
-                    cpu.as_ref().map(|_| "cpu weight"),
-                ]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
-                .join(", ")
-            ),
-            None => "rlimits only (no writable cgroup)".to_owned(),
-        };
+        let limits = limits_text(cgroups.as_ref());
         let mut status = SandboxStatus {
             state: "enforced",
             launcher: launcher
@@ -236,61 +219,17 @@ impl Sandbox {
                 ));
             }
             (Mode::On, Some(path)) => {
-                let tiers = config
-                    .tier
-                    .map_or(vec![Tier::Namespaces, Tier::Landlock], |t| vec![t]);
-                let mut failed = Vec::new();
-                for candidate in tiers {
-                    match self_check(path, cgroups.as_ref(), service_is_root, candidate).await {
-                        Ok(checked) => {
-                            tier = candidate;
-                            status.tier = candidate.as_str();
-                            status.landlock = checked.landlock;
-                            status.seccomp = checked.seccomp;
-                            break;
-                        }
-                        Err(problem) => failed.push((candidate, problem)),
-                    }
-                }
-                if status.tier.is_empty() {
-                    status.state = "unavailable";
-                    status.problems = failed
-                        .iter()
-                        .map(|(tier, problem)| {
-                            format!(
-                                "the {} tier: {problem}{}",
-                                tier.as_str(),
-                                hint(*tier, problem)
-                            )
-                        })
-                        .collect();
-                } else if let Some((_, problem)) = failed.first() {
-                    status.tier_reason = format!(
-                        "the namespace tier cannot start here ({problem}); the landlock tier stands in for it (docs/sandbox-tiers.md says what each guarantees)"
-                    );
-                }
-                if tier == Tier::Landlock && !service_is_root {
-                    status.identity = format!(
-                        "the service's user (uid {}), without namespaces",
-                        nix::unistd::geteuid()
-                    );
-                } else if !service_is_root {
-                    status.identity = format!(
-                        "the service's user (uid {}), in a user namespace",
-                        nix::unistd::geteuid()
-                    );
-                }
+                tier = choose_tier(
+                    path,
+                    cgroups.as_ref(),
+                    service_is_root,
+                    config.tier,
+                    &mut status,
+                )
+                .await;
             }
         }
-        if status.state == "unavailable" {
-            error!(problems = ?status.problems, "the sandbox is unavailable: bash, git and CLI agents are refused until it is fixed, or until the service runs with --sandbox off");
-        } else if status.state == "enforced" {
-            if status.tier_reason.is_empty() {
-                info!(tier = status.tier, launcher = %status.launcher, landlock = %status.landlock, seccomp = %status.seccomp, limits = %status.limits, "sandbox enforced");
-            } else {
-                warn!(tier = status.tier, reason = %status.tier_reason, launcher = %status.launcher, landlock = %status.landlock, seccomp = %status.seccomp, limits = %status.limits, "sandbox enforced by the landlock tier");
-            }
-        }
+        log_status(&status);
         Self {
             inner: Arc::new(Inner {
                 config,
@@ -604,6 +543,98 @@ fn hint(tier: Tier, problem: &str) -> &'static str {
             " — the landlock tier needs seccomp user notification with descriptors added (Linux 5.9 or later) and a container runtime that lets the seccomp(2) and ioctl(2) calls through (the default profiles of podman, Docker and containerd do)"
         }
         _ => "",
+    }
+}
+
+/// How runs' resources are bounded, as the status says it.
+fn limits_text(cgroups: Option<&Cgroups>) -> String {
+    match cgroups {
+        Some(Cgroups::V2 { parent }) => {
+            format!("cgroup v2 per run under {}", parent.display())
+        }
+        Some(Cgroups::V1 { pids, memory, cpu }) => format!(
+            "cgroup v1 ({}) per run, rlimits for the rest",
+            [
+                pids.as_ref().map(|_| "pids"),
+                memory.as_ref().map(|_| "memory"),
+                cpu.as_ref().map(|_| "cpu weight"),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(", ")
+        ),
+        None => "rlimits only (no writable cgroup)".to_owned(),
+    }
+}
+
+/// The tier that starts here: `asked`, else the namespace tier and then the
+/// landlock tier, each checked by starting the launcher; what was found goes
+/// in `status` (unavailable, with each tier's problem, when none starts).
+async fn choose_tier(
+    path: &Path,
+    cgroups: Option<&Cgroups>,
+    service_is_root: bool,
+    asked: Option<Tier>,
+    status: &mut SandboxStatus,
+) -> Tier {
+    let mut tier = Tier::Namespaces;
+    let tiers = asked.map_or(vec![Tier::Namespaces, Tier::Landlock], |t| vec![t]);
+    let mut failed = Vec::new();
+    for candidate in tiers {
+        match self_check(path, cgroups, service_is_root, candidate).await {
+            Ok(checked) => {
+                tier = candidate;
+                status.tier = candidate.as_str();
+                status.landlock = checked.landlock;
+                status.seccomp = checked.seccomp;
+                break;
+            }
+            Err(problem) => failed.push((candidate, problem)),
+        }
+    }
+    if status.tier.is_empty() {
+        status.state = "unavailable";
+        status.problems = failed
+            .iter()
+            .map(|(tier, problem)| {
+                format!(
+                    "the {} tier: {problem}{}",
+                    tier.as_str(),
+                    hint(*tier, problem)
+                )
+            })
+            .collect();
+    } else if let Some((_, problem)) = failed.first() {
+        status.tier_reason = format!(
+            "the namespace tier cannot start here ({problem}); the landlock tier stands in for it (docs/sandbox-tiers.md says what each guarantees)"
+        );
+    }
+    if tier == Tier::Landlock && !service_is_root {
+        status.identity = format!(
+            "the service's user (uid {}), without namespaces",
+            nix::unistd::geteuid()
+        );
+    } else if !service_is_root {
+        status.identity = format!(
+            "the service's user (uid {}), in a user namespace",
+            nix::unistd::geteuid()
+        );
+    }
+    tier
+}
+
+/// Logs what the sandbox is: unavailable (an error), enforced (and by which
+/// tier, a warning when the landlock tier stands in).
+fn log_status(status: &SandboxStatus) {
+    if status.state == "unavailable" {
+        error!(problems = ?status.problems, "the sandbox is unavailable: bash, git and CLI agents are refused until it is fixed, or until the service runs with --sandbox off");
+    } else if status.state == "enforced" {
+        if status.tier_reason.is_empty() {
+            info!(tier = status.tier, launcher = %status.launcher, landlock = %status.landlock, seccomp = %status.seccomp, limits = %status.limits, "sandbox enforced");
+        } else {
+            warn!(tier = status.tier, reason = %status.tier_reason, launcher = %status.launcher, landlock = %status.landlock, seccomp = %status.seccomp, limits = %status.limits, "sandbox enforced by the landlock tier");
+        }
     }
 }
 
