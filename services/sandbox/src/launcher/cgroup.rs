@@ -203,7 +203,15 @@ fn write_limits(dir: &Path, controllers: Controllers, limits: &Limits) -> io::Re
 
 fn write(dir: &Path, file: &str, value: u64) -> io::Result<()> {
     let path = dir.join(file);
-    std::fs::write(&path, value.to_string()).map_err(|e| located(&path, &e))
+    std::fs::write(&path, value.to_string()).map_err(|e| {
+        // A group removed while its file was opened (another process's
+        // clean-up of empty run groups) answers ENODEV: it went away, as
+        // NotFound says, and the run's group is made again.
+        if e.raw_os_error() == Some(nix::errno::Errno::ENODEV as i32) {
+            return io::Error::new(io::ErrorKind::NotFound, format!("{}: {e}", path.display()));
+        }
+        located(&path, &e)
+    })
 }
 
 /// `e`, saying where (keeping its kind).
