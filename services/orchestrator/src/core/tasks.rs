@@ -17,7 +17,7 @@ use crate::runner::start::{
     wait_released,
 };
 use crate::state::AppState;
-use crate::store::{NewRun, StoreError};
+use crate::store::StoreError;
 
 /// Creates a task in `workspace`. Its trace begins here (continuing the
 /// caller's, when the call carried one): its runs' spans continue it.
@@ -129,15 +129,7 @@ pub async fn start(state: &AppState, req: Start) -> Result<(Task, Run), ServiceE
     let agent = super::runs::user_defined_agent(state, workspace.id, &agent_name, "start").await?;
     let launch = Launch::prepare_agent(state, workspace, agent, timeout).await?;
     let message = task_message(&task, req.prompt.trim());
-    let new = NewRun {
-        task_id,
-        agent: agent_name,
-        parent: None,
-        tools: launch.tools.clone(),
-        handoff_prompt: None,
-        token: Some(launch.token_binding()),
-        drive: Some(timeout),
-    };
+    let new = launch.new_run(task_id, None);
     let (run, task, events) = state
         .store
         .create_run_with(new, |task| {
@@ -225,15 +217,7 @@ async fn launch_planner(
         MAX_RUN_TIMEOUT,
     )?;
     let launch = Launch::prepare(state, workspace, &planner, timeout).await?;
-    let new = NewRun {
-        task_id: task.id,
-        agent: planner,
-        parent: None,
-        tools: launch.tools.clone(),
-        handoff_prompt: None,
-        token: Some(launch.token_binding()),
-        drive: Some(timeout),
-    };
+    let new = launch.new_run(task.id, None);
     let (run, task, events) = state
         .store
         .open_run(new, move |task, run, _parent| {

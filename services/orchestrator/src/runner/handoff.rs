@@ -34,7 +34,7 @@ use crate::domain::{
 use crate::error::ServiceError;
 use crate::history;
 use crate::state::AppState;
-use crate::store::{NewRun, StoreError};
+use crate::store::StoreError;
 
 /// What a handoff asks: a new run of `agent` with `prompt` (on the parent's
 /// task, or `task`), or — `follow` set — the stream of an earlier handoff
@@ -140,15 +140,7 @@ pub async fn handoff(
         Some(parent) => child_message(&task, parent, &prompt, &launch.tools),
         None => task_message(&task, &prompt),
     };
-    let new = NewRun {
-        task_id,
-        agent: agent_name,
-        parent: parent.as_ref().map(|p| p.id),
-        tools: launch.tools.clone(),
-        handoff_prompt: Some(prompt),
-        token: Some(launch.token_binding()),
-        drive: Some(timeout),
-    };
+    let new = launch.new_run(task_id, Some((parent.as_ref().map(|p| p.id), prompt)));
     // The parent's clock stops when its driver, wherever it runs, reads
     // `agent_handoff_started`, and starts again at `agent_handoff_completed`.
     let (run, _task, events) = state

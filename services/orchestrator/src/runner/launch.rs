@@ -106,6 +106,29 @@ impl Launch {
         })
     }
 
+    /// The run this launch opens on `task`, driven by a replica within the
+    /// launch's timeout: a task's own run, or — `handoff` set (its parent and
+    /// prompt) — a handoff's.
+    pub fn new_run(
+        &self,
+        task: crate::domain::TaskId,
+        handoff: Option<(Option<crate::domain::RunId>, String)>,
+    ) -> crate::store::NewRun {
+        let (parent, handoff_prompt) = match handoff {
+            Some((parent, prompt)) => (parent, Some(prompt)),
+            None => (None, None),
+        };
+        crate::store::NewRun {
+            task_id: task,
+            agent: self.agent.name.clone(),
+            parent,
+            tools: self.tools.clone(),
+            handoff_prompt,
+            token: Some(self.token_binding()),
+            drive: Some(self.timeout),
+        }
+    }
+
     /// What the token of a run opened for this launch is minted for: the
     /// workspace root, and a lifetime beyond the run's timeout (its clock stops
     /// during handoffs; an ended run is refused by its state anyway).
