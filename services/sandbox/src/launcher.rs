@@ -46,7 +46,7 @@ use std::os::fd::OwnedFd;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sched::{CloneFlags, unshare};
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid, getppid, pipe2};
 
@@ -118,111 +118,120 @@ pub(crate) fn fail(message: &str) -> ! {
     std::process::exit(EXIT_SETUP_FAILED)
 }
 
-/// The monitor: everything before init, then waiting for it.
+/// The monitor: what both tiers share, then the chosen tier.
 fn run(policy: &Policy, target: Target) -> ! {
-    // Die with the service, even one killed by SIGKILL. If it died before the
-    // signal was armed, this process already has another parent.
-    if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL) {
-        fail(&format!("cannot arm the parent-death signal: {e}"));
-    }
-    if policy.parent.is_some_and(|p| getppid().as_raw() != p) {
-        fail("the service that started the sandbox has exited");
-    }
-    signals::close_inherited_descriptors();
-    let mask = signals::block();
-
-    let cgroups = policy.cgroups.as_ref().map(|plan| {
-        cgroup::Created::make(plan, &policy.limits, policy.run.as_deref())
-            .unwrap_or_else(|e| fail(&format!("cannot make the sandbox's cgroup: {e}")))
-    });
-    // The egress proxy (a proxied network) starts while this process is
-    // still single-threaded and outside the new namespaces, before any pipe
-    // init watches exists.
-    let (proxy, egress_channel) = match egress::start(policy) {
-        Ok(Some((proxy, channel))) => (Some(proxy), Some(channel)),
-        Ok(None) => (None, None),
-        Err(e) => {
-            if let Some(cgroups) = &cgroups {
-                cgroups.remove();
-            }
-            fail(&e)
-        }
-    };
-    let unwind = |message: String| -> ! {
-        if let Some(proxy) = &proxy {
-            proxy.stop();
-        }
-        if let Some(cgroups) = &cgroups {
-            cgroups.remove();
-        }
-        fail(&message)
-    };
+    let started = Started::start(policy);
     let service_is_root = geteuid().is_root();
     if service_is_root && policy.identity == Identity::Service {
-        unwind("refusing to run a program as root: the policy must name a user".to_owned());
+        started.unwind("refusing to run a program as root: the policy must name a user");
     }
     if policy.tier == Tier::Landlock {
-        landlock_tier::run(policy, &target, &mask, cgroups, proxy, egress_channel)
+        landlock_tier::run(policy, &target, started)
     }
-    // init reports how the program ended on `report`; it watches `lifeline`
-    // (whose other end only this process holds) to tell that this process died.
-    let (report_read, report_write) =
-        pipe2(OFlag::O_CLOEXEC).unwrap_or_else(|e| unwind(format!("cannot make a pipe: {e}")));
-    let (lifeline_read, lifeline_write) =
-        pipe2(OFlag::O_CLOEXEC).unwrap_or_else(|e| unwind(format!("cannot make a pipe: {e}")));
+    namespace_tier(policy, &target, started, service_is_root)
+}
 
-    // Only the PID (and user) namespace here: the monitor must keep seeing the
-    // host's file system (to remove the cgroups); init makes the others.
-    let mut flags = CloneFlags::CLONE_NEWPID;
-    if !service_is_root {
-        flags |= CloneFlags::CLONE_NEWUSER;
-    }
-    let (uid, gid) = (geteuid(), getegid());
-    if let Err(e) = unshare(flags) {
-        unwind(format!(
-            "cannot create namespaces: {e}{}",
-            if service_is_root {
-                ""
-            } else {
-                " (a service that is not root needs unprivileged user namespaces: sysctl user.max_user_namespaces)"
+/// What the monitor sets up before the tiers part: the parent-death signal,
+/// the blocked signals, the run's cgroups and the egress proxy.
+pub(crate) struct Started {
+    mask: SigSet,
+    cgroups: Option<cgroup::Created>,
+    proxy: Option<egress::Proxy>,
+    /// The monitor's end of the proxy's channel, for the sandbox's side.
+    egress: Option<OwnedFd>,
+}
+
+impl Started {
+    fn start(policy: &Policy) -> Self {
+        // Die with the service, even one killed by SIGKILL. If it died before
+        // the signal was armed, this process already has another parent.
+        if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL) {
+            fail(&format!("cannot arm the parent-death signal: {e}"));
+        }
+        if policy.parent.is_some_and(|p| getppid().as_raw() != p) {
+            fail("the service that started the sandbox has exited");
+        }
+        signals::close_inherited_descriptors();
+        let mask = signals::block();
+        let cgroups = policy.cgroups.as_ref().map(|plan| {
+            cgroup::Created::make(plan, &policy.limits, policy.run.as_deref())
+                .unwrap_or_else(|e| fail(&format!("cannot make the sandbox's cgroup: {e}")))
+        });
+        let mut started = Self {
+            mask,
+            cgroups,
+            proxy: None,
+            egress: None,
+        };
+        // The egress proxy (a proxied network) starts while this process is
+        // still single-threaded and outside the new namespaces, before any
+        // pipe init watches exists.
+        match egress::start(policy) {
+            Ok(Some((proxy, channel))) => {
+                started.proxy = Some(proxy);
+                started.egress = Some(channel);
             }
-        ));
-    }
-    if !service_is_root && let Err(e) = map_own_ids(uid.as_raw(), gid.as_raw()) {
-        unwind(format!("cannot map the user namespace: {e}"));
+            Ok(None) => {}
+            Err(e) => started.unwind(&e),
+        }
+        started
     }
 
-    // A run whose fence is already down starts nothing.
-    if let Some(why) = policy.fence.as_deref().and_then(fence::down) {
-        if let Some(cgroups) = &cgroups {
+    /// Stops the proxy, removes the cgroups, and fails with `message`.
+    fn unwind(&self, message: &str) -> ! {
+        if let Some(proxy) = &self.proxy {
+            proxy.stop();
+        }
+        self.remove_cgroups();
+        fail(message)
+    }
+
+    fn remove_cgroups(&self) {
+        if let Some(cgroups) = &self.cgroups {
             cgroups.remove();
         }
+    }
+}
+
+/// The namespace tier's monitor: makes the PID (and user) namespace, forks
+/// init into it, and waits for init.
+fn namespace_tier(policy: &Policy, target: &Target, started: Started, service_is_root: bool) -> ! {
+    // init reports how the program ended on `report`; it watches `lifeline`
+    // (whose other end only this process holds) to tell that this process died.
+    let pipe = || {
+        pipe2(OFlag::O_CLOEXEC)
+            .unwrap_or_else(|e| started.unwind(&format!("cannot make a pipe: {e}")))
+    };
+    let (report_read, report_write) = pipe();
+    let (lifeline_read, lifeline_write) = pipe();
+    enter_namespaces(&started, service_is_root);
+    // A run whose fence is already down starts nothing.
+    if let Some(why) = policy.fence.as_deref().and_then(fence::down) {
+        started.remove_cgroups();
         fenced(&why);
     }
-
+    let mut started = started;
+    let egress = started.egress.take();
     // SAFETY: this process is single-threaded (the launcher starts no thread),
     // so the child may do anything after fork.
     #[allow(unsafe_code)]
     let forked = unsafe { fork() };
+    let cgroups = started.cgroups.as_ref();
     match forked {
         Ok(ForkResult::Child) => {
-            drop(report_read);
-            drop(lifeline_write);
+            drop((report_read, lifeline_write));
             init::run(
                 policy,
-                &target,
+                target,
                 report_write,
                 &lifeline_read,
-                cgroups.as_ref(),
-                egress_channel,
+                cgroups,
+                egress,
             )
         }
         Ok(ForkResult::Parent { child }) => {
-            drop(report_write);
-            drop(lifeline_read);
-            drop(egress_channel);
+            drop((report_write, lifeline_read, egress));
             let budget = cgroups
-                .as_ref()
                 .and_then(cgroup::Created::procs)
                 .map(|procs| fence::Budget {
                     procs,
@@ -230,15 +239,36 @@ fn run(policy: &Policy, target: Target) -> ! {
                 });
             monitor(
                 child,
-                &mask,
+                &started.mask,
                 (policy.fence.as_deref(), budget),
                 report_read,
                 lifeline_write,
-                cgroups.as_ref(),
-                proxy.as_ref(),
+                cgroups,
+                started.proxy.as_ref(),
             )
         }
-        Err(e) => unwind(format!("cannot start the sandbox's init: {e}")),
+        Err(e) => started.unwind(&format!("cannot start the sandbox's init: {e}")),
+    }
+}
+
+/// Only the PID (and user) namespace here: the monitor must keep seeing the
+/// host's file system (to remove the cgroups); init makes the others.
+fn enter_namespaces(started: &Started, service_is_root: bool) {
+    let mut flags = CloneFlags::CLONE_NEWPID;
+    if !service_is_root {
+        flags |= CloneFlags::CLONE_NEWUSER;
+    }
+    let (uid, gid) = (geteuid(), getegid());
+    if let Err(e) = unshare(flags) {
+        let hint = if service_is_root {
+            ""
+        } else {
+            " (a service that is not root needs unprivileged user namespaces: sysctl user.max_user_namespaces)"
+        };
+        started.unwind(&format!("cannot create namespaces: {e}{hint}"));
+    }
+    if !service_is_root && let Err(e) = map_own_ids(uid.as_raw(), gid.as_raw()) {
+        started.unwind(&format!("cannot map the user namespace: {e}"));
     }
 }
 
@@ -270,7 +300,7 @@ fn fenced(why: &str) -> ! {
 /// processes wrote more than their `budget`.
 fn monitor(
     init: Pid,
-    mask: &nix::sys::signal::SigSet,
+    mask: &SigSet,
     (fence, budget): (Option<&std::path::Path>, Option<fence::Budget>),
     report: OwnedFd,
     _lifeline: OwnedFd,

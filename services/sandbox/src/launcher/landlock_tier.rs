@@ -40,7 +40,7 @@ use nix::unistd::{ForkResult, Pid, chdir, execve, fork, getpid, getppid, pipe2, 
 
 use super::cgroup::Created;
 use super::egress::Proxy;
-use super::{Target, confine, egress, fence, fenced, notify, seccomp, signals, tree};
+use super::{Started, Target, confine, egress, fence, fenced, notify, seccomp, signals, tree};
 use crate::policy::{
     EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, EXIT_WROTE_TOO_MUCH, Identity,
     MESSAGE_PREFIX, Policy, Tier,
@@ -77,19 +77,35 @@ impl Made {
 
 /// The monitor's part, from the point where the two tiers part (the cgroups
 /// made, the egress proxy started, the signals blocked).
-pub fn run(
-    policy: &Policy,
-    target: &Target,
-    mask: &SigSet,
-    cgroups: Option<Created>,
-    proxy: Option<Proxy>,
-    egress_channel: Option<OwnedFd>,
-) -> ! {
+pub fn run(policy: &Policy, target: &Target, started: Started) -> ! {
     let mut made = Made {
-        cgroups,
-        proxy,
+        cgroups: started.cgroups,
+        proxy: started.proxy,
         tmp: None,
     };
+    check_policy(policy, &made);
+    become_subreaper(policy, &made);
+    if let Some(why) = policy.fence.as_deref().and_then(fence::down) {
+        made.end();
+        fenced(&why);
+    }
+    let tmp = private_tmp(policy.identity)
+        .unwrap_or_else(|e| made.fail(&format!("cannot make the sandbox's /tmp: {e}")));
+    made.tmp = Some(tmp.clone());
+    let routes = match started.egress {
+        Some(channel) => {
+            egress::hand_over_shared(policy, channel).unwrap_or_else(|e| made.fail(&e))
+        }
+        None => HashMap::new(),
+    };
+    let (leader, listener) = start_leader(policy, target, &tmp, &made);
+    let outside: Vec<Pid> = made.proxy.iter().map(Proxy::pid).collect();
+    let supervisor = listener.map(|fd| notify::Supervisor::new(fd, routes, outside));
+    watch(policy, leader, &started.mask, supervisor, &made)
+}
+
+/// Refuses what this tier cannot do as the policy asks.
+fn check_policy(policy: &Policy, made: &Made) {
     if let Err(e) = confine::check_identity(policy.identity) {
         made.fail(&e);
     }
@@ -108,6 +124,11 @@ pub fn run(
     if !policy.covers.is_empty() {
         made.fail("the landlock tier cannot show a file with other content (covers need the namespace tier)");
     }
+}
+
+/// Makes the monitor the parent of every orphan of the sandbox, and tells it
+/// (SIGUSR1) when the service dies.
+fn become_subreaper(policy: &Policy, made: &Made) {
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         made.fail(&format!("cannot become the sandbox's child subreaper: {e}"));
     }
@@ -121,19 +142,17 @@ pub fn run(
     if getppid() != parent || policy.parent.is_some_and(|p| parent.as_raw() != p) {
         made.fail("the service that started the sandbox has exited");
     }
-    if let Some(why) = policy.fence.as_deref().and_then(fence::down) {
-        made.end();
-        fenced(&why);
-    }
-    let tmp = private_tmp(policy.identity)
-        .unwrap_or_else(|e| made.fail(&format!("cannot make the sandbox's /tmp: {e}")));
-    made.tmp = Some(tmp.clone());
-    let routes = match egress_channel {
-        Some(channel) => {
-            egress::hand_over_shared(policy, channel).unwrap_or_else(|e| made.fail(&e))
-        }
-        None => HashMap::new(),
-    };
+}
+
+/// Forks the leader and waits until it has confined itself: returns its pid
+/// and the listener of its network filter (when it has one). A leader that
+/// failed to confine itself ends the sandbox with its exit code and reason.
+fn start_leader(
+    policy: &Policy,
+    target: &Target,
+    tmp: &Path,
+    made: &Made,
+) -> (Pid, Option<OwnedFd>) {
     let (notify_ours, notify_theirs) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -155,7 +174,7 @@ pub fn run(
             drop(errors_read);
             let errors = std::fs::File::from(errors_write);
             let cgroups = made.cgroups.as_ref();
-            let Err((code, message)) = lead(policy, target, monitor, &tmp, cgroups, &notify_theirs);
+            let Err((code, message)) = lead(policy, target, monitor, tmp, cgroups, &notify_theirs);
             let _ = (&errors).write_all(format!("{code} {message}").as_bytes());
             std::process::exit(code)
         }
@@ -175,9 +194,7 @@ pub fn run(
         made.end();
         std::process::exit(code);
     }
-    let outside: Vec<Pid> = made.proxy.iter().map(Proxy::pid).collect();
-    let supervisor = listener.map(|fd| notify::Supervisor::new(fd, routes, outside));
-    watch(policy, leader, mask, supervisor, &made)
+    (leader, listener)
 }
 
 /// The leader: confines itself, hands the monitor its network filter, and

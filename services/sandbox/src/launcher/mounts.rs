@@ -117,63 +117,51 @@ pub fn build(policy: &Policy) -> Result<(), String> {
 
 /// Every entry of the view, parents before what they contain.
 fn plan(policy: &Policy) -> Result<Vec<(PathBuf, Entry)>, String> {
-    let mut plan: Vec<(PathBuf, Entry)> = Vec::new();
-    let open = |path: &Path| -> Result<OwnedFd, String> {
-        nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))
-    };
+    let mut plan = system_entries()?;
+    plan.extend(secret_covers()?);
+    plan.extend(dev_entries());
+    plan.extend(scratch_entries(policy));
+    plan.extend(policy_entries(policy)?);
+    plan.extend(policy_covers(policy)?);
+    // Parents before children; the order within a depth is kept.
+    plan.sort_by_key(|(dest, _)| dest.components().count());
+    Ok(plan)
+}
+
+fn open_path(path: &Path) -> Result<OwnedFd, String> {
+    nix::fcntl::open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))
+}
+
+/// A read-only bind of the file or directory at `source`.
+fn read_only(source: OwnedFd, is_dir: bool) -> Entry {
+    Entry::Bind {
+        source,
+        is_dir,
+        access: Access::ReadOnly,
+    }
+}
+
+fn tmpfs(options: String, read_only: bool) -> Entry {
+    Entry::Tmpfs { options, read_only }
+}
+
+/// The system directories read-only (or as the symlinks they are), and the
+/// files of `/etc` that link outside them.
+fn system_entries() -> Result<Vec<(PathBuf, Entry)>, String> {
+    let mut entries = Vec::new();
     for dir in SYSTEM {
         let path = Path::new(dir);
         match std::fs::symlink_metadata(path) {
             Ok(meta) if meta.file_type().is_symlink() => {
                 let target = std::fs::read_link(path)
                     .map_err(|e| format!("cannot read the link {dir}: {e}"))?;
-                plan.push((path.into(), Entry::Symlink { target }));
+                entries.push((path.into(), Entry::Symlink { target }));
             }
-            Ok(meta) if meta.is_dir() => plan.push((
-                path.into(),
-                Entry::Bind {
-                    source: open(path)?,
-                    is_dir: true,
-                    access: Access::ReadOnly,
-                },
-            )),
+            Ok(meta) if meta.is_dir() => {
+                entries.push((path.into(), read_only(open_path(path)?, true)));
+            }
             _ => {}
-        }
-    }
-    let null = Path::new("/dev/null");
-    for file in SECRET_FILES {
-        if Path::new(file).is_file() {
-            plan.push((
-                file.into(),
-                Entry::Bind {
-                    source: open(null)?,
-                    is_dir: false,
-                    access: Access::ReadOnly,
-                },
-            ));
-        }
-    }
-    for file in ssh_host_keys() {
-        let source = open(null)?;
-        plan.push((
-            file,
-            Entry::Bind {
-                source,
-                is_dir: false,
-                access: Access::ReadOnly,
-            },
-        ));
-    }
-    for dir in SECRET_DIRS {
-        if Path::new(dir).is_dir() {
-            plan.push((
-                dir.into(),
-                Entry::Tmpfs {
-                    options: "mode=0755,size=4k".to_owned(),
-                    read_only: true,
-                },
-            ));
         }
     }
     for file in LINKED_FILES {
@@ -181,34 +169,46 @@ fn plan(policy: &Policy) -> Result<Vec<(PathBuf, Entry)>, String> {
             continue;
         };
         if !under_any(&target, &SYSTEM) && target.is_file() {
-            plan.push((
-                target.clone(),
-                Entry::Bind {
-                    source: open(&target)?,
-                    is_dir: false,
-                    access: Access::ReadOnly,
-                },
-            ));
+            let source = open_path(&target)?;
+            entries.push((target, read_only(source, false)));
         }
     }
-    plan.push((
-        "/dev".into(),
-        Entry::Tmpfs {
-            options: "mode=0755,size=64k".to_owned(),
-            read_only: false,
-        },
-    ));
+    Ok(entries)
+}
+
+/// The host's secrets in `/etc`: files covered by `/dev/null`, directories by
+/// an empty read-only tmpfs.
+fn secret_covers() -> Result<Vec<(PathBuf, Entry)>, String> {
+    let null = Path::new("/dev/null");
+    let mut entries = Vec::new();
+    let files = SECRET_FILES
+        .iter()
+        .map(PathBuf::from)
+        .filter(|f| f.is_file())
+        .chain(ssh_host_keys());
+    for file in files {
+        entries.push((file, read_only(open_path(null)?, false)));
+    }
+    for dir in SECRET_DIRS {
+        if Path::new(dir).is_dir() {
+            entries.push((dir.into(), tmpfs("mode=0755,size=4k".to_owned(), true)));
+        }
+    }
+    Ok(entries)
+}
+
+/// A minimal `/dev`: a few host devices, the usual links, a new pts instance.
+fn dev_entries() -> Vec<(PathBuf, Entry)> {
+    let mut entries = vec![("/dev".into(), tmpfs("mode=0755,size=64k".to_owned(), false))];
     for device in DEVICES {
         let path = Path::new("/dev").join(device);
-        if let Ok(source) = open(&path) {
-            plan.push((
-                path,
-                Entry::Bind {
-                    source,
-                    is_dir: false,
-                    access: Access::Device,
-                },
-            ));
+        if let Ok(source) = open_path(&path) {
+            let entry = Entry::Bind {
+                source,
+                is_dir: false,
+                access: Access::Device,
+            };
+            entries.push((path, entry));
         }
     }
     for (name, target) in [
@@ -218,29 +218,28 @@ fn plan(policy: &Policy) -> Result<Vec<(PathBuf, Entry)>, String> {
         ("stderr", "/proc/self/fd/2"),
         ("ptmx", "pts/ptmx"),
     ] {
-        plan.push((
-            Path::new("/dev").join(name),
-            Entry::Symlink {
-                target: target.into(),
-            },
-        ));
+        let link = Entry::Symlink {
+            target: target.into(),
+        };
+        entries.push((Path::new("/dev").join(name), link));
     }
-    plan.push(("/dev/pts".into(), Entry::Devpts));
-    plan.push((
-        "/dev/shm".into(),
-        Entry::Tmpfs {
-            options: format!("mode=1777,size={}", policy.limits.tmp_bytes),
-            read_only: false,
-        },
-    ));
-    plan.push(("/proc".into(), Entry::Proc));
-    plan.push((
-        "/tmp".into(),
-        Entry::Tmpfs {
-            options: format!("mode=1777,size={}", policy.limits.tmp_bytes),
-            read_only: false,
-        },
-    ));
+    entries.push(("/dev/pts".into(), Entry::Devpts));
+    entries
+}
+
+/// `/proc` of the sandbox's PID namespace, and private `/tmp` and `/dev/shm`.
+fn scratch_entries(policy: &Policy) -> Vec<(PathBuf, Entry)> {
+    let scratch = || tmpfs(format!("mode=1777,size={}", policy.limits.tmp_bytes), false);
+    vec![
+        ("/dev/shm".into(), scratch()),
+        ("/proc".into(), Entry::Proc),
+        ("/tmp".into(), scratch()),
+    ]
+}
+
+/// The policy's read-write and read-only paths, at their real paths.
+fn policy_entries(policy: &Policy) -> Result<Vec<(PathBuf, Entry)>, String> {
+    let mut entries = Vec::new();
     for (paths, access) in [
         (&policy.read_write, Access::ReadWrite),
         (&policy.read_only, Access::ReadOnly),
@@ -257,17 +256,20 @@ fn plan(policy: &Policy) -> Result<Vec<(PathBuf, Entry)>, String> {
             if access == Access::ReadOnly && under_any(&real, &SYSTEM) {
                 continue;
             }
-            let is_dir = real.is_dir();
-            plan.push((
-                real.clone(),
-                Entry::Bind {
-                    source: open(&real)?,
-                    is_dir,
-                    access,
-                },
-            ));
+            let entry = Entry::Bind {
+                source: open_path(&real)?,
+                is_dir: real.is_dir(),
+                access,
+            };
+            entries.push((real, entry));
         }
     }
+    Ok(entries)
+}
+
+/// The policy's covers, each of a file inside one of its paths.
+fn policy_covers(policy: &Policy) -> Result<Vec<(PathBuf, Entry)>, String> {
+    let mut entries = Vec::new();
     for cover in &policy.covers {
         let (Some(parent), Some(name)) = (cover.path.parent(), cover.path.file_name()) else {
             return Err(format!(
@@ -289,16 +291,10 @@ fn plan(policy: &Policy) -> Result<Vec<(PathBuf, Entry)>, String> {
                 cover.path.display()
             ));
         }
-        plan.push((
-            real,
-            Entry::Cover {
-                content: cover.content.clone(),
-            },
-        ));
+        let content = cover.content.clone();
+        entries.push((real, Entry::Cover { content }));
     }
-    // Parents before children; the order within a depth is kept.
-    plan.sort_by_key(|(dest, _)| dest.components().count());
-    Ok(plan)
+    Ok(entries)
 }
 
 /// The SSH host private keys in `/etc/ssh`.
@@ -338,29 +334,7 @@ fn place(stage: &Path, dest: &Path, entry: &Entry) -> Result<(), String> {
             source,
             is_dir,
             access,
-        } => {
-            if *is_dir {
-                ensure_dir(stage, &relative)?;
-            } else {
-                ensure_file(stage, &relative)?;
-            }
-            let from = format!("/proc/self/fd/{}", source.as_raw_fd());
-            mount(
-                Some(from.as_str()),
-                &target,
-                None::<&str>,
-                MsFlags::MS_BIND | MsFlags::MS_REC,
-                None::<&str>,
-            )
-            .map_err(|e| format!("cannot bind: {e}"))?;
-            let attributes = match access {
-                Access::ReadOnly => MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                Access::ReadWrite => MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                Access::Device => MOUNT_ATTR_NOSUID,
-            };
-            set_attributes(&target, attributes, true)
-                .map_err(|e| format!("cannot restrict the mount: {e}"))
-        }
+        } => bind(stage, &relative, source, *is_dir, *access),
         Entry::Tmpfs { options, read_only } => {
             ensure_dir(stage, &relative)?;
             mount(
@@ -401,6 +375,37 @@ fn place(stage: &Path, dest: &Path, entry: &Entry) -> Result<(), String> {
             .map_err(|e| format!("cannot mount devpts: {e}"))
         }
     }
+}
+
+/// Binds `source` at `relative` below `stage`, with the mount flags of `access`.
+fn bind(
+    stage: &Path,
+    relative: &Path,
+    source: &OwnedFd,
+    is_dir: bool,
+    access: Access,
+) -> Result<(), String> {
+    if is_dir {
+        ensure_dir(stage, relative)?;
+    } else {
+        ensure_file(stage, relative)?;
+    }
+    let target = stage.join(relative);
+    let from = format!("/proc/self/fd/{}", source.as_raw_fd());
+    mount(
+        Some(from.as_str()),
+        &target,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| format!("cannot bind: {e}"))?;
+    let attributes = match access {
+        Access::ReadOnly => MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        Access::ReadWrite => MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        Access::Device => MOUNT_ATTR_NOSUID,
+    };
+    set_attributes(&target, attributes, true).map_err(|e| format!("cannot restrict the mount: {e}"))
 }
 
 /// Covers the existing regular file `target` (inside a bound path of the view

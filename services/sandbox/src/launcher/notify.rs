@@ -144,6 +144,76 @@ struct Call {
     args: [u64; 6],
 }
 
+/// The sandbox's processes, seen from the monitor when a call that signals
+/// comes in: a signal reaches them only (EPERM for any other process).
+struct Family {
+    monitor: i32,
+    members: HashSet<i32>,
+}
+
+impl Family {
+    fn holds(&self, pid: i32) -> bool {
+        pid != self.monitor && self.members.contains(&pid)
+    }
+
+    /// kill(2) from `caller`: one process, every process (-1) or a group.
+    fn kill(&self, caller: i32, pid: i32, signal: i32) -> Result<(), Errno> {
+        let targets: Vec<i32> = match pid {
+            p if p > 0 => {
+                if !self.holds(p) {
+                    return Err(Errno::EPERM);
+                }
+                vec![p]
+            }
+            -1 => self
+                .members
+                .iter()
+                .copied()
+                .filter(|p| *p != caller && self.holds(*p))
+                .collect(),
+            group => {
+                let group = if group == 0 {
+                    super::tree::group_of(caller).unwrap_or(0)
+                } else {
+                    -group
+                };
+                let members: Vec<i32> = self
+                    .members
+                    .iter()
+                    .copied()
+                    .filter(|p| self.holds(*p) && super::tree::group_of(*p) == Some(group))
+                    .collect();
+                if members.is_empty() && group > 0 && !self.holds(group) {
+                    return Err(Errno::EPERM);
+                }
+                members
+            }
+        };
+        let mut outcome = Err(Errno::ESRCH);
+        for target in targets {
+            if super::tree::send_number(target, &self.members, signal).is_ok() {
+                outcome = Ok(());
+            }
+        }
+        outcome
+    }
+
+    /// tgkill(2) (and tkill(2), whose process is looked up).
+    fn tgkill(&self, process: i32, thread: i32, signal: i32) -> Result<(), Errno> {
+        if !self.holds(process) || super::tree::process_of(thread) != Some(process) {
+            return Err(Errno::EPERM);
+        }
+        // SAFETY: tgkill(2) reads no memory.
+        #[allow(unsafe_code)]
+        let done = unsafe { libc::syscall(libc::SYS_tgkill, process, thread, signal) };
+        if done == 0 {
+            Ok(())
+        } else {
+            Err(Errno::last())
+        }
+    }
+}
+
 /// How the launcher answers a call.
 enum Answer {
     /// Let the kernel make the call as the program asked.
@@ -309,8 +379,10 @@ impl Supervisor {
     /// sandbox's own processes only, as Landlock's signal scope would have it
     /// (EPERM for any other), and the launcher sends what it sends.
     fn on_signal(&self, call: &Call) -> Answer {
-        let family = super::tree::family(self.monitor, &self.outside);
-        let ours = |pid: i32| pid != self.monitor.as_raw() && family.contains(&pid);
+        let family = Family {
+            monitor: self.monitor.as_raw(),
+            members: super::tree::family(self.monitor, &self.outside),
+        };
         // An `int` argument: its low 32 bits, signed.
         let int = |i: usize| {
             u32::try_from(call.args[i] & 0xffff_ffff)
@@ -318,81 +390,22 @@ impl Supervisor {
                 .cast_signed()
         };
         let caller = i32::try_from(call.pid).unwrap_or(0);
-        let result = |done: Result<(), Errno>| match done {
+        let answer = |done: Result<(), Errno>| match done {
             Ok(()) => Answer::Return(0),
             Err(e) => Answer::Return(-(e as i32)),
         };
         match call.nr {
-            libc::SYS_kill => {
-                let (pid, signal) = (int(0), int(1));
-                let targets: Vec<i32> = match pid {
-                    p if p > 0 => {
-                        if !ours(p) {
-                            return Answer::Return(-libc::EPERM);
-                        }
-                        vec![p]
-                    }
-                    -1 => family
-                        .iter()
-                        .copied()
-                        .filter(|p| *p != caller && ours(*p))
-                        .collect(),
-                    group => {
-                        let group = if group == 0 {
-                            super::tree::group_of(caller).unwrap_or(0)
-                        } else {
-                            -group
-                        };
-                        let members: Vec<i32> = family
-                            .iter()
-                            .copied()
-                            .filter(|p| ours(*p) && super::tree::group_of(*p) == Some(group))
-                            .collect();
-                        if members.is_empty() && group > 0 && !ours(group) {
-                            return Answer::Return(-libc::EPERM);
-                        }
-                        members
-                    }
-                };
-                if targets.is_empty() {
-                    return Answer::Return(-libc::ESRCH);
-                }
-                let mut outcome = Err(Errno::ESRCH);
-                for target in targets {
-                    if super::tree::send_number(target, &family, signal).is_ok() {
-                        outcome = Ok(());
-                    }
-                }
-                result(outcome)
+            libc::SYS_kill => answer(family.kill(caller, int(0), int(1))),
+            libc::SYS_tkill => {
+                let thread = int(0);
+                let process = super::tree::process_of(thread).unwrap_or(0);
+                answer(family.tgkill(process, thread, int(1)))
             }
-            libc::SYS_tkill | libc::SYS_tgkill => {
-                let (process, thread, signal) = if call.nr == libc::SYS_tkill {
-                    let thread = int(0);
-                    (super::tree::process_of(thread).unwrap_or(0), thread, int(1))
-                } else {
-                    (int(0), int(1), int(2))
-                };
-                if !ours(process) || super::tree::process_of(thread) != Some(process) {
-                    return Answer::Return(-libc::EPERM);
-                }
-                // SAFETY: tgkill(2) reads no memory.
-                #[allow(unsafe_code)]
-                let done = unsafe { libc::syscall(libc::SYS_tgkill, process, thread, signal) };
-                result(if done == 0 {
-                    Ok(())
-                } else {
-                    Err(Errno::last())
-                })
-            }
+            libc::SYS_tgkill => answer(family.tgkill(int(0), int(1), int(2))),
             // Their target is read here; what they send (a siginfo in the
             // program's memory) goes as the program made it.
-            _ => {
-                if ours(int(0)) {
-                    Answer::GoOn
-                } else {
-                    Answer::Return(-libc::EPERM)
-                }
-            }
+            _ if family.holds(int(0)) => Answer::GoOn,
+            _ => Answer::Return(-libc::EPERM),
         }
     }
 
