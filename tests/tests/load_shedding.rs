@@ -125,7 +125,7 @@ async fn tool_exec_refuses_calls_beyond_its_limit_at_once_with_a_retry_hint() {
             .and_then(|v| v.to_str().ok()),
         Some("1000")
     );
-    let mut request = tonic::Request::new(ListToolsRequest {});
+    let mut request = tonic::Request::new(ListToolsRequest::default());
     request.metadata_mut().insert(
         "authorization",
         format!("Bearer {token}").parse().expect("ascii"),

@@ -282,7 +282,7 @@ async fn an_ended_runs_token_gets_nothing_from_tool_exec() {
         Bearer::new(&s.opened.token),
     );
     agent
-        .list_tools(tools::ListToolsRequest {})
+        .list_tools(tools::ListToolsRequest::default())
         .await
         .expect("an active run lists its tools");
     agent
@@ -298,7 +298,7 @@ async fn an_ended_runs_token_gets_nothing_from_tool_exec() {
         .await
         .expect("finish");
     let err = agent
-        .list_tools(tools::ListToolsRequest {})
+        .list_tools(tools::ListToolsRequest::default())
         .await
         .map(drop)
         .expect_err("an ended run's token listed the tools");
@@ -313,6 +313,73 @@ async fn an_ended_runs_token_gets_nothing_from_tool_exec() {
         err.message().contains("ended") || err.message().contains("not active"),
         "{err:?}"
     );
+    let _ = (&s.root, &s.outside, &s.other_task, &s.stolen);
+    s.orchestrator.stop().await;
+}
+
+/// ListTools `granted_only` (what an MCP session lists): exactly the run's
+/// granted tools, checked as a call is (an ended run's token is refused) and
+/// recorded nowhere; an API key, which has no run, is told to use the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_lists_exactly_its_granted_tools_and_nothing_is_recorded() {
+    use chorus_proto::tools::v1 as tools;
+    use tools::tool_exec_client::ToolExecClient;
+    let mut s = setup().await;
+    let granted = tools::ListToolsRequest { granted_only: true };
+    let before = history(&mut s.client, &s.task.id).await.len();
+    let mut agent = ToolExecClient::with_interceptor(
+        channel_to(s.orchestrator.tool_exec_addr).await,
+        Bearer::new(&s.opened.token),
+    );
+    let listed = agent
+        .list_tools(granted)
+        .await
+        .expect("an active run lists its tools")
+        .into_inner();
+    let mut names: Vec<String> = listed.tools.iter().map(|t| t.name.clone()).collect();
+    names.sort_unstable();
+    // The reader's allow-list, and what every run has.
+    assert_eq!(
+        names,
+        ["completion-report", "file.read", "help", "task.comment"],
+        "{listed:?}"
+    );
+    assert!(listed.profiles.is_empty(), "{:?}", listed.profiles);
+    assert!(
+        listed.tools.iter().all(|t| t.input_schema.is_some()),
+        "each with its schema"
+    );
+    assert_eq!(
+        history(&mut s.client, &s.task.id).await.len(),
+        before,
+        "listing recorded an event"
+    );
+
+    let mut viewer = ToolExecClient::with_interceptor(
+        channel_to(s.orchestrator.tool_exec_addr).await,
+        Bearer::new(&s.orchestrator.admin_key),
+    );
+    let err = viewer
+        .list_tools(granted)
+        .await
+        .map(drop)
+        .expect_err("an API key has no run");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("run's token"), "{err:?}");
+
+    s.client
+        .finish_run(pb::FinishRunRequest {
+            id: s.opened.run.clone().expect("run").id,
+            reason: "done".into(),
+        })
+        .await
+        .expect("finish");
+    let err = agent
+        .list_tools(granted)
+        .await
+        .map(drop)
+        .expect_err("an ended run's token listed its tools");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
     let _ = (&s.root, &s.outside, &s.other_task, &s.stolen);
     s.orchestrator.stop().await;
 }

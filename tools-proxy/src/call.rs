@@ -5,8 +5,8 @@ use chorus_proto::json;
 use chorus_proto::limits::DEFAULT_MESSAGE_BYTES;
 use chorus_proto::orchestrator::v1::CallToolRequest;
 use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
-use chorus_proto::tools::v1::ExecuteToolRequest;
 use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
+use chorus_proto::tools::v1::{ExecuteToolRequest, ListToolsRequest};
 use chorus_telemetry::grpc::{TracedChannel, traced};
 use serde_json::{Map, Value};
 use std::time::Duration;
@@ -202,42 +202,105 @@ fn not_taken(status: &tonic::Status) -> bool {
 }
 
 /// Sends the call until it is answered, retrying what was not done (a busy or
-/// unreachable service) with growing, jittered waits, for at most
-/// [`ENV_RETRY_SECS`] and [`ATTEMPTS`] attempts.
+/// unreachable service) as [`Retries`] allows.
 async fn send_call(
     request: Request,
     channels: &Channels,
     progress: OnProgress<'_>,
 ) -> Result<Reply, Failure> {
-    let budget = std::env::var(ENV_RETRY_SECS)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(Duration::from_secs(RETRY_SECS), Duration::from_secs);
-    let give_up = tokio::time::Instant::now() + budget;
-    let mut backoff = FIRST_BACKOFF;
-    for attempt in 1.. {
-        let (after, failure) = match attempt_call(&request, channels, &mut *progress).await {
+    let mut retries = Retries::new();
+    loop {
+        match attempt_call(&request, channels, &mut *progress).await {
             Ok(answer) => return Ok(answer),
             Err(Attempt::Final(failure)) => return Err(failure),
-            Err(Attempt::Retry { after, failure }) => (after, failure),
-        };
-        let wait = jittered(after.unwrap_or(backoff).max(backoff));
-        backoff = (backoff * 2).min(MOST_BACKOFF);
-        if attempt >= ATTEMPTS || tokio::time::Instant::now() + wait > give_up {
-            let mut failure = failure;
-            if attempt > 1 {
+            Err(Attempt::Retry { after, failure }) => retries.wait(after, failure).await?,
+        }
+    }
+}
+
+/// The tools the run of `request`'s token was granted, by name: tool-exec's
+/// ListTools for the caller's run, which checks the run is still active as a
+/// call is checked but records nothing (listing the tools is not calling
+/// one). Retried as a call is.
+pub async fn granted(request: &Request, channels: &Channels) -> Result<Vec<String>, Failure> {
+    let mut retries = Retries::new();
+    loop {
+        match attempt_granted(request, channels).await {
+            Ok(names) => return Ok(names),
+            Err(Attempt::Final(failure)) => return Err(failure),
+            Err(Attempt::Retry { after, failure }) => retries.wait(after, failure).await?,
+        }
+    }
+}
+
+async fn attempt_granted(request: &Request, channels: &Channels) -> Result<Vec<String>, Attempt> {
+    let route = Route::ToolExec {
+        addr: crate::usage::tools_addr(),
+    };
+    let channel = channels.to(&route).await?;
+    let mut grpc =
+        chorus_proto::channel::short(tonic::Request::new(ListToolsRequest { granted_only: true }));
+    grpc.metadata_mut()
+        .insert("authorization", bearer(&request.token)?);
+    let response = ToolExecClient::new(channel)
+        .max_decoding_message_size(DEFAULT_MESSAGE_BYTES)
+        .list_tools(grpc)
+        .await
+        .map_err(|status| refused(&status, "tool-exec"))?
+        .into_inner();
+    Ok(response.tools.into_iter().map(|t| t.name).collect())
+}
+
+fn bearer(token: &str) -> Result<MetadataValue<tonic::metadata::Ascii>, Failure> {
+    MetadataValue::try_from(format!("Bearer {}", token.trim()))
+        .map_err(|_| Failure::usage("CHORUS_RUN_TOKEN contains characters that cannot be sent"))
+}
+
+/// How long and how often a call that was not done is sent again: growing,
+/// jittered waits, for at most [`ENV_RETRY_SECS`] and [`ATTEMPTS`] attempts.
+struct Retries {
+    budget: Duration,
+    give_up: tokio::time::Instant,
+    backoff: Duration,
+    attempt: u32,
+}
+
+impl Retries {
+    fn new() -> Self {
+        let budget = std::env::var(ENV_RETRY_SECS)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(Duration::from_secs(RETRY_SECS), Duration::from_secs);
+        Self {
+            budget,
+            give_up: tokio::time::Instant::now() + budget,
+            backoff: FIRST_BACKOFF,
+            attempt: 0,
+        }
+    }
+
+    /// Waits before the next attempt (at least `after`, the service's hint),
+    /// or gives up with `failure` when no attempt is left.
+    async fn wait(&mut self, after: Option<Duration>, mut failure: Failure) -> Result<(), Failure> {
+        self.attempt += 1;
+        let wait = jittered(after.unwrap_or(self.backoff).max(self.backoff));
+        self.backoff = (self.backoff * 2).min(MOST_BACKOFF);
+        if self.attempt >= ATTEMPTS || tokio::time::Instant::now() + wait > self.give_up {
+            if self.attempt > 1 {
+                let spent = tokio::time::Instant::now() + self.budget - self.give_up;
                 failure.message = format!(
-                    "{} (after {attempt} attempts in {} s; {ENV_RETRY_SECS} bounds the retries)",
+                    "{} (after {} attempts in {} s; {ENV_RETRY_SECS} bounds the retries)",
                     failure.message,
-                    (tokio::time::Instant::now() + budget - give_up).as_secs()
+                    self.attempt,
+                    spent.as_secs()
                 );
             }
             return Err(failure);
         }
         // stderr carries only the final JSON error: retries are silent.
         tokio::time::sleep(wait).await;
+        Ok(())
     }
-    unreachable!("the loop returns")
 }
 
 /// `wait` spread over half to one and a half of itself, so that callers
@@ -294,9 +357,8 @@ async fn attempt_call(
         tool: request.tool.clone(),
         arguments: Some(json::to_struct(request.arguments.clone())),
     });
-    let bearer = MetadataValue::try_from(format!("Bearer {}", request.token.trim()))
-        .map_err(|_| Failure::usage("CHORUS_RUN_TOKEN contains characters that cannot be sent"))?;
-    grpc.metadata_mut().insert("authorization", bearer);
+    grpc.metadata_mut()
+        .insert("authorization", bearer(&request.token)?);
     if let Some(root) = &request.workspace_root {
         let root = MetadataValue::try_from(root.as_str()).map_err(|_| {
             Failure::usage("the workspace root argument contains characters that cannot be sent")
@@ -361,9 +423,8 @@ async fn call_orchestrator(
         tool: request.tool.clone(),
         arguments: Some(json::to_struct(request.arguments.clone())),
     }));
-    let bearer = MetadataValue::try_from(format!("Bearer {}", request.token.trim()))
-        .map_err(|_| Failure::usage("CHORUS_RUN_TOKEN contains characters that cannot be sent"))?;
-    grpc.metadata_mut().insert("authorization", bearer);
+    grpc.metadata_mut()
+        .insert("authorization", bearer(&request.token)?);
     let response = AgentToolsClient::new(channel)
         .max_decoding_message_size(DEFAULT_MESSAGE_BYTES)
         .call_tool(grpc)

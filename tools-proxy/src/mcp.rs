@@ -81,13 +81,9 @@ struct Grpc {
 impl RunTools for Grpc {
     async fn granted(&self, _caller: &Caller) -> Result<Vec<String>, Refused> {
         let request = Request::new(help(), Map::new(), None).map_err(refused)?;
-        let reply = call::send(request, &self.channels, &mut |_| {})
+        call::granted(&request, &self.channels)
             .await
-            .map_err(refused)?;
-        if let Some(error) = reply.error {
-            return Err(refused(error));
-        }
-        Ok(chorus_mcp::tool_names(&reply.output))
+            .map_err(refused)
     }
 
     async fn call(

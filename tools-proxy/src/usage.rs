@@ -87,6 +87,11 @@ pub struct Request {
     pub route: Route,
 }
 
+/// tool-exec's address ([`ENV_TOOLS_ADDR`], else the default), with its scheme.
+pub fn tools_addr() -> String {
+    with_scheme(&std::env::var(ENV_TOOLS_ADDR).unwrap_or_else(|_| DEFAULT_TOOLS_ADDR.to_owned()))
+}
+
 impl Request {
     /// Validates the command line and environment and picks the service.
     pub fn from_cli(cli: Cli) -> Result<Self, Failure> {
@@ -142,12 +147,7 @@ impl Request {
             Failure::usage(format!("{ENV_RUN_TOKEN} is not set: chorus-tools only works inside an agent run started by Chorus"))
         })?;
         let route = match spec.executor {
-            Executor::ToolExec => Route::ToolExec {
-                addr: with_scheme(
-                    &std::env::var(ENV_TOOLS_ADDR)
-                        .unwrap_or_else(|_| DEFAULT_TOOLS_ADDR.to_owned()),
-                ),
-            },
+            Executor::ToolExec => Route::ToolExec { addr: tools_addr() },
             Executor::Orchestrator => match std::env::var(ENV_ORCHESTRATOR_ADDR) {
                 Ok(addr) if !addr.trim().is_empty() => Route::Orchestrator {
                     addr: with_scheme(&addr),

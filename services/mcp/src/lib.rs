@@ -189,16 +189,6 @@ pub fn progress_line(kind: &str, data: &Map<String, Value>) -> String {
     }
 }
 
-/// The tool names a `help` call's output lists (the run's granted tools).
-pub fn tool_names(help: &Value) -> Vec<String> {
-    help["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
-        .collect()
-}
-
 /// An MCP server of a run's tools, executed by `T`.
 pub struct RunToolsServer<T> {
     tools: Arc<T>,

@@ -78,18 +78,10 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
         self.run_still_active(&request).await?;
-        let tools = TOOLS
-            .iter()
-            .map(|t| pb::ToolDescriptor {
-                name: t.name.to_owned(),
-                description: t.description.to_owned(),
-                input_schema: object_struct(t.input_schema().clone()),
-                output_schema: object_struct(t.output_schema().clone()),
-                category: category(t.category) as i32,
-                executor: executor(t.executor) as i32,
-                always_granted: t.always_granted,
-            })
-            .collect();
+        if request.get_ref().granted_only {
+            return Ok(Response::new(self.granted_tools(&request)?));
+        }
+        let tools = TOOLS.iter().map(descriptor).collect();
         let profiles = PROFILES
             .iter()
             .map(|p| pb::Profile {
@@ -117,11 +109,45 @@ impl ToolExecService {
     /// A caller with a run token is served only while its run is active: a
     /// run that has ended can do nothing. API keys and calls without the auth
     /// layer pass.
+    /// The tools the caller's run was granted (ListTools `granted_only`).
+    fn granted_tools<T>(&self, request: &Request<T>) -> Result<pb::ListToolsResponse, ToolError> {
+        let Some(Principal::Run { verified, .. }) = request.extensions().get::<Principal>() else {
+            return Err(ToolError::InvalidArguments {
+                tool: "ListTools".to_owned(),
+                message:
+                    "granted_only lists a run's tools: call with the run's token, not an API key"
+                        .to_owned(),
+            });
+        };
+        let granted = chorus_catalog::granted_names(&verified.grant.tools);
+        let tools = TOOLS
+            .iter()
+            .filter(|t| granted.contains(&t.name))
+            .map(descriptor)
+            .collect();
+        Ok(pb::ListToolsResponse {
+            tools,
+            profiles: Vec::new(),
+        })
+    }
+
     async fn run_still_active<T>(&self, request: &Request<T>) -> Result<(), ToolError> {
         match request.extensions().get::<Principal>() {
             Some(Principal::Run { token, .. }) => self.calls.still_active(token).await,
             _ => Ok(()),
         }
+    }
+}
+
+fn descriptor(t: &chorus_catalog::ToolSpec) -> pb::ToolDescriptor {
+    pb::ToolDescriptor {
+        name: t.name.to_owned(),
+        description: t.description.to_owned(),
+        input_schema: object_struct(t.input_schema().clone()),
+        output_schema: object_struct(t.output_schema().clone()),
+        category: category(t.category) as i32,
+        executor: executor(t.executor) as i32,
+        always_granted: t.always_granted,
     }
 }
 

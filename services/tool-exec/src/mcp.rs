@@ -100,13 +100,14 @@ impl SessionTools {
 
 impl RunTools for SessionTools {
     async fn granted(&self, caller: &Caller) -> Result<Vec<String>, Refused> {
+        // Checked as a call is (the run still active), but not recorded:
+        // listing the tools is not calling one.
         let (token, grant) = self.token(caller)?;
-        let help = self
-            .calls
-            .call(token, grant, "help".to_owned(), Value::Object(Map::new()))
-            .await
-            .map_err(refused)?;
-        Ok(chorus_mcp::tool_names(&help.output))
+        self.calls.still_active(&token).await.map_err(refused)?;
+        Ok(chorus_catalog::granted_names(&grant.tools)
+            .into_iter()
+            .map(str::to_owned)
+            .collect())
     }
 
     async fn call(
