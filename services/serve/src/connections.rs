@@ -10,7 +10,9 @@
 //!   quarters of the file descriptors, raised to the hard limit at start by
 //!   [`raise_fd_limit`]): one more closes the oldest connection that has not
 //!   carried a call with a credential, or, when every connection has, is
-//!   closed as soon as it is accepted;
+//!   closed as soon as it is accepted; while the connections closed to make
+//!   room are still being dropped, the next waits in the kernel's backlog
+//!   (at most a second) rather than being closed on arrival;
 //! - at most `per_peer` connections per peer address that have not yet
 //!   carried a call with a credential (`--max-unproven-connections-per-peer`);
 //!   one more closes the oldest of them: one address cannot hold every
@@ -110,6 +112,8 @@ struct Registry {
     /// The effective `max`.
     max: usize,
     open: AtomicUsize,
+    /// Told when a connection is dropped (see [`Registry::room`]).
+    dropped: tokio::sync::Notify,
     /// Sockets kept open after a goodbye.
     lingering: AtomicUsize,
     by_peer: Mutex<HashMap<SocketAddr, Weak<ConnState>>>,
@@ -131,6 +135,7 @@ impl Connections {
                 limits,
                 max,
                 open: AtomicUsize::new(0),
+                dropped: tokio::sync::Notify::new(),
                 lingering: AtomicUsize::new(0),
                 by_peer: Mutex::default(),
                 unproven: Mutex::default(),
@@ -170,6 +175,7 @@ impl Connections {
             let registry = Arc::clone(&registry);
             async move {
                 loop {
+                    registry.room().await;
                     let (stream, peer) = match listener.accept().await {
                         Ok(accepted) => accepted,
                         Err(e) => {
@@ -283,6 +289,11 @@ impl Unproven {
 /// are still being dropped.
 const ROOM_BEING_MADE: usize = 64;
 
+/// Longest the accept loop waits for connections closed to make room to be
+/// dropped, before it takes the next connection (and closes it at once if
+/// there is still no room).
+const ROOM_WAIT: Duration = Duration::from_secs(1);
+
 /// How long a connection that said goodbye is read (and what comes dropped)
 /// before its socket closes, and how many at once at most: a client that
 /// sends its call just after the goodbye must read the goodbye, not a reset
@@ -361,6 +372,28 @@ impl Registry {
             .insert(peer, Arc::downgrade(&state));
         set_up(&conn.io, keepalive).map_err(Refused::Socket)?;
         Ok(conn)
+    }
+
+    /// Waits, at most [`ROOM_WAIT`], while the connections closed to make room
+    /// for newer ones are still being dropped. A burst of connections (a flood
+    /// of silent ones, and a caller among them) can outrun the tasks that drop
+    /// the ones it pushes out; the next connection then waits in the kernel's
+    /// backlog instead of being closed on arrival — which a client that had
+    /// already sent its call sees as a reset, and cannot tell from a call lost
+    /// after it ran.
+    async fn room(&self) {
+        let crowded = || self.open.load(Ordering::Relaxed) >= self.max + ROOM_BEING_MADE;
+        let until = Instant::now() + ROOM_WAIT;
+        while crowded() {
+            let dropped = self.dropped.notified();
+            tokio::pin!(dropped);
+            // Registered before the count is read again: a drop in between
+            // is not missed.
+            dropped.as_mut().enable();
+            if !crowded() || tokio::time::timeout_at(until, dropped).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Keeps the socket of `io`, whose server side has ended, open for

@@ -36,6 +36,7 @@ impl Drop for Conn {
     fn drop(&mut self) {
         let registry = &self.registry;
         registry.open.fetch_sub(1, Ordering::Relaxed);
+        registry.dropped.notify_waiters();
         chorus_telemetry::metrics().connections.add(-1, &[]);
         {
             let mut by_peer = registry

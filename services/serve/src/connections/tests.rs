@@ -210,6 +210,63 @@ async fn past_the_total_the_oldest_silent_connection_makes_room_and_proven_ones_
     next.abort();
 }
 
+/// A burst that outruns the dropping of the connections it pushes out: past
+/// `max` + [`ROOM_BEING_MADE`] the accept loop waits for a drop, leaving the
+/// next caller in the backlog, instead of closing it on arrival (a reset, for
+/// a caller that had already sent its call); it waits at most [`ROOM_WAIT`].
+#[tokio::test(start_paused = true)]
+async fn a_caller_behind_a_burst_waits_for_room_instead_of_being_reset() {
+    let (connections, mut incoming, addr) = listening(ConnectionLimits {
+        max: Some(1),
+        per_peer: 1_000,
+        ..LIMITS
+    })
+    .await;
+    // Silent connections, each pushing out an older one whose drop has not
+    // happened yet (its Conn is still held).
+    let mut held = Vec::new();
+    let mut silent = Vec::new();
+    for _ in 0..=ROOM_BEING_MADE {
+        silent.push(client(addr, Ipv4Addr::LOCALHOST).await);
+        held.push(incoming.next().await.expect("accepted").expect("admitted"));
+    }
+    assert_eq!(connections.open(), 1 + ROOM_BEING_MADE);
+    let mut caller = client(addr, Ipv4Addr::LOCALHOST).await;
+    caller
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .expect("the caller's preface");
+    let next = tokio::spawn(async move {
+        let conn = incoming.next().await;
+        (conn, incoming)
+    });
+    let mut buf = [0_u8; 16];
+    let waited = tokio::time::timeout(ROOM_WAIT / 2, caller.read(&mut buf)).await;
+    assert!(
+        waited.is_err(),
+        "the caller was closed on arrival: {waited:?}"
+    );
+    // One pushed-out connection is dropped: the caller is taken.
+    drop(held.remove(0));
+    let (taken, mut incoming) = next.await.expect("the accept loop");
+    let taken = taken.expect("accepted").expect("admitted");
+    assert_eq!(taken.state.peer, caller.local_addr().expect("address"));
+    assert_eq!(
+        connections.open(),
+        1 + ROOM_BEING_MADE,
+        "the caller pushed out another"
+    );
+
+    // With no drop at all, the loop waits only so long, then closes the next.
+    let mut late = client(addr, Ipv4Addr::LOCALHOST).await;
+    let started = Instant::now();
+    let next = tokio::spawn(async move { incoming.next().await.map(|c| c.map(|_| ())) });
+    assert!(closed(&mut late).await, "refused once the wait is over");
+    assert!(started.elapsed() >= ROOM_WAIT, "{:?}", started.elapsed());
+    next.abort();
+    drop((held, silent, taken));
+}
+
 #[test]
 fn the_default_total_is_three_quarters_of_the_open_file_limit() {
     let connections = Connections::new(ConnectionLimits::default(), 20_000, "the demo");
