@@ -4,6 +4,7 @@
 //! [`crate::error::ServiceError`]; a face converts its wire types, calls
 //! them and maps the error (gRPC: [`crate::error::ServiceError::code`]).
 //!
+//! - [`agents`]: agents changed (what resetting instructions means);
 //! - [`agent_tools`]: what agent runs use — the orchestration tools, the
 //!   allow-list decision for every tool call, and call recording;
 //! - [`keys`]: API keys made and revoked, the run-token key rotated;
@@ -14,6 +15,7 @@
 //! - [`workspaces`]: workspaces within the roots the deployment allows.
 
 pub mod agent_tools;
+pub mod agents;
 pub mod keys;
 pub mod providers;
 pub mod runs;

@@ -3,6 +3,7 @@
 
 use chorus_proto::orchestrator::v1 as pb;
 
+use crate::core::agents::Instructions;
 use crate::domain::{Name, WorkspaceId};
 use crate::error::ServiceError;
 use crate::grpc::convert;
@@ -79,11 +80,12 @@ pub(super) async fn update(
                 "instructions: give new instructions or reset_instructions, not both".to_owned(),
             ));
         }
-        (None, true) => Some(default_instructions(&name)?),
-        (given, false) => given,
+        (None, true) => Instructions::Reset,
+        (Some(text), false) => Instructions::Set(text),
+        (None, false) => Instructions::Keep,
     };
     let changes = AgentChanges {
-        instructions,
+        instructions: None,
         allowed_tools: req.set_allowed_tools.then_some(req.allowed_tools),
         // Absent keeps it, "" clears it, anything else sets it.
         provider: req
@@ -93,21 +95,8 @@ pub(super) async fn update(
         model: req.model.map(convert::non_empty),
         egress: req.set_egress.then_some(req.egress),
     };
-    let agent = state.store.update_agent(workspace, name, changes).await?;
+    let agent = crate::core::agents::update(state, workspace, name, instructions, changes).await?;
     Ok(convert::agent(&workspace.to_string(), &agent))
-}
-
-/// The instructions a default agent was created with.
-fn default_instructions(name: &Name) -> Result<String, ServiceError> {
-    crate::domain::default_agents()
-        .into_iter()
-        .find(|(default, ..)| *default == name.as_str())
-        .map(|(.., instructions)| instructions.to_owned())
-        .ok_or_else(|| {
-            ServiceError::Invalid(format!(
-                "reset_instructions: '{name}' is not one of the agents a workspace starts with, so it has no original instructions"
-            ))
-        })
 }
 
 pub(super) async fn delete(
