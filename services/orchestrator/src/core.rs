@@ -12,6 +12,7 @@
 //! - [`runs`]: runs a caller drives itself (OpenRun, FinishRun);
 //! - [`tasks`]: a task's life — created, planned and answered, started on an
 //!   agent, moved by hand, canceled;
+//! - [`watch`]: a task's history, then live;
 //! - [`workspaces`]: workspaces within the roots the deployment allows.
 
 pub mod agent_tools;
@@ -20,4 +21,5 @@ pub mod keys;
 pub mod providers;
 pub mod runs;
 pub mod tasks;
+pub mod watch;
 pub mod workspaces;

@@ -31,6 +31,9 @@ pub enum ServiceError {
     /// without a provider, no tool-exec configured, ...).
     #[error("{0}")]
     Precondition(String),
+    /// A failure of the service itself (a task of it that panicked).
+    #[error("{0}")]
+    Internal(String),
 }
 
 fn domain_code(e: &DomainError) -> Code {
@@ -61,6 +64,7 @@ impl ServiceError {
             Self::Unavailable(_) => Code::Unavailable,
             Self::OutOfRange(_) => Code::OutOfRange,
             Self::Precondition(_) => Code::FailedPrecondition,
+            Self::Internal(_) => Code::Internal,
         }
     }
 }
@@ -118,6 +122,10 @@ mod tests {
             (
                 DomainError::NotAllowed("no".into()).into(),
                 Code::PermissionDenied,
+            ),
+            (
+                ServiceError::Internal("a task failed".into()),
+                Code::Internal,
             ),
             (
                 DomainError::RunNotActive("ended".into()).into(),

@@ -2,29 +2,24 @@
 //! and watch the history.
 
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use chorus_proto::orchestrator::v1 as pb;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio_stream::Stream;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
 use crate::core::tasks as core;
-use crate::domain::{DomainError, Event, Name, Run, Task, TaskStatus};
+use crate::core::watch::TaskWatch;
+use crate::domain::{DomainError, Name, Run, Task, TaskStatus};
 use crate::error::ServiceError;
 use crate::grpc::convert;
-use crate::history::{self, WatchEnd};
 use crate::state::AppState;
-use crate::store::{EVENT_PAGE_BYTES, StoreError};
+use crate::store::EVENT_PAGE_BYTES;
 
 /// ListTasks page size when the request says 0 (the contract's default).
 const DEFAULT_PAGE_SIZE: u32 = 50;
 /// GetHistory batch when the request says 0 (the contract's default).
 const DEFAULT_HISTORY_LIMIT: u32 = 200;
-/// Events a WatchTask stream buffers before the producer waits for the client.
-const WATCH_BUFFER: usize = 64;
 
 pub(super) async fn create(
     state: &AppState,
@@ -183,90 +178,28 @@ pub(super) async fn history(
     })
 }
 
-/// Starts a watch: NOT_FOUND at once when the task does not exist; otherwise a
-/// stream fed by a spawned [`history::watch_task`].
-///
-/// Who stops what: the producer task ends by itself when the task reaches a final
-/// status (unless `follow`); when the client leaves, tonic drops the stream and
-/// with it the receiver, which the producer notices (`tx.closed()` / a failed
-/// send); on shutdown `state.shutdown` fires, its child token stops the producer,
-/// and the stream ends with UNAVAILABLE. Nobody else cancels the producer.
+/// Starts a watch (see [`crate::core::watch`]).
 pub(super) async fn watch(
     state: &AppState,
     req: pb::WatchTaskRequest,
 ) -> Result<TaskEventStream, ServiceError> {
     let task = convert::task_id("task_id", &req.task_id)?;
-    let last = state.store.get_task(task).await?.last_sequence;
-    // A sequence beyond the last event cannot be waited for: nothing would
-    // ever say the caller is ahead.
-    if req.after_sequence > last {
-        return Err(ServiceError::OutOfRange(format!(
-            "after_sequence {} is beyond task {task}'s last event ({last}); watch from {last} or less",
-            req.after_sequence
-        )));
-    }
-    let (tx, rx) = mpsc::channel(WATCH_BUFFER);
-    let cancel = state.shutdown.child_token();
-    let (store, hub) = (state.store.clone(), state.hub.clone());
-    let (after, follow) = (req.after_sequence, req.follow);
-    let producer = tokio::spawn(async move {
-        let _watching = Watching::new();
-        history::watch_task(&store, &hub, task, after, follow, tx, cancel).await
-    });
-    Ok(TaskEventStream {
-        events: ReceiverStream::new(rx),
-        producer: Some(producer),
-    })
+    let watch = crate::core::watch::watch(state, task, req.after_sequence, req.follow).await?;
+    Ok(TaskEventStream { watch })
 }
 
-/// One open WatchTask stream, counted in the `chorus.watchers` metric while
-/// its producer lives.
-struct Watching;
-
-impl Watching {
-    fn new() -> Self {
-        chorus_telemetry::metrics().watchers.add(1, &[]);
-        Self
-    }
-}
-
-impl Drop for Watching {
-    fn drop(&mut self) {
-        chorus_telemetry::metrics().watchers.add(-1, &[]);
-    }
-}
-
-/// The WatchTask stream: the events the producer sends, converted to the wire;
-/// when the producer stopped because of shutdown, one last UNAVAILABLE.
+/// The WatchTask stream: the watch's events and its end, on the wire.
 #[derive(Debug)]
 pub struct TaskEventStream {
-    events: ReceiverStream<Result<Event, StoreError>>,
-    /// Taken once the event channel has ended and the producer's verdict is read.
-    producer: Option<JoinHandle<WatchEnd>>,
+    watch: TaskWatch,
 }
 
 impl Stream for TaskEventStream {
     type Item = Result<pb::TaskEvent, Status>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if let Some(item) = ready!(Pin::new(&mut self.events).poll_next(cx)) {
-            return Poll::Ready(Some(match item {
-                Ok(event) => Ok(convert::event(&event)),
-                Err(e) => Err(ServiceError::from(e).into()),
-            }));
-        }
-        // The channel ended: the producer has returned (or panicked).
-        let Some(producer) = self.producer.as_mut() else {
-            return Poll::Ready(None);
-        };
-        let end = ready!(Pin::new(producer).poll(cx));
-        self.producer = None;
-        Poll::Ready(match end {
-            Ok(WatchEnd::Cancelled) => Some(Err(Status::unavailable(
-                "the orchestrator is shutting down; watch again from the last sequence you saw",
-            ))),
-            Ok(_) => None,
-            Err(e) => Some(Err(Status::internal(format!("the watch failed: {e}")))),
-        })
+        Pin::new(&mut self.watch)
+            .poll_next(cx)
+            .map(|item| item.map(|event| event.map(|e| convert::event(&e)).map_err(Status::from)))
     }
 }
