@@ -91,9 +91,17 @@ fn main() {
         let data = tempfile::tempdir().expect("data");
         let root = tempfile::tempdir().expect("root");
         std::fs::write(root.path().join("small.txt"), "a small file\n".repeat(40)).expect("seed");
-        let orchestrator = chorus_tests::orchestrator::Orchestrator::start(
+        // One run makes every call here: its per-credential limit (64 unary
+        // calls at once by default) would refuse the 128-caller row, which
+        // measures throughput, not that limit.
+        let signer = chorus_run_token::load_or_create_signer(data.path()).expect("key pair");
+        let orchestrator = chorus_tests::orchestrator::Orchestrator::start_configured(
             &data.path().join("chorus.db").display().to_string(),
-            data.path(),
+            signer,
+            true,
+            |config| {
+                config.serve.capacity.credential_unary = 4 * CONCURRENCY[CONCURRENCY.len() - 1]
+            },
         )
         .await;
         let mut admin = orchestrator.client().await;
