@@ -106,9 +106,6 @@ impl pb::tool_exec_server::ToolExec for ToolExecService {
 }
 
 impl ToolExecService {
-    /// A caller with a run token is served only while its run is active: a
-    /// run that has ended can do nothing. API keys and calls without the auth
-    /// layer pass.
     /// The tools the caller's run was granted (ListTools `granted_only`).
     fn granted_tools<T>(&self, request: &Request<T>) -> Result<pb::ListToolsResponse, ToolError> {
         let Some(Principal::Run { verified, .. }) = request.extensions().get::<Principal>() else {
@@ -131,6 +128,9 @@ impl ToolExecService {
         })
     }
 
+    /// A caller with a run token is served only while its run is active: a
+    /// run that has ended can do nothing. API keys and calls without the auth
+    /// layer pass.
     async fn run_still_active<T>(&self, request: &Request<T>) -> Result<(), ToolError> {
         match request.extensions().get::<Principal>() {
             Some(Principal::Run { token, .. }) => self.calls.still_active(token).await,
