@@ -54,6 +54,7 @@ impl ServiceError {
             Self::Store(
                 StoreError::ProviderInUse { .. }
                 | StoreError::WorkspaceInUse { .. }
+                | StoreError::AgentInUse { .. }
                 | StoreError::Undecryptable { .. },
             ) => Code::FailedPrecondition,
             Self::Store(StoreError::Domain(e)) | Self::Domain(e) => domain_code(e),

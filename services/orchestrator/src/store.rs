@@ -83,7 +83,8 @@ pub use tasks::{
 use connection::{AnyConnection, ConnectionPool, Target};
 
 /// Why a store call failed. gRPC mapping: `NotFound` → NOT_FOUND, `AlreadyExists` →
-/// ALREADY_EXISTS, `ProviderInUse`, `WorkspaceInUse` and `Undecryptable` → FAILED_PRECONDITION,
+/// ALREADY_EXISTS, `ProviderInUse`, `WorkspaceInUse`, `AgentInUse` and `Undecryptable` →
+/// FAILED_PRECONDITION,
 /// `Domain` → as the domain error says, `Corrupt` and `Database` → INTERNAL.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -105,6 +106,16 @@ pub enum StoreError {
         "workspace '{workspace}' has {tasks} task(s); a workspace with tasks cannot be deleted: delete them with DeleteTask (cancel the ones still open with CancelTask first)"
     )]
     WorkspaceInUse { workspace: String, tasks: u64 },
+    /// An agent cannot be deleted while a run of it goes on: the run could
+    /// not be resumed or driven to its end without it.
+    #[error(
+        "agent '{agent}' has a run going (run {run} of task {task}); cancel the task with CancelTask or wait for the run to end, then delete the agent"
+    )]
+    AgentInUse {
+        agent: String,
+        run: String,
+        task: String,
+    },
     /// A provider's stored API key does not open with the secrets key in use.
     #[error(
         "the API key of provider '{provider}' cannot be decrypted: {reason}; start the orchestrator with the secrets key it was stored with (--secrets-key-file or CHORUS_SECRETS_KEY), or set the key again with UpdateProvider"

@@ -5,10 +5,10 @@ use diesel::prelude::*;
 
 use super::connection::{AnyConnection, first_locked};
 use super::rows::AgentRow;
-use super::schema::{agents, providers};
+use super::schema::{agents, providers, runs, tasks};
 use super::workspaces::{ensure_provider, ensure_workspace};
 use super::{Db, Store, StoreError, or_exists, or_missing};
-use crate::domain::{Agent, AgentKind, Name, ProviderKind, WorkspaceId, now_ms};
+use crate::domain::{Agent, AgentKind, Name, ProviderKind, RunState, WorkspaceId, now_ms};
 
 /// A user-defined agent to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,6 +185,13 @@ impl Store {
                 .db()?;
             let agent = found(conn, workspace, &name, row)?.into_domain()?;
             agent.check_user_defined("it cannot be deleted")?;
+            if let Some((run, task)) = run_going(conn, &key.0, &key.1)? {
+                return Err(StoreError::AgentInUse {
+                    agent: key.1,
+                    run,
+                    task,
+                });
+            }
             diesel::delete(agents::table.find((&key.0, &key.1)))
                 .execute(conn)
                 .db()?;
@@ -192,6 +199,24 @@ impl Store {
         })
         .await
     }
+}
+
+/// A run of agent `agent` of workspace `workspace` that has not finished
+/// (its id and its task's), if there is one.
+fn run_going(
+    conn: &mut AnyConnection,
+    workspace: &str,
+    agent: &str,
+) -> Result<Option<(String, String)>, StoreError> {
+    runs::table
+        .inner_join(tasks::table)
+        .filter(tasks::workspace_id.eq(workspace))
+        .filter(runs::agent.eq(agent))
+        .filter(runs::state.ne(RunState::Finished.as_str()))
+        .select((runs::id, runs::task_id))
+        .first(conn)
+        .optional()
+        .db()
 }
 
 /// The kind of the workspace's provider `name`.

@@ -163,3 +163,60 @@ async fn agents_are_updated_and_deleted_but_internal_agents_keep_their_tools() {
         );
     }
 }
+
+/// Deleting an agent while a run of it goes on would leave the run unable to
+/// resume after a restart (its task then says "start it again", which cannot
+/// work): refused, naming the run, until the run has ended.
+#[tokio::test]
+async fn an_agent_with_a_run_going_is_not_deleted_and_the_refusal_names_the_run() {
+    use crate::domain::TaskStatus;
+    for t in test_stores().await {
+        let b = t.backend;
+        let (ws, task) = t.workspace_with_task("docs").await;
+        let writer = name_of("writer");
+        t.store
+            .change_task(task.id, |task| {
+                Ok(vec![crate::domain::policy::change_status(
+                    task,
+                    TaskStatus::Planning,
+                    None,
+                )?])
+            })
+            .await
+            .expect(b);
+        let (run, _) = t
+            .store
+            .create_run(task.id, writer.clone(), None, vec!["file.read".into()])
+            .await
+            .expect(b);
+        let err = t
+            .store
+            .delete_agent(ws.id, writer.clone())
+            .await
+            .expect_err(b);
+        assert_eq!(
+            err,
+            StoreError::AgentInUse {
+                agent: "writer".into(),
+                run: run.id.to_string(),
+                task: task.id.to_string(),
+            },
+            "{b}"
+        );
+        assert!(err.to_string().contains("CancelTask"), "{b}: {err}");
+        t.store.get_agent(ws.id, writer.clone()).await.expect(b);
+
+        t.store
+            .change_task_runs(task.id, |task, runs| {
+                crate::domain::policy::cancel_task(task, runs, "stop", 5)
+            })
+            .await
+            .expect(b);
+        t.store.delete_agent(ws.id, writer.clone()).await.expect(b);
+        assert_eq!(
+            t.store.get_agent(ws.id, writer).await.expect_err(b),
+            StoreError::not_found("agent", "writer"),
+            "{b}"
+        );
+    }
+}
