@@ -464,3 +464,67 @@ async fn keys_are_managed_by_admins_shown_once_and_refused_once_revoked() {
     key(&mut admin, "ci", pb::Role::Viewer).await;
     orchestrator.stop().await;
 }
+
+/// The last admin key that is not revoked cannot revoke itself (nor be
+/// revoked by anyone): that locked every administrator out until a restart
+/// wrote a new key. Once another admin key exists, it can go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_admin_key_is_not_revoked() {
+    let Setup {
+        orchestrator,
+        mut admin,
+        task,
+        ..
+    } = setup().await;
+    let admins = |keys: Vec<pb::ApiKey>| -> Vec<String> {
+        keys.into_iter()
+            .filter(|k| k.role == pb::Role::Admin as i32)
+            .map(|k| k.id)
+            .collect()
+    };
+    let active = admins(
+        admin
+            .list_api_keys(pb::ListApiKeysRequest::default())
+            .await
+            .expect("list")
+            .into_inner()
+            .keys,
+    );
+    assert_eq!(active.len(), 1, "the harness's admin key only: {active:?}");
+    let last = active[0].clone();
+    let refused = admin
+        .revoke_api_key(pb::RevokeApiKeyRequest { id: last.clone() })
+        .await
+        .expect_err("the last admin key revoked");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains("last admin key")
+            && refused.message().contains("create another admin key"),
+        "{refused:?}"
+    );
+    admin
+        .get_task(pb::GetTaskRequest {
+            id: task.id.clone(),
+        })
+        .await
+        .expect("the key still works");
+
+    let other = key(&mut admin, "second-admin", pb::Role::Admin).await;
+    admin
+        .revoke_api_key(pb::RevokeApiKeyRequest { id: last })
+        .await
+        .expect("with another admin key, the first can go");
+    let mut second = client_at(orchestrator.addr, &other.secret).await;
+    let refused = second
+        .revoke_api_key(pb::RevokeApiKeyRequest {
+            id: other.key.expect("key").id,
+        })
+        .await
+        .expect_err("now the second is the last");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    second
+        .get_task(pb::GetTaskRequest { id: task.id })
+        .await
+        .expect("the second admin key works");
+    orchestrator.stop().await;
+}

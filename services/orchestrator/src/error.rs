@@ -55,6 +55,7 @@ impl ServiceError {
                 StoreError::ProviderInUse { .. }
                 | StoreError::WorkspaceInUse { .. }
                 | StoreError::AgentInUse { .. }
+                | StoreError::LastAdminKey { .. }
                 | StoreError::Undecryptable { .. },
             ) => Code::FailedPrecondition,
             Self::Store(StoreError::Domain(e)) | Self::Domain(e) => domain_code(e),

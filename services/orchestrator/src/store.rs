@@ -83,8 +83,8 @@ pub use tasks::{
 use connection::{AnyConnection, ConnectionPool, Target};
 
 /// Why a store call failed. gRPC mapping: `NotFound` → NOT_FOUND, `AlreadyExists` →
-/// ALREADY_EXISTS, `ProviderInUse`, `WorkspaceInUse`, `AgentInUse` and `Undecryptable` →
-/// FAILED_PRECONDITION,
+/// ALREADY_EXISTS, `ProviderInUse`, `WorkspaceInUse`, `AgentInUse`, `LastAdminKey` and
+/// `Undecryptable` → FAILED_PRECONDITION,
 /// `Domain` → as the domain error says, `Corrupt` and `Database` → INTERNAL.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -106,6 +106,12 @@ pub enum StoreError {
         "workspace '{workspace}' has {tasks} task(s); a workspace with tasks cannot be deleted: delete them with DeleteTask (cancel the ones still open with CancelTask first)"
     )]
     WorkspaceInUse { workspace: String, tasks: u64 },
+    /// The last admin key that is not revoked cannot be revoked: no one could
+    /// administer the service (or make another key) until a restart.
+    #[error(
+        "api key '{id}' is the last admin key that is not revoked; revoking it would lock every administrator out: create another admin key (CreateApiKey with role admin), then revoke this one"
+    )]
+    LastAdminKey { id: String },
     /// An agent cannot be deleted while a run of it goes on: the run could
     /// not be resumed or driven to its end without it.
     #[error(

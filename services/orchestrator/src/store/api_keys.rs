@@ -55,6 +55,13 @@ impl Store {
     /// Revokes a key (a key already revoked keeps its first revocation time).
     pub async fn revoke_api_key(&self, id: String) -> Result<ApiKeyRecord, StoreError> {
         self.write(move |conn| {
+            let key = load_key(conn, &id)?;
+            if key.role == Role::Admin && key.revoked_ms.is_none() {
+                let admins = active_admins_locked(conn)?;
+                if admins.len() == 1 && admins[0] == id {
+                    return Err(StoreError::LastAdminKey { id });
+                }
+            }
             diesel::update(api_keys::table.find(&id))
                 .filter(api_keys::revoked_ms.is_null())
                 .set(api_keys::revoked_ms.eq(now_ms()))
@@ -78,6 +85,22 @@ impl Store {
         })
         .await
     }
+}
+
+/// The ids of the admin keys not revoked, locked until the transaction ends
+/// on PostgreSQL (two revocations at once cannot both leave one admin key
+/// each; on SQLite the write transaction already holds the database).
+fn active_admins_locked(conn: &mut AnyConnection) -> Result<Vec<String>, StoreError> {
+    let query = api_keys::table
+        .filter(api_keys::role.eq(Role::Admin.as_str()))
+        .filter(api_keys::revoked_ms.is_null())
+        .select(api_keys::id)
+        .order(api_keys::id);
+    match conn {
+        AnyConnection::Pg(c) => query.for_update().load(c),
+        AnyConnection::Sqlite(c) => query.load(c),
+    }
+    .db()
 }
 
 fn load_key(conn: &mut AnyConnection, id: &str) -> Result<ApiKeyRecord, StoreError> {
