@@ -2,7 +2,7 @@
 //! do to a run and its task. Pure rules; the store applies them in a transaction.
 
 use chorus_catalog::args::{CompletionReport, PlannerOutput, ReportStatus};
-use chorus_tool_exec::record::ToolCallRecord;
+use chorus_tool_exec::record::{ToolCallRecord, input_excerpt};
 use serde_json::{Value, json};
 
 use super::{
@@ -243,14 +243,16 @@ pub fn apply_completion_report(
             run.id
         )));
     }
+    // The whole report stays on the run; history and the task's reason keep
+    // what they keep of any agent's words.
     let mut events: Events = vec![(
         EventKind::CompletionReportSubmitted,
         json!({
             "run_id": run.id.to_string(),
             "agent": run.agent.as_str(),
             "status": report.status,
-            "summary": report.summary,
-            "blocked_reason": report.blocked_reason,
+            "summary": kept(&report.summary),
+            "blocked_reason": report.blocked_reason.as_deref().map(kept),
         }),
     )];
     if run.parent.is_none() {
@@ -268,7 +270,7 @@ pub fn apply_completion_report(
             ),
             ReportStatus::Failed => (TaskStatus::Failed, Some(report.summary.clone())),
         };
-        events.push(change_status(task, to, reason)?);
+        events.push(change_status(task, to, reason.as_deref().map(kept))?);
     }
     run.completion_report = Some(report);
     Ok(events)
@@ -605,11 +607,22 @@ pub fn resume_run(
     ))
 }
 
+/// What history (and a task's status reason) keeps of an agent's words: as of
+/// a call's input, a long text cut to its start and `…[N bytes]` (a 1 MiB
+/// comment or report summary was kept whole, in every watcher's stream).
+fn kept(text: &str) -> String {
+    match input_excerpt(&Value::String(text.to_owned())).0 {
+        Value::String(kept) => kept,
+        _ => text.to_owned(),
+    }
+}
+
 /// A comment on a task's history.
 pub fn comment(run: &Run, text: &str) -> Result<(EventKind, Value), DomainError> {
     if text.trim().is_empty() {
         return Err(DomainError::invalid("text", "a comment must not be empty"));
     }
+    let text = kept(text);
     Ok((
         EventKind::CommentAdded,
         json!({ "run_id": run.id.to_string(), "agent": run.agent.as_str(), "text": text }),

@@ -498,3 +498,38 @@ fn answers_are_taken_only_while_awaiting_input_and_one_per_question() {
         "a blank answer leaves it unanswered"
     );
 }
+
+#[test]
+fn long_comments_and_reports_are_cut_in_history_and_the_run_keeps_the_report() {
+    let big = "x".repeat(1 << 20);
+    let r = run(RunState::Active, &[], None);
+    let (_, data) = comment(&r, &big).expect("a long comment");
+    let text = data["text"].as_str().expect("text");
+    assert!(text.len() <= 2048, "{} bytes kept", text.len());
+    assert!(
+        text.ends_with("…[1048576 bytes]"),
+        "{}",
+        &text[text.len() - 40..]
+    );
+
+    let (mut r, mut t) = (run(RunState::Active, &[], None), task(TaskStatus::Active));
+    let failed = CompletionReport {
+        summary: big.clone(),
+        ..report(ReportStatus::Failed)
+    };
+    let events = apply_completion_report(&mut r, &mut t, failed).expect("applies");
+    let summary = events[0].1["summary"].as_str().expect("summary");
+    assert!(
+        summary.len() <= 2048 && summary.ends_with("bytes]"),
+        "{}",
+        summary.len()
+    );
+    let reason = t.status_reason.as_deref().expect("the failure's reason");
+    assert!(reason.len() <= 2048, "{} bytes of reason", reason.len());
+    assert_eq!(events[1].1["reason"], reason);
+    assert_eq!(
+        r.completion_report.expect("kept").summary,
+        big,
+        "the run keeps the whole report"
+    );
+}
