@@ -83,7 +83,10 @@ pub async fn open(
 
 /// Finishes a run (FAILED_PRECONDITION when it already has) and records
 /// `agent_completed`; the task's current agent is cleared when it was this one.
-/// Returns once no tool call of the run may still have processes.
+/// A root run finished without a completion report, with no other run of its
+/// task going, leaves its task `waiting` with the reason (not `active` with
+/// no one on it), as a run Chorus drives does. Returns once no tool call of
+/// the run may still have processes.
 pub async fn finish(
     state: &AppState,
     id: RunId,
@@ -93,8 +96,21 @@ pub async fn finish(
     let now = now_ms();
     let (run, _task, _) = state
         .store
-        .change_run(id, move |run, task| {
-            Ok(vec![policy::finish_run(run, task, reason, now)?])
+        .change_run_family(id, move |run, task, others| {
+            let why = format!(
+                "run {} was finished by its caller ({reason}) without a completion report; start the task again or cancel it",
+                run.id
+            );
+            let mut events = vec![policy::finish_run(run, task, reason, now)?];
+            if others.is_empty() {
+                events.extend(policy::settle_task_without_report(
+                    run,
+                    task,
+                    TaskStatus::Waiting,
+                    &why,
+                )?);
+            }
+            Ok(events)
         })
         .await?;
     crate::runner::wait_calls_stopped(state, run.task_id, vec![run.id], now).await?;

@@ -154,6 +154,15 @@ async fn a_finished_run_records_its_end_and_cannot_finish_again() {
             .expect(b)
             .into_inner();
         assert!(after.current_agent.is_empty(), "{b}");
+        // Finished without a report, with no other run: the task waits for
+        // someone (before, it stayed active with no run).
+        assert_eq!(after.status, "waiting", "{b}");
+        assert!(
+            after.status_reason.contains("without a completion report")
+                && after.status_reason.contains(&run.id),
+            "{b}: {}",
+            after.status_reason
+        );
         let events = f
             .svc
             .get_history(Request::new(pb::GetHistoryRequest {
@@ -175,7 +184,8 @@ async fn a_finished_run_records_its_end_and_cannot_finish_again() {
                 "run_opened",
                 "status_changed",
                 "agent_started",
-                "agent_completed"
+                "agent_completed",
+                "status_changed"
             ],
             "{b}"
         );
