@@ -121,8 +121,9 @@ pub fn settle_planning(
     Ok(events)
 }
 
-/// The planner's plan becomes the task's (the questions it answered kept),
-/// and the task is planned.
+/// The planner's plan becomes the task's (the questions asked before it
+/// kept, answered or not: an unanswered one is part of the record too), and
+/// the task is planned.
 fn take_plan(
     task: &mut Task,
     run_id: &str,
@@ -133,16 +134,10 @@ fn take_plan(
         .filter(|a| !a.trim().is_empty())
         .map(|a| Name::parse("assigned agent", &a))
         .transpose()?;
-    let answered = task
-        .planning
-        .questions
-        .iter()
-        .filter(|q| q.answer.is_some())
-        .cloned()
-        .collect();
+    let asked = std::mem::take(&mut task.planning.questions);
     let summary = plan.summary.clone();
     task.planning = Planning {
-        questions: answered,
+        questions: asked,
         assigned_agent: assigned_agent.clone(),
         ..plan
     };

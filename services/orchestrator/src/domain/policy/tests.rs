@@ -396,10 +396,16 @@ fn interrupted_runs_leave_an_active_task_waiting_and_a_planning_task_failed() {
 fn the_planner_output_decides_where_the_task_goes() {
     let mut planner = run(RunState::Active, &[], None);
     let mut planning_task = task(TaskStatus::Planning);
-    planning_task.planning.questions = vec![crate::domain::Question {
-        question: "Length?".into(),
-        answer: Some("short".into()),
-    }];
+    planning_task.planning.questions = vec![
+        crate::domain::Question {
+            question: "Length?".into(),
+            answer: Some("short".into()),
+        },
+        crate::domain::Question {
+            question: "Rhyme scheme?".into(),
+            answer: None,
+        },
+    ];
     planner.planner_output = Some(PlannerOutput::Plan {
         summary: "Write it".into(),
         requirements: vec!["rhymes".into()],
@@ -421,9 +427,18 @@ fn the_planner_output_decides_where_the_task_goes() {
         Some("writer")
     );
     assert_eq!(
-        planning_task.planning.questions.len(),
-        1,
-        "answered questions are kept"
+        planning_task.planning.questions,
+        [
+            crate::domain::Question {
+                question: "Length?".into(),
+                answer: Some("short".into()),
+            },
+            crate::domain::Question {
+                question: "Rhyme scheme?".into(),
+                answer: None,
+            },
+        ],
+        "the questions asked are kept, the unanswered one too"
     );
 
     let mut asking = task(TaskStatus::Planning);
