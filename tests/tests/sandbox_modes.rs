@@ -204,3 +204,44 @@ async fn with_the_sandbox_off_agents_run_unconfined_as_the_operator_asked() {
     drop(client);
     orchestrator.stop().await;
 }
+
+/// A root service with no `--sandbox-user` runs a workspace's processes as
+/// the owner of its root, never as root: a root-owned root is said to be a
+/// problem when the workspace is made (and read), with the fix, instead of
+/// only when a task starts bash, git or a CLI agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_owned_workspace_is_flagged_when_it_is_made_with_the_fix() {
+    if !chorus_sandbox::testing::root_for("a root-owned workspace") {
+        return;
+    }
+    let data = tempfile::tempdir().expect("data");
+    let orchestrator = orchestrator(data.path(), SandboxConfig::default()).await;
+    let mut client = orchestrator.client().await;
+    let owned_by_root = tempfile::tempdir().expect("root");
+    let made = client
+        .create_workspace(pb::CreateWorkspaceRequest {
+            name: "roots".into(),
+            root: owned_by_root.path().display().to_string(),
+        })
+        .await
+        .expect("made, with a warning")
+        .into_inner();
+    assert_eq!(made.warnings.len(), 1, "{made:?}");
+    let warning = &made.warnings[0];
+    for fix in ["owned by root", "chown", "--sandbox-user"] {
+        assert!(warning.contains(fix), "{fix} not in: {warning}");
+    }
+    let read = client
+        .get_workspace(pb::GetWorkspaceRequest {
+            id: made.id.clone(),
+        })
+        .await
+        .expect("read")
+        .into_inner();
+    assert_eq!(read.warnings, made.warnings, "said on every read");
+
+    let given = tempfile::tempdir().expect("root");
+    let fine = chorus_tests::agents::workspace(&mut client, "given", given.path()).await;
+    assert!(fine.warnings.is_empty(), "{:?}", fine.warnings);
+    orchestrator.stop().await;
+}

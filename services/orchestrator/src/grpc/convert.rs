@@ -13,8 +13,11 @@ use crate::domain::{
     WorkspaceId,
 };
 
-pub fn workspace(w: &Workspace) -> pb::Workspace {
+/// `w` on the wire, with what will not work in it (see
+/// [`crate::core::workspaces::warnings`]).
+pub fn workspace(w: &Workspace, warnings: Vec<String>) -> pb::Workspace {
     pb::Workspace {
+        warnings,
         id: w.id.to_string(),
         name: w.name.to_string(),
         root: w.root.display().to_string(),

@@ -3,10 +3,17 @@
 
 use chorus_proto::orchestrator::v1 as pb;
 
-use crate::domain::Name;
+use crate::domain::{Name, Workspace};
 use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::state::AppState;
+
+fn on_wire(state: &AppState, workspace: &Workspace) -> pb::Workspace {
+    convert::workspace(
+        workspace,
+        crate::core::workspaces::warnings(state, workspace),
+    )
+}
 
 pub(super) async fn create(
     state: &AppState,
@@ -14,7 +21,7 @@ pub(super) async fn create(
 ) -> Result<pb::Workspace, ServiceError> {
     let name = Name::parse("name", &req.name)?;
     let workspace = crate::core::workspaces::create(state, name, &req.root).await?;
-    Ok(convert::workspace(&workspace))
+    Ok(on_wire(state, &workspace))
 }
 
 pub(super) async fn get(
@@ -22,13 +29,13 @@ pub(super) async fn get(
     req: pb::GetWorkspaceRequest,
 ) -> Result<pb::Workspace, ServiceError> {
     let id = convert::workspace_id("id", &req.id)?;
-    Ok(convert::workspace(&state.store.get_workspace(id).await?))
+    Ok(on_wire(state, &state.store.get_workspace(id).await?))
 }
 
 pub(super) async fn list(state: &AppState) -> Result<pb::ListWorkspacesResponse, ServiceError> {
     let workspaces = state.store.list_workspaces().await?;
     Ok(pb::ListWorkspacesResponse {
-        workspaces: workspaces.iter().map(convert::workspace).collect(),
+        workspaces: workspaces.iter().map(|w| on_wire(state, w)).collect(),
     })
 }
 
@@ -50,7 +57,7 @@ pub(super) async fn update(
         .store
         .update_workspace(id, name, system_provider)
         .await?;
-    Ok(convert::workspace(&workspace))
+    Ok(on_wire(state, &workspace))
 }
 
 pub(super) async fn delete(
