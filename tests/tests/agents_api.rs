@@ -76,6 +76,18 @@ async fn an_api_agent_runs_its_tool_loop_through_the_services_and_completes() {
             "'{step}' missing from {kinds:#?}"
         );
     }
+    // The 429 and the wait before the retry are in the history.
+    let retry = events
+        .iter()
+        .find(|e| e.kind == "agent_progress" && data(e)["kind"] == "model_retry")
+        .map(data)
+        .unwrap_or_else(|| panic!("no model_retry in {kinds:#?}"));
+    assert!(
+        retry["reason"].as_str().is_some_and(|r| r.contains("429")),
+        "{retry}"
+    );
+    assert_eq!(retry["retry"], 1, "{retry}");
+    assert!(retry["wait_ms"].as_u64().is_some(), "{retry}");
     let end = data(events.last().expect("end"));
     assert_eq!(end["reason"], "completed");
     // 3 answered calls of 11 prompt and 7 completion tokens (the 429 has none).

@@ -53,6 +53,13 @@ pub enum Progress {
     },
     /// The provider named its session (CLI session id).
     Session(String),
+    /// A model call failed in a way worth trying again (a 5xx, a 429, no
+    /// answer at all): why, which retry this is, and how long it waits first.
+    Retry {
+        reason: String,
+        retry: u32,
+        wait_ms: u64,
+    },
 }
 
 /// The provider settings a run uses (the API key included: only runs read it).

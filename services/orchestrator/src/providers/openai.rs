@@ -110,7 +110,7 @@ pub async fn attempt(
             tools: &tools,
             turn,
         };
-        let message = request.ask(ctx, &messages, &mut end).await?;
+        let message = request.ask(ctx, &messages, &mut end, progress).await?;
         let text = message
             .get("content")
             .and_then(Value::as_str)
@@ -228,6 +228,7 @@ impl Turn<'_> {
         ctx: &RunContext,
         messages: &[Value],
         end: &mut AttemptEnd,
+        progress: &mut (dyn FnMut(Progress) + Send),
     ) -> Result<Value, AttemptError> {
         let body = json!({
             "model": self.model,
@@ -238,9 +239,16 @@ impl Turn<'_> {
         });
         debug!(run_id = %ctx.run_id, turn = self.turn, "model request");
         let span = model_span(ctx, self.model);
-        let answer = match post(self.client, self.limits, ctx, self.url, &body, end)
-            .instrument(span.clone())
-            .await
+        let answer = match post(
+            self.client,
+            self.limits,
+            ctx,
+            (self.url, &body),
+            end,
+            progress,
+        )
+        .instrument(span.clone())
+        .await
         {
             Ok(answer) => answer,
             Err(e) => {
@@ -427,14 +435,15 @@ async fn persist(
     Ok(())
 }
 
-/// One model call with retries; obeys the run's deadline and stop token.
+/// One model call with retries, each told as progress (the run's history
+/// shows why and how long it waited); obeys the run's deadline and stop token.
 async fn post(
     client: &reqwest::Client,
     limits: &ApiLimits,
     ctx: &RunContext,
-    url: &str,
-    body: &Value,
+    (url, body): (&str, &Value),
     end: &AttemptEnd,
+    progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Value, AttemptError> {
     let mut backoff = limits.backoff;
     let mut last_error = String::new();
@@ -492,6 +501,11 @@ async fn post(
             break;
         }
         warn!(run_id = %ctx.run_id, error = %last_error, retry_in = ?wait, "model call failed; retrying");
+        progress(Progress::Retry {
+            reason: last_error.clone(),
+            retry: try_number + 1,
+            wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        });
         tokio::select! {
             () = sleep(wait) => {}
             () = ctx.clock.expired() => return Err(timed_out(ctx, end)),

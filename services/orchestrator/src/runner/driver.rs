@@ -312,6 +312,14 @@ fn progress_record(
                 json!({ "tool": tool, "input": input, "input_bytes": input_bytes }),
             )
         }
+        Progress::Retry {
+            reason,
+            retry,
+            wait_ms,
+        } => (
+            "model_retry",
+            json!({ "reason": reason, "retry": retry, "wait_ms": wait_ms }),
+        ),
     };
     let mut data = json!({ "run_id": run_id, "agent": agent, "kind": kind });
     if let (Some(d), Value::Object(extra)) = (data.as_object_mut(), details) {
