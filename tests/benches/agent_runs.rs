@@ -111,6 +111,7 @@ async fn overhead(calls: usize) {
         .cancel_task(pb::CancelTaskRequest {
             id: task.id.clone(),
             reason: "bench over".into(),
+            ..Default::default()
         })
         .await
         .expect("cancel");

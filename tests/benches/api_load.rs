@@ -146,7 +146,10 @@ async fn throughput(database: &str, url: &str, data: &Path, total: usize) {
             let id = id.clone();
             async move {
                 client
-                    .get_task(pb::GetTaskRequest { id })
+                    .get_task(pb::GetTaskRequest {
+                        id,
+                        ..Default::default()
+                    })
                     .await
                     .expect("GetTask");
             }
@@ -254,6 +257,7 @@ async fn p99s(
         admin
             .get_task(pb::GetTaskRequest {
                 id: task_id.to_owned(),
+                ..Default::default()
             })
             .await
             .expect("an admin's GetTask");
@@ -426,6 +430,7 @@ async fn attacks(data: &Path, n: usize) {
     let last = admin
         .get_task(pb::GetTaskRequest {
             id: legit.task_id.clone(),
+            ..Default::default()
         })
         .await
         .expect("task")

@@ -232,6 +232,7 @@ async fn delivery(cluster: &Cluster, ws: &pb::Workspace) -> (Vec<Duration>, Vec<
             summary,
             ..Default::default()
         }),
+        ..Default::default()
     };
     writer
         .update_planning(change("warm-up".to_owned()))
@@ -301,6 +302,7 @@ async fn takeover(cluster: &mut Cluster, ws: &pb::Workspace) -> Duration {
             .cancel_task(pb::CancelTaskRequest {
                 id: task.id.clone(),
                 reason: "benchmark over".into(),
+                ..Default::default()
             })
             .await;
     }

@@ -104,7 +104,10 @@ pub async fn workspace(client: &mut Client, name: &str, root: &Path) -> pb::Work
 /// The task as it is now.
 pub async fn task_of(client: &mut Client, id: &str) -> pb::Task {
     client
-        .get_task(pb::GetTaskRequest { id: id.to_owned() })
+        .get_task(pb::GetTaskRequest {
+            id: id.to_owned(),
+            ..Default::default()
+        })
         .await
         .expect("task")
         .into_inner()
@@ -152,6 +155,7 @@ pub async fn mark_planned(client: &mut Client, task_id: &str) {
                 id: task_id.to_owned(),
                 status: status.into(),
                 reason: String::new(),
+                ..Default::default()
             })
             .await
             .expect("status");
@@ -172,6 +176,7 @@ pub async fn opened_run(
             id: task.id.clone(),
             status: "active".into(),
             reason: String::new(),
+            ..Default::default()
         })
         .await
         .expect("status");

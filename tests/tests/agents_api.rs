@@ -140,6 +140,7 @@ async fn an_api_agent_runs_its_tool_loop_through_the_services_and_completes() {
     let task = client
         .get_task(pb::GetTaskRequest {
             id: task.id.clone(),
+            ..Default::default()
         })
         .await
         .expect("task")
@@ -193,6 +194,7 @@ async fn an_api_agent_that_stops_without_reporting_is_reminded_with_its_whole_co
     let task = client
         .get_task(pb::GetTaskRequest {
             id: task.id.clone(),
+            ..Default::default()
         })
         .await
         .expect("task")
@@ -230,6 +232,7 @@ async fn an_api_that_keeps_failing_fails_the_task_with_its_answer() {
     let task = client
         .get_task(pb::GetTaskRequest {
             id: task.id.clone(),
+            ..Default::default()
         })
         .await
         .expect("task")

@@ -523,6 +523,7 @@ async fn cancel_kills_every_process_of_the_run_before_it_returns() {
         .cancel_task(pb::CancelTaskRequest {
             id: task.id.clone(),
             reason: "the user changed their mind".into(),
+            ..Default::default()
         })
         .await
         .expect("cancel")
@@ -542,6 +543,7 @@ async fn cancel_kills_every_process_of_the_run_before_it_returns() {
         .cancel_task(pb::CancelTaskRequest {
             id: task.id.clone(),
             reason: String::new(),
+            ..Default::default()
         })
         .await
         .expect_err("a canceled task cannot be canceled again");

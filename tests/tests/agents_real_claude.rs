@@ -147,6 +147,7 @@ async fn the_real_claude_code_cli_reads_is_refused_and_reports_through_chorus_to
     let task = client
         .get_task(pb::GetTaskRequest {
             id: task.id.clone(),
+            ..Default::default()
         })
         .await
         .expect("task")
@@ -280,6 +281,7 @@ async fn the_real_claude_code_cli_hands_off_through_chorus_tools_and_gets_the_re
     let task = client
         .get_task(pb::GetTaskRequest {
             id: task.id.clone(),
+            ..Default::default()
         })
         .await
         .expect("task")

@@ -71,6 +71,7 @@ async fn cancel_task_stops_an_api_agents_running_bash_call_at_once() {
         .cancel_task(pb::CancelTaskRequest {
             id: task.id.clone(),
             reason: "stop".into(),
+            ..Default::default()
         })
         .await
         .expect("cancel");

@@ -117,6 +117,7 @@ async fn legitimate_callers_are_served(s: &mut Setup) {
     s.admin
         .get_task(pb::GetTaskRequest {
             id: s.task.id.clone(),
+            ..Default::default()
         })
         .await
         .expect("an admin's unary call during the attack");
@@ -392,6 +393,7 @@ async fn silent_connections_past_the_open_file_limit_stall_no_one() {
     OrchestratorClient::with_interceptor(channel, Bearer::new(&s.orchestrator.admin_key))
         .get_task(pb::GetTaskRequest {
             id: s.task.id.clone(),
+            ..Default::default()
         })
         .await
         .expect("a new admin's call during the attack");

@@ -358,6 +358,7 @@ async fn refused_calls_that_would_change_something_change_nothing() {
                 .cancel_task(pb::CancelTaskRequest {
                     id: task.id.clone(),
                     reason: "stop".into(),
+                    ..Default::default()
                 })
                 .await
                 .map(|_| ()),
@@ -445,6 +446,7 @@ async fn keys_are_managed_by_admins_shown_once_and_refused_once_revoked() {
     let mut ci = client_at(orchestrator.addr, &made.secret).await;
     ci.get_task(pb::GetTaskRequest {
         id: task.id.clone(),
+        ..Default::default()
     })
     .await
     .expect("an operator reads");
@@ -455,7 +457,10 @@ async fn keys_are_managed_by_admins_shown_once_and_refused_once_revoked() {
         .await
         .expect("revoke");
     let refused = ci
-        .get_task(pb::GetTaskRequest { id: task.id })
+        .get_task(pb::GetTaskRequest {
+            id: task.id,
+            ..Default::default()
+        })
         .await
         .expect_err("revoked");
     assert_eq!(refused.code(), Code::Unauthenticated);
@@ -505,6 +510,7 @@ async fn the_last_admin_key_is_not_revoked() {
     admin
         .get_task(pb::GetTaskRequest {
             id: task.id.clone(),
+            ..Default::default()
         })
         .await
         .expect("the key still works");
@@ -523,7 +529,10 @@ async fn the_last_admin_key_is_not_revoked() {
         .expect_err("now the second is the last");
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
     second
-        .get_task(pb::GetTaskRequest { id: task.id })
+        .get_task(pb::GetTaskRequest {
+            id: task.id,
+            ..Default::default()
+        })
         .await
         .expect("the second admin key works");
     orchestrator.stop().await;

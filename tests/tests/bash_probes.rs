@@ -247,6 +247,7 @@ async fn bash_reaches_nothing_but_its_own_workspace() {
         .cancel_task(pb::CancelTaskRequest {
             id: sleeping.id.clone(),
             reason: String::new(),
+            ..Default::default()
         })
         .await
         .expect("cancel");

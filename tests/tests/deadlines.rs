@@ -119,6 +119,7 @@ async fn a_unary_call_past_the_request_timeout_is_stopped_while_a_stream_goes_on
             .cancel_task(pb::CancelTaskRequest {
                 id: task.id.clone(),
                 reason: "seen enough".into(),
+                ..Default::default()
             })
             .await
             .expect("cancel");

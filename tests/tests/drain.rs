@@ -69,6 +69,7 @@ async fn the_orchestrator_drains_serving_calls_and_a_second_sigterm_exits_at_onc
     client
         .get_task(pb::GetTaskRequest {
             id: task.id.clone(),
+            ..Default::default()
         })
         .await
         .expect("served during the drain");
@@ -81,6 +82,7 @@ async fn the_orchestrator_drains_serving_calls_and_a_second_sigterm_exits_at_onc
         .cancel_task(pb::CancelTaskRequest {
             id: task.id.clone(),
             reason: "draining".into(),
+            ..Default::default()
         })
         .await
         .expect("cancel");

@@ -109,6 +109,7 @@ async fn a_run_end_stops_its_bash_call(ending: RunEnd) {
                 .cancel_task(pb::CancelTaskRequest {
                     id: task.id.clone(),
                     reason: "changed my mind".into(),
+                    ..Default::default()
                 })
                 .await
                 .expect("cancel");
@@ -270,6 +271,7 @@ async fn a_call_reported_by_a_driver_that_lost_the_run_is_recorded_as_interrupte
         .cancel_task(pb::CancelTaskRequest {
             id: task.id.clone(),
             reason: "enough".into(),
+            ..Default::default()
         })
         .await
         .expect("cancel");
@@ -341,6 +343,7 @@ async fn cancel_task_returns_once_the_call_of_a_cut_off_tool_exec_is_fenced() {
         .cancel_task(pb::CancelTaskRequest {
             id: task.id.clone(),
             reason: "changed my mind".into(),
+            ..Default::default()
         })
         .await
         .expect("cancel");
@@ -398,6 +401,7 @@ async fn no_call_racing_the_end_outlives_cancel_task() {
         .cancel_task(pb::CancelTaskRequest {
             id: task.id.clone(),
             reason: "changed my mind".into(),
+            ..Default::default()
         })
         .await
         .expect("cancel");

@@ -153,6 +153,7 @@ async fn cancel_task_returns_only_once_a_paused_drivers_processes_are_dead() {
         .cancel_task(pb::CancelTaskRequest {
             id: task.id.clone(),
             reason: "not needed".into(),
+            ..Default::default()
         })
         .await
         .map(tonic::Response::into_inner);

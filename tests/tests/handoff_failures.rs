@@ -142,6 +142,7 @@ async fn canceling_a_task_mid_chain_ends_every_run_stream_and_process() {
             .cancel_task(pb::CancelTaskRequest {
                 id: task.id.clone(),
                 reason: "changed my mind".into(),
+                ..Default::default()
             })
             .await
             .expect("cancel")

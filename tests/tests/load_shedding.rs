@@ -220,6 +220,7 @@ async fn orchestrator_streams_beyond_their_limit_are_refused_and_unary_calls_go_
         client
             .get_task(pb::GetTaskRequest {
                 id: task.id.clone(),
+                ..Default::default()
             })
             .await
             .expect("unary calls are not starved by streams");
@@ -229,6 +230,7 @@ async fn orchestrator_streams_beyond_their_limit_are_refused_and_unary_calls_go_
         .cancel_task(pb::CancelTaskRequest {
             id: task.id.clone(),
             reason: "done watching".into(),
+            ..Default::default()
         })
         .await
         .expect("cancel");

@@ -445,6 +445,7 @@ async fn canceling_the_task_during_a_handoff_ends_the_call_and_everything_the_ch
         .cancel_task(pb::CancelTaskRequest {
             id: task.clone(),
             reason: "changed my mind".into(),
+            ..Default::default()
         })
         .await
         .expect("cancel")

@@ -94,6 +94,7 @@ async fn a_run_calls_tools_through_chorus_tools_and_history_records_each_by_name
                 id: task.id.clone(),
                 status: status.into(),
                 reason: String::new(),
+                ..Default::default()
             })
             .await
             .expect(status);
@@ -175,6 +176,7 @@ async fn a_run_calls_tools_through_chorus_tools_and_history_records_each_by_name
     let done = client
         .get_task(pb::GetTaskRequest {
             id: task.id.clone(),
+            ..Default::default()
         })
         .await
         .expect("task")
@@ -289,6 +291,7 @@ async fn a_restart_on_the_same_data_keeps_everything() {
             id: task.id.clone(),
             status: "planning".into(),
             reason: String::new(),
+            ..Default::default()
         })
         .await
         .expect("planning");
@@ -300,6 +303,7 @@ async fn a_restart_on_the_same_data_keeps_everything() {
     let again = client
         .get_task(pb::GetTaskRequest {
             id: task.id.clone(),
+            ..Default::default()
         })
         .await
         .expect("task")

@@ -123,6 +123,7 @@ async fn plan_questions_answers_plan_then_start_the_assigned_agent_to_completion
             .plan_task(pb::PlanTaskRequest {
                 id: task.id.clone(),
                 timeout_secs: 0,
+                ..Default::default()
             })
             .await
             .expect("plan")
@@ -147,6 +148,7 @@ async fn plan_questions_answers_plan_then_start_the_assigned_agent_to_completion
             .plan_task(pb::PlanTaskRequest {
                 id: task.id.clone(),
                 timeout_secs: 0,
+                ..Default::default()
             })
             .await
             .expect_err("awaiting input");
@@ -157,6 +159,7 @@ async fn plan_questions_answers_plan_then_start_the_assigned_agent_to_completion
                 id: task.id.clone(),
                 answers: vec!["a".into(), "b".into(), "c".into()],
                 timeout_secs: 0,
+                ..Default::default()
             })
             .await
             .expect_err("too many");
@@ -167,6 +170,7 @@ async fn plan_questions_answers_plan_then_start_the_assigned_agent_to_completion
                 id: task.id.clone(),
                 answers: vec!["hello".into()],
                 timeout_secs: 0,
+                ..Default::default()
             })
             .await
             .expect("answers")
@@ -294,6 +298,7 @@ async fn a_planner_that_errs_or_never_answers_fails_the_task_with_the_reason() {
         .plan_task(pb::PlanTaskRequest {
             id: erring.id.clone(),
             timeout_secs: 0,
+            ..Default::default()
         })
         .await
         .expect("plan");
@@ -314,6 +319,7 @@ async fn a_planner_that_errs_or_never_answers_fails_the_task_with_the_reason() {
         .plan_task(pb::PlanTaskRequest {
             id: silent.id.clone(),
             timeout_secs: 0,
+            ..Default::default()
         })
         .await
         .expect("plan");
@@ -366,6 +372,7 @@ async fn planning_needs_a_system_provider_and_a_pending_task() {
         .plan_task(pb::PlanTaskRequest {
             id: task.id.clone(),
             timeout_secs: 0,
+            ..Default::default()
         })
         .await
         .expect_err("no system provider");
@@ -379,6 +386,7 @@ async fn planning_needs_a_system_provider_and_a_pending_task() {
             id: task.id.clone(),
             answers: vec!["yes".into()],
             timeout_secs: 0,
+            ..Default::default()
         })
         .await
         .expect_err("not awaiting input");

@@ -350,6 +350,7 @@ async fn cancel_task_on_a_replica_that_does_not_drive_the_run_returns_once_its_p
         .cancel_task(pb::CancelTaskRequest {
             id: task.id.clone(),
             reason: "not needed".into(),
+            ..Default::default()
         })
         .await
         .expect("cancel")

@@ -182,6 +182,7 @@ async fn cancel_task_leaves_nothing() {
             .cancel_task(pb::CancelTaskRequest {
                 id: task.id.clone(),
                 reason: "stop".into(),
+                ..Default::default()
             })
             .await
             .expect("cancel");
@@ -345,6 +346,7 @@ async fn cancel_then_sigkill_leaves_nothing() {
                 .cancel_task(pb::CancelTaskRequest {
                     id,
                     reason: "stop".into(),
+                    ..Default::default()
                 })
                 .await;
         });

@@ -127,6 +127,7 @@ async fn with_certificates_everything_speaks_tls_and_client_certificates_act_wit
     let refused = stranger
         .get_task(pb::GetTaskRequest {
             id: task.id.clone(),
+            ..Default::default()
         })
         .await
         .expect_err("no role");

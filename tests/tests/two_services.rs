@@ -151,6 +151,7 @@ async fn a_separate_tool_exec_checks_records_refuses_ended_runs_and_follows_key_
         .cancel_task(pb::CancelTaskRequest {
             id: task.id.clone(),
             reason: "stop".into(),
+            ..Default::default()
         })
         .await
         .expect("cancel");

@@ -293,6 +293,22 @@ pub fn task_id(field: &'static str, value: &str) -> Result<TaskId, DomainError> 
     id(field, value, TaskId::parse)
 }
 
+/// The task a request names as `task_id` (the spelling every request uses)
+/// or `id` (the older one, still accepted): one of them, or both the same.
+pub fn task_of(id: &str, task_id: &str) -> Result<TaskId, DomainError> {
+    match (id.trim(), task_id.trim()) {
+        ("", _) => self::task_id("task_id", task_id),
+        (_, "") => self::task_id("id", id),
+        (a, b) if a == b => self::task_id("task_id", task_id),
+        _ => Err(DomainError::invalid(
+            "task_id",
+            format!(
+                "the request names two tasks (id '{id}', task_id '{task_id}'); give one, as task_id"
+            ),
+        )),
+    }
+}
+
 pub fn run_id(field: &'static str, value: &str) -> Result<RunId, DomainError> {
     id(field, value, RunId::parse)
 }

@@ -35,7 +35,7 @@ pub(super) async fn get(
     state: &AppState,
     req: pb::GetTaskRequest,
 ) -> Result<pb::Task, ServiceError> {
-    let id = convert::task_id("id", &req.id)?;
+    let id = convert::task_of(&req.id, &req.task_id)?;
     Ok(convert::task(&state.store.get_task(id).await?))
 }
 
@@ -72,7 +72,7 @@ pub(super) async fn update_status(
     state: &AppState,
     req: pb::UpdateTaskStatusRequest,
 ) -> Result<pb::Task, ServiceError> {
-    let id = convert::task_id("id", &req.id)?;
+    let id = convert::task_of(&req.id, &req.task_id)?;
     if req.status.is_empty() {
         return Err(DomainError::invalid("status", "must not be empty").into());
     }
@@ -86,7 +86,7 @@ pub(super) async fn delete(
     state: &AppState,
     req: pb::DeleteTaskRequest,
 ) -> Result<pb::DeleteTaskResponse, ServiceError> {
-    let id = convert::task_id("id", &req.id)?;
+    let id = convert::task_of(&req.id, &req.task_id)?;
     state.store.delete_task(id).await?;
     Ok(pb::DeleteTaskResponse {})
 }
@@ -95,7 +95,7 @@ pub(super) async fn update_planning(
     state: &AppState,
     req: pb::UpdatePlanningRequest,
 ) -> Result<pb::Task, ServiceError> {
-    let id = convert::task_id("id", &req.id)?;
+    let id = convert::task_of(&req.id, &req.task_id)?;
     let planning = convert::planning_from(
         req.planning
             .ok_or_else(|| DomainError::invalid("planning", "must be set"))?,
@@ -130,7 +130,7 @@ pub(super) async fn cancel(
     state: &AppState,
     req: pb::CancelTaskRequest,
 ) -> Result<pb::Task, ServiceError> {
-    let id = convert::task_id("id", &req.id)?;
+    let id = convert::task_of(&req.id, &req.task_id)?;
     let task = core::cancel(state, id, convert::non_empty(req.reason)).await?;
     Ok(convert::task(&task))
 }
@@ -140,7 +140,7 @@ pub(super) async fn plan(
     state: &AppState,
     req: pb::PlanTaskRequest,
 ) -> Result<pb::PlanTaskResponse, ServiceError> {
-    let id = convert::task_id("id", &req.id)?;
+    let id = convert::task_of(&req.id, &req.task_id)?;
     planned(core::plan(state, id, req.timeout_secs).await?)
 }
 
@@ -149,7 +149,7 @@ pub(super) async fn answer(
     state: &AppState,
     req: pb::SubmitAnswersRequest,
 ) -> Result<pb::PlanTaskResponse, ServiceError> {
-    let id = convert::task_id("id", &req.id)?;
+    let id = convert::task_of(&req.id, &req.task_id)?;
     planned(core::answer(state, id, req.answers, req.timeout_secs).await?)
 }
 

@@ -63,6 +63,7 @@ impl Fixture {
                 id: task.id.clone(),
                 status: status.into(),
                 reason: String::new(),
+                ..Default::default()
             }))
             .await
             .map(tonic::Response::into_inner)

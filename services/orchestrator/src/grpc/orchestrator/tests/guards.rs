@@ -39,6 +39,7 @@ async fn a_task_with_a_live_run_is_not_moved_by_hand_and_only_a_task_that_is_ove
         let delete = || {
             Request::new(pb::DeleteTaskRequest {
                 id: task.id.clone(),
+                ..Default::default()
             })
         };
         assert_status(
@@ -62,6 +63,7 @@ async fn a_task_with_a_live_run_is_not_moved_by_hand_and_only_a_task_that_is_ove
             .cancel_task(Request::new(pb::CancelTaskRequest {
                 id: task.id.clone(),
                 reason: "stop".into(),
+                ..Default::default()
             }))
             .await
             .expect(b);
@@ -70,6 +72,7 @@ async fn a_task_with_a_live_run_is_not_moved_by_hand_and_only_a_task_that_is_ove
             f.svc
                 .get_task(Request::new(pb::GetTaskRequest {
                     id: task.id.clone(),
+                    ..Default::default()
                 }))
                 .await,
             Code::NotFound,
@@ -115,6 +118,7 @@ async fn a_completed_tasks_plan_is_kept() {
                     summary: "rewritten".into(),
                     ..Default::default()
                 }),
+                ..Default::default()
             }))
             .await;
         assert_status(err, Code::FailedPrecondition, "create a new task", b);
@@ -222,6 +226,7 @@ async fn unbounded_values_are_refused_with_their_bound() {
                 id: task.id.clone(),
                 status: "waiting".into(),
                 reason: "r".repeat(70_000),
+                ..Default::default()
             }))
             .await;
         assert_status(err, Code::InvalidArgument, "2048-byte limit", b);

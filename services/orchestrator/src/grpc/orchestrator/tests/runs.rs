@@ -54,6 +54,7 @@ async fn an_opened_run_is_active_with_a_token_for_its_tools_and_root() {
             .svc
             .get_task(Request::new(pb::GetTaskRequest {
                 id: task.id.clone(),
+                ..Default::default()
             }))
             .await
             .expect(b)
@@ -149,6 +150,7 @@ async fn a_finished_run_records_its_end_and_cannot_finish_again() {
             .svc
             .get_task(Request::new(pb::GetTaskRequest {
                 id: task.id.clone(),
+                ..Default::default()
             }))
             .await
             .expect(b)

@@ -46,6 +46,7 @@ async fn tasks_are_created_read_and_listed_by_status_page_by_page() {
             .svc
             .get_task(Request::new(pb::GetTaskRequest {
                 id: first.id.clone(),
+                ..Default::default()
             }))
             .await
             .expect(b)
@@ -111,6 +112,7 @@ async fn tasks_are_created_read_and_listed_by_status_page_by_page() {
             .svc
             .get_task(Request::new(pb::GetTaskRequest {
                 id: crate::domain::TaskId::new().to_string(),
+                ..Default::default()
             }))
             .await;
         assert_status(err, Code::NotFound, "task", b);
@@ -150,6 +152,7 @@ async fn every_status_change_is_allowed_or_refused_by_the_table() {
                         id: task.id.clone(),
                         status: to.as_str().into(),
                         reason: "because".into(),
+                        ..Default::default()
                     }))
                     .await
                     .map(tonic::Response::into_inner);
@@ -166,6 +169,7 @@ async fn every_status_change_is_allowed_or_refused_by_the_table() {
                             .svc
                             .get_task(Request::new(pb::GetTaskRequest {
                                 id: task.id.clone(),
+                                ..Default::default()
                             }))
                             .await
                             .expect(b)
@@ -194,6 +198,7 @@ async fn every_status_change_is_allowed_or_refused_by_the_table() {
                 id: "x".into(),
                 status: "planning".into(),
                 reason: String::new(),
+                ..Default::default()
             }))
             .await;
         assert_status(err, Code::InvalidArgument, "invalid id", b);
@@ -221,6 +226,7 @@ async fn planning_is_edited_and_recorded() {
             Request::new(pb::UpdatePlanningRequest {
                 id: task.id.clone(),
                 planning,
+                ..Default::default()
             })
         };
         let updated = f
@@ -332,5 +338,53 @@ async fn history_is_read_page_by_page() {
             .get_history(Request::new(pb::GetHistoryRequest::default()))
             .await;
         assert_status(err, Code::InvalidArgument, "task_id", b);
+    }
+}
+
+/// Every task request names its task as `task_id` (`taskId`); the older `id`
+/// of GetTask, PlanTask, CancelTask and the others is still accepted. Both
+/// at once must agree.
+#[tokio::test]
+async fn a_task_is_named_by_task_id_or_by_the_older_id() {
+    for f in fixtures().await {
+        let b = f.backend();
+        let ws = f.workspace("docs").await;
+        let task = f.task(&ws, "write").await;
+        let get = |id: &str, task_id: &str| {
+            Request::new(pb::GetTaskRequest {
+                id: id.into(),
+                task_id: task_id.into(),
+            })
+        };
+        for (id, task_id) in [
+            ("", task.id.as_str()),
+            (task.id.as_str(), ""),
+            (task.id.as_str(), task.id.as_str()),
+        ] {
+            let got = f
+                .svc
+                .get_task(get(id, task_id))
+                .await
+                .expect(b)
+                .into_inner();
+            assert_eq!(got.id, task.id, "{b}");
+        }
+        let other = f.task(&ws, "another").await;
+        let err = f.svc.get_task(get(&task.id, &other.id)).await;
+        assert_status(err, Code::InvalidArgument, "names two tasks", b);
+        let err = f.svc.get_task(get("", "")).await;
+        assert_status(err, Code::InvalidArgument, "task_id", b);
+
+        let canceled = f
+            .svc
+            .cancel_task(Request::new(pb::CancelTaskRequest {
+                task_id: other.id.clone(),
+                reason: "not needed".into(),
+                ..Default::default()
+            }))
+            .await
+            .expect(b)
+            .into_inner();
+        assert_eq!(canceled.status, "canceled", "{b}");
     }
 }
