@@ -169,21 +169,10 @@ async fn agents_are_updated_and_deleted_but_internal_agents_keep_their_tools() {
 /// work): refused, naming the run, until the run has ended.
 #[tokio::test]
 async fn an_agent_with_a_run_going_is_not_deleted_and_the_refusal_names_the_run() {
-    use crate::domain::TaskStatus;
     for t in test_stores().await {
         let b = t.backend;
         let (ws, task) = t.workspace_with_task("docs").await;
         let writer = name_of("writer");
-        t.store
-            .change_task(task.id, |task| {
-                Ok(vec![crate::domain::policy::change_status(
-                    task,
-                    TaskStatus::Planning,
-                    None,
-                )?])
-            })
-            .await
-            .expect(b);
         let (run, _) = t
             .store
             .create_run(task.id, writer.clone(), None, vec!["file.read".into()])
