@@ -454,6 +454,7 @@ async fn attacks(data: &Path, n: usize) {
                 task_id: legit.task_id.clone(),
                 after_sequence: last.saturating_sub(1),
                 follow: true,
+                until_needed: false,
             }),
         )
         .await;

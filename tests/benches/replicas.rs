@@ -195,6 +195,7 @@ async fn delivery(cluster: &Cluster, ws: &pb::Workspace) -> (Vec<Duration>, Vec<
                 task_id: task.id.clone(),
                 after_sequence: 0,
                 follow: true,
+                until_needed: false,
             })
             .await
             .expect("watch")

@@ -230,6 +230,7 @@ pub async fn wait_for(
             task_id: task.to_owned(),
             after_sequence: 0,
             follow: true,
+            until_needed: false,
         })
         .await
         .expect("watch")
@@ -266,6 +267,7 @@ pub async fn settled(client: &mut Client, task: &str) -> pb::Task {
                 task_id: task.to_owned(),
                 after_sequence: 0,
                 follow: false,
+                until_needed: false,
             })
             .await
             .expect("watch")

@@ -127,6 +127,7 @@ async fn legitimate_callers_are_served(s: &mut Setup) {
             task_id: s.task.id.clone(),
             after_sequence: 0,
             follow: true,
+            until_needed: false,
         })
         .await
         .expect("an admin's WatchTask during the attack")
@@ -196,6 +197,7 @@ async fn viewer_is_served_again(s: &Setup) {
             task_id: s.task.id.clone(),
             after_sequence: 0,
             follow: true,
+            until_needed: false,
         }),
     )
     .await
@@ -535,6 +537,7 @@ async fn one_read_only_keys_watches_take_only_its_own_share() {
                     task_id: task,
                     after_sequence: 0,
                     follow: true,
+                    until_needed: false,
                 })
                 .await?
                 .into_inner();

@@ -81,6 +81,7 @@ async fn a_unary_call_past_the_request_timeout_is_stopped_while_a_stream_goes_on
                 task_id: task.id.clone(),
                 after_sequence: 0,
                 follow: true,
+                until_needed: false,
             })
             .await
             .expect("watch")

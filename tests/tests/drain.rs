@@ -47,6 +47,7 @@ async fn the_orchestrator_drains_serving_calls_and_a_second_sigterm_exits_at_onc
             task_id: task.id.clone(),
             after_sequence: 0,
             follow: true,
+            until_needed: false,
         })
         .await
         .expect("watch")

@@ -186,6 +186,7 @@ async fn orchestrator_streams_beyond_their_limit_are_refused_and_unary_calls_go_
         task_id: task.id.clone(),
         after_sequence: 0,
         follow: true,
+        until_needed: false,
     };
 
     // Two followers take the two stream places (each is in once answered).

@@ -36,6 +36,7 @@ fn watch(mut client: Client, task: String) -> tokio::task::JoinHandle<Vec<pb::Ta
                 task_id: task,
                 after_sequence: 0,
                 follow: false,
+                until_needed: false,
             })
             .await
             .expect("watch")

@@ -227,6 +227,7 @@ async fn pages_of_large_events_return_every_event_once_in_order() {
                 task_id: run.task_id.clone(),
                 after_sequence: 0,
                 follow: true,
+                until_needed: false,
             })
             .await
             .expect("watch")

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chorus_orchestrator::domain::{EventKind, Name, TaskId, TaskSource, WorkspaceId};
-use chorus_orchestrator::history::{EventHub, watch_task};
+use chorus_orchestrator::history::{EventHub, Until, watch_task};
 use chorus_orchestrator::secrets::SecretBox;
 use chorus_orchestrator::store::Store;
 use serde_json::json;
@@ -98,7 +98,7 @@ async fn bench(label: &str, store: Store, root: &std::path::Path) {
     for _ in 0..WATCHERS {
         let (tx, mut rx) = mpsc::channel(64);
         let (store, hub, token) = (store.clone(), Arc::clone(&hub), cancel.clone());
-        tokio::spawn(async move { watch_task(&store, &hub, task, 1, true, tx, token).await });
+        tokio::spawn(async move { watch_task(&store, &hub, task, 1, Until::NEVER, tx, token).await });
         let committed = Arc::clone(&committed);
         receivers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();

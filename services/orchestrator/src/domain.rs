@@ -5,6 +5,7 @@ mod agent;
 mod api_key;
 mod error;
 mod event;
+pub mod feed;
 mod name;
 pub mod policy;
 mod provider;
@@ -21,7 +22,7 @@ pub use agent::{
 };
 pub use api_key::ApiKeyRecord;
 pub use error::DomainError;
-pub use event::{Event, EventKind};
+pub use event::{Event, EventKind, NeedsYou};
 pub use name::Name;
 pub use provider::{Provider, ProviderKind, ToolTransport};
 pub use provider_key::{

@@ -4,12 +4,15 @@
 //!
 //! The store is the record; the hub is only a doorbell. A watcher that falls
 //! behind, or sees a sequence number jump, goes back to the store for what it
-//! missed, so a slow or lagging watcher never loses an event.
+//! missed, so a slow or lagging watcher never loses an event. The task feed
+//! (many tasks' changes in one stream, `feed`) works the same way.
 
+mod feed;
 pub(crate) mod hub;
 mod pg_connect;
 pub mod relay;
 mod watch;
 
+pub use feed::{ChangeSource, FeedItem, watch_changes};
 pub use hub::{EventHub, Subscription};
-pub use watch::{EventSource, WatchEnd, watch_task};
+pub use watch::{EventSource, Until, WatchEnd, watch_task};

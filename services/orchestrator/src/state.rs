@@ -8,9 +8,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeyAuthenticator;
 use crate::domain::{Event, KeyReferenceRules, RootPolicy, TaskId};
-use crate::history::{EventHub, EventSource};
+use crate::domain::feed::{ChangeFilter, FeedCursor};
+use crate::history::{ChangeSource, EventHub, EventSource};
 use crate::runner::{Runner, RunnerConfig};
-use crate::store::{EVENT_PAGE_BYTES, Store, StoreError};
+use crate::store::{ChangesPage, EVENT_PAGE_BYTES, Store, StoreError};
 
 /// Where agents reach the services (`host:port`), as their environment says.
 #[derive(Debug, Clone, Default)]
@@ -73,6 +74,19 @@ impl AppState {
     }
 }
 
+impl ChangeSource for Store {
+    type Error = StoreError;
+
+    async fn changes_after(
+        &self,
+        after: FeedCursor,
+        filter: ChangeFilter,
+        limit: u32,
+    ) -> Result<ChangesPage, StoreError> {
+        Store::changes_after(self, after, filter, limit).await
+    }
+}
+
 impl EventSource for Store {
     type Error = StoreError;
 
@@ -88,5 +102,13 @@ impl EventSource for Store {
     async fn settled(&self, task: TaskId) -> Result<bool, StoreError> {
         Ok(self.get_task(task).await?.status.is_terminal()
             && !self.has_unfinished_runs(task).await?)
+    }
+
+    async fn needs_you(&self, task: TaskId) -> Result<Option<u64>, StoreError> {
+        let task = self.get_task(task).await?;
+        if task.status.needs_you().is_none() || self.has_unfinished_runs(task.id).await? {
+            return Ok(None);
+        }
+        Ok(Some(task.last_sequence))
     }
 }

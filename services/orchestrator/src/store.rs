@@ -15,6 +15,7 @@ mod agents;
 mod api_keys;
 mod calls;
 mod connection;
+mod feed;
 mod provider_keys;
 mod providers;
 mod replicas;
@@ -70,6 +71,7 @@ impl Committed for (Task, Vec<Run>, Vec<Event>) {
     }
 }
 
+pub use feed::{ChangesPage, FEED_CHANNEL};
 pub use agents::{AgentChanges, NewAgent};
 pub use providers::{NewProvider, ProviderChanges};
 pub use replicas::{Claim, HANDED_ON_CHANNEL, Heartbeat, ReplicaIdentity, ReplicaRecord};
@@ -456,7 +458,14 @@ impl Store {
         T: Committed + Send + 'static,
         F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
     {
-        let written = self.write(f).await?;
+        let (written, changes) = self
+            .write(move |conn| {
+                let written = f(conn)?;
+                // Last: the feed's head stays locked until the commit.
+                let changes = feed::record(conn, written.committed())?;
+                Ok((written, changes))
+            })
+            .await?;
         let events = written.committed();
         let appended = &chorus_telemetry::metrics().events_appended;
         for event in events {
@@ -469,6 +478,7 @@ impl Store {
             );
         }
         self.hub.publish(events);
+        self.hub.publish_changes(&changes);
         Ok(written)
     }
 

@@ -32,7 +32,8 @@ fn orchestrator(method: &str) -> Option<Access> {
         // An agent hands off with its own run token; people need an operator key.
         "Handoff" => Access::run_or(Role::Operator),
         "GetWorkspace" | "ListWorkspaces" | "GetProvider" | "ListProviders" | "GetAgent"
-        | "ListAgents" | "GetTask" | "ListTasks" | "GetHistory" | "WatchTask" | "GetRun"
+        | "ListAgents" | "GetTask" | "ListTasks" | "GetHistory" | "WatchTask" | "WatchTasks"
+        | "GetRun"
         | "ListRuns" | "GetStatus" => Access::role(Role::Viewer),
         _ => return None,
     })

@@ -1,6 +1,6 @@
 //! History events: every change to a task, numbered per task without gaps.
 
-use super::{DomainError, TaskId};
+use super::{DomainError, TaskId, TaskStatus};
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -109,6 +109,40 @@ pub struct Event {
     /// A JSON object with the event's facts.
     pub data: serde_json::Value,
     pub at_ms: i64,
+}
+
+/// A status change that leaves a task waiting for a person: the status it
+/// entered, why (the change's reason, when it gave one), and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NeedsYou {
+    pub status: TaskStatus,
+    pub reason: Option<String>,
+    pub action: &'static str,
+}
+
+impl Event {
+    /// The status this event moved its task to, for a status change.
+    pub fn status_entered(&self) -> Option<TaskStatus> {
+        if self.kind != EventKind::StatusChanged {
+            return None;
+        }
+        self.data.get("to")?.as_str()?.parse().ok()
+    }
+
+    /// Whether this event leaves the task waiting for a person (see
+    /// [`TaskStatus::needs_you`]).
+    pub fn needs_you(&self) -> Option<NeedsYou> {
+        let status = self.status_entered()?;
+        Some(NeedsYou {
+            status,
+            action: status.needs_you()?,
+            reason: self
+                .data
+                .get("reason")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned),
+        })
+    }
 }
 
 #[cfg(test)]

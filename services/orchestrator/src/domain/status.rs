@@ -74,6 +74,23 @@ impl TaskStatus {
         matches!(self, Completed | Failed | Canceled)
     }
 
+    /// What a person has to do for a task in this status, when nothing else
+    /// will move it: answer the planner (awaiting_input), start the plan
+    /// (planned), start it again or cancel it (waiting). None while the system
+    /// works on it or once it is final.
+    pub fn needs_you(self) -> Option<&'static str> {
+        match self {
+            AwaitingInput => Some(
+                "answer the planner's questions: SubmitAnswers with one answer per question (chorus task answer)",
+            ),
+            Planned => Some("start it: StartTask, naming an agent or the plan's (chorus task start)"),
+            Waiting => Some(
+                "start it again: StartTask (chorus task start); or cancel it: CancelTask (chorus task cancel)",
+            ),
+            Pending | Planning | Active | Completed | Failed | Canceled => None,
+        }
+    }
+
     /// Checks a move to `to` against the table.
     pub fn check_transition(self, to: TaskStatus) -> Result<(), DomainError> {
         if self.successors().contains(&to) {

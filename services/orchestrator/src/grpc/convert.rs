@@ -4,6 +4,8 @@ use chorus_auth::Role;
 use chorus_proto::json;
 use chorus_proto::orchestrator::v1 as pb;
 
+use crate::domain::feed::Changed;
+use crate::history::FeedItem;
 use crate::domain::HandoffFailure;
 use crate::runner::handoff::HandoffUpdate;
 
@@ -220,6 +222,28 @@ pub fn source_from(s: Option<pb::TaskSource>) -> TaskSource {
     }
 }
 
+pub fn feed_item(item: &FeedItem) -> pb::TaskChange {
+    use pb::task_change::Change;
+    match item {
+        FeedItem::CaughtUp(cursor) => pb::TaskChange {
+            cursor: cursor.to_string(),
+            change: Some(Change::CaughtUp(pb::CaughtUp {})),
+            ..pb::TaskChange::default()
+        },
+        FeedItem::Change(c) => pb::TaskChange {
+            cursor: c.cursor.to_string(),
+            workspace_id: c.workspace_id.to_string(),
+            task_id: c.task_id.to_string(),
+            change: Some(match &c.what {
+                Changed::Event(e) => Change::Event(event(e)),
+                Changed::Deleted { sequence } => Change::Deleted(pb::TaskDeleted {
+                    sequence: *sequence,
+                }),
+            }),
+        },
+    }
+}
+
 pub fn event(e: &Event) -> pb::TaskEvent {
     pb::TaskEvent {
         task_id: e.task_id.to_string(),
@@ -233,6 +257,11 @@ pub fn event(e: &Event) -> pb::TaskEvent {
             )]))),
         },
         at_ms: e.at_ms,
+        needs_you: e.needs_you().map(|n| pb::NeedsYou {
+            status: n.status.as_str().to_owned(),
+            reason: n.reason.unwrap_or_default(),
+            action: n.action.to_owned(),
+        }),
     }
 }
 

@@ -24,7 +24,7 @@ use crate::error::ServiceError;
 use crate::grpc::convert;
 use crate::state::AppState;
 
-pub use tasks::TaskEventStream;
+pub use tasks::{TaskChangeStream, TaskEventStream};
 
 /// The orchestrator's management service over the shared state.
 #[derive(Debug, Clone)]
@@ -246,6 +246,15 @@ impl Orchestrator for OrchestratorService {
         request: Request<pb::WatchTaskRequest>,
     ) -> Result<Response<Self::WatchTaskStream>, Status> {
         reply(tasks::watch(&self.state, request.into_inner()).await)
+    }
+
+    type WatchTasksStream = TaskChangeStream;
+
+    async fn watch_tasks(
+        &self,
+        request: Request<pb::WatchTasksRequest>,
+    ) -> Result<Response<Self::WatchTasksStream>, Status> {
+        reply(tasks::watch_many(&self.state, request.into_inner()).await)
     }
 
     type HandoffStream = std::pin::Pin<

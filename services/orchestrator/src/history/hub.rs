@@ -3,10 +3,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{broadcast, watch};
 
+use crate::domain::feed::TaskChange;
 use crate::domain::{Event, TaskId};
 
 /// Events a live watcher may be behind before it re-reads from the store.
 const CHANNEL_CAPACITY: usize = 256;
+/// Changes a follower of the feed may be behind before it re-reads the store.
+const FEED_CAPACITY: usize = 1024;
 
 /// Fans committed events out to the watchers of each task, in this process.
 ///
@@ -15,9 +18,32 @@ const CHANNEL_CAPACITY: usize = 256;
 /// ([`EventHub::behind`]). Each event is sent once, in sequence order; one
 /// that comes late (below what was sent) is dropped, and a watcher that sees
 /// a gap reads the store. A task's channel lives while it has watchers.
-#[derive(Debug, Default)]
+///
+/// The feed (changes of all tasks, numbered across them, see
+/// `domain::feed`) goes out the same way on one channel of its own.
+#[derive(Debug)]
 pub struct EventHub {
     channels: Mutex<HashMap<TaskId, Channel>>,
+    feed: Mutex<Feed>,
+}
+
+impl Default for EventHub {
+    fn default() -> Self {
+        Self {
+            channels: Mutex::default(),
+            feed: Mutex::new(Feed {
+                changes: broadcast::channel(FEED_CAPACITY).0,
+                last: 0,
+            }),
+        }
+    }
+}
+
+/// The feed's channel and the highest position sent on it.
+#[derive(Debug)]
+struct Feed {
+    changes: broadcast::Sender<TaskChange>,
+    last: u64,
 }
 
 #[derive(Debug)]
@@ -101,6 +127,39 @@ impl EventHub {
             events: Some(channel.events.subscribe()),
             changes: channel.changes.subscribe(),
         }
+    }
+
+    fn feed(&self) -> std::sync::MutexGuard<'_, Feed> {
+        self.feed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Announces changes of the feed that are committed. Call after the
+    /// commit. Each goes out once, in position order; one at or below what
+    /// was sent is dropped (a follower that sees a gap reads the store).
+    pub fn publish_changes(&self, changes: &[TaskChange]) {
+        if changes.is_empty() {
+            return;
+        }
+        let mut feed = self.feed();
+        for change in changes {
+            if change.cursor.0 > feed.last {
+                feed.last = change.cursor.0;
+                if feed.changes.receiver_count() > 0 {
+                    let _ = feed.changes.send(change.clone());
+                }
+            }
+        }
+    }
+
+    /// The feed's changes committed from now on.
+    pub fn subscribe_changes(&self) -> broadcast::Receiver<TaskChange> {
+        self.feed().changes.subscribe()
+    }
+
+    /// When anyone here follows the feed: the highest position sent.
+    pub fn changes_followed(&self) -> Option<u64> {
+        let feed = self.feed();
+        (feed.changes.receiver_count() > 0).then_some(feed.last)
     }
 
     /// Number of tasks with live watchers (for tests and metrics).

@@ -25,9 +25,10 @@ use tracing::{debug, info, warn};
 
 use super::EventHub;
 use crate::domain::TaskId;
+use crate::domain::feed::{ChangeFilter, FeedCursor};
 use crate::store::{
-    EVENT_PAGE_BYTES, HANDED_ON_CHANNEL, KEYS_CHANNEL, Store, StoreError, TASK_CHANNEL,
-    parse_task_notice,
+    EVENT_PAGE_BYTES, FEED_CHANNEL, HANDED_ON_CHANNEL, KEYS_CHANNEL, Store, StoreError,
+    TASK_CHANNEL, parse_task_notice,
 };
 
 /// How often watched tasks are checked against the store even without notices.
@@ -97,7 +98,7 @@ async fn connect(url: &str, replica: &str) -> Result<Option<Listener>, String> {
     }
     client
         .batch_execute(&format!(
-            "LISTEN {TASK_CHANNEL}; LISTEN {KEYS_CHANNEL}; LISTEN {HANDED_ON_CHANNEL}"
+            "LISTEN {TASK_CHANNEL}; LISTEN {KEYS_CHANNEL}; LISTEN {HANDED_ON_CHANNEL}; LISTEN {FEED_CHANNEL}"
         ))
         .await
         .map_err(|e| e.to_string())?;
@@ -199,6 +200,7 @@ impl Relay {
                 () = stop.cancelled() => return,
                 _ = resync.tick() => {
                     catch_up_all(&store, &hub).await;
+                    catch_up_feed(&store, &hub, None).await;
                     ticks = ticks.wrapping_add(1);
                     if ticks.is_multiple_of(KEYS_EVERY) {
                         reload_keys(&store, &signer).await;
@@ -214,6 +216,10 @@ impl Relay {
                 }
                 Some(Ok((channel, _))) if channel == HANDED_ON_CHANNEL => {
                     claim_now.notify_one();
+                    continue;
+                }
+                Some(Ok((channel, payload))) if channel == FEED_CHANNEL => {
+                    catch_up_feed(&store, &hub, payload.parse().ok()).await;
                     continue;
                 }
                 Some(Ok((_, payload))) => {
@@ -232,6 +238,7 @@ impl Relay {
                     info!("listening for other replicas' events again");
                     // What was committed meanwhile was never announced here.
                     catch_up_all(&store, &hub).await;
+                    catch_up_feed(&store, &hub, None).await;
                     reload_keys(&store, &signer).await;
                 }
                 Reconnected::Stopped => return,
@@ -318,6 +325,35 @@ pub async fn catch_up_all(store: &Store, hub: &EventHub) {
             }
         }
         Err(e) => warn!(error = %e, "cannot check the watched tasks against the store"),
+    }
+}
+
+/// When the feed is followed here: publishes the changes the store has
+/// beyond what the hub sent (up to `reaches`, or all when None).
+pub async fn catch_up_feed(store: &Store, hub: &EventHub, reaches: Option<u64>) {
+    let Some(mut after) = hub.changes_followed() else {
+        return;
+    };
+    if reaches.is_some_and(|p| p <= after) {
+        return;
+    }
+    loop {
+        match store
+            .changes_after(FeedCursor(after), ChangeFilter::default(), 500)
+            .await
+        {
+            Ok(page) => {
+                hub.publish_changes(&page.changes);
+                after = page.through.0;
+                if !page.more {
+                    return;
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot read other replicas' changes of the task feed");
+                return;
+            }
+        }
     }
 }
 

@@ -263,7 +263,15 @@ fn follow(state: &AppState, task: TaskId, run: RunId, after: u64) -> HandoffStre
     let cancel = state.shutdown.child_token();
     let (store, hub) = (state.store.clone(), state.hub.clone());
     tokio::spawn(async move {
-        history::watch_task(&store, &hub, task, after, true, events_tx, cancel).await
+        history::watch_task(
+            &store,
+            &hub,
+            task,
+            after,
+            history::Until::NEVER,
+            events_tx,
+            cancel,
+        ).await
     });
     let store = state.store.clone();
     tokio::spawn(async move {

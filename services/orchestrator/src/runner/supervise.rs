@@ -33,7 +33,7 @@ pub(super) async fn supervise(
     let (tx, mut rx) = mpsc::channel(BUFFER);
     let (store, hub, cancel) = (state.store.clone(), state.hub.clone(), done.clone());
     let follower = tokio::spawn(async move {
-        history::watch_task(&store, &hub, task, after, true, tx, cancel).await
+        history::watch_task(&store, &hub, task, after, history::Until::NEVER, tx, cancel).await
     });
     loop {
         let event = tokio::select! {

@@ -166,6 +166,25 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// Changes of every task in commit order (see the migration).
+    task_feed (position) {
+        position -> BigInt,
+        task_id -> Text,
+        workspace_id -> Text,
+        sequence -> BigInt,
+        kind -> Text,
+    }
+}
+
+diesel::table! {
+    /// The last position given out in `task_feed` (one row).
+    task_feed_head (id) {
+        id -> Integer,
+        position -> BigInt,
+    }
+}
+
 diesel::joinable!(providers -> workspaces (workspace_id));
 diesel::joinable!(agents -> workspaces (workspace_id));
 diesel::joinable!(tasks -> workspaces (workspace_id));
@@ -184,5 +203,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     api_keys,
     replicas,
     run_token_keys,
-    calls_in_flight
+    calls_in_flight,
+    task_feed,
+    task_feed_head
 );

@@ -318,7 +318,7 @@ impl Store {
     /// Deletes a task that is over (completed, failed or canceled, no run still
     /// going) with its history and runs. FAILED_PRECONDITION otherwise.
     pub async fn delete_task(&self, id: TaskId) -> Result<(), StoreError> {
-        self.write(move |conn| {
+        let changes = self.write(move |conn| {
             let task = lock_task(conn, id)?;
             let live: i64 = runs::table
                 .filter(runs::task_id.eq(id.to_string()))
@@ -332,9 +332,11 @@ impl Store {
             diesel::delete(tasks::table.find(id.to_string()))
                 .execute(conn)
                 .db()?;
-            Ok(())
+            super::feed::record_deleted(conn, &task)
         })
-        .await
+        .await?;
+        self.hub.publish_changes(&changes);
+        Ok(())
     }
 }
 

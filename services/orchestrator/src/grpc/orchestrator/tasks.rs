@@ -9,7 +9,8 @@ use tokio_stream::Stream;
 use tonic::Status;
 
 use crate::core::tasks as core;
-use crate::core::watch::TaskWatch;
+use crate::core::watch::{TaskWatch, TasksWatch};
+use crate::domain::feed::{ChangeFilter, FeedCursor};
 use crate::domain::{DomainError, Name, Run, Task, TaskStatus};
 use crate::error::ServiceError;
 use crate::grpc::convert;
@@ -184,7 +185,14 @@ pub(super) async fn watch(
     req: pb::WatchTaskRequest,
 ) -> Result<TaskEventStream, ServiceError> {
     let task = convert::task_id("task_id", &req.task_id)?;
-    let watch = crate::core::watch::watch(state, task, req.after_sequence, req.follow).await?;
+    let watch = crate::core::watch::watch(
+        state,
+        task,
+        req.after_sequence,
+        req.follow,
+        req.until_needed,
+    )
+    .await?;
     Ok(TaskEventStream { watch })
 }
 
@@ -201,5 +209,39 @@ impl Stream for TaskEventStream {
         Pin::new(&mut self.watch)
             .poll_next(cx)
             .map(|item| item.map(|event| event.map(|e| convert::event(&e)).map_err(Status::from)))
+    }
+}
+
+/// Starts following many tasks (see [`crate::core::watch::watch_tasks`]).
+pub(super) async fn watch_many(
+    state: &AppState,
+    req: pb::WatchTasksRequest,
+) -> Result<TaskChangeStream, ServiceError> {
+    let workspace = match req.workspace_id.as_str() {
+        "" => None,
+        id => Some(convert::workspace_id("workspace_id", id)?),
+    };
+    let filter = ChangeFilter::new(workspace, &req.kinds, req.needs_you_only)?;
+    let after = match req.after_cursor.as_str() {
+        "" => None,
+        text => Some(FeedCursor::parse("after_cursor", text)?),
+    };
+    let watch = crate::core::watch::watch_tasks(state, filter, after).await?;
+    Ok(TaskChangeStream { watch })
+}
+
+/// The WatchTasks stream: the feed's changes and its end, on the wire.
+#[derive(Debug)]
+pub struct TaskChangeStream {
+    watch: TasksWatch,
+}
+
+impl Stream for TaskChangeStream {
+    type Item = Result<pb::TaskChange, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Pin::new(&mut self.watch)
+            .poll_next(cx)
+            .map(|item| item.map(|item| item.map(|i| convert::feed_item(&i)).map_err(Status::from)))
     }
 }

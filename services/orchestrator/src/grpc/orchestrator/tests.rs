@@ -2,6 +2,7 @@
 //! them, over a real store: SQLite always, PostgreSQL too when
 //! `CHORUS_TEST_DATABASE_URL` is set (each test in a fresh schema).
 
+mod feed;
 mod guards;
 mod runs;
 mod tasks;

@@ -105,6 +105,27 @@ impl EventSource for Memory {
             .collect();
         Ok(list.iter().any(ends_task) && opened.iter().all(|r| ended.contains(r)))
     }
+
+    /// Waiting for a person: the last status entered needs one, and every
+    /// run_opened is matched by the run's end.
+    async fn needs_you(&self, task: TaskId) -> Result<Option<u64>, String> {
+        let events = self.events.lock().expect("lock");
+        let Some(list) = events.get(&task) else {
+            return Ok(None);
+        };
+        let needed = list
+            .iter()
+            .rev()
+            .find_map(Event::status_entered)
+            .is_some_and(|s| s.needs_you().is_some());
+        let run = |e: &Event| e.data["run_id"].as_str().map(str::to_owned);
+        let open = list
+            .iter()
+            .filter(|e| e.kind == EventKind::RunOpened)
+            .filter_map(run)
+            .any(|r| !list.iter().filter(|e| ends_run(e)).filter_map(run).any(|x| x == r));
+        Ok((needed && !open).then_some(list.len() as u64))
+    }
 }
 
 struct Fixture {
@@ -130,6 +151,10 @@ impl Fixture {
 
     /// Starts a watcher; returns its receiver, how it ended, and its cancel token.
     fn watch(&self, after: u64, follow: bool, capacity: usize) -> Watcher {
+        self.watch_until(after, settled_unless(follow), capacity)
+    }
+
+    fn watch_until(&self, after: u64, until: Until, capacity: usize) -> Watcher {
         let (tx, rx) = mpsc::channel(capacity);
         let cancel = CancellationToken::new();
         let (memory, hub, task, token) = (
@@ -139,9 +164,17 @@ impl Fixture {
             cancel.clone(),
         );
         let handle = tokio::spawn(async move {
-            watch_task(memory.as_ref(), &hub, task, after, follow, tx, token).await
+            watch_task(memory.as_ref(), &hub, task, after, until, tx, token).await
         });
         (rx, handle, cancel)
+    }
+}
+
+/// Ends once settled, unless following.
+fn settled_unless(follow: bool) -> Until {
+    Until {
+        settled: !follow,
+        needed: false,
     }
 }
 
@@ -223,6 +256,10 @@ impl EventSource for FinishedAfterTheCheck {
         self.memory.events_after(task, after, limit).await
     }
 
+    async fn needs_you(&self, task: TaskId) -> Result<Option<u64>, String> {
+        self.memory.needs_you(task).await
+    }
+
     async fn settled(&self, task: TaskId) -> Result<bool, String> {
         let answer = self.memory.settled(task).await;
         if !self.checked.swap(true, std::sync::atomic::Ordering::SeqCst) {
@@ -249,7 +286,7 @@ async fn a_final_status_committed_during_the_replay_ends_the_watch() {
         &fx.hub,
         fx.task,
         0,
-        false,
+        settled_unless(false),
         tx,
         CancellationToken::new(),
     );
@@ -280,6 +317,10 @@ impl EventSource for RunEndsAfterTheReplay {
         limit: u32,
     ) -> Result<Vec<Event>, String> {
         self.memory.events_after(task, after, limit).await
+    }
+
+    async fn needs_you(&self, task: TaskId) -> Result<Option<u64>, String> {
+        self.memory.needs_you(task).await
     }
 
     async fn settled(&self, task: TaskId) -> Result<bool, String> {
@@ -324,7 +365,7 @@ async fn a_runs_end_committed_between_the_replay_and_the_settled_check_is_delive
         &fx.hub,
         fx.task,
         0,
-        false,
+        settled_unless(false),
         tx,
         CancellationToken::new(),
     )
@@ -408,6 +449,91 @@ async fn a_watch_waits_past_the_final_status_for_the_run_to_end() {
     assert_eq!(handle.await.expect("watcher"), WatchEnd::TaskFinished);
 }
 
+impl Fixture {
+    fn status(&self, from: &str, to: &str) {
+        self.memory.append(
+            &self.hub,
+            self.task,
+            EventKind::StatusChanged,
+            json!({ "from": from, "to": to }),
+        );
+    }
+
+    fn run(&self, kind: EventKind, run: &str) {
+        self.memory
+            .append(&self.hub, self.task, kind, json!({ "run_id": run }));
+    }
+}
+
+const UNTIL_NEEDED: Until = Until {
+    settled: true,
+    needed: true,
+};
+
+#[tokio::test]
+async fn a_watch_until_needed_ends_after_the_question_and_the_planners_end() {
+    let fx = Fixture::new();
+    fx.memory.comment(&fx.hub, fx.task, 0);
+    fx.status("pending", "planning");
+    fx.run(EventKind::RunOpened, "planner");
+    let (mut rx, handle, _cancel) = fx.watch_until(0, UNTIL_NEEDED, 8);
+    for expected in 1..=3 {
+        assert_eq!(rx.recv().await.expect("event").expect("ok").sequence, expected);
+    }
+    // The planner asks: the task waits for a person once the planner's run ends.
+    fx.status("planning", "awaiting_input");
+    let asked = rx.recv().await.expect("4").expect("ok");
+    assert_eq!(asked.sequence, 4);
+    assert!(asked.needs_you().is_some(), "{asked:?}");
+    fx.run(EventKind::AgentCompleted, "planner");
+    assert_eq!(sequences(rx).await, [5], "the planner's end, then the end");
+    assert_eq!(handle.await.expect("watcher"), WatchEnd::NeedsYou);
+
+    // Watching a task that waits already: the replay, then the end.
+    let (rx, handle, _cancel) = fx.watch_until(2, UNTIL_NEEDED, 8);
+    assert_eq!(sequences(rx).await, [3, 4, 5]);
+    assert_eq!(handle.await.expect("watcher"), WatchEnd::NeedsYou);
+
+    // Without until_needed the same watch goes on.
+    let (mut rx, handle, cancel) = fx.watch(0, false, 8);
+    for expected in 1..=5 {
+        assert_eq!(rx.recv().await.expect("event").expect("ok").sequence, expected);
+    }
+    fx.memory.comment(&fx.hub, fx.task, 1);
+    assert_eq!(rx.recv().await.expect("6").expect("ok").sequence, 6);
+    cancel.cancel();
+    assert_eq!(handle.await.expect("watcher"), WatchEnd::Cancelled);
+}
+
+#[tokio::test]
+async fn a_question_answered_before_the_watch_does_not_end_it() {
+    let fx = Fixture::new();
+    fx.status("pending", "planning");
+    fx.status("planning", "awaiting_input");
+    fx.status("awaiting_input", "planning");
+    fx.status("planning", "planned");
+    fx.status("planned", "active");
+    fx.run(EventKind::RunOpened, "writer");
+    let (mut rx, handle, _cancel) = fx.watch_until(0, UNTIL_NEEDED, 8);
+    for expected in 1..=6 {
+        assert_eq!(rx.recv().await.expect("event").expect("ok").sequence, expected);
+    }
+    // The agent ends without a report: the task waits for a person.
+    fx.run(EventKind::RunFailed, "writer");
+    fx.status("active", "waiting");
+    assert_eq!(sequences(rx).await, [7, 8]);
+    assert_eq!(handle.await.expect("watcher"), WatchEnd::NeedsYou);
+}
+
+#[tokio::test]
+async fn a_watch_until_needed_still_ends_at_a_final_status() {
+    let fx = Fixture::new();
+    fx.status("pending", "canceled");
+    let (rx, handle, _cancel) = fx.watch_until(0, UNTIL_NEEDED, 8);
+    assert_eq!(sequences(rx).await, [1]);
+    assert_eq!(handle.await.expect("watcher"), WatchEnd::TaskFinished);
+}
+
 #[tokio::test]
 async fn a_watch_stops_when_its_receiver_goes_away() {
     let fx = Fixture::new();
@@ -456,7 +582,7 @@ async fn fifty_watchers_of_the_store_see_every_committed_event_once() {
                         &hub,
                         task.id,
                         cursor,
-                        false,
+                        settled_unless(false),
                         tx,
                         CancellationToken::new(),
                     )

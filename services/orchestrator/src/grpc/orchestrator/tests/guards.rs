@@ -188,6 +188,7 @@ async fn watching_past_the_last_event_is_out_of_range_and_says_where_the_end_is(
                 task_id: task.id.clone(),
                 after_sequence: 50,
                 follow: true,
+                until_needed: false,
             }))
             .await;
         assert_status(err, Code::OutOfRange, "last event (1)", b);

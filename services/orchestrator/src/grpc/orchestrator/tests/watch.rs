@@ -11,6 +11,7 @@ async fn watch(f: &Fixture, task: &pb::Task, after_sequence: u64, follow: bool) 
             task_id: task.id.clone(),
             after_sequence,
             follow,
+            until_needed: false,
         }))
         .await
         .unwrap_or_else(|e| panic!("{}: watch: {e}", f.backend()))
@@ -119,6 +120,7 @@ async fn watching_an_unknown_task_is_refused_up_front() {
                 task_id: crate::domain::TaskId::new().to_string(),
                 after_sequence: 0,
                 follow: true,
+                until_needed: false,
             }))
             .await;
         assert_status(err.map(|_| ()), Code::NotFound, "task", b);
@@ -128,5 +130,81 @@ async fn watching_an_unknown_task_is_refused_up_front() {
             .await;
         assert_status(err.map(|_| ()), Code::InvalidArgument, "task_id", b);
         assert_eq!(f.state.hub.watched_tasks(), 0, "{b}");
+    }
+}
+
+async fn watch_until_needed(f: &Fixture, task: &pb::Task, after_sequence: u64) -> TaskEventStream {
+    f.svc
+        .watch_task(Request::new(pb::WatchTaskRequest {
+            task_id: task.id.clone(),
+            after_sequence,
+            follow: false,
+            until_needed: true,
+        }))
+        .await
+        .unwrap_or_else(|e| panic!("{}: watch: {e}", f.backend()))
+        .into_inner()
+}
+
+#[tokio::test]
+async fn a_watch_until_needed_ends_where_a_person_must_act_and_says_what_to_do() {
+    for f in fixtures().await {
+        let b = f.backend();
+        let ws = f.workspace("docs").await;
+        let task = f.task(&ws, "write").await;
+        f.set_status(&task, "planning").await.expect(b);
+
+        let mut stream = watch_until_needed(&f, &task, 0).await;
+        for _ in 1..=2 {
+            let event = next_event(&mut stream, b).await;
+            assert_eq!(event.needs_you, None, "{b}: {event:?}");
+        }
+        // The planner asks: the change says so, and the stream ends there.
+        f.set_status(&task, "awaiting_input").await.expect(b);
+        let asked = next_event(&mut stream, b).await;
+        let needs = asked.needs_you.expect("the question needs a person");
+        assert_eq!(needs.status, "awaiting_input", "{b}");
+        assert!(needs.action.contains("SubmitAnswers"), "{b}: {}", needs.action);
+        assert!(next(&mut stream).await.is_none(), "{b}: ends at the question");
+
+        // Answered and planned: a plan waits for someone to start it.
+        f.set_status(&task, "planning").await.expect(b);
+        let mut stream = watch_until_needed(&f, &task, 3).await;
+        assert_eq!(next_event(&mut stream, b).await.sequence, 4, "{b}");
+        f.set_status(&task, "planned").await.expect(b);
+        let planned = next_event(&mut stream, b).await;
+        assert!(
+            planned.needs_you.expect("planned").action.contains("StartTask"),
+            "{b}"
+        );
+        assert!(next(&mut stream).await.is_none(), "{b}");
+
+        // An agent ends without a report: waiting, with its reason.
+        f.set_status(&task, "active").await.expect(b);
+        f.svc
+            .update_task_status(Request::new(pb::UpdateTaskStatusRequest {
+                id: task.id.clone(),
+                status: "waiting".into(),
+                reason: "the agent stopped without a report".into(),
+                ..Default::default()
+            }))
+            .await
+            .expect(b);
+        // Watching a task that waits already: the replay, then the end.
+        let mut stream = watch_until_needed(&f, &task, 5).await;
+        assert_eq!(next_event(&mut stream, b).await.sequence, 6, "{b}");
+        let waiting = next_event(&mut stream, b).await.needs_you.expect("waiting");
+        assert_eq!(
+            (waiting.status.as_str(), waiting.reason.as_str()),
+            ("waiting", "the agent stopped without a report"),
+            "{b}"
+        );
+        assert!(next(&mut stream).await.is_none(), "{b}");
+
+        // Without until_needed the same watch stays open.
+        let mut open = watch(&f, &task, 7, false).await;
+        f.set_status(&task, "completed").await.expect(b);
+        assert_eq!(to(&next_event(&mut open, b).await), "completed", "{b}");
+        assert!(next(&mut open).await.is_none(), "{b}: ends with the task");
     }
 }

@@ -1,0 +1,2 @@
+DROP TABLE task_feed_head;
+DROP TABLE task_feed;
