@@ -1,0 +1,542 @@
+//! `chorus workspace|provider|agent|key …` and `chorus status`.
+
+use std::path::PathBuf;
+
+use chorus_proto::orchestrator::v1 as pb;
+use clap::{Subcommand, ValueEnum};
+use serde_json::{Value, json};
+
+use crate::client::Client;
+use crate::fail::{Exit, Fail};
+use crate::output::{self, Format, Out};
+use crate::prompt;
+
+#[derive(Debug, Subcommand)]
+pub enum WorkspaceCommand {
+    List,
+    /// Creates a workspace on a directory (absolute, under the
+    /// orchestrator's --workspace-roots).
+    Create {
+        name: String,
+        root: PathBuf,
+    },
+    Show {
+        workspace: String,
+    },
+    /// Sets the provider the planner runs on ("" to clear).
+    SetSystemProvider {
+        workspace: String,
+        provider: String,
+    },
+    Delete {
+        workspace: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ProviderKind {
+    ClaudeCode,
+    Opencode,
+    OpenaiCompatible,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProviderCommand {
+    List {
+        #[arg(long, short)]
+        workspace: String,
+    },
+    /// Creates a provider. Its API key is write-only: a reference the
+    /// orchestrator resolves (--key-env, --key-file) or the key itself read
+    /// from standard input (--key-stdin).
+    Create {
+        name: String,
+        #[arg(long, short)]
+        workspace: String,
+        #[arg(long, value_enum)]
+        kind: ProviderKind,
+        #[arg(long)]
+        base_url: Option<String>,
+        #[arg(long)]
+        model: Option<String>,
+        /// The orchestrator's environment variable holding the key.
+        #[arg(long, conflicts_with_all = ["key_file", "key_stdin"])]
+        key_env: Option<String>,
+        /// A file on the orchestrator's machine holding the key.
+        #[arg(long, conflicts_with = "key_stdin")]
+        key_file: Option<PathBuf>,
+        /// Read the key itself from standard input (stored encrypted).
+        #[arg(long)]
+        key_stdin: bool,
+    },
+    Delete {
+        name: String,
+        #[arg(long, short)]
+        workspace: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    List {
+        #[arg(long, short)]
+        workspace: String,
+    },
+    Show {
+        name: String,
+        #[arg(long, short)]
+        workspace: String,
+    },
+    /// Creates an agent: its allowed tools (names and @profiles), provider
+    /// and instructions.
+    Create {
+        name: String,
+        #[arg(long, short)]
+        workspace: String,
+        /// Allowed tools, comma-separated (e.g. @read-only,file.write).
+        #[arg(long, value_delimiter = ',')]
+        tools: Vec<String>,
+        #[arg(long)]
+        provider: Option<String>,
+        #[arg(long)]
+        model: Option<String>,
+        /// A file with the agent's instructions.
+        #[arg(long)]
+        instructions_file: Option<PathBuf>,
+        /// `host:port` rules the agent may connect to with the network grant.
+        #[arg(long, value_delimiter = ',')]
+        egress: Vec<String>,
+    },
+    Delete {
+        name: String,
+        #[arg(long, short)]
+        workspace: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Role {
+    Admin,
+    Operator,
+    Viewer,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    List {
+        #[arg(long)]
+        include_revoked: bool,
+    },
+    /// Creates a key; its secret is printed once, on standard output.
+    Create {
+        name: String,
+        #[arg(long, value_enum)]
+        role: Role,
+    },
+    Revoke {
+        id: String,
+    },
+}
+
+/// The id of the workspace named by `name_or_id`.
+pub async fn workspace_id(client: &mut Client, name_or_id: &str) -> Result<String, Fail> {
+    let workspaces = list_workspaces(client).await?;
+    workspaces
+        .iter()
+        .find(|w| w.id == name_or_id || w.name == name_or_id)
+        .map(|w| w.id.clone())
+        .ok_or_else(|| {
+            let known: Vec<&str> = workspaces.iter().map(|w| w.name.as_str()).collect();
+            Fail::usage(format!(
+                "no workspace '{name_or_id}'; known: {}; create one with: chorus workspace create NAME ROOT",
+                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+            ))
+        })
+}
+
+async fn list_workspaces(client: &mut Client) -> Result<Vec<pb::Workspace>, Fail> {
+    Ok(client
+        .list_workspaces(pb::ListWorkspacesRequest {})
+        .await
+        .map_err(|s| Fail::call("list the workspaces", &s))?
+        .into_inner()
+        .workspaces)
+}
+
+const WORKSPACE_FIELDS: &[(&str, &str)] = &[
+    ("ID", "id"),
+    ("NAME", "name"),
+    ("ROOT", "root"),
+    ("SYSTEM PROVIDER", "systemProvider"),
+    ("WARNINGS", "warnings"),
+];
+
+pub async fn workspace(
+    command: WorkspaceCommand,
+    mut client: Client,
+    out: &Out,
+) -> Result<Exit, Fail> {
+    let c = &mut client;
+    match command {
+        WorkspaceCommand::List => {
+            let rows: Vec<Value> = list_workspaces(c)
+                .await?
+                .iter()
+                .map(output::workspace)
+                .collect();
+            out.table(
+                &rows,
+                &[
+                    ("ID", "id"),
+                    ("NAME", "name"),
+                    ("ROOT", "root"),
+                    ("SYSTEM PROVIDER", "systemProvider"),
+                ],
+            );
+        }
+        WorkspaceCommand::Create { name, root } => {
+            let root = std::path::absolute(&root)
+                .map_err(|e| Fail::usage(format!("{}: {e}", root.display())))?;
+            let w = c
+                .create_workspace(pb::CreateWorkspaceRequest {
+                    name,
+                    root: root.display().to_string(),
+                })
+                .await
+                .map_err(|s| Fail::call("create the workspace", &s))?
+                .into_inner();
+            out.value(&output::workspace(&w), WORKSPACE_FIELDS);
+            for warning in &w.warnings {
+                out.note(&format!("warning: {warning}"));
+            }
+        }
+        WorkspaceCommand::Show { workspace } => {
+            let id = workspace_id(c, &workspace).await?;
+            let w = c
+                .get_workspace(pb::GetWorkspaceRequest { id })
+                .await
+                .map_err(|s| Fail::call("read the workspace", &s))?
+                .into_inner();
+            out.value(&output::workspace(&w), WORKSPACE_FIELDS);
+        }
+        WorkspaceCommand::SetSystemProvider {
+            workspace,
+            provider,
+        } => {
+            let id = workspace_id(c, &workspace).await?;
+            let w = c
+                .update_workspace(pb::UpdateWorkspaceRequest {
+                    id,
+                    name: None,
+                    system_provider: Some(provider),
+                })
+                .await
+                .map_err(|s| Fail::call("update the workspace", &s))?
+                .into_inner();
+            out.value(&output::workspace(&w), WORKSPACE_FIELDS);
+        }
+        WorkspaceCommand::Delete { workspace } => {
+            let id = workspace_id(c, &workspace).await?;
+            c.delete_workspace(pb::DeleteWorkspaceRequest { id })
+                .await
+                .map_err(|s| Fail::call("delete the workspace", &s))?;
+            out.note(&format!("workspace {workspace} deleted"));
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+const PROVIDER_FIELDS: &[(&str, &str)] = &[
+    ("NAME", "name"),
+    ("KIND", "kind"),
+    ("BASE URL", "baseUrl"),
+    ("MODEL", "model"),
+    ("API KEY", "apiKey"),
+    ("TOOLS VIA", "toolTransport"),
+];
+
+pub async fn provider(
+    command: ProviderCommand,
+    mut client: Client,
+    out: &Out,
+) -> Result<Exit, Fail> {
+    let c = &mut client;
+    match command {
+        ProviderCommand::List { workspace } => {
+            let workspace_id = workspace_id(c, &workspace).await?;
+            let providers = c
+                .list_providers(pb::ListProvidersRequest { workspace_id })
+                .await
+                .map_err(|s| Fail::call("list the providers", &s))?
+                .into_inner()
+                .providers;
+            let rows: Vec<Value> = providers.iter().map(output::provider).collect();
+            out.table(&rows, PROVIDER_FIELDS);
+        }
+        ProviderCommand::Create {
+            name,
+            workspace,
+            kind,
+            base_url,
+            model,
+            key_env,
+            key_file,
+            key_stdin,
+        } => {
+            let workspace_id = workspace_id(c, &workspace).await?;
+            let api_key = match (key_env, key_file, key_stdin) {
+                (Some(var), _, _) => format!("env:{var}"),
+                (_, Some(file), _) => format!("file:{}", file.display()),
+                (_, _, true) => prompt::secret("provider API key: ")?,
+                _ => String::new(),
+            };
+            let kind = match kind {
+                ProviderKind::ClaudeCode => pb::ProviderKind::ClaudeCode,
+                ProviderKind::Opencode => pb::ProviderKind::Opencode,
+                ProviderKind::OpenaiCompatible => pb::ProviderKind::OpenaiCompatible,
+            };
+            let p = c
+                .create_provider(pb::CreateProviderRequest {
+                    workspace_id,
+                    name,
+                    kind: kind as i32,
+                    base_url: base_url.unwrap_or_default(),
+                    model: model.unwrap_or_default(),
+                    api_key,
+                    tool_transport: 0,
+                })
+                .await
+                .map_err(|s| Fail::call("create the provider", &s))?
+                .into_inner();
+            out.value(&output::provider(&p), PROVIDER_FIELDS);
+        }
+        ProviderCommand::Delete { name, workspace } => {
+            let workspace_id = workspace_id(c, &workspace).await?;
+            c.delete_provider(pb::DeleteProviderRequest {
+                workspace_id,
+                name: name.clone(),
+            })
+            .await
+            .map_err(|s| Fail::call("delete the provider", &s))?;
+            out.note(&format!("provider {name} deleted"));
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+const AGENT_FIELDS: &[(&str, &str)] = &[
+    ("NAME", "name"),
+    ("KIND", "kind"),
+    ("PROVIDER", "provider"),
+    ("MODEL", "model"),
+    ("ALLOWED", "allowedTools"),
+    ("GRANTED", "grantedTools"),
+    ("EGRESS", "egress"),
+];
+
+pub async fn agent(command: AgentCommand, mut client: Client, out: &Out) -> Result<Exit, Fail> {
+    let c = &mut client;
+    match command {
+        AgentCommand::List { workspace } => {
+            let workspace_id = workspace_id(c, &workspace).await?;
+            let agents = c
+                .list_agents(pb::ListAgentsRequest { workspace_id })
+                .await
+                .map_err(|s| Fail::call("list the agents", &s))?
+                .into_inner()
+                .agents;
+            let rows: Vec<Value> = agents.iter().map(output::agent).collect();
+            out.table(
+                &rows,
+                &[
+                    ("NAME", "name"),
+                    ("KIND", "kind"),
+                    ("PROVIDER", "provider"),
+                    ("ALLOWED", "allowedTools"),
+                ],
+            );
+        }
+        AgentCommand::Show { name, workspace } => {
+            let workspace_id = workspace_id(c, &workspace).await?;
+            let a = c
+                .get_agent(pb::GetAgentRequest { workspace_id, name })
+                .await
+                .map_err(|s| Fail::call("read the agent", &s))?
+                .into_inner();
+            let mut fields = AGENT_FIELDS.to_vec();
+            fields.push(("INSTRUCTIONS", "instructions"));
+            out.value(&output::agent(&a), &fields);
+        }
+        AgentCommand::Create {
+            name,
+            workspace,
+            tools,
+            provider,
+            model,
+            instructions_file,
+            egress,
+        } => {
+            let workspace_id = workspace_id(c, &workspace).await?;
+            let instructions = match instructions_file {
+                Some(path) => std::fs::read_to_string(&path)
+                    .map_err(|e| Fail::usage(format!("cannot read {}: {e}", path.display())))?,
+                None => String::new(),
+            };
+            let a = c
+                .create_agent(pb::CreateAgentRequest {
+                    workspace_id,
+                    name,
+                    instructions,
+                    allowed_tools: tools,
+                    provider: provider.unwrap_or_default(),
+                    model: model.unwrap_or_default(),
+                    egress,
+                })
+                .await
+                .map_err(|s| Fail::call("create the agent", &s))?
+                .into_inner();
+            out.value(&output::agent(&a), AGENT_FIELDS);
+        }
+        AgentCommand::Delete { name, workspace } => {
+            let workspace_id = workspace_id(c, &workspace).await?;
+            c.delete_agent(pb::DeleteAgentRequest {
+                workspace_id,
+                name: name.clone(),
+            })
+            .await
+            .map_err(|s| Fail::call("delete the agent", &s))?;
+            out.note(&format!("agent {name} deleted"));
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+pub async fn key(command: KeyCommand, mut client: Client, out: &Out) -> Result<Exit, Fail> {
+    let c = &mut client;
+    let fields = [
+        ("ID", "id"),
+        ("NAME", "name"),
+        ("ROLE", "role"),
+        ("CREATED", "created"),
+        ("REVOKED", "revoked"),
+    ];
+    match command {
+        KeyCommand::List { include_revoked } => {
+            let keys = c
+                .list_api_keys(pb::ListApiKeysRequest { include_revoked })
+                .await
+                .map_err(|s| Fail::call("list the keys", &s))?
+                .into_inner()
+                .keys;
+            let rows: Vec<Value> = keys.iter().map(output::api_key).collect();
+            out.table(&rows, &fields);
+        }
+        KeyCommand::Create { name, role } => {
+            let role = match role {
+                Role::Admin => pb::Role::Admin,
+                Role::Operator => pb::Role::Operator,
+                Role::Viewer => pb::Role::Viewer,
+            };
+            let created = c
+                .create_api_key(pb::CreateApiKeyRequest {
+                    name,
+                    role: role as i32,
+                })
+                .await
+                .map_err(|s| Fail::call("create the key", &s))?
+                .into_inner();
+            let key = created.key.unwrap_or_default();
+            if out.format == Format::Json {
+                let mut value = output::api_key(&key);
+                value["secret"] = json!(created.secret);
+                out.value(&value, &[]);
+            } else {
+                out.note(&format!(
+                    "key {} ({}) created; its secret is shown once, below: keep it in a file readable by its user only",
+                    key.id,
+                    output::role(key.role)
+                ));
+                println!("{}", created.secret);
+            }
+        }
+        KeyCommand::Revoke { id } => {
+            let key = c
+                .revoke_api_key(pb::RevokeApiKeyRequest { id })
+                .await
+                .map_err(|s| Fail::call("revoke the key", &s))?
+                .into_inner();
+            out.value(&output::api_key(&key), &fields);
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+pub async fn status(mut client: Client, out: &Out) -> Result<Exit, Fail> {
+    let status = client
+        .get_status(pb::GetStatusRequest {})
+        .await
+        .map_err(|s| Fail::call("read the status", &s))?
+        .into_inner();
+    let sandbox = status.sandbox.clone().unwrap_or_default();
+    let replicas: Vec<Value> = status
+        .replicas
+        .iter()
+        .map(|r| {
+            json!({
+                "id": r.id,
+                "live": r.live,
+                "started": output::time(r.started_ms),
+                "heartbeat": output::time(r.heartbeat_ms),
+                "leaseExpires": output::time(r.lease_expires_ms),
+                "stopped": output::time(r.stopped_ms),
+            })
+        })
+        .collect();
+    let value = json!({
+        "version": status.version,
+        "replica": status.replica,
+        "sandbox": {
+            "state": sandbox.state,
+            "tier": sandbox.tier,
+            "tierReason": sandbox.tier_reason,
+            "identity": sandbox.identity,
+            "limits": sandbox.limits,
+            "problems": sandbox.problems,
+        },
+        "embeddedToolExec": status.embedded_tool_exec,
+        "liveRuns": status.live_runs,
+        "replicas": replicas,
+    });
+    if out.format == Format::Json {
+        out.value(&value, &[]);
+        return Ok(Exit::Ok);
+    }
+    out.value(
+        &value,
+        &[
+            ("VERSION", "version"),
+            ("REPLICA", "replica"),
+            ("SANDBOX", "sandbox.state"),
+            ("TIER", "sandbox.tier"),
+            ("WHY THIS TIER", "sandbox.tierReason"),
+            ("RUNS AS", "sandbox.identity"),
+            ("LIMITS", "sandbox.limits"),
+            ("PROBLEMS", "sandbox.problems"),
+            ("EMBEDDED TOOL-EXEC", "embeddedToolExec"),
+            ("LIVE RUNS", "liveRuns"),
+        ],
+    );
+    println!();
+    out.table(
+        &replicas,
+        &[
+            ("REPLICA", "id"),
+            ("LIVE", "live"),
+            ("STARTED", "started"),
+            ("HEARTBEAT", "heartbeat"),
+            ("LEASE UNTIL", "leaseExpires"),
+            ("STOPPED", "stopped"),
+        ],
+    );
+    Ok(Exit::Ok)
+}

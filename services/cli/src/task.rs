@@ -1,0 +1,663 @@
+//! `chorus task …`: a task's whole life from the command line.
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_proto::orchestrator::v1::task_change::Change;
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use crate::admin::workspace_id;
+use crate::client::Client;
+use crate::fail::{Exit, Fail};
+use crate::follow::{self, Followed, Outcome, cut};
+use crate::output::{self, Colour, Format, Out};
+use crate::prompt;
+
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    /// Runs a task: creates it, has the planner plan it (answering its
+    /// questions at the prompt), starts it, and with --follow follows it to
+    /// the end; the exit code says how it ended.
+    Run {
+        /// What to do.
+        description: String,
+        /// The workspace (name or id).
+        #[arg(long, short)]
+        workspace: String,
+        /// The agent to start (else the one the plan assigns).
+        #[arg(long, short)]
+        agent: Option<String>,
+        /// Follow the task until it ends or needs you.
+        #[arg(long, short)]
+        follow: bool,
+        /// Skip the planner and start the agent on the description as it is.
+        #[arg(long, requires = "agent")]
+        no_plan: bool,
+    },
+    /// Creates a task (pending).
+    Create {
+        description: String,
+        #[arg(long, short)]
+        workspace: String,
+    },
+    /// Has the planner plan a task (it may ask questions first).
+    Plan {
+        id: String,
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Answers the planner's questions: at the prompt, or one --answer per
+    /// question in order.
+    Answer {
+        id: String,
+        #[arg(long = "answer")]
+        answers: Vec<String>,
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Starts an agent on a planned (or waiting) task.
+    Start {
+        id: String,
+        /// The agent (else the one the plan assigns).
+        #[arg(long, short)]
+        agent: Option<String>,
+        /// Added to the prompt built from the task and its plan.
+        #[arg(long)]
+        prompt: Option<String>,
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Follows a task's history until it ends or needs you.
+    Watch {
+        id: String,
+        /// Start after this event (0: the whole history).
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+    },
+    /// Cancels a task: its runs end and their processes are killed.
+    Cancel {
+        id: String,
+        #[arg(long, default_value = "canceled from the command line")]
+        reason: String,
+    },
+    /// Deletes a task that is over, with its history (admin).
+    Delete { id: String },
+    /// Lists tasks; with --watch, then prints each change as it happens.
+    List {
+        #[arg(long, short)]
+        workspace: Option<String>,
+        /// Only tasks in this status.
+        #[arg(long, short)]
+        status: Option<String>,
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Shows a task: its plan, its questions, its runs (the handoff tree).
+    Show { id: String },
+}
+
+pub async fn run(command: TaskCommand, mut client: Client, out: &Out) -> Result<Exit, Fail> {
+    let c = &mut client;
+    match command {
+        TaskCommand::Run {
+            description,
+            workspace,
+            agent,
+            follow,
+            no_plan,
+        } => {
+            let workspace = workspace_id(c, &workspace).await?;
+            let task = create(c, &workspace, description).await?;
+            out.note(&format!("task {} created", task.id));
+            let run = Flow {
+                client: c,
+                out,
+                task: &task.id,
+            };
+            run.whole(agent, follow, no_plan).await
+        }
+        TaskCommand::Create {
+            description,
+            workspace,
+        } => {
+            let workspace = workspace_id(c, &workspace).await?;
+            let task = create(c, &workspace, description).await?;
+            show_task(out, &task);
+            Ok(Exit::Ok)
+        }
+        TaskCommand::Plan { id, follow } => {
+            let flow = Flow {
+                client: c,
+                out,
+                task: &id,
+            };
+            let after = flow.last_sequence().await?;
+            flow.client
+                .plan_task(pb::PlanTaskRequest {
+                    task_id: id.clone(),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|s| Fail::call("plan the task", &s))?;
+            flow.after_step(after, follow, "planning").await
+        }
+        TaskCommand::Answer {
+            id,
+            answers,
+            follow,
+        } => {
+            let mut flow = Flow {
+                client: c,
+                out,
+                task: &id,
+            };
+            let after = flow.last_sequence().await?;
+            flow.answer(answers).await?;
+            flow.after_step(after, follow, "planning").await
+        }
+        TaskCommand::Start {
+            id,
+            agent,
+            prompt,
+            follow,
+        } => {
+            let mut flow = Flow {
+                client: c,
+                out,
+                task: &id,
+            };
+            let after = flow.last_sequence().await?;
+            flow.start(agent, prompt).await?;
+            flow.after_step(after, follow, "started").await
+        }
+        TaskCommand::Watch { id, after } => {
+            let followed = follow::follow(c, &id, after, out, &[]).await?;
+            let totals = follow::totals(c, &id).await;
+            follow::report_end(out, &id, &followed, &totals);
+            Ok(followed.outcome.exit())
+        }
+        TaskCommand::Cancel { id, reason } => {
+            let task = c
+                .cancel_task(pb::CancelTaskRequest {
+                    task_id: id,
+                    reason,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|s| Fail::call("cancel the task", &s))?
+                .into_inner();
+            show_task(out, &task);
+            Ok(Exit::Ok)
+        }
+        TaskCommand::Delete { id } => {
+            c.delete_task(pb::DeleteTaskRequest {
+                task_id: id.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|s| Fail::call("delete the task", &s))?;
+            out.note(&format!("task {id} deleted"));
+            Ok(Exit::Ok)
+        }
+        TaskCommand::List {
+            workspace,
+            status,
+            watch,
+        } => list(c, out, workspace, status, watch).await,
+        TaskCommand::Show { id } => show(c, out, &id).await,
+    }
+}
+
+async fn create(
+    client: &mut Client,
+    workspace: &str,
+    description: String,
+) -> Result<pb::Task, Fail> {
+    Ok(client
+        .create_task(pb::CreateTaskRequest {
+            workspace_id: workspace.to_owned(),
+            description,
+            source: Some(pb::TaskSource {
+                kind: "terminal".into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .map_err(|s| Fail::call("create the task", &s))?
+        .into_inner())
+}
+
+/// One task's steps, each as its own call.
+struct Flow<'a> {
+    client: &'a mut Client,
+    out: &'a Out,
+    task: &'a str,
+}
+
+impl Flow<'_> {
+    async fn get(&mut self) -> Result<pb::Task, Fail> {
+        Ok(self
+            .client
+            .get_task(pb::GetTaskRequest {
+                task_id: self.task.to_owned(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|s| Fail::call("read the task", &s))?
+            .into_inner())
+    }
+
+    async fn last_sequence(&self) -> Result<u64, Fail> {
+        let mut client = self.client.clone();
+        let task = client
+            .get_task(pb::GetTaskRequest {
+                task_id: self.task.to_owned(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|s| Fail::call("read the task", &s))?
+            .into_inner();
+        Ok(task.last_sequence)
+    }
+
+    /// Create, plan, answer, start, follow.
+    async fn whole(
+        mut self,
+        agent: Option<String>,
+        follow: bool,
+        no_plan: bool,
+    ) -> Result<Exit, Fail> {
+        let mut after = 1;
+        if no_plan {
+            for status in ["planning", "planned"] {
+                self.client
+                    .update_task_status(pb::UpdateTaskStatusRequest {
+                        task_id: self.task.to_owned(),
+                        status: status.into(),
+                        reason: "started without planning from the command line".into(),
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|s| Fail::call("skip planning", &s))?;
+            }
+            after = self.last_sequence().await?;
+        } else {
+            self.client
+                .plan_task(pb::PlanTaskRequest {
+                    task_id: self.task.to_owned(),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|s| Fail::call("plan the task", &s))?;
+            loop {
+                let acting: &[&str] = if prompt::interactive() {
+                    &["planned", "awaiting_input"]
+                } else {
+                    &["planned"]
+                };
+                let followed =
+                    follow::follow(self.client, self.task, after, self.out, acting).await?;
+                after = followed.last;
+                match &followed.outcome {
+                    Outcome::NeedsYou(n) if n.status == "planned" => break,
+                    Outcome::NeedsYou(n)
+                        if n.status == "awaiting_input" && prompt::interactive() =>
+                    {
+                        self.answer(Vec::new()).await?;
+                    }
+                    _ => {
+                        let totals = follow::totals(self.client, self.task).await;
+                        follow::report_end(self.out, self.task, &followed, &totals);
+                        return Ok(followed.outcome.exit());
+                    }
+                }
+            }
+        }
+        self.start(agent, None).await?;
+        self.after_step(after, follow, "started").await
+    }
+
+    /// After a step: follow, or say how to.
+    async fn after_step(self, after: u64, follow: bool, what: &str) -> Result<Exit, Fail> {
+        if !follow {
+            if self.out.format == Format::Json {
+                self.out
+                    .json_line(&json!({ "taskId": self.task, "step": what }));
+            } else {
+                println!(
+                    "task {} {what}; follow it with: chorus task watch {}",
+                    self.task, self.task
+                );
+            }
+            return Ok(Exit::Ok);
+        }
+        let followed: Followed =
+            follow::follow(self.client, self.task, after, self.out, &[]).await?;
+        let totals = follow::totals(self.client, self.task).await;
+        follow::report_end(self.out, self.task, &followed, &totals);
+        Ok(followed.outcome.exit())
+    }
+
+    async fn start(&mut self, agent: Option<String>, prompt: Option<String>) -> Result<(), Fail> {
+        let started = self
+            .client
+            .start_task(pb::StartTaskRequest {
+                task_id: self.task.to_owned(),
+                agent: agent.unwrap_or_default(),
+                prompt: prompt.unwrap_or_default(),
+                timeout_secs: 0,
+            })
+            .await
+            .map_err(|s| Fail::call("start the task", &s))?
+            .into_inner();
+        if let Some(run) = started.run {
+            self.out
+                .note(&format!("started {} (run {})", run.agent, run.id));
+        }
+        Ok(())
+    }
+
+    /// Answers the planner's open questions: `given` in order, else at the prompt.
+    async fn answer(&mut self, given: Vec<String>) -> Result<(), Fail> {
+        let task = self.get().await?;
+        let questions = task.planning.unwrap_or_default().questions;
+        if task.status != "awaiting_input" {
+            return Err(Fail::error(format!(
+                "task {} is {}, not awaiting_input: there is nothing to answer",
+                self.task, task.status
+            )));
+        }
+        let open = questions.iter().filter(|q| q.answer.is_none()).count();
+        if !given.is_empty() && given.len() != open {
+            return Err(Fail::usage(format!(
+                "the planner asked {open} question(s) and {} --answer were given; give one per question, in order",
+                given.len()
+            )));
+        }
+        if given.is_empty() && !prompt::interactive() {
+            let list: Vec<String> = questions
+                .iter()
+                .filter(|q| q.answer.is_none())
+                .map(|q| q.question.clone())
+                .collect();
+            return Err(Fail {
+                exit: Exit::NeedsYou,
+                message: format!(
+                    "the planner asks: {}; answer at a terminal with: chorus task answer {}, or give one --answer '…' per question",
+                    list.join(" | "),
+                    self.task
+                ),
+            });
+        }
+        let mut given = given.into_iter();
+        let mut answers = Vec::with_capacity(questions.len());
+        for (i, q) in questions.iter().enumerate() {
+            if let Some(answer) = &q.answer {
+                answers.push(answer.clone());
+                continue;
+            }
+            let answer = match given.next() {
+                Some(answer) => answer,
+                None => {
+                    let ask = format!(
+                        "{} {}. {}\n> ",
+                        self.out.paint(Colour::Yellow, "?"),
+                        i + 1,
+                        q.question
+                    );
+                    prompt::line(&ask)?.ok_or_else(|| Fail::usage("no answer: the input ended"))?
+                }
+            };
+            answers.push(answer);
+        }
+        self.client
+            .submit_answers(pb::SubmitAnswersRequest {
+                task_id: self.task.to_owned(),
+                answers,
+                ..Default::default()
+            })
+            .await
+            .map_err(|s| Fail::call("submit the answers", &s))?;
+        Ok(())
+    }
+}
+
+fn show_task(out: &Out, task: &pb::Task) {
+    out.value(
+        &output::task(task),
+        &[
+            ("ID", "id"),
+            ("STATUS", "status"),
+            ("REASON", "statusReason"),
+            ("DESCRIPTION", "description"),
+            ("AGENT", "currentAgent"),
+            ("UPDATED", "updated"),
+        ],
+    );
+}
+
+async fn show(client: &mut Client, out: &Out, id: &str) -> Result<Exit, Fail> {
+    let task = client
+        .get_task(pb::GetTaskRequest {
+            task_id: id.to_owned(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|s| Fail::call("read the task", &s))?
+        .into_inner();
+    let runs = client
+        .list_runs(pb::ListRunsRequest {
+            task_id: id.to_owned(),
+        })
+        .await
+        .map_err(|s| Fail::call("list the task's runs", &s))?
+        .into_inner()
+        .runs;
+    if out.format == Format::Json {
+        let mut value = output::task(&task);
+        value["runs"] = Value::Array(runs.iter().map(output::run).collect());
+        out.value(&value, &[]);
+        return Ok(Exit::Ok);
+    }
+    show_task(out, &task);
+    let planning = task.planning.unwrap_or_default();
+    if !planning.summary.is_empty() {
+        println!("\nPLAN  {}", planning.summary);
+        for (i, step) in planning.plan.iter().enumerate() {
+            println!("  {}. {step}", i + 1);
+        }
+        if !planning.assigned_agent.is_empty() {
+            println!("  agent: {}", planning.assigned_agent);
+        }
+    }
+    if !planning.questions.is_empty() {
+        println!("\nQUESTIONS");
+        for (i, q) in planning.questions.iter().enumerate() {
+            let answer = q.answer.as_deref().unwrap_or("(not answered)");
+            println!("  {}. {}\n     → {answer}", i + 1, q.question);
+        }
+    }
+    println!("\nRUNS");
+    let rows: Vec<Value> = tree(&runs)
+        .into_iter()
+        .map(|(depth, run)| {
+            let mut row = output::run(run);
+            row["agent"] = json!(format!("{}{}", "  ".repeat(depth), run.agent));
+            row
+        })
+        .collect();
+    out.table(
+        &rows,
+        &[
+            ("AGENT", "agent"),
+            ("STATE", "state"),
+            ("DURATION", "duration"),
+            ("IN", "inputTokens"),
+            ("OUT", "outputTokens"),
+            ("COST $", "costUsd"),
+            ("END", "endReason"),
+            ("RUN", "id"),
+        ],
+    );
+    Ok(Exit::Ok)
+}
+
+/// Runs in handoff-tree order (each child under its parent) with their depth.
+fn tree(runs: &[pb::Run]) -> Vec<(usize, &pb::Run)> {
+    fn visit<'a>(
+        runs: &'a [pb::Run],
+        parent: &str,
+        depth: usize,
+        out: &mut Vec<(usize, &'a pb::Run)>,
+    ) {
+        for run in runs.iter().filter(|r| r.parent_run_id == parent) {
+            out.push((depth, run));
+            if depth < 32 {
+                visit(runs, &run.id, depth + 1, out);
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(runs.len());
+    visit(runs, "", 0, &mut out);
+    // Runs whose parent is not listed (should not happen) still show.
+    for run in runs {
+        if !out.iter().any(|(_, r)| r.id == run.id) {
+            out.push((0, run));
+        }
+    }
+    out
+}
+
+async fn list(
+    client: &mut Client,
+    out: &Out,
+    workspace: Option<String>,
+    status: Option<String>,
+    watch: bool,
+) -> Result<Exit, Fail> {
+    let workspace = match workspace {
+        Some(w) => workspace_id(client, &w).await?,
+        None => String::new(),
+    };
+    // Following starts first, so that nothing between the list and the
+    // stream is missed.
+    let mut changes = if watch {
+        let mut stream = client
+            .watch_tasks(pb::WatchTasksRequest {
+                workspace_id: workspace.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|s| Fail::call("follow the tasks", &s))?
+            .into_inner();
+        // The first message says where "now" is.
+        stream
+            .message()
+            .await
+            .map_err(|s| Fail::call("follow the tasks", &s))?;
+        Some(stream)
+    } else {
+        None
+    };
+    let mut tasks = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_tasks(pb::ListTasksRequest {
+                workspace_id: workspace.clone(),
+                status: status.clone().unwrap_or_default(),
+                page_size: 500,
+                page_token,
+            })
+            .await
+            .map_err(|s| Fail::call("list the tasks", &s))?
+            .into_inner();
+        tasks.extend(page.tasks);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    let rows: Vec<Value> = tasks
+        .iter()
+        .map(|t| {
+            let mut row = output::task(t);
+            row["short"] = json!(cut(&t.description, 60));
+            row
+        })
+        .collect();
+    if out.format == Format::Json && watch {
+        for row in &rows {
+            out.json_line(row);
+        }
+    } else {
+        out.table(
+            &rows,
+            &[
+                ("ID", "id"),
+                ("STATUS", "status"),
+                ("AGENT", "currentAgent"),
+                ("UPDATED", "updated"),
+                ("DESCRIPTION", "short"),
+            ],
+        );
+    }
+    let Some(stream) = changes.as_mut() else {
+        return Ok(Exit::Ok);
+    };
+    loop {
+        let change = match stream.message().await {
+            Ok(Some(change)) => change,
+            Ok(None) => return Ok(Exit::Ok),
+            Err(s) => return Err(Fail::call("follow the tasks", &s)),
+        };
+        print_change(out, &change);
+    }
+}
+
+/// One line per change of `task list --watch`.
+fn print_change(out: &Out, change: &pb::TaskChange) {
+    let Some(what) = &change.change else { return };
+    if out.format == Format::Json {
+        let value = match what {
+            Change::Event(e) => {
+                json!({ "cursor": change.cursor, "workspaceId": change.workspace_id, "event": output::event(e) })
+            }
+            Change::Deleted(d) => {
+                json!({ "cursor": change.cursor, "taskId": change.task_id, "deleted": { "sequence": d.sequence } })
+            }
+            Change::CaughtUp(_) => return,
+        };
+        out.json_line(&value);
+        return;
+    }
+    let line = match what {
+        Change::Event(e) => {
+            let data = Value::Object(chorus_proto::json::from_struct(
+                e.data.clone().unwrap_or_default(),
+            ));
+            let at = output::time(e.at_ms);
+            let what = match e.kind.as_str() {
+                "task_created" => format!(
+                    "created: {}",
+                    cut(data["description"].as_str().unwrap_or_default(), 80)
+                ),
+                "status_changed" => format!(
+                    "{} → {}",
+                    data["from"].as_str().unwrap_or_default(),
+                    data["to"].as_str().unwrap_or_default()
+                ),
+                "completion_report_submitted" => "report submitted".to_owned(),
+                other => other.to_owned(),
+            };
+            let needs = e
+                .needs_you
+                .as_ref()
+                .map(|n| out.paint(Colour::Yellow, &format!("  ⚑ needs you: {}", n.action)))
+                .unwrap_or_default();
+            format!("{at}  {}  {what}{needs}", change.task_id)
+        }
+        Change::Deleted(_) => format!("{}  deleted", change.task_id),
+        Change::CaughtUp(_) => return,
+    };
+    println!("{line}");
+}

@@ -1,0 +1,421 @@
+//! `chorus` as people and scripts use it: in a real terminal (tmux, answering
+//! the planner at the prompt) and without one (`--output json`), against an
+//! orchestrator whose model is a fake OpenAI-compatible server.
+//!
+//! The terminal test needs tmux; it is skipped without it, unless
+//! `CHORUS_TEST_REQUIRE_TMUX=1` (CI), where a missing tmux fails it.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_tests::agents::Client;
+use chorus_tests::fake_openai::{FakeOpenAi, Step};
+use chorus_tests::orchestrator::Orchestrator;
+use serde_json::{Value, json};
+
+const CHORUS: &str = env!("CARGO_BIN_EXE_chorus");
+
+fn questions() -> Step {
+    Step::tool_call(
+        "planner-output",
+        json!({"type": "questions", "questions": ["Which greeting?", "For whom?"]}),
+    )
+}
+
+fn plan() -> Step {
+    Step::tool_call(
+        "planner-output",
+        json!({
+            "type": "plan",
+            "summary": "Write hello.txt",
+            "requirements": ["a greeting"],
+            "acceptanceCriteria": ["hello.txt exists"],
+            "plan": ["create the file", "report"],
+            "assignedAgent": "writer",
+        }),
+    )
+}
+
+fn report(status: &str, summary: &str) -> Step {
+    Step::tool_call(
+        "completion-report",
+        json!({"status": status, "summary": summary, "output": summary}),
+    )
+}
+
+/// An orchestrator, a workspace `demo` whose planner and writer run on the
+/// fake model, and a key file only its owner reads.
+struct Stage {
+    orchestrator: Orchestrator,
+    _model: FakeOpenAi,
+    root: tempfile::TempDir,
+    dir: tempfile::TempDir,
+    key_file: PathBuf,
+}
+
+impl Stage {
+    async fn new(steps: Vec<Step>) -> Self {
+        let dir = tempfile::tempdir().expect("dir");
+        let orchestrator = Orchestrator::for_api_agents(dir.path()).await;
+        let model = FakeOpenAi::start(steps).await;
+        let root = tempfile::tempdir().expect("root");
+        let mut client: Client = orchestrator.client().await;
+        let workspace = chorus_tests::agents::workspace(&mut client, "demo", root.path()).await;
+        client
+            .create_provider(pb::CreateProviderRequest {
+                workspace_id: workspace.id.clone(),
+                name: "model".into(),
+                kind: pb::ProviderKind::OpenaiCompatible.into(),
+                base_url: model.base_url(),
+                model: "fake-model".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("provider");
+        client
+            .update_workspace(pb::UpdateWorkspaceRequest {
+                id: workspace.id.clone(),
+                name: None,
+                system_provider: Some("model".into()),
+            })
+            .await
+            .expect("system provider");
+        let key_file = dir.path().join("operator.key");
+        std::fs::write(&key_file, format!("{}\n", orchestrator.admin_key)).expect("key file");
+        std::fs::set_permissions(
+            &key_file,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .expect("chmod");
+        Self {
+            orchestrator,
+            _model: model,
+            root,
+            dir,
+            key_file,
+        }
+    }
+
+    /// The environment `chorus` reads its address and key from.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "CHORUS_ADDRESS",
+                format!("http://{}", self.orchestrator.addr),
+            ),
+            ("CHORUS_API_KEY_FILE", self.key_file.display().to_string()),
+            (
+                "CHORUS_CONFIG",
+                self.dir.path().join("none.toml").display().to_string(),
+            ),
+            ("NO_COLOR", "1".to_owned()),
+        ]
+    }
+
+    /// Runs `chorus args` with no terminal: its exit code and output.
+    async fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let output = tokio::process::Command::new(CHORUS)
+            .args(args)
+            .envs(self.env())
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .expect("run chorus");
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+}
+
+/// A tmux server of its own, killed when dropped.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    /// None (the test is skipped) when tmux is missing, unless CI requires it.
+    fn start(command: &str, cwd: &Path) -> Option<Self> {
+        if std::process::Command::new("tmux")
+            .arg("-V")
+            .output()
+            .is_err()
+        {
+            assert!(
+                std::env::var_os("CHORUS_TEST_REQUIRE_TMUX").is_none(),
+                "tmux is not installed and CHORUS_TEST_REQUIRE_TMUX is set: install it (apt-get install tmux)"
+            );
+            eprintln!("skipped: tmux is not installed (apt-get install tmux)");
+            return None;
+        }
+        let tmux = Self {
+            socket: format!("chorus-cli-test-{}", std::process::id()),
+        };
+        let started = std::process::Command::new("tmux")
+            .args([
+                "-L",
+                &tmux.socket,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-x",
+                "200",
+                "-y",
+                "80",
+                "-c",
+            ])
+            .arg(cwd)
+            .arg(command)
+            .status()
+            .expect("tmux new-session");
+        assert!(started.success(), "tmux new-session failed");
+        Some(tmux)
+    }
+
+    fn screen(&self) -> String {
+        let out = std::process::Command::new("tmux")
+            .args(["-L", &self.socket, "capture-pane", "-p", "-J", "-S", "-200"])
+            .output()
+            .expect("capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn send(&self, keys: &str) {
+        let sent = std::process::Command::new("tmux")
+            .args(["-L", &self.socket, "send-keys", "-l", keys])
+            .status()
+            .expect("send-keys");
+        assert!(sent.success());
+        let enter = std::process::Command::new("tmux")
+            .args(["-L", &self.socket, "send-keys", "Enter"])
+            .status()
+            .expect("send-keys Enter");
+        assert!(enter.success());
+    }
+
+    /// Waits until the screen shows `text` (a bound, not a timing: the
+    /// screen is polled until then).
+    async fn wait_for(&self, text: &str) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let screen = self.screen();
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the terminal never showed '{text}'; it shows:\n{screen}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+/// The command lines of every process on the machine.
+fn command_lines() -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .collect()
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_runs_a_task_answers_the_planner_at_the_prompt_and_sees_it_complete() {
+    let stage = Stage::new(vec![
+        questions(),
+        plan(),
+        Step::tool_call(
+            "file_create",
+            json!({"path": "hello.txt", "content": "hello\n"}),
+        ),
+        Step::tool_call("file_read", json!({"path": "../../etc/passwd"})),
+        report("complete", "Wrote hello.txt"),
+    ])
+    .await;
+    let env: String = stage
+        .env()
+        .iter()
+        .map(|(k, v)| format!("{k}={} ", shell_quote(v)))
+        .collect();
+    let command = format!(
+        "env {env} {CHORUS} task run 'Greet the world in hello.txt' --workspace demo --follow; echo EXIT=$?; exec cat"
+    );
+    let Some(tmux) = Tmux::start(&command, stage.dir.path()) else {
+        return;
+    };
+    tmux.wait_for("? 1. Which greeting?").await;
+    // While chorus waits at the prompt: its key is in no process's command line.
+    let key = &stage.orchestrator.admin_key;
+    let shown: Vec<String> = command_lines()
+        .into_iter()
+        .filter(|c| c.contains(key.as_str()))
+        .collect();
+    assert!(shown.is_empty(), "the key is in a command line: {shown:?}");
+
+    tmux.send("Hello");
+    tmux.wait_for("? 2. For whom?").await;
+    tmux.send("The world");
+    let screen = tmux.wait_for("EXIT=").await;
+    for expected in [
+        "? the planner asks:",
+        "plan: Write hello.txt (2 steps, agent: writer)",
+        "▶ writer started",
+        "✓ file.create hello.txt",
+        "✗ permission_denied file.read ../../etc/passwd: path '../../etc/passwd' is outside the workspace root",
+        "■ report (complete): Wrote hello.txt",
+        "● active → completed",
+        "completed · 3 run(s)",
+        "EXIT=0",
+    ] {
+        assert!(screen.contains(expected), "no '{expected}' in:\n{screen}");
+    }
+    assert!(
+        !screen.contains("needs you: start it"),
+        "the CLI starts the plan itself:\n{screen}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(stage.root.path().join("hello.txt")).expect("the agent's file"),
+        "hello\n"
+    );
+}
+
+fn json_lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_gets_json_lines_and_an_exit_code_that_says_how_the_task_ended() {
+    let stage = Stage::new(vec![
+        plan(),
+        Step::tool_call("file_create", json!({"path": "a.txt", "content": "a\n"})),
+        report("complete", "Wrote a.txt"),
+        plan(),
+        report("failed", "The file system is read-only"),
+        questions(),
+    ])
+    .await;
+
+    let (code, stdout, stderr) = stage
+        .run(&[
+            "task",
+            "run",
+            "Write a.txt",
+            "-w",
+            "demo",
+            "--follow",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let lines = json_lines(&stdout);
+    let kinds: Vec<&str> = lines.iter().filter_map(|l| l["kind"].as_str()).collect();
+    assert!(kinds.contains(&"tool_executed"), "{kinds:?}");
+    assert!(kinds.contains(&"completion_report_submitted"), "{kinds:?}");
+    let end = lines.last().expect("a last line");
+    assert_eq!(end["end"], "completed", "{end}");
+    assert_eq!(end["exitCode"], 0, "{end}");
+
+    let (code, stdout, stderr) = stage
+        .run(&[
+            "task",
+            "run",
+            "Write b.txt",
+            "-w",
+            "demo",
+            "--follow",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(code, 3, "a failed task exits 3: {stdout}\n{stderr}");
+    let end = json_lines(&stdout).pop().expect("a last line");
+    assert_eq!(end["end"], "failed", "{end}");
+
+    // The planner asks, and no one is at a terminal to answer: exit 5, and how to answer.
+    let (code, stdout, stderr) = stage
+        .run(&[
+            "task",
+            "run",
+            "Write c.txt",
+            "-w",
+            "demo",
+            "--follow",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(code, 5, "{stdout}\n{stderr}");
+    let end = json_lines(&stdout).pop().expect("a last line");
+    assert_eq!(end["end"], "needs_you", "{end}");
+    let task = end["taskId"].as_str().expect("task id");
+    assert_eq!(
+        end["action"],
+        format!("answer the planner's questions: chorus task answer {task}"),
+        "{end}"
+    );
+
+    // The list shows all three, as JSON.
+    let (code, stdout, _) = stage.run(&["task", "list", "-o", "json"]).await;
+    assert_eq!(code, 0);
+    let tasks: Vec<Value> = serde_json::from_str(&stdout).expect("a JSON list");
+    let statuses: Vec<&str> = tasks.iter().filter_map(|t| t["status"].as_str()).collect();
+    assert_eq!(statuses, ["completed", "failed", "awaiting_input"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_key_or_address_says_what_to_fix() {
+    let stage = Stage::new(Vec::new()).await;
+    let (code, _, stderr) = stage.run(&["status"]).await;
+    assert_eq!(code, 0, "{stderr}");
+
+    let wrong = stage.dir.path().join("wrong.key");
+    std::fs::write(&wrong, "chorus_wrong_key\n").expect("write");
+    std::fs::set_permissions(&wrong, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    let output = tokio::process::Command::new(CHORUS)
+        .args(["status"])
+        .envs(stage.env())
+        .env("CHORUS_API_KEY_FILE", &wrong)
+        .output()
+        .await
+        .expect("run");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("the API key was refused"), "{stderr}");
+
+    std::fs::set_permissions(&wrong, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .expect("chmod");
+    let output = tokio::process::Command::new(CHORUS)
+        .args(["status"])
+        .envs(stage.env())
+        .env("CHORUS_API_KEY_FILE", &wrong)
+        .output()
+        .await
+        .expect("run");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("chmod 600"), "{stderr}");
+}
