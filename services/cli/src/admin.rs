@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::client::Client;
 use crate::fail::{Exit, Fail};
 use crate::output::{self, Format, Out};
+use crate::output::say;
 use crate::prompt;
 
 #[derive(Debug, Subcommand)]
@@ -456,7 +457,7 @@ pub async fn key(command: KeyCommand, mut client: Client, out: &Out) -> Result<E
                     key.id,
                     output::role(key.role)
                 ));
-                println!("{}", created.secret);
+                say!("{}", created.secret);
             }
         }
         KeyCommand::Revoke { id } => {
@@ -526,7 +527,7 @@ pub async fn status(mut client: Client, out: &Out) -> Result<Exit, Fail> {
             ("LIVE RUNS", "liveRuns"),
         ],
     );
-    println!();
+    say!("");
     out.table(
         &replicas,
         &[

@@ -14,6 +14,7 @@ use tonic::Code;
 use crate::client::Client;
 use crate::fail::{Exit, Fail};
 use crate::output::{self, Colour, Format, Out};
+use crate::output::say;
 
 /// How a followed task stopped.
 #[derive(Debug, Clone, PartialEq)]
@@ -203,7 +204,7 @@ impl<'a> View<'a> {
     fn print(&mut self, run: Option<&str>, line: String) {
         self.clear_spinner();
         let depth = run.map_or(0, |r| self.depth(r));
-        println!("{}{line}", "  ".repeat(depth));
+        say!("{}{line}", "  ".repeat(depth));
     }
 
     /// How deep a run is in the handoff tree (a root run is 1).
@@ -481,7 +482,7 @@ pub fn report_end(out: &Out, task: &str, followed: &Followed, totals: &str) {
             )
         }
     };
-    println!("{text} · {totals}");
+    say!("{text} · {totals}");
 }
 
 /// What a person does next for a task that waits in `status`.

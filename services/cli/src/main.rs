@@ -146,7 +146,9 @@ async fn run(cli: Cli) -> Result<Exit, Fail> {
         Command::Status => admin::status(connect()?, &out).await,
         Command::Profile(command) => profile_command(command, &env, cli.profile.as_deref(), &out),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "chorus", &mut std::io::stdout());
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "chorus", &mut script);
+            output::gone(std::io::Write::write_all(&mut std::io::stdout(), &script));
             Ok(Exit::Ok)
         }
     }

@@ -16,6 +16,33 @@ pub enum Format {
     Json,
 }
 
+/// Prints a line on standard output. A reader that went away (`chorus … |
+/// head`) ends the program quietly, as it would a Unix tool.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::output::write_line(format_args!($($arg)*))
+    };
+}
+pub(crate) use say;
+
+pub fn write_line(args: std::fmt::Arguments<'_>) {
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_fmt(args)
+        .and_then(|()| stdout.write_all(b"\n"))
+        .and_then(|()| stdout.flush());
+    gone(written);
+}
+
+/// Ends the program when standard output's reader is gone.
+pub fn gone(result: std::io::Result<()>) {
+    if let Err(e) = result
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(0);
+    }
+}
+
 /// Where a command prints.
 #[derive(Debug)]
 pub struct Out {
@@ -97,7 +124,7 @@ impl Out {
         }
         let width = fields.iter().map(|(h, _)| h.len()).max().unwrap_or(0);
         for (header, key) in fields {
-            println!("{header:<width$}  {}", cell(lookup(value, key)));
+            say!("{header:<width$}  {}", cell(lookup(value, key)));
         }
     }
 
@@ -108,9 +135,7 @@ impl Out {
 
     /// One JSON document per line (following).
     pub fn json_line(&self, value: &Value) {
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{value}");
-        let _ = stdout.flush();
+        say!("{value}");
     }
 
     /// Text in a colour when printing to a terminal.
@@ -146,7 +171,7 @@ pub fn error(format: Format, fail: &Fail) {
 
 fn println_json(value: &Value) {
     let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
-    println!("{text}");
+    say!("{text}");
 }
 
 fn lookup<'a>(value: &'a Value, key: &str) -> &'a Value {

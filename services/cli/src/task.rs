@@ -10,6 +10,7 @@ use crate::client::Client;
 use crate::fail::{Exit, Fail};
 use crate::follow::{self, Followed, Outcome, cut};
 use crate::output::{self, Colour, Format, Out};
+use crate::output::say;
 use crate::prompt;
 
 #[derive(Debug, Subcommand)]
@@ -323,7 +324,7 @@ impl Flow<'_> {
                 self.out
                     .json_line(&json!({ "taskId": self.task, "step": what }));
             } else {
-                println!(
+                say!(
                     "task {} {what}; follow it with: chorus task watch {}",
                     self.task, self.task
                 );
@@ -461,22 +462,22 @@ async fn show(client: &mut Client, out: &Out, id: &str) -> Result<Exit, Fail> {
     show_task(out, &task);
     let planning = task.planning.unwrap_or_default();
     if !planning.summary.is_empty() {
-        println!("\nPLAN  {}", planning.summary);
+        say!("\nPLAN  {}", planning.summary);
         for (i, step) in planning.plan.iter().enumerate() {
-            println!("  {}. {step}", i + 1);
+            say!("  {}. {step}", i + 1);
         }
         if !planning.assigned_agent.is_empty() {
-            println!("  agent: {}", planning.assigned_agent);
+            say!("  agent: {}", planning.assigned_agent);
         }
     }
     if !planning.questions.is_empty() {
-        println!("\nQUESTIONS");
+        say!("\nQUESTIONS");
         for (i, q) in planning.questions.iter().enumerate() {
             let answer = q.answer.as_deref().unwrap_or("(not answered)");
-            println!("  {}. {}\n     → {answer}", i + 1, q.question);
+            say!("  {}. {}\n     → {answer}", i + 1, q.question);
         }
     }
-    println!("\nRUNS");
+    say!("\nRUNS");
     let rows: Vec<Value> = tree(&runs)
         .into_iter()
         .map(|(depth, run)| {
@@ -659,5 +660,5 @@ fn print_change(out: &Out, change: &pb::TaskChange) {
         Change::Deleted(_) => format!("{}  deleted", change.task_id),
         Change::CaughtUp(_) => return,
     };
-    println!("{line}");
+    say!("{line}");
 }
