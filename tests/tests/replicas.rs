@@ -539,6 +539,95 @@ async fn a_replica_that_starts_while_others_run_touches_nothing_of_theirs() {
     }
 }
 
+/// One WatchTasks stream on one replica follows what another replica
+/// commits (each commit announces its feed position; the follower's replica
+/// reads the rest), and its cursor resumes on the other replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_tasks_on_one_replica_sees_every_change_committed_on_another() {
+    use pb::task_change::Change;
+    let Some(cluster) = Cluster::start(2, 20).await else {
+        return no_postgres();
+    };
+    let (mut follower, mut writer) = (cluster.client(0).await, cluster.client(1).await);
+    let ws = chorus_tests::agents::workspace(&mut writer, "feed", cluster.root.path()).await;
+    let request = |after_cursor: String| pb::WatchTasksRequest {
+        workspace_id: ws.id.clone(),
+        after_cursor,
+        ..Default::default()
+    };
+    let mut stream = follower
+        .watch_tasks(request(String::new()))
+        .await
+        .expect("watch")
+        .into_inner();
+    let first = stream.next().await.expect("caught up").expect("ok");
+    assert!(
+        matches!(first.change, Some(Change::CaughtUp(_))),
+        "{first:?}"
+    );
+
+    const TASKS: usize = 50;
+    let mut tasks = Vec::new();
+    for n in 0..TASKS {
+        let task = writer
+            .create_task(pb::CreateTaskRequest {
+                workspace_id: ws.id.clone(),
+                description: format!("task {n}"),
+                source: None,
+            })
+            .await
+            .expect("task")
+            .into_inner();
+        for status in ["planning", "canceled"] {
+            writer
+                .update_task_status(pb::UpdateTaskStatusRequest {
+                    task_id: task.id.clone(),
+                    status: status.into(),
+                    ..Default::default()
+                })
+                .await
+                .expect("status");
+        }
+        tasks.push(task.id);
+    }
+    let mut seen: HashMap<String, Vec<u64>> = HashMap::new();
+    let mut last = first.cursor.clone();
+    for received in 0..TASKS * 3 {
+        if received == TASKS * 3 / 2 {
+            // Dropped here, resumed on the writer's replica from the cursor.
+            stream = writer
+                .watch_tasks(request(last.clone()))
+                .await
+                .expect("resume")
+                .into_inner();
+        }
+        let change = loop {
+            let change = tokio::time::timeout(HANG, stream.next())
+                .await
+                .expect("a change within the bound")
+                .expect("open")
+                .expect("ok");
+            if !matches!(change.change, Some(Change::CaughtUp(_))) {
+                break change;
+            }
+        };
+        let Some(Change::Event(event)) = &change.change else {
+            panic!("not an event: {change:?}");
+        };
+        seen.entry(change.task_id.clone())
+            .or_default()
+            .push(event.sequence);
+        last = change.cursor.clone();
+    }
+    for task in &tasks {
+        assert_eq!(
+            seen[task],
+            [1, 2, 3],
+            "task {task}: created, planning, canceled once each, in order"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_orchestrator_on_one_sqlite_file_is_refused_saying_why() {
     let dir = tempfile::tempdir().expect("dir");
