@@ -98,7 +98,9 @@ async fn bench(label: &str, store: Store, root: &std::path::Path) {
     for _ in 0..WATCHERS {
         let (tx, mut rx) = mpsc::channel(64);
         let (store, hub, token) = (store.clone(), Arc::clone(&hub), cancel.clone());
-        tokio::spawn(async move { watch_task(&store, &hub, task, 1, Until::NEVER, tx, token).await });
+        tokio::spawn(
+            async move { watch_task(&store, &hub, task, 1, Until::NEVER, tx, token).await },
+        );
         let committed = Arc::clone(&committed);
         receivers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();

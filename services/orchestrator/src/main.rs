@@ -65,7 +65,15 @@ fn main() -> anyhow::Result<()> {
         let listener = chorus_serve::connections::listen(settings.listen)
             .with_context(|| format!("binding {}", settings.listen))?;
         let embedded_tool_exec = embedded_tool_exec(&settings)?;
-        let config = settings.config(signer, embedded_tool_exec, secrets_key, &cwd)?;
+        let console = if settings.no_console {
+            None
+        } else {
+            Some(std::net::TcpListener::bind(settings.console_listen).with_context(|| {
+                format!("binding the web console on {} (use --console-listen or --no-console)", settings.console_listen)
+            })?)
+        };
+        let mut config = settings.config(signer, embedded_tool_exec, secrets_key, &cwd)?;
+        config.console = console;
         info!(allowed = ?config.workspace_roots.allowed, "workspace roots may lie under these directories (--workspace-roots)");
         if let Err(problem) = config.runner.validate() {
             warn!("{problem}; agents cannot be started until this is fixed");

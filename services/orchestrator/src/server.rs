@@ -82,6 +82,8 @@ pub struct OrchestratorConfig {
     pub tls: Option<ServerTls>,
     /// Client certificates that act with a role (mTLS).
     pub peers: PeerRoles,
+    /// The web console's listener, bound; None: no console.
+    pub console: Option<std::net::TcpListener>,
     /// This replica's id; None: the host name with PostgreSQL, `local` with
     /// SQLite.
     pub replica_id: Option<String>,
@@ -115,6 +117,7 @@ impl OrchestratorConfig {
             secrets_key: KeySource::default_file(data_dir),
             tls: None,
             peers: PeerRoles::default(),
+            console: None,
             replica_id: None,
             lease: std::time::Duration::from_secs(15),
             advertise_addr: None,
@@ -275,6 +278,14 @@ pub async fn run(
         .take()
         .map(|embedded| serve_embedded(embedded, &state, &config, &serve, &processes, &draining))
         .transpose()?;
+    if let Some(console) = config.console.take() {
+        serve_console(
+            console,
+            port.local(&serve, auth.clone(), routes.clone()),
+            &config,
+            stop.clone(),
+        )?;
+    }
     let mut serving = port.serve(
         &serve,
         listener,
@@ -301,6 +312,33 @@ pub async fn run(
     if let Err(e) = database_watch.await {
         warn!(error = %e, "the database health check failed");
     }
+    Ok(())
+}
+
+/// Most connections the console holds (a browser opens a few per page).
+const CONSOLE_CONNECTIONS: usize = 256;
+
+/// Serves the web console on `listener` until `stop`: its calls go through
+/// `local`, the orchestrator port's own layers, in this process.
+fn serve_console(
+    listener: std::net::TcpListener,
+    local: chorus_serve::grpc::LocalService,
+    config: &OrchestratorConfig,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let tls = config
+        .tls
+        .as_ref()
+        .map(chorus_serve::http::rustls_config)
+        .transpose()?;
+    tokio::spawn(async move {
+        if let Err(e) = chorus_console::serve(listener, local, tls, CONSOLE_CONNECTIONS, stop).await
+        {
+            warn!(error = %e, "the web console stopped");
+        }
+    });
     Ok(())
 }
 

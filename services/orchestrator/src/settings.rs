@@ -70,6 +70,13 @@ pub struct OrchestratorSettings {
     /// The embedded tool-exec's MCP endpoint.
     #[command(flatten)]
     pub mcp: chorus_tool_exec::mcp::McpArgs,
+    /// Address of the web console (HTTP, or HTTPS with --tls-cert): its pages
+    /// and the JSON face of this API they call, behind the same API keys.
+    #[arg(long, env = "CHORUS_CONSOLE_LISTEN", default_value = "127.0.0.1:50053")]
+    pub console_listen: SocketAddr,
+    /// Do not serve the web console.
+    #[arg(long, env = "CHORUS_NO_CONSOLE")]
+    pub no_console: bool,
     /// Log format.
     #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: chorus_telemetry::LogFormat,

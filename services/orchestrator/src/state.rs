@@ -7,8 +7,8 @@ use chorus_run_token::{RunTokenSigner, RunTokenVerifier};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeyAuthenticator;
-use crate::domain::{Event, KeyReferenceRules, RootPolicy, TaskId};
 use crate::domain::feed::{ChangeFilter, FeedCursor};
+use crate::domain::{Event, KeyReferenceRules, RootPolicy, TaskId};
 use crate::history::{ChangeSource, EventHub, EventSource};
 use crate::runner::{Runner, RunnerConfig};
 use crate::store::{ChangesPage, EVENT_PAGE_BYTES, Store, StoreError};

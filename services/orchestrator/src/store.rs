@@ -71,8 +71,8 @@ impl Committed for (Task, Vec<Run>, Vec<Event>) {
     }
 }
 
-pub use feed::{ChangesPage, FEED_CHANNEL};
 pub use agents::{AgentChanges, NewAgent};
+pub use feed::{ChangesPage, FEED_CHANNEL};
 pub use providers::{NewProvider, ProviderChanges};
 pub use replicas::{Claim, HANDED_ON_CHANNEL, Heartbeat, ReplicaIdentity, ReplicaRecord};
 pub use run_token_keys::KEYS_CHANNEL;

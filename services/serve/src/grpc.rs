@@ -28,6 +28,13 @@ use tracing::{info, warn};
 use crate::connections::Connections;
 use crate::{Calls, Health, ServeConfig};
 
+/// A port's services with its layers, called in-process (see [`Port::local`]).
+pub type LocalService = tower::util::BoxCloneSyncService<
+    http::Request<tonic::body::Body>,
+    http::Response<tonic::body::Body>,
+    std::convert::Infallible,
+>;
+
 /// What a port serves.
 #[derive(Debug, Clone)]
 pub struct PortSpec {
@@ -77,6 +84,24 @@ impl Port {
     /// The limits of this port, for GetStatus.
     pub fn limits(&self, serve: &ServeConfig) -> Vec<chorus_proto::serving::v1::Limit> {
         serve.limits(&self.connections)
+    }
+
+    /// The port's layers — telemetry, the deadline, the message limit,
+    /// authentication, load shedding — around `routes`, as one service for
+    /// calls made in this process (the console's JSON gateway): every rule a
+    /// call meets over the network, without a connection.
+    pub fn local(&self, serve: &ServeConfig, auth: AuthLayer, routes: Routes) -> LocalService {
+        let service = tower::ServiceBuilder::new()
+            .layer(chorus_telemetry::grpc::ServerLayer)
+            .layer(serve.deadline(&self.calls))
+            .layer(MessageLimitLayer::new(
+                self.spec.message_bytes,
+                self.spec.message_hint.clone(),
+            ))
+            .layer(auth)
+            .layer(serve.load_shed(&self.calls, &self.connections, self.spec.name))
+            .service(routes);
+        tower::util::BoxCloneSyncService::new(service)
     }
 
     /// Serves `routes` (with health and reflection) on `listener` in a task

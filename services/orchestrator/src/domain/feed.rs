@@ -138,8 +138,7 @@ impl ChangeFilter {
         if !self.kinds.is_empty() && !self.kinds.contains(&change.kind()) {
             return false;
         }
-        !self.needs_you_only
-            || matches!(&change.what, Changed::Event(e) if e.needs_you().is_some())
+        !self.needs_you_only || matches!(&change.what, Changed::Event(e) if e.needs_you().is_some())
     }
 }
 
@@ -151,7 +150,10 @@ mod tests {
     fn a_cursor_reads_back_what_it_shows() {
         let cursor = FeedCursor(42);
         assert_eq!(cursor.to_string(), "f1.42");
-        assert_eq!(FeedCursor::parse("after_cursor", "f1.42").expect("ok"), cursor);
+        assert_eq!(
+            FeedCursor::parse("after_cursor", "f1.42").expect("ok"),
+            cursor
+        );
         for bad in ["42", "f1.", "f1.-1", "f2.3", "f1.x"] {
             let e = FeedCursor::parse("after_cursor", bad).expect_err(bad);
             assert!(e.to_string().contains("f1.0"), "{e}");
@@ -160,12 +162,19 @@ mod tests {
 
     #[test]
     fn a_filter_names_only_kinds_the_feed_carries() {
-        let filter = ChangeFilter::new(None, &["status_changed".into(), "task_deleted".into()], false)
-            .expect("known kinds");
+        let filter = ChangeFilter::new(
+            None,
+            &["status_changed".into(), "task_deleted".into()],
+            false,
+        )
+        .expect("known kinds");
         assert_eq!(filter.kinds, ["status_changed", "task_deleted"]);
-        let e = ChangeFilter::new(None, &["tool_executed".into()], false).expect_err("not in the feed");
+        let e =
+            ChangeFilter::new(None, &["tool_executed".into()], false).expect_err("not in the feed");
         assert!(
-            e.to_string().contains("task_created, status_changed, completion_report_submitted, task_deleted"),
+            e.to_string().contains(
+                "task_created, status_changed, completion_report_submitted, task_deleted"
+            ),
             "{e}"
         );
     }
@@ -198,7 +207,8 @@ mod tests {
             what: Changed::Deleted { sequence: 3 },
             ..asked.clone()
         };
-        let only_created = ChangeFilter::new(None, &["task_created".into()], false).expect("filter");
+        let only_created =
+            ChangeFilter::new(None, &["task_created".into()], false).expect("filter");
         assert!(!only_created.matches(&asked));
         assert!(!only_created.matches(&deleted));
         assert!(ChangeFilter::default().matches(&deleted));

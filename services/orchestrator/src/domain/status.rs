@@ -83,7 +83,9 @@ impl TaskStatus {
             AwaitingInput => Some(
                 "answer the planner's questions: SubmitAnswers with one answer per question (chorus task answer)",
             ),
-            Planned => Some("start it: StartTask, naming an agent or the plan's (chorus task start)"),
+            Planned => {
+                Some("start it: StartTask, naming an agent or the plan's (chorus task start)")
+            }
             Waiting => Some(
                 "start it again: StartTask (chorus task start); or cancel it: CancelTask (chorus task cancel)",
             ),

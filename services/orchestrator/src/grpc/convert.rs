@@ -4,9 +4,9 @@ use chorus_auth::Role;
 use chorus_proto::json;
 use chorus_proto::orchestrator::v1 as pb;
 
+use crate::domain::HandoffFailure;
 use crate::domain::feed::Changed;
 use crate::history::FeedItem;
-use crate::domain::HandoffFailure;
 use crate::runner::handoff::HandoffUpdate;
 
 use crate::domain::{

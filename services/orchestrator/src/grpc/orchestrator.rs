@@ -319,9 +319,18 @@ impl Orchestrator for OrchestratorService {
 
     async fn get_status(
         &self,
-        _request: Request<pb::GetStatusRequest>,
+        request: Request<pb::GetStatusRequest>,
     ) -> Result<Response<pb::GetStatusResponse>, Status> {
         let now = crate::domain::now_ms();
+        let caller = match request.extensions().get::<chorus_auth::Principal>() {
+            Some(chorus_auth::Principal::Key { id, name, role }) => Some(pb::ApiKey {
+                id: id.clone(),
+                name: name.clone(),
+                role: convert::role(*role).into(),
+                ..Default::default()
+            }),
+            _ => None,
+        };
         let replicas = match self.state.store.list_replicas().await {
             Ok(replicas) => replicas,
             Err(e) => return Err(crate::error::ServiceError::from(e).into()),
@@ -346,6 +355,7 @@ impl Orchestrator for OrchestratorService {
                 .collect(),
             live_runs: u32::try_from(self.state.runner.live_runs()).unwrap_or(u32::MAX),
             limits: self.limits.clone(),
+            caller,
         }))
     }
 

@@ -72,7 +72,9 @@ pub async fn watch_changes<S: ChangeSource>(
                 Ok(change) if change.cursor <= cursor => {}
                 Ok(change) if change.cursor.0 == cursor.0 + 1 => {
                     cursor = change.cursor;
-                    if filter.matches(&change) && tx.send(Ok(FeedItem::Change(change))).await.is_err() {
+                    if filter.matches(&change)
+                        && tx.send(Ok(FeedItem::Change(change))).await.is_err()
+                    {
                         return WatchEnd::ReceiverGone;
                     }
                 }

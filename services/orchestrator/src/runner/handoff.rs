@@ -271,7 +271,8 @@ fn follow(state: &AppState, task: TaskId, run: RunId, after: u64) -> HandoffStre
             history::Until::NEVER,
             events_tx,
             cancel,
-        ).await
+        )
+        .await
     });
     let store = state.store.clone();
     tokio::spawn(async move {

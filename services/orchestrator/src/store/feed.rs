@@ -10,7 +10,7 @@ use super::connection::AnyConnection;
 use super::rows::db_sequence;
 use super::schema::{task_events, task_feed, task_feed_head, tasks};
 use super::{Db, Store, StoreError};
-use crate::domain::feed::{Changed, ChangeFilter, FeedCursor, TASK_DELETED, TaskChange, in_feed};
+use crate::domain::feed::{ChangeFilter, Changed, FeedCursor, TASK_DELETED, TaskChange, in_feed};
 use crate::domain::{Event, EventKind, Task, TaskId, WorkspaceId};
 
 /// The PostgreSQL channel on which every commit that adds to the feed is
@@ -56,7 +56,11 @@ pub(super) fn record(
             let workspace = workspaces
                 .get(&event.task_id.to_string())
                 .ok_or_else(|| StoreError::not_found("task", event.task_id))?;
-            Ok((workspace_id(workspace)?, Changed::Event(event.clone()), event.task_id))
+            Ok((
+                workspace_id(workspace)?,
+                Changed::Event(event.clone()),
+                event.task_id,
+            ))
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
     append(conn, changes)
@@ -130,7 +134,15 @@ fn append(
 }
 
 /// A feed row with its event's data, when the event is still there.
-type FeedRow = (i64, String, String, i64, String, Option<String>, Option<i64>);
+type FeedRow = (
+    i64,
+    String,
+    String,
+    i64,
+    String,
+    Option<String>,
+    Option<i64>,
+);
 
 impl Store {
     /// The cursor after the last committed change.
@@ -233,7 +245,9 @@ fn change_of(row: FeedRow) -> Result<Option<TaskChange>, StoreError> {
         })
     };
     Ok(Some(TaskChange {
-        cursor: FeedCursor(u64::try_from(position).map_err(|_| corrupt("negative position".into()))?),
+        cursor: FeedCursor(
+            u64::try_from(position).map_err(|_| corrupt("negative position".into()))?,
+        ),
         workspace_id: workspace_id(&workspace)?,
         task_id,
         what,

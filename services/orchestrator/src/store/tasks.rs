@@ -318,23 +318,27 @@ impl Store {
     /// Deletes a task that is over (completed, failed or canceled, no run still
     /// going) with its history and runs. FAILED_PRECONDITION otherwise.
     pub async fn delete_task(&self, id: TaskId) -> Result<(), StoreError> {
-        let changes = self.write(move |conn| {
-            let task = lock_task(conn, id)?;
-            let live: i64 = runs::table
-                .filter(runs::task_id.eq(id.to_string()))
-                .filter(runs::finished_ms.is_null())
-                .count()
-                .get_result(conn)
-                .db()?;
-            crate::domain::policy::check_deletable(&task, u64::try_from(live).unwrap_or(u64::MAX))?;
-            // Its events, runs and their messages go with it (ON DELETE CASCADE).
-            task_cache::touched(id);
-            diesel::delete(tasks::table.find(id.to_string()))
-                .execute(conn)
-                .db()?;
-            super::feed::record_deleted(conn, &task)
-        })
-        .await?;
+        let changes = self
+            .write(move |conn| {
+                let task = lock_task(conn, id)?;
+                let live: i64 = runs::table
+                    .filter(runs::task_id.eq(id.to_string()))
+                    .filter(runs::finished_ms.is_null())
+                    .count()
+                    .get_result(conn)
+                    .db()?;
+                crate::domain::policy::check_deletable(
+                    &task,
+                    u64::try_from(live).unwrap_or(u64::MAX),
+                )?;
+                // Its events, runs and their messages go with it (ON DELETE CASCADE).
+                task_cache::touched(id);
+                diesel::delete(tasks::table.find(id.to_string()))
+                    .execute(conn)
+                    .db()?;
+                super::feed::record_deleted(conn, &task)
+            })
+            .await?;
         self.hub.publish_changes(&changes);
         Ok(())
     }

@@ -123,7 +123,13 @@ impl EventSource for Memory {
             .iter()
             .filter(|e| e.kind == EventKind::RunOpened)
             .filter_map(run)
-            .any(|r| !list.iter().filter(|e| ends_run(e)).filter_map(run).any(|x| x == r));
+            .any(|r| {
+                !list
+                    .iter()
+                    .filter(|e| ends_run(e))
+                    .filter_map(run)
+                    .any(|x| x == r)
+            });
         Ok((needed && !open).then_some(list.len() as u64))
     }
 }
@@ -478,7 +484,10 @@ async fn a_watch_until_needed_ends_after_the_question_and_the_planners_end() {
     fx.run(EventKind::RunOpened, "planner");
     let (mut rx, handle, _cancel) = fx.watch_until(0, UNTIL_NEEDED, 8);
     for expected in 1..=3 {
-        assert_eq!(rx.recv().await.expect("event").expect("ok").sequence, expected);
+        assert_eq!(
+            rx.recv().await.expect("event").expect("ok").sequence,
+            expected
+        );
     }
     // The planner asks: the task waits for a person once the planner's run ends.
     fx.status("planning", "awaiting_input");
@@ -497,7 +506,10 @@ async fn a_watch_until_needed_ends_after_the_question_and_the_planners_end() {
     // Without until_needed the same watch goes on.
     let (mut rx, handle, cancel) = fx.watch(0, false, 8);
     for expected in 1..=5 {
-        assert_eq!(rx.recv().await.expect("event").expect("ok").sequence, expected);
+        assert_eq!(
+            rx.recv().await.expect("event").expect("ok").sequence,
+            expected
+        );
     }
     fx.memory.comment(&fx.hub, fx.task, 1);
     assert_eq!(rx.recv().await.expect("6").expect("ok").sequence, 6);
@@ -516,7 +528,10 @@ async fn a_question_answered_before_the_watch_does_not_end_it() {
     fx.run(EventKind::RunOpened, "writer");
     let (mut rx, handle, _cancel) = fx.watch_until(0, UNTIL_NEEDED, 8);
     for expected in 1..=6 {
-        assert_eq!(rx.recv().await.expect("event").expect("ok").sequence, expected);
+        assert_eq!(
+            rx.recv().await.expect("event").expect("ok").sequence,
+            expected
+        );
     }
     // The agent ends without a report: the task waits for a person.
     fx.run(EventKind::RunFailed, "writer");

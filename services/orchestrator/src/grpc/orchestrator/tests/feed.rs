@@ -62,7 +62,10 @@ async fn one_stream_follows_two_thousand_tasks_across_a_reconnect() {
         // From now on: the first message says where "now" is.
         let mut stream = watch_tasks(&f, follow(String::new())).await;
         let first = next_change(&mut stream, b).await;
-        assert!(matches!(first.change, Some(Change::CaughtUp(_))), "{b}: {first:?}");
+        assert!(
+            matches!(first.change, Some(Change::CaughtUp(_))),
+            "{b}: {first:?}"
+        );
 
         // Eight writers move every task through its statuses, many tasks at once.
         let mut writers = tokio::task::JoinSet::new();
@@ -104,7 +107,10 @@ async fn one_stream_follows_two_thousand_tasks_across_a_reconnect() {
             if matches!(change.change, Some(Change::CaughtUp(_))) {
                 continue;
             }
-            assert_eq!(change.workspace_id, ws.id, "{b}: another workspace's change");
+            assert_eq!(
+                change.workspace_id, ws.id,
+                "{b}: another workspace's change"
+            );
             let Some(Change::Event(event)) = &change.change else {
                 panic!("{b}: not an event: {change:?}");
             };
@@ -170,7 +176,11 @@ async fn a_replay_from_the_start_then_live_and_only_what_needs_a_person() {
         let Some(Change::Event(event)) = &created.change else {
             panic!("{b}: {created:?}");
         };
-        assert_eq!((event.kind.as_str(), event.sequence), ("task_created", 1), "{b}");
+        assert_eq!(
+            (event.kind.as_str(), event.sequence),
+            ("task_created", 1),
+            "{b}"
+        );
         assert_eq!(entered(&next_change(&mut all, b).await), "planning", "{b}");
         let caught_up = next_change(&mut all, b).await;
         assert!(matches!(caught_up.change, Some(Change::CaughtUp(_))), "{b}");
@@ -185,7 +195,10 @@ async fn a_replay_from_the_start_then_live_and_only_what_needs_a_person() {
         )
         .await;
         assert!(
-            matches!(next_change(&mut needed, b).await.change, Some(Change::CaughtUp(_))),
+            matches!(
+                next_change(&mut needed, b).await.change,
+                Some(Change::CaughtUp(_))
+            ),
             "{b}: nothing needed a person yet"
         );
         f.set_status(&task, "awaiting_input").await.expect(b);

@@ -164,8 +164,15 @@ async fn a_watch_until_needed_ends_where_a_person_must_act_and_says_what_to_do()
         let asked = next_event(&mut stream, b).await;
         let needs = asked.needs_you.expect("the question needs a person");
         assert_eq!(needs.status, "awaiting_input", "{b}");
-        assert!(needs.action.contains("SubmitAnswers"), "{b}: {}", needs.action);
-        assert!(next(&mut stream).await.is_none(), "{b}: ends at the question");
+        assert!(
+            needs.action.contains("SubmitAnswers"),
+            "{b}: {}",
+            needs.action
+        );
+        assert!(
+            next(&mut stream).await.is_none(),
+            "{b}: ends at the question"
+        );
 
         // Answered and planned: a plan waits for someone to start it.
         f.set_status(&task, "planning").await.expect(b);
@@ -174,7 +181,11 @@ async fn a_watch_until_needed_ends_where_a_person_must_act_and_says_what_to_do()
         f.set_status(&task, "planned").await.expect(b);
         let planned = next_event(&mut stream, b).await;
         assert!(
-            planned.needs_you.expect("planned").action.contains("StartTask"),
+            planned
+                .needs_you
+                .expect("planned")
+                .action
+                .contains("StartTask"),
             "{b}"
         );
         assert!(next(&mut stream).await.is_none(), "{b}");

@@ -1,0 +1,284 @@
+//! The console's API: the orchestrator's own gRPC methods, called with JSON.
+//! `POST /api/<Method>` takes the request as proto3 JSON (the shape grpcurl
+//! prints) and answers the reply; `POST /api/stream/<Method>` answers a
+//! server stream as one JSON document per line. Each call goes through the
+//! port's layers in this process (authentication, roles, limits), so the
+//! console can do nothing its key could not do with grpcurl.
+
+use bytes::{Buf as _, BufMut as _, Bytes};
+use chorus_serve::grpc::LocalService;
+use http::{HeaderMap, StatusCode};
+use prost::Message as _;
+use prost_reflect::{DescriptorPool, DynamicMessage, MethodDescriptor, SerializeOptions};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::{Code, Status};
+
+/// The one gRPC service the console calls.
+pub const SERVICE: &str = "chorus.orchestrator.v1.Orchestrator";
+/// How long a unary call may take before the gateway gives up.
+const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// An answer: its status, and a JSON body or a stream of JSON lines.
+pub enum Answer {
+    Json(StatusCode, serde_json::Value),
+    Lines(mpsc::Receiver<Bytes>),
+}
+
+/// The API, transcoded.
+#[derive(Clone)]
+pub struct Gateway {
+    service: LocalService,
+    pool: DescriptorPool,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Gateway")
+    }
+}
+
+impl Gateway {
+    pub fn new(service: LocalService) -> Result<Self, String> {
+        let pool = DescriptorPool::decode(chorus_proto::FILE_DESCRIPTOR_SET)
+            .map_err(|e| format!("the API's descriptors: {e}"))?;
+        if pool.get_service_by_name(SERVICE).is_none() {
+            return Err(format!("the descriptors have no {SERVICE}"));
+        }
+        Ok(Self { service, pool })
+    }
+
+    fn method(&self, name: &str) -> Option<MethodDescriptor> {
+        self.pool
+            .get_service_by_name(SERVICE)?
+            .methods()
+            .find(|m| m.name() == name && !m.is_client_streaming())
+    }
+
+    /// Calls `name` with the JSON `body`, presenting the caller's
+    /// `authorization` header; `stream` for a server-streaming method.
+    pub async fn call(&self, name: &str, stream: bool, headers: &HeaderMap, body: &[u8]) -> Answer {
+        let Some(method) = self.method(name) else {
+            return error(
+                StatusCode::NOT_FOUND,
+                "NOT_FOUND",
+                format!("no method {name} in {SERVICE}"),
+            );
+        };
+        if method.is_server_streaming() != stream {
+            let path = if method.is_server_streaming() {
+                "/api/stream/"
+            } else {
+                "/api/"
+            };
+            return error(
+                StatusCode::BAD_REQUEST,
+                "INVALID_ARGUMENT",
+                format!("{name} is called at {path}{name}"),
+            );
+        }
+        let input = if body.iter().all(u8::is_ascii_whitespace) {
+            b"{}".as_slice()
+        } else {
+            body
+        };
+        let mut deserializer = serde_json::Deserializer::from_slice(input);
+        let message = match DynamicMessage::deserialize(method.input(), &mut deserializer) {
+            Ok(message) => message,
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "INVALID_ARGUMENT",
+                    format!(
+                        "the request is not a valid {} in JSON: {e}",
+                        method.input().name()
+                    ),
+                );
+            }
+        };
+        let mut request = tonic::Request::new(message.encode_to_vec());
+        if let Some(value) = headers.get(http::header::AUTHORIZATION)
+            && let Ok(value) = tonic::metadata::MetadataValue::try_from(value.as_bytes())
+        {
+            request.metadata_mut().insert("authorization", value);
+        }
+        let path = match http::uri::PathAndQuery::try_from(format!("/{SERVICE}/{name}")) {
+            Ok(path) => path,
+            Err(e) => return error(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", e.to_string()),
+        };
+        let output = method.output();
+        if !stream {
+            request.set_timeout(CALL_TIMEOUT);
+            return match unary(self.service.clone(), request, path).await {
+                Ok(reply) => match to_json(&output, &reply) {
+                    Ok(json) => Answer::Json(StatusCode::OK, json),
+                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e),
+                },
+                Err(status) => failed(&status),
+            };
+        }
+        let mut replies = match streaming(self.service.clone(), request, path).await {
+            Ok(replies) => replies,
+            Err(status) => return failed(&status),
+        };
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let line = match replies.message().await {
+                    Ok(Some(bytes)) => match to_json(&output, &bytes) {
+                        Ok(json) => json,
+                        Err(e) => json!({ "error": { "code": "INTERNAL", "message": e } }),
+                    },
+                    Ok(None) => return,
+                    Err(status) => json!({ "error": status_json(&status) }),
+                };
+                let last = line.get("error").is_some();
+                let mut text = line.to_string().into_bytes();
+                text.push(b'\n');
+                // The page went away: dropping the stream ends the call.
+                if tx.send(Bytes::from(text)).await.is_err() || last {
+                    return;
+                }
+            }
+        });
+        Answer::Lines(rx)
+    }
+}
+
+fn client(service: LocalService) -> tonic::client::Grpc<LocalService> {
+    tonic::client::Grpc::with_origin(service, http::Uri::from_static("http://console.local"))
+        .max_decoding_message_size(64 * 1024 * 1024)
+}
+
+async fn unary(
+    service: LocalService,
+    request: tonic::Request<Vec<u8>>,
+    path: http::uri::PathAndQuery,
+) -> Result<Vec<u8>, Status> {
+    let mut grpc = client(service);
+    grpc.ready()
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    Ok(grpc.unary(request, path, Raw).await?.into_inner())
+}
+
+async fn streaming(
+    service: LocalService,
+    request: tonic::Request<Vec<u8>>,
+    path: http::uri::PathAndQuery,
+) -> Result<tonic::Streaming<Vec<u8>>, Status> {
+    let mut grpc = client(service);
+    grpc.ready()
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+    Ok(grpc
+        .server_streaming(request, path, Raw)
+        .await?
+        .into_inner())
+}
+
+fn to_json(
+    descriptor: &prost_reflect::MessageDescriptor,
+    bytes: &[u8],
+) -> Result<serde_json::Value, String> {
+    let message = DynamicMessage::decode(descriptor.clone(), bytes).map_err(|e| e.to_string())?;
+    let options = SerializeOptions::new().skip_default_fields(false);
+    message
+        .serialize_with_options(serde_json::value::Serializer, &options)
+        .map_err(|e| e.to_string())
+}
+
+fn status_json(status: &Status) -> serde_json::Value {
+    let code = format!("{:?}", status.code());
+    json!({ "code": screaming(&code), "message": status.message() })
+}
+
+/// `PermissionDenied` → `PERMISSION_DENIED`, as gRPC names its codes.
+fn screaming(camel: &str) -> String {
+    let mut out = String::with_capacity(camel.len() + 4);
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
+}
+
+fn error(status: StatusCode, code: &str, message: String) -> Answer {
+    Answer::Json(
+        status,
+        json!({ "error": { "code": code, "message": message } }),
+    )
+}
+
+/// A gRPC status as an HTTP answer (the HTTP code as gRPC's own mapping
+/// suggests; the body keeps the gRPC code and message).
+fn failed(status: &Status) -> Answer {
+    let http = match status.code() {
+        Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::AlreadyExists | Code::Aborted | Code::FailedPrecondition => StatusCode::CONFLICT,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    Answer::Json(http, json!({ "error": status_json(status) }))
+}
+
+/// Messages as the bytes they are: the gateway encodes and decodes them
+/// itself, by their descriptors.
+#[derive(Debug, Clone, Copy, Default)]
+struct Raw;
+
+impl Codec for Raw {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = Raw;
+    type Decoder = Raw;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        Raw
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        Raw
+    }
+}
+
+impl Encoder for Raw {
+    type Item = Vec<u8>;
+    type Error = Status;
+
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for Raw {
+    type Item = Vec<u8>;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, Status> {
+        let mut bytes = vec![0; src.remaining()];
+        src.copy_to_slice(&mut bytes);
+        Ok(Some(bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_named_as_grpc_names_them() {
+        assert_eq!(screaming("PermissionDenied"), "PERMISSION_DENIED");
+        assert_eq!(screaming("Ok"), "OK");
+    }
+}

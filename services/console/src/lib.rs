@@ -1,0 +1,151 @@
+//! The web console: a few static files (HTML, one ES module, CSS; no build
+//! step, no framework) and the JSON gateway they call (see [`gateway`]),
+//! served on a port of their own. The page holds the API key the person
+//! typed in (session storage) and sends it as the bearer of every call; the
+//! gateway passes it to the API, whose roles decide.
+
+pub mod gateway;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chorus_serve::grpc::LocalService;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt as _, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use tokio::net::TcpListener;
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+
+pub use gateway::Gateway;
+
+/// The largest request body the gateway reads.
+const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// What the page may load and where it may connect: itself only.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// The files of the page, compiled in.
+const FILES: &[(&str, &str, &str)] = &[
+    (
+        "/",
+        "text/html; charset=utf-8",
+        include_str!("../assets/index.html"),
+    ),
+    (
+        "/app.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/app.js"),
+    ),
+    (
+        "/style.css",
+        "text/css; charset=utf-8",
+        include_str!("../assets/style.css"),
+    ),
+];
+
+/// Serves the console on `listener` (TLS with `tls`) until `stop` fires.
+pub async fn serve(
+    listener: TcpListener,
+    local: LocalService,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    max_connections: usize,
+    stop: CancellationToken,
+) -> Result<(), String> {
+    let gateway = Arc::new(Gateway::new(local)?);
+    let service = tower::service_fn(move |request: Request<Incoming>| {
+        let gateway = Arc::clone(&gateway);
+        async move { Ok::<_, Infallible>(handle(&gateway, request).await) }
+    });
+    chorus_serve::http::serve(listener, service, tls, max_connections, "console", stop).await;
+    Ok(())
+}
+
+/// Answers one request.
+pub async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> {
+    let path = request.uri().path().to_owned();
+    if request.method() == Method::GET {
+        let page = if path == "/index.html" {
+            "/"
+        } else {
+            path.as_str()
+        };
+        return match FILES.iter().find(|(p, _, _)| *p == page) {
+            Some((_, kind, text)) => {
+                with_headers(Response::builder().header(header::CONTENT_TYPE, *kind))
+                    .body(full(Bytes::from_static(text.as_bytes())))
+                    .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, ""))
+            }
+            None => plain(StatusCode::NOT_FOUND, "not found"),
+        };
+    }
+    if request.method() != Method::POST {
+        return plain(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "GET a page or POST /api/<Method>",
+        );
+    }
+    let (stream, name) = match (
+        path.strip_prefix("/api/stream/"),
+        path.strip_prefix("/api/"),
+    ) {
+        (Some(name), _) => (true, name.to_owned()),
+        (None, Some(name)) => (false, name.to_owned()),
+        _ => return plain(StatusCode::NOT_FOUND, "not found"),
+    };
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => {
+            return plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request is larger than 4 MiB",
+            );
+        }
+    };
+    match gateway.call(&name, stream, &parts.headers, &body).await {
+        gateway::Answer::Json(status, json) => with_headers(
+            Response::builder()
+                .status(status)
+                .header(header::CONTENT_TYPE, "application/json"),
+        )
+        .body(full(Bytes::from(json.to_string())))
+        .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "")),
+        gateway::Answer::Lines(lines) => {
+            let frames =
+                ReceiverStream::new(lines).map(|line| Ok::<_, Infallible>(Frame::data(line)));
+            with_headers(
+                Response::builder()
+                    .header(header::CONTENT_TYPE, "application/x-ndjson")
+                    // No proxy may hold the lines back.
+                    .header("x-accel-buffering", "no"),
+            )
+            .body(UnsyncBoxBody::new(StreamBody::new(frames)))
+            .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, ""))
+        }
+    }
+}
+
+fn with_headers(builder: http::response::Builder) -> http::response::Builder {
+    builder
+        .header(header::CONTENT_SECURITY_POLICY, CSP)
+        .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
+        .header(header::REFERRER_POLICY, "no-referrer")
+        .header(header::X_FRAME_OPTIONS, "DENY")
+        .header(header::CACHE_CONTROL, "no-store")
+}
+
+fn full(bytes: Bytes) -> Body {
+    UnsyncBoxBody::new(Full::new(bytes))
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut response = Response::new(full(Bytes::from_static(text.as_bytes())));
+    *response.status_mut() = status;
+    response
+}
