@@ -68,6 +68,11 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// Replaces what `parent` shows; absent parts (null, false) are left out.
+function show(parent, ...children) {
+  parent.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 const can = {
   operate: () => me && (me.role === 'ROLE_ADMIN' || me.role === 'ROLE_OPERATOR'),
   admin: () => me && me.role === 'ROLE_ADMIN',
@@ -136,14 +141,14 @@ function workspaceSelect(list, name = 'workspaceId', selected = '', any = false)
 function signIn(message) {
   document.getElementById('top').hidden = true;
   const input = el('input', { type: 'password', name: 'key', autocomplete: 'off', placeholder: 'chorus_…', required: true, 'aria-label': 'API key' });
-  main.replaceChildren(el('div', { class: 'login' },
+  show(main, el('div', { class: 'login' },
     el('h1', {}, 'Sign in to Chorus'),
     el('p', { class: 'muted' }, 'Paste an API key (the first admin key is the orchestrator\'s .chorus/admin.key; chorus key create makes others). It stays in this tab only.'),
     message ? el('div', { class: 'error', role: 'alert' }, message) : null,
     form({ id: 'sign-in' }, [input], 'Sign in', async (data) => {
       sessionStorage.setItem(KEY, data.get('key').trim());
       try {
-        await start();
+        await start(true);
       } catch (error) {
         sessionStorage.removeItem(KEY);
         throw error;
@@ -152,13 +157,15 @@ function signIn(message) {
   input.focus();
 }
 
-async function start() {
+async function start(fresh = false) {
   const status = await api('GetStatus');
   me = { name: status.caller ? status.caller.name : '', role: status.caller ? status.caller.role : '' };
   document.getElementById('top').hidden = false;
   document.getElementById('who').textContent = `${me.name} (${me.role.replace('ROLE_', '').toLowerCase()})`;
   document.querySelectorAll('[data-role=admin]').forEach((a) => { a.hidden = !can.admin(); });
-  if (!location.hash || location.hash === '#/') location.hash = '#/tasks';
+  const here = location.hash.replace(/^#\//, '').split(/[/?]/)[0];
+  const elsewhere = !here || fresh || (here === 'keys' && !can.admin());
+  if (elsewhere && location.hash !== '#/tasks') location.hash = '#/tasks';
   else route();
 }
 
@@ -188,13 +195,13 @@ async function route() {
   const [name, arg] = location.hash.replace(/^#\//, '').split('/');
   document.querySelectorAll('[data-nav]').forEach((a) => a.classList.toggle('active', a.dataset.nav === name || (name === 'task' && a.dataset.nav === 'tasks')));
   const render = pages[name] || tasksPage;
-  main.replaceChildren(el('p', { class: 'muted' }, 'Loading…'));
+  show(main, el('p', { class: 'muted' }, 'Loading…'));
   try {
     await render(decodeURIComponent(arg || ''), page.signal);
   } catch (error) {
     if (error.name === 'AbortError') return;
     if (error.code === 'UNAUTHENTICATED') return signIn(error.message);
-    main.replaceChildren();
+    show(main, );
     showError(main, error);
   }
 }
@@ -251,7 +258,7 @@ async function tasksPage(_, signal) {
     location.hash = `#/task/${task.id}`;
   }) : null;
 
-  main.replaceChildren(el('h1', {}, 'Tasks ', live), filters, create,
+  show(main, el('h1', {}, 'Tasks ', live), filters, create,
     el('table', {}, el('thead', {}, el('tr', {}, ['Task', 'Status', 'Description', 'Workspace', 'Agent', 'Updated'].map((h) => el('th', {}, h)))), body));
 
   // Follow first, then list: no change between the two is missed.
@@ -318,8 +325,10 @@ function describe(event, runs) {
     case 'tool_denied': return ['⛔', `DENIED ${d.tool} for ${agent}: ${d.reason || ''}`, 'denied', true];
     case 'agent_progress':
       if (d.kind === 'model_retry') return ['↻', `${agent}: model call retried (#${d.retry}) in ${duration(d.wait_ms || 0)}: ${d.reason || ''}`, 'failed'];
+      if (d.kind === 'tool_use') return null;
       return ['│', `${agent}: ${d.kind === 'text' ? (d.text || '') : `${d.kind} ${d.tool || ''}`}`.slice(0, 300)];
     case 'comment_added': return ['💬', d.text || ''];
+    case 'run_opened': case 'planner_output_submitted': case 'stage_changed': case 'planning_updated': return null;
     case 'completion_report_submitted': {
       const r = d.report || d;
       return ['■', `report (${r.status}): ${r.summary || ''}`, 'report'];
@@ -335,7 +344,9 @@ function describe(event, runs) {
 }
 
 function timelineItem(event, runs) {
-  const [icon, text, kind, details] = describe(event, runs);
+  const described = describe(event, runs);
+  if (!described) return null;
+  const [icon, text, kind, details] = described;
   const d = event.data || {};
   const item = el('li', { class: kind || '', 'data-kind': event.kind, 'data-sequence': event.sequence },
     el('span', { class: 'muted' }, clock(event.atMs)), el('span', {}, icon),
@@ -379,12 +390,11 @@ async function taskPage(id, signal) {
   async function refreshRuns() {
     const list = (await api('ListRuns', { taskId: id })).runs;
     for (const run of list) runs.set(run.id, run);
-    tree.replaceChildren(list.length ? runTree(list) : el('p', { class: 'muted' }, 'No run yet.'));
+    show(tree, list.length ? runTree(list) : el('p', { class: 'muted' }, 'No run yet.'));
   }
 
   function renderHead(task) {
     const planning = task.planning || {};
-    const open = (planning.questions || []).filter((q) => q.answer === undefined || q.answer === null || task.status === 'awaiting_input');
     const actions = el('div', { class: 'inline', id: 'actions' });
     const act = (label, method, body, cls) => el('button', {
       type: 'button', class: cls || '', 'data-action': method,
@@ -415,8 +425,9 @@ async function taskPage(id, signal) {
         el('input', { name: `a${i}`, value: q.answer || '', required: true, size: 60 }))), 'Submit answers', async (data) => {
         await api('SubmitAnswers', { taskId: id, answers: (planning.questions || []).map((_, i) => data.get(`a${i}`)) });
       })
-      : (open.length ? el('ol', {}, planning.questions.map((q) => el('li', {}, q.question, el('span', { class: 'muted' }, ` → ${q.answer ?? '(not answered)'}`)))) : null);
-    head.replaceChildren(
+      : el('ol', {}, (planning.questions || []).map((q) => el('li', {}, q.question,
+        el('span', { class: 'muted' }, ` → ${q.answer ?? '(not answered)'}`))));
+    show(head, 
       el('h1', {}, task.description.split('\n')[0].slice(0, 140), ' ', badge(task.status)),
       el('p', { class: 'muted mono' }, `${task.id} · updated ${time(task.updatedMs)}${task.currentAgent ? ` · agent ${task.currentAgent}` : ''}`),
       task.statusReason ? el('p', {}, task.statusReason) : null,
@@ -431,7 +442,7 @@ async function taskPage(id, signal) {
 
   renderHead(task);
   await refreshRuns();
-  main.replaceChildren(head, el('div', { class: 'grid2' },
+  show(main, head, el('div', { class: 'grid2' },
     el('section', {}, el('h2', {}, 'History ', live), timeline),
     el('section', {}, el('h2', {}, 'Runs'), tree)));
 
@@ -445,7 +456,10 @@ async function taskPage(id, signal) {
     const batch = queue;
     queue = [];
     const fragment = document.createDocumentFragment();
-    for (const event of batch) fragment.append(timelineItem(event, runs));
+    for (const event of batch) {
+      const item = timelineItem(event, runs);
+      if (item) fragment.append(item);
+    }
     timeline.append(fragment);
     if (refreshTask) { refreshTask = false; api('GetTask', { taskId: id }).then(renderHead).catch((e) => showError(head, e)); }
     if (refreshTree) { refreshTree = false; refreshRuns().catch((e) => showError(tree, e)); }
@@ -476,7 +490,7 @@ async function workspacesPage() {
     route();
     for (const warning of w.warnings || []) showError(main, new Error(`Warning: ${warning}`));
   }) : null;
-  main.replaceChildren(el('h1', {}, 'Workspaces'), create, el('table', {},
+  show(main, el('h1', {}, 'Workspaces'), create, el('table', {},
     el('thead', {}, el('tr', {}, ['Name', 'Root', 'System provider', 'Warnings', ''].map((h) => el('th', {}, h)))),
     el('tbody', {}, list.map((w) => el('tr', { 'data-workspace': w.name },
       el('td', {}, w.name), el('td', { class: 'mono' }, w.root), el('td', {}, w.systemProvider || '—'),
@@ -495,7 +509,7 @@ async function chooseWorkspace(kind, id) {
 
 async function agentsPage(id) {
   const { chosen, picker, list } = await chooseWorkspace('agents', id);
-  if (!chosen) { main.replaceChildren(el('h1', {}, 'Agents'), el('p', {}, 'Create a workspace first.')); return; }
+  if (!chosen) { show(main, el('h1', {}, 'Agents'), el('p', {}, 'Create a workspace first.')); return; }
   const agents = (await api('ListAgents', { workspaceId: chosen })).agents;
   const providers = (await api('ListProviders', { workspaceId: chosen })).providers;
   const ws = list.find((w) => w.id === chosen);
@@ -511,7 +525,7 @@ async function agentsPage(id) {
     });
     route();
   }) : null;
-  main.replaceChildren(el('h1', {}, 'Agents'), picker, create, el('table', {},
+  show(main, el('h1', {}, 'Agents'), picker, create, el('table', {},
     el('thead', {}, el('tr', {}, ['Name', 'Kind', 'Provider', 'Allowed tools', 'Granted tools', 'Egress'].map((h) => el('th', {}, h)))),
     el('tbody', {}, agents.map((a) => el('tr', { 'data-agent': a.name },
       el('td', {}, a.name), el('td', {}, a.kind === 'AGENT_KIND_INTERNAL' ? 'internal' : 'user'), el('td', {}, a.provider || '(system)'),
@@ -520,8 +534,9 @@ async function agentsPage(id) {
 }
 
 async function providersPage(id) {
-  const { chosen, picker } = await chooseWorkspace('providers', id);
-  if (!chosen) { main.replaceChildren(el('h1', {}, 'Providers'), el('p', {}, 'Create a workspace first.')); return; }
+  const { chosen, picker, list } = await chooseWorkspace('providers', id);
+  if (!chosen) { show(main, el('h1', {}, 'Providers'), el('p', {}, 'Create a workspace first.')); return; }
+  const current = list.find((w) => w.id === chosen).systemProvider || '';
   const providers = (await api('ListProviders', { workspaceId: chosen })).providers;
   const create = can.admin() ? form({ id: 'new-provider' }, [
     field('Name', el('input', { name: 'name', required: true })),
@@ -534,12 +549,12 @@ async function providersPage(id) {
     await api('CreateProvider', { workspaceId: chosen, name: data.get('name'), kind: data.get('kind'), baseUrl: data.get('baseUrl'), model: data.get('model'), apiKey: data.get('apiKey') });
     route();
   }) : null;
-  const system = can.admin() ? form({ id: 'system-provider' }, [field('The planner runs on', el('select', { name: 'provider' },
-    el('option', { value: '' }, '(none)'), providers.map((p) => el('option', { value: p.name }, p.name))))], 'Set system provider', async (data) => {
+  const system = can.admin() ? form({ id: 'system-provider', 'data-current': current }, [field('The planner runs on', el('select', { name: 'provider' },
+    el('option', { value: '' }, '(none)'), providers.map((p) => el('option', { value: p.name, selected: p.name === current }, p.name))))], 'Set system provider', async (data) => {
     await api('UpdateWorkspace', { id: chosen, systemProvider: data.get('provider') });
     route();
   }) : null;
-  main.replaceChildren(el('h1', {}, 'Providers'), picker, create, system, el('table', {},
+  show(main, el('h1', {}, 'Providers'), picker, create, system, el('table', {},
     el('thead', {}, el('tr', {}, ['Name', 'Kind', 'Base URL', 'Model', 'API key'].map((h) => el('th', {}, h)))),
     el('tbody', {}, providers.map((p) => el('tr', { 'data-provider': p.name },
       el('td', {}, p.name), el('td', {}, p.kind.replace('PROVIDER_KIND_', '').toLowerCase()), el('td', { class: 'mono' }, p.baseUrl),
@@ -556,7 +571,7 @@ async function keysPage() {
     await keysPage();
     main.insertBefore(el('div', { class: 'notice', id: 'secret' }, el('strong', {}, 'Shown once — copy it now: '), el('span', { class: 'mono' }, created.secret)), main.children[1]);
   });
-  main.replaceChildren(el('h1', {}, 'API keys'), create, el('table', {},
+  show(main, el('h1', {}, 'API keys'), create, el('table', {},
     el('thead', {}, el('tr', {}, ['Id', 'Name', 'Role', 'Created', 'Revoked', ''].map((h) => el('th', {}, h)))),
     el('tbody', {}, keys.map((k) => el('tr', { 'data-key': k.name },
       el('td', { class: 'mono' }, k.id), el('td', {}, k.name), el('td', {}, k.role.replace('ROLE_', '').toLowerCase()),
@@ -569,15 +584,19 @@ async function keysPage() {
 async function statusPage() {
   const s = await api('GetStatus');
   const sandbox = s.sandbox || {};
-  main.replaceChildren(el('h1', {}, 'Status'), el('table', {}, el('tbody', {},
-    [['Version', s.version], ['Replica', s.replica], ['Sandbox', sandbox.state], ['Tier', sandbox.tier], ['Why this tier', sandbox.tierReason],
-      ['Runs as', sandbox.identity], ['Limits', sandbox.limits], ['Problems', (sandbox.problems || []).join('; ')],
-      ['Embedded tool-exec', String(s.embeddedToolExec)], ['Live runs', s.liveRuns]]
-      .map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', { 'data-field': k }, v ?? ''))))),
-  el('h2', {}, 'Replicas'), el('table', {},
-    el('thead', {}, el('tr', {}, ['Replica', 'Live', 'Started', 'Heartbeat', 'Lease until', 'Stopped'].map((h) => el('th', {}, h)))),
-    el('tbody', {}, (s.replicas || []).map((r) => el('tr', {}, el('td', {}, r.id), el('td', {}, r.live ? 'yes' : 'no'),
-      el('td', {}, time(r.startedMs)), el('td', {}, time(r.heartbeatMs)), el('td', {}, time(r.leaseExpiresMs)), el('td', {}, time(r.stoppedMs))))))));
+  const facts = [['Version', s.version], ['Replica', s.replica], ['Sandbox', sandbox.state], ['Tier', sandbox.tier],
+    ['Why this tier', sandbox.tierReason], ['Runs as', sandbox.identity], ['Limits', sandbox.limits],
+    ['Problems', (sandbox.problems || []).join('; ')], ['Embedded tool-exec', String(s.embeddedToolExec)], ['Live runs', s.liveRuns]];
+  const replicas = (s.replicas || []).map((r) => el('tr', {},
+    el('td', {}, r.id), el('td', {}, r.live ? 'yes' : 'no'), el('td', {}, time(r.startedMs)),
+    el('td', {}, time(r.heartbeatMs)), el('td', {}, time(r.leaseExpiresMs)), el('td', {}, time(r.stoppedMs))));
+  show(main, 
+    el('h1', {}, 'Status'),
+    el('table', {}, el('tbody', {}, facts.map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', { 'data-field': k }, v ?? ''))))),
+    el('h2', {}, 'Replicas'),
+    el('table', {},
+      el('thead', {}, el('tr', {}, ['Replica', 'Live', 'Started', 'Heartbeat', 'Lease until', 'Stopped'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, replicas)));
 }
 
 // ---- start ----------------------------------------------------------------

@@ -1,0 +1,133 @@
+//! The web console in a real browser, as a person uses it: Debian's Chromium
+//! driven by playwright-core (`tests/console/console.mjs`) against the
+//! orchestrator's console and a fake model. It signs in (a wrong key first),
+//! creates a workspace, a provider and two agents, creates a task, answers
+//! the planner's question in the form, starts it and sees its tool calls, a
+//! denial, the handoff tree and the report appear without a reload, cancels
+//! another task, makes a viewer key and finds no write action as that viewer.
+//! Screenshots are kept in `target/tmp/console-screenshots/`.
+//!
+//! Needs Chromium (`apt-get install chromium`; `CHORUS_TEST_CHROMIUM` names
+//! another) and playwright-core in `CHORUS_TEST_NODE_MODULES` (`npm install
+//! playwright-core@1.64.1`); skipped without them unless
+//! `CHORUS_TEST_REQUIRE_BROWSER=1` (CI), where a missing one fails it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chorus_tests::fake_openai::{FakeOpenAi, Step};
+use chorus_tests::orchestrator::Orchestrator;
+use serde_json::json;
+
+/// The browser and playwright-core, or why the test cannot run.
+fn browser() -> Option<(PathBuf, PathBuf)> {
+    let chromium = std::env::var_os("CHORUS_TEST_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    let modules = std::env::var_os("CHORUS_TEST_NODE_MODULES").map(PathBuf::from);
+    let missing = if !chromium.exists() {
+        Some(format!(
+            "no Chromium at {} (apt-get install chromium, or set CHORUS_TEST_CHROMIUM)",
+            chromium.display()
+        ))
+    } else if !modules
+        .as_ref()
+        .is_some_and(|m| m.join("playwright-core/package.json").exists())
+    {
+        Some("no playwright-core in CHORUS_TEST_NODE_MODULES (npm install --prefix DIR playwright-core@1.64.1; CHORUS_TEST_NODE_MODULES=DIR/node_modules)".to_owned())
+    } else {
+        None
+    };
+    match missing {
+        Some(why) if std::env::var_os("CHORUS_TEST_REQUIRE_BROWSER").is_some() => {
+            panic!("CHORUS_TEST_REQUIRE_BROWSER is set but {why}")
+        }
+        Some(why) => {
+            eprintln!("skipped: {why}");
+            None
+        }
+        None => Some((chromium, modules.unwrap_or_default())),
+    }
+}
+
+fn step(tool: &str, arguments: serde_json::Value) -> Step {
+    Step::tool_call(tool, arguments)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_drives_a_task_from_the_console_and_a_viewer_can_only_look() {
+    let Some((chromium, modules)) = browser() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let root = tempfile::tempdir().expect("root");
+    let console = std::net::TcpListener::bind("127.0.0.1:0").expect("console port");
+    let console_url = format!("http://{}", console.local_addr().expect("addr"));
+    let signer = chorus_run_token::load_or_create_signer(dir.path()).expect("key set");
+    let orchestrator = Orchestrator::start_configured(
+        &dir.path().join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| {
+            config.runner.api.backoff = Duration::from_millis(10);
+            config.console = Some(console);
+        },
+    )
+    .await;
+    let model = FakeOpenAi::start(vec![
+        step("planner-output", json!({"type": "questions", "questions": ["Which greeting?"]})),
+        step(
+            "planner-output",
+            json!({
+                "type": "plan", "summary": "Write hello.txt", "requirements": ["a greeting"],
+                "acceptanceCriteria": ["hello.txt exists"],
+                "plan": ["create the file", "have it checked", "report"], "assignedAgent": "lead",
+            }),
+        ),
+        step("file_create", json!({"path": "hello.txt", "content": "hello\n"})),
+        step("bash", json!({"command": "rm -rf /"})),
+        step("handoff", json!({"agent": "helper", "prompt": "check hello.txt"})),
+        step("file_read", json!({"path": "hello.txt"})),
+        step("completion-report", json!({"status": "complete", "summary": "hello.txt says hello", "output": "ok"})),
+        step("completion-report", json!({"status": "complete", "summary": "Wrote and checked hello.txt", "output": "done"})),
+    ])
+    .await;
+    let artifacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    let _ = std::fs::remove_dir_all(&artifacts);
+    std::fs::create_dir_all(&artifacts).expect("artifacts dir");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("console/console.mjs");
+    let output = tokio::process::Command::new("node")
+        .arg(&script)
+        .env("CONSOLE_URL", &console_url)
+        .env("ADMIN_KEY", &orchestrator.admin_key)
+        .env("MODEL_URL", model.base_url())
+        .env("ROOT", root.path())
+        .env("ARTIFACTS", &artifacts)
+        .env("CHROMIUM", &chromium)
+        .env("CHORUS_TEST_NODE_MODULES", &modules)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run node (apt-get install nodejs)");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(
+        output.status.success() && stdout.trim_end().ends_with("ok"),
+        "the browser test failed ({}); screenshots in {}:\n{stdout}\n{stderr}",
+        output.status,
+        artifacts.display()
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("hello.txt")).expect("the agent's file"),
+        "hello\n"
+    );
+    for shot in ["01-wrong-key", "04-completed", "06-viewer"] {
+        assert!(
+            artifacts.join(format!("{shot}.png")).exists(),
+            "no screenshot {shot}"
+        );
+    }
+    orchestrator.stop().await;
+}
