@@ -131,3 +131,147 @@ async fn a_person_drives_a_task_from_the_console_and_a_viewer_can_only_look() {
     }
     orchestrator.stop().await;
 }
+
+/// POSTs `body` to the console's `/api/<method>` with `key` as the bearer.
+async fn call(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    method: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let response = http
+        .post(format!("{base}/api/{method}"))
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .expect("the console answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("a JSON answer"))
+}
+
+/// With the services' certificate the console speaks HTTPS only, and its JSON
+/// face is the API behind the same keys and roles: a wrong key is 401, a
+/// viewer's write is 403 and changes nothing, bad JSON is 400 naming the
+/// field, and a stream is JSON lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_speaks_tls_and_its_calls_meet_the_apis_keys_and_roles() {
+    use chorus_auth::tls::ServerTls;
+    let pki = chorus_tests::pki::Pki::new();
+    let dir = tempfile::tempdir().expect("dir");
+    let console = std::net::TcpListener::bind("127.0.0.1:0").expect("console port");
+    let port = console.local_addr().expect("addr").port();
+    let signer = chorus_run_token::load_or_create_signer(dir.path()).expect("key set");
+    let orchestrator = Orchestrator::start_configured(
+        &dir.path().join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| {
+            config.tls = Some(ServerTls {
+                cert: pki.server_cert.clone(),
+                key: pki.server_key.clone(),
+                client_ca: None,
+            });
+            config.runner.tls_ca = Some(pki.ca.clone());
+            config.console = Some(console);
+        },
+    )
+    .await;
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(&pki.ca).expect("ca")).expect("ca pem");
+    let https = reqwest::Client::builder()
+        .add_root_certificate(ca)
+        .build()
+        .expect("client");
+    let base = format!("https://localhost:{port}");
+
+    // Plain HTTP is not spoken.
+    let plain = reqwest::get(format!("http://127.0.0.1:{port}/")).await;
+    assert!(plain.is_err(), "plain HTTP was answered: {plain:?}");
+    let page = https
+        .get(format!("{base}/"))
+        .send()
+        .await
+        .expect("the page");
+    assert_eq!(page.status(), 200);
+    assert!(
+        page.headers()["content-security-policy"]
+            .to_str()
+            .expect("csp")
+            .contains("default-src 'none'")
+    );
+
+    let admin = orchestrator.admin_key.clone();
+    let (status, answer) = call(&https, &base, &admin, "GetStatus", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["caller"]["role"], "ROLE_ADMIN", "{answer}");
+
+    let (status, answer) = call(&https, &base, "chorus_wrong_key", "ListTasks", json!({})).await;
+    assert_eq!(status, 401, "{answer}");
+    assert_eq!(answer["error"]["code"], "UNAUTHENTICATED", "{answer}");
+
+    let (status, viewer) = call(
+        &https,
+        &base,
+        &admin,
+        "CreateApiKey",
+        json!({"name": "watcher", "role": "ROLE_VIEWER"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{viewer}");
+    let viewer = viewer["secret"].as_str().expect("secret").to_owned();
+    let root = tempfile::tempdir().expect("root");
+    let (status, answer) = call(
+        &https,
+        &base,
+        &viewer,
+        "CreateWorkspace",
+        json!({"name": "nope", "root": root.path()}),
+    )
+    .await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("role admin"),
+        "{answer}"
+    );
+    let (_, listed) = call(&https, &base, &viewer, "ListWorkspaces", json!({})).await;
+    assert_eq!(
+        listed["workspaces"],
+        json!([]),
+        "the refused write changed nothing"
+    );
+
+    let (status, answer) = call(&https, &base, &admin, "ListTasks", json!({"pageSise": 3})).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("pageSise"),
+        "{answer}"
+    );
+    let (status, _) = call(&https, &base, &admin, "NoSuchMethod", json!({})).await;
+    assert_eq!(status, 404);
+
+    // A stream: the feed from its start, as JSON lines, first the catch-up.
+    let lines = https
+        .post(format!("{base}/api/stream/WatchTasks"))
+        .bearer_auth(&viewer)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("stream");
+    assert_eq!(lines.status(), 200);
+    assert_eq!(lines.headers()["content-type"], "application/x-ndjson");
+    let mut body = lines.bytes_stream();
+    use tokio_stream::StreamExt as _;
+    let first = body.next().await.expect("a line").expect("bytes");
+    let first: serde_json::Value =
+        serde_json::from_slice(first.split(|b| *b == b'\n').next().expect("line")).expect("json");
+    assert!(first.get("caughtUp").is_some(), "{first}");
+    drop(body);
+    orchestrator.stop().await;
+}
