@@ -438,6 +438,7 @@ impl OrchestratorProcess {
         }
         command
             .args(["--tool-exec-listen", "127.0.0.1:0"])
+            .args(["--console-listen", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--database-url", database_url, "--log-format", "json"])

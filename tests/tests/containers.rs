@@ -250,6 +250,8 @@ async fn the_orchestrator_image_serves_grpcurl_and_runs_a_task_in_its_sandbox() 
         "slirp4netns:allow_host_loopback=true",
         "-p",
         "127.0.0.1::50051",
+        "-p",
+        "127.0.0.1::50053",
         "-v",
         &mount,
         // The run sandbox mounts a /proc of its own: deploy/README.md.
@@ -264,6 +266,12 @@ async fn the_orchestrator_image_serves_grpcurl_and_runs_a_task_in_its_sandbox() 
     ]);
     let addr = published(&name, 50051);
     wait_serving(&addr, "", START, || logs(&name)).await;
+    // The web console is served beside the API.
+    let console = published(&name, 50053);
+    let page = reqwest::get(format!("http://{console}/"))
+        .await
+        .expect("the console answers");
+    assert_eq!(page.status(), 200, "{}", logs(&name));
 
     let anonymous = Grpcurl::new(&addr);
     let services = anonymous.list().await;
@@ -551,6 +559,7 @@ async fn compose_runs_a_task(cleanup: &mut Cleanup) -> (Compose, Vec<String>) {
             ("CHORUS_ORCHESTRATOR_IMAGE", images.orchestrator.clone()),
             ("CHORUS_TOOL_EXEC_IMAGE", images.tool_exec.clone()),
             ("CHORUS_PORT", port.to_string()),
+            ("CHORUS_CONSOLE_PORT", free_port().to_string()),
             ("CHORUS_SECRETS_DIR", secrets.display().to_string()),
             ("CHORUS_TEST_POSTGRES_IMAGE", postgres),
             ("CHORUS_TEST_BASE_IMAGE", images.base.clone()),

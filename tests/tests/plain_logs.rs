@@ -17,6 +17,8 @@ fn log_until_serving(data: &std::path::Path, args: &[&str]) -> Vec<String> {
         "127.0.0.1:0",
         "--tool-exec-listen",
         "127.0.0.1:0",
+        "--console-listen",
+        "127.0.0.1:0",
     ])
     .arg("--data-dir")
     .arg(data)

@@ -647,6 +647,8 @@ async fn a_second_orchestrator_on_one_sqlite_file_is_refused_saying_why() {
         "127.0.0.1:0",
         "--tool-exec-listen",
         "127.0.0.1:0",
+        "--console-listen",
+        "127.0.0.1:0",
     ])
     .arg("--data-dir")
     .arg(dir.path().join("two"))

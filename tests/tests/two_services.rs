@@ -288,6 +288,7 @@ async fn a_tool_exec_key_given_to_both_services_as_a_file_lets_tool_exec_in() {
         .arg("--data-dir")
         .arg(data.path())
         .args(["--database-url", &database, "--listen", "127.0.0.1:0"])
+        .args(["--console-listen", "127.0.0.1:0"])
         .args(["--no-embedded-tool-exec", "--tool-exec-key-file", file])
         .stdin(std::process::Stdio::null())
         .output()
