@@ -436,9 +436,12 @@ impl OrchestratorProcess {
         if !extra.contains(&"--workspace-roots") {
             command.arg("--workspace-roots").arg(std::env::temp_dir());
         }
+        // Processes of several tests run at once: each its own console port.
+        if !extra.contains(&"--console-listen") && !extra.contains(&"--no-console") {
+            command.args(["--console-listen", "127.0.0.1:0"]);
+        }
         command
             .args(["--tool-exec-listen", "127.0.0.1:0"])
-            .args(["--console-listen", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--database-url", database_url, "--log-format", "json"])

@@ -73,6 +73,7 @@ const VIEWER: &[&str] = &[
     "ListTasks",
     "GetHistory",
     "WatchTask",
+    "WatchTasks",
     "GetRun",
     "ListRuns",
     "GetStatus",
