@@ -210,7 +210,9 @@ pub fn default_agents() -> Vec<(&'static str, AgentKind, Vec<&'static str>, &'st
              claim. Say what you could not establish; never invent a source.",
         ),
         (
-            "planner",
+            // Not "planner": the planner of PlanTask is the internal
+            // task-validator; this one writes plans as a task's work.
+            "plan-writer",
             AgentKind::UserDefined,
             EDIT.to_vec(),
             "You turn a goal into a plan: the goal, the scope and what is out of it, constraints, \

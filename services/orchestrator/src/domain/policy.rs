@@ -306,10 +306,14 @@ pub fn change_status(
     from.check_transition(to)?;
     task.status = to;
     task.status_reason = reason.clone();
-    Ok((
-        EventKind::StatusChanged,
-        json!({ "from": from.as_str(), "to": to.as_str(), "reason": reason }),
-    ))
+    let mut data = json!({ "from": from.as_str(), "to": to.as_str(), "reason": reason });
+    // A completed task's work is done, whichever stage its agents reached:
+    // the change says so, so the history still holds every change.
+    if to == TaskStatus::Completed && task.stage != Stage::Done {
+        data["stage"] = json!({ "from": task.stage.as_str(), "to": Stage::Done.as_str() });
+        task.stage = Stage::Done;
+    }
+    Ok((EventKind::StatusChanged, data))
 }
 
 /// Moves a task to another stage and returns the `stage_changed` event.

@@ -539,3 +539,19 @@ fn long_comments_and_reports_are_cut_in_history_and_the_run_keeps_the_report() {
         "the run keeps the whole report"
     );
 }
+
+#[test]
+fn a_completed_task_is_done_and_its_status_change_says_so() {
+    let mut active = task(TaskStatus::Active);
+    active.stage = Stage::InProgress;
+    let (_, data) = change_status(&mut active, TaskStatus::Completed, None).expect("completed");
+    assert_eq!(active.stage, Stage::Done);
+    assert_eq!(data["stage"], json!({"from": "in_progress", "to": "done"}));
+
+    // Any other status leaves the stage where the agents put it.
+    let mut waiting = task(TaskStatus::Active);
+    let (_, data) =
+        change_status(&mut waiting, TaskStatus::Waiting, Some("blocked".into())).expect("waiting");
+    assert_eq!(waiting.stage, Stage::Backlog);
+    assert!(data.get("stage").is_none(), "{data}");
+}

@@ -62,7 +62,7 @@ async fn a_workspace_starts_with_the_seven_default_agents() {
             [
                 "editor",
                 "fact-checker",
-                "planner",
+                "plan-writer",
                 "researcher",
                 "task-validator",
                 "writer",
