@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use crate::client::Client;
 use crate::fail::{Exit, Fail};
-use crate::output::{self, Format, Out};
 use crate::output::say;
+use crate::output::{self, Format, Out};
 use crate::prompt;
 
 #[derive(Debug, Subcommand)]

@@ -13,8 +13,8 @@ use tonic::Code;
 
 use crate::client::Client;
 use crate::fail::{Exit, Fail};
-use crate::output::{self, Colour, Format, Out};
 use crate::output::say;
+use crate::output::{self, Colour, Format, Out};
 
 /// How a followed task stopped.
 #[derive(Debug, Clone, PartialEq)]

@@ -9,8 +9,8 @@ use crate::admin::workspace_id;
 use crate::client::Client;
 use crate::fail::{Exit, Fail};
 use crate::follow::{self, Followed, Outcome, cut};
-use crate::output::{self, Colour, Format, Out};
 use crate::output::say;
+use crate::output::{self, Colour, Format, Out};
 use crate::prompt;
 
 #[derive(Debug, Subcommand)]
@@ -326,7 +326,8 @@ impl Flow<'_> {
             } else {
                 say!(
                     "task {} {what}; follow it with: chorus task watch {}",
-                    self.task, self.task
+                    self.task,
+                    self.task
                 );
             }
             return Ok(Exit::Ok);

@@ -419,3 +419,43 @@ async fn a_wrong_key_or_address_says_what_to_fix() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("chmod 600"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_list_watch_prints_each_change_as_it_happens() {
+    use tokio::io::AsyncBufReadExt as _;
+    let stage = Stage::new(Vec::new()).await;
+    let mut watch = tokio::process::Command::new(CHORUS)
+        .args(["task", "list", "--watch", "-o", "json"])
+        .envs(stage.env())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("chorus task list --watch");
+    let mut lines = tokio::io::BufReader::new(watch.stdout.take().expect("stdout")).lines();
+    let (code, stdout, stderr) = stage
+        .run(&["task", "create", "watch me", "-w", "demo", "-o", "json"])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let created: Value = serde_json::from_str(&stdout).expect("the task as JSON");
+    let id = created["id"].as_str().expect("id").to_owned();
+    let (code, _, stderr) = stage.run(&["task", "cancel", &id]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let mut kinds = Vec::new();
+    while kinds.len() < 2 {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("a change within the bound")
+            .expect("read")
+            .expect("a line");
+        let change: Value = serde_json::from_str(&line).expect("JSON");
+        if change["event"]["taskId"] == id.as_str() {
+            kinds.push(format!(
+                "{} {}",
+                change["event"]["kind"].as_str().unwrap_or_default(),
+                change["event"]["data"]["to"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    assert_eq!(kinds, ["task_created ", "status_changed canceled"]);
+}
