@@ -116,9 +116,15 @@ impl Stage {
 
     /// Runs `chorus args` with no terminal: its exit code and output.
     async fn run(&self, args: &[&str]) -> (i32, String, String) {
+        self.run_with(args, &[]).await
+    }
+
+    /// [`Self::run`] with `env` over the stage's environment.
+    async fn run_with(&self, args: &[&str], env: &[(&str, &Path)]) -> (i32, String, String) {
         let output = tokio::process::Command::new(CHORUS)
             .args(args)
             .envs(self.env())
+            .envs(env.iter().copied())
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .output()
@@ -395,28 +401,15 @@ async fn a_wrong_key_or_address_says_what_to_fix() {
     std::fs::write(&wrong, "chorus_wrong_key\n").expect("write");
     std::fs::set_permissions(&wrong, std::os::unix::fs::PermissionsExt::from_mode(0o600))
         .expect("chmod");
-    let output = tokio::process::Command::new(CHORUS)
-        .args(["status"])
-        .envs(stage.env())
-        .env("CHORUS_API_KEY_FILE", &wrong)
-        .output()
-        .await
-        .expect("run");
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let key = [("CHORUS_API_KEY_FILE", wrong.as_path())];
+    let (code, _, stderr) = stage.run_with(&["status"], &key).await;
+    assert_eq!(code, 1);
     assert!(stderr.contains("the API key was refused"), "{stderr}");
 
     std::fs::set_permissions(&wrong, std::os::unix::fs::PermissionsExt::from_mode(0o644))
         .expect("chmod");
-    let output = tokio::process::Command::new(CHORUS)
-        .args(["status"])
-        .envs(stage.env())
-        .env("CHORUS_API_KEY_FILE", &wrong)
-        .output()
-        .await
-        .expect("run");
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (code, _, stderr) = stage.run_with(&["status"], &key).await;
+    assert_eq!(code, 2);
     assert!(stderr.contains("chmod 600"), "{stderr}");
 }
 
