@@ -289,9 +289,16 @@ impl<'a> View<'a> {
 
     /// The line an event shows as, if any.
     fn line(&self, event: &pb::TaskEvent, data: &Value) -> Option<String> {
+        let kind = event.kind.as_str();
+        if kind.starts_with("planning") || kind == "answers_submitted" {
+            return self.planning_line(kind, data);
+        }
+        if kind.starts_with("tool_") || kind == "agent_progress" {
+            return self.tool_line(kind, data);
+        }
         let agent = self.agent_of(data);
         let paint = |c, t: &str| self.out.paint(c, t);
-        Some(match event.kind.as_str() {
+        Some(match kind {
             "task_created" => format!(
                 "+ task {}: {}",
                 event.task_id,
@@ -307,6 +314,58 @@ impl<'a> View<'a> {
                 };
                 paint(Colour::Bold, &line)
             }
+            "comment_added" => format!("💬 {}", cut(&text(data, "text"), 200)),
+            "completion_report_submitted" => {
+                let report = if data.get("report").is_some() {
+                    &data["report"]
+                } else {
+                    data
+                };
+                format!(
+                    "■ report ({}): {}",
+                    text(report, "status"),
+                    cut(&text(report, "summary"), 300)
+                )
+            }
+            "agent_completed" => format!(
+                "{} {agent} finished: {} · {}",
+                paint(Colour::Green, "✔"),
+                text(data, "reason"),
+                usage_words(&data["usage"])
+            ),
+            "run_failed" | "run_canceled" | "run_interrupted" => paint(
+                Colour::Red,
+                &format!(
+                    "✗ {agent}: {} ({})",
+                    event.kind.trim_start_matches("run_"),
+                    cut(&text(data, "reason"), 200)
+                ),
+            ),
+            "run_resumed" => paint(
+                Colour::Yellow,
+                &format!("↻ {agent} resumed on {}", text(data, "replica")),
+            ),
+            "agent_started" => paint(Colour::Cyan, &format!("▶ {agent} started")),
+            "agent_handoff_started" => paint(
+                Colour::Cyan,
+                &format!(
+                    "↳ {} hands off to {agent}: {}",
+                    text(data, "from_agent"),
+                    cut(&text(data, "prompt"), 120)
+                ),
+            ),
+            "agent_handoff_completed" => {
+                format!("↲ {agent} handed back: {}", text(data, "outcome"))
+            }
+            "run_opened" | "planner_output_submitted" | "stage_changed" => return None,
+            other => paint(Colour::Dim, other),
+        })
+    }
+
+    /// A line of the planner's work.
+    fn planning_line(&self, kind: &str, data: &Value) -> Option<String> {
+        let paint = |c, t: &str| self.out.paint(c, t);
+        Some(match kind {
             "planning_started" => paint(Colour::Dim, "… the planner is planning"),
             "planning_completed" => format!(
                 "plan: {} ({} steps, agent: {})",
@@ -334,18 +393,15 @@ impl<'a> View<'a> {
                 &format!("✗ planning failed: {}", text(data, "reason")),
             ),
             "answers_submitted" => "answers submitted".to_owned(),
-            "agent_started" => paint(Colour::Cyan, &format!("▶ {agent} started")),
-            "agent_handoff_started" => paint(
-                Colour::Cyan,
-                &format!(
-                    "↳ {} hands off to {agent}: {}",
-                    text(data, "from_agent"),
-                    cut(&text(data, "prompt"), 120)
-                ),
-            ),
-            "agent_handoff_completed" => {
-                format!("↲ {agent} handed back: {}", text(data, "outcome"))
-            }
+            _ => return None,
+        })
+    }
+
+    /// A line of a tool call, a denial or an agent's progress.
+    fn tool_line(&self, kind: &str, data: &Value) -> Option<String> {
+        let agent = self.agent_of(data);
+        let paint = |c, t: &str| self.out.paint(c, t);
+        Some(match kind {
             "tool_executed" => {
                 let tool = text(data, "tool");
                 let input = summary(&data["input"]);
@@ -392,50 +448,7 @@ impl<'a> View<'a> {
                     &format!("│ {other}: {}", cut(&text(data, "text"), 160)),
                 ),
             },
-            "comment_added" => format!("💬 {}", cut(&text(data, "text"), 200)),
-            "completion_report_submitted" => {
-                let report = if data.get("report").is_some() {
-                    &data["report"]
-                } else {
-                    data
-                };
-                format!(
-                    "■ report ({}): {}",
-                    text(report, "status"),
-                    cut(&text(report, "summary"), 300)
-                )
-            }
-            "agent_completed" => {
-                let usage = &data["usage"];
-                format!(
-                    "{} {agent} finished: {} · {} in / {} out tokens{}",
-                    paint(Colour::Green, "✔"),
-                    text(data, "reason"),
-                    usage["input_tokens"].as_u64().unwrap_or(0),
-                    usage["output_tokens"].as_u64().unwrap_or(0),
-                    usage["cost_usd"]
-                        .as_f64()
-                        .filter(|c| *c > 0.0)
-                        .map(|c| format!(" · ${c:.4}"))
-                        .unwrap_or_default()
-                )
-            }
-            "run_failed" | "run_canceled" | "run_interrupted" => paint(
-                Colour::Red,
-                &format!(
-                    "✗ {agent}: {} ({})",
-                    event.kind.trim_start_matches("run_"),
-                    cut(&text(data, "reason"), 200)
-                ),
-            ),
-            "run_resumed" => paint(
-                Colour::Yellow,
-                &format!("↻ {agent} resumed on {}", text(data, "replica")),
-            ),
-            "run_opened" | "planner_output_submitted" | "stage_changed" | "planning_updated" => {
-                return None;
-            }
-            other => paint(Colour::Dim, other),
+            _ => return None,
         })
     }
 }
@@ -519,6 +532,20 @@ pub async fn totals(client: &mut Client, task: &str) -> String {
         line.push_str(&format!(" · ${cost:.4}"));
     }
     line
+}
+
+/// A run's usage as `12 in / 3 out tokens · $0.0100`.
+fn usage_words(usage: &Value) -> String {
+    let cost = usage["cost_usd"]
+        .as_f64()
+        .filter(|c| *c > 0.0)
+        .map(|c| format!(" · ${c:.4}"))
+        .unwrap_or_default();
+    format!(
+        "{} in / {} out tokens{cost}",
+        usage["input_tokens"].as_u64().unwrap_or(0),
+        usage["output_tokens"].as_u64().unwrap_or(0)
+    )
 }
 
 fn elapsed_ms(since: Instant) -> i64 {

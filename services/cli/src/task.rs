@@ -125,35 +125,14 @@ pub async fn run(command: TaskCommand, mut client: Client, out: &Out) -> Result<
             show_task(out, &task);
             Ok(Exit::Ok)
         }
-        TaskCommand::Plan { id, follow } => {
-            let flow = Flow {
-                client: c,
-                out,
-                task: &id,
-            };
-            let after = flow.last_sequence().await?;
-            flow.client
-                .plan_task(pb::PlanTaskRequest {
-                    task_id: id.clone(),
-                    ..Default::default()
-                })
-                .await
-                .map_err(|s| Fail::call("plan the task", &s))?;
-            flow.after_step(after, follow, "planning").await
-        }
+        TaskCommand::Plan { id, follow } => Flow::new(c, out, &id).take(Step::Plan, follow).await,
         TaskCommand::Answer {
             id,
             answers,
             follow,
         } => {
-            let mut flow = Flow {
-                client: c,
-                out,
-                task: &id,
-            };
-            let after = flow.last_sequence().await?;
-            flow.answer(answers).await?;
-            flow.after_step(after, follow, "planning").await
+            let step = Step::Answer(answers);
+            Flow::new(c, out, &id).take(step, follow).await
         }
         TaskCommand::Start {
             id,
@@ -161,14 +140,8 @@ pub async fn run(command: TaskCommand, mut client: Client, out: &Out) -> Result<
             prompt,
             follow,
         } => {
-            let mut flow = Flow {
-                client: c,
-                out,
-                task: &id,
-            };
-            let after = flow.last_sequence().await?;
-            flow.start(agent, prompt).await?;
-            flow.after_step(after, follow, "started").await
+            let step = Step::Start { agent, prompt };
+            Flow::new(c, out, &id).take(step, follow).await
         }
         TaskCommand::Watch { id, after } => {
             let followed = follow::follow(c, &id, after, out, &[]).await?;
@@ -176,29 +149,8 @@ pub async fn run(command: TaskCommand, mut client: Client, out: &Out) -> Result<
             follow::report_end(out, &id, &followed, &totals);
             Ok(followed.outcome.exit())
         }
-        TaskCommand::Cancel { id, reason } => {
-            let task = c
-                .cancel_task(pb::CancelTaskRequest {
-                    task_id: id,
-                    reason,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|s| Fail::call("cancel the task", &s))?
-                .into_inner();
-            show_task(out, &task);
-            Ok(Exit::Ok)
-        }
-        TaskCommand::Delete { id } => {
-            c.delete_task(pb::DeleteTaskRequest {
-                task_id: id.clone(),
-                ..Default::default()
-            })
-            .await
-            .map_err(|s| Fail::call("delete the task", &s))?;
-            out.note(&format!("task {id} deleted"));
-            Ok(Exit::Ok)
-        }
+        TaskCommand::Cancel { id, reason } => cancel(c, out, id, reason).await,
+        TaskCommand::Delete { id } => delete(c, out, id).await,
         TaskCommand::List {
             workspace,
             status,
@@ -206,6 +158,42 @@ pub async fn run(command: TaskCommand, mut client: Client, out: &Out) -> Result<
         } => list(c, out, workspace, status, watch).await,
         TaskCommand::Show { id } => show(c, out, &id).await,
     }
+}
+
+async fn cancel(client: &mut Client, out: &Out, id: String, reason: String) -> Result<Exit, Fail> {
+    let task = client
+        .cancel_task(pb::CancelTaskRequest {
+            task_id: id,
+            reason,
+            ..Default::default()
+        })
+        .await
+        .map_err(|s| Fail::call("cancel the task", &s))?
+        .into_inner();
+    show_task(out, &task);
+    Ok(Exit::Ok)
+}
+
+async fn delete(client: &mut Client, out: &Out, id: String) -> Result<Exit, Fail> {
+    client
+        .delete_task(pb::DeleteTaskRequest {
+            task_id: id.clone(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|s| Fail::call("delete the task", &s))?;
+    out.note(&format!("task {id} deleted"));
+    Ok(Exit::Ok)
+}
+
+/// One step of a task's life, taken from the command line.
+enum Step {
+    Plan,
+    Answer(Vec<String>),
+    Start {
+        agent: Option<String>,
+        prompt: Option<String>,
+    },
 }
 
 async fn create(
@@ -234,7 +222,42 @@ struct Flow<'a> {
     task: &'a str,
 }
 
-impl Flow<'_> {
+impl<'a> Flow<'a> {
+    fn new(client: &'a mut Client, out: &'a Out, task: &'a str) -> Self {
+        Self { client, out, task }
+    }
+
+    /// Takes `step`, then follows the task or says how to.
+    async fn take(mut self, step: Step, follow: bool) -> Result<Exit, Fail> {
+        let after = self.last_sequence().await?;
+        let what = match step {
+            Step::Plan => {
+                self.plan().await?;
+                "planning"
+            }
+            Step::Answer(answers) => {
+                self.answer(answers).await?;
+                "planning"
+            }
+            Step::Start { agent, prompt } => {
+                self.start(agent, prompt).await?;
+                "started"
+            }
+        };
+        self.after_step(after, follow, what).await
+    }
+
+    async fn plan(&mut self) -> Result<(), Fail> {
+        self.client
+            .plan_task(pb::PlanTaskRequest {
+                task_id: self.task.to_owned(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|s| Fail::call("plan the task", &s))?;
+        Ok(())
+    }
+
     async fn get(&mut self) -> Result<pb::Task, Fail> {
         Ok(self
             .client
@@ -282,13 +305,7 @@ impl Flow<'_> {
             }
             after = self.last_sequence().await?;
         } else {
-            self.client
-                .plan_task(pb::PlanTaskRequest {
-                    task_id: self.task.to_owned(),
-                    ..Default::default()
-                })
-                .await
-                .map_err(|s| Fail::call("plan the task", &s))?;
+            self.plan().await?;
             loop {
                 let acting: &[&str] = if prompt::interactive() {
                     &["planned", "awaiting_input"]
@@ -529,6 +546,33 @@ fn tree(runs: &[pb::Run]) -> Vec<(usize, &pb::Run)> {
     out
 }
 
+/// Every task of `workspace` (all when empty) in `status` (any when empty).
+async fn all_tasks(
+    client: &mut Client,
+    workspace: &str,
+    status: String,
+) -> Result<Vec<pb::Task>, Fail> {
+    let mut tasks = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_tasks(pb::ListTasksRequest {
+                workspace_id: workspace.to_owned(),
+                status: status.clone(),
+                page_size: 500,
+                page_token,
+            })
+            .await
+            .map_err(|s| Fail::call("list the tasks", &s))?
+            .into_inner();
+        tasks.extend(page.tasks);
+        if page.next_page_token.is_empty() {
+            return Ok(tasks);
+        }
+        page_token = page.next_page_token;
+    }
+}
+
 async fn list(
     client: &mut Client,
     out: &Out,
@@ -560,25 +604,7 @@ async fn list(
     } else {
         None
     };
-    let mut tasks = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .list_tasks(pb::ListTasksRequest {
-                workspace_id: workspace.clone(),
-                status: status.clone().unwrap_or_default(),
-                page_size: 500,
-                page_token,
-            })
-            .await
-            .map_err(|s| Fail::call("list the tasks", &s))?
-            .into_inner();
-        tasks.extend(page.tasks);
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        page_token = page.next_page_token;
-    }
+    let tasks = all_tasks(client, &workspace, status.unwrap_or_default()).await?;
     let rows: Vec<Value> = tasks
         .iter()
         .map(|t| {

@@ -348,7 +348,7 @@ function timelineItem(event, runs) {
   if (!described) return null;
   const [icon, text, kind, details] = described;
   const d = event.data || {};
-  const item = el('li', { class: kind || '', 'data-kind': event.kind, 'data-sequence': event.sequence },
+  const item = el('li', { class: kind || '', 'data-kind': event.kind, 'data-sequence': event.sequence, 'data-at': event.atMs },
     el('span', { class: 'muted' }, clock(event.atMs)), el('span', {}, icon),
     details ? el('details', {}, el('summary', {}, text),
       d.input !== undefined ? el('pre', {}, `input: ${JSON.stringify(d.input, null, 1)}`) : null,

@@ -59,57 +59,12 @@ impl Gateway {
     /// Calls `name` with the JSON `body`, presenting the caller's
     /// `authorization` header; `stream` for a server-streaming method.
     pub async fn call(&self, name: &str, stream: bool, headers: &HeaderMap, body: &[u8]) -> Answer {
-        let Some(method) = self.method(name) else {
-            return error(
-                StatusCode::NOT_FOUND,
-                "NOT_FOUND",
-                format!("no method {name} in {SERVICE}"),
-            );
-        };
-        if method.is_server_streaming() != stream {
-            let path = if method.is_server_streaming() {
-                "/api/stream/"
-            } else {
-                "/api/"
-            };
-            return error(
-                StatusCode::BAD_REQUEST,
-                "INVALID_ARGUMENT",
-                format!("{name} is called at {path}{name}"),
-            );
-        }
-        let input = if body.iter().all(u8::is_ascii_whitespace) {
-            b"{}".as_slice()
-        } else {
-            body
-        };
-        let mut deserializer = serde_json::Deserializer::from_slice(input);
-        let message = match DynamicMessage::deserialize(method.input(), &mut deserializer) {
-            Ok(message) => message,
-            Err(e) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "INVALID_ARGUMENT",
-                    format!(
-                        "the request is not a valid {} in JSON: {e}",
-                        method.input().name()
-                    ),
-                );
-            }
-        };
-        let mut request = tonic::Request::new(message.encode_to_vec());
-        if let Some(value) = headers.get(http::header::AUTHORIZATION)
-            && let Ok(value) = tonic::metadata::MetadataValue::try_from(value.as_bytes())
-        {
-            request.metadata_mut().insert("authorization", value);
-        }
-        let path = match http::uri::PathAndQuery::try_from(format!("/{SERVICE}/{name}")) {
-            Ok(path) => path,
-            Err(e) => return error(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", e.to_string()),
+        let (method, request, path) = match self.request(name, stream, headers, body) {
+            Ok(parts) => parts,
+            Err(answer) => return answer,
         };
         let output = method.output();
         if !stream {
-            request.set_timeout(CALL_TIMEOUT);
             return match unary(self.service.clone(), request, path).await {
                 Ok(reply) => match to_json(&output, &reply) {
                     Ok(json) => Answer::Json(StatusCode::OK, json),
@@ -118,32 +73,105 @@ impl Gateway {
                 Err(status) => failed(&status),
             };
         }
-        let mut replies = match streaming(self.service.clone(), request, path).await {
-            Ok(replies) => replies,
-            Err(status) => return failed(&status),
-        };
-        let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                let line = match replies.message().await {
-                    Ok(Some(bytes)) => match to_json(&output, &bytes) {
-                        Ok(json) => json,
-                        Err(e) => json!({ "error": { "code": "INTERNAL", "message": e } }),
-                    },
-                    Ok(None) => return,
-                    Err(status) => json!({ "error": status_json(&status) }),
-                };
-                let last = line.get("error").is_some();
-                let mut text = line.to_string().into_bytes();
-                text.push(b'\n');
-                // The page went away: dropping the stream ends the call.
-                if tx.send(Bytes::from(text)).await.is_err() || last {
-                    return;
-                }
-            }
-        });
-        Answer::Lines(rx)
+        match streaming(self.service.clone(), request, path).await {
+            Ok(replies) => Answer::Lines(lines(replies, output)),
+            Err(status) => failed(&status),
+        }
     }
+
+    /// The gRPC request of a call: its method, its message with the caller's
+    /// credential, its path; or the answer that refuses it.
+    fn request(
+        &self,
+        name: &str,
+        stream: bool,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<
+        (
+            MethodDescriptor,
+            tonic::Request<Vec<u8>>,
+            http::uri::PathAndQuery,
+        ),
+        Answer,
+    > {
+        let Some(method) = self.method(name) else {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                "NOT_FOUND",
+                format!("no method {name} in {SERVICE}"),
+            ));
+        };
+        if method.is_server_streaming() != stream {
+            let path = if method.is_server_streaming() {
+                "/api/stream/"
+            } else {
+                "/api/"
+            };
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "INVALID_ARGUMENT",
+                format!("{name} is called at {path}{name}"),
+            ));
+        }
+        let input = if body.iter().all(u8::is_ascii_whitespace) {
+            b"{}".as_slice()
+        } else {
+            body
+        };
+        let mut deserializer = serde_json::Deserializer::from_slice(input);
+        let message =
+            DynamicMessage::deserialize(method.input(), &mut deserializer).map_err(|e| {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    "INVALID_ARGUMENT",
+                    format!(
+                        "the request is not a valid {} in JSON: {e}",
+                        method.input().name()
+                    ),
+                )
+            })?;
+        let mut request = tonic::Request::new(message.encode_to_vec());
+        if let Some(value) = headers.get(http::header::AUTHORIZATION)
+            && let Ok(value) = tonic::metadata::MetadataValue::try_from(value.as_bytes())
+        {
+            request.metadata_mut().insert("authorization", value);
+        }
+        if !stream {
+            request.set_timeout(CALL_TIMEOUT);
+        }
+        let path = http::uri::PathAndQuery::try_from(format!("/{SERVICE}/{name}"))
+            .map_err(|e| error(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", e.to_string()))?;
+        Ok((method, request, path))
+    }
+}
+
+/// A stream's replies as JSON lines; an error ends them with one last line.
+/// When the page goes away the receiver is dropped, and with it the call.
+fn lines(
+    mut replies: tonic::Streaming<Vec<u8>>,
+    output: prost_reflect::MessageDescriptor,
+) -> mpsc::Receiver<Bytes> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let line = match replies.message().await {
+                Ok(Some(bytes)) => match to_json(&output, &bytes) {
+                    Ok(json) => json,
+                    Err(e) => json!({ "error": { "code": "INTERNAL", "message": e } }),
+                },
+                Ok(None) => return,
+                Err(status) => json!({ "error": status_json(&status) }),
+            };
+            let last = line.get("error").is_some();
+            let mut text = line.to_string().into_bytes();
+            text.push(b'\n');
+            if tx.send(Bytes::from(text)).await.is_err() || last {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 fn client(service: LocalService) -> tonic::client::Grpc<LocalService> {

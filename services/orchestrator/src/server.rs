@@ -124,6 +124,13 @@ impl OrchestratorConfig {
         }
     }
 
+    /// The serving settings, requests bounded by `message_bytes`.
+    fn serve_with(&self, message_bytes: usize) -> ServeConfig {
+        let mut serve = self.serve.clone();
+        serve.capacity.request_bytes = message_bytes;
+        serve
+    }
+
     /// The largest message the orchestrator takes: as large as its tool-exec's
     /// (the embedded one's limits, else the defaults).
     fn message_bytes(&self) -> usize {
@@ -250,8 +257,7 @@ pub async fn run(
         ReplicaLock::Relay(relay) => (Some(start_relay(*relay, &state, &lost)), None),
         ReplicaLock::File(file) => (None, Some(file)),
     };
-    let mut serve = config.serve.clone();
-    serve.capacity.request_bytes = message_bytes;
+    let serve = config.serve_with(message_bytes);
     let port = Port::open(&serve, port_spec(message_bytes)).await?;
     // Set when the drain starts: a draining replica takes no more runs.
     let draining = CancellationToken::new();
@@ -265,12 +271,7 @@ pub async fn run(
     let stop = state.shutdown.clone();
     let database_watch = watch_database(&state, &port.health, serve.health_check);
     let routes = routes(&state, port.limits(&serve), message_bytes);
-    let auth = AuthLayer::with_peers(
-        state.auth.clone(),
-        crate::auth::access::access,
-        key_hint,
-        config.peers.clone(),
-    );
+    let auth = auth_layer(&state, key_hint, &config);
     // Logged before the orchestrator's own port: whoever reads the log for
     // the addresses has both once it serves.
     let tool_exec = config
@@ -279,12 +280,8 @@ pub async fn run(
         .map(|embedded| serve_embedded(embedded, &state, &config, &serve, &processes, &draining))
         .transpose()?;
     if let Some(console) = config.console.take() {
-        serve_console(
-            console,
-            port.local(&serve, auth.clone(), routes.clone()),
-            &config,
-            stop.clone(),
-        )?;
+        let local = port.local(&serve, auth.clone(), routes.clone());
+        serve_console(console, local, &config, stop.clone())?;
     }
     let mut serving = port.serve(
         &serve,
@@ -313,6 +310,16 @@ pub async fn run(
         warn!(error = %e, "the database health check failed");
     }
     Ok(())
+}
+
+/// Keys, run tokens and client certificates, checked against each method's rule.
+fn auth_layer(state: &AppState, key_hint: String, config: &OrchestratorConfig) -> AuthLayer {
+    AuthLayer::with_peers(
+        state.auth.clone(),
+        crate::auth::access::access,
+        key_hint,
+        config.peers.clone(),
+    )
 }
 
 /// Most connections the console holds (a browser opens a few per page).

@@ -472,12 +472,7 @@ async fn post(
             }
             Ok(response) => {
                 let status = response.status();
-                let retry_after = response
-                    .headers()
-                    .get(reqwest::header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(|secs| Duration::from_secs(secs).min(MAX_RETRY_AFTER));
+                let retry_after = retry_after(&response);
                 let text = response.text().await.unwrap_or_default();
                 last_error = format!(
                     "the model API at {url} answered {status}: {}",
@@ -520,6 +515,17 @@ async fn post(
         ),
         partial: end.clone(),
     })
+}
+
+/// The wait a `Retry-After` header in seconds asks for, at most
+/// [`MAX_RETRY_AFTER`].
+fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|secs| Duration::from_secs(secs).min(MAX_RETRY_AFTER))
 }
 
 fn timed_out(ctx: &RunContext, end: &AttemptEnd) -> AttemptError {
