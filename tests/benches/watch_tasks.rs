@@ -67,13 +67,13 @@ async fn run() {
         ] {
             let s = Samples::new(samples);
             println!(
-                "| {backend} | {what} | {:.2} ms | {:.2} ms | {} |",
+                "| {backend} | {what} | {} ms | {} ms | {} |",
                 ms(s.percentile(50.0)),
                 ms(s.percentile(99.0)),
                 s.len()
             );
         }
-        let per_follower = memory(&client, &ws, orchestrator.pid(), followers).await;
+        let per_follower = memory(&orchestrator, &ws, followers).await;
         println!(
             "| {backend} | resident memory per idle follower ({followers} followers) | {per_follower:.1} KiB | | |"
         );
@@ -162,21 +162,22 @@ async fn delivery(
     }
     while writers.join_next().await.is_some() {}
     let feed = follower.await.expect("follower");
-    (feed, baseline(client, &ids[0]).await)
+    (feed, baseline(client, ws).await)
 }
 
-/// One task's planning changed again and again, followed with WatchTask.
-async fn baseline(client: &Client, task: &str) -> Vec<Duration> {
+/// A new task's planning changed again and again, followed with WatchTask.
+async fn baseline(client: &Client, ws: &pb::Workspace) -> Vec<Duration> {
     let mut client = client.clone();
-    let after = client
-        .get_task(pb::GetTaskRequest {
-            task_id: task.to_owned(),
-            ..Default::default()
+    let created = client
+        .create_task(pb::CreateTaskRequest {
+            workspace_id: ws.id.clone(),
+            description: "changed again and again".into(),
+            source: None,
         })
         .await
         .expect("task")
-        .into_inner()
-        .last_sequence;
+        .into_inner();
+    let (task, after) = (created.id.as_str(), created.last_sequence);
     let mut stream = client
         .watch_task(pb::WatchTaskRequest {
             task_id: task.to_owned(),
@@ -219,13 +220,31 @@ fn rss_kib(pid: i32) -> u64 {
         .unwrap_or(0)
 }
 
-/// The orchestrator's memory per idle follower, in KiB.
-async fn memory(client: &Client, ws: &pb::Workspace, pid: i32, followers: usize) -> f64 {
+/// Followers per API key: under the port's streams-per-credential limit (256).
+const PER_KEY: usize = 200;
+
+/// The orchestrator's memory per idle follower, in KiB (viewer keys of
+/// their own, [`PER_KEY`] followers each).
+async fn memory(orchestrator: &OrchestratorProcess, ws: &pb::Workspace, followers: usize) -> f64 {
+    let mut admin = orchestrator.client().await;
+    let mut clients = Vec::new();
+    for k in 0..followers.div_ceil(PER_KEY) {
+        let key = admin
+            .create_api_key(pb::CreateApiKeyRequest {
+                name: format!("follower-{k}"),
+                role: pb::Role::Viewer.into(),
+            })
+            .await
+            .expect("key")
+            .into_inner()
+            .secret;
+        clients.push(chorus_tests::orchestrator::client_at(orchestrator.addr, &key).await);
+    }
+    let pid = orchestrator.pid();
     let before = rss_kib(pid);
     let mut streams = Vec::with_capacity(followers);
-    for _ in 0..followers {
-        let mut stream = client
-            .clone()
+    for n in 0..followers {
+        let mut stream = clients[n / PER_KEY]
             .watch_tasks(pb::WatchTasksRequest {
                 workspace_id: ws.id.clone(),
                 ..Default::default()
