@@ -113,9 +113,8 @@ async fn run() {
     let orchestrator =
         OrchestratorProcess::spawn(dir.path(), &database, &["--console-listen", &listen]).await;
     let mut client = orchestrator.client().await;
-    let root = dir.path().join("root");
-    std::fs::create_dir_all(&root).expect("root");
-    let ws = chorus_tests::agents::workspace(&mut client, "bench", &root).await;
+    let root = tempfile::tempdir().expect("root");
+    let ws = chorus_tests::agents::workspace(&mut client, "bench", root.path()).await;
     add_agent(&mut client, &ws, "commenter", &["task.comment"], "").await;
 
     // The big task first: its events are in the store before the page opens.

@@ -32,6 +32,7 @@ try {
   await page.click('#sign-in button');
   await page.waitForSelector('#task-rows', { state: 'attached' });
   const weight = await page.evaluate(() => performance.getEntriesByType('resource').concat(performance.getEntriesByType('navigation'))
+    .filter((e) => ['navigation', 'script', 'link', 'css'].includes(e.initiatorType || e.entryType))
     .map((e) => ({ name: e.name, transfer: e.transferSize, body: e.decodedBodySize })));
 
   await page.evaluate((id) => { location.hash = `#/task/${id}`; }, env('TASK_A'));

@@ -446,15 +446,17 @@ async function taskPage(id, signal) {
     el('section', {}, el('h2', {}, 'History ', live), timeline),
     el('section', {}, el('h2', {}, 'Runs'), tree)));
 
-  // Events arrive faster than a person reads: they are added once per frame.
+  // Events arrive faster than a person reads: they are added once per frame,
+  // at most FRAME_ROWS a frame, so a long history never blocks the page.
+  const FRAME_ROWS = 300;
   let queue = [];
   let scheduled = false;
   let refreshTask = false;
   let refreshTree = false;
   function flush() {
     scheduled = false;
-    const batch = queue;
-    queue = [];
+    const batch = queue.splice(0, FRAME_ROWS);
+    if (queue.length) { scheduled = true; requestAnimationFrame(flush); }
     const fragment = document.createDocumentFragment();
     for (const event of batch) {
       const item = timelineItem(event, runs);
