@@ -270,17 +270,8 @@ impl<'a> Flow<'a> {
             .into_inner())
     }
 
-    async fn last_sequence(&self) -> Result<u64, Fail> {
-        let mut client = self.client.clone();
-        let task = client
-            .get_task(pb::GetTaskRequest {
-                task_id: self.task.to_owned(),
-                ..Default::default()
-            })
-            .await
-            .map_err(|s| Fail::call("read the task", &s))?
-            .into_inner();
-        Ok(task.last_sequence)
+    async fn last_sequence(&mut self) -> Result<u64, Fail> {
+        Ok(self.get().await?.last_sequence)
     }
 
     /// Create, plan, answer, start, follow.
