@@ -275,6 +275,118 @@ async fn plan_questions_answers_plan_then_start_the_assigned_agent_to_completion
     }
 }
 
+/// The questions of a task, as (question, answer, round).
+fn asked(task: &pb::Task) -> Vec<(String, Option<String>, u32)> {
+    let planning = task.planning.as_ref().expect("planning");
+    planning
+        .questions
+        .iter()
+        .map(|q| (q.question.clone(), q.answer.clone(), q.round))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_round_of_questions_keeps_the_first_and_the_planner_reads_both() {
+    let data_dir = tempfile::tempdir().expect("data");
+    for db in databases(data_dir.path()) {
+        let b = db.backend;
+        let root = tempfile::tempdir().expect("root");
+        let model = FakeOpenAi::start(vec![
+            Step::tool_call(
+                "planner-output",
+                json!({"type": "questions", "questions": ["Which greeting?", "For whom?"]}),
+            ),
+            Step::tool_call(
+                "planner-output",
+                json!({"type": "questions", "questions": ["Loud or quiet?"]}),
+            ),
+            plan("writer"),
+        ])
+        .await;
+        let orchestrator = orchestrator(data_dir.path(), &db).await;
+        let mut client = orchestrator.client().await;
+        let ws = workspace(&mut client, root.path(), &model.base_url()).await;
+        let task = create_task(&mut client, &ws, "Greet the world in hello.txt.").await;
+        client
+            .plan_task(pb::PlanTaskRequest {
+                task_id: task.id.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("plan");
+        let awaiting = std::cell::Cell::new(0);
+        let nth_wait = |n: usize| {
+            let awaiting = &awaiting;
+            move |e: &pb::TaskEvent| {
+                if is_status("awaiting_input")(e) {
+                    awaiting.set(awaiting.get() + 1);
+                }
+                awaiting.get() == n
+            }
+        };
+        wait_for(&mut client, &task.id, nth_wait(1)).await;
+        let answer = |answers: &[&str]| pb::SubmitAnswersRequest {
+            task_id: task.id.clone(),
+            answers: answers.iter().map(|a| (*a).to_owned()).collect(),
+            ..Default::default()
+        };
+        client
+            .submit_answers(answer(&["hello"]))
+            .await
+            .expect("round 1");
+        awaiting.set(0);
+        wait_for(&mut client, &task.id, nth_wait(2)).await;
+        let asking = task_of(&mut client, &task.id).await;
+        let s = |v: &str| v.to_owned();
+        assert_eq!(
+            asked(&asking),
+            [
+                (s("Which greeting?"), Some(s("hello")), 1),
+                (s("For whom?"), None, 1),
+                (s("Loud or quiet?"), None, 2),
+            ],
+            "{b}: the first round stays, its unanswered question too"
+        );
+        let err = client
+            .submit_answers(answer(&["loud", "extra"]))
+            .await
+            .expect_err("round 2 has one question");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{b}");
+        assert!(err.message().contains("latest round"), "{b}: {err:?}");
+        client
+            .submit_answers(answer(&["loud"]))
+            .await
+            .expect("round 2");
+        wait_for(&mut client, &task.id, is_status("planned")).await;
+        let planned = task_of(&mut client, &task.id).await;
+        assert_eq!(
+            asked(&planned),
+            [
+                (s("Which greeting?"), Some(s("hello")), 1),
+                (s("For whom?"), None, 1),
+                (s("Loud or quiet?"), Some(s("loud")), 2),
+            ],
+            "{b}"
+        );
+        let requests = model.requests();
+        let third = requests[2]["messages"][1]["content"]
+            .as_str()
+            .unwrap_or_default();
+        for qa in [
+            "Q: Which greeting?\nA: hello",
+            "Q: For whom?\nA: (no answer)",
+            "Q: Loud or quiet?\nA: loud",
+        ] {
+            assert!(
+                third.contains(qa),
+                "{b}: the third planning run misses {qa:?}: {third}"
+            );
+        }
+        drop(client);
+        orchestrator.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planner_that_errs_or_never_answers_fails_the_task_with_the_reason() {
     let data_dir = tempfile::tempdir().expect("data");

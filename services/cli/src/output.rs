@@ -232,6 +232,7 @@ pub fn task(t: &pb::Task) -> Value {
             "questions": planning.questions.iter().map(|q| json!({
                 "question": q.question,
                 "answer": q.answer,
+                "round": q.round,
             })).collect::<Vec<_>>(),
         },
     })

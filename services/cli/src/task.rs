@@ -369,26 +369,25 @@ impl<'a> Flow<'a> {
     /// Answers the planner's open questions: `given` in order, else at the prompt.
     async fn answer(&mut self, given: Vec<String>) -> Result<(), Fail> {
         let task = self.get().await?;
-        let questions = task.planning.unwrap_or_default().questions;
+        let mut questions = task.planning.unwrap_or_default().questions;
+        // Answers go to the latest round; earlier rounds keep theirs.
+        let round = questions.iter().map(|q| q.round).max().unwrap_or(0);
+        questions.retain(|q| q.round == round);
         if task.status != "awaiting_input" {
             return Err(Fail::error(format!(
                 "task {} is {}, not awaiting_input: there is nothing to answer",
                 self.task, task.status
             )));
         }
-        let open = questions.iter().filter(|q| q.answer.is_none()).count();
-        if !given.is_empty() && given.len() != open {
+        if !given.is_empty() && given.len() != questions.len() {
             return Err(Fail::usage(format!(
-                "the planner asked {open} question(s) and {} --answer were given; give one per question, in order",
+                "the planner asked {} question(s) and {} --answer were given; give one per question, in order",
+                questions.len(),
                 given.len()
             )));
         }
         if given.is_empty() && !prompt::interactive() {
-            let list: Vec<String> = questions
-                .iter()
-                .filter(|q| q.answer.is_none())
-                .map(|q| q.question.clone())
-                .collect();
+            let list: Vec<&str> = questions.iter().map(|q| q.question.as_str()).collect();
             return Err(Fail {
                 exit: Exit::NeedsYou,
                 message: format!(
@@ -401,10 +400,6 @@ impl<'a> Flow<'a> {
         let mut given = given.into_iter();
         let mut answers = Vec::with_capacity(questions.len());
         for (i, q) in questions.iter().enumerate() {
-            if let Some(answer) = &q.answer {
-                answers.push(answer.clone());
-                continue;
-            }
             let answer = match given.next() {
                 Some(answer) => answer,
                 None => {

@@ -420,13 +420,19 @@ async function taskPage(id, signal) {
         try { await api('DeleteTask', { taskId: id }); location.hash = '#/tasks'; } catch (error) { showError(head, error); }
       } }, 'Delete'));
     }
+    // Every round of questions stays; answers go to the latest round.
+    const asked = planning.questions || [];
+    const round = Math.max(0, ...asked.map((q) => q.round || 1));
+    const open = asked.filter((q) => (q.round || 1) === round);
+    const answered = (list) => el('ol', {}, list.map((q) => el('li', {}, q.question,
+      el('span', { class: 'muted' }, ` → ${q.answer ?? '(not answered)'}`))));
     const questions = task.status === 'awaiting_input' && can.operate()
-      ? form({ id: 'answers' }, (planning.questions || []).map((q, i) => field(`${i + 1}. ${q.question}`,
-        el('input', { name: `a${i}`, value: q.answer || '', required: true, size: 60 }))), 'Submit answers', async (data) => {
-        await api('SubmitAnswers', { taskId: id, answers: (planning.questions || []).map((_, i) => data.get(`a${i}`)) });
-      })
-      : el('ol', {}, (planning.questions || []).map((q) => el('li', {}, q.question,
-        el('span', { class: 'muted' }, ` → ${q.answer ?? '(not answered)'}`))));
+      ? el('div', {}, answered(asked.filter((q) => (q.round || 1) !== round)),
+        form({ id: 'answers' }, open.map((q, i) => field(`${i + 1}. ${q.question}`,
+          el('input', { name: `a${i}`, value: q.answer || '', required: true, size: 60 }))), 'Submit answers', async (data) => {
+          await api('SubmitAnswers', { taskId: id, answers: open.map((_, i) => data.get(`a${i}`)) });
+        }))
+      : answered(asked);
     show(head, 
       el('h1', {}, task.description.split('\n')[0].slice(0, 140), ' ', badge(task.status)),
       el('p', { class: 'muted mono' }, `${task.id} · updated ${time(task.updatedMs)}${task.currentAgent ? ` · agent ${task.currentAgent}` : ''}`),

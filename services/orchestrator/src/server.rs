@@ -281,7 +281,13 @@ pub async fn run(
         .transpose()?;
     if let Some(console) = config.console.take() {
         let local = port.local(&serve, auth.clone(), routes.clone());
-        serve_console(console, local, &config, stop.clone())?;
+        serve_console(
+            console,
+            local,
+            &config,
+            serve.connections.answer_send,
+            stop.clone(),
+        )?;
     }
     let mut serving = port.serve(
         &serve,
@@ -331,6 +337,7 @@ fn serve_console(
     listener: std::net::TcpListener,
     local: chorus_serve::grpc::LocalService,
     config: &OrchestratorConfig,
+    unread: std::time::Duration,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     listener.set_nonblocking(true)?;
@@ -340,8 +347,11 @@ fn serve_console(
         .as_ref()
         .map(chorus_serve::http::rustls_config)
         .transpose()?;
+    // Logged before the orchestrator's own port, as the embedded tool-exec is.
+    info!(addr = %listener.local_addr()?, tls = tls.is_some(), "web console");
     tokio::spawn(async move {
-        if let Err(e) = chorus_console::serve(listener, local, tls, CONSOLE_CONNECTIONS, stop).await
+        if let Err(e) =
+            chorus_console::serve(listener, local, tls, CONSOLE_CONNECTIONS, unread, stop).await
         {
             warn!(error = %e, "the web console stopped");
         }

@@ -286,6 +286,12 @@ pub fn apply_planner_output(run: &mut Run, output: PlannerOutput) -> Result<Even
     }
     let kind = match &output {
         PlannerOutput::Plan { .. } => "plan",
+        PlannerOutput::Questions { questions } if questions.iter().all(|q| q.trim().is_empty()) => {
+            return Err(DomainError::invalid(
+                "questions",
+                "no question to ask: give at least one question, or submit a plan",
+            ));
+        }
         PlannerOutput::Questions { .. } => "questions",
         PlannerOutput::Error { .. } => "error",
     };

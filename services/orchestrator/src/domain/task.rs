@@ -45,6 +45,14 @@ pub struct TaskSource {
 pub struct Question {
     pub question: String,
     pub answer: Option<String>,
+    /// The planning round that asked it: 1 for the planner's first questions,
+    /// 2 for those it asks after reading the first answers, and so on.
+    #[serde(default = "first_round")]
+    pub round: u32,
+}
+
+fn first_round() -> u32 {
+    1
 }
 
 /// The planning fields of a task.
@@ -56,6 +64,31 @@ pub struct Planning {
     pub plan: Vec<String>,
     pub questions: Vec<Question>,
     pub assigned_agent: Option<Name>,
+}
+
+impl Planning {
+    /// The latest planning round that asked questions (0 before any).
+    pub fn latest_round(&self) -> u32 {
+        self.questions.iter().map(|q| q.round).max().unwrap_or(0)
+    }
+
+    /// The questions of the latest round: the ones answers go to.
+    pub fn open_questions(&mut self) -> impl Iterator<Item = &mut Question> {
+        let round = self.latest_round();
+        self.questions.iter_mut().filter(move |q| q.round == round)
+    }
+
+    /// Adds a round of the planner's questions after those asked before (which
+    /// stay, with their answers: the planner reads them all).
+    pub fn ask(&mut self, questions: &[String]) {
+        let round = self.latest_round() + 1;
+        self.questions
+            .extend(questions.iter().map(|question| Question {
+                question: question.clone(),
+                answer: None,
+                round,
+            }));
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

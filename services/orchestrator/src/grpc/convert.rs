@@ -182,6 +182,7 @@ pub fn planning(p: &Planning) -> pb::Planning {
             .map(|q| pb::Question {
                 question: q.question.clone(),
                 answer: q.answer.clone(),
+                round: q.round,
             })
             .collect(),
         assigned_agent: p
@@ -205,6 +206,7 @@ pub fn planning_from(p: pb::Planning) -> Result<Planning, DomainError> {
             .map(|q| Question {
                 question: q.question,
                 answer: q.answer,
+                round: q.round.max(1),
             })
             .collect(),
         assigned_agent: non_empty(p.assigned_agent)
@@ -442,6 +444,7 @@ mod tests {
             questions: vec![pb::Question {
                 question: "q?".into(),
                 answer: None,
+                round: 1,
             }],
             assigned_agent: "writer".into(),
         };

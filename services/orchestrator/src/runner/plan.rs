@@ -80,10 +80,12 @@ mod tests {
                     Question {
                         question: "How long?".to_owned(),
                         answer: Some("500 words".to_owned()),
+                        round: 1,
                     },
                     Question {
                         question: "Genre?".to_owned(),
                         answer: None,
+                        round: 1,
                     },
                 ],
                 ..Planning::default()

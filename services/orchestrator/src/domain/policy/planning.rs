@@ -22,9 +22,9 @@ pub fn begin_planning(task: &mut Task, run: &Run) -> Result<Events, DomainError>
     ])
 }
 
-/// Records the user's answers to the planner's questions, in order (an empty
-/// answer leaves its question unanswered), and returns `answers_submitted`.
-/// Only while the task is awaiting input.
+/// Records the user's answers to the planner's latest questions, in order (an
+/// empty answer leaves its question unanswered), and returns `answers_submitted`.
+/// Only while the task is awaiting input; earlier rounds keep their answers.
 pub fn submit_answers(task: &mut Task, answers: Vec<String>) -> Result<Events, DomainError> {
     if task.status != TaskStatus::AwaitingInput {
         return Err(DomainError::Transition(format!(
@@ -32,12 +32,13 @@ pub fn submit_answers(task: &mut Task, answers: Vec<String>) -> Result<Events, D
             task.status
         )));
     }
-    let questions = &mut task.planning.questions;
+    let round = task.planning.latest_round();
+    let mut questions: Vec<&mut Question> = task.planning.open_questions().collect();
     if answers.len() > questions.len() {
         return Err(DomainError::invalid(
             "answers",
             format!(
-                "{} answers for {} questions; give at most one per question, in order",
+                "{} answers for {} questions; give at most one per question of the latest round, in order",
                 answers.len(),
                 questions.len()
             ),
@@ -52,7 +53,7 @@ pub fn submit_answers(task: &mut Task, answers: Vec<String>) -> Result<Events, D
         .collect();
     Ok(vec![(
         EventKind::AnswersSubmitted,
-        json!({ "answers": pairs }),
+        json!({ "round": round, "answers": pairs }),
     )])
 }
 
@@ -88,17 +89,12 @@ pub fn settle_planning(
             take_plan(task, &run_id, planning, assigned_agent)?
         }
         Some(PlannerOutput::Questions { questions }) => {
-            task.planning.questions = questions
-                .iter()
-                .map(|q| Question {
-                    question: q.clone(),
-                    answer: None,
-                })
-                .collect();
+            task.planning.ask(&questions);
+            let round = task.planning.latest_round();
             vec![
                 (
                     EventKind::PlanningQuestionsReturned,
-                    json!({ "run_id": run_id, "questions": questions }),
+                    json!({ "run_id": run_id, "round": round, "questions": questions }),
                 ),
                 change_status(task, TaskStatus::AwaitingInput, None)?,
             ]

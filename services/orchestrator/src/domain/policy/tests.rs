@@ -400,10 +400,12 @@ fn the_planner_output_decides_where_the_task_goes() {
         crate::domain::Question {
             question: "Length?".into(),
             answer: Some("short".into()),
+            round: 1,
         },
         crate::domain::Question {
             question: "Rhyme scheme?".into(),
             answer: None,
+            round: 1,
         },
     ];
     planning_task.planning.questions = asked.clone();
@@ -484,6 +486,7 @@ fn answers_are_taken_only_while_awaiting_input_and_one_per_question() {
         .map(|q| crate::domain::Question {
             question: q.into(),
             answer: None,
+            round: 1,
         })
         .to_vec();
     let err = planning::submit_answers(
@@ -503,6 +506,64 @@ fn answers_are_taken_only_while_awaiting_input_and_one_per_question() {
         asking.planning.questions[1].answer, None,
         "a blank answer leaves it unanswered"
     );
+}
+
+#[test]
+fn a_second_round_of_questions_keeps_the_first_and_answers_go_to_the_latest() {
+    let mut planner = run(RunState::Active, &[], None);
+    let mut t = task(TaskStatus::Planning);
+    planner.planner_output = Some(PlannerOutput::Questions {
+        questions: vec!["Who for?".into(), "How long?".into()],
+    });
+    planning::settle_planning(&planner, &mut t, "no output").expect("round 1");
+    planning::submit_answers(&mut t, vec!["children".into()]).expect("answers 1");
+    t.status = TaskStatus::Planning;
+    planner.planner_output = Some(PlannerOutput::Questions {
+        questions: vec!["Rhymes?".into()],
+    });
+    let events = planning::settle_planning(&planner, &mut t, "no output").expect("round 2");
+    assert_eq!(events[0].1["round"], 2);
+    let asked: Vec<_> = t
+        .planning
+        .questions
+        .iter()
+        .map(|q| (q.question.as_str(), q.answer.as_deref(), q.round))
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            ("Who for?", Some("children"), 1),
+            ("How long?", None, 1),
+            ("Rhymes?", None, 2)
+        ],
+        "round 1 stays, its unanswered question too"
+    );
+
+    let err = planning::submit_answers(&mut t.clone(), vec!["a".into(), "b".into()])
+        .expect_err("round 2 has one question");
+    assert!(
+        err.to_string().contains("2 answers for 1 questions"),
+        "{err}"
+    );
+    let events = planning::submit_answers(&mut t, vec!["yes".into()]).expect("answers 2");
+    assert_eq!(events[0].1["round"], 2);
+    assert_eq!(events[0].1["answers"][0]["question"], "Rhymes?");
+    assert_eq!(t.planning.questions[0].answer.as_deref(), Some("children"));
+    assert_eq!(t.planning.questions[2].answer.as_deref(), Some("yes"));
+}
+
+#[test]
+fn a_planner_output_with_no_question_is_refused() {
+    let mut planner = run(RunState::Active, &[], None);
+    let err = apply_planner_output(
+        &mut planner,
+        PlannerOutput::Questions {
+            questions: vec![" ".into()],
+        },
+    )
+    .expect_err("no question");
+    assert!(err.to_string().contains("no question to ask"), "{err}");
+    assert!(planner.planner_output.is_none());
 }
 
 #[test]

@@ -219,6 +219,7 @@ async fn planning_is_edited_and_recorded() {
             questions: vec![pb::Question {
                 question: "for whom?".into(),
                 answer: Some("beginners".into()),
+                round: 1,
             }],
             assigned_agent: "writer".into(),
         };
