@@ -215,6 +215,8 @@ pub struct OrchestratorProcess {
     child: tokio::process::Child,
     pub addr: SocketAddr,
     pub tool_exec_addr: SocketAddr,
+    /// Its web console's address, when it serves one.
+    pub console_addr: Option<SocketAddr>,
     /// An admin key its clients present.
     pub admin_key: String,
     /// Lines it has logged since it served.
@@ -317,7 +319,7 @@ impl OrchestratorProcess {
 
         let mut child = Self::command(data_dir, database_url, extra, env, how);
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let (mut addr, mut tool_exec_addr) = (None, None);
+        let (mut addr, mut tool_exec_addr, mut console_addr) = (None, None, None);
         let mut seen = Vec::new();
         while addr.is_none() {
             let Some(line) = lines.next_line().await.expect("read the log") else {
@@ -331,6 +333,7 @@ impl OrchestratorProcess {
             let parsed = fields["addr"].as_str().and_then(|a| a.parse().ok());
             match fields["message"].as_str() {
                 Some("embedded tool-exec") => tool_exec_addr = parsed,
+                Some("web console") => console_addr = parsed,
                 Some("orchestrator serving") => addr = parsed,
                 _ => {}
             }
@@ -376,6 +379,7 @@ impl OrchestratorProcess {
         Self {
             child,
             addr,
+            console_addr,
             tool_exec_addr: tool_exec_addr
                 .or(separate)
                 .expect("the embedded tool-exec's address, or --tool-exec-addr"),

@@ -562,3 +562,174 @@ async fn one_read_only_keys_watches_take_only_its_own_share() {
     peak_is_bounded(&s, "a viewer's watches");
     s.orchestrator.kill().await;
 }
+
+/// An HTTP/1.1 request to the console: `method path`, with `key` as the
+/// bearer when there is one, and `body`.
+fn console_request(method: &str, path: &str, key: Option<&str>, body: &str) -> Vec<u8> {
+    let bearer = key
+        .map(|k| format!("authorization: Bearer {k}\r\n"))
+        .unwrap_or_default();
+    format!(
+        "{method} {path} HTTP/1.1\r\nhost: console\r\n{bearer}content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// A connection to the console that sends `request` (when there is one)
+/// and never reads; its receive buffer is small, so what the server sends
+/// soon waits on the server's side.
+async fn unread_console(
+    addr: std::net::SocketAddr,
+    request: Option<&[u8]>,
+) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .set_recv_buffer_size(4096)
+        .expect("a small receive buffer");
+    let mut stream = socket.connect(addr).await.expect("connect to the console");
+    if let Some(request) = request {
+        tokio::io::AsyncWriteExt::write_all(&mut stream, request)
+            .await
+            .expect("send the request");
+    }
+    stream
+}
+
+/// The web console's port under hostile load: 600 connections that say
+/// nothing, 200 that fetch the page and stay, 100 that call with a key that
+/// does not exist and stay, while more keep arriving. A person with a key
+/// who comes then is answered at once (the console holds 256 connections:
+/// those that have shown no accepted key make room), as are the API's
+/// callers. A viewer's console streams that are never read hold its stream
+/// share only until a line has waited `--answer-send-secs`: then they end,
+/// with their connections, and the viewer is served again. Memory stays
+/// bounded. Before, 256 silent connections kept everyone out of the console
+/// until they timed out, and an unread stream held its share for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consoles_port_under_hostile_load_keeps_a_person_with_a_key_served() {
+    const VIEWER_STREAMS: usize = 8;
+    use bytes::Bytes;
+    let mut s = setup(
+        &[
+            "--answer-send-secs",
+            "2",
+            "--max-concurrent-streams-per-credential",
+            "8",
+        ],
+        None,
+    )
+    .await;
+    let console = s.orchestrator.console_addr.expect("the console serves");
+    let mut hostile = Vec::new();
+    for _ in 0..600 {
+        hostile.push(unread_console(console, None).await);
+    }
+    let page = console_request("GET", "/", None, "");
+    for _ in 0..200 {
+        hostile.push(unread_console(console, Some(&page)).await);
+    }
+    let stranger = console_request("POST", "/api/GetStatus", Some("chorus_madeup"), "{}");
+    for _ in 0..100 {
+        hostile.push(unread_console(console, Some(&stranger)).await);
+    }
+    // More keep coming while the person and the API's callers are served.
+    let flood = tokio::spawn(async move {
+        let mut held = std::collections::VecDeque::new();
+        loop {
+            held.push_back(unread_console(console, None).await);
+            if held.len() > 300 {
+                held.pop_front();
+            }
+            tokio::task::yield_now().await;
+        }
+    });
+    let person = reqwest::Client::new();
+    let answer = person
+        .post(format!("http://{console}/api/GetStatus"))
+        .bearer_auth(&s.orchestrator.admin_key)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("a person's call to the console during the attack");
+    assert_eq!(answer.status(), 200, "{:?}", answer.text().await);
+    let page = person
+        .get(format!("http://{console}/"))
+        .send()
+        .await
+        .expect("the console's page during the attack");
+    assert_eq!(page.status(), 200);
+    legitimate_callers_are_served(&mut s).await;
+    flood.abort();
+    drop(hostile);
+
+    // A task with more history than the console buffers for a stream.
+    let mut agent = AgentToolsClient::with_interceptor(
+        channel_to(s.orchestrator.addr).await,
+        Bearer::new(&s.agent_token),
+    );
+    for i in 0..200 {
+        agent
+            .call_tool(pb::CallToolRequest {
+                tool: "task.comment".into(),
+                arguments: Some(chorus_proto::json::to_struct(
+                    json!({ "text": format!("note {i}") })
+                        .as_object()
+                        .cloned()
+                        .unwrap_or_default(),
+                )),
+            })
+            .await
+            .expect("a comment");
+    }
+    // The viewer's whole share of streams as console streams over HTTP/2
+    // that never read a byte (a window of 0): each is answered (its head
+    // comes), then its lines wait.
+    let mut h2 = attacker::connect(console, Some(0)).await;
+    let watch = Bytes::from(json!({ "taskId": s.task.id, "follow": true }).to_string());
+    let mut unread = Vec::new();
+    for _ in 0..VIEWER_STREAMS {
+        let request = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://{console}/api/stream/WatchTask"))
+            .header("authorization", format!("Bearer {}", s.viewer_key))
+            .header("content-type", "application/json")
+            .body(())
+            .expect("request");
+        let (answer, mut body) = h2.send.send_request(request, false).expect("send");
+        body.send_data(watch.clone(), true).expect("the body");
+        let answer = answer.await.expect("the stream's head");
+        assert_eq!(answer.status(), 200, "a viewer may watch from the console");
+        unread.push(answer);
+    }
+    let mut viewer = OrchestratorClient::with_interceptor(
+        channel_to(s.orchestrator.addr).await,
+        Bearer::new(&s.viewer_key),
+    );
+    let watch_task = pb::WatchTaskRequest {
+        task_id: s.task.id.clone(),
+        after_sequence: 0,
+        follow: true,
+        until_needed: false,
+    };
+    let refused = viewer
+        .watch_task(watch_task.clone())
+        .await
+        .expect_err("the console's streams are the viewer's");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    // Once a line has waited past --answer-send-secs the streams end and the
+    // connection is closed…
+    // (How it ends, a GOAWAY or a reset, is the server's choice.)
+    let _ended = tokio::time::timeout(std::time::Duration::from_secs(60), &mut h2.driver)
+        .await
+        .expect("the server closes the connection that reads nothing")
+        .expect("the connection's task");
+    drop(unread);
+    // …and the viewer's share is its own again.
+    viewer
+        .watch_task(watch_task)
+        .await
+        .expect("the viewer is served again");
+    peak_is_bounded(&s, "the console's port");
+    s.orchestrator.kill().await;
+}

@@ -7,6 +7,7 @@
 
 use bytes::{Buf as _, BufMut as _, Bytes};
 use chorus_serve::grpc::LocalService;
+use chorus_serve::http::Standing;
 use http::{HeaderMap, StatusCode};
 use prost::Message as _;
 use prost_reflect::{DescriptorPool, DynamicMessage, MethodDescriptor, SerializeOptions};
@@ -31,6 +32,10 @@ pub enum Answer {
 pub struct Gateway {
     service: LocalService,
     pool: DescriptorPool,
+    /// How long a stream's line may wait for the page to read it (the lines
+    /// before it fill the buffer); then the stream and its connection end,
+    /// as a gRPC answer left unread does (`--answer-send-secs`).
+    unread: std::time::Duration,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -40,13 +45,17 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
-    pub fn new(service: LocalService) -> Result<Self, String> {
+    pub fn new(service: LocalService, unread: std::time::Duration) -> Result<Self, String> {
         let pool = DescriptorPool::decode(chorus_proto::FILE_DESCRIPTOR_SET)
             .map_err(|e| format!("the API's descriptors: {e}"))?;
         if pool.get_service_by_name(SERVICE).is_none() {
             return Err(format!("the descriptors have no {SERVICE}"));
         }
-        Ok(Self { service, pool })
+        Ok(Self {
+            service,
+            pool,
+            unread,
+        })
     }
 
     fn method(&self, name: &str) -> Option<MethodDescriptor> {
@@ -57,25 +66,39 @@ impl Gateway {
     }
 
     /// Calls `name` with the JSON `body`, presenting the caller's
-    /// `authorization` header; `stream` for a server-streaming method.
-    pub async fn call(&self, name: &str, stream: bool, headers: &HeaderMap, body: &[u8]) -> Answer {
+    /// `authorization` header; `stream` for a server-streaming method. Also
+    /// says whether the API accepted the caller's credential.
+    pub async fn call(
+        &self,
+        name: &str,
+        stream: bool,
+        headers: &HeaderMap,
+        body: &[u8],
+        connection: Option<Standing>,
+    ) -> (Answer, bool) {
         let (method, request, path) = match self.request(name, stream, headers, body) {
             Ok(parts) => parts,
-            Err(answer) => return answer,
+            Err(answer) => return (answer, false),
         };
         let output = method.output();
         if !stream {
             return match unary(self.service.clone(), request, path).await {
                 Ok(reply) => match to_json(&output, &reply) {
-                    Ok(json) => Answer::Json(StatusCode::OK, json),
-                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e),
+                    Ok(json) => (Answer::Json(StatusCode::OK, json), true),
+                    Err(e) => (
+                        error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e),
+                        true,
+                    ),
                 },
-                Err(status) => failed(&status),
+                Err(status) => (failed(&status), credential_accepted(&status)),
             };
         }
         match streaming(self.service.clone(), request, path).await {
-            Ok(replies) => Answer::Lines(lines(replies, output)),
-            Err(status) => failed(&status),
+            Ok(replies) => (
+                Answer::Lines(lines(replies, output, self.unread, connection)),
+                true,
+            ),
+            Err(status) => (failed(&status), credential_accepted(&status)),
         }
     }
 
@@ -147,10 +170,14 @@ impl Gateway {
 }
 
 /// A stream's replies as JSON lines; an error ends them with one last line.
-/// When the page goes away the receiver is dropped, and with it the call.
+/// When the page goes away the receiver is dropped, and with it the call; a
+/// page that leaves a line unread for `unread` loses the call and its
+/// `connection`.
 fn lines(
     mut replies: tonic::Streaming<Vec<u8>>,
     output: prost_reflect::MessageDescriptor,
+    unread: std::time::Duration,
+    connection: Option<Standing>,
 ) -> mpsc::Receiver<Bytes> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
@@ -166,8 +193,15 @@ fn lines(
             let last = line.get("error").is_some();
             let mut text = line.to_string().into_bytes();
             text.push(b'\n');
-            if tx.send(Bytes::from(text)).await.is_err() || last {
-                return;
+            match tokio::time::timeout(unread, tx.send(Bytes::from(text))).await {
+                Ok(Ok(())) if !last => {}
+                Ok(_) => return,
+                Err(_) => {
+                    if let Some(connection) = &connection {
+                        connection.close();
+                    }
+                    return;
+                }
             }
         }
     });
@@ -215,6 +249,15 @@ fn to_json(
     message
         .serialize_with_options(serde_json::value::Serializer, &options)
         .map_err(|e| e.to_string())
+}
+
+/// Whether a call refused with `status` had its credential accepted: refused
+/// for what it asked, not for who asked or how busy the API is.
+fn credential_accepted(status: &Status) -> bool {
+    !matches!(
+        status.code(),
+        Code::Unauthenticated | Code::ResourceExhausted | Code::Unavailable
+    )
 }
 
 fn status_json(status: &Status) -> serde_json::Value {

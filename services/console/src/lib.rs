@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use chorus_serve::grpc::LocalService;
+use chorus_serve::http::Standing;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, Full, Limited, StreamBody};
@@ -49,15 +50,17 @@ const FILES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// Serves the console on `listener` (TLS with `tls`) until `stop` fires.
+/// Serves the console on `listener` (TLS with `tls`) until `stop` fires; a
+/// stream's line left unread for `unread` ends the stream and its connection.
 pub async fn serve(
     listener: TcpListener,
     local: LocalService,
     tls: Option<Arc<rustls::ServerConfig>>,
     max_connections: usize,
+    unread: std::time::Duration,
     stop: CancellationToken,
 ) -> Result<(), String> {
-    let gateway = Arc::new(Gateway::new(local)?);
+    let gateway = Arc::new(Gateway::new(local, unread)?);
     let service = tower::service_fn(move |request: Request<Incoming>| {
         let gateway = Arc::clone(&gateway);
         async move { Ok::<_, Infallible>(handle(&gateway, request).await) }
@@ -108,7 +111,14 @@ pub async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<B
             );
         }
     };
-    match gateway.call(&name, stream, &parts.headers, &body).await {
+    let standing = parts.extensions.get::<Standing>().cloned();
+    let (answer, accepted) = gateway
+        .call(&name, stream, &parts.headers, &body, standing.clone())
+        .await;
+    if accepted && let Some(standing) = standing {
+        standing.prove();
+    }
+    match answer {
         gateway::Answer::Json(status, json) => with_headers(
             Response::builder()
                 .status(status)

@@ -26,6 +26,7 @@ use tonic::service::Routes;
 use tracing::{info, warn};
 
 use crate::connections::Connections;
+use crate::shed::LoadShedLayer;
 use crate::{Calls, Health, ServeConfig};
 
 /// A port's services with its layers, called in-process (see [`Port::local`]).
@@ -60,6 +61,9 @@ pub struct Port {
     pub health: Health,
     pub calls: Calls,
     pub connections: Connections,
+    /// The port's load shedding: one set of places for its calls over the
+    /// network and those made in this process, so a key's share is one.
+    shed: LoadShedLayer,
 }
 
 impl Port {
@@ -73,11 +77,13 @@ impl Port {
             spec.services,
             spec.own_deadline,
         )?;
+        let shed = serve.load_shed(&calls, &connections, spec.name);
         Ok(Self {
             spec,
             health,
             calls,
             connections,
+            shed,
         })
     }
 
@@ -99,7 +105,7 @@ impl Port {
                 self.spec.message_hint.clone(),
             ))
             .layer(auth)
-            .layer(serve.load_shed(&self.calls, &self.connections, self.spec.name))
+            .layer(self.shed.clone())
             .service(routes);
         tower::util::BoxCloneSyncService::new(service)
     }
@@ -139,7 +145,7 @@ impl Port {
             .layer(auth)
             // Inside the auth layer: no call holds a place before its
             // credential is checked, and each kind of caller has places of its own.
-            .layer(serve.load_shed(&self.calls, &self.connections, self.spec.name))
+            .layer(self.shed.clone())
             .add_routes(routes)
             .serve_with_incoming_shutdown(incoming, async move { stop.cancelled().await });
         info!(%addr, "{} serving", self.spec.log);

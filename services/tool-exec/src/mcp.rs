@@ -240,7 +240,25 @@ pub async fn serve(
         .as_ref()
         .map(chorus_serve::http::rustls_config)
         .transpose()?;
-    let http = service(calls, gate, verifier, &face.limits, stop.clone());
+    let mcp = service(calls, gate, verifier, &face.limits, stop.clone());
+    // A connection that has had an answer past the run token's check is a
+    // run's: it is not the first closed when the endpoint needs room.
+    let http = tower::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+        let standing = request
+            .extensions()
+            .get::<chorus_serve::http::Standing>()
+            .cloned();
+        let mut mcp = mcp.clone();
+        async move {
+            let answer = tower::Service::call(&mut mcp, request).await?;
+            if answer.status().is_success()
+                && let Some(standing) = standing
+            {
+                standing.prove();
+            }
+            Ok::<_, std::convert::Infallible>(answer)
+        }
+    });
     // A session's client holds a connection or two (its requests, its
     // stream); a few more for requests of no session (refusals).
     let connections = face
