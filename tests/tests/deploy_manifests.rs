@@ -137,6 +137,21 @@ fn every_kustomization_renders_and_the_overlay_runs_three_orchestrators() {
         "{}",
         rendered[1]
     );
+    // People reach the web console through the orchestrator's Service.
+    for (i, manifests) in rendered.iter().enumerate() {
+        let service = manifests
+            .split("\n---\n")
+            .find(|doc| {
+                doc.lines().any(|l| l == "kind: Service")
+                    && doc.lines().any(|l| l == "  name: chorus-orchestrator")
+            })
+            .unwrap_or_else(|| panic!("{}: no chorus-orchestrator Service", names[i]));
+        assert!(
+            service.contains("name: console") && service.contains("port: 50053"),
+            "{}: the Service does not publish the console: {service}",
+            names[i]
+        );
+    }
     // The overlay keeps everything of its base and adds the shared volume.
     for kind in [
         "kind: Deployment",
