@@ -11,7 +11,9 @@
 //!   (caught up, following from now on), less before, per follower.
 //!
 //! `cargo build --release --bins && cargo bench -p chorus-tests --bench watch_tasks`
-//! (`CHORUS_BENCH_TASKS` and `CHORUS_BENCH_FOLLOWERS` change the sizes).
+//! (`CHORUS_BENCH_TASKS`, `CHORUS_BENCH_FOLLOWERS` and `CHORUS_BENCH_WRITERS`
+//! change the sizes; with one writer the feed's row compares with the
+//! baseline's, one writer too).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,6 +27,7 @@ use chorus_tests::stats::{Samples, env_number, ms};
 use tokio::sync::Mutex;
 use tokio_stream::StreamExt;
 
+/// Concurrent writers by default (`CHORUS_BENCH_WRITERS`).
 const WRITERS: usize = 8;
 const BASELINE_CHANGES: usize = 200;
 
@@ -40,6 +43,7 @@ fn main() {
 async fn run() {
     let tasks = env_number("CHORUS_BENCH_TASKS", 10_000);
     let followers = env_number("CHORUS_BENCH_FOLLOWERS", 1_000);
+    let writers = env_number("CHORUS_BENCH_WRITERS", WRITERS).max(1);
     let dir = tempfile::tempdir().expect("dir");
     // SQLite, and PostgreSQL when configured (each in a schema of its own).
     let databases = chorus_tests::db::databases(dir.path());
@@ -54,14 +58,14 @@ async fn run() {
         std::fs::create_dir_all(&root).expect("root");
         let ws = chorus_tests::agents::workspace(&mut client, "many", &root).await;
         let ids = create(&client, &ws, tasks).await;
-        let (feed, baseline) = delivery(&client, &ws, &ids).await;
+        let (feed, baseline) = delivery(&client, &ws, &ids, writers).await;
         for (what, samples) in [
             (
-                format!("WatchTasks over {tasks} tasks, one change each"),
+                format!("WatchTasks over {tasks} tasks, one change each, {writers} writers"),
                 feed,
             ),
             (
-                format!("baseline: WatchTask on one task, {BASELINE_CHANGES} changes"),
+                format!("baseline: WatchTask on one task, {BASELINE_CHANGES} changes, 1 writer"),
                 baseline,
             ),
         ] {
@@ -105,12 +109,13 @@ async fn create(client: &Client, ws: &pb::Workspace, n: usize) -> Vec<String> {
     Arc::try_unwrap(ids).expect("writers done").into_inner()
 }
 
-/// Each task moved once, timed from the call to its arrival on one
-/// WatchTasks stream; then the WatchTask baseline.
+/// Each task moved once by `writers` at once, timed from the call to its
+/// arrival on one WatchTasks stream; then the WatchTask baseline.
 async fn delivery(
     client: &Client,
     ws: &pb::Workspace,
     ids: &[String],
+    writers: usize,
 ) -> (Vec<Duration>, Vec<Duration>) {
     let sent: Arc<std::sync::Mutex<HashMap<String, Instant>>> = Arc::default();
     let mut stream = client
@@ -139,12 +144,12 @@ async fn delivery(
             latencies
         })
     };
-    let mut writers = tokio::task::JoinSet::new();
-    for w in 0..WRITERS {
+    let mut moving = tokio::task::JoinSet::new();
+    for w in 0..writers {
         let mut client = client.clone();
-        let mine: Vec<String> = ids.iter().skip(w).step_by(WRITERS).cloned().collect();
+        let mine: Vec<String> = ids.iter().skip(w).step_by(writers).cloned().collect();
         let sent = Arc::clone(&sent);
-        writers.spawn(async move {
+        moving.spawn(async move {
             for id in mine {
                 sent.lock()
                     .expect("lock")
@@ -160,7 +165,7 @@ async fn delivery(
             }
         });
     }
-    while writers.join_next().await.is_some() {}
+    while moving.join_next().await.is_some() {}
     let feed = follower.await.expect("follower");
     (feed, baseline(client, ws).await)
 }
