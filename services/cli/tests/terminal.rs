@@ -49,7 +49,7 @@ fn report(status: &str, summary: &str) -> Step {
 /// fake model, and a key file only its owner reads.
 struct Stage {
     orchestrator: Orchestrator,
-    _model: FakeOpenAi,
+    model: FakeOpenAi,
     root: tempfile::TempDir,
     dir: tempfile::TempDir,
     key_file: PathBuf,
@@ -91,7 +91,7 @@ impl Stage {
         .expect("chmod");
         Self {
             orchestrator,
-            _model: model,
+            model,
             root,
             dir,
             key_file,
@@ -248,6 +248,11 @@ fn shell_quote(s: &str) -> String {
 async fn a_person_runs_a_task_answers_the_planner_at_the_prompt_and_sees_it_complete() {
     let stage = Stage::new(vec![
         questions(),
+        // A second round, after reading the first answers.
+        Step::tool_call(
+            "planner-output",
+            json!({"type": "questions", "questions": ["Loud or quiet?"]}),
+        ),
         plan(),
         Step::tool_call(
             "file_create",
@@ -280,6 +285,9 @@ async fn a_person_runs_a_task_answers_the_planner_at_the_prompt_and_sees_it_comp
     tmux.send("Hello");
     tmux.wait_for("? 2. For whom?").await;
     tmux.send("The world");
+    // The second round asks only its own question.
+    tmux.wait_for("? 1. Loud or quiet?").await;
+    tmux.send("Quiet");
     let screen = tmux.wait_for("EXIT=").await;
     for expected in [
         "? the planner asks:",
@@ -289,7 +297,7 @@ async fn a_person_runs_a_task_answers_the_planner_at_the_prompt_and_sees_it_comp
         "✗ permission_denied file.read ../../etc/passwd: path '../../etc/passwd' is outside the workspace root",
         "■ report (complete): Wrote hello.txt",
         "● active → completed",
-        "completed · 3 run(s)",
+        "completed · 4 run(s)",
         "EXIT=0",
     ] {
         assert!(screen.contains(expected), "no '{expected}' in:\n{screen}");
@@ -302,6 +310,21 @@ async fn a_person_runs_a_task_answers_the_planner_at_the_prompt_and_sees_it_comp
         std::fs::read_to_string(stage.root.path().join("hello.txt")).expect("the agent's file"),
         "hello\n"
     );
+    // The planner's third run read both rounds and their answers.
+    let third = stage.model.requests()[2]["messages"][1]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    for qa in [
+        "Q: Which greeting?\nA: Hello",
+        "Q: For whom?\nA: The world",
+        "Q: Loud or quiet?\nA: Quiet",
+    ] {
+        assert!(
+            third.contains(qa),
+            "no {qa:?} in the planner's message: {third}"
+        );
+    }
 }
 
 fn json_lines(stdout: &str) -> Vec<Value> {

@@ -453,21 +453,23 @@ async function taskPage(id, signal) {
     el('section', {}, el('h2', {}, 'Runs'), tree)));
 
   // Events arrive faster than a person reads: they are added once per frame,
-  // at most FRAME_ROWS a frame, so a long history never blocks the page.
-  const FRAME_ROWS = 300;
+  // rows built for at most FRAME_MS a frame, so a long history never blocks
+  // the page (a task over 50 ms is a long task; a frame is 16.7 ms).
+  const FRAME_MS = 8;
   let queue = [];
+  let taken = 0;
   let scheduled = false;
   let refreshTask = false;
   let refreshTree = false;
   function flush() {
     scheduled = false;
-    const batch = queue.splice(0, FRAME_ROWS);
-    if (queue.length) { scheduled = true; requestAnimationFrame(flush); }
+    const start = performance.now();
     const fragment = document.createDocumentFragment();
-    for (const event of batch) {
-      const item = timelineItem(event, runs);
+    while (taken < queue.length && performance.now() - start < FRAME_MS) {
+      const item = timelineItem(queue[taken++], runs);
       if (item) fragment.append(item);
     }
+    if (taken === queue.length) { queue = []; taken = 0; } else { scheduled = true; requestAnimationFrame(flush); }
     timeline.append(fragment);
     if (refreshTask) { refreshTask = false; api('GetTask', { taskId: id }).then(renderHead).catch((e) => showError(head, e)); }
     if (refreshTree) { refreshTree = false; refreshRuns().catch((e) => showError(tree, e)); }
