@@ -61,7 +61,7 @@ async fn run() {
         let (feed, baseline) = delivery(&client, &ws, &ids, writers).await;
         for (what, samples) in [
             (
-                format!("WatchTasks over {tasks} tasks, one change each, {writers} writers"),
+                format!("WatchTasks over {tasks} tasks, one change each, {writers} writer(s)"),
                 feed,
             ),
             (
