@@ -352,9 +352,11 @@ async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
         ("orchestrator.yaml", 50051, "orchestrator"),
         ("tool-exec.yaml", 50052, "tool-exec"),
     ];
+    // Each pod's gRPC port, then the orchestrator's web console.
     let ports: Vec<(u16, u16)> = pods
         .iter()
         .map(|(_, port, _)| (*port, free_port()))
+        .chain([(50053, free_port())])
         .collect();
     let local = [
         ("chorus-orchestrator", images.orchestrator.as_str()),
@@ -462,6 +464,12 @@ async fn the_kubernetes_manifests_play_under_podman_and_their_probes_pass() {
             "{status}"
         );
     }
+
+    // The web console the manifest publishes.
+    let page = reqwest::get(format!("http://127.0.0.1:{}/", ports[2].1))
+        .await
+        .expect("the console answers");
+    assert_eq!(page.status(), 200);
 
     // A task whose agent probes with bash and commits with git: the API agent
     // runs in the orchestrator pod (its fake model beside it, in the same

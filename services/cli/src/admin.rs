@@ -44,6 +44,7 @@ pub enum ProviderKind {
 #[derive(Debug, Subcommand)]
 pub enum ProviderCommand {
     List {
+        /// The workspace, by name or id.
         #[arg(long, short)]
         workspace: String,
     },
@@ -52,12 +53,17 @@ pub enum ProviderCommand {
     /// from standard input (--key-stdin).
     Create {
         name: String,
+        /// The workspace, by name or id.
         #[arg(long, short)]
         workspace: String,
+        /// What runs the agents: a CLI Chorus starts, or a tool loop against
+        /// an OpenAI-compatible API.
         #[arg(long, value_enum)]
         kind: ProviderKind,
+        /// The API's base URL (openai-compatible; e.g. http://127.0.0.1:11434/v1).
         #[arg(long)]
         base_url: Option<String>,
+        /// The model its agents use unless theirs names another.
         #[arg(long)]
         model: Option<String>,
         /// The orchestrator's environment variable holding the key.
@@ -72,6 +78,7 @@ pub enum ProviderCommand {
     },
     Delete {
         name: String,
+        /// The workspace, by name or id.
         #[arg(long, short)]
         workspace: String,
     },
@@ -80,11 +87,13 @@ pub enum ProviderCommand {
 #[derive(Debug, Subcommand)]
 pub enum AgentCommand {
     List {
+        /// The workspace, by name or id.
         #[arg(long, short)]
         workspace: String,
     },
     Show {
         name: String,
+        /// The workspace, by name or id.
         #[arg(long, short)]
         workspace: String,
     },
@@ -92,13 +101,16 @@ pub enum AgentCommand {
     /// and instructions.
     Create {
         name: String,
+        /// The workspace, by name or id.
         #[arg(long, short)]
         workspace: String,
         /// Allowed tools, comma-separated (e.g. @read-only,file.write).
         #[arg(long, value_delimiter = ',')]
         tools: Vec<String>,
+        /// The provider it runs on (else the workspace's system provider).
         #[arg(long)]
         provider: Option<String>,
+        /// The model, over the provider's.
         #[arg(long)]
         model: Option<String>,
         /// A file with the agent's instructions.
@@ -108,8 +120,35 @@ pub enum AgentCommand {
         #[arg(long, value_delimiter = ',')]
         egress: Vec<String>,
     },
+    /// Changes an agent: only what is given changes ("" clears the
+    /// provider or the model).
+    Update {
+        name: String,
+        /// The workspace, by name or id.
+        #[arg(long, short)]
+        workspace: String,
+        /// Replaces the allowed tools, comma-separated (e.g. @reviewer,file.write).
+        #[arg(long, value_delimiter = ',')]
+        tools: Option<Vec<String>>,
+        /// The provider it runs on ("" for the workspace's system provider).
+        #[arg(long)]
+        provider: Option<String>,
+        /// The model, over the provider's ("" for the provider's).
+        #[arg(long)]
+        model: Option<String>,
+        /// A file with the agent's new instructions.
+        #[arg(long, conflicts_with = "reset_instructions")]
+        instructions_file: Option<PathBuf>,
+        /// Gives a default agent its original instructions back.
+        #[arg(long)]
+        reset_instructions: bool,
+        /// Replaces the `host:port` egress rules, comma-separated ("" for none).
+        #[arg(long, value_delimiter = ',')]
+        egress: Option<Vec<String>>,
+    },
     Delete {
         name: String,
+        /// The workspace, by name or id.
         #[arg(long, short)]
         workspace: String,
     },
@@ -395,6 +434,52 @@ pub async fn agent(command: AgentCommand, mut client: Client, out: &Out) -> Resu
                 })
                 .await
                 .map_err(|s| Fail::call("create the agent", &s))?
+                .into_inner();
+            out.value(&output::agent(&a), AGENT_FIELDS);
+        }
+        AgentCommand::Update {
+            name,
+            workspace,
+            tools,
+            provider,
+            model,
+            instructions_file,
+            reset_instructions,
+            egress,
+        } => {
+            let workspace_id = workspace_id(c, &workspace).await?;
+            let instructions = instructions_file
+                .map(|path| {
+                    std::fs::read_to_string(&path)
+                        .map_err(|e| Fail::usage(format!("cannot read {}: {e}", path.display())))
+                })
+                .transpose()?;
+            let listed = |list: Option<Vec<String>>| {
+                let set = list.is_some();
+                let items = list
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|i| !i.trim().is_empty())
+                    .collect();
+                (items, set)
+            };
+            let (allowed_tools, set_allowed_tools) = listed(tools);
+            let (egress, set_egress) = listed(egress);
+            let a = c
+                .update_agent(pb::UpdateAgentRequest {
+                    workspace_id,
+                    name,
+                    instructions,
+                    allowed_tools,
+                    set_allowed_tools,
+                    provider,
+                    model,
+                    reset_instructions,
+                    egress,
+                    set_egress,
+                })
+                .await
+                .map_err(|s| Fail::call("update the agent", &s))?
                 .into_inner();
             out.value(&output::agent(&a), AGENT_FIELDS);
         }

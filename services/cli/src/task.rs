@@ -37,6 +37,7 @@ pub enum TaskCommand {
     /// Creates a task (pending).
     Create {
         description: String,
+        /// The workspace (name or id).
         #[arg(long, short)]
         workspace: String,
     },
@@ -84,6 +85,7 @@ pub enum TaskCommand {
     Delete { id: String },
     /// Lists tasks; with --watch, then prints each change as it happens.
     List {
+        /// Only this workspace's tasks (name or id).
         #[arg(long, short)]
         workspace: Option<String>,
         /// Only tasks in this status.

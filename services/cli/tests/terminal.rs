@@ -475,3 +475,56 @@ async fn task_list_watch_prints_each_change_as_it_happens() {
     }
     assert_eq!(kinds, ["task_created ", "status_changed canceled"]);
 }
+
+/// `agent update` changes only what it is given, and a provider that does not
+/// exist is refused, changing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_update_changes_only_what_it_is_given() {
+    let stage = Stage::new(Vec::new()).await;
+    let show = || async {
+        let (code, stdout, stderr) = stage
+            .run(&["agent", "show", "editor", "-w", "demo", "-o", "json"])
+            .await;
+        assert_eq!(code, 0, "{stderr}");
+        serde_json::from_str::<Value>(&stdout).expect("JSON")
+    };
+    let before = show().await;
+    let (code, stdout, stderr) = stage
+        .run(&[
+            "agent",
+            "update",
+            "editor",
+            "-w",
+            "demo",
+            "--provider",
+            "model",
+            "--tools",
+            "file.read,completion-report",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let updated: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(updated["provider"], "model");
+    assert_eq!(
+        updated["allowedTools"],
+        json!(["file.read", "completion-report"])
+    );
+    assert_eq!(updated["instructions"], before["instructions"], "kept");
+
+    let (code, _, stderr) = stage
+        .run(&[
+            "agent",
+            "update",
+            "editor",
+            "-w",
+            "demo",
+            "--provider",
+            "nope",
+        ])
+        .await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("provider 'nope'"), "{stderr}");
+    assert_eq!(show().await, updated, "a refused update changes nothing");
+}
