@@ -92,6 +92,16 @@ try {
   await shot('03-questions');
   await page.fill('#answers input[name=a0]', 'Hello');
   await page.click('#answers button');
+
+  step = 'a second round of questions: the first stays, answered, above the new form';
+  await page.waitForSelector('#answers >> text=Loud or quiet?');
+  await page.waitForSelector('#task-head li >> text=Which greeting?');
+  const earlier = await page.textContent('#task-head li:has-text("Which greeting?")');
+  if (!earlier.includes('Hello')) throw new Error(`round 1 lost its answer: ${earlier}`);
+  if (await page.$('#answers input[name=a1]')) throw new Error('round 1 is asked again');
+  await shot('03b-second-round');
+  await page.fill('#answers input[name=a0]', 'Quiet');
+  await page.click('#answers button');
   await page.waitForSelector('#start select[name=agent]');
 
   step = 'start it and see its tool calls live';

@@ -76,6 +76,7 @@ async fn a_person_drives_a_task_from_the_console_and_a_viewer_can_only_look() {
     .await;
     let model = FakeOpenAi::start(vec![
         step("planner-output", json!({"type": "questions", "questions": ["Which greeting?"]})),
+        step("planner-output", json!({"type": "questions", "questions": ["Loud or quiet?"]})),
         step(
             "planner-output",
             json!({
