@@ -65,8 +65,9 @@ pub const DONE_TEXT: &str = "done";
 /// Text of the answer to requests that declare no tools.
 pub const SIDE_TEXT: &str = "fake side reply";
 
-const INPUT_TOKENS: u64 = 10;
-const OUTPUT_TOKENS: u64 = 5;
+/// Input and output tokens each answer reports (`message_start`, `message_delta`).
+pub const INPUT_TOKENS: u64 = 10;
+pub const OUTPUT_TOKENS: u64 = 5;
 
 struct Shared {
     replies: Vec<Reply>,

@@ -57,8 +57,11 @@ pub const FAKE_MODEL: &str = "fake-model";
 /// conversation that outlives one fake never holds two tool calls with the same id.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-const PROMPT_TOKENS: u64 = 11;
-const COMPLETION_TOKENS: u64 = 7;
+/// The usage every answer reports: prompt tokens (of which cached), and
+/// completion tokens.
+pub const PROMPT_TOKENS: u64 = 11;
+pub const CACHED_TOKENS: u64 = 4;
+pub const COMPLETION_TOKENS: u64 = 7;
 
 struct Shared {
     steps: Vec<Step>,
@@ -191,6 +194,7 @@ async fn chat_completions(
         "prompt_tokens": PROMPT_TOKENS,
         "completion_tokens": COMPLETION_TOKENS,
         "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS,
+        "prompt_tokens_details": {"cached_tokens": CACHED_TOKENS},
     });
     if body.get("stream").and_then(Value::as_bool) == Some(true) {
         let include_usage = body

@@ -85,6 +85,25 @@ async fn the_real_claude_code_cli_reads_is_refused_and_reports_through_chorus_to
         end["usage"]["input_tokens"].as_u64().unwrap_or(0) > 0,
         "{end}"
     );
+    // Every model message is a call of the task's, read from the stream as it
+    // came; the CLI's result line adds the output tokens it counted last, and
+    // its own total cost covers every call.
+    let calls = model.main_requests().len() as u64;
+    let task = chorus_tests::agents::task_of(&mut client, &task.id).await;
+    let usage = task.usage.unwrap_or_default();
+    assert_eq!(
+        (usage.model_calls, usage.input_tokens, usage.output_tokens),
+        (
+            calls,
+            calls * chorus_tests::fake_anthropic::INPUT_TOKENS,
+            calls * chorus_tests::fake_anthropic::OUTPUT_TOKENS
+        ),
+        "{usage:?}"
+    );
+    assert!(
+        usage.cost_usd > 0.0 && usage.unpriced_calls == 0,
+        "the CLI's own cost: {usage:?}"
+    );
 
     // What the model saw: only Bash (no sub-agent tool), our prompt, the results.
     let requests = model.main_requests();

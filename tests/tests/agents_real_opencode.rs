@@ -62,7 +62,14 @@ async fn the_real_opencode_cli_reads_and_reports_through_chorus_tools() {
         &data_dir.path().join("chorus.db").display().to_string(),
         signer,
         true,
-        |config| config.runner.opencode_bin = opencode,
+        |config| {
+            config.runner.opencode_bin = opencode;
+            // OpenCode has no price of the fake model (it says 0): the table's.
+            config.prices = chorus_orchestrator::domain::Prices::parse(
+                "[models.\"fake-model\"]\ninput = 2.0\noutput = 8.0\ncache-read = 0.5\n",
+            )
+            .expect("a price table");
+        },
     )
     .await;
     let mut client = orchestrator.client().await;
@@ -104,6 +111,39 @@ async fn the_real_opencode_cli_reads_and_reports_through_chorus_tools() {
     }
     let end = data(events.last().expect("end"));
     assert_eq!(end["reason"], "completed", "{end}");
+    let task_usage = chorus_tests::agents::task_of(&mut client, &task.id)
+        .await
+        .usage
+        .unwrap_or_default();
+    // Each step OpenCode finished is a model call, priced by the table:
+    // 7 × 2.0 + 4 × 0.5 + 7 × 8.0 = 72 micro-dollars.
+    let calls = model
+        .requests()
+        .iter()
+        .filter(|r| r["tools"].as_array().is_some_and(|t| !t.is_empty()))
+        .count() as u64;
+    use chorus_tests::fake_openai::{CACHED_TOKENS, COMPLETION_TOKENS, PROMPT_TOKENS};
+    assert_eq!(
+        (
+            task_usage.model_calls,
+            task_usage.input_tokens,
+            task_usage.cache_read_tokens,
+            task_usage.output_tokens,
+            task_usage.unpriced_calls
+        ),
+        (
+            calls,
+            calls * PROMPT_TOKENS,
+            calls * CACHED_TOKENS,
+            calls * COMPLETION_TOKENS,
+            0
+        ),
+        "{task_usage:?}"
+    );
+    assert!(
+        (task_usage.cost_usd - calls as f64 * 72e-6).abs() < 1e-9,
+        "{task_usage:?}"
+    );
     assert!(
         end["session_id"].as_str().is_some_and(|s| !s.is_empty()),
         "{end}"

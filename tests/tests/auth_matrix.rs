@@ -71,6 +71,7 @@ const VIEWER: &[&str] = &[
     "ListAgents",
     "GetTask",
     "ListTasks",
+    "GetUsage",
     "GetHistory",
     "WatchTask",
     "WatchTasks",

@@ -316,7 +316,8 @@ async fn openai_answers_steps_in_order() {
     assert!(answer["id"].is_string() && answer["created"].is_u64());
     assert_eq!(
         answer["usage"],
-        json!({"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18})
+        json!({"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18,
+               "prompt_tokens_details": {"cached_tokens": 4}})
     );
     let choice = &answer["choices"][0];
     assert_eq!(choice["index"], 0);

@@ -21,5 +21,6 @@ pub mod keys;
 pub mod providers;
 pub mod runs;
 pub mod tasks;
+pub mod usage;
 pub mod watch;
 pub mod workspaces;

@@ -15,6 +15,7 @@ mod stage;
 mod status;
 mod task;
 mod time;
+mod usage;
 mod workspace;
 
 pub use agent::{
@@ -28,9 +29,13 @@ pub use provider::{Provider, ProviderKind, ToolTransport};
 pub use provider_key::{
     DEFAULT_KEY_ENV_PREFIX, KeyReference, KeyReferenceRules, KeySource, ProviderKey,
 };
-pub use run::{HandoffFailure, HandoffOutcome, Run, RunId, RunState, TokenBinding, Usage};
+pub use run::{HandoffFailure, HandoffOutcome, Run, RunId, RunState, TokenBinding};
 pub use stage::{Stage, StageExt};
 pub use status::TaskStatus;
 pub use task::{Planning, Question, Task, TaskId, TaskSource};
 pub use time::now_ms;
+pub use usage::{
+    CostCorrection, CostSource, DayUsage, ModelCall, Price, PricedCall, Prices, Usage,
+    UsageDimension, UsageKey, date_of_day, day_of, day_of_date, group_usage, subtree_usage,
+};
 pub use workspace::{RootPolicy, Workspace, WorkspaceId};

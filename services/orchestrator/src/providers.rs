@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{AgentKind, Name, ProviderKind, RunId, TaskId, ToolTransport, Usage};
+use crate::domain::{AgentKind, ModelCall, Name, ProviderKind, RunId, TaskId, ToolTransport};
 
 /// Most bytes of agent text kept in one progress event.
 pub const PROGRESS_TEXT_BYTES: usize = 4096;
@@ -59,6 +59,18 @@ pub enum Progress {
         reason: String,
         retry: u32,
         wait_ms: u64,
+    },
+    /// A model call, as its answer was read: its tokens, and its cost when
+    /// the provider reports one per call. Recorded at once, so a run that
+    /// ends in any way keeps it.
+    ModelCall(ModelCall),
+    /// The provider's totals for an attempt's `calls` (Claude Code's result
+    /// line: `total_cost_usd`, 0 when absent, and its token `usage`), which
+    /// correct what was recorded of them.
+    AttemptTotal {
+        reported_micro_usd: u64,
+        tokens: ModelCall,
+        calls: Vec<ModelCall>,
     },
 }
 
@@ -107,9 +119,8 @@ pub struct RunContext {
     /// The epoch this driver writes as (see `Run::epoch`).
     pub epoch: u32,
     /// The run was taken over from a replica that died or shut down: its
-    /// session is resumed, and what it cost so far is `prior_usage`.
+    /// session is resumed.
     pub resumed: bool,
-    pub prior_usage: Usage,
     pub task_id: TaskId,
     pub agent: Name,
     pub agent_kind: AgentKind,
@@ -239,7 +250,6 @@ pub struct AttemptEnd {
     /// The agent's final text, if any.
     pub output: Option<String>,
     pub session_id: Option<String>,
-    pub usage: Usage,
 }
 
 /// How an attempt failed.

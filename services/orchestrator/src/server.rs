@@ -75,6 +75,8 @@ pub struct OrchestratorConfig {
     /// Where provider key references may point (Chorus's own places, those
     /// of `workspace_roots`, are added at start).
     pub key_references: KeyReferenceRules,
+    /// The price table (`--prices`).
+    pub prices: crate::domain::Prices,
     /// The key that encrypts provider API keys in the database.
     pub secrets_key: KeySource,
     /// TLS on every listener (the embedded tool-exec's too); None: plaintext.
@@ -114,6 +116,7 @@ impl OrchestratorConfig {
             tool_exec_key_file: None,
             workspace_roots: RootPolicy::new(&[], &[data_dir.to_owned()]),
             key_references: KeyReferenceRules::default(),
+            prices: crate::domain::Prices::default(),
             secrets_key: KeySource::default_file(data_dir),
             tls: None,
             peers: PeerRoles::default(),
@@ -502,6 +505,10 @@ fn app_state(
         ..config.key_references.clone()
     };
     state.addresses = addresses(config, addr)?;
+    state.prices = Arc::new(config.prices.clone());
+    if !config.prices.is_empty() {
+        info!(prices = config.prices.len(), "price table loaded");
+    }
     Ok(state)
 }
 

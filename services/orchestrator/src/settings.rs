@@ -135,6 +135,13 @@ pub struct OrchestratorSettings {
     /// refused).
     #[arg(long, env = "CHORUS_PROVIDER_KEY_DIR", value_name = "DIR")]
     pub provider_key_dir: Option<PathBuf>,
+    /// The price table: a TOML file of US dollars per million tokens by model
+    /// (`[models."gpt-4o"] input = 2.5, output = 10.0, cache-read = 1.25`)
+    /// and by model for providers of a name (`[providers.NAME."model"]`).
+    /// What a model call costs when its provider does not say; a model in no
+    /// table is unpriced (counted, never taken as free).
+    #[arg(long, env = "CHORUS_PRICES", value_name = "FILE")]
+    pub prices: Option<PathBuf>,
     /// An `env:NAME` key reference must name a variable starting with this.
     #[arg(long, env = "CHORUS_PROVIDER_KEY_ENV_PREFIX", default_value = crate::domain::DEFAULT_KEY_ENV_PREFIX)]
     pub provider_key_env_prefix: String,
@@ -336,6 +343,12 @@ impl OrchestratorSettings {
             &self.provider_key_env_prefix,
         )
         .map_err(anyhow::Error::msg)?;
+        if let Some(file) = &self.prices {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("reading the price table {}", file.display()))?;
+            config.prices = crate::domain::Prices::parse(&text)
+                .with_context(|| format!("the price table {}", file.display()))?;
+        }
         let runner = &mut config.runner;
         runner.tls_ca = self
             .tls

@@ -47,6 +47,8 @@ pub struct AppState {
     /// Rung when another replica handed runs on (or released one): claim
     /// now rather than at the next heartbeat.
     pub claim_now: Arc<tokio::sync::Notify>,
+    /// What model calls cost when their provider does not say (`--prices`).
+    pub prices: Arc<crate::domain::Prices>,
 }
 
 impl AppState {
@@ -70,6 +72,7 @@ impl AppState {
             roots: RootPolicy::default(),
             key_references: KeyReferenceRules::default(),
             claim_now: Arc::new(tokio::sync::Notify::new()),
+            prices: Arc::default(),
         }
     }
 }

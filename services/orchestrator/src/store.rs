@@ -25,6 +25,7 @@ mod runs;
 mod schema;
 mod task_cache;
 mod tasks;
+mod usage;
 mod workspaces;
 
 #[cfg(test)]

@@ -55,9 +55,22 @@ struct Out {
     session: String,
     last_text: String,
     turns: u64,
+    /// Model messages printed (Claude Code: each has an id and its usage).
+    messages: u64,
 }
 
+/// The usage each Claude Code model message reports: 120 input tokens (20
+/// of them read from the cache), 10 output.
+const CLAUDE_MESSAGE_USAGE: &str = r#"{"input_tokens":100,"cache_read_input_tokens":20,"cache_creation_input_tokens":0,"output_tokens":10}"#;
+
 impl Out {
+    /// A Claude Code `assistant` line: one model message holding `content`.
+    fn claude_message(&mut self, content: &Value) -> Value {
+        self.messages += 1;
+        let usage: Value = serde_json::from_str(CLAUDE_MESSAGE_USAGE).unwrap_or_default();
+        json!({"type":"assistant","message":{"id":format!("msg_{}", self.messages),"model":"claude-fake","content":content,"usage":usage},"session_id":self.session})
+    }
+
     fn emit(&self, value: &Value) {
         let mut stdout = std::io::stdout().lock();
         let _ = writeln!(stdout, "{value}");
@@ -67,7 +80,10 @@ impl Out {
     fn say(&mut self, text: &str) {
         self.last_text = text.to_owned();
         match self.mode {
-            Mode::Claude => self.emit(&json!({"type":"assistant","message":{"content":[{"type":"text","text":text}]},"session_id":self.session})),
+            Mode::Claude => {
+                let line = self.claude_message(&json!([{"type":"text","text":text}]));
+                self.emit(&line);
+            }
             Mode::Opencode => self.emit(&json!({"type":"text","timestamp":0,"sessionID":self.session,"part":{"type":"text","text":text}})),
         }
     }
@@ -77,7 +93,10 @@ impl Out {
         match self.mode {
             Mode::Claude => {
                 let id = format!("toolu_{}", self.turns);
-                self.emit(&json!({"type":"assistant","message":{"content":[{"type":"tool_use","id":id,"name":"Bash","input":{"command":command}}]},"session_id":self.session}));
+                let line = self.claude_message(
+                    &json!([{"type":"tool_use","id":id,"name":"Bash","input":{"command":command}}]),
+                );
+                self.emit(&line);
                 self.emit(&json!({"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":id,"content":output,"is_error":!ok}]},"session_id":self.session}));
             }
             Mode::Opencode => {
@@ -100,7 +119,10 @@ impl Out {
             Mode::Claude => {
                 let id = format!("toolu_{}", self.turns);
                 let name = format!("mcp__chorus__{tool}");
-                self.emit(&json!({"type":"assistant","message":{"content":[{"type":"tool_use","id":id,"name":name,"input":input}]},"session_id":self.session}));
+                let line = self.claude_message(
+                    &json!([{"type":"tool_use","id":id,"name":name,"input":input}]),
+                );
+                self.emit(&line);
                 self.emit(&json!({"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":id,"content":output,"is_error":!ok}]},"session_id":self.session}));
             }
             Mode::Opencode => {
@@ -366,6 +388,7 @@ fn main() -> ExitCode {
             .unwrap_or_else(|| format!("sess-{}", std::process::id())),
         last_text: String::new(),
         turns: 0,
+        messages: 0,
     };
     match mode {
         Mode::Claude => out.emit(&json!({"type":"system","subtype":"init","session_id":out.session,"tools":["Bash"],"model":flag(&args, "--model")})),

@@ -33,7 +33,7 @@ fn orchestrator(method: &str) -> Option<Access> {
         "Handoff" => Access::run_or(Role::Operator),
         "GetWorkspace" | "ListWorkspaces" | "GetProvider" | "ListProviders" | "GetAgent"
         | "ListAgents" | "GetTask" | "ListTasks" | "GetHistory" | "WatchTask" | "WatchTasks"
-        | "GetRun" | "ListRuns" | "GetStatus" => Access::role(Role::Viewer),
+        | "GetRun" | "ListRuns" | "GetUsage" | "GetStatus" => Access::role(Role::Viewer),
         _ => return None,
     })
 }

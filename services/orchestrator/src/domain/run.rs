@@ -2,7 +2,7 @@
 
 use chorus_catalog::args::{CompletionReport, PlannerOutput};
 
-use super::{DomainError, Name, TaskId};
+use super::{DomainError, Name, TaskId, Usage};
 
 /// Identifies a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -238,47 +238,6 @@ pub enum HandoffOutcome {
     /// The agent ended with its completion report.
     Completed,
     Failed(HandoffFailure, String),
-}
-
-/// What a run has cost: tokens and money, summed over its model calls.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// Cost in millionths of a US dollar, when the provider reports one.
-    pub cost_micro_usd: u64,
-}
-
-impl Usage {
-    /// Adds `other` to this usage.
-    pub fn add(&mut self, other: Usage) {
-        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
-        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
-        self.cost_micro_usd = self.cost_micro_usd.saturating_add(other.cost_micro_usd);
-    }
-
-    /// Converts a dollar amount as CLIs report it (`total_cost_usd`).
-    pub fn micro_usd(dollars: f64) -> u64 {
-        if dollars.is_finite() && dollars > 0.0 {
-            // Saturating float-to-int conversion; sub-micro-dollar precision is noise.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let micros = (dollars * 1_000_000.0).round() as u64;
-            micros
-        } else {
-            0
-        }
-    }
-
-    /// The usage as events and API answers show it.
-    pub fn to_json(self) -> serde_json::Value {
-        #[allow(clippy::cast_precision_loss)]
-        let cost = self.cost_micro_usd as f64 / 1_000_000.0;
-        serde_json::json!({
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cost_usd": cost,
-        })
-    }
 }
 
 #[cfg(test)]

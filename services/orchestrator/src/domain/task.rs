@@ -108,6 +108,8 @@ pub struct Task {
     pub updated_ms: i64,
     /// Sequence number of the task's latest history event.
     pub last_sequence: u64,
+    /// What the model calls of all its runs have cost.
+    pub usage: super::Usage,
 }
 
 impl Task {

@@ -167,6 +167,7 @@ pub fn task(t: &Task) -> pb::Task {
         created_ms: t.created_ms,
         updated_ms: t.updated_ms,
         last_sequence: t.last_sequence,
+        usage: Some(usage(t.usage)),
     }
 }
 
@@ -291,16 +292,29 @@ pub fn run(r: &Run) -> pb::Run {
         output: r.output.clone().unwrap_or_default(),
         replica: r.replica.clone().unwrap_or_default(),
         epoch: r.epoch,
+        subtree_usage: None,
+    }
+}
+
+/// A run with its subtree's usage (the run's own and every handoff's below it).
+pub fn run_in_tree(r: &Run, subtree: crate::domain::Usage) -> pb::Run {
+    pb::Run {
+        subtree_usage: Some(usage(subtree)),
+        ..run(r)
     }
 }
 
 pub fn usage(u: crate::domain::Usage) -> pb::Usage {
     #[allow(clippy::cast_precision_loss)]
-    let cost_usd = u.cost_micro_usd as f64 / 1_000_000.0;
+    let cost_usd = u.cost() as f64 / 1_000_000.0;
     pb::Usage {
         input_tokens: u.input_tokens,
         output_tokens: u.output_tokens,
         cost_usd,
+        cache_read_tokens: u.cache_read_tokens,
+        cache_write_tokens: u.cache_write_tokens,
+        model_calls: u.model_calls,
+        unpriced_calls: u.unpriced_calls,
     }
 }
 

@@ -310,6 +310,13 @@ impl Orchestrator for OrchestratorService {
         reply(runs::list(&self.state, request.into_inner()).await)
     }
 
+    async fn get_usage(
+        &self,
+        request: Request<pb::GetUsageRequest>,
+    ) -> Result<Response<pb::GetUsageResponse>, Status> {
+        reply(runs::usage(&self.state, request.into_inner()).await)
+    }
+
     async fn finish_run(
         &self,
         request: Request<pb::FinishRunRequest>,

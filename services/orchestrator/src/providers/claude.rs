@@ -9,7 +9,7 @@ use super::claude_flags::{DISALLOWED_TOOLS, claude_mcp_flags, claude_tool_flags}
 use super::cli::CliSetup;
 use super::provider::{CliOutput, CliProvider};
 use super::{Attempt, AttemptEnd, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
-use crate::domain::{ToolTransport, Usage};
+use crate::domain::{ModelCall, ToolTransport, Usage};
 use crate::runner::process::CliCommand;
 
 /// The command line and environment of one attempt.
@@ -40,12 +40,15 @@ impl CliOutput for Stream {
         Stream::line(self, line)
     }
 
+    fn finish(&mut self) -> Vec<Progress> {
+        self.flush().into_iter().collect()
+    }
+
     fn end(self) -> (AttemptEnd, Option<String>) {
         (
             AttemptEnd {
                 output: self.result,
                 session_id: self.session_id,
-                usage: self.usage,
             },
             self.error,
         )
@@ -123,7 +126,11 @@ pub struct Stream {
     /// Tool calls announced and not answered yet: id → (tool, input).
     calls: std::collections::HashMap<String, (String, Value)>,
     pub session_id: Option<String>,
-    pub usage: Usage,
+    /// The model message being read: its id and its call (the CLI prints a
+    /// message's blocks on lines of their own, each with the message's usage).
+    reading: Option<(String, ModelCall)>,
+    /// The model calls of this attempt, as reported.
+    pub model_calls: Vec<ModelCall>,
     /// The `result` line's text.
     pub result: Option<String>,
     /// The `result` line reported an error (its subtype and text).
@@ -145,6 +152,7 @@ impl Stream {
         );
         match event.get("type").and_then(Value::as_str) {
             Some("assistant") => {
+                progress.extend(self.model_message(&event));
                 let blocks = event
                     .pointer("/message/content")
                     .and_then(Value::as_array)
@@ -174,26 +182,22 @@ impl Stream {
                     }
                 }
             }
-            Some("user") => progress.extend(self.refusals(&event)),
+            Some("user") => {
+                progress.extend(self.flush());
+                progress.extend(self.refusals(&event));
+            }
             Some("result") => {
+                progress.extend(self.flush());
                 let text = event
                     .get("result")
                     .and_then(Value::as_str)
                     .map(ToOwned::to_owned);
-                let usage = event.get("usage").cloned().unwrap_or(Value::Null);
-                let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
-                self.usage = Usage {
-                    input_tokens: count("input_tokens")
-                        + count("cache_creation_input_tokens")
-                        + count("cache_read_input_tokens"),
-                    output_tokens: count("output_tokens"),
-                    cost_micro_usd: Usage::micro_usd(
-                        event
-                            .get("total_cost_usd")
-                            .and_then(Value::as_f64)
-                            .unwrap_or(0.0),
-                    ),
-                };
+                let cost = event.get("total_cost_usd").and_then(Value::as_f64);
+                progress.push(Progress::AttemptTotal {
+                    reported_micro_usd: Usage::micro_usd(cost.unwrap_or(0.0)),
+                    tokens: tokens_of(event.get("usage").unwrap_or(&Value::Null), ""),
+                    calls: self.model_calls.clone(),
+                });
                 if event.get("is_error").and_then(Value::as_bool) == Some(true) {
                     let subtype = event
                         .get("subtype")
@@ -212,7 +216,56 @@ impl Stream {
     }
 }
 
+/// Anthropic's usage object as a call: its input tokens (uncached, read
+/// from the cache and written to it) summed, the cached ones also apart.
+fn tokens_of(usage: &Value, model: &str) -> ModelCall {
+    let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let (cache_read, cache_write) = (
+        count("cache_read_input_tokens"),
+        count("cache_creation_input_tokens"),
+    );
+    ModelCall {
+        model: model.to_owned(),
+        input_tokens: count("input_tokens") + cache_read + cache_write,
+        output_tokens: count("output_tokens"),
+        cache_read_tokens: cache_read,
+        cache_write_tokens: cache_write,
+        reported_micro_usd: None,
+    }
+}
+
 impl Stream {
+    /// An `assistant` line: the model message it belongs to. A new message
+    /// ends the one read before, whose call is then complete.
+    fn model_message(&mut self, event: &Value) -> Option<Progress> {
+        let message = event.get("message")?;
+        let id = message.get("id").and_then(Value::as_str)?;
+        let model = message
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let call = tokens_of(message.get("usage")?, model);
+        match &mut self.reading {
+            // The same message again: its latest usage is the fullest.
+            Some((reading, known)) if reading == id => {
+                known.output_tokens = known.output_tokens.max(call.output_tokens);
+                None
+            }
+            _ => {
+                let done = self.flush();
+                self.reading = Some((id.to_owned(), call));
+                done
+            }
+        }
+    }
+
+    /// The message being read, as a complete call.
+    fn flush(&mut self) -> Option<Progress> {
+        let (_, call) = self.reading.take()?;
+        self.model_calls.push(call.clone());
+        Some(Progress::ModelCall(call))
+    }
+
     /// The answered calls of a `user` line that the CLI's own permission rules
     /// rejected (`tool_result_meta[].permission_decision.decision == "reject"`).
     fn refusals(&mut self, event: &Value) -> Vec<Progress> {
@@ -263,19 +316,34 @@ mod tests {
     use super::*;
 
     /// Lines as the real CLI (2.1.330) prints them, trimmed.
-    const LINES: [&str; 6] = [
+    const LINES: [&str; 7] = [
         r#"{"type":"system","subtype":"init","cwd":"/w","session_id":"5f1c-sess","tools":["Bash"],"model":"claude-x","permissionMode":"default"}"#,
-        r#"{"type":"assistant","message":{"content":[{"type":"text","text":"I will read it."}]},"session_id":"5f1c-sess"}"#,
-        r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"/bin/chorus-tools '{}'"}}]},"session_id":"5f1c-sess"}"#,
+        r#"{"type":"assistant","message":{"id":"msg_1","model":"claude-x","content":[{"type":"text","text":"I will read it."}],"usage":{"input_tokens":10,"cache_read_input_tokens":5,"cache_creation_input_tokens":2,"output_tokens":1}},"session_id":"5f1c-sess"}"#,
+        r#"{"type":"assistant","message":{"id":"msg_1","model":"claude-x","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"/bin/chorus-tools '{}'"}}],"usage":{"input_tokens":10,"cache_read_input_tokens":5,"cache_creation_input_tokens":2,"output_tokens":7}},"session_id":"5f1c-sess"}"#,
         r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"ok"}]},"session_id":"5f1c-sess"}"#,
         r#"not json: a warning"#,
-        r#"{"type":"result","subtype":"success","is_error":false,"result":"All done.","session_id":"5f1c-sess","num_turns":2,"total_cost_usd":0.0123,"usage":{"input_tokens":10,"cache_read_input_tokens":5,"output_tokens":7}}"#,
+        r#"{"type":"assistant","message":{"id":"msg_2","model":"claude-x","content":[{"type":"text","text":"Done."}],"usage":{"input_tokens":30,"output_tokens":3}},"session_id":"5f1c-sess"}"#,
+        r#"{"type":"result","subtype":"success","is_error":false,"result":"All done.","session_id":"5f1c-sess","num_turns":2,"total_cost_usd":0.0123,"usage":{"input_tokens":40,"cache_read_input_tokens":5,"output_tokens":10}}"#,
     ];
 
     #[test]
-    fn a_stream_becomes_progress_session_usage_and_result() {
+    fn a_stream_becomes_progress_session_model_calls_cost_and_result() {
         let mut stream = Stream::default();
         let progress: Vec<Progress> = LINES.iter().flat_map(|l| stream.line(l)).collect();
+        let first = ModelCall {
+            model: "claude-x".into(),
+            input_tokens: 17,
+            output_tokens: 7,
+            cache_read_tokens: 5,
+            cache_write_tokens: 2,
+            reported_micro_usd: None,
+        };
+        let second = ModelCall {
+            model: "claude-x".into(),
+            input_tokens: 30,
+            output_tokens: 3,
+            ..ModelCall::default()
+        };
         assert_eq!(
             progress,
             [
@@ -285,18 +353,41 @@ mod tests {
                     tool: "Bash".to_owned(),
                     input: json!({"command": "/bin/chorus-tools '{}'"}),
                 },
+                // One call per message, with its last (fullest) usage.
+                Progress::ModelCall(first.clone()),
+                Progress::Text("Done.".to_owned()),
+                Progress::ModelCall(second.clone()),
+                Progress::AttemptTotal {
+                    reported_micro_usd: 12_300,
+                    tokens: ModelCall {
+                        input_tokens: 45,
+                        output_tokens: 10,
+                        cache_read_tokens: 5,
+                        ..ModelCall::default()
+                    },
+                    calls: vec![first, second],
+                },
             ]
         );
         assert_eq!(stream.session_id.as_deref(), Some("5f1c-sess"));
         assert_eq!(stream.result.as_deref(), Some("All done."));
         assert_eq!(stream.error, None);
+    }
+
+    #[test]
+    fn a_message_cut_off_by_the_end_is_still_a_call() {
+        let mut stream = Stream::default();
+        stream.line(LINES[1]);
         assert_eq!(
-            stream.usage,
-            Usage {
-                input_tokens: 15,
-                output_tokens: 7,
-                cost_micro_usd: 12_300
-            }
+            stream.finish(),
+            [Progress::ModelCall(ModelCall {
+                model: "claude-x".into(),
+                input_tokens: 17,
+                output_tokens: 1,
+                cache_read_tokens: 5,
+                cache_write_tokens: 2,
+                reported_micro_usd: None,
+            })]
         );
     }
 

@@ -15,7 +15,7 @@ use tokio::time::sleep;
 use tracing::{Instrument as _, debug, warn};
 
 use super::{Attempt, AttemptEnd, AttemptError, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
-use crate::domain::{AgentKind, Usage};
+use crate::domain::{AgentKind, ModelCall, Usage};
 use crate::runner::tools::{ToolCallError, ToolRouter};
 use crate::store::Store;
 
@@ -256,9 +256,9 @@ impl Turn<'_> {
                 return Err(e);
             }
         };
-        let usage = usage_of(&answer);
-        answered(&span, &answer, &usage);
-        end.usage.add(usage);
+        let call = call_of(&answer, self.model);
+        answered(&span, &answer, &call);
+        progress(Progress::ModelCall(call));
         answer
             .pointer("/choices/0/message")
             .cloned()
@@ -388,7 +388,7 @@ fn model_span(ctx: &RunContext, model: &str) -> tracing::Span {
 }
 
 /// What the answer says about itself, on its span.
-fn answered(span: &tracing::Span, answer: &Value, usage: &Usage) {
+fn answered(span: &tracing::Span, answer: &Value, usage: &ModelCall) {
     let text = |pointer: &str| answer.pointer(pointer).and_then(Value::as_str);
     if let Some(id) = text("/id") {
         span.record("gen_ai.response.id", id);
@@ -403,17 +403,32 @@ fn answered(span: &tracing::Span, answer: &Value, usage: &Usage) {
     span.record("gen_ai.usage.output_tokens", usage.output_tokens);
 }
 
-fn usage_of(answer: &Value) -> Usage {
-    let count = |key: &str| {
+/// The model call an answer reports: its tokens (`prompt_tokens` counts the
+/// cached ones too), and its cost when the API says it (`usage.cost`, as
+/// OpenRouter does).
+fn call_of(answer: &Value, asked: &str) -> ModelCall {
+    let count = |path: &str| {
         answer
-            .pointer(&format!("/usage/{key}"))
+            .pointer(&format!("/usage/{path}"))
             .and_then(Value::as_u64)
             .unwrap_or(0)
     };
-    Usage {
+    let cost = answer
+        .pointer("/usage/cost")
+        .and_then(Value::as_f64)
+        .map(Usage::micro_usd);
+    ModelCall {
+        model: answer
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+            .unwrap_or(asked)
+            .to_owned(),
         input_tokens: count("prompt_tokens"),
         output_tokens: count("completion_tokens"),
-        cost_micro_usd: 0,
+        cache_read_tokens: count("prompt_tokens_details/cached_tokens"),
+        cache_write_tokens: 0,
+        reported_micro_usd: cost,
     }
 }
 

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use super::cli::CliSetup;
 use super::provider::{CliOutput, CliProvider};
 use super::{Attempt, AttemptEnd, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
-use crate::domain::{ToolTransport, Usage};
+use crate::domain::{ModelCall, ToolTransport, Usage};
 use crate::runner::process::CliCommand;
 
 /// Name of the provider entry the generated config declares for a custom base URL.
@@ -165,7 +165,6 @@ impl CliOutput for Stream {
             AttemptEnd {
                 output: self.last_text,
                 session_id: self.session_id,
-                usage: self.usage,
             },
             self.error,
         )
@@ -208,7 +207,6 @@ pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliComm
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Stream {
     pub session_id: Option<String>,
-    pub usage: Usage,
     /// The last text the agent wrote.
     pub last_text: Option<String>,
     /// An `error` event's message.
@@ -260,17 +258,26 @@ impl Stream {
                     });
                 }
             }
+            // A step is one model call. OpenCode says 0 for a model it has no
+            // price of: that is no price, not a free call.
             Some("step_finish") => {
                 let tokens = |path: &str| part.pointer(path).and_then(Value::as_u64).unwrap_or(0);
-                self.usage.add(Usage {
-                    input_tokens: tokens("/tokens/input")
-                        + tokens("/tokens/cache/read")
-                        + tokens("/tokens/cache/write"),
+                let (cache_read, cache_write) =
+                    (tokens("/tokens/cache/read"), tokens("/tokens/cache/write"));
+                let cost =
+                    Usage::micro_usd(part.get("cost").and_then(Value::as_f64).unwrap_or(0.0));
+                progress.push(Progress::ModelCall(ModelCall {
+                    model: part
+                        .get("modelID")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    input_tokens: tokens("/tokens/input") + cache_read + cache_write,
                     output_tokens: tokens("/tokens/output") + tokens("/tokens/reasoning"),
-                    cost_micro_usd: Usage::micro_usd(
-                        part.get("cost").and_then(Value::as_f64).unwrap_or(0.0),
-                    ),
-                });
+                    cache_read_tokens: cache_read,
+                    cache_write_tokens: cache_write,
+                    reported_micro_usd: (cost > 0).then_some(cost),
+                }));
             }
             Some("error") => {
                 let message = event
@@ -291,14 +298,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn events_become_progress_session_and_usage() {
+    fn events_become_progress_session_and_model_calls() {
         let mut stream = Stream::default();
         let lines = [
             r#"{"type":"step_start","timestamp":1,"sessionID":"ses_1","part":{"type":"step-start"}}"#,
             r#"{"type":"tool_use","timestamp":2,"sessionID":"ses_1","part":{"tool":"bash","state":{"status":"completed","input":{"command":"chorus-tools '{}'"},"output":"ok"}}}"#,
             r#"{"type":"step_finish","timestamp":3,"sessionID":"ses_1","part":{"reason":"tool-calls","cost":0.001,"tokens":{"input":100,"output":20,"reasoning":5,"cache":{"read":10,"write":0}}}}"#,
             r#"{"type":"text","timestamp":4,"sessionID":"ses_1","part":{"type":"text","text":"FINAL: done"}}"#,
-            r#"{"type":"step_finish","timestamp":5,"sessionID":"ses_1","part":{"reason":"stop","cost":0.002,"tokens":{"input":120,"output":10}}}"#,
+            r#"{"type":"step_finish","timestamp":5,"sessionID":"ses_1","part":{"reason":"stop","cost":0,"modelID":"local","tokens":{"input":120,"output":10}}}"#,
         ];
         let progress: Vec<Progress> = lines.iter().flat_map(|l| stream.line(l)).collect();
         assert_eq!(
@@ -309,16 +316,24 @@ mod tests {
                     tool: "bash".to_owned(),
                     input: json!({"command": "chorus-tools '{}'"})
                 },
+                Progress::ModelCall(ModelCall {
+                    model: String::new(),
+                    input_tokens: 110,
+                    output_tokens: 25,
+                    cache_read_tokens: 10,
+                    cache_write_tokens: 0,
+                    reported_micro_usd: Some(1_000),
+                }),
                 Progress::Text("FINAL: done".to_owned()),
+                // A cost of 0 is no price: the table prices it, or it is unpriced.
+                Progress::ModelCall(ModelCall {
+                    model: "local".into(),
+                    input_tokens: 120,
+                    output_tokens: 10,
+                    reported_micro_usd: None,
+                    ..ModelCall::default()
+                }),
             ]
-        );
-        assert_eq!(
-            stream.usage,
-            Usage {
-                input_tokens: 230,
-                output_tokens: 35,
-                cost_micro_usd: 3000
-            }
         );
         assert_eq!(stream.last_text.as_deref(), Some("FINAL: done"));
     }

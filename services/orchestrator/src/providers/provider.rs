@@ -116,6 +116,11 @@ pub trait CliProvider: Send + Sync + std::fmt::Debug + 'static {
 pub trait CliOutput {
     /// Reads one line; what it shows the agent doing.
     fn line(&mut self, line: &str) -> Vec<Progress>;
+    /// The output ended (the CLI exited or was stopped): what it showed and
+    /// was not yet reported (a model call cut off mid-message).
+    fn finish(&mut self) -> Vec<Progress> {
+        Vec::new()
+    }
     /// What the attempt produced, and the error the CLI reported, if any.
     fn end(self) -> (AttemptEnd, Option<String>);
 }
@@ -190,6 +195,9 @@ impl<P: CliProvider> Provider for Cli<P> {
                 },
             )
             .await;
+            for p in output.finish() {
+                let _ = env.progress.send(p);
+            }
             let (end, error) = output.end();
             cli_result(P::NAME, exit, end, error)
         })

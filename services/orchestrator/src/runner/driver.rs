@@ -25,8 +25,8 @@ use tracing::{info, warn};
 use super::{HOME_DIR, Runner, TMP_DIR, WORK_DIR};
 use crate::domain::policy::{handoff, planning};
 use crate::domain::{
-    AgentKind, EventKind, HandoffFailure, HandoffOutcome, Name, Run, RunState, TaskStatus, now_ms,
-    policy,
+    AgentKind, CostCorrection, EventKind, HandoffFailure, HandoffOutcome, ModelCall, Name,
+    PricedCall, Run, RunState, TaskStatus, now_ms, policy,
 };
 use crate::providers::{Attempt, AttemptEnd, AttemptEnv, AttemptError, Progress, RunContext};
 use crate::state::AppState;
@@ -41,7 +41,7 @@ pub(super) async fn drive(state: &AppState, runner: &Arc<Runner>, ctx: RunContex
     let outcome = run_attempts(state, runner, &ctx, first).await;
     if state.shutdown.is_cancelled()
         && matches!(outcome.result, Err(AttemptError::Stopped { .. }))
-        && super::takeover::hand_on(state, &ctx, outcome.session_id.clone(), outcome.usage).await
+        && super::takeover::hand_on(state, &ctx, outcome.session_id.clone()).await
     {
         // Its directory stays: the replica that resumes the session needs it.
         super::trace::ended(&ctx.span, &ctx, "handed on", None);
@@ -62,8 +62,6 @@ pub(super) async fn drive(state: &AppState, runner: &Arc<Runner>, ctx: RunContex
 #[derive(Debug)]
 struct Outcome {
     result: Result<AttemptEnd, AttemptError>,
-    /// Summed over the attempts.
-    usage: crate::domain::Usage,
     session_id: Option<String>,
     /// The reminder was sent.
     resumed: bool,
@@ -77,7 +75,6 @@ async fn run_attempts(
 ) -> Outcome {
     let mut outcome = Outcome {
         result: Ok(AttemptEnd::default()),
-        usage: ctx.prior_usage,
         session_id: None,
         resumed: false,
     };
@@ -149,7 +146,6 @@ async fn run_attempt_loop(
             Ok(end) => end.clone(),
             Err(e) => e.partial().clone(),
         };
-        outcome.usage.add(partial.usage);
         if partial.session_id.is_some() {
             outcome.session_id.clone_from(&partial.session_id);
         }
@@ -248,13 +244,26 @@ async fn run_attempt(
     ctx.provider.provider().attempt(env, ctx, attempt).await
 }
 
-/// Writes progress as history, in order, until the attempts are over.
+/// Writes progress as history, in order, until the attempts are over. A
+/// model call is recorded whatever the run's state: it was paid for.
 async fn record_progress(
     state: AppState,
     ctx: RunContext,
     mut rx: mpsc::UnboundedReceiver<Progress>,
 ) {
     while let Some(progress) = rx.recv().await {
+        if let Some(row) = priced(&state, &ctx, &progress) {
+            let provider = ctx.provider.name.clone();
+            if let Some(call) = row
+                && let Err(e) = state
+                    .store
+                    .record_model_call(ctx.run_id, provider, call)
+                    .await
+            {
+                warn!(run_id = %ctx.run_id, error = %e, "cannot record a model call");
+            }
+            continue;
+        }
         let (me, epoch) = driver_of(&state, &ctx);
         let (session, event) = progress_record(&ctx, progress);
         let result = state
@@ -270,6 +279,47 @@ async fn record_progress(
         if let Err(e) = result {
             warn!(run_id = %ctx.run_id, error = %e, "cannot record the agent's progress");
         }
+    }
+}
+
+/// A model call or an attempt's totals as the row it is recorded as (Some
+/// of None: nothing to record); None for any other progress.
+fn priced(state: &AppState, ctx: &RunContext, progress: &Progress) -> Option<Option<PricedCall>> {
+    let provider = ctx.provider.name.as_str();
+    let prices = &state.prices;
+    // A call whose provider names no model is the run's model's.
+    let named = |call: &ModelCall| {
+        let mut call = call.clone();
+        if call.model.is_empty() {
+            call.model = ctx.model.clone().unwrap_or_default();
+        }
+        call
+    };
+    match progress {
+        Progress::ModelCall(call) => Some(Some(PricedCall::of(named(call), provider, prices))),
+        Progress::AttemptTotal {
+            reported_micro_usd,
+            tokens,
+            calls,
+        } => {
+            let recorded: Vec<PricedCall> = calls
+                .iter()
+                .map(|c| PricedCall::of(named(c), provider, prices))
+                .collect();
+            let model = recorded
+                .last()
+                .map(|c| c.call.model.clone())
+                .unwrap_or_else(|| ctx.model.clone().unwrap_or_default());
+            Some(
+                CostCorrection {
+                    reported_micro_usd: *reported_micro_usd,
+                    reported_tokens: tokens.clone(),
+                    recorded,
+                }
+                .as_call(&model),
+            )
+        }
+        _ => None,
     }
 }
 
@@ -320,6 +370,8 @@ fn progress_record(
             "model_retry",
             json!({ "reason": reason, "retry": retry, "wait_ms": wait_ms }),
         ),
+        // Recorded apart (see `priced`).
+        Progress::ModelCall(_) | Progress::AttemptTotal { .. } => return (None, None),
     };
     let mut data = json!({ "run_id": run_id, "agent": agent, "kind": kind });
     if let (Some(d), Value::Object(extra)) = (data.as_object_mut(), details) {
@@ -346,7 +398,6 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
     let agent_kind = ctx.agent_kind;
     let Outcome {
         result,
-        usage,
         session_id,
         resumed,
     } = outcome;
@@ -357,9 +408,9 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
         .change_run_family(ctx.run_id, move |run, task, others| {
             // A run taken over by another replica is its new driver's to end.
             policy::check_driver(run, &me, epoch)?;
-            // Every process of the run is dead: the run is released.
+            // Every process of the run is dead: the run is released. (Its
+            // usage was recorded call by call.)
             run.replica = None;
-            run.usage = usage;
             if session_id.is_some() {
                 run.session_id.clone_from(&session_id);
             }
@@ -375,7 +426,7 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
                 return Ok(Vec::new());
             }
             let now = now_ms();
-            let mut details = json!({ "usage": usage.to_json(), "session_id": session_id });
+            let mut details = json!({ "usage": run.usage.to_json(), "session_id": session_id });
             if let Some(output) = &output {
                 details["output"] = json!(crate::providers::cut(output, 4096));
             }

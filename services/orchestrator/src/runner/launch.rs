@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use tracing::info;
 
-use crate::domain::{
-    Agent, AgentKind, Name, ProviderKey, Run, RunState, TokenBinding, Usage, Workspace,
-};
+use crate::domain::{Agent, AgentKind, Name, ProviderKey, Run, RunState, TokenBinding, Workspace};
 use crate::error::ServiceError;
 use crate::providers::prompt::system_prompt;
 use crate::providers::{Attempt, ProviderSettings, RunClock, RunContext};
@@ -200,7 +198,6 @@ impl Launch {
             clock: RunClock::start(self.timeout),
             timeout: self.timeout,
             resumed,
-            prior_usage: if resumed { run.usage } else { Usage::default() },
             stop: state.shutdown.child_token(),
             span: tracing::Span::none(),
         };

@@ -94,6 +94,7 @@ mod tests {
             created_ms: 0,
             updated_ms: 0,
             last_sequence: 0,
+            usage: crate::domain::Usage::default(),
         };
         let agents = [
             agent(

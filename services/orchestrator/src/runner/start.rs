@@ -190,6 +190,7 @@ mod tests {
             created_ms: 0,
             updated_ms: 0,
             last_sequence: 0,
+            usage: crate::domain::Usage::default(),
         };
         task.planning = Planning {
             summary: Some("A crash on start".to_owned()),

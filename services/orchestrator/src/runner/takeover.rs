@@ -6,7 +6,7 @@
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::domain::{RunState, Usage, policy};
+use crate::domain::{RunState, policy};
 use crate::providers::{AttemptEnd, AttemptError, RunContext};
 use crate::state::AppState;
 
@@ -22,12 +22,7 @@ pub const PLANNER_RESUMED: &str = "Chorus resumed you after an interruption: the
 /// are kept, and its lease ends now. False when it cannot be (it has no
 /// session, it ended meanwhile, or the store failed): it is ended as
 /// interrupted.
-pub(super) async fn hand_on(
-    state: &AppState,
-    ctx: &RunContext,
-    session: Option<String>,
-    usage: Usage,
-) -> bool {
+pub(super) async fn hand_on(state: &AppState, ctx: &RunContext, session: Option<String>) -> bool {
     let left = i64::try_from(ctx.clock.left().as_millis())
         .unwrap_or(i64::MAX)
         .max(1000);
@@ -56,7 +51,6 @@ pub(super) async fn hand_on(
                     "no session to resume".to_owned(),
                 ));
             }
-            run.usage = usage;
             run.timeout_ms = Some(left);
             Ok(Vec::new())
         })

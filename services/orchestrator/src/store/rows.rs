@@ -209,6 +209,8 @@ pub(super) struct TaskRow {
     pub created_ms: i64,
     pub updated_ms: i64,
     pub last_sequence: i64,
+    /// JSON of `Usage`.
+    pub usage: Option<String>,
 }
 
 impl TaskRow {
@@ -245,6 +247,7 @@ impl TaskRow {
             created_ms: task.created_ms,
             updated_ms: task.updated_ms,
             last_sequence: db_sequence(task.last_sequence)?,
+            usage: Some(to_json(&task.usage)?),
         })
     }
 
@@ -266,6 +269,12 @@ impl TaskRow {
             created_ms: self.created_ms,
             updated_ms: self.updated_ms,
             last_sequence: r.sequence(self.last_sequence)?,
+            usage: self
+                .usage
+                .as_deref()
+                .map(|u| r.json("usage", u))
+                .transpose()?
+                .unwrap_or_default(),
         })
     }
 }

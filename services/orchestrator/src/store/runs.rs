@@ -415,7 +415,7 @@ pub(super) fn load_unfinished(
         .collect()
 }
 
-fn load_run(conn: &mut AnyConnection, id: RunId) -> Result<Run, StoreError> {
+pub(super) fn load_run(conn: &mut AnyConnection, id: RunId) -> Result<Run, StoreError> {
     runs::table
         .find(id.to_string())
         .select(RunRow::as_select())

@@ -65,6 +65,8 @@ diesel::table! {
         last_sequence -> BigInt,
         /// `traceparent` of the task's trace.
         trace_context -> Nullable<Text>,
+        /// JSON of `Usage`: the model calls of all its runs.
+        usage -> Nullable<Text>,
     }
 }
 
@@ -185,6 +187,46 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    /// Every model call of every run (see the migration).
+    model_calls (id) {
+        id -> BigInt,
+        at_ms -> BigInt,
+        workspace_id -> Text,
+        task_id -> Text,
+        run_id -> Text,
+        agent -> Text,
+        provider -> Text,
+        model -> Text,
+        input_tokens -> BigInt,
+        output_tokens -> BigInt,
+        cache_read_tokens -> BigInt,
+        cache_write_tokens -> BigInt,
+        cost_micro_usd -> Nullable<BigInt>,
+        cost_source -> Text,
+        calls -> BigInt,
+        unpriced_calls -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// Model calls summed by workspace, UTC day, agent, provider and model.
+    usage_daily (workspace_id, day, agent, provider, model) {
+        workspace_id -> Text,
+        day -> BigInt,
+        agent -> Text,
+        provider -> Text,
+        model -> Text,
+        calls -> BigInt,
+        input_tokens -> BigInt,
+        output_tokens -> BigInt,
+        cache_read_tokens -> BigInt,
+        cache_write_tokens -> BigInt,
+        cost_micro_usd -> BigInt,
+        unpriced_calls -> BigInt,
+    }
+}
+
 diesel::joinable!(providers -> workspaces (workspace_id));
 diesel::joinable!(agents -> workspaces (workspace_id));
 diesel::joinable!(tasks -> workspaces (workspace_id));
@@ -205,5 +247,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     run_token_keys,
     calls_in_flight,
     task_feed,
-    task_feed_head
+    task_feed_head,
+    model_calls,
+    usage_daily
 );

@@ -84,6 +84,7 @@ impl Store {
                 created_ms: now,
                 updated_ms: now,
                 last_sequence: 1,
+                usage: crate::domain::Usage::default(),
             };
             let event = Event {
                 task_id: task.id,

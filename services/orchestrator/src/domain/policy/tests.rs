@@ -41,6 +41,7 @@ fn task(status: TaskStatus) -> Task {
         created_ms: 0,
         updated_ms: 0,
         last_sequence: 1,
+        usage: crate::domain::Usage::default(),
     }
 }
 

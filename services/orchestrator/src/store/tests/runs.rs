@@ -254,9 +254,11 @@ async fn a_run_keeps_its_session_usage_and_conversation_in_order() {
             .await
             .expect(b);
         let usage = crate::domain::Usage {
+            model_calls: 2,
             input_tokens: 10,
             output_tokens: 4,
             cost_micro_usd: 1500,
+            ..crate::domain::Usage::default()
         };
         let (changed, _, events) = t
             .store

@@ -66,7 +66,16 @@ async fn an_opened_run_is_active_with_a_token_for_its_tools_and_root() {
             .await
             .expect(b)
             .into_inner();
-        assert_eq!(got, run, "{b}");
+        // GetRun adds the subtree's usage: a run with no handoff, its own.
+        assert_eq!(got.subtree_usage, run.usage, "{b}");
+        assert_eq!(
+            got,
+            pb::Run {
+                subtree_usage: got.subtree_usage,
+                ..run.clone()
+            },
+            "{b}"
+        );
 
         // The internal planner is run by PlanTask only.
         let err = f.svc.open_run(open(&task, "task-validator")).await;

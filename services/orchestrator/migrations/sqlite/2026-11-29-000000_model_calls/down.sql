@@ -1,0 +1,3 @@
+ALTER TABLE tasks DROP COLUMN usage;
+DROP TABLE usage_daily;
+DROP TABLE model_calls;
