@@ -107,6 +107,7 @@ async fn throughput(database: &str, url: &str, data: &Path, total: usize) {
         task = Some(
             admin
                 .create_task(pb::CreateTaskRequest {
+                    budget: None,
                     workspace_id: ws.id.clone(),
                     description: format!("task {i}: a description of ordinary length"),
                     source: None,
@@ -180,6 +181,7 @@ async fn throughput(database: &str, url: &str, data: &Path, total: usize) {
             async move {
                 client
                     .create_task(pb::CreateTaskRequest {
+                        budget: None,
                         workspace_id,
                         description: "a new task".into(),
                         source: None,
@@ -307,6 +309,7 @@ async fn attacks(data: &Path, n: usize) {
     for i in 0..200 {
         admin
             .create_task(pb::CreateTaskRequest {
+                budget: None,
                 workspace_id: ws.id.clone(),
                 description: format!("{i} {}", "x".repeat(60 * 1024)),
                 source: None,

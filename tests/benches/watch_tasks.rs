@@ -94,6 +94,7 @@ async fn create(client: &Client, ws: &pb::Workspace, n: usize) -> Vec<String> {
             for i in (w..n).step_by(WRITERS) {
                 let task = client
                     .create_task(pb::CreateTaskRequest {
+                        budget: None,
                         workspace_id: ws.clone(),
                         description: format!("task {i}"),
                         source: None,
@@ -175,6 +176,7 @@ async fn baseline(client: &Client, ws: &pb::Workspace) -> Vec<Duration> {
     let mut client = client.clone();
     let created = client
         .create_task(pb::CreateTaskRequest {
+            budget: None,
             workspace_id: ws.id.clone(),
             description: "changed again and again".into(),
             source: None,

@@ -135,6 +135,7 @@ pub async fn planned_task(
 ) -> pb::Task {
     let task = client
         .create_task(pb::CreateTaskRequest {
+            budget: None,
             workspace_id: workspace.id.clone(),
             description: description.into(),
             source: None,

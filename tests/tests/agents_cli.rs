@@ -651,6 +651,7 @@ async fn start_task_refuses_what_cannot_run_and_changes_nothing() {
     // Not planned yet.
     let pending = client
         .create_task(pb::CreateTaskRequest {
+            budget: None,
             workspace_id: team.workspace.id.clone(),
             description: "d".into(),
             source: None,

@@ -350,6 +350,7 @@ async fn refused_calls_that_would_change_something_change_nothing() {
                 .map(|_| ()),
             client
                 .create_task(pb::CreateTaskRequest {
+                    budget: None,
                     workspace_id: task.workspace_id.clone(),
                     description: "injected".into(),
                     source: None,

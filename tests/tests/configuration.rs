@@ -314,6 +314,7 @@ async fn a_read_only_data_directory_works_when_everything_written_is_placed_apar
         .into_inner();
     client
         .create_task(pb::CreateTaskRequest {
+            budget: None,
             workspace_id: ws.id,
             description: "works without a writable data directory".into(),
             source: None,

@@ -52,6 +52,7 @@ impl Lock {
 
 fn new_task(workspace_id: &str, description: &str) -> pb::CreateTaskRequest {
     pb::CreateTaskRequest {
+        budget: None,
         workspace_id: workspace_id.to_owned(),
         description: description.into(),
         source: None,

@@ -35,6 +35,7 @@ async fn the_orchestrator_drains_serving_calls_and_a_second_sigterm_exits_at_onc
     let ws = workspace(&mut client, "draining", root.path()).await;
     let task = client
         .create_task(pb::CreateTaskRequest {
+            budget: None,
             workspace_id: ws.id.clone(),
             description: "watched through the drain".into(),
             source: None,

@@ -281,6 +281,7 @@ async fn handoff_refusals_are_precise_and_change_nothing() {
     } = setup(data_dir.path(), &db).await;
     let task = client
         .create_task(pb::CreateTaskRequest {
+            budget: None,
             workspace_id: ws.id.clone(),
             description: "not planned yet".into(),
             source: None,

@@ -175,6 +175,7 @@ async fn orchestrator_streams_beyond_their_limit_are_refused_and_unary_calls_go_
     let ws = workspace(&mut client, "busy", root.path()).await;
     let task = client
         .create_task(pb::CreateTaskRequest {
+            budget: None,
             workspace_id: ws.id.clone(),
             description: "watched".into(),
             source: None,

@@ -31,6 +31,7 @@ async fn workspace_with_task(
         .into_inner();
     let task = client
         .create_task(pb::CreateTaskRequest {
+            budget: None,
             workspace_id: workspace.id.clone(),
             description: description.into(),
             source: None,

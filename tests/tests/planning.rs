@@ -66,6 +66,7 @@ async fn create_task(
 ) -> pb::Task {
     client
         .create_task(pb::CreateTaskRequest {
+            budget: None,
             workspace_id: workspace.id.clone(),
             description: description.into(),
             source: None,

@@ -571,6 +571,7 @@ async fn watch_tasks_on_one_replica_sees_every_change_committed_on_another() {
     for n in 0..TASKS {
         let task = writer
             .create_task(pb::CreateTaskRequest {
+                budget: None,
                 workspace_id: ws.id.clone(),
                 description: format!("task {n}"),
                 source: None,

@@ -97,6 +97,7 @@ async fn with_certificates_everything_speaks_tls_and_client_certificates_act_wit
         .expect("connect");
     let task = ops
         .create_task(pb::CreateTaskRequest {
+            budget: None,
             workspace_id: ws.id.clone(),
             description: "made with a certificate".into(),
             source: None,

@@ -205,6 +205,7 @@ async fn create(
 ) -> Result<pb::Task, Fail> {
     Ok(client
         .create_task(pb::CreateTaskRequest {
+            budget: None,
             workspace_id: workspace.to_owned(),
             description,
             source: Some(pb::TaskSource {

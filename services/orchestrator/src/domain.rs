@@ -3,6 +3,7 @@
 
 mod agent;
 mod api_key;
+mod budget;
 mod error;
 mod event;
 pub mod feed;
@@ -22,6 +23,7 @@ pub use agent::{
     Agent, AgentKind, MAX_INSTRUCTIONS_BYTES, PLANNER_TOOL, TASK_VALIDATOR, default_agents,
 };
 pub use api_key::ApiKeyRecord;
+pub use budget::{Budget, Limit, TaskBudget, Verdict, WARN_PERCENT, check_budget, exceeded_reason};
 pub use error::DomainError;
 pub use event::{Event, EventKind, NeedsYou};
 pub use name::Name;

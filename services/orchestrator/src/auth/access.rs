@@ -28,7 +28,7 @@ fn orchestrator(method: &str) -> Option<Access> {
         | "OpenRun" | "FinishRun" | "DeleteTask" | "CreateApiKey" | "ListApiKeys"
         | "RevokeApiKey" | "RotateRunTokenKey" => Access::role(Role::Admin),
         "CreateTask" | "UpdateTaskStatus" | "UpdatePlanning" | "PlanTask" | "SubmitAnswers"
-        | "StartTask" | "CancelTask" => Access::role(Role::Operator),
+        | "StartTask" | "CancelTask" | "UpdateTaskBudget" => Access::role(Role::Operator),
         // An agent hands off with its own run token; people need an operator key.
         "Handoff" => Access::run_or(Role::Operator),
         "GetWorkspace" | "ListWorkspaces" | "GetProvider" | "ListProviders" | "GetAgent"

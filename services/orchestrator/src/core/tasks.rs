@@ -26,6 +26,7 @@ pub async fn create(
     workspace: WorkspaceId,
     description: String,
     source: TaskSource,
+    budget: crate::domain::Budget,
 ) -> Result<Task, ServiceError> {
     let span = tracing::info_span!(
         "task",
@@ -36,7 +37,7 @@ pub async fn create(
     let trace = chorus_telemetry::propagation::traceparent(&span);
     let (task, _) = state
         .store
-        .create_traced_task(workspace, description, source, trace)
+        .create_traced_task(workspace, description, source, trace, budget)
         .instrument(span.clone())
         .await?;
     span.record("chorus.task_id", task.id.to_string());
@@ -133,11 +134,29 @@ pub async fn start(state: &AppState, req: Start) -> Result<(Task, Run), ServiceE
     let (run, task, events) = state
         .store
         .create_run_with(new, |task| {
+            policy::start_within_budget(task, crate::domain::Budget::default())?;
             Ok(vec![policy::change_status(task, TaskStatus::Active, None)?])
         })
         .await?;
     launch.start(state, &run, message, before(&events));
     Ok((task, run))
+}
+
+/// Sets a task's own budget; the limits in force follow at once (a limit
+/// raised lets a task stopped by it start again).
+pub async fn set_budget(
+    state: &AppState,
+    task_id: TaskId,
+    own: crate::domain::Budget,
+) -> Result<Task, ServiceError> {
+    crate::domain::check_budget(&own)?;
+    let (task, _) = state
+        .store
+        .change_task(task_id, move |task| {
+            policy::set_budget(task, own, crate::domain::Budget::default())
+        })
+        .await?;
+    Ok(task)
 }
 
 /// Cancels a task: in one transaction it goes canceled and its unfinished runs

@@ -32,10 +32,16 @@ pub enum EventKind {
     /// A live replica took over a run whose replica died or shut down, and
     /// resumed its session.
     RunResumed,
+    /// What the task spent passed 80 % of a limit of its budget.
+    BudgetWarning,
+    /// What the task spent reached a limit of its budget: its runs stopped.
+    BudgetExceeded,
+    /// The task's budget was set.
+    BudgetChanged,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 24] = [
+    pub const ALL: [EventKind; 27] = [
         Self::TaskCreated,
         Self::StatusChanged,
         Self::StageChanged,
@@ -60,6 +66,9 @@ impl EventKind {
         Self::RunCanceled,
         Self::RunInterrupted,
         Self::RunResumed,
+        Self::BudgetWarning,
+        Self::BudgetExceeded,
+        Self::BudgetChanged,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -88,6 +97,9 @@ impl EventKind {
             Self::RunCanceled => "run_canceled",
             Self::RunInterrupted => "run_interrupted",
             Self::RunResumed => "run_resumed",
+            Self::BudgetWarning => "budget_warning",
+            Self::BudgetExceeded => "budget_exceeded",
+            Self::BudgetChanged => "budget_changed",
         }
     }
 

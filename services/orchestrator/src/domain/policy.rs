@@ -444,6 +444,84 @@ pub fn cancel_task(
     Ok(events)
 }
 
+/// Fixes the limits a task starts with — its own, else `defaults` (the
+/// agent's, else the workspace's) — and refuses to start a task that has
+/// reached one already (FAILED_PRECONDITION, naming the limit and how to
+/// raise it).
+pub fn start_within_budget(task: &mut Task, defaults: super::Budget) -> Result<(), DomainError> {
+    let own = task.budget.own;
+    task.budget.set(own, defaults);
+    match task.budget.reached(&task.usage) {
+        Some((limit, spent, value)) => Err(DomainError::Transition(super::exceeded_reason(
+            limit, spent, value,
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Sets a task's own budget (its limits in force follow, over `defaults`).
+pub fn set_budget(
+    task: &mut Task,
+    own: super::Budget,
+    defaults: super::Budget,
+) -> Result<Events, DomainError> {
+    super::check_budget(&own)?;
+    task.budget.set(own, defaults);
+    Ok(vec![(
+        EventKind::BudgetChanged,
+        json!({ "own": own.to_json(), "limits": task.budget.limits.to_json() }),
+    )])
+}
+
+/// What a task spent meets its budget (after a model call or tool calls
+/// were added in this transaction): warnings past 80 %, and at a limit the
+/// stop — every unfinished run of the task ends (`run_canceled`, their
+/// processes stop as a cancel's do), `budget_exceeded` is recorded once and
+/// the task waits (a task being planned fails) with the reason saying how
+/// to raise the limit. Nothing when only a task that no run works on spent.
+pub fn spend(task: &mut Task, runs: &mut [Run], now_ms: i64) -> Result<Events, DomainError> {
+    let verdict = task.budget.check(&task.usage);
+    let pct = |spent: u64, value: u64| spent.saturating_mul(100) / value.max(1);
+    let show = |limit: super::Limit, spent: u64, value: u64| {
+        json!({
+            "limit": limit.as_str(),
+            "spent": limit.show(spent),
+            "limit_value": limit.show(value),
+            "percent": pct(spent, value),
+        })
+    };
+    match verdict {
+        super::Verdict::Within => Ok(Events::new()),
+        super::Verdict::Warn(warnings) => Ok(warnings
+            .into_iter()
+            .map(|(limit, spent, value)| (EventKind::BudgetWarning, show(limit, spent, value)))
+            .collect()),
+        super::Verdict::Exceeded(limit, spent, value) => {
+            let to = match task.status {
+                TaskStatus::Active => TaskStatus::Waiting,
+                TaskStatus::Planning => TaskStatus::Failed,
+                _ => return Ok(Events::new()),
+            };
+            let reason = super::exceeded_reason(limit, spent, value);
+            let mut data = show(limit, spent, value);
+            data["reason"] = json!(reason);
+            let mut events = vec![(EventKind::BudgetExceeded, data)];
+            events.extend(handoff::end_all_runs(
+                runs,
+                task,
+                handoff::EndFromOutside {
+                    kind: EventKind::RunCanceled,
+                    failure: HandoffFailure::Canceled,
+                    reason: &reason,
+                    now_ms,
+                },
+            )?);
+            events.push(change_status(task, to, Some(reason))?);
+            Ok(events)
+        }
+    }
+}
+
 /// Marks a task's unfinished runs interrupted after the orchestrator that ran
 /// them stopped (`run_interrupted`; their handoffs fail as interrupted). An
 /// active task waits with the reason; a task being planned fails, to be planned

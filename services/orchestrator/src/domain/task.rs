@@ -110,6 +110,8 @@ pub struct Task {
     pub last_sequence: u64,
     /// What the model calls of all its runs have cost.
     pub usage: super::Usage,
+    /// What it may spend, and its tool calls so far.
+    pub budget: super::TaskBudget,
 }
 
 impl Task {

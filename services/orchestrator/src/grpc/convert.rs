@@ -168,6 +168,11 @@ pub fn task(t: &Task) -> pb::Task {
         updated_ms: t.updated_ms,
         last_sequence: t.last_sequence,
         usage: Some(usage(t.usage)),
+        budget: Some(pb::TaskBudget {
+            own: Some(budget(t.budget.own)),
+            limits: Some(budget(t.budget.limits)),
+            tool_calls: t.budget.tool_calls,
+        }),
     }
 }
 
@@ -301,6 +306,26 @@ pub fn run_in_tree(r: &Run, subtree: crate::domain::Usage) -> pb::Run {
     pb::Run {
         subtree_usage: Some(usage(subtree)),
         ..run(r)
+    }
+}
+
+pub fn budget(b: crate::domain::Budget) -> pb::Budget {
+    #[allow(clippy::cast_precision_loss)]
+    pb::Budget {
+        cost_usd: b.cost_micro_usd.map(|c| c as f64 / 1_000_000.0),
+        tokens: b.tokens,
+        tool_calls: b.tool_calls,
+    }
+}
+
+/// A budget from the wire: dollars to micro-dollars (a negative or not-a-number
+/// amount becomes 0, which the budget's check refuses).
+pub fn budget_from(b: Option<pb::Budget>) -> crate::domain::Budget {
+    let b = b.unwrap_or_default();
+    crate::domain::Budget {
+        cost_micro_usd: b.cost_usd.map(crate::domain::Usage::micro_usd),
+        tokens: b.tokens,
+        tool_calls: b.tool_calls,
     }
 }
 

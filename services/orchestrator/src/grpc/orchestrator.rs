@@ -218,6 +218,13 @@ impl Orchestrator for OrchestratorService {
         reply(tasks::start(&self.state, request.into_inner()).await)
     }
 
+    async fn update_task_budget(
+        &self,
+        request: Request<pb::UpdateTaskBudgetRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        reply(tasks::set_budget(&self.state, request.into_inner()).await)
+    }
+
     async fn cancel_task(
         &self,
         request: Request<pb::CancelTaskRequest>,

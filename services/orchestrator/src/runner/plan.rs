@@ -95,6 +95,7 @@ mod tests {
             updated_ms: 0,
             last_sequence: 0,
             usage: crate::domain::Usage::default(),
+            budget: crate::domain::TaskBudget::default(),
         };
         let agents = [
             agent(

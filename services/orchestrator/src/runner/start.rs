@@ -191,6 +191,7 @@ mod tests {
             updated_ms: 0,
             last_sequence: 0,
             usage: crate::domain::Usage::default(),
+            budget: crate::domain::TaskBudget::default(),
         };
         task.planning = Planning {
             summary: Some("A crash on start".to_owned()),

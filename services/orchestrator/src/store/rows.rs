@@ -211,6 +211,8 @@ pub(super) struct TaskRow {
     pub last_sequence: i64,
     /// JSON of `Usage`.
     pub usage: Option<String>,
+    /// JSON of `TaskBudget`.
+    pub budget: Option<String>,
 }
 
 impl TaskRow {
@@ -248,6 +250,7 @@ impl TaskRow {
             updated_ms: task.updated_ms,
             last_sequence: db_sequence(task.last_sequence)?,
             usage: Some(to_json(&task.usage)?),
+            budget: Some(to_json(&task.budget)?),
         })
     }
 
@@ -273,6 +276,12 @@ impl TaskRow {
                 .usage
                 .as_deref()
                 .map(|u| r.json("usage", u))
+                .transpose()?
+                .unwrap_or_default(),
+            budget: self
+                .budget
+                .as_deref()
+                .map(|b| r.json("budget", b))
                 .transpose()?
                 .unwrap_or_default(),
         })

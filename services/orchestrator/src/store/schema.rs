@@ -67,6 +67,8 @@ diesel::table! {
         trace_context -> Nullable<Text>,
         /// JSON of `Usage`: the model calls of all its runs.
         usage -> Nullable<Text>,
+        /// JSON of `TaskBudget`.
+        budget -> Nullable<Text>,
     }
 }
 

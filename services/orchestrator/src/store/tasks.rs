@@ -14,8 +14,8 @@ use super::task_cache;
 use super::workspaces::ensure_workspace;
 use super::{Db, Store, StoreError, or_missing};
 use crate::domain::{
-    DomainError, Event, EventKind, Planning, Stage, Task, TaskId, TaskSource, TaskStatus,
-    WorkspaceId, now_ms,
+    Budget, DomainError, Event, EventKind, Planning, Stage, Task, TaskId, TaskSource, TaskStatus,
+    WorkspaceId, check_budget, now_ms,
 };
 
 /// An event to record: its kind and its JSON data. The store numbers and dates it.
@@ -54,20 +54,22 @@ impl Store {
         description: String,
         source: TaskSource,
     ) -> Result<(Task, Vec<Event>), StoreError> {
-        self.create_traced_task(workspace, description, source, None)
+        self.create_traced_task(workspace, description, source, None, Budget::default())
             .await
     }
 
     /// [`Self::create_task`], keeping `trace_context` (a W3C `traceparent`)
-    /// as the trace the task's work continues.
+    /// as the trace the task's work continues, with its own `budget`.
     pub async fn create_traced_task(
         &self,
         workspace: WorkspaceId,
         description: String,
         source: TaskSource,
         trace_context: Option<String>,
+        budget: Budget,
     ) -> Result<(Task, Vec<Event>), StoreError> {
         Task::check_description(&description)?;
+        check_budget(&budget)?;
         self.write_events(move |conn| {
             ensure_workspace(conn, workspace)?;
             let now = now_ms();
@@ -85,7 +87,10 @@ impl Store {
                 updated_ms: now,
                 last_sequence: 1,
                 usage: crate::domain::Usage::default(),
+                budget: crate::domain::TaskBudget::default(),
             };
+            let mut task = task;
+            task.budget.set(budget, Budget::default());
             let event = Event {
                 task_id: task.id,
                 sequence: 1,
@@ -362,8 +367,9 @@ pub(super) fn save_task(
     conn: &mut AnyConnection,
     before: &Task,
     task: &mut Task,
-    drafts: Vec<EventDraft>,
+    mut drafts: Vec<EventDraft>,
 ) -> Result<Vec<Event>, StoreError> {
+    drafts.extend(spend(conn, before, task, &drafts)?);
     task.id = before.id;
     task.workspace_id = before.workspace_id;
     task.created_ms = before.created_ms;
@@ -396,6 +402,36 @@ pub(super) fn save_task(
         .execute(conn)
         .db()?;
     notify_task(conn, task.id, task.last_sequence)?;
+    Ok(events)
+}
+
+/// What the task spent in this transaction — model calls in its usage, tool
+/// calls among `drafts` — meets its budget ([`policy::spend`]); a stop ends
+/// its unfinished runs here, in the same transaction.
+fn spend(
+    conn: &mut AnyConnection,
+    before: &Task,
+    task: &mut Task,
+    drafts: &[EventDraft],
+) -> Result<Vec<EventDraft>, StoreError> {
+    let tool_calls = drafts
+        .iter()
+        .filter(|(kind, _)| *kind == EventKind::ToolExecuted)
+        .count() as u64;
+    task.budget.tool_calls = task.budget.tool_calls.saturating_add(tool_calls);
+    if task.usage == before.usage && tool_calls == 0 {
+        return Ok(Vec::new());
+    }
+    if task.budget.reached(&task.usage).is_none() {
+        // Within, or a warning: no run changes.
+        return Ok(crate::domain::policy::spend(task, &mut [], now_ms())?);
+    }
+    let before_runs = super::runs::load_unfinished(conn, Some(task.id))?;
+    let mut runs = before_runs.clone();
+    let events = crate::domain::policy::spend(task, &mut runs, now_ms())?;
+    for (before, run) in before_runs.iter().zip(&runs) {
+        super::runs::save_run(conn, before, run)?;
+    }
     Ok(events)
 }
 

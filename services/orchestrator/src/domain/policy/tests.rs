@@ -42,6 +42,7 @@ fn task(status: TaskStatus) -> Task {
         updated_ms: 0,
         last_sequence: 1,
         usage: crate::domain::Usage::default(),
+        budget: crate::domain::TaskBudget::default(),
     }
 }
 

@@ -28,7 +28,18 @@ pub(super) async fn create(
 ) -> Result<pb::Task, ServiceError> {
     let workspace = convert::workspace_id("workspace_id", &req.workspace_id)?;
     let source = convert::source_from(req.source);
-    let task = core::create(state, workspace, req.description, source).await?;
+    let budget = convert::budget_from(req.budget);
+    let task = core::create(state, workspace, req.description, source, budget).await?;
+    Ok(convert::task(&task))
+}
+
+/// UpdateTaskBudget.
+pub(super) async fn set_budget(
+    state: &AppState,
+    req: pb::UpdateTaskBudgetRequest,
+) -> Result<pb::Task, ServiceError> {
+    let id = convert::task_id("task_id", &req.task_id)?;
+    let task = core::set_budget(state, id, convert::budget_from(req.budget)).await?;
     Ok(convert::task(&task))
 }
 

@@ -49,6 +49,7 @@ impl Fixture {
     async fn task(&self, workspace: &pb::Workspace, description: &str) -> pb::Task {
         self.svc
             .create_task(Request::new(pb::CreateTaskRequest {
+                budget: None,
                 workspace_id: workspace.id.clone(),
                 description: description.into(),
                 source: None,

@@ -12,6 +12,7 @@ async fn tasks_are_created_read_and_listed_by_status_page_by_page() {
         let err = f
             .svc
             .create_task(Request::new(pb::CreateTaskRequest {
+                budget: None,
                 workspace_id: docs.id.clone(),
                 description: "  ".into(),
                 source: None,

@@ -1,0 +1,294 @@
+//! What a task may spend, and the one check every model call and tool call
+//! meets: at 80 % of a limit a warning, at the limit the task's runs stop.
+//!
+//! A task's own limits are set by its caller; each limit it leaves out comes
+//! from the default of the agent it is started with, else from its
+//! workspace's. The limits in force are fixed when the task starts (and
+//! when its budget is changed), so the check reads the task alone.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{DomainError, Usage};
+
+/// Limits on what a task may spend; a limit left out is no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Budget {
+    /// Millionths of a US dollar.
+    pub cost_micro_usd: Option<u64>,
+    /// Input and output tokens.
+    pub tokens: Option<u64>,
+    pub tool_calls: Option<u64>,
+}
+
+impl Budget {
+    /// Each limit of `self`, else `fallback`'s.
+    pub fn or(self, fallback: Budget) -> Budget {
+        Budget {
+            cost_micro_usd: self.cost_micro_usd.or(fallback.cost_micro_usd),
+            tokens: self.tokens.or(fallback.tokens),
+            tool_calls: self.tool_calls.or(fallback.tool_calls),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Budget::default()
+    }
+
+    /// The limits as (limit, value).
+    fn limits(&self) -> impl Iterator<Item = (Limit, u64)> + '_ {
+        [
+            (Limit::Cost, self.cost_micro_usd),
+            (Limit::Tokens, self.tokens),
+            (Limit::ToolCalls, self.tool_calls),
+        ]
+        .into_iter()
+        .filter_map(|(limit, value)| value.map(|v| (limit, v)))
+    }
+
+    /// A budget as the API shows it.
+    pub fn to_json(self) -> Value {
+        #[allow(clippy::cast_precision_loss)]
+        let cost = self.cost_micro_usd.map(|c| c as f64 / 1_000_000.0);
+        json!({ "cost_usd": cost, "tokens": self.tokens, "tool_calls": self.tool_calls })
+    }
+}
+
+/// One kind of limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    Cost,
+    Tokens,
+    ToolCalls,
+}
+
+impl Limit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cost => "cost_usd",
+            Self::Tokens => "tokens",
+            Self::ToolCalls => "tool_calls",
+        }
+    }
+
+    /// A value of this limit as people read it.
+    pub fn show(self, value: u64) -> String {
+        match self {
+            #[allow(clippy::cast_precision_loss)]
+            Self::Cost => format!("${:.4}", value as f64 / 1_000_000.0),
+            Self::Tokens => format!("{value} tokens"),
+            Self::ToolCalls => format!("{value} tool calls"),
+        }
+    }
+}
+
+/// A task's budget: its own limits, those in force, what it has spent that
+/// usage does not hold (tool calls), and the warnings already given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TaskBudget {
+    /// As its caller set them.
+    pub own: Budget,
+    /// In force: its own, else the agent's defaults, else the workspace's
+    /// (fixed at StartTask and when the budget changes).
+    pub limits: Budget,
+    pub tool_calls: u64,
+    /// Limits past 80 % already warned of (since they were last raised).
+    pub warned: Vec<Limit>,
+}
+
+/// What a check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Within,
+    /// Limits newly past 80 %: (limit, spent, value).
+    Warn(Vec<(Limit, u64, u64)>),
+    /// A limit reached: (limit, spent, value).
+    Exceeded(Limit, u64, u64),
+}
+
+/// The share of a limit past which a warning is given, in percent.
+pub const WARN_PERCENT: u64 = 80;
+
+impl TaskBudget {
+    /// What `usage` and the tool calls come to against the limits in force;
+    /// a warning is given once per limit.
+    pub fn check(&mut self, usage: &Usage) -> Verdict {
+        let mut warnings = Vec::new();
+        for (limit, value) in self.limits.limits() {
+            let spent = self.spent(limit, usage);
+            if spent >= value {
+                return Verdict::Exceeded(limit, spent, value);
+            }
+            if spent.saturating_mul(100) >= value.saturating_mul(WARN_PERCENT)
+                && !self.warned.contains(&limit)
+            {
+                self.warned.push(limit);
+                warnings.push((limit, spent, value));
+            }
+        }
+        if warnings.is_empty() {
+            Verdict::Within
+        } else {
+            Verdict::Warn(warnings)
+        }
+    }
+
+    /// The first limit already reached, if any (StartTask refuses then).
+    pub fn reached(&self, usage: &Usage) -> Option<(Limit, u64, u64)> {
+        self.limits
+            .limits()
+            .map(|(limit, value)| (limit, self.spent(limit, usage), value))
+            .find(|(_, spent, value)| spent >= value)
+    }
+
+    /// What is left of the cost limit, if there is one.
+    pub fn cost_left(&self, usage: &Usage) -> Option<u64> {
+        self.limits
+            .cost_micro_usd
+            .map(|value| value.saturating_sub(usage.cost()))
+    }
+
+    fn spent(&self, limit: Limit, usage: &Usage) -> u64 {
+        match limit {
+            Limit::Cost => usage.cost(),
+            Limit::Tokens => usage.tokens(),
+            Limit::ToolCalls => self.tool_calls,
+        }
+    }
+
+    /// Sets its own limits (and those in force from `defaults`); warnings
+    /// are given again for the limits that changed.
+    pub fn set(&mut self, own: Budget, defaults: Budget) {
+        let before = self.limits;
+        self.own = own;
+        self.limits = own.or(defaults);
+        let same = |limit: Limit| {
+            let pick = |b: &Budget| match limit {
+                Limit::Cost => b.cost_micro_usd,
+                Limit::Tokens => b.tokens,
+                Limit::ToolCalls => b.tool_calls,
+            };
+            pick(&before) == pick(&self.limits)
+        };
+        self.warned.retain(|l| same(*l));
+    }
+}
+
+/// The reason a task waits when `limit` was reached, with how to go on.
+pub fn exceeded_reason(limit: Limit, spent: u64, value: u64) -> String {
+    format!(
+        "budget_exceeded: its {} limit of {} was reached ({} spent); raise it with UpdateTaskBudget (chorus task budget) and start it again",
+        limit.as_str(),
+        limit.show(value),
+        limit.show(spent)
+    )
+}
+
+/// Checks a budget a caller gives: any limit it names is more than 0.
+pub fn check_budget(budget: &Budget) -> Result<(), DomainError> {
+    for (limit, value) in budget.limits() {
+        if value == 0 {
+            return Err(DomainError::invalid(
+                "budget",
+                format!(
+                    "{} must be more than 0 (leave it out for no limit)",
+                    limit.as_str()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(cost: i64, tokens: u64) -> Usage {
+        Usage {
+            cost_micro_usd: cost,
+            input_tokens: tokens,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn a_warning_at_80_percent_once_then_the_limit_stops_it() {
+        let mut budget = TaskBudget::default();
+        budget.set(
+            Budget {
+                cost_micro_usd: Some(1_000),
+                ..Budget::default()
+            },
+            Budget {
+                tokens: Some(100),
+                ..Budget::default()
+            },
+        );
+        assert_eq!(budget.limits.tokens, Some(100), "a default fills the gap");
+        assert_eq!(budget.check(&usage(100, 10)), Verdict::Within);
+        assert_eq!(
+            budget.check(&usage(800, 10)),
+            Verdict::Warn(vec![(Limit::Cost, 800, 1_000)])
+        );
+        assert_eq!(
+            budget.check(&usage(900, 10)),
+            Verdict::Within,
+            "warned once"
+        );
+        assert_eq!(
+            budget.check(&usage(900, 100)),
+            Verdict::Exceeded(Limit::Tokens, 100, 100)
+        );
+        assert_eq!(
+            budget.reached(&usage(900, 100)),
+            Some((Limit::Tokens, 100, 100))
+        );
+        // Raised: within again, and its warning may come again.
+        budget.set(
+            Budget {
+                cost_micro_usd: Some(2_000),
+                tokens: Some(1_000),
+                ..Budget::default()
+            },
+            Budget::default(),
+        );
+        assert_eq!(budget.reached(&usage(900, 100)), None);
+        assert!(budget.warned.is_empty(), "{:?}", budget.warned);
+        assert_eq!(budget.cost_left(&usage(900, 100)), Some(1_100));
+    }
+
+    #[test]
+    fn tool_calls_count_and_a_zero_limit_is_refused() {
+        let mut budget = TaskBudget::default();
+        budget.set(
+            Budget {
+                tool_calls: Some(2),
+                ..Budget::default()
+            },
+            Budget::default(),
+        );
+        budget.tool_calls = 2;
+        assert_eq!(
+            budget.check(&Usage::default()),
+            Verdict::Exceeded(Limit::ToolCalls, 2, 2)
+        );
+        let reason = exceeded_reason(Limit::ToolCalls, 2, 2);
+        assert!(
+            reason.starts_with("budget_exceeded: its tool_calls limit of 2 tool calls"),
+            "{reason}"
+        );
+        let err = check_budget(&Budget {
+            tokens: Some(0),
+            ..Budget::default()
+        })
+        .expect_err("0");
+        assert!(
+            err.to_string().contains("tokens must be more than 0"),
+            "{err}"
+        );
+    }
+}

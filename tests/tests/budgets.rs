@@ -1,0 +1,233 @@
+//! A limit that holds: a task's budget is checked by the server after every
+//! model call and tool call of any of its runs — a warning at 80 %, and at
+//! the limit the whole run tree stops, `budget_exceeded` is recorded once and
+//! the task waits until the limit is raised and it is started again. Agents
+//! on an OpenAI-compatible API with a scripted fake model (every answer is
+//! 18 tokens). SQLite, and PostgreSQL when configured.
+
+use std::time::Duration;
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_tests::agents::{add_agent, data, planned_task, start, task_of, team, wait_for};
+use chorus_tests::db::databases;
+use chorus_tests::fake_openai::{COMPLETION_TOKENS, FakeOpenAi, PROMPT_TOKENS, Step};
+use chorus_tests::orchestrator::Orchestrator;
+use serde_json::json;
+
+/// Tokens of one answer of the fake model.
+const CALL_TOKENS: u64 = PROMPT_TOKENS + COMPLETION_TOKENS;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_reached_in_a_grandchild_stops_the_whole_tree_until_it_is_raised() {
+    let data_dir = tempfile::tempdir().expect("data");
+    for db in databases(data_dir.path()) {
+        let b = db.backend;
+        let root = tempfile::tempdir().expect("root");
+        std::fs::write(root.path().join("notes.txt"), "alpha\n").expect("a file");
+        let read = || Step::tool_call("file_read", json!({"path": "notes.txt"}));
+        let model = FakeOpenAi::start(vec![
+            // lead → mid → leaf, each handing on.
+            Step::tool_call("handoff", json!({"agent": "mid", "prompt": "go on"})),
+            Step::tool_call("handoff", json!({"agent": "leaf", "prompt": "read"})),
+            // The leaf's calls: the 4th of the task passes 80 %, the 5th the limit.
+            read(),
+            read(),
+            read(),
+            // After the limit is raised, the lead starts again and reports.
+            Step::tool_call(
+                "completion-report",
+                json!({"status": "complete", "summary": "done at last", "output": "ok"}),
+            ),
+        ])
+        .await;
+        let orchestrator = Orchestrator::with_fake_cli(data_dir.path(), &db.url, |config| {
+            config.runner.api.backoff = Duration::from_millis(10);
+        })
+        .await;
+        let mut client = orchestrator.client().await;
+        let team = team(
+            &mut client,
+            root.path(),
+            pb::ProviderKind::OpenaiCompatible,
+            &model.base_url(),
+            "sk-test",
+            "fake-model",
+            &["handoff"],
+            "You lead.",
+        )
+        .await;
+        add_agent(&mut client, &team.workspace, "mid", &["handoff"], "model").await;
+        add_agent(
+            &mut client,
+            &team.workspace,
+            "leaf",
+            &["file.read"],
+            "model",
+        )
+        .await;
+        let task = planned_task(&mut client, &team.workspace, "Read, through two others.").await;
+        let limit = 5 * CALL_TOKENS;
+        client
+            .update_task_budget(pb::UpdateTaskBudgetRequest {
+                task_id: task.id.clone(),
+                budget: Some(pb::Budget {
+                    tokens: Some(limit),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .expect("a budget");
+        start(&mut client, &task, &team.agent, 0).await;
+        let events = wait_for(&mut client, &task.id, |e| {
+            e.kind == "status_changed" && data(e)["to"] == "waiting"
+        })
+        .await;
+        let count = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
+        assert_eq!(count("budget_warning"), 1, "{b}");
+        assert_eq!(count("budget_exceeded"), 1, "{b}: recorded once");
+        let exceeded = events
+            .iter()
+            .find(|e| e.kind == "budget_exceeded")
+            .map(data)
+            .expect("exceeded");
+        assert_eq!(exceeded["limit"], "tokens", "{b}: {exceeded}");
+        let stopped = task_of(&mut client, &task.id).await;
+        assert_eq!(stopped.status, "waiting", "{b}");
+        assert!(
+            stopped
+                .status_reason
+                .starts_with("budget_exceeded: its tokens limit of 90 tokens")
+                && stopped.status_reason.contains("UpdateTaskBudget"),
+            "{b}: {}",
+            stopped.status_reason
+        );
+        let usage = stopped.usage.unwrap_or_default();
+        assert_eq!(usage.model_calls, 5, "{b}: no call after the limit");
+        // Every run of the tree ended, the grandchild's and those above it.
+        let runs = client
+            .list_runs(pb::ListRunsRequest {
+                task_id: task.id.clone(),
+            })
+            .await
+            .expect("runs")
+            .into_inner()
+            .runs;
+        let agents: Vec<(&str, &str)> = runs
+            .iter()
+            .map(|r| (r.agent.as_str(), r.state.as_str()))
+            .collect();
+        assert_eq!(
+            agents,
+            [
+                ("worker", "finished"),
+                ("mid", "finished"),
+                ("leaf", "finished")
+            ],
+            "{b}"
+        );
+
+        // Starting it again is refused while the limit stands…
+        let err = client
+            .start_task(pb::StartTaskRequest {
+                task_id: task.id.clone(),
+                agent: team.agent.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("over its budget");
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{b}: {err:?}");
+        assert!(err.message().contains("budget_exceeded"), "{b}: {err:?}");
+        // …and works once it is raised.
+        client
+            .update_task_budget(pb::UpdateTaskBudgetRequest {
+                task_id: task.id.clone(),
+                budget: Some(pb::Budget {
+                    tokens: Some(100 * CALL_TOKENS),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .expect("raised");
+        start(&mut client, &task, &team.agent, 0).await;
+        wait_for(&mut client, &task.id, |e| {
+            e.kind == "status_changed" && data(e)["to"] == "completed"
+        })
+        .await;
+        let done = task_of(&mut client, &task.id).await;
+        assert_eq!(done.usage.unwrap_or_default().model_calls, 6, "{b}");
+
+        // A budget of 0 is refused, naming the limit.
+        let err = client
+            .update_task_budget(pb::UpdateTaskBudgetRequest {
+                task_id: task.id.clone(),
+                budget: Some(pb::Budget {
+                    tool_calls: Some(0),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .expect_err("0");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{b}: {err:?}");
+        assert!(err.message().contains("tool_calls"), "{b}: {err:?}");
+        drop(client);
+        orchestrator.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_limit_set_at_creation_stops_the_run_at_its_last_call() {
+    let data_dir = tempfile::tempdir().expect("data");
+    for db in databases(data_dir.path()) {
+        let b = db.backend;
+        let root = tempfile::tempdir().expect("root");
+        std::fs::write(root.path().join("notes.txt"), "alpha\n").expect("a file");
+        let read = || Step::tool_call("file_read", json!({"path": "notes.txt"}));
+        let model = FakeOpenAi::start(vec![read(), read(), read(), read()]).await;
+        let orchestrator = Orchestrator::with_fake_cli(data_dir.path(), &db.url, |config| {
+            config.runner.api.backoff = Duration::from_millis(10);
+        })
+        .await;
+        let mut client = orchestrator.client().await;
+        let team = team(
+            &mut client,
+            root.path(),
+            pb::ProviderKind::OpenaiCompatible,
+            &model.base_url(),
+            "sk-test",
+            "fake-model",
+            &["file.read"],
+            "You read.",
+        )
+        .await;
+        let created = client
+            .create_task(pb::CreateTaskRequest {
+                workspace_id: team.workspace.id.clone(),
+                description: "Read a lot.".into(),
+                source: None,
+                budget: Some(pb::Budget {
+                    tool_calls: Some(2),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .expect("a task with a budget")
+            .into_inner();
+        let limits = created.budget.unwrap_or_default().limits;
+        assert_eq!(limits.unwrap_or_default().tool_calls, Some(2), "{b}");
+        chorus_tests::agents::mark_planned(&mut client, &created.id).await;
+        start(&mut client, &created, &team.agent, 0).await;
+        let events = wait_for(&mut client, &created.id, |e| e.kind == "budget_exceeded").await;
+        let executed = events.iter().filter(|e| e.kind == "tool_executed").count();
+        assert_eq!(executed, 2, "{b}: stopped at its second call");
+        let task = task_of(&mut client, &created.id).await;
+        assert_eq!(task.budget.unwrap_or_default().tool_calls, 2, "{b}");
+        assert!(
+            task.status_reason
+                .contains("tool_calls limit of 2 tool calls"),
+            "{b}: {}",
+            task.status_reason
+        );
+        drop(client);
+        orchestrator.stop().await;
+    }
+}
