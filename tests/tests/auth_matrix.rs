@@ -60,6 +60,7 @@ const OPERATOR: &[&str] = &[
     "SubmitAnswers",
     "StartTask",
     "CancelTask",
+    "UpdateTaskBudget",
     "Handoff",
 ];
 const VIEWER: &[&str] = &[
