@@ -50,6 +50,7 @@ pub async fn team(
         .expect("provider");
     client
         .create_agent(pb::CreateAgentRequest {
+            budget: None,
             workspace_id: workspace.id.clone(),
             name: "worker".into(),
             instructions: instructions.into(),
@@ -338,6 +339,7 @@ pub async fn add_agent(
 ) {
     client
         .create_agent(pb::CreateAgentRequest {
+            budget: None,
             workspace_id: workspace.id.clone(),
             name: name.into(),
             instructions: format!("You are {name}."),

@@ -689,6 +689,7 @@ async fn start_task_refuses_what_cannot_run_and_changes_nothing() {
     assert_eq!(err.code(), tonic::Code::NotFound);
     client
         .create_agent(pb::CreateAgentRequest {
+            budget: None,
             workspace_id: team.workspace.id.clone(),
             name: "loner".into(),
             instructions: "i".into(),
@@ -750,6 +751,7 @@ async fn an_agent_without_a_provider_runs_on_the_workspaces_system_provider() {
     assert!(refused.message().contains("system_provider"), "{refused:?}");
     client
         .update_workspace(pb::UpdateWorkspaceRequest {
+            limits: None,
             id: ws.id.clone(),
             name: None,
             system_provider: Some("house".into()),

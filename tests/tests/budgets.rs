@@ -231,3 +231,158 @@ async fn a_tool_call_limit_set_at_creation_stops_the_run_at_its_last_call() {
         orchestrator.stop().await;
     }
 }
+
+/// USD per million tokens of the fake model: each answer costs 72 micro-dollars.
+const PRICES: &str = "[models.\"fake-model\"]\ninput = 2.0\noutput = 8.0\ncache-read = 0.5\n";
+const CALL_USD: f64 = 72e-6;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defaults_fill_the_limits_a_task_leaves_out_and_a_workspace_day_limit_stops_its_tasks() {
+    let data_dir = tempfile::tempdir().expect("data");
+    for db in databases(data_dir.path()) {
+        let b = db.backend;
+        let root = tempfile::tempdir().expect("root");
+        std::fs::write(root.path().join("notes.txt"), "alpha\n").expect("a file");
+        let read = || Step::tool_call("file_read", json!({"path": "notes.txt"}));
+        let report = || {
+            Step::tool_call(
+                "completion-report",
+                json!({"status": "complete", "summary": "read", "output": "ok"}),
+            )
+        };
+        let model = FakeOpenAi::start(vec![read(), report(), read(), report()]).await;
+        let orchestrator = Orchestrator::with_fake_cli(data_dir.path(), &db.url, |config| {
+            config.runner.api.backoff = Duration::from_millis(10);
+            config.prices = chorus_orchestrator::domain::Prices::parse(PRICES).expect("prices");
+        })
+        .await;
+        let mut client = orchestrator.client().await;
+        let team = team(
+            &mut client,
+            root.path(),
+            pb::ProviderKind::OpenaiCompatible,
+            &model.base_url(),
+            "sk-test",
+            "fake-model",
+            &["file.read"],
+            "You read.",
+        )
+        .await;
+        // The workspace: a default task budget, and a day's spending limit of
+        // three calls' cost.
+        let limits = |daily: f64| pb::WorkspaceLimits {
+            task_budget: Some(pb::Budget {
+                tokens: Some(10_000),
+                tool_calls: Some(50),
+                ..Default::default()
+            }),
+            daily_cost_usd: Some(daily),
+            monthly_cost_usd: None,
+        };
+        client
+            .update_workspace(pb::UpdateWorkspaceRequest {
+                id: team.workspace.id.clone(),
+                limits: Some(limits(3.0 * CALL_USD)),
+                ..Default::default()
+            })
+            .await
+            .expect("limits");
+        // The agent's default over the workspace's.
+        client
+            .update_agent(pb::UpdateAgentRequest {
+                workspace_id: team.workspace.id.clone(),
+                name: team.agent.clone(),
+                budget: Some(pb::Budget {
+                    tokens: Some(5_000),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .expect("the agent's default");
+
+        // The first task spends two calls and completes.
+        let first = planned_task(&mut client, &team.workspace, "Read once.").await;
+        start(&mut client, &first, &team.agent, 0).await;
+        wait_for(&mut client, &first.id, |e| {
+            e.kind == "status_changed" && data(e)["to"] == "completed"
+        })
+        .await;
+        let limits_of = task_of(&mut client, &first.id)
+            .await
+            .budget
+            .unwrap_or_default()
+            .limits
+            .unwrap_or_default();
+        assert_eq!(
+            (limits_of.tokens, limits_of.tool_calls, limits_of.cost_usd),
+            (Some(5_000), Some(50), None),
+            "{b}: the agent's tokens, the workspace's tool calls, no cost limit"
+        );
+
+        // The second reaches the day's limit at its first call and stops.
+        let second = planned_task(&mut client, &team.workspace, "Read again.").await;
+        start(&mut client, &second, &team.agent, 0).await;
+        let events = wait_for(&mut client, &second.id, |e| e.kind == "budget_exceeded").await;
+        let exceeded = data(events.last().expect("exceeded"));
+        assert_eq!(
+            exceeded["limit"], "workspace_daily_cost_usd",
+            "{b}: {exceeded}"
+        );
+        let stopped = task_of(&mut client, &second.id).await;
+        assert_eq!(stopped.status, "waiting", "{b}");
+        assert!(
+            stopped.status_reason.contains("UpdateWorkspace"),
+            "{b}: {}",
+            stopped.status_reason
+        );
+        // A third cannot start while the day's limit stands.
+        let third = planned_task(&mut client, &team.workspace, "Read a third time.").await;
+        let err = client
+            .start_task(pb::StartTaskRequest {
+                task_id: third.id.clone(),
+                agent: team.agent.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("the day's limit");
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{b}: {err:?}");
+        assert!(
+            err.message().contains("workspace_daily_cost_usd"),
+            "{b}: {err:?}"
+        );
+        // Every call counted once: three, in the day's sums.
+        let usage = client
+            .get_usage(pb::GetUsageRequest {
+                workspace_id: team.workspace.id.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("usage")
+            .into_inner()
+            .total
+            .unwrap_or_default();
+        assert_eq!(usage.model_calls, 3, "{b}: {usage:?}");
+        assert!(
+            (usage.cost_usd - 3.0 * CALL_USD).abs() < 1e-9,
+            "{b}: {usage:?}"
+        );
+
+        // Raised, the stopped task goes on.
+        client
+            .update_workspace(pb::UpdateWorkspaceRequest {
+                id: team.workspace.id.clone(),
+                limits: Some(limits(1.0)),
+                ..Default::default()
+            })
+            .await
+            .expect("raised");
+        start(&mut client, &second, &team.agent, 0).await;
+        wait_for(&mut client, &second.id, |e| {
+            e.kind == "status_changed" && data(e)["to"] == "completed"
+        })
+        .await;
+        drop(client);
+        orchestrator.stop().await;
+    }
+}

@@ -50,6 +50,7 @@ async fn workspace(client: &mut Client, root: &Path, base_url: &str) -> pb::Work
     use_provider(client, &workspace, &["writer"], "claude").await;
     client
         .update_workspace(pb::UpdateWorkspaceRequest {
+            limits: None,
             id: workspace.id.clone(),
             name: None,
             system_provider: Some("system".into()),

@@ -266,6 +266,7 @@ pub async fn workspace(
             let id = workspace_id(c, &workspace).await?;
             let w = c
                 .update_workspace(pb::UpdateWorkspaceRequest {
+                    limits: None,
                     id,
                     name: None,
                     system_provider: Some(provider),
@@ -424,6 +425,7 @@ pub async fn agent(command: AgentCommand, mut client: Client, out: &Out) -> Resu
             };
             let a = c
                 .create_agent(pb::CreateAgentRequest {
+                    budget: None,
                     workspace_id,
                     name,
                     instructions,
@@ -467,6 +469,7 @@ pub async fn agent(command: AgentCommand, mut client: Client, out: &Out) -> Resu
             let (egress, set_egress) = listed(egress);
             let a = c
                 .update_agent(pb::UpdateAgentRequest {
+                    budget: None,
                     workspace_id,
                     name,
                     instructions,

@@ -76,6 +76,7 @@ impl Stage {
             .expect("provider");
         client
             .update_workspace(pb::UpdateWorkspaceRequest {
+                limits: None,
                 id: workspace.id.clone(),
                 name: None,
                 system_provider: Some("model".into()),

@@ -23,7 +23,10 @@ pub use agent::{
     Agent, AgentKind, MAX_INSTRUCTIONS_BYTES, PLANNER_TOOL, TASK_VALIDATOR, default_agents,
 };
 pub use api_key::ApiKeyRecord;
-pub use budget::{Budget, Limit, TaskBudget, Verdict, WARN_PERCENT, check_budget, exceeded_reason};
+pub use budget::{
+    Budget, Limit, TaskBudget, Verdict, WARN_PERCENT, WorkspaceLimits, check_budget,
+    exceeded_reason,
+};
 pub use error::DomainError;
 pub use event::{Event, EventKind, NeedsYou};
 pub use name::Name;
@@ -38,6 +41,7 @@ pub use task::{Planning, Question, Task, TaskId, TaskSource};
 pub use time::now_ms;
 pub use usage::{
     CostCorrection, CostSource, DayUsage, ModelCall, Price, PricedCall, Prices, Usage,
-    UsageDimension, UsageKey, date_of_day, day_of, day_of_date, group_usage, subtree_usage,
+    UsageDimension, UsageKey, date_of_day, day_of, day_of_date, group_usage, month_start,
+    subtree_usage,
 };
 pub use workspace::{RootPolicy, Workspace, WorkspaceId};

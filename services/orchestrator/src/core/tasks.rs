@@ -128,13 +128,16 @@ pub async fn start(state: &AppState, req: Start) -> Result<(Task, Run), ServiceE
     )?;
     check_prompt(&req.prompt)?;
     let agent = super::runs::user_defined_agent(state, workspace.id, &agent_name, "start").await?;
+    // The limits it starts with: its own, else the agent's, else the workspace's.
+    let defaults = agent.budget.or(workspace.limits.task_budget);
+    policy::start_within_spending(state.store.spend_of(workspace.id).await?)?;
     let launch = Launch::prepare_agent(state, workspace, agent, timeout).await?;
     let message = task_message(&task, req.prompt.trim());
     let new = launch.new_run(task_id, None);
     let (run, task, events) = state
         .store
-        .create_run_with(new, |task| {
-            policy::start_within_budget(task, crate::domain::Budget::default())?;
+        .create_run_with(new, move |task| {
+            policy::start_within_budget(task, defaults)?;
             Ok(vec![policy::change_status(task, TaskStatus::Active, None)?])
         })
         .await?;
@@ -150,11 +153,26 @@ pub async fn set_budget(
     own: crate::domain::Budget,
 ) -> Result<Task, ServiceError> {
     crate::domain::check_budget(&own)?;
+    let task = state.store.get_task(task_id).await?;
+    let workspace = state.store.get_workspace(task.workspace_id).await?;
+    // The defaults of the agent it last started with, over the workspace's.
+    let runs = state.store.list_runs(task_id).await?;
+    let agent_budget = match runs.iter().rev().find(|r| r.parent.is_none()) {
+        Some(root) => match state
+            .store
+            .get_agent(workspace.id, root.agent.clone())
+            .await
+        {
+            Ok(agent) => agent.budget,
+            Err(crate::store::StoreError::NotFound { .. }) => crate::domain::Budget::default(),
+            Err(e) => return Err(e.into()),
+        },
+        None => crate::domain::Budget::default(),
+    };
+    let defaults = agent_budget.or(workspace.limits.task_budget);
     let (task, _) = state
         .store
-        .change_task(task_id, move |task| {
-            policy::set_budget(task, own, crate::domain::Budget::default())
-        })
+        .change_task(task_id, move |task| policy::set_budget(task, own, defaults))
         .await?;
     Ok(task)
 }

@@ -55,6 +55,8 @@ pub struct Agent {
     /// `10.0.0.5:5432`); empty: nowhere. Never the host's loopback or
     /// link-local addresses, whatever a rule says.
     pub egress: Vec<String>,
+    /// The budget of a task started with it, for each limit the task leaves out.
+    pub budget: super::Budget,
     pub created_ms: i64,
     pub updated_ms: i64,
 }
@@ -290,6 +292,7 @@ mod tests {
     #[test]
     fn only_user_defined_agents_take_user_changes() {
         let agent = |kind| Agent {
+            budget: crate::domain::Budget::default(),
             name: Name::parse("agent name", TASK_VALIDATOR).expect("name"),
             kind,
             instructions: "x".into(),

@@ -55,6 +55,56 @@ impl Budget {
     }
 }
 
+/// A workspace's spending limits and the default budget of its tasks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorkspaceLimits {
+    /// What each task may spend unless it or its agent says otherwise.
+    pub task_budget: Budget,
+    /// What all its tasks together may spend in a UTC day, in a UTC month
+    /// (millionths of a US dollar).
+    pub daily_cost_micro_usd: Option<u64>,
+    pub monthly_cost_micro_usd: Option<u64>,
+}
+
+impl WorkspaceLimits {
+    /// Checks what a caller sets: any limit given is more than 0.
+    pub fn check(&self) -> Result<(), DomainError> {
+        check_budget(&self.task_budget)?;
+        for (field, value) in [
+            ("daily_cost_usd", self.daily_cost_micro_usd),
+            ("monthly_cost_usd", self.monthly_cost_micro_usd),
+        ] {
+            if value == Some(0) {
+                return Err(DomainError::invalid(
+                    field,
+                    "must be more than 0 (leave it out for no limit)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The first spending limit the workspace's spend `today` and `this_month`
+    /// has reached, if any.
+    pub fn reached(&self, today: u64, this_month: u64) -> Option<(Limit, u64, u64)> {
+        [
+            (Limit::WorkspaceDaily, today, self.daily_cost_micro_usd),
+            (
+                Limit::WorkspaceMonthly,
+                this_month,
+                self.monthly_cost_micro_usd,
+            ),
+        ]
+        .into_iter()
+        .find_map(|(limit, spent, value)| value.filter(|v| spent >= *v).map(|v| (limit, spent, v)))
+    }
+
+    pub fn has_spending_limits(&self) -> bool {
+        self.daily_cost_micro_usd.is_some() || self.monthly_cost_micro_usd.is_some()
+    }
+}
+
 /// One kind of limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -62,6 +112,10 @@ pub enum Limit {
     Cost,
     Tokens,
     ToolCalls,
+    /// What a workspace's tasks spent in a UTC day.
+    WorkspaceDaily,
+    /// What a workspace's tasks spent in a UTC month.
+    WorkspaceMonthly,
 }
 
 impl Limit {
@@ -70,6 +124,8 @@ impl Limit {
             Self::Cost => "cost_usd",
             Self::Tokens => "tokens",
             Self::ToolCalls => "tool_calls",
+            Self::WorkspaceDaily => "workspace_daily_cost_usd",
+            Self::WorkspaceMonthly => "workspace_monthly_cost_usd",
         }
     }
 
@@ -77,7 +133,9 @@ impl Limit {
     pub fn show(self, value: u64) -> String {
         match self {
             #[allow(clippy::cast_precision_loss)]
-            Self::Cost => format!("${:.4}", value as f64 / 1_000_000.0),
+            Self::Cost | Self::WorkspaceDaily | Self::WorkspaceMonthly => {
+                format!("${:.4}", value as f64 / 1_000_000.0)
+            }
             Self::Tokens => format!("{value} tokens"),
             Self::ToolCalls => format!("{value} tool calls"),
         }
@@ -156,6 +214,8 @@ impl TaskBudget {
             Limit::Cost => usage.cost(),
             Limit::Tokens => usage.tokens(),
             Limit::ToolCalls => self.tool_calls,
+            // A workspace's spend is not the task's: see WorkspaceLimits.
+            Limit::WorkspaceDaily | Limit::WorkspaceMonthly => 0,
         }
     }
 
@@ -170,6 +230,7 @@ impl TaskBudget {
                 Limit::Cost => b.cost_micro_usd,
                 Limit::Tokens => b.tokens,
                 Limit::ToolCalls => b.tool_calls,
+                Limit::WorkspaceDaily | Limit::WorkspaceMonthly => None,
             };
             pick(&before) == pick(&self.limits)
         };
@@ -179,12 +240,25 @@ impl TaskBudget {
 
 /// The reason a task waits when `limit` was reached, with how to go on.
 pub fn exceeded_reason(limit: Limit, spent: u64, value: u64) -> String {
-    format!(
-        "budget_exceeded: its {} limit of {} was reached ({} spent); raise it with UpdateTaskBudget (chorus task budget) and start it again",
-        limit.as_str(),
-        limit.show(value),
-        limit.show(spent)
-    )
+    match limit {
+        Limit::Cost | Limit::Tokens | Limit::ToolCalls => format!(
+            "budget_exceeded: its {} limit of {} was reached ({} spent); raise it with UpdateTaskBudget (chorus task budget) and start it again",
+            limit.as_str(),
+            limit.show(value),
+            limit.show(spent)
+        ),
+        Limit::WorkspaceDaily | Limit::WorkspaceMonthly => format!(
+            "budget_exceeded: its workspace's {} limit of {} was reached ({} spent by its tasks); raise it with UpdateWorkspace (limits), or start it again the next UTC {}",
+            limit.as_str(),
+            limit.show(value),
+            limit.show(spent),
+            if limit == Limit::WorkspaceDaily {
+                "day"
+            } else {
+                "month"
+            }
+        ),
+    }
 }
 
 /// Checks a budget a caller gives: any limit it names is more than 0.

@@ -444,6 +444,25 @@ pub fn cancel_task(
     Ok(events)
 }
 
+/// What a workspace's tasks have spent, against its spending limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkspaceSpend {
+    pub limits: super::WorkspaceLimits,
+    /// Millionths of a US dollar this UTC day and this UTC month.
+    pub today: u64,
+    pub this_month: u64,
+}
+
+/// Refuses to start a task whose workspace has reached a spending limit.
+pub fn start_within_spending(spend: WorkspaceSpend) -> Result<(), DomainError> {
+    match spend.limits.reached(spend.today, spend.this_month) {
+        Some((limit, spent, value)) => Err(DomainError::Transition(super::exceeded_reason(
+            limit, spent, value,
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Fixes the limits a task starts with — its own, else `defaults` (the
 /// agent's, else the workspace's) — and refuses to start a task that has
 /// reached one already (FAILED_PRECONDITION, naming the limit and how to
@@ -479,8 +498,18 @@ pub fn set_budget(
 /// processes stop as a cancel's do), `budget_exceeded` is recorded once and
 /// the task waits (a task being planned fails) with the reason saying how
 /// to raise the limit. Nothing when only a task that no run works on spent.
-pub fn spend(task: &mut Task, runs: &mut [Run], now_ms: i64) -> Result<Events, DomainError> {
-    let verdict = task.budget.check(&task.usage);
+pub fn spend(
+    task: &mut Task,
+    runs: &mut [Run],
+    workspace: Option<WorkspaceSpend>,
+    now_ms: i64,
+) -> Result<Events, DomainError> {
+    let mut verdict = task.budget.check(&task.usage);
+    if let Some(reached) = workspace.and_then(|w| w.limits.reached(w.today, w.this_month))
+        && !matches!(verdict, super::Verdict::Exceeded(..))
+    {
+        verdict = super::Verdict::Exceeded(reached.0, reached.1, reached.2);
+    }
     let pct = |spent: u64, value: u64| spent.saturating_mul(100) / value.max(1);
     let show = |limit: super::Limit, spent: u64, value: u64| {
         json!({

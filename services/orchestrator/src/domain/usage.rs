@@ -420,6 +420,14 @@ pub fn day_of(ms: i64) -> i64 {
 /// The Julian day number of 1970-01-01.
 const EPOCH_JULIAN_DAY: i64 = 2_440_588;
 
+/// The first day of the UTC month of `day`.
+pub fn month_start(day: i64) -> i64 {
+    i32::try_from(day + EPOCH_JULIAN_DAY)
+        .ok()
+        .and_then(|j| time::Date::from_julian_day(j).ok())
+        .map_or(day, |d| day - i64::from(d.day()) + 1)
+}
+
 /// A UTC day as `YYYY-MM-DD`.
 pub fn date_of_day(day: i64) -> String {
     i32::try_from(day + EPOCH_JULIAN_DAY)
@@ -680,6 +688,11 @@ mod tests {
         assert_eq!(
             day_of_date("to", &date_of_day(20_419)).expect("round trip"),
             20_419
+        );
+        assert_eq!(date_of_day(month_start(20_418)), "2025-11-01");
+        assert_eq!(
+            month_start(day_of_date("d", "2026-03-01").expect("a date")),
+            day_of_date("d", "2026-03-01").expect("a date")
         );
         let err = day_of_date("from", "26/11/2025").expect_err("not a date");
         assert!(err.to_string().contains("YYYY-MM-DD"), "{err}");

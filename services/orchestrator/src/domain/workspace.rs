@@ -42,6 +42,8 @@ pub struct Workspace {
     pub root: PathBuf,
     /// Provider that runs internal agents (the planner), when one is set.
     pub system_provider: Option<Name>,
+    /// Its spending limits and its tasks' default budget.
+    pub limits: super::WorkspaceLimits,
     pub created_ms: i64,
     pub updated_ms: i64,
 }

@@ -30,6 +30,24 @@ pub fn workspace(w: &Workspace, warnings: Vec<String>) -> pb::Workspace {
             .unwrap_or_default(),
         created_ms: w.created_ms,
         updated_ms: w.updated_ms,
+        limits: Some(workspace_limits(&w.limits)),
+    }
+}
+
+#[allow(clippy::cast_precision_loss)]
+pub fn workspace_limits(l: &crate::domain::WorkspaceLimits) -> pb::WorkspaceLimits {
+    pb::WorkspaceLimits {
+        task_budget: Some(budget(l.task_budget)),
+        daily_cost_usd: l.daily_cost_micro_usd.map(|c| c as f64 / 1_000_000.0),
+        monthly_cost_usd: l.monthly_cost_micro_usd.map(|c| c as f64 / 1_000_000.0),
+    }
+}
+
+pub fn workspace_limits_from(l: pb::WorkspaceLimits) -> crate::domain::WorkspaceLimits {
+    crate::domain::WorkspaceLimits {
+        task_budget: budget_from(l.task_budget),
+        daily_cost_micro_usd: l.daily_cost_usd.map(crate::domain::Usage::micro_usd),
+        monthly_cost_micro_usd: l.monthly_cost_usd.map(crate::domain::Usage::micro_usd),
     }
 }
 
@@ -142,6 +160,7 @@ pub fn agent(workspace_id: &str, a: &Agent) -> pb::Agent {
         created_ms: a.created_ms,
         updated_ms: a.updated_ms,
         egress: a.egress.clone(),
+        budget: Some(budget(a.budget)),
     }
 }
 

@@ -53,6 +53,7 @@ mod tests {
 
     fn agent(name: &str, kind: AgentKind, instructions: &str) -> Agent {
         Agent {
+            budget: crate::domain::Budget::default(),
             name: Name::parse("agent", name).expect("name"),
             kind,
             instructions: instructions.to_owned(),

@@ -22,6 +22,8 @@ pub struct NewAgent {
     pub model: Option<String>,
     /// `host:port` rules (see [`Agent::egress`]).
     pub egress: Vec<String>,
+    /// The default budget of a task started with it.
+    pub budget: crate::domain::Budget,
 }
 
 /// Changes to an agent: `None` keeps a field, `Some(None)` clears it,
@@ -33,6 +35,7 @@ pub struct AgentChanges {
     pub provider: Option<Option<Name>>,
     pub model: Option<Option<String>>,
     pub egress: Option<Vec<String>>,
+    pub budget: Option<crate::domain::Budget>,
 }
 
 impl Store {
@@ -46,6 +49,7 @@ impl Store {
         Agent::check_allowed_tools(&allowed_tools)?;
         Agent::check_instructions(&new.instructions)?;
         let egress = Agent::check_egress(&new.egress)?;
+        crate::domain::check_budget(&new.budget)?;
         self.write(move |conn| {
             ensure_workspace(conn, workspace)?;
             let now = now_ms();
@@ -57,6 +61,7 @@ impl Store {
                 provider: new.provider,
                 model: new.model,
                 egress,
+                budget: new.budget,
                 created_ms: now,
                 updated_ms: now,
             };
@@ -129,6 +134,9 @@ impl Store {
         if let Some(egress) = &mut changes.egress {
             *egress = Agent::check_egress(egress)?;
         }
+        if let Some(budget) = &changes.budget {
+            crate::domain::check_budget(budget)?;
+        }
         self.write(move |conn| {
             let key = (workspace.to_string(), name.to_string());
             let row = first_locked!(
@@ -159,6 +167,7 @@ impl Store {
                     agents::provider.eq(&row.provider),
                     agents::model.eq(&row.model),
                     agents::egress.eq(&row.egress),
+                    agents::budget.eq(&row.budget),
                     agents::updated_ms.eq(row.updated_ms),
                 ))
                 .execute(conn);
@@ -277,6 +286,9 @@ impl AgentChanges {
         }
         if let Some(egress) = self.egress {
             agent.egress = egress;
+        }
+        if let Some(budget) = self.budget {
+            agent.budget = budget;
         }
     }
 }

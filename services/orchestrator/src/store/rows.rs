@@ -80,6 +80,8 @@ pub(super) struct WorkspaceRow {
     pub system_provider: Option<String>,
     pub created_ms: i64,
     pub updated_ms: i64,
+    /// JSON of `WorkspaceLimits`.
+    pub limits: Option<String>,
 }
 
 impl WorkspaceRow {
@@ -93,6 +95,12 @@ impl WorkspaceRow {
             name: r.name("workspace name", &self.name)?,
             root: PathBuf::from(&self.root),
             system_provider: r.opt_name("system provider", self.system_provider.as_deref())?,
+            limits: self
+                .limits
+                .as_deref()
+                .map(|l| r.json("limits", l))
+                .transpose()?
+                .unwrap_or_default(),
             created_ms: self.created_ms,
             updated_ms: self.updated_ms,
         })
@@ -156,6 +164,8 @@ pub(super) struct AgentRow {
     pub updated_ms: i64,
     /// JSON array of `host:port` rules.
     pub egress: String,
+    /// JSON of `Budget`.
+    pub budget: Option<String>,
 }
 
 impl AgentRow {
@@ -171,6 +181,7 @@ impl AgentRow {
             created_ms: agent.created_ms,
             updated_ms: agent.updated_ms,
             egress: to_json(&agent.egress)?,
+            budget: Some(to_json(&agent.budget)?),
         })
     }
 
@@ -188,6 +199,12 @@ impl AgentRow {
             provider: r.opt_name("provider", self.provider.as_deref())?,
             model: self.model,
             egress: r.json("egress", &self.egress)?,
+            budget: self
+                .budget
+                .as_deref()
+                .map(|b| r.json("budget", b))
+                .transpose()?
+                .unwrap_or_default(),
             created_ms: self.created_ms,
             updated_ms: self.updated_ms,
         })

@@ -10,6 +10,8 @@ diesel::table! {
         system_provider -> Nullable<Text>,
         created_ms -> BigInt,
         updated_ms -> BigInt,
+        /// JSON of `WorkspaceLimits`.
+        limits -> Nullable<Text>,
     }
 }
 
@@ -44,6 +46,8 @@ diesel::table! {
         updated_ms -> BigInt,
         /// JSON array of `host:port` rules.
         egress -> Text,
+        /// JSON of `Budget`: the default of a task started with it.
+        budget -> Nullable<Text>,
     }
 }
 

@@ -422,13 +422,30 @@ fn spend(
     if task.usage == before.usage && tool_calls == 0 {
         return Ok(Vec::new());
     }
-    if task.budget.reached(&task.usage).is_none() {
+    // A model call also counts against the workspace's spending limits.
+    let workspace = if task.usage == before.usage {
+        None
+    } else {
+        Some(super::usage::workspace_spend(
+            conn,
+            task.workspace_id,
+            true,
+        )?)
+    };
+    let workspace_reached =
+        workspace.is_some_and(|w| w.limits.reached(w.today, w.this_month).is_some());
+    if task.budget.reached(&task.usage).is_none() && !workspace_reached {
         // Within, or a warning: no run changes.
-        return Ok(crate::domain::policy::spend(task, &mut [], now_ms())?);
+        return Ok(crate::domain::policy::spend(
+            task,
+            &mut [],
+            workspace,
+            now_ms(),
+        )?);
     }
     let before_runs = super::runs::load_unfinished(conn, Some(task.id))?;
     let mut runs = before_runs.clone();
-    let events = crate::domain::policy::spend(task, &mut runs, now_ms())?;
+    let events = crate::domain::policy::spend(task, &mut runs, workspace, now_ms())?;
     for (before, run) in before_runs.iter().zip(&runs) {
         super::runs::save_run(conn, before, run)?;
     }

@@ -9,8 +9,10 @@ use super::runs::{load_run, save_run};
 use super::schema::{model_calls, usage_daily};
 use super::tasks::{lock_task, save_task};
 use super::{Db, Store, StoreError};
+use crate::domain::policy::WorkspaceSpend;
 use crate::domain::{
-    DayUsage, Event, Name, PricedCall, Run, RunId, Task, Usage, WorkspaceId, day_of, now_ms,
+    DayUsage, Event, Name, PricedCall, Run, RunId, Task, Usage, WorkspaceId, day_of, month_start,
+    now_ms,
 };
 
 impl Store {
@@ -62,6 +64,69 @@ impl Store {
             rows.into_iter().map(DayRow::into_domain).collect()
         })
         .await
+    }
+}
+
+/// What `workspace`'s tasks have spent this UTC day and this UTC month, against
+/// its limits; with `lock`, a workspace with spending limits has its row
+/// locked to the commit first, so that two calls cannot both pass a limit
+/// they reach together (a workspace without limits locks nothing).
+pub(super) fn workspace_spend(
+    conn: &mut AnyConnection,
+    workspace: WorkspaceId,
+    lock: bool,
+) -> Result<WorkspaceSpend, StoreError> {
+    use super::schema::workspaces;
+    let unlocked = super::workspaces::load_workspace(conn, workspace)?.limits;
+    let limits = if lock && unlocked.has_spending_limits() {
+        let row: Option<super::rows::WorkspaceRow> = super::connection::first_locked!(
+            &mut *conn,
+            workspaces::table
+                .find(workspace.to_string())
+                .select(super::rows::WorkspaceRow::as_select())
+        )
+        .db()?;
+        row.ok_or_else(|| StoreError::not_found("workspace", workspace))?
+            .into_domain()?
+            .limits
+    } else {
+        unlocked
+    };
+    if !limits.has_spending_limits() {
+        return Ok(WorkspaceSpend {
+            limits,
+            today: 0,
+            this_month: 0,
+        });
+    }
+    let today = day_of(now_ms());
+    let days: Vec<(i64, i64)> = usage_daily::table
+        .filter(usage_daily::workspace_id.eq(workspace.to_string()))
+        .filter(usage_daily::day.ge(month_start(today)))
+        .filter(usage_daily::day.le(today))
+        .select((usage_daily::day, usage_daily::cost_micro_usd))
+        .load(conn)
+        .db()?;
+    let sum = |from: i64| {
+        let total: i64 = days
+            .iter()
+            .filter(|(d, _)| *d >= from)
+            .map(|(_, c)| c)
+            .sum();
+        u64::try_from(total).unwrap_or(0)
+    };
+    Ok(WorkspaceSpend {
+        limits,
+        today: sum(today),
+        this_month: sum(month_start(today)),
+    })
+}
+
+impl Store {
+    /// What `workspace`'s tasks have spent this UTC day and month, against its limits.
+    pub async fn spend_of(&self, workspace: WorkspaceId) -> Result<WorkspaceSpend, StoreError> {
+        self.with_conn(move |conn| workspace_spend(conn, workspace, false))
+            .await
     }
 }
 

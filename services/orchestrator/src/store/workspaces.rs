@@ -35,6 +35,7 @@ impl Store {
                     name,
                     root,
                     system_provider: None,
+                    limits: crate::domain::WorkspaceLimits::default(),
                     created_ms: now,
                     updated_ms: now,
                 };
@@ -45,6 +46,7 @@ impl Store {
                     system_provider: None,
                     created_ms: now,
                     updated_ms: now,
+                    limits: None,
                 };
                 or_exists(
                     diesel::insert_into(workspaces::table)
@@ -62,6 +64,7 @@ impl Store {
                         provider: None,
                         model: None,
                         egress: Vec::new(),
+                        budget: crate::domain::Budget::default(),
                         created_ms: now,
                         updated_ms: now,
                     };
@@ -102,6 +105,7 @@ impl Store {
         id: WorkspaceId,
         name: Option<Name>,
         system_provider: Option<Option<Name>>,
+        limits: Option<crate::domain::WorkspaceLimits>,
     ) -> Result<Workspace, StoreError> {
         self.write(move |conn| {
             let current = load_workspace(conn, id)?;
@@ -123,6 +127,12 @@ impl Store {
             if let Some(provider) = &system_provider {
                 diesel::update(target)
                     .set(workspaces::system_provider.eq(provider.as_ref().map(Name::as_str)))
+                    .execute(conn)
+                    .db()?;
+            }
+            if let Some(limits) = &limits {
+                diesel::update(target)
+                    .set(workspaces::limits.eq(super::rows::to_json(limits)?))
                     .execute(conn)
                     .db()?;
             }

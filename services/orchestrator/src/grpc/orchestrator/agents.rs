@@ -30,6 +30,7 @@ pub(super) async fn create(
         provider: convert::optional_name("provider", req.provider)?,
         model: convert::non_empty(req.model),
         egress: req.egress,
+        budget: convert::budget_from(req.budget),
     };
     let agent = state.store.create_agent(workspace, new).await?;
     Ok(convert::agent(&workspace.to_string(), &agent))
@@ -94,6 +95,7 @@ pub(super) async fn update(
             .transpose()?,
         model: req.model.map(convert::non_empty),
         egress: req.set_egress.then_some(req.egress),
+        budget: req.budget.map(|b| convert::budget_from(Some(b))),
     };
     let agent = crate::core::agents::update(state, workspace, name, instructions, changes).await?;
     Ok(convert::agent(&workspace.to_string(), &agent))

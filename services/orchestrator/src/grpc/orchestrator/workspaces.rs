@@ -53,9 +53,13 @@ pub(super) async fn update(
         .system_provider
         .map(|p| convert::optional_name("system_provider", p))
         .transpose()?;
+    let limits = req.limits.map(convert::workspace_limits_from);
+    if let Some(limits) = &limits {
+        limits.check()?;
+    }
     let workspace = state
         .store
-        .update_workspace(id, name, system_provider)
+        .update_workspace(id, name, system_provider, limits)
         .await?;
     Ok(on_wire(state, &workspace))
 }

@@ -5,6 +5,7 @@ use crate::store::{AgentChanges, NewAgent, StoreError};
 
 fn reviewer() -> NewAgent {
     NewAgent {
+        budget: crate::domain::Budget::default(),
         name: name_of("reviewer"),
         instructions: "Review the change.".into(),
         allowed_tools: vec!["@reviewer".into(), "file.read".into()],
@@ -72,6 +73,7 @@ async fn agents_are_updated_and_deleted_but_internal_agents_keep_their_tools() {
                 ws.id,
                 writer.clone(),
                 AgentChanges {
+                    budget: None,
                     instructions: Some("Write tersely.".into()),
                     allowed_tools: Some(vec!["@developer".into()]),
                     provider: Some(Some(name_of("claude"))),

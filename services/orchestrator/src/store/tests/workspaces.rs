@@ -114,7 +114,7 @@ async fn workspace_names_are_unique() {
         let code = t.workspace("code").await;
         let err = t
             .store
-            .update_workspace(code.id, Some(name_of("docs")), None)
+            .update_workspace(code.id, Some(name_of("docs")), None, None)
             .await
             .expect_err(b);
         assert!(
@@ -159,7 +159,7 @@ async fn the_system_provider_must_be_a_provider_of_the_workspace() {
         let ws = t.workspace("docs").await;
         let err = t
             .store
-            .update_workspace(ws.id, None, Some(Some(name_of("claude"))))
+            .update_workspace(ws.id, None, Some(Some(name_of("claude"))), None)
             .await
             .expect_err(b);
         assert_eq!(err, StoreError::not_found("provider", "claude"), "{b}");
@@ -167,7 +167,12 @@ async fn the_system_provider_must_be_a_provider_of_the_workspace() {
         t.store.create_provider(ws.id, claude()).await.expect(b);
         let renamed = t
             .store
-            .update_workspace(ws.id, Some(name_of("notes")), Some(Some(name_of("claude"))))
+            .update_workspace(
+                ws.id,
+                Some(name_of("notes")),
+                Some(Some(name_of("claude"))),
+                None,
+            )
             .await
             .expect(b);
         assert_eq!(renamed.name.as_str(), "notes", "{b}");
@@ -176,7 +181,7 @@ async fn the_system_provider_must_be_a_provider_of_the_workspace() {
 
         let cleared = t
             .store
-            .update_workspace(ws.id, None, Some(None))
+            .update_workspace(ws.id, None, Some(None), None)
             .await
             .expect(b);
         assert_eq!(cleared.system_provider, None, "{b}");
@@ -185,7 +190,7 @@ async fn the_system_provider_must_be_a_provider_of_the_workspace() {
         let missing = WorkspaceId::new();
         let err = t
             .store
-            .update_workspace(missing, None, None)
+            .update_workspace(missing, None, None, None)
             .await
             .expect_err(b);
         assert_eq!(err, StoreError::not_found("workspace", missing), "{b}");
@@ -199,7 +204,7 @@ async fn deleting_a_workspace_deletes_its_providers_and_agents_but_not_tasks() {
         let ws = t.workspace("docs").await;
         t.store.create_provider(ws.id, claude()).await.expect(b);
         t.store
-            .update_workspace(ws.id, None, Some(Some(name_of("claude"))))
+            .update_workspace(ws.id, None, Some(Some(name_of("claude"))), None)
             .await
             .expect(b);
         t.store.delete_workspace(ws.id).await.expect(b);

@@ -83,6 +83,7 @@ async fn workspaces_are_created_read_listed_renamed_and_deleted() {
 
         let update = |name: Option<&str>, system_provider: Option<&str>| {
             Request::new(pb::UpdateWorkspaceRequest {
+                limits: None,
                 id: docs.id.clone(),
                 name: name.map(str::to_owned),
                 system_provider: system_provider.map(str::to_owned),

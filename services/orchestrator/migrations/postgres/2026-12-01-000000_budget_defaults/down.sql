@@ -1,0 +1,2 @@
+ALTER TABLE workspaces DROP COLUMN limits;
+ALTER TABLE agents DROP COLUMN budget;
