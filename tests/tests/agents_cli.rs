@@ -71,6 +71,17 @@ async fn completes_with_one_allowed_and_one_denied_tool(
         "record.json"
     );
     let task = planned_task(&mut client, &team.workspace, &script).await;
+    // A cost limit: Claude Code gets what is left of it as its own limit too.
+    client
+        .update_task_budget(pb::UpdateTaskBudgetRequest {
+            task_id: task.id.clone(),
+            budget: Some(pb::Budget {
+                cost_usd: Some(2.5),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("a budget");
     let started = start(&mut client, &task, &team.agent, 0).await;
     assert_eq!(started.task.expect("task").status, "active");
     let run = started.run.expect("run");
@@ -154,6 +165,7 @@ async fn completes_with_one_allowed_and_one_denied_tool(
     match (kind, transport) {
         (pb::ProviderKind::ClaudeCode, pb::ToolTransport::Mcp) => {
             assert_eq!(&argv[..1], ["-p"]);
+            assert_eq!(flag("--max-budget-usd").as_deref(), Some("2.500000"));
             assert_eq!(flag("--tools").as_deref(), Some(""), "no built-in tool");
             assert!(argv.contains(&"--strict-mcp-config".to_owned()));
             let config: Value =
@@ -190,6 +202,7 @@ async fn completes_with_one_allowed_and_one_denied_tool(
         }
         (pb::ProviderKind::ClaudeCode, _) => {
             assert_eq!(&argv[..1], ["-p"]);
+            assert_eq!(flag("--max-budget-usd").as_deref(), Some("2.500000"));
             assert_eq!(flag("--output-format").as_deref(), Some("stream-json"));
             assert!(argv.contains(&"--verbose".to_owned()));
             assert_eq!(flag("--tools").as_deref(), Some("Bash"));

@@ -61,6 +61,17 @@ async fn the_real_claude_code_cli_reads_is_refused_and_reports_through_chorus_to
         "Read notes.txt and report its content.",
     )
     .await;
+    // A cost limit, which the real CLI gets as its own --max-budget-usd too.
+    client
+        .update_task_budget(pb::UpdateTaskBudgetRequest {
+            task_id: task.id.clone(),
+            budget: Some(pb::Budget {
+                cost_usd: Some(5.0),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("a budget");
     start(&mut client, &task, &team.agent, 120).await;
     let events = wait_for(&mut client, &task.id, ends_run).await;
     let kinds = summary(&events);

@@ -121,6 +121,10 @@ pub struct RunContext {
     /// The run was taken over from a replica that died or shut down: its
     /// session is resumed.
     pub resumed: bool,
+    /// What was left of its task's cost limit when it started, in millionths
+    /// of a US dollar: a CLI that has a limit of its own gets it (Claude
+    /// Code's `--max-budget-usd`), besides the server's.
+    pub cost_left_micro_usd: Option<u64>,
     pub task_id: TaskId,
     pub agent: Name,
     pub agent_kind: AgentKind,

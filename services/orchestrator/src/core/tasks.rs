@@ -141,7 +141,7 @@ pub async fn start(state: &AppState, req: Start) -> Result<(Task, Run), ServiceE
             Ok(vec![policy::change_status(task, TaskStatus::Active, None)?])
         })
         .await?;
-    launch.start(state, &run, message, before(&events));
+    launch.start(state, &run, &task, message, before(&events));
     Ok((task, run))
 }
 
@@ -269,6 +269,7 @@ async fn launch_planner(
     launch.start(
         state,
         &run,
+        &task,
         planner_message(&task, &agents),
         before(&events),
     );

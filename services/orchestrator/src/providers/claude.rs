@@ -95,6 +95,13 @@ pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliComm
     if let Some(model) = &ctx.model {
         args.extend(["--model".to_owned(), model.clone()]);
     }
+    // Its own second limit: what is left of the task's cost limit (the
+    // server's check stops the task whatever the CLI does).
+    if let Some(left) = ctx.cost_left_micro_usd {
+        #[allow(clippy::cast_precision_loss)]
+        let dollars = left as f64 / 1_000_000.0;
+        args.extend(["--max-budget-usd".to_owned(), format!("{dollars:.6}")]);
+    }
     if let Some(session) = &attempt.resume {
         args.extend(["--resume".to_owned(), session.clone()]);
     }

@@ -143,7 +143,7 @@ pub async fn handoff(
     let new = launch.new_run(task_id, Some((parent.as_ref().map(|p| p.id), prompt)));
     // The parent's clock stops when its driver, wherever it runs, reads
     // `agent_handoff_started`, and starts again at `agent_handoff_completed`.
-    let (run, _task, events) = state
+    let (run, task, events) = state
         .store
         .open_run(new, |task, run, parent| begin_handoff(task, run, parent))
         .await?;
@@ -151,7 +151,7 @@ pub async fn handoff(
         .iter()
         .find(|e| e.kind == EventKind::AgentHandoffStarted)
         .map_or(0, |e| e.sequence);
-    launch.start(state, &run, message, before(&events));
+    launch.start(state, &run, &task, message, before(&events));
     Ok(follow(state, task_id, run.id, started.saturating_sub(1)))
 }
 

@@ -30,6 +30,9 @@ pub struct Launch {
     timeout: Duration,
     /// Who its processes run as.
     identity: chorus_sandbox::Identity,
+    /// What is left of its task's cost limit when it starts (a CLI's own
+    /// second limit; the server's check is the one that holds).
+    cost_left: Option<u64>,
 }
 
 impl Launch {
@@ -101,6 +104,7 @@ impl Launch {
             system_prompt,
             timeout,
             identity,
+            cost_left: None,
         })
     }
 
@@ -146,7 +150,17 @@ impl Launch {
     /// Starts the driver of `run` (just opened with [`Launch::token_binding`],
     /// spawning) with its first message; its supervisor follows the task's
     /// history after `after`.
-    pub fn start(self, state: &AppState, run: &Run, message: String, after: u64) {
+    /// Starts the driver of `run` of `task` with `message`; a CLI agent gets
+    /// what is left of the task's cost limit as its own limit too.
+    pub fn start(
+        mut self,
+        state: &AppState,
+        run: &Run,
+        task: &crate::domain::Task,
+        message: String,
+        after: u64,
+    ) {
+        self.cost_left = task.budget.cost_left(&task.usage);
         let attempt = Attempt {
             message,
             resume: None,
@@ -197,6 +211,7 @@ impl Launch {
             identity: self.identity,
             clock: RunClock::start(self.timeout),
             timeout: self.timeout,
+            cost_left_micro_usd: self.cost_left,
             resumed,
             stop: state.shutdown.child_token(),
             span: tracing::Span::none(),
