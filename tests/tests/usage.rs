@@ -390,3 +390,69 @@ async fn a_canceled_or_timed_out_run_keeps_the_calls_it_made() {
         orchestrator.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_made_before_the_orchestrator_is_killed_are_kept_and_none_is_counted_twice() {
+    use chorus_tests::orchestrator::OrchestratorProcess;
+    let data_dir = tempfile::tempdir().expect("data");
+    let prices = data_dir.path().join("prices.toml");
+    std::fs::write(&prices, PRICES).expect("the price table");
+    let prices = prices.display().to_string();
+    for db in databases(data_dir.path()) {
+        let b = db.backend;
+        let root = tempfile::tempdir().expect("root");
+        let model = FakeOpenAi::start(vec![
+            Step::tool_call("bash", json!({"command": "sleep 60"})),
+            Step::tool_call(
+                "completion-report",
+                json!({"status": "complete", "summary": "waited", "output": "ok"}),
+            ),
+        ])
+        .await;
+        // The price table from its flag; a short lease, so that on PostgreSQL
+        // the restarted replica takes the run back soon.
+        let args = ["--prices", prices.as_str(), "--lease-secs", "3"];
+        let state = data_dir.path().join(b);
+        let first = OrchestratorProcess::spawn(&state, &db.url, &args).await;
+        let mut client = first.client().await;
+        let team = team(
+            &mut client,
+            root.path(),
+            pb::ProviderKind::OpenaiCompatible,
+            &model.base_url(),
+            "sk-test",
+            "fake-model",
+            &["bash"],
+            "You wait.",
+        )
+        .await;
+        let task = planned_task(&mut client, &team.workspace, "Wait.").await;
+        start(&mut client, &task, &team.agent, 0).await;
+        wait_for(&mut client, &task.id, |e| {
+            e.kind == "agent_progress" && data(e)["kind"] == "tool_use"
+        })
+        .await;
+        drop(client);
+        first.kill().await;
+
+        let second = OrchestratorProcess::spawn(&state, &db.url, &args).await;
+        let mut client = second.client().await;
+        let kept = task_of(&mut client, &task.id).await;
+        assert!(
+            kept.usage.as_ref().is_some_and(|u| u.model_calls >= 1),
+            "{b}: the call before the kill is kept: {:?}",
+            kept.usage
+        );
+        // The run is resumed and ends; every call the model answered is
+        // counted once, priced by the table the flag named.
+        wait_for(&mut client, &task.id, |e| {
+            e.kind == "status_changed" && data(e)["to"] == "completed"
+        })
+        .await;
+        let done = task_of(&mut client, &task.id).await;
+        let answered = model.requests().len() as u64;
+        assert_eq!(usage_of(done.usage.as_ref()), calls(answered, true), "{b}");
+        drop(client);
+        second.stop().await;
+    }
+}
