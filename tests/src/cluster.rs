@@ -27,12 +27,19 @@ pub struct Cluster {
     /// Index i is replica `r<i>`; None while it is down.
     pub replicas: Vec<Option<OrchestratorProcess>>,
     lease_secs: u64,
+    /// More flags every replica starts with.
+    extra: Vec<String>,
 }
 
 impl Cluster {
     /// `n` replicas with leases of `lease_secs`, on a new PostgreSQL schema;
     /// None when no PostgreSQL is configured (`CHORUS_TEST_DATABASE_URL`).
     pub async fn start(n: usize, lease_secs: u64) -> Option<Self> {
+        Self::start_with(n, lease_secs, &[]).await
+    }
+
+    /// [`Self::start`], every replica with the flags `extra` too.
+    pub async fn start_with(n: usize, lease_secs: u64, extra: &[&str]) -> Option<Self> {
         let dir = tempfile::tempdir().expect("dir");
         let db = crate::db::databases(dir.path())
             .into_iter()
@@ -64,6 +71,7 @@ impl Cluster {
             tool_exec,
             replicas: (0..n).map(|_| None).collect(),
             lease_secs,
+            extra: extra.iter().map(|a| (*a).to_owned()).collect(),
         };
         for i in 0..n {
             cluster.start_replica(i).await;
@@ -101,30 +109,27 @@ impl Cluster {
         );
         let fake = crate::agents::fake_cli().display().to_string();
         let roots = self.root.path().display().to_string();
-        let replica = OrchestratorProcess::spawn(
-            &data,
-            url,
-            &[
-                "--replica-id",
-                &id,
-                "--lease-secs",
-                &lease,
-                "--runs-dir",
-                &runs,
-                "--secrets-key-file",
-                &key,
-                "--tool-exec-addr",
-                &tools,
-                "--advertise-addr",
-                &advertise,
-                "--claude-bin",
-                &fake,
-                "--workspace-roots",
-                &roots,
-                "--keep-run-dirs",
-            ],
-        )
-        .await;
+        let mut args = vec![
+            "--replica-id",
+            &id,
+            "--lease-secs",
+            &lease,
+            "--runs-dir",
+            &runs,
+            "--secrets-key-file",
+            &key,
+            "--tool-exec-addr",
+            &tools,
+            "--advertise-addr",
+            &advertise,
+            "--claude-bin",
+            &fake,
+            "--workspace-roots",
+            &roots,
+            "--keep-run-dirs",
+        ];
+        args.extend(self.extra.iter().map(String::as_str));
+        let replica = OrchestratorProcess::spawn(&data, url, &args).await;
         self.replicas[i] = Some(replica);
         self.rebalance();
     }

@@ -386,3 +386,90 @@ async fn defaults_fill_the_limits_a_task_leaves_out_and_a_workspace_day_limit_st
         orchestrator.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspace_day_limit_holds_across_two_replicas_and_counts_each_call_once() {
+    use chorus_tests::cluster::Cluster;
+    let dir = tempfile::tempdir().expect("dir");
+    let prices = dir.path().join("prices.toml");
+    std::fs::write(&prices, PRICES).expect("the price table");
+    let prices = prices.display().to_string();
+    let Some(cluster) = Cluster::start_with(2, 20, &["--prices", &prices]).await else {
+        eprintln!("CHORUS_TEST_DATABASE_URL is not set: replicas need PostgreSQL; skipped");
+        return;
+    };
+    std::fs::write(cluster.root.path().join("notes.txt"), "alpha\n").expect("a file");
+    let read = || Step::tool_call("file_read", json!({"path": "notes.txt"}));
+    let left_model = FakeOpenAi::start((0..10).map(|_| read()).collect()).await;
+    let right_model = FakeOpenAi::start((0..10).map(|_| read()).collect()).await;
+    let mut first = cluster.client(0).await;
+    let mut second = cluster.client(1).await;
+    let ws = chorus_tests::agents::workspace(&mut first, "spend", cluster.root.path()).await;
+    for (side, model) in [("left", &left_model), ("right", &right_model)] {
+        first
+            .create_provider(pb::CreateProviderRequest {
+                workspace_id: ws.id.clone(),
+                name: side.into(),
+                kind: pb::ProviderKind::OpenaiCompatible.into(),
+                base_url: model.base_url(),
+                model: "fake-model".into(),
+                api_key: "sk-test".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("provider");
+        add_agent(&mut first, &ws, side, &["file.read"], side).await;
+    }
+    let limit_calls = 5.0;
+    first
+        .update_workspace(pb::UpdateWorkspaceRequest {
+            id: ws.id.clone(),
+            limits: Some(pb::WorkspaceLimits {
+                daily_cost_usd: Some(limit_calls * CALL_USD),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("a day's limit");
+    // One task driven by each replica, at once.
+    let left = planned_task(&mut first, &ws, "Read on the left.").await;
+    let right = planned_task(&mut first, &ws, "Read on the right.").await;
+    start(&mut first, &left, "left", 0).await;
+    start(&mut second, &right, "right", 0).await;
+    for task in [&left, &right] {
+        let events = wait_for(&mut first, &task.id, |e| e.kind == "budget_exceeded").await;
+        let exceeded = data(events.last().expect("exceeded"));
+        assert_eq!(exceeded["limit"], "workspace_daily_cost_usd", "{exceeded}");
+    }
+    let mut per_task = 0;
+    for task in [&left, &right] {
+        let t = task_of(&mut first, &task.id).await;
+        assert_eq!(t.status, "waiting", "{}", t.status_reason);
+        per_task += t.usage.unwrap_or_default().model_calls;
+    }
+    // Every call is counted once — in its task and in the day's sums, which
+    // agree with what the models answered — and the limit held: past it,
+    // at most the one call the other task had in flight.
+    let day = first
+        .get_usage(pb::GetUsageRequest {
+            workspace_id: ws.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("usage")
+        .into_inner()
+        .total
+        .unwrap_or_default();
+    let answered = (left_model.requests().len() + right_model.requests().len()) as u64;
+    assert_eq!(day.model_calls, per_task, "{day:?}");
+    assert_eq!(day.model_calls, answered, "{day:?}");
+    assert!(
+        (5..=6).contains(&day.model_calls),
+        "the limit is 5 calls' cost: {day:?}"
+    );
+    assert!(
+        (day.cost_usd - day.model_calls as f64 * CALL_USD).abs() < 1e-9,
+        "{day:?}"
+    );
+}
