@@ -629,3 +629,83 @@ pub async fn status(mut client: Client, out: &Out) -> Result<Exit, Fail> {
     );
     Ok(Exit::Ok)
 }
+
+/// `chorus usage`: GetUsage as a table (or JSON).
+pub async fn usage(
+    mut client: Client,
+    out: &Out,
+    workspace: Option<String>,
+    by: Vec<String>,
+    from: Option<String>,
+    to: Option<String>,
+) -> Result<Exit, Fail> {
+    let workspace_id = match workspace {
+        Some(w) => workspace_id(&mut client, &w).await?,
+        None => String::new(),
+    };
+    let report = client
+        .get_usage(pb::GetUsageRequest {
+            workspace_id,
+            from: from.unwrap_or_default(),
+            to: to.unwrap_or_default(),
+            group_by: by.clone(),
+        })
+        .await
+        .map_err(|s| Fail::call("read the usage", &s))?
+        .into_inner();
+    let mut rows: Vec<Value> = report
+        .groups
+        .iter()
+        .map(|g| {
+            let mut row = output::usage(g.usage.as_ref());
+            row["workspace"] = json!(g.workspace_id);
+            row["agent"] = json!(g.agent);
+            row["provider"] = json!(g.provider);
+            row["model"] = json!(g.model);
+            row["day"] = json!(g.day);
+            row
+        })
+        .collect();
+    if out.format == Format::Json {
+        out.value(
+            &json!({
+                "from": report.from,
+                "to": report.to,
+                "groups": rows,
+                "total": output::usage(report.total.as_ref()),
+            }),
+            &[],
+        );
+        return Ok(Exit::Ok);
+    }
+    let mut total = output::usage(report.total.as_ref());
+    total["agent"] = json!("TOTAL");
+    total["workspace"] = json!("TOTAL");
+    rows.push(total);
+    let mut columns: Vec<(&str, &str)> = [
+        ("workspace", ("WORKSPACE", "workspace")),
+        ("agent", ("AGENT", "agent")),
+        ("provider", ("PROVIDER", "provider")),
+        ("model", ("MODEL", "model")),
+        ("day", ("DAY", "day")),
+    ]
+    .into_iter()
+    .filter(|(d, _)| by.iter().any(|b| b == d))
+    .map(|(_, c)| c)
+    .collect();
+    columns.extend([
+        ("CALLS", "modelCalls"),
+        ("IN", "inputTokens"),
+        ("OUT", "outputTokens"),
+        ("CACHED", "cacheReadTokens"),
+        ("COST $", "costUsd"),
+        ("UNPRICED", "unpricedCalls"),
+    ]);
+    say!(
+        "{} to {} (UTC days; the last one not included)",
+        report.from,
+        report.to
+    );
+    out.table(&rows, &columns);
+    Ok(Exit::Ok)
+}

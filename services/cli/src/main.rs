@@ -60,6 +60,22 @@ enum Command {
     Key(admin::KeyCommand),
     /// The orchestrator: version, sandbox tier, replicas and their leases.
     Status,
+    /// What model calls cost over UTC days, summed by workspace, agent,
+    /// provider, model or day.
+    Usage {
+        /// Only this workspace (name or id).
+        #[arg(long, short)]
+        workspace: Option<String>,
+        /// What to sum by, comma-separated: workspace, agent, provider, model, day.
+        #[arg(long, value_delimiter = ',')]
+        by: Vec<String>,
+        /// The first UTC day, YYYY-MM-DD (default: 30 days before --to).
+        #[arg(long)]
+        from: Option<String>,
+        /// The day after the last one, YYYY-MM-DD (default: tomorrow).
+        #[arg(long)]
+        to: Option<String>,
+    },
     /// Profiles: where Chorus is and which key to use.
     #[command(subcommand)]
     Profile(ProfileCommand),
@@ -144,6 +160,12 @@ async fn run(cli: Cli) -> Result<Exit, Fail> {
         Command::Agent(command) => admin::agent(command, connect()?, &out).await,
         Command::Key(command) => admin::key(command, connect()?, &out).await,
         Command::Status => admin::status(connect()?, &out).await,
+        Command::Usage {
+            workspace,
+            by,
+            from,
+            to,
+        } => admin::usage(connect()?, &out, workspace, by, from, to).await,
         Command::Profile(command) => profile_command(command, &env, cli.profile.as_deref(), &out),
         Command::Completions { shell } => {
             let mut script = Vec::new();

@@ -223,6 +223,12 @@ pub fn task(t: &pb::Task) -> Value {
         "created": time(t.created_ms),
         "updated": time(t.updated_ms),
         "lastSequence": t.last_sequence,
+        "usage": usage(t.usage.as_ref()),
+        "budget": {
+            "own": budget(t.budget.as_ref().and_then(|b| b.own.as_ref())),
+            "limits": budget(t.budget.as_ref().and_then(|b| b.limits.as_ref())),
+            "toolCalls": t.budget.as_ref().map_or(0, |b| b.tool_calls),
+        },
         "planning": {
             "summary": planning.summary,
             "requirements": planning.requirements,
@@ -294,6 +300,26 @@ pub fn api_key(k: &pb::ApiKey) -> Value {
         "created": time(k.created_ms),
         "revoked": time(k.revoked_ms),
     })
+}
+
+/// Usage as the CLI shows it (a cost with unpriced calls is a lower bound).
+pub fn usage(u: Option<&pb::Usage>) -> Value {
+    let u = u.copied().unwrap_or_default();
+    json!({
+        "modelCalls": u.model_calls,
+        "inputTokens": u.input_tokens,
+        "outputTokens": u.output_tokens,
+        "cacheReadTokens": u.cache_read_tokens,
+        "cacheWriteTokens": u.cache_write_tokens,
+        "costUsd": u.cost_usd,
+        "unpricedCalls": u.unpriced_calls,
+    })
+}
+
+/// A budget as the CLI shows it: each limit, or null for none.
+pub fn budget(b: Option<&pb::Budget>) -> Value {
+    let b = b.copied().unwrap_or_default();
+    json!({ "costUsd": b.cost_usd, "tokens": b.tokens, "toolCalls": b.tool_calls })
 }
 
 pub fn run(r: &pb::Run) -> Value {

@@ -96,6 +96,20 @@ pub enum TaskCommand {
     },
     /// Shows a task: its plan, its questions, its runs (the handoff tree).
     Show { id: String },
+    /// Sets a task's budget: each limit given (the others: none, or the
+    /// defaults of its agent and workspace). A task its budget stopped can
+    /// be started again once the limit it reached is raised.
+    Budget {
+        id: String,
+        /// US dollars the task may spend.
+        #[arg(long)]
+        cost_usd: Option<f64>,
+        /// Input and output tokens.
+        #[arg(long)]
+        tokens: Option<u64>,
+        #[arg(long)]
+        tool_calls: Option<u64>,
+    },
 }
 
 pub async fn run(command: TaskCommand, mut client: Client, out: &Out) -> Result<Exit, Fail> {
@@ -159,6 +173,27 @@ pub async fn run(command: TaskCommand, mut client: Client, out: &Out) -> Result<
             watch,
         } => list(c, out, workspace, status, watch).await,
         TaskCommand::Show { id } => show(c, out, &id).await,
+        TaskCommand::Budget {
+            id,
+            cost_usd,
+            tokens,
+            tool_calls,
+        } => {
+            let task = c
+                .update_task_budget(pb::UpdateTaskBudgetRequest {
+                    task_id: id,
+                    budget: Some(pb::Budget {
+                        cost_usd,
+                        tokens,
+                        tool_calls,
+                    }),
+                })
+                .await
+                .map_err(|s| Fail::call("set the budget", &s))?
+                .into_inner();
+            show_task(out, &task);
+            Ok(Exit::Ok)
+        }
     }
 }
 
@@ -430,14 +465,50 @@ impl<'a> Flow<'a> {
 }
 
 fn show_task(out: &Out, task: &pb::Task) {
+    let mut value = output::task(task);
+    // What it spent, and its limits, on one line each.
+    let u = task.usage.unwrap_or_default();
+    let mut spent = format!(
+        "${:.4} · {} in / {} out tokens · {} model calls · {} tool calls",
+        u.cost_usd,
+        u.input_tokens,
+        u.output_tokens,
+        u.model_calls,
+        task.budget.map_or(0, |b| b.tool_calls)
+    );
+    if u.unpriced_calls > 0 {
+        spent.push_str(&format!(
+            " ({} unpriced: the cost is a lower bound)",
+            u.unpriced_calls
+        ));
+    }
+    value["spent"] = json!(spent);
+    let limits = task.budget.and_then(|b| b.limits).unwrap_or_default();
+    let mut named = Vec::new();
+    if let Some(cost) = limits.cost_usd {
+        named.push(format!("${cost:.4}"));
+    }
+    if let Some(tokens) = limits.tokens {
+        named.push(format!("{tokens} tokens"));
+    }
+    if let Some(calls) = limits.tool_calls {
+        named.push(format!("{calls} tool calls"));
+    }
+    value["limitsText"] = json!(if named.is_empty() {
+        "none".to_owned()
+    } else {
+        named.join(" · ")
+    });
     out.value(
-        &output::task(task),
+        &value,
         &[
             ("ID", "id"),
             ("STATUS", "status"),
             ("REASON", "statusReason"),
             ("DESCRIPTION", "description"),
             ("AGENT", "currentAgent"),
+            ("SPENT", "spent"),
+            ("LIMITS", "limitsText"),
             ("UPDATED", "updated"),
         ],
     );
@@ -585,11 +656,11 @@ async fn list(
             .map_err(|s| Fail::call("follow the tasks", &s))?
             .into_inner();
         // The first message says where "now" is.
-        stream
+        let now = stream
             .message()
             .await
             .map_err(|s| Fail::call("follow the tasks", &s))?;
-        Some(stream)
+        Some((stream, now.map(|c| c.cursor).unwrap_or_default()))
     } else {
         None
     };
@@ -606,6 +677,10 @@ async fn list(
         for row in &rows {
             out.json_line(row);
         }
+        // Every task is listed: the changes from here on follow.
+        if let Some((_, cursor)) = &changes {
+            out.json_line(&json!({ "caughtUp": { "cursor": cursor } }));
+        }
     } else {
         out.table(
             &rows,
@@ -618,7 +693,7 @@ async fn list(
             ],
         );
     }
-    let Some(stream) = changes.as_mut() else {
+    let Some((stream, _)) = changes.as_mut() else {
         return Ok(Exit::Ok);
     };
     loop {

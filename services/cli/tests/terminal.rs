@@ -450,6 +450,21 @@ async fn task_list_watch_prints_each_change_as_it_happens() {
         .spawn()
         .expect("chorus task list --watch");
     let mut lines = tokio::io::BufReader::new(watch.stdout.take().expect("stdout")).lines();
+    // The listing is done and following has begun.
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("the listing within the bound")
+            .expect("read")
+            .expect("a line");
+        let line: Value = serde_json::from_str(&line).expect("JSON");
+        if line["caughtUp"]["cursor"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("f1."))
+        {
+            break;
+        }
+    }
     let (code, stdout, stderr) = stage
         .run(&["task", "create", "watch me", "-w", "demo", "-o", "json"])
         .await;
@@ -528,4 +543,53 @@ async fn agent_update_changes_only_what_it_is_given() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("provider 'nope'"), "{stderr}");
     assert_eq!(show().await, updated, "a refused update changes nothing");
+}
+
+/// `task budget` sets a task's limits (a 0 is refused, naming it) and
+/// `usage` sums what model calls cost, as JSON for scripts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_budget_and_usage_read_and_set_what_tasks_spend() {
+    let stage = Stage::new(Vec::new()).await;
+    let (code, stdout, stderr) = stage
+        .run(&["task", "create", "spend little", "-w", "demo", "-o", "json"])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let task: Value = serde_json::from_str(&stdout).expect("JSON");
+    let id = task["id"].as_str().expect("id").to_owned();
+    let (code, stdout, stderr) = stage
+        .run(&[
+            "task",
+            "budget",
+            &id,
+            "--cost-usd",
+            "2.5",
+            "--tool-calls",
+            "40",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let task: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(
+        task["budget"]["limits"],
+        json!({"costUsd": 2.5, "tokens": null, "toolCalls": 40})
+    );
+    let (code, _, stderr) = stage.run(&["task", "budget", &id, "--tokens", "0"]).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("tokens must be more than 0"), "{stderr}");
+
+    let (code, stdout, stderr) = stage
+        .run(&["usage", "-w", "demo", "--by", "agent,day", "-o", "json"])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let usage: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(usage["total"]["modelCalls"], 0, "{usage}");
+    assert!(
+        usage["from"].as_str().is_some_and(|d| d.len() == 10),
+        "{usage}"
+    );
+    let (code, _, stderr) = stage.run(&["usage", "--by", "team"]).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("agent, provider"), "{stderr}");
 }
