@@ -6,11 +6,11 @@
 //!   grouped by agent and day: p50/p99 of 200 calls, beside a bare unary call
 //!   (GetStatus) on the same server.
 //! - What each model call and tool call costs with budgets on and off: an
-//!   API agent makes 200 model calls, each asking for a file.read (the fake
-//!   model answers at once); the time between consecutive `tool_executed`
-//!   events (one model call and one tool call each, ms resolution), with no
-//!   budget, and with a task budget and a workspace day limit (checked under
-//!   the workspace's row lock at each call).
+//!   API agent's runs (5 × 40 model calls), each call asking for a file.read
+//!   (the fake model answers at once); the time between consecutive
+//!   `tool_executed` events (one model call and one tool call each, ms
+//!   resolution), with no budget, and with a task budget and a workspace day
+//!   limit (checked under the workspace's row lock at each call).
 //!
 //! `cargo build --release --bins && cargo bench -p chorus-tests --bench usage`
 //! (`CHORUS_BENCH_CALLS` changes the 1,000,000).
@@ -27,7 +27,10 @@ use diesel::{Connection, PgConnection, SqliteConnection};
 use serde_json::json;
 
 const REQUESTS: usize = 200;
-const AGENT_CALLS: usize = 200;
+/// Model calls of one run (an API agent's attempt has at most 50 turns).
+const AGENT_CALLS: usize = 40;
+/// Runs, one after the other, each on a task of its own.
+const AGENT_RUNS: usize = 5;
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -96,8 +99,8 @@ fn seed(url: &str, workspace: &str, calls: usize) {
     let first = (today_ms / day - 29) * day;
     let row = |n: &str| {
         format!(
-            "{first} + ({n} % 30) * {day}, '{workspace}', 'seeded-task', 'seeded-run', \
-             'agent-' || ({n} % 10), 'model', 'fake-model', 11, 7, 4, 0, 72, 'price_table', 1, 0"
+            "{first} + CAST({n} % 30 AS BIGINT) * {day}, '{workspace}', 'seeded-task', 'seeded-run', \
+             'agent-' || (({n} / 30) % 10), 'model', 'fake-model', 11, 7, 4, 0, 72, 'price_table', 1, 0"
         )
     };
     let columns = "at_ms, workspace_id, task_id, run_id, agent, provider, model, input_tokens, \
@@ -162,11 +165,14 @@ async fn get_usage(client: &mut Client, workspace: &str) -> (Vec<Duration>, Vec<
 /// time between consecutive `tool_executed` events.
 async fn agent_calls(client: &mut Client, root: &std::path::Path, budgets: bool) -> Vec<Duration> {
     let read = || Step::tool_call("file_read", json!({"path": "notes.txt"}));
-    let mut steps: Vec<Step> = (0..AGENT_CALLS).map(|_| read()).collect();
-    steps.push(Step::tool_call(
-        "completion-report",
-        json!({"status": "complete", "summary": "read", "output": "ok"}),
-    ));
+    let mut steps: Vec<Step> = Vec::new();
+    for _ in 0..AGENT_RUNS {
+        steps.extend((0..AGENT_CALLS).map(|_| read()));
+        steps.push(Step::tool_call(
+            "completion-report",
+            json!({"status": "complete", "summary": "read", "output": "ok"}),
+        ));
+    }
     let model = FakeOpenAi::start(steps).await;
     let name = if budgets { "budgets-on" } else { "budgets-off" };
     let root = root.with_file_name(format!(
@@ -207,31 +213,36 @@ async fn agent_calls(client: &mut Client, root: &std::path::Path, budgets: bool)
             .await
             .expect("limits");
     }
-    let task = planned_task(client, &team.workspace, "Read and read.").await;
-    if budgets {
-        client
-            .update_task_budget(pb::UpdateTaskBudgetRequest {
-                task_id: task.id.clone(),
-                budget: Some(pb::Budget {
-                    cost_usd: Some(100.0),
-                    tokens: Some(100_000_000),
-                    tool_calls: Some(100_000),
-                }),
-            })
-            .await
-            .expect("a budget");
+    let mut gaps = Vec::new();
+    for _ in 0..AGENT_RUNS {
+        let task = planned_task(client, &team.workspace, "Read and read.").await;
+        if budgets {
+            client
+                .update_task_budget(pb::UpdateTaskBudgetRequest {
+                    task_id: task.id.clone(),
+                    budget: Some(pb::Budget {
+                        cost_usd: Some(100.0),
+                        tokens: Some(100_000_000),
+                        tool_calls: Some(100_000),
+                    }),
+                })
+                .await
+                .expect("a budget");
+        }
+        start(client, &task, &team.agent, 0).await;
+        let events = wait_for(client, &task.id, |e| {
+            e.kind == "status_changed" && data(e)["to"] == "completed"
+        })
+        .await;
+        let at: Vec<i64> = events
+            .iter()
+            .filter(|e| e.kind == "tool_executed" && data(e)["tool"] == "file.read")
+            .map(|e| e.at_ms)
+            .collect();
+        gaps.extend(
+            at.windows(2)
+                .map(|w| Duration::from_millis(u64::try_from(w[1] - w[0]).unwrap_or(0))),
+        );
     }
-    start(client, &task, &team.agent, 0).await;
-    let events = wait_for(client, &task.id, |e| {
-        e.kind == "status_changed" && data(e)["to"] == "completed"
-    })
-    .await;
-    let at: Vec<i64> = events
-        .iter()
-        .filter(|e| e.kind == "tool_executed")
-        .map(|e| e.at_ms)
-        .collect();
-    at.windows(2)
-        .map(|w| Duration::from_millis(u64::try_from(w[1] - w[0]).unwrap_or(0)))
-        .collect()
+    gaps
 }
