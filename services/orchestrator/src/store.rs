@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::domain::{DomainError, Event, Run, Task};
+use crate::domain::{DomainError, Event, EventKind, Run, Task};
 use crate::history::hub::EventHub;
 use crate::secrets::SecretBox;
 
@@ -468,15 +468,30 @@ impl Store {
             })
             .await?;
         let events = written.committed();
-        let appended = &chorus_telemetry::metrics().events_appended;
+        let metrics = chorus_telemetry::metrics();
         for event in events {
-            appended.add(
+            metrics.events_appended.add(
                 1,
                 &[opentelemetry::KeyValue::new(
                     "chorus.event",
                     event.kind.as_str(),
                 )],
             );
+            let budget = match event.kind {
+                EventKind::BudgetWarning => Some("warning"),
+                EventKind::BudgetExceeded => Some("exceeded"),
+                _ => None,
+            };
+            if let Some(what) = budget {
+                let limit = event.data["limit"].as_str().unwrap_or_default().to_owned();
+                metrics.budget_events.add(
+                    1,
+                    &[
+                        opentelemetry::KeyValue::new("chorus.budget.event", what),
+                        opentelemetry::KeyValue::new("chorus.limit", limit),
+                    ],
+                );
+            }
         }
         self.hub.publish(events);
         self.hub.publish_changes(&changes);

@@ -57,6 +57,10 @@ pub struct Metrics {
     pub cost: Counter<f64>,
     /// `chorus.events.appended`, by kind.
     pub events_appended: Counter<u64>,
+    /// `chorus.budget.events`: budget warnings and stops, by event
+    /// (`warning`, `exceeded`) and the limit (`cost_usd`, `tokens`,
+    /// `tool_calls`, `workspace_daily_cost_usd`, `workspace_monthly_cost_usd`).
+    pub budget_events: Counter<u64>,
     /// `chorus.watchers`: WatchTask streams open.
     pub watchers: UpDownCounter<i64>,
     /// `chorus.refusals`: calls and connections refused or cut for a limit or
@@ -117,6 +121,10 @@ impl Metrics {
             events_appended: meter
                 .u64_counter("chorus.events.appended")
                 .with_description("Task history events appended")
+                .build(),
+            budget_events: meter
+                .u64_counter("chorus.budget.events")
+                .with_description("Budget warnings (80 % of a limit) and stops (a limit reached)")
                 .build(),
             watchers: meter
                 .i64_up_down_counter("chorus.watchers")
