@@ -116,6 +116,11 @@ try {
   if (!(await page.evaluate(() => window.__notReloaded))) throw new Error('the page was reloaded');
   const tree = await page.textContent('#runs');
   if (!tree.includes('lead') || !tree.includes('helper')) throw new Error(`the run tree shows: ${tree}`);
+  // What it spent: every model call of the tree, counted and marked unpriced
+  // (no price table here), shown without a reload.
+  await page.waitForFunction(() => /[1-9]\d* model calls/.test(document.getElementById('spent')?.textContent || ''));
+  const spent = await page.textContent('#spent');
+  if (!spent.includes('unpriced') || !spent.includes('limits: none')) throw new Error(`the task's spending shows: ${spent}`);
   await shot('04-completed');
 
   step = 'cancel another task';

@@ -339,8 +339,23 @@ function describe(event, runs) {
     }
     case 'run_failed': case 'run_canceled': case 'run_interrupted':
       return ['✗', `${agent}: ${event.kind.replace('run_', '')} ${d.reason || ''}`, 'failed'];
+    case 'budget_warning': return ['⚠', `budget: ${d.percent}% of its ${d.limit} limit (${d.spent} of ${d.limit_value})`, 'failed'];
+    case 'budget_exceeded': return ['⛔', d.reason || `budget: its ${d.limit} limit was reached`, 'denied'];
+    case 'budget_changed': return ['$', 'budget set'];
     default: return ['·', event.kind, 'muted'];
   }
+}
+
+// What a task spent, and its limits, on one line.
+function spentText(task) {
+  const u = task.usage || {};
+  const b = task.budget || {};
+  const l = b.limits || {};
+  const limits = [l.costUsd != null ? `$${Number(l.costUsd).toFixed(4)}` : null,
+    l.tokens != null ? `${l.tokens} tokens` : null,
+    l.toolCalls != null ? `${l.toolCalls} tool calls` : null].filter(Boolean);
+  const unpriced = Number(u.unpricedCalls || 0) > 0 ? ` (${u.unpricedCalls} unpriced: the cost is a lower bound)` : '';
+  return `Spent $${Number(u.costUsd || 0).toFixed(4)}${unpriced} · ${u.inputTokens || 0} in / ${u.outputTokens || 0} out tokens · ${u.modelCalls || 0} model calls · ${b.toolCalls || 0} tool calls — limits: ${limits.length ? limits.join(' · ') : 'none'}`;
 }
 
 function timelineItem(event, runs) {
@@ -437,6 +452,7 @@ async function taskPage(id, signal) {
       el('h1', {}, task.description.split('\n')[0].slice(0, 140), ' ', badge(task.status)),
       el('p', { class: 'muted mono' }, `${task.id} · updated ${time(task.updatedMs)}${task.currentAgent ? ` · agent ${task.currentAgent}` : ''}`),
       task.statusReason ? el('p', {}, task.statusReason) : null,
+      el('p', { class: 'muted', id: 'spent' }, spentText(task)),
       NEXT[task.status] ? el('div', { class: 'needs', id: 'needs-you' }, el('strong', {}, 'Needs you: '), NEXT[task.status]) : null,
       actions,
       planning.summary ? el('div', {}, el('h2', {}, 'Plan'), el('p', {}, planning.summary),
@@ -478,7 +494,7 @@ async function taskPage(id, signal) {
   live.textContent = '● live';
   stream('WatchTask', { taskId: id, afterSequence: 0, follow: true }, (event) => {
     queue.push(event);
-    if (event.kind === 'status_changed' || event.kind.startsWith('planning') || event.kind === 'answers_submitted') refreshTask = true;
+    if (event.kind === 'status_changed' || event.kind.startsWith('planning') || event.kind.startsWith('budget') || event.kind === 'answers_submitted' || event.kind === 'tool_executed') refreshTask = true;
     if (runKinds.includes(event.kind)) refreshTree = true;
     if (!scheduled) { scheduled = true; requestAnimationFrame(flush); }
   }, signal).catch((error) => {
