@@ -103,6 +103,14 @@ async fn a_limit_reached_in_a_grandchild_stops_the_whole_tree_until_it_is_raised
         );
         let usage = stopped.usage.unwrap_or_default();
         assert_eq!(usage.model_calls, 5, "{b}: no call after the limit");
+        let reads = events
+            .iter()
+            .filter(|e| e.kind == "tool_executed" && data(e)["tool"] == "file.read")
+            .count();
+        assert_eq!(
+            reads, 2,
+            "{b}: the call that reached the limit had its tool call stopped before it ran"
+        );
         // Every run of the tree ended, the grandchild's and those above it.
         let runs = client
             .list_runs(pb::ListRunsRequest {
@@ -150,7 +158,9 @@ async fn a_limit_reached_in_a_grandchild_stops_the_whole_tree_until_it_is_raised
             .expect("raised");
         start(&mut client, &task, &team.agent, 0).await;
         wait_for(&mut client, &task.id, |e| {
-            e.kind == "status_changed" && data(e)["to"] == "completed"
+            // The lead's run ended: its last call is recorded (the task may
+            // complete, by its report, a moment before).
+            e.kind == "agent_completed" && data(e)["agent"] == "worker"
         })
         .await;
         let done = task_of(&mut client, &task.id).await;
@@ -305,7 +315,9 @@ async fn defaults_fill_the_limits_a_task_leaves_out_and_a_workspace_day_limit_st
         let first = planned_task(&mut client, &team.workspace, "Read once.").await;
         start(&mut client, &first, &team.agent, 0).await;
         wait_for(&mut client, &first.id, |e| {
-            e.kind == "status_changed" && data(e)["to"] == "completed"
+            // The lead's run ended: its last call is recorded (the task may
+            // complete, by its report, a moment before).
+            e.kind == "agent_completed" && data(e)["agent"] == "worker"
         })
         .await;
         let limits_of = task_of(&mut client, &first.id)
@@ -379,7 +391,9 @@ async fn defaults_fill_the_limits_a_task_leaves_out_and_a_workspace_day_limit_st
             .expect("raised");
         start(&mut client, &second, &team.agent, 0).await;
         wait_for(&mut client, &second.id, |e| {
-            e.kind == "status_changed" && data(e)["to"] == "completed"
+            // The lead's run ended: its last call is recorded (the task may
+            // complete, by its report, a moment before).
+            e.kind == "agent_completed" && data(e)["agent"] == "worker"
         })
         .await;
         drop(client);

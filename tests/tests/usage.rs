@@ -262,7 +262,9 @@ async fn a_parents_subtree_is_its_own_plus_its_childrens_and_the_task_total_is_e
         let task = planned_task(&mut client, &team.workspace, "Check and test.").await;
         start(&mut client, &task, &team.agent, 0).await;
         wait_for(&mut client, &task.id, |e| {
-            e.kind == "status_changed" && data(e)["to"] == "completed"
+            // The lead's run ended: its last call is recorded (the task may
+            // complete, by its report, a moment before).
+            e.kind == "agent_completed" && data(e)["agent"] == "worker"
         })
         .await;
         assert_eq!(model.requests().len(), 5, "{b}");
@@ -446,7 +448,9 @@ async fn calls_made_before_the_orchestrator_is_killed_are_kept_and_none_is_count
         // The run is resumed and ends; every call the model answered is
         // counted once, priced by the table the flag named.
         wait_for(&mut client, &task.id, |e| {
-            e.kind == "status_changed" && data(e)["to"] == "completed"
+            // The lead's run ended: its last call is recorded (the task may
+            // complete, by its report, a moment before).
+            e.kind == "agent_completed" && data(e)["agent"] == "worker"
         })
         .await;
         let done = task_of(&mut client, &task.id).await;

@@ -29,6 +29,27 @@ pub enum WorkspaceCommand {
         workspace: String,
         provider: String,
     },
+    /// Sets what the workspace's tasks may spend: together per UTC day and
+    /// month, and each (the default of a task that sets no limit of its
+    /// own). Replaces all of them: a limit left out is none.
+    Limits {
+        workspace: String,
+        /// US dollars all its tasks may spend in a UTC day.
+        #[arg(long)]
+        daily_usd: Option<f64>,
+        /// US dollars all its tasks may spend in a UTC month.
+        #[arg(long)]
+        monthly_usd: Option<f64>,
+        /// Each task's default cost limit, in US dollars.
+        #[arg(long)]
+        task_cost_usd: Option<f64>,
+        /// Each task's default token limit (input and output).
+        #[arg(long)]
+        task_tokens: Option<u64>,
+        /// Each task's default tool-call limit.
+        #[arg(long)]
+        task_tool_calls: Option<u64>,
+    },
     Delete {
         workspace: String,
     },
@@ -145,6 +166,18 @@ pub enum AgentCommand {
         /// Replaces the `host:port` egress rules, comma-separated ("" for none).
         #[arg(long, value_delimiter = ',')]
         egress: Option<Vec<String>>,
+        /// The cost limit (US dollars) of a task started with it that sets none.
+        #[arg(long)]
+        budget_cost_usd: Option<f64>,
+        /// The token limit of a task started with it that sets none.
+        #[arg(long)]
+        budget_tokens: Option<u64>,
+        /// The tool-call limit of a task started with it that sets none.
+        #[arg(long)]
+        budget_tool_calls: Option<u64>,
+        /// Clears its default task budget.
+        #[arg(long, conflicts_with_all = ["budget_cost_usd", "budget_tokens", "budget_tool_calls"])]
+        no_budget: bool,
     },
     Delete {
         name: String,
@@ -275,6 +308,36 @@ pub async fn workspace(
                 .map_err(|s| Fail::call("update the workspace", &s))?
                 .into_inner();
             out.value(&output::workspace(&w), WORKSPACE_FIELDS);
+        }
+        WorkspaceCommand::Limits {
+            workspace,
+            daily_usd,
+            monthly_usd,
+            task_cost_usd,
+            task_tokens,
+            task_tool_calls,
+        } => {
+            let id = workspace_id(c, &workspace).await?;
+            let w = c
+                .update_workspace(pb::UpdateWorkspaceRequest {
+                    id,
+                    limits: Some(pb::WorkspaceLimits {
+                        task_budget: Some(pb::Budget {
+                            cost_usd: task_cost_usd,
+                            tokens: task_tokens,
+                            tool_calls: task_tool_calls,
+                        }),
+                        daily_cost_usd: daily_usd,
+                        monthly_cost_usd: monthly_usd,
+                    }),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|s| Fail::call("set the workspace's limits", &s))?
+                .into_inner();
+            let mut fields = WORKSPACE_FIELDS.to_vec();
+            fields.push(("LIMITS", "limitsText"));
+            out.value(&output::workspace(&w), &fields);
         }
         WorkspaceCommand::Delete { workspace } => {
             let id = workspace_id(c, &workspace).await?;
@@ -448,7 +511,19 @@ pub async fn agent(command: AgentCommand, mut client: Client, out: &Out) -> Resu
             instructions_file,
             reset_instructions,
             egress,
+            budget_cost_usd,
+            budget_tokens,
+            budget_tool_calls,
+            no_budget,
         } => {
+            // Any limit given replaces the agent's default budget.
+            let given =
+                budget_cost_usd.is_some() || budget_tokens.is_some() || budget_tool_calls.is_some();
+            let budget = (given || no_budget).then_some(pb::Budget {
+                cost_usd: budget_cost_usd,
+                tokens: budget_tokens,
+                tool_calls: budget_tool_calls,
+            });
             let workspace_id = workspace_id(c, &workspace).await?;
             let instructions = instructions_file
                 .map(|path| {
@@ -469,7 +544,7 @@ pub async fn agent(command: AgentCommand, mut client: Client, out: &Out) -> Resu
             let (egress, set_egress) = listed(egress);
             let a = c
                 .update_agent(pb::UpdateAgentRequest {
-                    budget: None,
+                    budget,
                     workspace_id,
                     name,
                     instructions,

@@ -315,6 +315,26 @@ impl<'a> View<'a> {
                 paint(Colour::Bold, &line)
             }
             "comment_added" => format!("💬 {}", cut(&text(data, "text"), 200)),
+            "budget_warning" => paint(
+                Colour::Yellow,
+                &format!(
+                    "⚠ budget: {}% of its {} limit ({} of {})",
+                    data["percent"],
+                    text(data, "limit"),
+                    text(data, "spent"),
+                    text(data, "limit_value")
+                ),
+            ),
+            "budget_exceeded" => paint(
+                Colour::Red,
+                &format!(
+                    "⛔ budget: its {} limit of {} was reached ({} spent): its runs stop",
+                    text(data, "limit"),
+                    text(data, "limit_value"),
+                    text(data, "spent")
+                ),
+            ),
+            "budget_changed" => "$ budget set".to_owned(),
             "completion_report_submitted" => {
                 let report = if data.get("report").is_some() {
                     &data["report"]

@@ -245,6 +245,24 @@ pub fn task(t: &pb::Task) -> Value {
 }
 
 pub fn workspace(w: &pb::Workspace) -> Value {
+    let limits = w.limits.unwrap_or_default();
+    let task = limits.task_budget.unwrap_or_default();
+    let mut named = Vec::new();
+    if let Some(d) = limits.daily_cost_usd {
+        named.push(format!("${d:.2} a day"));
+    }
+    if let Some(m) = limits.monthly_cost_usd {
+        named.push(format!("${m:.2} a month"));
+    }
+    if let Some(c) = task.cost_usd {
+        named.push(format!("${c:.4} a task"));
+    }
+    if let Some(t) = task.tokens {
+        named.push(format!("{t} tokens a task"));
+    }
+    if let Some(t) = task.tool_calls {
+        named.push(format!("{t} tool calls a task"));
+    }
     json!({
         "id": w.id,
         "name": w.name,
@@ -252,6 +270,12 @@ pub fn workspace(w: &pb::Workspace) -> Value {
         "systemProvider": w.system_provider,
         "warnings": w.warnings,
         "created": time(w.created_ms),
+        "limits": {
+            "dailyCostUsd": limits.daily_cost_usd,
+            "monthlyCostUsd": limits.monthly_cost_usd,
+            "taskBudget": budget(Some(&task)),
+        },
+        "limitsText": if named.is_empty() { "none".to_owned() } else { named.join(" · ") },
     })
 }
 
@@ -283,6 +307,7 @@ pub fn agent(a: &pb::Agent) -> Value {
         "provider": a.provider,
         "model": a.model,
         "egress": a.egress,
+        "budget": budget(a.budget.as_ref()),
     })
 }
 

@@ -593,3 +593,65 @@ async fn task_budget_and_usage_read_and_set_what_tasks_spend() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("agent, provider"), "{stderr}");
 }
+
+/// A workspace's spending limits and an agent's default task budget, set
+/// from the command line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspace_limits_and_an_agents_default_budget_are_set_from_the_command_line() {
+    let stage = Stage::new(Vec::new()).await;
+    let (code, stdout, stderr) = stage
+        .run(&[
+            "workspace",
+            "limits",
+            "demo",
+            "--daily-usd",
+            "20",
+            "--task-tokens",
+            "5000",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let w: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(w["limits"]["dailyCostUsd"], 20.0, "{w}");
+    assert_eq!(w["limits"]["taskBudget"]["tokens"], 5000, "{w}");
+    assert_eq!(w["limits"]["monthlyCostUsd"], Value::Null, "{w}");
+    let (code, _, stderr) = stage
+        .run(&["workspace", "limits", "demo", "--daily-usd", "0"])
+        .await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("daily_cost_usd"), "{stderr}");
+
+    let (code, stdout, stderr) = stage
+        .run(&[
+            "agent",
+            "update",
+            "editor",
+            "-w",
+            "demo",
+            "--budget-tool-calls",
+            "30",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let a: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(a["budget"]["toolCalls"], 30, "{a}");
+    let (code, stdout, stderr) = stage
+        .run(&[
+            "agent",
+            "update",
+            "editor",
+            "-w",
+            "demo",
+            "--no-budget",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let a: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(a["budget"]["toolCalls"], Value::Null, "{a}");
+}

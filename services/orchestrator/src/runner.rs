@@ -10,6 +10,7 @@
 
 pub(crate) mod cli_network;
 mod driver;
+pub(crate) use driver::record_model_call;
 pub mod fence;
 pub mod handoff;
 mod launch;

@@ -17,6 +17,7 @@ use tracing::{Instrument as _, debug, warn};
 use super::{Attempt, AttemptEnd, AttemptError, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
 use crate::domain::{AgentKind, ModelCall, Usage};
 use crate::runner::tools::{ToolCallError, ToolRouter};
+use crate::state::AppState;
 use crate::store::Store;
 
 /// Limits of API runs.
@@ -91,12 +92,13 @@ fn tool_of(function: &str) -> Option<&'static str> {
 pub async fn attempt(
     client: &reqwest::Client,
     limits: &ApiLimits,
-    store: &Store,
+    state: &AppState,
     router: &ToolRouter,
     ctx: &RunContext,
     attempt: &Attempt,
     progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<AttemptEnd, AttemptError> {
+    let store = &state.store;
     let mut end = AttemptEnd::default();
     let (url, model) = endpoint(ctx).map_err(|reason| failed(reason, &end))?;
     let mut messages = opening(store, ctx, attempt, &end).await?;
@@ -110,7 +112,9 @@ pub async fn attempt(
             tools: &tools,
             turn,
         };
-        let message = request.ask(ctx, &messages, &mut end, progress).await?;
+        let message = request
+            .ask(state, ctx, &messages, &mut end, progress)
+            .await?;
         let text = message
             .get("content")
             .and_then(Value::as_str)
@@ -225,6 +229,7 @@ impl Turn<'_> {
     /// to `end`).
     async fn ask(
         &self,
+        state: &AppState,
         ctx: &RunContext,
         messages: &[Value],
         end: &mut AttemptEnd,
@@ -258,7 +263,13 @@ impl Turn<'_> {
         };
         let call = call_of(&answer, self.model);
         answered(&span, &answer, &call);
-        progress(Progress::ModelCall(call));
+        // Recorded before any tool call it asks for runs: a call that
+        // reaches a limit of the task's budget stops the run here.
+        if crate::runner::record_model_call(state, ctx, call).await {
+            return Err(AttemptError::Stopped {
+                partial: end.clone(),
+            });
+        }
         answer
             .pointer("/choices/0/message")
             .cloned()

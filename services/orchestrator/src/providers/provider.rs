@@ -302,7 +302,7 @@ impl Provider for OpenaiCompatible {
             super::openai::attempt(
                 env.runner.http(),
                 &config.api,
-                &env.state.store,
+                env.state,
                 &router,
                 ctx,
                 attempt,

@@ -282,6 +282,29 @@ async fn record_progress(
     }
 }
 
+/// Records one model call of the run now (priced as the recorder prices
+/// it). True when the run is over: this call reached a limit of its task's
+/// budget (and the run's tree ended with it), or it had ended already.
+pub(crate) async fn record_model_call(state: &AppState, ctx: &RunContext, call: ModelCall) -> bool {
+    let Some(Some(row)) = priced(state, ctx, &Progress::ModelCall(call)) else {
+        return false;
+    };
+    match state
+        .store
+        .record_model_call(ctx.run_id, ctx.provider.name.clone(), row)
+        .await
+    {
+        Ok((run, _, events)) => {
+            run.state == RunState::Finished
+                || events.iter().any(|e| e.kind == EventKind::BudgetExceeded)
+        }
+        Err(e) => {
+            warn!(run_id = %ctx.run_id, error = %e, "cannot record a model call");
+            false
+        }
+    }
+}
+
 /// A model call or an attempt's totals as the row it is recorded as (Some
 /// of None: nothing to record); None for any other progress.
 fn priced(state: &AppState, ctx: &RunContext, progress: &Progress) -> Option<Option<PricedCall>> {
