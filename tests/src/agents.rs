@@ -67,6 +67,28 @@ pub async fn team(
     }
 }
 
+/// [`team`] on the fake OpenAI-compatible model at `model` (`fake-model`,
+/// key `sk-test`): an API agent `worker` with `tools`.
+pub async fn api_team(
+    client: &mut Client,
+    root: &Path,
+    model: &crate::fake_openai::FakeOpenAi,
+    tools: &[&str],
+    instructions: &str,
+) -> Team {
+    team(
+        client,
+        root,
+        pb::ProviderKind::OpenaiCompatible,
+        &model.base_url(),
+        "sk-test",
+        "fake-model",
+        tools,
+        instructions,
+    )
+    .await
+}
+
 /// [`team`] on a Claude Code provider with no base URL, key or model (the
 /// orchestrator runs the fake CLI as Claude Code in tests and benchmarks).
 pub async fn fake_cli_team(

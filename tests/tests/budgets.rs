@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use chorus_proto::orchestrator::v1 as pb;
-use chorus_tests::agents::{add_agent, data, planned_task, start, task_of, team, wait_for};
+use chorus_tests::agents::{add_agent, api_team, data, planned_task, start, task_of, wait_for};
 use chorus_tests::db::databases;
 use chorus_tests::fake_openai::{COMPLETION_TOKENS, FakeOpenAi, PROMPT_TOKENS, Step};
 use chorus_tests::orchestrator::Orchestrator;
@@ -45,17 +45,7 @@ async fn a_limit_reached_in_a_grandchild_stops_the_whole_tree_until_it_is_raised
         })
         .await;
         let mut client = orchestrator.client().await;
-        let team = team(
-            &mut client,
-            root.path(),
-            pb::ProviderKind::OpenaiCompatible,
-            &model.base_url(),
-            "sk-test",
-            "fake-model",
-            &["handoff"],
-            "You lead.",
-        )
-        .await;
+        let team = api_team(&mut client, root.path(), &model, &["handoff"], "You lead.").await;
         add_agent(&mut client, &team.workspace, "mid", &["handoff"], "model").await;
         add_agent(
             &mut client,
@@ -198,13 +188,10 @@ async fn a_tool_call_limit_set_at_creation_stops_the_run_at_its_last_call() {
         })
         .await;
         let mut client = orchestrator.client().await;
-        let team = team(
+        let team = api_team(
             &mut client,
             root.path(),
-            pb::ProviderKind::OpenaiCompatible,
-            &model.base_url(),
-            "sk-test",
-            "fake-model",
+            &model,
             &["file.read"],
             "You read.",
         )
@@ -267,13 +254,10 @@ async fn defaults_fill_the_limits_a_task_leaves_out_and_a_workspace_day_limit_st
         })
         .await;
         let mut client = orchestrator.client().await;
-        let team = team(
+        let team = api_team(
             &mut client,
             root.path(),
-            pb::ProviderKind::OpenaiCompatible,
-            &model.base_url(),
-            "sk-test",
-            "fake-model",
+            &model,
             &["file.read"],
             "You read.",
         )

@@ -11,7 +11,7 @@ use std::time::Duration;
 use chorus_orchestrator::domain::Prices;
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
-    Client, add_agent, data, ends_run, planned_task, start, task_of, team, wait_for,
+    Client, add_agent, api_team, data, ends_run, planned_task, start, task_of, wait_for,
 };
 use chorus_tests::db::{TestDatabase, databases};
 use chorus_tests::fake_openai::{
@@ -94,13 +94,10 @@ async fn calls_are_priced_by_the_table_an_unknown_model_is_marked_unpriced_and_g
         .await;
         let orchestrator = orchestrator(data_dir.path(), &db).await;
         let mut client = orchestrator.client().await;
-        let team = team(
+        let team = api_team(
             &mut client,
             root.path(),
-            pb::ProviderKind::OpenaiCompatible,
-            &model.base_url(),
-            "sk-test",
-            "fake-model",
+            &model,
             &["@developer"],
             "You write files.",
         )
@@ -245,17 +242,7 @@ async fn a_parents_subtree_is_its_own_plus_its_childrens_and_the_task_total_is_e
         .await;
         let orchestrator = orchestrator(data_dir.path(), &db).await;
         let mut client = orchestrator.client().await;
-        let team = team(
-            &mut client,
-            root.path(),
-            pb::ProviderKind::OpenaiCompatible,
-            &model.base_url(),
-            "sk-test",
-            "fake-model",
-            &["handoff"],
-            "You lead.",
-        )
-        .await;
+        let team = api_team(&mut client, root.path(), &model, &["handoff"], "You lead.").await;
         for child in ["checker", "tester"] {
             add_agent(&mut client, &team.workspace, child, &["file.read"], "model").await;
         }
@@ -331,17 +318,7 @@ async fn a_canceled_or_timed_out_run_keeps_the_calls_it_made() {
         let model = FakeOpenAi::start(vec![slow(), slow()]).await;
         let orchestrator = orchestrator(data_dir.path(), &db).await;
         let mut client = orchestrator.client().await;
-        let team = team(
-            &mut client,
-            root.path(),
-            pb::ProviderKind::OpenaiCompatible,
-            &model.base_url(),
-            "sk-test",
-            "fake-model",
-            &["bash"],
-            "You wait.",
-        )
-        .await;
+        let team = api_team(&mut client, root.path(), &model, &["bash"], "You wait.").await;
         // Canceled while its bash call runs.
         let canceled = planned_task(&mut client, &team.workspace, "Wait.").await;
         start(&mut client, &canceled, &team.agent, 0).await;
@@ -417,17 +394,7 @@ async fn calls_made_before_the_orchestrator_is_killed_are_kept_and_none_is_count
         let state = data_dir.path().join(b);
         let first = OrchestratorProcess::spawn(&state, &db.url, &args).await;
         let mut client = first.client().await;
-        let team = team(
-            &mut client,
-            root.path(),
-            pb::ProviderKind::OpenaiCompatible,
-            &model.base_url(),
-            "sk-test",
-            "fake-model",
-            &["bash"],
-            "You wait.",
-        )
-        .await;
+        let team = api_team(&mut client, root.path(), &model, &["bash"], "You wait.").await;
         let task = planned_task(&mut client, &team.workspace, "Wait.").await;
         start(&mut client, &task, &team.agent, 0).await;
         wait_for(&mut client, &task.id, |e| {
