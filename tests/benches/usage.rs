@@ -224,6 +224,7 @@ async fn agent_calls(client: &mut Client, root: &std::path::Path, budgets: bool)
                         cost_usd: Some(100.0),
                         tokens: Some(100_000_000),
                         tool_calls: Some(100_000),
+                        wall_secs: Some(3_600),
                     }),
                 })
                 .await

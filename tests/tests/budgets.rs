@@ -471,3 +471,55 @@ async fn a_workspace_day_limit_holds_across_two_replicas_and_counts_each_call_on
         "{day:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_time_limit_stops_the_task_at_its_first_call_past_it() {
+    let data_dir = tempfile::tempdir().expect("data");
+    for db in databases(data_dir.path()) {
+        let b = db.backend;
+        let root = tempfile::tempdir().expect("root");
+        let model = FakeOpenAi::start(vec![
+            Step::tool_call("bash", json!({"command": "sleep 2"})),
+            Step::tool_call("bash", json!({"command": "echo never"})),
+        ])
+        .await;
+        let orchestrator = Orchestrator::with_fake_cli(data_dir.path(), &db.url, |config| {
+            config.runner.api.backoff = Duration::from_millis(10);
+        })
+        .await;
+        let mut client = orchestrator.client().await;
+        let team = api_team(&mut client, root.path(), &model, &["bash"], "You wait.").await;
+        let task = planned_task(&mut client, &team.workspace, "Wait a while.").await;
+        client
+            .update_task_budget(pb::UpdateTaskBudgetRequest {
+                task_id: task.id.clone(),
+                budget: Some(pb::Budget {
+                    wall_secs: Some(1),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .expect("a wall-time limit");
+        start(&mut client, &task, &team.agent, 0).await;
+        let events = wait_for(&mut client, &task.id, |e| e.kind == "budget_exceeded").await;
+        let exceeded = data(events.last().expect("exceeded"));
+        assert_eq!(exceeded["limit"], "wall_secs", "{b}: {exceeded}");
+        let ran: Vec<_> = events
+            .iter()
+            .filter(|e| e.kind == "tool_executed")
+            .map(|e| data(e)["input"]["command"].clone())
+            .collect();
+        assert_eq!(ran, [json!("sleep 2")], "{b}: the second command never ran");
+        let stopped = task_of(&mut client, &task.id).await;
+        assert_eq!(stopped.status, "waiting", "{b}");
+        assert!(
+            stopped
+                .status_reason
+                .contains("wall_secs limit of 1 s active"),
+            "{b}: {}",
+            stopped.status_reason
+        );
+        drop(client);
+        orchestrator.stop().await;
+    }
+}

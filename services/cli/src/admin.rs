@@ -326,6 +326,7 @@ pub async fn workspace(
                             cost_usd: task_cost_usd,
                             tokens: task_tokens,
                             tool_calls: task_tool_calls,
+                            wall_secs: None,
                         }),
                         daily_cost_usd: daily_usd,
                         monthly_cost_usd: monthly_usd,
@@ -523,6 +524,7 @@ pub async fn agent(command: AgentCommand, mut client: Client, out: &Out) -> Resu
                 cost_usd: budget_cost_usd,
                 tokens: budget_tokens,
                 tool_calls: budget_tool_calls,
+                wall_secs: None,
             });
             let workspace_id = workspace_id(c, &workspace).await?;
             let instructions = instructions_file

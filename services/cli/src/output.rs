@@ -344,7 +344,7 @@ pub fn usage(u: Option<&pb::Usage>) -> Value {
 /// A budget as the CLI shows it: each limit, or null for none.
 pub fn budget(b: Option<&pb::Budget>) -> Value {
     let b = b.copied().unwrap_or_default();
-    json!({ "costUsd": b.cost_usd, "tokens": b.tokens, "toolCalls": b.tool_calls })
+    json!({ "costUsd": b.cost_usd, "tokens": b.tokens, "toolCalls": b.tool_calls, "wallSecs": b.wall_secs })
 }
 
 pub fn run(r: &pb::Run) -> Value {

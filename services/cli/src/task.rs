@@ -109,6 +109,9 @@ pub enum TaskCommand {
         tokens: Option<u64>,
         #[arg(long)]
         tool_calls: Option<u64>,
+        /// Seconds the task may be active, over all its starts.
+        #[arg(long)]
+        wall_secs: Option<u64>,
     },
 }
 
@@ -178,6 +181,7 @@ pub async fn run(command: TaskCommand, mut client: Client, out: &Out) -> Result<
             cost_usd,
             tokens,
             tool_calls,
+            wall_secs,
         } => {
             let task = c
                 .update_task_budget(pb::UpdateTaskBudgetRequest {
@@ -186,6 +190,7 @@ pub async fn run(command: TaskCommand, mut client: Client, out: &Out) -> Result<
                         cost_usd,
                         tokens,
                         tool_calls,
+                        wall_secs,
                     }),
                 })
                 .await
@@ -493,6 +498,9 @@ fn show_task(out: &Out, task: &pb::Task) {
     }
     if let Some(calls) = limits.tool_calls {
         named.push(format!("{calls} tool calls"));
+    }
+    if let Some(secs) = limits.wall_secs {
+        named.push(format!("{secs} s active"));
     }
     value["limitsText"] = json!(if named.is_empty() {
         "none".to_owned()

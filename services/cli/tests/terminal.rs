@@ -573,7 +573,7 @@ async fn task_budget_and_usage_read_and_set_what_tasks_spend() {
     let task: Value = serde_json::from_str(&stdout).expect("JSON");
     assert_eq!(
         task["budget"]["limits"],
-        json!({"costUsd": 2.5, "tokens": null, "toolCalls": 40})
+        json!({"costUsd": 2.5, "tokens": null, "toolCalls": 40, "wallSecs": null})
     );
     let (code, _, stderr) = stage.run(&["task", "budget", &id, "--tokens", "0"]).await;
     assert_eq!(code, 1, "{stderr}");

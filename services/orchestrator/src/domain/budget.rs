@@ -20,6 +20,8 @@ pub struct Budget {
     /// Input and output tokens.
     pub tokens: Option<u64>,
     pub tool_calls: Option<u64>,
+    /// Seconds the task may be active (its runs working), over all its starts.
+    pub wall_secs: Option<u64>,
 }
 
 impl Budget {
@@ -29,6 +31,7 @@ impl Budget {
             cost_micro_usd: self.cost_micro_usd.or(fallback.cost_micro_usd),
             tokens: self.tokens.or(fallback.tokens),
             tool_calls: self.tool_calls.or(fallback.tool_calls),
+            wall_secs: self.wall_secs.or(fallback.wall_secs),
         }
     }
 
@@ -42,6 +45,7 @@ impl Budget {
             (Limit::Cost, self.cost_micro_usd),
             (Limit::Tokens, self.tokens),
             (Limit::ToolCalls, self.tool_calls),
+            (Limit::WallTime, self.wall_secs),
         ]
         .into_iter()
         .filter_map(|(limit, value)| value.map(|v| (limit, v)))
@@ -51,7 +55,7 @@ impl Budget {
     pub fn to_json(self) -> Value {
         #[allow(clippy::cast_precision_loss)]
         let cost = self.cost_micro_usd.map(|c| c as f64 / 1_000_000.0);
-        json!({ "cost_usd": cost, "tokens": self.tokens, "tool_calls": self.tool_calls })
+        json!({ "cost_usd": cost, "tokens": self.tokens, "tool_calls": self.tool_calls, "wall_secs": self.wall_secs })
     }
 }
 
@@ -112,6 +116,8 @@ pub enum Limit {
     Cost,
     Tokens,
     ToolCalls,
+    /// Seconds the task has been active.
+    WallTime,
     /// What a workspace's tasks spent in a UTC day.
     WorkspaceDaily,
     /// What a workspace's tasks spent in a UTC month.
@@ -124,6 +130,7 @@ impl Limit {
             Self::Cost => "cost_usd",
             Self::Tokens => "tokens",
             Self::ToolCalls => "tool_calls",
+            Self::WallTime => "wall_secs",
             Self::WorkspaceDaily => "workspace_daily_cost_usd",
             Self::WorkspaceMonthly => "workspace_monthly_cost_usd",
         }
@@ -138,6 +145,7 @@ impl Limit {
             }
             Self::Tokens => format!("{value} tokens"),
             Self::ToolCalls => format!("{value} tool calls"),
+            Self::WallTime => format!("{value} s active"),
         }
     }
 }
@@ -155,6 +163,10 @@ pub struct TaskBudget {
     pub tool_calls: u64,
     /// Limits past 80 % already warned of (since they were last raised).
     pub warned: Vec<Limit>,
+    /// Milliseconds it was active before its current start.
+    pub active_ms: u64,
+    /// When it last went active, while it is.
+    pub active_since_ms: Option<i64>,
 }
 
 /// What a check found.
@@ -173,10 +185,10 @@ pub const WARN_PERCENT: u64 = 80;
 impl TaskBudget {
     /// What `usage` and the tool calls come to against the limits in force;
     /// a warning is given once per limit.
-    pub fn check(&mut self, usage: &Usage) -> Verdict {
+    pub fn check(&mut self, usage: &Usage, now_ms: i64) -> Verdict {
         let mut warnings = Vec::new();
         for (limit, value) in self.limits.limits() {
-            let spent = self.spent(limit, usage);
+            let spent = self.spent(limit, usage, now_ms);
             if spent >= value {
                 return Verdict::Exceeded(limit, spent, value);
             }
@@ -195,10 +207,10 @@ impl TaskBudget {
     }
 
     /// The first limit already reached, if any (StartTask refuses then).
-    pub fn reached(&self, usage: &Usage) -> Option<(Limit, u64, u64)> {
+    pub fn reached(&self, usage: &Usage, now_ms: i64) -> Option<(Limit, u64, u64)> {
         self.limits
             .limits()
-            .map(|(limit, value)| (limit, self.spent(limit, usage), value))
+            .map(|(limit, value)| (limit, self.spent(limit, usage, now_ms), value))
             .find(|(_, spent, value)| spent >= value)
     }
 
@@ -209,13 +221,34 @@ impl TaskBudget {
             .map(|value| value.saturating_sub(usage.cost()))
     }
 
-    fn spent(&self, limit: Limit, usage: &Usage) -> u64 {
+    fn spent(&self, limit: Limit, usage: &Usage, now_ms: i64) -> u64 {
         match limit {
             Limit::Cost => usage.cost(),
             Limit::Tokens => usage.tokens(),
             Limit::ToolCalls => self.tool_calls,
+            Limit::WallTime => self.active_ms_at(now_ms) / 1000,
             // A workspace's spend is not the task's: see WorkspaceLimits.
             Limit::WorkspaceDaily | Limit::WorkspaceMonthly => 0,
+        }
+    }
+
+    /// Milliseconds it has been active, up to `now_ms`.
+    pub fn active_ms_at(&self, now_ms: i64) -> u64 {
+        let current = self
+            .active_since_ms
+            .map_or(0, |since| u64::try_from(now_ms - since).unwrap_or(0));
+        self.active_ms.saturating_add(current)
+    }
+
+    /// The task's status went from `from` to `to` at `now_ms`: its active
+    /// time is counted while it is active.
+    pub fn status_changed(&mut self, from: super::TaskStatus, to: super::TaskStatus, now_ms: i64) {
+        use super::TaskStatus::Active;
+        if from == Active && to != Active {
+            self.active_ms = self.active_ms_at(now_ms);
+            self.active_since_ms = None;
+        } else if to == Active && from != Active {
+            self.active_since_ms = Some(now_ms);
         }
     }
 
@@ -230,6 +263,7 @@ impl TaskBudget {
                 Limit::Cost => b.cost_micro_usd,
                 Limit::Tokens => b.tokens,
                 Limit::ToolCalls => b.tool_calls,
+                Limit::WallTime => b.wall_secs,
                 Limit::WorkspaceDaily | Limit::WorkspaceMonthly => None,
             };
             pick(&before) == pick(&self.limits)
@@ -241,7 +275,7 @@ impl TaskBudget {
 /// The reason a task waits when `limit` was reached, with how to go on.
 pub fn exceeded_reason(limit: Limit, spent: u64, value: u64) -> String {
     match limit {
-        Limit::Cost | Limit::Tokens | Limit::ToolCalls => format!(
+        Limit::Cost | Limit::Tokens | Limit::ToolCalls | Limit::WallTime => format!(
             "budget_exceeded: its {} limit of {} was reached ({} spent); raise it with UpdateTaskBudget (chorus task budget) and start it again",
             limit.as_str(),
             limit.show(value),
@@ -303,22 +337,22 @@ mod tests {
             },
         );
         assert_eq!(budget.limits.tokens, Some(100), "a default fills the gap");
-        assert_eq!(budget.check(&usage(100, 10)), Verdict::Within);
+        assert_eq!(budget.check(&usage(100, 10), 0), Verdict::Within);
         assert_eq!(
-            budget.check(&usage(800, 10)),
+            budget.check(&usage(800, 10), 0),
             Verdict::Warn(vec![(Limit::Cost, 800, 1_000)])
         );
         assert_eq!(
-            budget.check(&usage(900, 10)),
+            budget.check(&usage(900, 10), 0),
             Verdict::Within,
             "warned once"
         );
         assert_eq!(
-            budget.check(&usage(900, 100)),
+            budget.check(&usage(900, 100), 0),
             Verdict::Exceeded(Limit::Tokens, 100, 100)
         );
         assert_eq!(
-            budget.reached(&usage(900, 100)),
+            budget.reached(&usage(900, 100), 0),
             Some((Limit::Tokens, 100, 100))
         );
         // Raised: within again, and its warning may come again.
@@ -330,9 +364,36 @@ mod tests {
             },
             Budget::default(),
         );
-        assert_eq!(budget.reached(&usage(900, 100)), None);
+        assert_eq!(budget.reached(&usage(900, 100), 0), None);
         assert!(budget.warned.is_empty(), "{:?}", budget.warned);
         assert_eq!(budget.cost_left(&usage(900, 100)), Some(1_100));
+    }
+
+    #[test]
+    fn wall_time_counts_only_while_the_task_is_active_over_its_starts() {
+        use crate::domain::TaskStatus::{Active, Planned, Waiting};
+        let mut budget = TaskBudget::default();
+        budget.set(
+            Budget {
+                wall_secs: Some(10),
+                ..Budget::default()
+            },
+            Budget::default(),
+        );
+        budget.status_changed(Planned, Active, 0);
+        assert_eq!(budget.check(&Usage::default(), 4_000), Verdict::Within);
+        budget.status_changed(Active, Waiting, 6_000);
+        // Waiting an hour costs nothing; the next start goes on from 6 s.
+        assert_eq!(budget.active_ms_at(3_600_000), 6_000);
+        budget.status_changed(Waiting, Active, 3_600_000);
+        assert_eq!(
+            budget.check(&Usage::default(), 3_603_000),
+            Verdict::Warn(vec![(Limit::WallTime, 9, 10)])
+        );
+        assert_eq!(
+            budget.check(&Usage::default(), 3_604_000),
+            Verdict::Exceeded(Limit::WallTime, 10, 10)
+        );
     }
 
     #[test]
@@ -347,7 +408,7 @@ mod tests {
         );
         budget.tool_calls = 2;
         assert_eq!(
-            budget.check(&Usage::default()),
+            budget.check(&Usage::default(), 0),
             Verdict::Exceeded(Limit::ToolCalls, 2, 2)
         );
         let reason = exceeded_reason(Limit::ToolCalls, 2, 2);

@@ -310,6 +310,8 @@ pub fn change_status(
 ) -> Result<(EventKind, Value), DomainError> {
     let from = task.status;
     from.check_transition(to)?;
+    task.budget
+        .status_changed(from, to, crate::domain::now_ms());
     task.status = to;
     task.status_reason = reason.clone();
     let mut data = json!({ "from": from.as_str(), "to": to.as_str(), "reason": reason });
@@ -470,7 +472,7 @@ pub fn start_within_spending(spend: WorkspaceSpend) -> Result<(), DomainError> {
 pub fn start_within_budget(task: &mut Task, defaults: super::Budget) -> Result<(), DomainError> {
     let own = task.budget.own;
     task.budget.set(own, defaults);
-    match task.budget.reached(&task.usage) {
+    match task.budget.reached(&task.usage, crate::domain::now_ms()) {
         Some((limit, spent, value)) => Err(DomainError::Transition(super::exceeded_reason(
             limit, spent, value,
         ))),
@@ -504,7 +506,7 @@ pub fn spend(
     workspace: Option<WorkspaceSpend>,
     now_ms: i64,
 ) -> Result<Events, DomainError> {
-    let mut verdict = task.budget.check(&task.usage);
+    let mut verdict = task.budget.check(&task.usage, now_ms);
     if let Some(reached) = workspace.and_then(|w| w.limits.reached(w.today, w.this_month))
         && !matches!(verdict, super::Verdict::Exceeded(..))
     {

@@ -334,6 +334,7 @@ pub fn budget(b: crate::domain::Budget) -> pb::Budget {
         cost_usd: b.cost_micro_usd.map(|c| c as f64 / 1_000_000.0),
         tokens: b.tokens,
         tool_calls: b.tool_calls,
+        wall_secs: b.wall_secs,
     }
 }
 
@@ -345,6 +346,7 @@ pub fn budget_from(b: Option<pb::Budget>) -> crate::domain::Budget {
         cost_micro_usd: b.cost_usd.map(crate::domain::Usage::micro_usd),
         tokens: b.tokens,
         tool_calls: b.tool_calls,
+        wall_secs: b.wall_secs,
     }
 }
 

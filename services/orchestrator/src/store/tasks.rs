@@ -434,7 +434,7 @@ fn spend(
     };
     let workspace_reached =
         workspace.is_some_and(|w| w.limits.reached(w.today, w.this_month).is_some());
-    if task.budget.reached(&task.usage).is_none() && !workspace_reached {
+    if task.budget.reached(&task.usage, now_ms()).is_none() && !workspace_reached {
         // Within, or a warning: no run changes.
         return Ok(crate::domain::policy::spend(
             task,
