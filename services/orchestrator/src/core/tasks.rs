@@ -145,8 +145,9 @@ pub async fn start(state: &AppState, req: Start) -> Result<(Task, Run), ServiceE
     Ok((task, run))
 }
 
-/// Sets a task's own budget; the limits in force follow at once (a limit
-/// raised lets a task stopped by it start again).
+/// Sets a task's own budget; the limits in force follow at once: a limit
+/// raised lets a task stopped by it start again, and a limit set below what
+/// a running task has spent stops it as if its last call had reached it.
 pub async fn set_budget(
     state: &AppState,
     task_id: TaskId,
@@ -170,9 +171,15 @@ pub async fn set_budget(
         None => crate::domain::Budget::default(),
     };
     let defaults = agent_budget.or(workspace.limits.task_budget);
-    let (task, _) = state
+    // A limit set below what a running task has spent stops it now.
+    let now = now_ms();
+    let (task, _, _) = state
         .store
-        .change_task(task_id, move |task| policy::set_budget(task, own, defaults))
+        .change_task_runs(task_id, move |task, runs| {
+            let mut events = policy::set_budget(task, own, defaults)?;
+            events.extend(policy::spend(task, runs, None, now)?);
+            Ok(events)
+        })
         .await?;
     Ok(task)
 }
