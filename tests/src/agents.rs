@@ -305,6 +305,12 @@ pub async fn settled(client: &mut Client, task: &str) -> pb::Task {
 
 /// Whether an event ends a run (agent_completed, run_failed, run_canceled,
 /// run_interrupted).
+/// `agent`'s run ended completed: its last model call is recorded (its task
+/// may complete, by its report, a moment before).
+pub fn completed_by(agent: &'static str) -> impl Fn(&pb::TaskEvent) -> bool {
+    move |e| e.kind == "agent_completed" && data(e)["agent"] == agent
+}
+
 pub fn ends_run(event: &pb::TaskEvent) -> bool {
     matches!(
         event.kind.as_str(),

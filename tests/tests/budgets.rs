@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use chorus_proto::orchestrator::v1 as pb;
-use chorus_tests::agents::{add_agent, api_team, data, planned_task, start, task_of, wait_for};
+use chorus_tests::agents::{
+    add_agent, api_team, completed_by, data, planned_task, start, task_of, wait_for,
+};
 use chorus_tests::db::databases;
 use chorus_tests::fake_openai::{COMPLETION_TOKENS, FakeOpenAi, PROMPT_TOKENS, Step};
 use chorus_tests::orchestrator::Orchestrator;
@@ -147,12 +149,7 @@ async fn a_limit_reached_in_a_grandchild_stops_the_whole_tree_until_it_is_raised
             .await
             .expect("raised");
         start(&mut client, &task, &team.agent, 0).await;
-        wait_for(&mut client, &task.id, |e| {
-            // The lead's run ended: its last call is recorded (the task may
-            // complete, by its report, a moment before).
-            e.kind == "agent_completed" && data(e)["agent"] == "worker"
-        })
-        .await;
+        wait_for(&mut client, &task.id, completed_by("worker")).await;
         let done = task_of(&mut client, &task.id).await;
         assert_eq!(done.usage.unwrap_or_default().model_calls, 6, "{b}");
 
@@ -298,12 +295,7 @@ async fn defaults_fill_the_limits_a_task_leaves_out_and_a_workspace_day_limit_st
         // The first task spends two calls and completes.
         let first = planned_task(&mut client, &team.workspace, "Read once.").await;
         start(&mut client, &first, &team.agent, 0).await;
-        wait_for(&mut client, &first.id, |e| {
-            // The lead's run ended: its last call is recorded (the task may
-            // complete, by its report, a moment before).
-            e.kind == "agent_completed" && data(e)["agent"] == "worker"
-        })
-        .await;
+        wait_for(&mut client, &first.id, completed_by("worker")).await;
         let limits_of = task_of(&mut client, &first.id)
             .await
             .budget
@@ -374,12 +366,7 @@ async fn defaults_fill_the_limits_a_task_leaves_out_and_a_workspace_day_limit_st
             .await
             .expect("raised");
         start(&mut client, &second, &team.agent, 0).await;
-        wait_for(&mut client, &second.id, |e| {
-            // The lead's run ended: its last call is recorded (the task may
-            // complete, by its report, a moment before).
-            e.kind == "agent_completed" && data(e)["agent"] == "worker"
-        })
-        .await;
+        wait_for(&mut client, &second.id, completed_by("worker")).await;
         drop(client);
         orchestrator.stop().await;
     }

@@ -11,7 +11,8 @@ use std::time::Duration;
 use chorus_orchestrator::domain::Prices;
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
-    Client, add_agent, api_team, data, ends_run, planned_task, start, task_of, wait_for,
+    Client, add_agent, api_team, completed_by, data, ends_run, planned_task, start, task_of,
+    wait_for,
 };
 use chorus_tests::db::{TestDatabase, databases};
 use chorus_tests::fake_openai::{
@@ -248,12 +249,7 @@ async fn a_parents_subtree_is_its_own_plus_its_childrens_and_the_task_total_is_e
         }
         let task = planned_task(&mut client, &team.workspace, "Check and test.").await;
         start(&mut client, &task, &team.agent, 0).await;
-        wait_for(&mut client, &task.id, |e| {
-            // The lead's run ended: its last call is recorded (the task may
-            // complete, by its report, a moment before).
-            e.kind == "agent_completed" && data(e)["agent"] == "worker"
-        })
-        .await;
+        wait_for(&mut client, &task.id, completed_by("worker")).await;
         assert_eq!(model.requests().len(), 5, "{b}");
 
         let runs = client
@@ -414,12 +410,7 @@ async fn calls_made_before_the_orchestrator_is_killed_are_kept_and_none_is_count
         );
         // The run is resumed and ends; every call the model answered is
         // counted once, priced by the table the flag named.
-        wait_for(&mut client, &task.id, |e| {
-            // The lead's run ended: its last call is recorded (the task may
-            // complete, by its report, a moment before).
-            e.kind == "agent_completed" && data(e)["agent"] == "worker"
-        })
-        .await;
+        wait_for(&mut client, &task.id, completed_by("worker")).await;
         let done = task_of(&mut client, &task.id).await;
         let answered = model.requests().len() as u64;
         assert_eq!(usage_of(done.usage.as_ref()), calls(answered, true), "{b}");

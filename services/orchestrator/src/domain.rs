@@ -24,8 +24,7 @@ pub use agent::{
 };
 pub use api_key::ApiKeyRecord;
 pub use budget::{
-    Budget, Limit, TaskBudget, Verdict, WARN_PERCENT, WorkspaceLimits, check_budget,
-    exceeded_reason,
+    Budget, Limit, TaskBudget, Verdict, WorkspaceLimits, check_budget, exceeded_reason,
 };
 pub use error::DomainError;
 pub use event::{Event, EventKind, NeedsYou};

@@ -50,17 +50,6 @@ impl CostSource {
             Self::Correction => "correction",
         }
     }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        [
-            Self::Provider,
-            Self::PriceTable,
-            Self::Unpriced,
-            Self::Correction,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == text)
-    }
 }
 
 /// A call as it is recorded: its tokens and its cost, with where the cost
