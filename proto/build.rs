@@ -11,6 +11,7 @@ const PROTOS: &[&str] = &[
     "chorus/serving/v1/serving.proto",
     "chorus/tools/v1/tools.proto",
     "chorus/orchestrator/v1/orchestrator.proto",
+    "lf/a2a/v1/a2a.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

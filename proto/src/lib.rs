@@ -41,6 +41,15 @@ pub fn code_name(code: tonic::Code) -> &'static str {
 /// Encoded `FileDescriptorSet` of every Chorus service, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("chorus_descriptor");
 
+/// The Agent2Agent protocol's gRPC binding (`lf.a2a.v1`), which Chorus serves
+/// on the orchestrator's port and calls as a provider of remote agents.
+pub mod a2a {
+    pub mod v1 {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("lf.a2a.v1");
+    }
+}
+
 pub mod orchestrator {
     pub mod v1 {
         #![allow(clippy::all, missing_docs)]

@@ -5,6 +5,7 @@
 //! service's gRPC health says SERVING.
 #![forbid(unsafe_code)]
 
+pub mod a2a;
 pub mod agents;
 pub mod attacker;
 pub mod balancer;

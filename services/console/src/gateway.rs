@@ -16,8 +16,21 @@ use tokio::sync::mpsc;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::{Code, Status};
 
-/// The one gRPC service the console calls.
+/// The gRPC service the console's pages call.
 pub const SERVICE: &str = "chorus.orchestrator.v1.Orchestrator";
+/// The A2A service, whose agent card the console serves at its well-known path.
+const A2A_SERVICE: &str = "lf.a2a.v1.A2AService";
+
+/// The public agent card of a workspace (encoded `lf.a2a.v1.AgentCard`),
+/// which needs no key: given by the orchestrator.
+pub type PublicCard = std::sync::Arc<
+    dyn Fn(
+            String,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u8>, Status>> + Send>>
+        + Send
+        + Sync,
+>;
 /// How long a unary call may take before the gateway gives up.
 const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -58,11 +71,64 @@ impl Gateway {
         })
     }
 
-    fn method(&self, name: &str) -> Option<MethodDescriptor> {
+    fn method(&self, service: &str, name: &str) -> Option<MethodDescriptor> {
         self.pool
-            .get_service_by_name(SERVICE)?
+            .get_service_by_name(service)?
             .methods()
             .find(|m| m.name() == name && !m.is_client_streaming())
+    }
+
+    /// The agent card of `workspace` as A2A clients read it (JSON): with
+    /// the caller's key (its `authorization` header), the extended card —
+    /// the workspace's agents as skills — as GetExtendedAgentCard gives it
+    /// to a viewer; without one, the public card from `public`.
+    pub async fn agent_card(
+        &self,
+        workspace: &str,
+        headers: &HeaderMap,
+        public: Option<&PublicCard>,
+    ) -> Answer {
+        let Some(card) = self.pool.get_message_by_name("lf.a2a.v1.AgentCard") else {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "INTERNAL",
+                "no AgentCard in the descriptors".to_owned(),
+            );
+        };
+        if headers.contains_key(http::header::AUTHORIZATION) {
+            let body = json!({ "tenant": workspace }).to_string();
+            let (method, request, path) = match self.request(
+                A2A_SERVICE,
+                "GetExtendedAgentCard",
+                false,
+                headers,
+                body.as_bytes(),
+            ) {
+                Ok(parts) => parts,
+                Err(answer) => return answer,
+            };
+            return match unary(self.service.clone(), request, path).await {
+                Ok(reply) => match to_json(&method.output(), &reply) {
+                    Ok(json) => Answer::Json(StatusCode::OK, json),
+                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e),
+                },
+                Err(status) => failed(&status),
+            };
+        }
+        let Some(public) = public else {
+            return error(
+                StatusCode::NOT_FOUND,
+                "NOT_FOUND",
+                "no agent cards are served here".to_owned(),
+            );
+        };
+        match public(workspace.to_owned()).await {
+            Ok(bytes) => match to_json(&card, &bytes) {
+                Ok(json) => Answer::Json(StatusCode::OK, json),
+                Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e),
+            },
+            Err(status) => failed(&status),
+        }
     }
 
     /// Calls `name` with the JSON `body`, presenting the caller's
@@ -76,7 +142,7 @@ impl Gateway {
         body: &[u8],
         connection: Option<Standing>,
     ) -> (Answer, bool) {
-        let (method, request, path) = match self.request(name, stream, headers, body) {
+        let (method, request, path) = match self.request(SERVICE, name, stream, headers, body) {
             Ok(parts) => parts,
             Err(answer) => return (answer, false),
         };
@@ -106,6 +172,7 @@ impl Gateway {
     /// credential, its path; or the answer that refuses it.
     fn request(
         &self,
+        service: &str,
         name: &str,
         stream: bool,
         headers: &HeaderMap,
@@ -118,11 +185,11 @@ impl Gateway {
         ),
         Answer,
     > {
-        let Some(method) = self.method(name) else {
+        let Some(method) = self.method(service, name) else {
             return Err(error(
                 StatusCode::NOT_FOUND,
                 "NOT_FOUND",
-                format!("no method {name} in {SERVICE}"),
+                format!("no method {name} in {service}"),
             ));
         };
         if method.is_server_streaming() != stream {
@@ -163,7 +230,7 @@ impl Gateway {
         if !stream {
             request.set_timeout(CALL_TIMEOUT);
         }
-        let path = http::uri::PathAndQuery::try_from(format!("/{SERVICE}/{name}"))
+        let path = http::uri::PathAndQuery::try_from(format!("/{service}/{name}"))
             .map_err(|e| error(StatusCode::BAD_REQUEST, "INVALID_ARGUMENT", e.to_string()))?;
         Ok((method, request, path))
     }

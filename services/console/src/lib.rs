@@ -21,7 +21,11 @@ use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-pub use gateway::Gateway;
+pub use gateway::{Gateway, PublicCard};
+
+/// Where A2A clients look for an agent card, under a workspace's base URL
+/// (`/a2a/<workspace>`).
+pub const AGENT_CARD_PATH: &str = "/.well-known/agent-card.json";
 
 /// The largest request body the gateway reads.
 const MAX_BODY: usize = 4 * 1024 * 1024;
@@ -58,20 +62,43 @@ pub async fn serve(
     tls: Option<Arc<rustls::ServerConfig>>,
     max_connections: usize,
     unread: std::time::Duration,
+    cards: Option<PublicCard>,
     stop: CancellationToken,
 ) -> Result<(), String> {
     let gateway = Arc::new(Gateway::new(local, unread)?);
     let service = tower::service_fn(move |request: Request<Incoming>| {
         let gateway = Arc::clone(&gateway);
-        async move { Ok::<_, Infallible>(handle(&gateway, request).await) }
+        let cards = cards.clone();
+        async move { Ok::<_, Infallible>(handle(&gateway, request, cards.as_ref()).await) }
     });
     chorus_serve::http::serve(listener, service, tls, max_connections, "console", stop).await;
     Ok(())
 }
 
 /// Answers one request.
-pub async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<Body> {
+pub async fn handle(
+    gateway: &Gateway,
+    request: Request<Incoming>,
+    cards: Option<&PublicCard>,
+) -> Response<Body> {
     let path = request.uri().path().to_owned();
+    if request.method() == Method::GET
+        && let Some(workspace) = path
+            .strip_prefix("/a2a/")
+            .and_then(|rest| rest.strip_suffix(AGENT_CARD_PATH))
+            .filter(|w| !w.is_empty() && !w.contains('/'))
+    {
+        let answer = gateway
+            .agent_card(workspace, request.headers(), cards)
+            .await;
+        return answer_response(answer);
+    }
+    if request.method() == Method::GET && path == AGENT_CARD_PATH {
+        return plain(
+            StatusCode::NOT_FOUND,
+            "each workspace has its agent card: GET /a2a/<workspace>/.well-known/agent-card.json",
+        );
+    }
     if request.method() == Method::GET {
         let page = if path == "/index.html" {
             "/"
@@ -118,6 +145,10 @@ pub async fn handle(gateway: &Gateway, request: Request<Incoming>) -> Response<B
     if accepted && let Some(standing) = standing {
         standing.prove();
     }
+    answer_response(answer)
+}
+
+fn answer_response(answer: gateway::Answer) -> Response<Body> {
     match answer {
         gateway::Answer::Json(status, json) => with_headers(
             Response::builder()

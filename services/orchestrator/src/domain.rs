@@ -36,7 +36,7 @@ pub use provider_key::{
 pub use run::{HandoffFailure, HandoffOutcome, Run, RunId, RunState, TokenBinding};
 pub use stage::{Stage, StageExt};
 pub use status::TaskStatus;
-pub use task::{Planning, Question, Task, TaskId, TaskSource};
+pub use task::{AutoStart, Planning, Question, Task, TaskId, TaskSource};
 pub use time::now_ms;
 pub use usage::{
     CostCorrection, CostSource, DayUsage, ModelCall, Price, PricedCall, Prices, Usage,

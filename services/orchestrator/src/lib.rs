@@ -8,6 +8,7 @@
 // One function sets the parent-death signal of agent processes (runner::process).
 #![deny(unsafe_code)]
 
+pub mod a2a;
 pub mod auth;
 pub mod core;
 pub mod domain;

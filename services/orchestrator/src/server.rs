@@ -218,9 +218,10 @@ pub fn check_replica_id(id: &str) -> Result<(), String> {
 }
 
 /// The services this port serves, as health and reflection name them.
-pub const SERVICES: [&str; 2] = [
+pub const SERVICES: [&str; 3] = [
     "chorus.orchestrator.v1.Orchestrator",
     "chorus.orchestrator.v1.AgentTools",
+    "lf.a2a.v1.A2AService",
 ];
 
 /// Serves `chorus.orchestrator.v1` (Orchestrator and AgentTools), gRPC health and
@@ -287,6 +288,7 @@ pub async fn run(
         serve_console(
             console,
             local,
+            &state,
             &config,
             serve.connections.answer_send,
             stop.clone(),
@@ -339,10 +341,19 @@ const CONSOLE_CONNECTIONS: usize = 256;
 fn serve_console(
     listener: std::net::TcpListener,
     local: chorus_serve::grpc::LocalService,
+    state: &AppState,
     config: &OrchestratorConfig,
     unread: std::time::Duration,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
+    let state = state.clone();
+    let cards: chorus_console::PublicCard = std::sync::Arc::new(move |workspace: String| {
+        let state = state.clone();
+        Box::pin(async move {
+            let card = crate::a2a::public_card(&state, &workspace).await?;
+            Ok(prost::Message::encode_to_vec(&card))
+        })
+    });
     listener.set_nonblocking(true)?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let tls = config
@@ -353,8 +364,16 @@ fn serve_console(
     // Logged before the orchestrator's own port, as the embedded tool-exec is.
     info!(addr = %listener.local_addr()?, tls = tls.is_some(), "web console");
     tokio::spawn(async move {
-        if let Err(e) =
-            chorus_console::serve(listener, local, tls, CONSOLE_CONNECTIONS, unread, stop).await
+        if let Err(e) = chorus_console::serve(
+            listener,
+            local,
+            tls,
+            CONSOLE_CONNECTIONS,
+            unread,
+            Some(cards),
+            stop,
+        )
+        .await
         {
             warn!(error = %e, "the web console stopped");
         }
@@ -388,6 +407,12 @@ fn routes(
     .add_service(
         AgentToolsServer::new(AgentToolsService::new(state.clone()))
             .max_decoding_message_size(message_bytes),
+    )
+    .add_service(
+        chorus_proto::a2a::v1::a2a_service_server::A2aServiceServer::new(crate::a2a::A2aFace::new(
+            state.clone(),
+        ))
+        .max_decoding_message_size(message_bytes),
     )
 }
 

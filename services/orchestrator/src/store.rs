@@ -79,8 +79,8 @@ pub use replicas::{Claim, HANDED_ON_CHANNEL, Heartbeat, ReplicaIdentity, Replica
 pub use run_token_keys::KEYS_CHANNEL;
 pub use runs::NewRun;
 pub use tasks::{
-    DEFAULT_PAGE_SIZE, EVENT_PAGE_BYTES, EventDraft, MAX_EVENTS, MAX_PAGE_SIZE, TASK_CHANNEL,
-    TASK_PAGE_BYTES, parse_task_notice,
+    ChangedFile, DEFAULT_PAGE_SIZE, EVENT_PAGE_BYTES, EventDraft, MAX_EVENTS, MAX_PAGE_SIZE,
+    NewTask, TASK_CHANNEL, TASK_PAGE_BYTES, TaskQuery, parse_task_notice,
 };
 
 use connection::{AnyConnection, ConnectionPool, Target};

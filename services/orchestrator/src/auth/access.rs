@@ -17,6 +17,7 @@ fn listed(path: &str) -> Option<Access> {
         | "grpc.reflection.v1alpha.ServerReflection" => Some(Access::OPEN),
         "chorus.orchestrator.v1.Orchestrator" => orchestrator(method),
         "chorus.orchestrator.v1.AgentTools" => agent_tools(method),
+        "lf.a2a.v1.A2AService" => a2a(method),
         _ => None,
     }
 }
@@ -34,6 +35,24 @@ fn orchestrator(method: &str) -> Option<Access> {
         "GetWorkspace" | "ListWorkspaces" | "GetProvider" | "ListProviders" | "GetAgent"
         | "ListAgents" | "GetTask" | "ListTasks" | "GetHistory" | "WatchTask" | "WatchTasks"
         | "GetRun" | "ListRuns" | "GetUsage" | "GetStatus" => Access::role(Role::Viewer),
+        _ => return None,
+    })
+}
+
+/// The A2A face: an operator sends and cancels, a viewer reads.
+fn a2a(method: &str) -> Option<Access> {
+    Some(match method {
+        "SendMessage"
+        | "SendStreamingMessage"
+        | "CancelTask"
+        | "CreateTaskPushNotificationConfig"
+        | "DeleteTaskPushNotificationConfig" => Access::role(Role::Operator),
+        "GetTask"
+        | "ListTasks"
+        | "SubscribeToTask"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "GetExtendedAgentCard" => Access::role(Role::Viewer),
         _ => return None,
     })
 }
@@ -59,7 +78,7 @@ mod tests {
             .expect("descriptor set");
         let mut seen = 0;
         for file in &set.file {
-            if file.package() != "chorus.orchestrator.v1" {
+            if !["chorus.orchestrator.v1", "lf.a2a.v1"].contains(&file.package()) {
                 continue;
             }
             for service in &file.service {

@@ -6,8 +6,8 @@ use tracing::{Instrument as _, info};
 
 use crate::domain::policy::planning;
 use crate::domain::{
-    EventKind, Name, Planning, Run, RunId, TASK_VALIDATOR, Task, TaskId, TaskSource, TaskStatus,
-    WorkspaceId, now_ms, policy,
+    AutoStart, EventKind, Name, Planning, Run, RunId, TASK_VALIDATOR, Task, TaskId, TaskSource,
+    TaskStatus, WorkspaceId, now_ms, policy,
 };
 use crate::error::ServiceError;
 use crate::runner::Launch;
@@ -27,6 +27,7 @@ pub async fn create(
     description: String,
     source: TaskSource,
     budget: crate::domain::Budget,
+    auto_start: Option<AutoStart>,
 ) -> Result<Task, ServiceError> {
     let span = tracing::info_span!(
         "task",
@@ -37,7 +38,14 @@ pub async fn create(
     let trace = chorus_telemetry::propagation::traceparent(&span);
     let (task, _) = state
         .store
-        .create_traced_task(workspace, description, source, trace, budget)
+        .create_traced_task(crate::store::NewTask {
+            workspace,
+            description,
+            source,
+            trace_context: trace,
+            budget,
+            auto_start,
+        })
         .instrument(span.clone())
         .await?;
     span.record("chorus.task_id", task.id.to_string());
@@ -281,4 +289,153 @@ async fn launch_planner(
         before(&events),
     );
     Ok((task, run))
+}
+
+/// What a caller asks that hands a task over whole (an A2A message): create
+/// it, plan it, and start it once planned, with no one to start it.
+#[derive(Debug, Clone)]
+pub struct Submit {
+    pub workspace: WorkspaceId,
+    pub description: String,
+    pub source: TaskSource,
+    pub budget: crate::domain::Budget,
+    /// The agent to start; None: the one the plan assigns.
+    pub agent: Option<Name>,
+}
+
+/// Creates a task that starts by itself once planned, and plans it. A named
+/// agent is checked before anything is written (INVALID_ARGUMENT or
+/// NOT_FOUND, nothing created). When the planner cannot be launched (no
+/// provider for it, a workspace over its spending limit), the task is
+/// refused: it fails with the reason, no agent having worked on it, and is
+/// answered as it stands.
+pub async fn submit(state: &AppState, req: Submit) -> Result<Task, ServiceError> {
+    if let Some(agent) = &req.agent {
+        super::runs::user_defined_agent(state, req.workspace, agent, "start").await?;
+    }
+    let task = create(
+        state,
+        req.workspace,
+        req.description,
+        req.source,
+        req.budget,
+        Some(AutoStart { agent: req.agent }),
+    )
+    .await?;
+    let refused = match policy::start_within_spending(state.store.spend_of(req.workspace).await?) {
+        Err(e) => ServiceError::from(e),
+        Ok(()) => match plan(state, task.id, 0).await {
+            Ok((task, _run)) => return Ok(task),
+            Err(e) if refusal(&e) => e,
+            Err(e) => return Err(e),
+        },
+    };
+    refuse(state, task.id, &refused).await
+}
+
+/// Starts a planned task that starts by itself (the planner's run having
+/// just ended with a plan); a refusal (no agent to run, a budget or spending
+/// limit reached, no provider) fails it with the reason. Nothing happens to
+/// a task someone else moved first.
+pub async fn start_planned(state: &AppState, task_id: TaskId) {
+    let task = match state.store.get_task(task_id).await {
+        Ok(task) => task,
+        Err(e) => {
+            tracing::warn!(task_id = %task_id, error = %e, "cannot read a planned task to start it");
+            return;
+        }
+    };
+    let Some(auto) = task.auto_start.clone() else {
+        return;
+    };
+    if task.status != TaskStatus::Planned {
+        return;
+    }
+    let started = start(
+        state,
+        Start {
+            task: task_id,
+            agent: auto.agent,
+            prompt: String::new(),
+            timeout_secs: 0,
+        },
+    )
+    .await;
+    match started {
+        Ok(_) => info!(task_id = %task_id, "planned task started by itself"),
+        Err(e) if refusal(&e) => {
+            if let Err(e) = refuse(state, task_id, &e).await {
+                tracing::warn!(task_id = %task_id, error = %e, "cannot record that a planned task could not start");
+            }
+        }
+        Err(e) => tracing::warn!(task_id = %task_id, error = %e, "a planned task could not start"),
+    }
+}
+
+/// What a caller's reply to a task does (an A2A message naming it): answers
+/// the planner's questions when it asked some (`answers`, else the whole
+/// `text` as the answer to the first question: the planner reads them all),
+/// starts it again with `text` as the prompt when it waits or is planned;
+/// anything else is refused, saying what the task is doing.
+pub async fn reply(
+    state: &AppState,
+    task_id: TaskId,
+    text: String,
+    answers: Option<Vec<String>>,
+) -> Result<Task, ServiceError> {
+    let task = state.store.get_task(task_id).await?;
+    match task.status {
+        TaskStatus::AwaitingInput => {
+            let answers = answers.unwrap_or_else(|| vec![text]);
+            Ok(answer(state, task_id, answers, 0).await?.0)
+        }
+        TaskStatus::Waiting | TaskStatus::Planned => {
+            let agent = task.auto_start.and_then(|a| a.agent);
+            let req = Start {
+                task: task_id,
+                agent,
+                prompt: text,
+                timeout_secs: 0,
+            };
+            Ok(start(state, req).await?.0)
+        }
+        TaskStatus::Pending | TaskStatus::Planning | TaskStatus::Active => {
+            Err(ServiceError::Precondition(format!(
+                "task {task_id} is {}: it takes a reply only when it needs one (its planner's questions, or a stop that waits for you); watch it until then",
+                task.status
+            )))
+        }
+        TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Canceled => {
+            Err(ServiceError::Precondition(format!(
+                "task {task_id} is {} and takes no more messages; send a new message in its conversation (the same context) for more work",
+                task.status
+            )))
+        }
+    }
+}
+
+/// Whether a refusal to plan or start is the task's (it cannot go on as it
+/// is) rather than the service's (try again).
+fn refusal(e: &ServiceError) -> bool {
+    matches!(
+        e,
+        ServiceError::Invalid(_)
+            | ServiceError::Precondition(_)
+            | ServiceError::Domain(_)
+            | ServiceError::Store(StoreError::NotFound { .. } | StoreError::Domain(_))
+    )
+}
+
+/// Fails a task that was refused before any agent worked on it, with why.
+async fn refuse(
+    state: &AppState,
+    task_id: TaskId,
+    why: &ServiceError,
+) -> Result<Task, ServiceError> {
+    let why = why.to_string();
+    let (task, _) = state
+        .store
+        .change_task(task_id, move |task| Ok(vec![policy::refuse(task, &why)?]))
+        .await?;
+    Ok(task)
 }

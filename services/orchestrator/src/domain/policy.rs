@@ -302,6 +302,16 @@ pub fn apply_planner_output(run: &mut Run, output: PlannerOutput) -> Result<Even
     )])
 }
 
+/// Fails a task that was refused before any agent worked on it (it could not
+/// be planned or started by itself): the reason says so and why.
+pub fn refuse(task: &mut Task, why: &str) -> Result<(EventKind, Value), DomainError> {
+    change_status(
+        task,
+        TaskStatus::Failed,
+        Some(kept(&format!("refused: {why}"))),
+    )
+}
+
 /// Moves a task through the status table and returns the `status_changed` event.
 pub fn change_status(
     task: &mut Task,

@@ -40,6 +40,15 @@ pub struct TaskSource {
     pub conversation_id: Option<String>,
 }
 
+/// What starts a task once its plan is made, so that nobody has to: set by
+/// a caller that hands a task over whole (an A2A message), None when a person
+/// starts it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AutoStart {
+    /// The agent to start; None: the one the plan assigns.
+    pub agent: Option<Name>,
+}
+
 /// One planner question and the user's answer.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Question {
@@ -112,9 +121,35 @@ pub struct Task {
     pub usage: super::Usage,
     /// What it may spend, and its tool calls so far.
     pub budget: super::TaskBudget,
+    /// Started by itself once planned, when set.
+    pub auto_start: Option<AutoStart>,
 }
 
 impl Task {
+    /// The conversation the task belongs to: its source's, else its own id
+    /// (a task alone is a conversation of one).
+    pub fn conversation(&self) -> String {
+        self.source
+            .conversation_id
+            .clone()
+            .unwrap_or_else(|| self.id.to_string())
+    }
+
+    /// True when no agent ever worked on it: it never went active (planning
+    /// is not work on it). A task that failed so was refused, not failed.
+    pub fn never_started(&self) -> bool {
+        self.budget.active_ms == 0 && self.budget.active_since_ms.is_none()
+    }
+
+    /// Whether it waits for a person now: its status says so, except a
+    /// planned task that starts by itself.
+    pub fn needs_you(&self) -> Option<&'static str> {
+        if self.status == TaskStatus::Planned && self.auto_start.is_some() {
+            return None;
+        }
+        self.status.needs_you()
+    }
+
     /// Checks a task description: not blank, at most 64 KiB.
     pub fn check_description(description: &str) -> Result<(), DomainError> {
         if description.trim().is_empty() {

@@ -465,6 +465,16 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
             end_events(run, task, others, &ending, details, now, agent_kind)
         })
         .await;
+    // A plan made for a task that starts by itself: start it now (a
+    // refusal fails it with the reason).
+    if let Ok((_, task, _)) = &end
+        && agent_kind == AgentKind::Internal
+        && task.status == TaskStatus::Planned
+        && task.auto_start.is_some()
+    {
+        let (state, task_id) = (state.clone(), task.id);
+        tokio::spawn(async move { crate::core::tasks::start_planned(&state, task_id).await });
+    }
     log_end(ctx, end);
     // Released even when nothing was recorded (a canceled run): whoever waits
     // for its processes to be gone here (CancelTask) hears it at once.

@@ -97,6 +97,7 @@ mod tests {
             last_sequence: 0,
             usage: crate::domain::Usage::default(),
             budget: crate::domain::TaskBudget::default(),
+            auto_start: None,
         };
         let agents = [
             agent(

@@ -192,6 +192,7 @@ mod tests {
             last_sequence: 0,
             usage: crate::domain::Usage::default(),
             budget: crate::domain::TaskBudget::default(),
+            auto_start: None,
         };
         task.planning = Planning {
             summary: Some("A crash on start".to_owned()),

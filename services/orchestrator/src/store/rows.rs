@@ -230,6 +230,9 @@ pub(super) struct TaskRow {
     pub usage: Option<String>,
     /// JSON of `TaskBudget`.
     pub budget: Option<String>,
+    pub conversation_id: Option<String>,
+    /// JSON of `AutoStart`.
+    pub auto_start: Option<String>,
 }
 
 impl TaskRow {
@@ -268,6 +271,8 @@ impl TaskRow {
             last_sequence: db_sequence(task.last_sequence)?,
             usage: Some(to_json(&task.usage)?),
             budget: Some(to_json(&task.budget)?),
+            conversation_id: task.source.conversation_id.clone(),
+            auto_start: task.auto_start.as_ref().map(to_json).transpose()?,
         })
     }
 
@@ -301,6 +306,11 @@ impl TaskRow {
                 .map(|b| r.json("budget", b))
                 .transpose()?
                 .unwrap_or_default(),
+            auto_start: self
+                .auto_start
+                .as_deref()
+                .map(|a| r.json("auto_start", a))
+                .transpose()?,
         })
     }
 }

@@ -73,6 +73,10 @@ diesel::table! {
         usage -> Nullable<Text>,
         /// JSON of `TaskBudget`.
         budget -> Nullable<Text>,
+        /// The source's conversation id (an A2A context), to find tasks by.
+        conversation_id -> Nullable<Text>,
+        /// JSON of `AutoStart`.
+        auto_start -> Nullable<Text>,
     }
 }
 

@@ -45,6 +45,46 @@ diesel::define_sql_function! {
     fn octet_length(text: diesel::sql_types::Text) -> diesel::sql_types::Integer;
 }
 
+/// Which tasks [`Store::find_tasks`] keeps: all of these that are set.
+#[derive(Debug, Clone, Default)]
+pub struct TaskQuery {
+    pub workspace: Option<WorkspaceId>,
+    /// Any of these statuses; empty: any status.
+    pub statuses: Vec<TaskStatus>,
+    /// In this conversation (a task's own id names a task alone).
+    pub conversation: Option<String>,
+    /// Changed after this time.
+    pub updated_after_ms: Option<i64>,
+    /// Newest first instead of oldest first.
+    pub newest_first: bool,
+}
+
+/// The file tools that change a file.
+const FILE_CHANGES: [&str; 4] = ["file.create", "file.write", "file.patch", "file.delete"];
+
+/// A file a task changed (see [`Store::changed_files`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangedFile {
+    /// In the workspace, as the tool was given it.
+    pub path: String,
+    /// The tool of its last change.
+    pub tool: String,
+    pub deleted: bool,
+    pub at_ms: i64,
+}
+
+/// A task to create (see [`Store::create_traced_task`]).
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub workspace: WorkspaceId,
+    pub description: String,
+    pub source: TaskSource,
+    /// A W3C `traceparent` its work continues.
+    pub trace_context: Option<String>,
+    pub budget: Budget,
+    pub auto_start: Option<crate::domain::AutoStart>,
+}
+
 impl Store {
     /// Creates a task (pending, in the backlog) and its `task_created` event
     /// (sequence 1) in one transaction.
@@ -54,20 +94,29 @@ impl Store {
         description: String,
         source: TaskSource,
     ) -> Result<(Task, Vec<Event>), StoreError> {
-        self.create_traced_task(workspace, description, source, None, Budget::default())
-            .await
+        self.create_traced_task(NewTask {
+            workspace,
+            description,
+            source,
+            trace_context: None,
+            budget: Budget::default(),
+            auto_start: None,
+        })
+        .await
     }
 
-    /// [`Self::create_task`], keeping `trace_context` (a W3C `traceparent`)
-    /// as the trace the task's work continues, with its own `budget`.
-    pub async fn create_traced_task(
-        &self,
-        workspace: WorkspaceId,
-        description: String,
-        source: TaskSource,
-        trace_context: Option<String>,
-        budget: Budget,
-    ) -> Result<(Task, Vec<Event>), StoreError> {
+    /// [`Self::create_task`] with everything a task can begin with: the
+    /// trace its work continues (a W3C `traceparent`), its own budget, and
+    /// what starts it once planned.
+    pub async fn create_traced_task(&self, new: NewTask) -> Result<(Task, Vec<Event>), StoreError> {
+        let NewTask {
+            workspace,
+            description,
+            source,
+            trace_context,
+            budget,
+            auto_start,
+        } = new;
         Task::check_description(&description)?;
         check_budget(&budget)?;
         self.write_events(move |conn| {
@@ -88,6 +137,7 @@ impl Store {
                 last_sequence: 1,
                 usage: crate::domain::Usage::default(),
                 budget: crate::domain::TaskBudget::default(),
+                auto_start,
             };
             let mut task = task;
             task.budget.set(budget, Budget::default());
@@ -164,34 +214,81 @@ impl Store {
         page_size: u32,
         page_token: Option<String>,
     ) -> Result<(Vec<Task>, Option<String>), StoreError> {
+        let query = TaskQuery {
+            workspace,
+            statuses: status.into_iter().collect(),
+            ..TaskQuery::default()
+        };
+        let (tasks, next, _) = self.find_tasks(query, page_size, page_token).await?;
+        Ok((tasks, next))
+    }
+
+    /// Tasks that `query` keeps, a page at a time as [`Self::list_tasks`]
+    /// gives them, with how many it keeps in all.
+    pub async fn find_tasks(
+        &self,
+        query: TaskQuery,
+        page_size: u32,
+        page_token: Option<String>,
+    ) -> Result<(Vec<Task>, Option<String>, u64), StoreError> {
         let size = match page_size {
             0 => DEFAULT_PAGE_SIZE,
             n => n.min(MAX_PAGE_SIZE),
         };
         let after = page_token.as_deref().map(PageToken::parse).transpose()?;
         self.with_conn(move |conn| {
-            if let Some(workspace) = workspace {
+            if let Some(workspace) = query.workspace {
                 ensure_workspace(conn, workspace)?;
             }
-            let mut query = tasks::table.select(TaskRow::as_select()).into_boxed();
-            if let Some(workspace) = workspace {
-                query = query.filter(tasks::workspace_id.eq(workspace.to_string()));
-            }
-            if let Some(status) = status {
-                query = query.filter(tasks::status.eq(status.as_str()));
-            }
+            let filtered = || {
+                let mut q = tasks::table.into_boxed();
+                if let Some(workspace) = query.workspace {
+                    q = q.filter(tasks::workspace_id.eq(workspace.to_string()));
+                }
+                if !query.statuses.is_empty() {
+                    q = q.filter(
+                        tasks::status.eq_any(query.statuses.iter().map(|s| s.as_str().to_owned())),
+                    );
+                }
+                if let Some(conversation) = &query.conversation {
+                    // A task alone is the conversation named by its own id.
+                    q = q.filter(
+                        tasks::conversation_id
+                            .eq(conversation.clone())
+                            .or(tasks::conversation_id
+                                .is_null()
+                                .and(tasks::id.eq(conversation.clone()))),
+                    );
+                }
+                if let Some(after_ms) = query.updated_after_ms {
+                    q = q.filter(tasks::updated_ms.gt(after_ms));
+                }
+                q
+            };
+            let total: i64 = filtered().count().get_result(conn).db()?;
+            let mut rows_query = filtered().select(TaskRow::as_select());
             if let Some(after) = after {
-                query = query.filter(
-                    tasks::created_ms.gt(after.created_ms).or(tasks::created_ms
-                        .eq(after.created_ms)
-                        .and(tasks::id.gt(after.id.to_string()))),
-                );
+                let (ms, id) = (after.created_ms, after.id.to_string());
+                rows_query = if query.newest_first {
+                    rows_query.filter(
+                        tasks::created_ms
+                            .lt(ms)
+                            .or(tasks::created_ms.eq(ms).and(tasks::id.lt(id))),
+                    )
+                } else {
+                    rows_query.filter(
+                        tasks::created_ms
+                            .gt(ms)
+                            .or(tasks::created_ms.eq(ms).and(tasks::id.gt(id))),
+                    )
+                };
             }
-            let mut rows: Vec<TaskRow> = query
-                .order((tasks::created_ms.asc(), tasks::id.asc()))
-                .limit(i64::from(size) + 1)
-                .load(conn)
-                .db()?;
+            rows_query = if query.newest_first {
+                rows_query.order((tasks::created_ms.desc(), tasks::id.desc()))
+            } else {
+                rows_query.order((tasks::created_ms.asc(), tasks::id.asc()))
+            };
+            let mut rows: Vec<TaskRow> = rows_query.limit(i64::from(size) + 1).load(conn).db()?;
             let mut more = rows.len() > size as usize;
             rows.truncate(size as usize);
             let fit = fitting(&rows, TASK_PAGE_BYTES, TaskRow::bytes);
@@ -211,7 +308,47 @@ impl Store {
                 ),
                 _ => None,
             };
-            Ok((tasks, next))
+            Ok((tasks, next, u64::try_from(total).unwrap_or_default()))
+        })
+        .await
+    }
+
+    /// The files the task's agents changed with file tools (create, write,
+    /// patch, delete) that succeeded, each once with its last change, in the
+    /// order they were first changed.
+    pub async fn changed_files(&self, task_id: TaskId) -> Result<Vec<ChangedFile>, StoreError> {
+        self.with_conn(move |conn| {
+            let rows: Vec<(String, i64)> = task_events::table
+                .filter(task_events::task_id.eq(task_id.to_string()))
+                .filter(task_events::kind.eq(EventKind::ToolExecuted.as_str()))
+                .select((task_events::data, task_events::at_ms))
+                .order(task_events::sequence.asc())
+                .load(conn)
+                .db()?;
+            let mut files: Vec<ChangedFile> = Vec::new();
+            for (data, at_ms) in rows {
+                let Ok(data) = serde_json::from_str::<serde_json::Value>(&data) else {
+                    continue;
+                };
+                let tool = data["tool"].as_str().unwrap_or_default();
+                if !FILE_CHANGES.contains(&tool) || data["status"] != "ok" {
+                    continue;
+                }
+                let Some(path) = data["input"]["path"].as_str() else {
+                    continue;
+                };
+                let change = ChangedFile {
+                    path: path.to_owned(),
+                    tool: tool.to_owned(),
+                    deleted: tool == "file.delete",
+                    at_ms,
+                };
+                match files.iter_mut().find(|f| f.path == path) {
+                    Some(f) => *f = change,
+                    None => files.push(change),
+                }
+            }
+            Ok(files)
         })
         .await
     }

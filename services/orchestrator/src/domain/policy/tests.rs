@@ -43,6 +43,7 @@ fn task(status: TaskStatus) -> Task {
         last_sequence: 1,
         usage: crate::domain::Usage::default(),
         budget: crate::domain::TaskBudget::default(),
+        auto_start: None,
     }
 }
 

@@ -29,7 +29,7 @@ pub(super) async fn create(
     let workspace = convert::workspace_id("workspace_id", &req.workspace_id)?;
     let source = convert::source_from(req.source);
     let budget = convert::budget_from(req.budget);
-    let task = core::create(state, workspace, req.description, source, budget).await?;
+    let task = core::create(state, workspace, req.description, source, budget, None).await?;
     Ok(convert::task(&task))
 }
 

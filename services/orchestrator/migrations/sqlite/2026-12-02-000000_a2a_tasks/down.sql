@@ -1,0 +1,3 @@
+DROP INDEX tasks_conversation;
+ALTER TABLE tasks DROP COLUMN auto_start;
+ALTER TABLE tasks DROP COLUMN conversation_id;

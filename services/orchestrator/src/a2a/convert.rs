@@ -1,0 +1,594 @@
+//! Chorus's domain in A2A's terms: a task's state, its history as messages
+//! and status updates, its completion report and changed files as
+//! artifacts; and an A2A message as what the core takes.
+
+use chorus_catalog::args::CompletionReport;
+use chorus_proto::a2a::v1 as pb;
+use chorus_proto::json::{to_struct, to_value};
+use pb::part::Content;
+use serde_json::{Map, Value as Json, json};
+use tonic::Status;
+
+use super::errors::{Reason, a2a};
+use crate::domain::{Event, EventKind, Name, Task, TaskId, TaskStatus};
+
+/// The media types a message's parts may have, and those answers have.
+pub const INPUT_MODES: [&str; 2] = ["text/plain", "application/json"];
+pub const OUTPUT_MODES: [&str; 2] = ["text/plain", "application/json"];
+
+/// The A2A state of a task: planned counts as working when it starts by
+/// itself; a task that failed before any agent worked on it was rejected;
+/// a task that waits for a person (its planner's questions, a stop, a plan
+/// to start) requires input.
+pub fn state(task: &Task) -> pb::TaskState {
+    state_of(task.status, task.auto_start.is_some(), task.never_started())
+}
+
+/// [`state`] from a status and the two facts about the task it needs.
+pub fn state_of(status: TaskStatus, auto_start: bool, never_started: bool) -> pb::TaskState {
+    use pb::TaskState as S;
+    match status {
+        TaskStatus::Pending => S::Submitted,
+        TaskStatus::Planning | TaskStatus::Active => S::Working,
+        TaskStatus::Planned if auto_start => S::Working,
+        TaskStatus::Planned | TaskStatus::AwaitingInput | TaskStatus::Waiting => S::InputRequired,
+        TaskStatus::Completed => S::Completed,
+        TaskStatus::Failed if never_started => S::Rejected,
+        TaskStatus::Failed => S::Failed,
+        TaskStatus::Canceled => S::Canceled,
+    }
+}
+
+/// Whether nothing more happens without the client: a final state, or one
+/// that waits for its reply.
+pub fn pauses(state: pb::TaskState) -> bool {
+    use pb::TaskState as S;
+    matches!(
+        state,
+        S::Completed | S::Failed | S::Canceled | S::Rejected | S::InputRequired | S::AuthRequired
+    )
+}
+
+/// Whether the task is over.
+pub fn terminal(state: pb::TaskState) -> bool {
+    use pb::TaskState as S;
+    matches!(state, S::Completed | S::Failed | S::Canceled | S::Rejected)
+}
+
+/// The A2A state named by a ListTasks filter, as the Chorus statuses that
+/// can have it (UNSPECIFIED: any).
+pub fn statuses_of(state: pb::TaskState) -> Vec<TaskStatus> {
+    use pb::TaskState as S;
+    match state {
+        S::Unspecified => Vec::new(),
+        S::Submitted => vec![TaskStatus::Pending],
+        S::Working => vec![
+            TaskStatus::Planning,
+            TaskStatus::Planned,
+            TaskStatus::Active,
+        ],
+        S::InputRequired => vec![
+            TaskStatus::AwaitingInput,
+            TaskStatus::Planned,
+            TaskStatus::Waiting,
+        ],
+        S::Completed => vec![TaskStatus::Completed],
+        S::Failed | S::Rejected => vec![TaskStatus::Failed],
+        S::Canceled => vec![TaskStatus::Canceled],
+        // No Chorus task waits for credentials.
+        S::AuthRequired => vec![],
+    }
+}
+
+/// Milliseconds since the epoch as a protobuf timestamp.
+pub fn timestamp(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
+    }
+}
+
+/// What Chorus adds to an A2A object: where it is in the task's history.
+fn chorus_metadata(event: &Event) -> prost_types::Struct {
+    let mut map = Map::new();
+    map.insert(
+        "chorus".to_owned(),
+        json!({ "sequence": event.sequence, "kind": event.kind.as_str() }),
+    );
+    to_struct(map)
+}
+
+/// [`chorus_metadata`] of an update derived from an event whose own update
+/// follows it (the files changed, before the status change to completed).
+fn derived_metadata(event: &Event) -> prost_types::Struct {
+    let mut map = Map::new();
+    map.insert(
+        "chorus".to_owned(),
+        json!({ "sequence": event.sequence, "kind": event.kind.as_str(), "derived": true }),
+    );
+    to_struct(map)
+}
+
+/// One event of the history as an A2A message: a line for people, the
+/// event itself as data, its place in the history as metadata. Its id is
+/// the task's id and the event's sequence: the same event is the same
+/// message wherever it is read.
+pub fn event_message(task: &Task, event: &Event) -> pb::Message {
+    let role = match event.kind {
+        EventKind::TaskCreated | EventKind::AnswersSubmitted => pb::Role::User,
+        _ => pb::Role::Agent,
+    };
+    pb::Message {
+        message_id: format!("{}.{}", task.id, event.sequence),
+        context_id: task.conversation(),
+        task_id: task.id.to_string(),
+        role: role as i32,
+        parts: vec![
+            text_part(event_text(event)),
+            data_part(json!({
+                "kind": event.kind.as_str(),
+                "sequence": event.sequence,
+                "atMs": event.at_ms,
+                "data": event.data,
+            })),
+        ],
+        metadata: Some(chorus_metadata(event)),
+        ..pb::Message::default()
+    }
+}
+
+fn text_part(text: String) -> pb::Part {
+    pb::Part {
+        content: Some(Content::Text(text)),
+        media_type: "text/plain".to_owned(),
+        ..pb::Part::default()
+    }
+}
+
+fn data_part(data: Json) -> pb::Part {
+    pb::Part {
+        content: Some(Content::Data(to_value(data))),
+        media_type: "application/json".to_owned(),
+        ..pb::Part::default()
+    }
+}
+
+/// A line saying what an event is.
+fn event_text(event: &Event) -> String {
+    let d = &event.data;
+    let s = |key: &str| d.get(key).and_then(Json::as_str).unwrap_or_default();
+    match event.kind {
+        EventKind::TaskCreated => s("description").to_owned(),
+        EventKind::StatusChanged => match d.get("reason").and_then(Json::as_str) {
+            Some(reason) => format!("{} → {}: {reason}", s("from"), s("to")),
+            None => format!("{} → {}", s("from"), s("to")),
+        },
+        EventKind::PlanningQuestionsReturned => {
+            let questions: Vec<&str> = d
+                .get("questions")
+                .and_then(Json::as_array)
+                .map(|q| q.iter().filter_map(Json::as_str).collect())
+                .unwrap_or_default();
+            questions_text(&questions)
+        }
+        EventKind::AnswersSubmitted => "answers given".to_owned(),
+        EventKind::ToolExecuted => format!("{} ran {}: {}", s("agent"), s("tool"), s("status")),
+        EventKind::ToolDenied => {
+            format!("{} was denied {}: {}", s("agent"), s("tool"), s("reason"))
+        }
+        EventKind::CompletionReportSubmitted => {
+            format!("{} reported: {}", s("agent"), s("summary"))
+        }
+        EventKind::PlanningCompleted => format!("planned: {}", s("summary")),
+        EventKind::CommentAdded => s("text").to_owned(),
+        kind => {
+            let detail = ["reason", "message", "summary", "agent"]
+                .iter()
+                .map(|k| s(k))
+                .find(|v| !v.is_empty());
+            match detail {
+                Some(detail) => format!("{}: {detail}", kind.as_str()),
+                None => kind.as_str().to_owned(),
+            }
+        }
+    }
+}
+
+/// The planner's questions, numbered, and how to answer them.
+fn questions_text(questions: &[&str]) -> String {
+    let mut out = String::from("The planner asks:\n");
+    for (i, q) in questions.iter().enumerate() {
+        out.push_str(&format!("{}. {}\n", i + 1, q.trim()));
+    }
+    out.push_str(
+        "Reply with a message on this task: its text answers them, or a data part {\"answers\": [...]} gives one answer per question, in order.",
+    );
+    out
+}
+
+/// The task's status as A2A says it: its state, why (the status reason, the
+/// questions it waits on), and when it last changed.
+pub fn status(task: &Task) -> pb::TaskStatus {
+    let state = state(task);
+    let text = match task.status {
+        TaskStatus::AwaitingInput => {
+            let mut planning = task.planning.clone();
+            let open: Vec<String> = planning
+                .open_questions()
+                .map(|q| q.question.clone())
+                .collect();
+            Some(questions_text(
+                &open.iter().map(String::as_str).collect::<Vec<_>>(),
+            ))
+        }
+        _ => task.status_reason.clone().or_else(|| {
+            task.needs_you()
+                .map(|action| format!("{} — {action}", task.status))
+        }),
+    };
+    pb::TaskStatus {
+        state: state as i32,
+        message: text.map(|text| pb::Message {
+            message_id: format!("{}.status.{}", task.id, task.last_sequence),
+            context_id: task.conversation(),
+            task_id: task.id.to_string(),
+            role: pb::Role::Agent as i32,
+            parts: vec![text_part(text)],
+            ..pb::Message::default()
+        }),
+        timestamp: Some(timestamp(task.updated_ms)),
+    }
+}
+
+/// A task as A2A gives it: its status, `history` as messages, `artifacts`.
+pub fn task(task: &Task, history: &[Event], artifacts: Vec<pb::Artifact>) -> pb::Task {
+    let mut metadata = Map::new();
+    metadata.insert(
+        "chorus".to_owned(),
+        json!({
+            "workspaceId": task.workspace_id.to_string(),
+            "status": task.status.as_str(),
+            "lastSequence": task.last_sequence,
+            "createdMs": task.created_ms,
+        }),
+    );
+    pb::Task {
+        id: task.id.to_string(),
+        context_id: task.conversation(),
+        status: Some(status(task)),
+        artifacts,
+        history: history.iter().map(|e| event_message(task, e)).collect(),
+        metadata: Some(to_struct(metadata)),
+    }
+}
+
+/// A status update for `event` with the task's state after it.
+pub fn status_update(task: &Task, event: &Event, state: pb::TaskState) -> pb::StreamResponse {
+    let message = event_message(task, event);
+    stream(pb::stream_response::Payload::StatusUpdate(
+        pb::TaskStatusUpdateEvent {
+            task_id: task.id.to_string(),
+            context_id: task.conversation(),
+            status: Some(pb::TaskStatus {
+                state: state as i32,
+                message: Some(message),
+                timestamp: Some(timestamp(event.at_ms)),
+            }),
+            metadata: Some(chorus_metadata(event)),
+        },
+    ))
+}
+
+/// Puts the text of `lead` (a status's own message) first in a status
+/// update's message: what the client must do comes before the event.
+pub fn lead_with(update: &mut pb::StreamResponse, lead: Option<pb::Message>) {
+    let Some(pb::stream_response::Payload::StatusUpdate(update)) = &mut update.payload else {
+        return;
+    };
+    let (Some(message), Some(lead)) = (
+        update.status.as_mut().and_then(|s| s.message.as_mut()),
+        lead,
+    ) else {
+        return;
+    };
+    let mut parts = lead.parts;
+    parts.extend(message.parts.drain(1..));
+    message.parts = parts;
+}
+
+/// An artifact update for `event` (a report); `derived` when the event's
+/// own update follows (the files changed, before the status change).
+pub fn artifact_update(
+    task: &Task,
+    event: &Event,
+    artifact: pb::Artifact,
+    derived: bool,
+) -> pb::StreamResponse {
+    let metadata = if derived {
+        derived_metadata(event)
+    } else {
+        chorus_metadata(event)
+    };
+    stream(pb::stream_response::Payload::ArtifactUpdate(
+        pb::TaskArtifactUpdateEvent {
+            task_id: task.id.to_string(),
+            context_id: task.conversation(),
+            artifact: Some(artifact),
+            append: false,
+            last_chunk: true,
+            metadata: Some(metadata),
+        },
+    ))
+}
+
+pub fn stream(payload: pb::stream_response::Payload) -> pb::StreamResponse {
+    pb::StreamResponse {
+        payload: Some(payload),
+    }
+}
+
+/// The completion report of the task's run `run_id` as an artifact: its
+/// summary and output as text, the whole report as data.
+pub fn report_artifact(run_id: &str, report: &CompletionReport) -> pb::Artifact {
+    let text = format!("{}\n\n{}", report.summary.trim(), report.output.trim());
+    pb::Artifact {
+        artifact_id: format!("report.{run_id}"),
+        name: "completion-report".to_owned(),
+        description: "The agent's completion report: what was done, and the result".to_owned(),
+        parts: vec![
+            text_part(text.trim().to_owned()),
+            data_part(serde_json::to_value(report).unwrap_or(Json::Null)),
+        ],
+        ..pb::Artifact::default()
+    }
+}
+
+/// The files the task's agents changed with file tools, one data part each.
+pub fn files_artifact(task: &Task, files: &[crate::store::ChangedFile]) -> pb::Artifact {
+    pb::Artifact {
+        artifact_id: format!("files.{}", task.id),
+        name: "files-changed".to_owned(),
+        description:
+            "Files the task's agents created, wrote, patched or deleted (paths in the workspace)"
+                .to_owned(),
+        parts: files
+            .iter()
+            .map(|f| {
+                let mut part = data_part(json!({
+                    "path": f.path,
+                    "lastTool": f.tool,
+                    "deleted": f.deleted,
+                    "atMs": f.at_ms,
+                }));
+                part.filename = f.path.clone();
+                part
+            })
+            .collect(),
+        ..pb::Artifact::default()
+    }
+}
+
+/// What an A2A message asks of the core.
+#[derive(Debug)]
+pub struct Incoming {
+    /// Its text and data parts, in order (data as JSON).
+    pub text: String,
+    /// A data part's `answers`, one per question.
+    pub answers: Option<Vec<String>>,
+    /// The agent to run: the `skill` of its (or the request's) metadata.
+    pub skill: Option<Name>,
+    pub task: Option<TaskId>,
+    pub context: Option<String>,
+}
+
+/// Largest context id taken.
+const MAX_CONTEXT_BYTES: usize = 256;
+
+/// Reads a request's message: from the user, with an id, with at least one
+/// part, every part text or data; raw bytes and URLs are refused with
+/// CONTENT_TYPE_NOT_SUPPORTED (Chorus works on the workspace's files, not
+/// on uploads); anything else malformed with INVALID_PARAMS naming the field.
+pub fn incoming(
+    message: Option<pb::Message>,
+    request_metadata: Option<&prost_types::Struct>,
+) -> Result<Incoming, Status> {
+    let invalid = |m: String| a2a(Reason::InvalidParams, m);
+    let message = message.ok_or_else(|| invalid("message: required".to_owned()))?;
+    if message.message_id.trim().is_empty() {
+        return Err(invalid(
+            "message.message_id: required (any id unique to this message)".to_owned(),
+        ));
+    }
+    if message.role == pb::Role::Agent as i32 {
+        return Err(invalid(
+            "message.role: a message to Chorus comes from its user (ROLE_USER)".to_owned(),
+        ));
+    }
+    if message.parts.is_empty() {
+        return Err(invalid(
+            "message.parts: at least one part (text or data)".to_owned(),
+        ));
+    }
+    let mut texts = Vec::new();
+    let mut answers = None;
+    for (i, part) in message.parts.into_iter().enumerate() {
+        match part.content {
+            Some(Content::Text(text)) => texts.push(text),
+            Some(Content::Data(value)) => {
+                let data = chorus_proto::json::from_value(value);
+                if let Some(list) = data.get("answers") {
+                    answers = Some(answers_of(i, list)?);
+                } else {
+                    texts.push(data.to_string());
+                }
+            }
+            Some(Content::Raw(_)) | Some(Content::Url(_)) => {
+                return Err(a2a(
+                    Reason::ContentTypeNotSupported,
+                    format!(
+                        "message.parts[{i}]: file parts (raw bytes or a URL) are not taken; send text or data parts ({}) — an agent works on the workspace's own files",
+                        INPUT_MODES.join(", ")
+                    ),
+                ));
+            }
+            None => return Err(invalid(format!("message.parts[{i}]: has no content"))),
+        }
+    }
+    let text = texts.join("\n\n");
+    let skill = [message.metadata.as_ref(), request_metadata]
+        .into_iter()
+        .flatten()
+        .find_map(|m| m.fields.get("skill"))
+        .map(|v| match &v.kind {
+            Some(prost_types::value::Kind::StringValue(s)) => {
+                Name::parse("skill", s).map_err(|e| invalid(format!("metadata.skill: {e}")))
+            }
+            _ => Err(invalid(
+                "metadata.skill: the name of an agent of the workspace (a skill id of its card)"
+                    .to_owned(),
+            )),
+        })
+        .transpose()?;
+    let task = match message.task_id.trim() {
+        "" => None,
+        id => Some(TaskId::parse(id).map_err(|e| invalid(format!("message.task_id: {e}")))?),
+    };
+    let context = match message.context_id.trim() {
+        "" => None,
+        c if c.len() > MAX_CONTEXT_BYTES => {
+            return Err(invalid(format!(
+                "message.context_id: {} bytes, at most {MAX_CONTEXT_BYTES}",
+                c.len()
+            )));
+        }
+        c => Some(c.to_owned()),
+    };
+    if text.trim().is_empty() && answers.is_none() {
+        return Err(invalid(
+            "message.parts: no text (every part is empty)".to_owned(),
+        ));
+    }
+    Ok(Incoming {
+        text,
+        answers,
+        skill,
+        task,
+        context,
+    })
+}
+
+fn answers_of(i: usize, list: &Json) -> Result<Vec<String>, Status> {
+    let bad = || {
+        a2a(
+            Reason::InvalidParams,
+            format!(
+                "message.parts[{i}].data.answers: a list of strings, one per question, in order"
+            ),
+        )
+    };
+    list.as_array()
+        .ok_or_else(bad)?
+        .iter()
+        .map(|a| a.as_str().map(str::to_owned).ok_or_else(bad))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::TaskState as S;
+
+    #[test]
+    fn every_status_has_the_state_an_a2a_client_expects() {
+        assert_eq!(state_of(TaskStatus::Pending, true, true), S::Submitted);
+        assert_eq!(state_of(TaskStatus::Planning, true, true), S::Working);
+        assert_eq!(state_of(TaskStatus::Planned, true, true), S::Working);
+        assert_eq!(state_of(TaskStatus::Planned, false, true), S::InputRequired);
+        assert_eq!(
+            state_of(TaskStatus::AwaitingInput, true, true),
+            S::InputRequired
+        );
+        assert_eq!(state_of(TaskStatus::Waiting, true, false), S::InputRequired);
+        assert_eq!(state_of(TaskStatus::Failed, true, true), S::Rejected);
+        assert_eq!(state_of(TaskStatus::Failed, true, false), S::Failed);
+        assert_eq!(state_of(TaskStatus::Completed, true, false), S::Completed);
+        assert_eq!(state_of(TaskStatus::Canceled, true, false), S::Canceled);
+        for status in TaskStatus::ALL {
+            let s = state_of(status, true, false);
+            assert!(statuses_of(s).contains(&status), "{status} → {s:?}");
+        }
+    }
+
+    fn message(parts: Vec<pb::Part>) -> pb::Message {
+        pb::Message {
+            message_id: "m1".to_owned(),
+            role: pb::Role::User as i32,
+            parts,
+            ..pb::Message::default()
+        }
+    }
+
+    fn code_and_reason(status: &Status) -> (tonic::Code, String) {
+        use tonic_types::StatusExt as _;
+        let reason = status
+            .get_details_error_info()
+            .map(|i| i.reason)
+            .unwrap_or_default();
+        (status.code(), reason)
+    }
+
+    #[test]
+    fn a_message_is_read_as_text_answers_and_a_skill() {
+        let mut m = message(vec![
+            text_part("Write a poem".to_owned()),
+            data_part(json!({ "lines": 4 })),
+        ]);
+        m.metadata = Some(to_struct(
+            [("skill".to_owned(), json!("writer"))]
+                .into_iter()
+                .collect(),
+        ));
+        let got = incoming(Some(m), None).expect("read");
+        assert_eq!(got.text, "Write a poem\n\n{\"lines\":4}");
+        assert_eq!(got.skill.expect("skill").as_str(), "writer");
+        let got = incoming(
+            Some(message(vec![data_part(
+                json!({ "answers": ["yes", "no"] }),
+            )])),
+            None,
+        )
+        .expect("answers");
+        assert_eq!(got.answers, Some(vec!["yes".to_owned(), "no".to_owned()]));
+    }
+
+    #[test]
+    fn a_malformed_message_is_refused_with_the_field_and_the_a2a_reason() {
+        let refused =
+            |m: Option<pb::Message>| code_and_reason(&incoming(m, None).expect_err("refused"));
+        let invalid = (tonic::Code::InvalidArgument, "INVALID_PARAMS".to_owned());
+        assert_eq!(refused(None), invalid);
+        assert_eq!(refused(Some(message(vec![]))), invalid);
+        let mut no_id = message(vec![text_part("x".to_owned())]);
+        no_id.message_id.clear();
+        assert_eq!(refused(Some(no_id)), invalid);
+        assert_eq!(refused(Some(message(vec![pb::Part::default()]))), invalid);
+        assert_eq!(
+            refused(Some(message(vec![data_part(json!({ "answers": [1] }))]))),
+            invalid
+        );
+        let raw = pb::Part {
+            content: Some(Content::Raw(vec![1, 2])),
+            ..pb::Part::default()
+        };
+        assert_eq!(
+            refused(Some(message(vec![raw]))),
+            (
+                tonic::Code::InvalidArgument,
+                "CONTENT_TYPE_NOT_SUPPORTED".to_owned()
+            )
+        );
+        let mut bad_task = message(vec![text_part("x".to_owned())]);
+        bad_task.task_id = "nope".to_owned();
+        assert_eq!(refused(Some(bad_task)), invalid);
+    }
+}

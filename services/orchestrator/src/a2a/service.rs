@@ -1,0 +1,723 @@
+//! `lf.a2a.v1.A2AService` over the core: each method reads the request,
+//! calls the core, and answers in A2A's terms.
+
+use std::pin::Pin;
+use std::str::FromStr as _;
+
+use chorus_auth::Principal;
+use chorus_proto::a2a::v1 as pb;
+use pb::a2a_service_server::A2aService;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt as _};
+use tonic::{Request, Response, Status};
+
+use super::convert::{self, Incoming};
+use super::errors::{Reason, a2a, from_core};
+use crate::core::tasks as core;
+use crate::domain::{Event, EventKind, Task, TaskId, TaskSource, TaskStatus, Workspace};
+use crate::state::AppState;
+use crate::store::{EVENT_PAGE_BYTES, MAX_EVENTS, TaskQuery};
+
+/// Events of a task's history a Task carries when the request does not say.
+const DEFAULT_HISTORY: u32 = 100;
+/// ListTasks page size when the request does not say; its most.
+const DEFAULT_PAGE: u32 = 50;
+const MAX_PAGE: u32 = 100;
+/// The request header a resubscribing client names the last event it saw
+/// with (a history message's `metadata.chorus.sequence`): the stream
+/// replays what came after it, then goes on live.
+pub const AFTER_SEQUENCE_HEADER: &str = "chorus-after-sequence";
+/// Stream responses buffered before the producer waits for the client.
+const STREAM_BUFFER: usize = 32;
+
+/// The A2A service of the orchestrator's port.
+#[derive(Debug, Clone)]
+pub struct A2aFace {
+    state: AppState,
+}
+
+impl A2aFace {
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+}
+
+type Responses = Pin<Box<dyn Stream<Item = Result<pb::StreamResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl A2aService for A2aFace {
+    async fn send_message(
+        &self,
+        request: Request<pb::SendMessageRequest>,
+    ) -> Result<Response<pb::SendMessageResponse>, Status> {
+        let (task, config) = self.accept(request).await?;
+        let history = config.history_length;
+        let task = if config.return_immediately {
+            task
+        } else {
+            // Until it ends or needs the client: its events are read only to know when.
+            let (mut follower, mut events) =
+                Follower::start(&self.state, task, Until::Pause).await?;
+            while let Some(event) = events.next().await {
+                let (_, more) = follower.on(event.map_err(|e| from_core(e, false))?).await?;
+                if !more {
+                    break;
+                }
+            }
+            self.state
+                .store
+                .get_task(follower.task.id)
+                .await
+                .map_err(|e| from_core(e.into(), false))?
+        };
+        let task = snapshot(&self.state, &task, history).await?.0;
+        Ok(Response::new(pb::SendMessageResponse {
+            payload: Some(pb::send_message_response::Payload::Task(task)),
+        }))
+    }
+
+    type SendStreamingMessageStream = Responses;
+
+    async fn send_streaming_message(
+        &self,
+        request: Request<pb::SendMessageRequest>,
+    ) -> Result<Response<Self::SendStreamingMessageStream>, Status> {
+        let (task, config) = self.accept(request).await?;
+        let (first, after) = snapshot(&self.state, &task, config.history_length).await?;
+        Ok(Response::new(
+            follow(&self.state, task, first, after, Until::Pause).await?,
+        ))
+    }
+
+    async fn get_task(
+        &self,
+        request: Request<pb::GetTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        let req = request.into_inner();
+        let task = self.task_of(&req.tenant, &req.id).await?;
+        Ok(Response::new(
+            snapshot(&self.state, &task, req.history_length).await?.0,
+        ))
+    }
+
+    async fn list_tasks(
+        &self,
+        request: Request<pb::ListTasksRequest>,
+    ) -> Result<Response<pb::ListTasksResponse>, Status> {
+        let req = request.into_inner();
+        let workspace = match req.tenant.trim() {
+            "" => None,
+            tenant => Some(workspace(&self.state, tenant).await?.id),
+        };
+        let page = match req.page_size {
+            None => DEFAULT_PAGE,
+            Some(n) if (1..=MAX_PAGE as i32).contains(&n) => n as u32,
+            Some(n) => {
+                return Err(a2a(
+                    Reason::InvalidParams,
+                    format!("page_size: {n}; from 1 to {MAX_PAGE}"),
+                ));
+            }
+        };
+        let wanted = pb::TaskState::try_from(req.status).map_err(|_| {
+            a2a(
+                Reason::InvalidParams,
+                format!("status: unknown task state {}", req.status),
+            )
+        })?;
+        let query = TaskQuery {
+            workspace,
+            statuses: convert::statuses_of(wanted),
+            conversation: Some(req.context_id.trim().to_owned()).filter(|c| !c.is_empty()),
+            updated_after_ms: req
+                .status_timestamp_after
+                .map(|t| t.seconds * 1000 + i64::from(t.nanos / 1_000_000)),
+            newest_first: true,
+        };
+        if wanted == pb::TaskState::AuthRequired {
+            return Ok(Response::new(pb::ListTasksResponse {
+                page_size: page as i32,
+                ..pb::ListTasksResponse::default()
+            }));
+        }
+        let token = Some(req.page_token).filter(|t| !t.is_empty());
+        let (tasks, next, total) = self
+            .state
+            .store
+            .find_tasks(query, page, token)
+            .await
+            .map_err(|e| from_core(e.into(), false))?;
+        let mut out = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            // Statuses shared by two states (failed: failed or rejected) are told apart here.
+            if wanted != pb::TaskState::Unspecified && convert::state(&task) != wanted {
+                continue;
+            }
+            let history = req.history_length.or(Some(0));
+            let (mut a2a_task, _) = snapshot(&self.state, &task, history).await?;
+            if !req.include_artifacts.unwrap_or(false) {
+                a2a_task.artifacts.clear();
+            }
+            out.push(a2a_task);
+        }
+        Ok(Response::new(pb::ListTasksResponse {
+            tasks: out,
+            next_page_token: next.unwrap_or_default(),
+            page_size: page as i32,
+            total_size: i32::try_from(total).unwrap_or(i32::MAX),
+        }))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: Request<pb::CancelTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        let req = request.into_inner();
+        let task = self.task_of(&req.tenant, &req.id).await?;
+        if convert::terminal(convert::state(&task)) {
+            return Err(a2a(
+                Reason::TaskNotCancelable,
+                format!(
+                    "task {} is {} already; nothing to cancel",
+                    task.id, task.status
+                ),
+            ));
+        }
+        let task = core::cancel(
+            &self.state,
+            task.id,
+            Some("canceled by an A2A client".to_owned()),
+        )
+        .await
+        .map_err(|e| from_core(e, true))?;
+        Ok(Response::new(
+            snapshot(&self.state, &task, Some(0)).await?.0,
+        ))
+    }
+
+    type SubscribeToTaskStream = Responses;
+
+    async fn subscribe_to_task(
+        &self,
+        request: Request<pb::SubscribeToTaskRequest>,
+    ) -> Result<Response<Self::SubscribeToTaskStream>, Status> {
+        let after = after_sequence(request.metadata())?;
+        let req = request.into_inner();
+        let task = self.task_of(&req.tenant, &req.id).await?;
+        let over = convert::terminal(convert::state(&task));
+        match after {
+            // Where the client was: what came after it, then live.
+            Some(after) => {
+                if after > task.last_sequence {
+                    return Err(a2a(
+                        Reason::InvalidParams,
+                        format!(
+                            "{AFTER_SEQUENCE_HEADER}: {after} is beyond task {}'s last event ({})",
+                            task.id, task.last_sequence
+                        ),
+                    ));
+                }
+                let (first, _) = snapshot(&self.state, &task, Some(0)).await?;
+                Ok(Response::new(
+                    follow(&self.state, task, first, after, Until::End).await?,
+                ))
+            }
+            None if over => Err(a2a(
+                Reason::UnsupportedOperation,
+                format!(
+                    "task {} is {} (final): nothing more will happen; GetTask reads it, or subscribe with {AFTER_SEQUENCE_HEADER} to replay what came after an event",
+                    task.id, task.status
+                ),
+            )),
+            None => {
+                let (first, after) = snapshot(&self.state, &task, None).await?;
+                Ok(Response::new(
+                    follow(&self.state, task, first, after, Until::End).await?,
+                ))
+            }
+        }
+    }
+
+    async fn create_task_push_notification_config(
+        &self,
+        _request: Request<pb::TaskPushNotificationConfig>,
+    ) -> Result<Response<pb::TaskPushNotificationConfig>, Status> {
+        Err(no_push())
+    }
+
+    async fn get_task_push_notification_config(
+        &self,
+        _request: Request<pb::GetTaskPushNotificationConfigRequest>,
+    ) -> Result<Response<pb::TaskPushNotificationConfig>, Status> {
+        Err(no_push())
+    }
+
+    async fn list_task_push_notification_configs(
+        &self,
+        _request: Request<pb::ListTaskPushNotificationConfigsRequest>,
+    ) -> Result<Response<pb::ListTaskPushNotificationConfigsResponse>, Status> {
+        Err(no_push())
+    }
+
+    async fn get_extended_agent_card(
+        &self,
+        request: Request<pb::GetExtendedAgentCardRequest>,
+    ) -> Result<Response<pb::AgentCard>, Status> {
+        let req = request.into_inner();
+        let workspace = workspace(&self.state, &req.tenant).await?;
+        let agents = self
+            .state
+            .store
+            .list_agents(workspace.id)
+            .await
+            .map_err(|e| from_core(e.into(), false))?;
+        Ok(Response::new(super::card::extended_card(
+            &self.state,
+            &workspace,
+            &agents,
+        )))
+    }
+
+    async fn delete_task_push_notification_config(
+        &self,
+        _request: Request<pb::DeleteTaskPushNotificationConfigRequest>,
+    ) -> Result<Response<()>, Status> {
+        Err(no_push())
+    }
+}
+
+fn no_push() -> Status {
+    a2a(
+        Reason::PushNotificationNotSupported,
+        "push notifications are not served yet: stream the task (SendStreamingMessage, SubscribeToTask)",
+    )
+}
+
+impl A2aFace {
+    /// Reads a SendMessage request and hands it to the core: a new task in
+    /// the tenant's workspace (planned, then started by itself), or a reply
+    /// to the task it names.
+    async fn accept(
+        &self,
+        request: Request<pb::SendMessageRequest>,
+    ) -> Result<(Task, pb::SendMessageConfiguration), Status> {
+        let caller = match request.extensions().get::<Principal>() {
+            Some(Principal::Key { name, .. }) => Some(name.clone()),
+            _ => None,
+        };
+        let req = request.into_inner();
+        let config = req.configuration.unwrap_or_default();
+        if config.task_push_notification_config.is_some() {
+            return Err(no_push());
+        }
+        if let Some(n) = config.history_length.filter(|n| *n < 0) {
+            return Err(a2a(
+                Reason::InvalidParams,
+                format!("configuration.history_length: {n}; 0 or more"),
+            ));
+        }
+        let workspace = workspace(&self.state, &req.tenant).await?;
+        let Incoming {
+            text,
+            answers,
+            skill,
+            task,
+            context,
+        } = convert::incoming(req.message, req.metadata.as_ref())?;
+        let task = match task {
+            Some(id) => {
+                let task = self.task_in(&workspace, id).await?;
+                if let Some(context) = context.filter(|c| *c != task.conversation()) {
+                    return Err(a2a(
+                        Reason::InvalidParams,
+                        format!(
+                            "message.context_id: task {id} is in context {}, not {context}",
+                            task.conversation()
+                        ),
+                    ));
+                }
+                core::reply(&self.state, id, text, answers)
+                    .await
+                    .map_err(|e| from_core(e, false))?
+            }
+            None => {
+                let source = TaskSource {
+                    kind: "a2a".to_owned(),
+                    user_id: caller,
+                    conversation_id: Some(
+                        context.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+                    ),
+                };
+                core::submit(
+                    &self.state,
+                    core::Submit {
+                        workspace: workspace.id,
+                        description: text,
+                        source,
+                        budget: crate::domain::Budget::default(),
+                        agent: skill,
+                    },
+                )
+                .await
+                .map_err(|e| from_core(e, false))?
+            }
+        };
+        Ok((task, config))
+    }
+
+    /// The task `id` names, in the tenant's workspace when one is named.
+    async fn task_of(&self, tenant: &str, id: &str) -> Result<Task, Status> {
+        let id = TaskId::parse(id).map_err(|e| a2a(Reason::InvalidParams, format!("id: {e}")))?;
+        match tenant.trim() {
+            "" => self
+                .state
+                .store
+                .get_task(id)
+                .await
+                .map_err(|e| from_core(e.into(), false)),
+            tenant => {
+                let workspace = workspace(&self.state, tenant).await?;
+                self.task_in(&workspace, id).await
+            }
+        }
+    }
+
+    /// Task `id` of `workspace`; one of another workspace is not found.
+    async fn task_in(&self, workspace: &Workspace, id: TaskId) -> Result<Task, Status> {
+        let task = self
+            .state
+            .store
+            .get_task(id)
+            .await
+            .map_err(|e| from_core(e.into(), false))?;
+        if task.workspace_id != workspace.id {
+            return Err(a2a(
+                Reason::TaskNotFound,
+                format!("task '{id}' not found in workspace {}", workspace.name),
+            ));
+        }
+        Ok(task)
+    }
+}
+
+/// The workspace a tenant names (its name or id).
+pub(super) async fn workspace(state: &AppState, tenant: &str) -> Result<Workspace, Status> {
+    let tenant = tenant.trim();
+    if tenant.is_empty() {
+        return Err(a2a(
+            Reason::InvalidParams,
+            "tenant: name the workspace (the tenant of the agent card's interface: fetch /a2a/<workspace>/.well-known/agent-card.json)",
+        ));
+    }
+    if let Ok(id) = crate::domain::WorkspaceId::parse(tenant) {
+        return state
+            .store
+            .get_workspace(id)
+            .await
+            .map_err(|e| from_core(e.into(), false));
+    }
+    let all = state
+        .store
+        .list_workspaces()
+        .await
+        .map_err(|e| from_core(e.into(), false))?;
+    all.into_iter()
+        .find(|w| w.name.as_str() == tenant)
+        .ok_or_else(|| {
+            let status = from_core(
+                crate::store::StoreError::not_found("workspace", tenant).into(),
+                false,
+            );
+            Status::with_details(
+                status.code(),
+                format!("{}: the tenant names no workspace", status.message()),
+                status.details().to_vec().into(),
+            )
+        })
+}
+
+/// The sequence a resubscribing client gives, if any.
+fn after_sequence(metadata: &tonic::metadata::MetadataMap) -> Result<Option<u64>, Status> {
+    metadata
+        .get(AFTER_SEQUENCE_HEADER)
+        .map(|v| {
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    a2a(
+                        Reason::InvalidParams,
+                        format!("{AFTER_SEQUENCE_HEADER}: the sequence of the last event seen (metadata.chorus.sequence), a whole number"),
+                    )
+                })
+        })
+        .transpose()
+}
+
+/// A task as A2A gives it, with the latest `history` events (None: the
+/// default) that fit, and its artifacts; and the sequence of the last event
+/// it carries or stands for (a stream goes on after it: nothing missed if
+/// the history had to be cut).
+async fn snapshot(
+    state: &AppState,
+    task: &Task,
+    history: Option<i32>,
+) -> Result<(pb::Task, u64), Status> {
+    let want = match history {
+        None => DEFAULT_HISTORY,
+        Some(n) if n < 0 => {
+            return Err(a2a(
+                Reason::InvalidParams,
+                format!("history_length: {n}; 0 or more"),
+            ));
+        }
+        Some(n) => (n as u32).min(MAX_EVENTS),
+    };
+    let mut events = Vec::new();
+    let mut carried = task.last_sequence;
+    if want > 0 {
+        let after = task.last_sequence.saturating_sub(u64::from(want));
+        events = state
+            .store
+            .events(task.id, after, want, EVENT_PAGE_BYTES)
+            .await
+            .map_err(|e| from_core(e.into(), false))?;
+        events.retain(|e| e.sequence <= task.last_sequence);
+        carried = events.last().map_or(after, |e| e.sequence);
+    }
+    let artifacts = artifacts(state, task).await?;
+    Ok((convert::task(task, &events, artifacts), carried))
+}
+
+/// A task's artifacts: the files its agents changed, and — once completed —
+/// the completion report of its last top-level run.
+async fn artifacts(state: &AppState, task: &Task) -> Result<Vec<pb::Artifact>, Status> {
+    let mut out = Vec::new();
+    if task.status == TaskStatus::Completed {
+        let runs = state
+            .store
+            .list_runs(task.id)
+            .await
+            .map_err(|e| from_core(e.into(), false))?;
+        let last = runs
+            .iter()
+            .rev()
+            .find_map(|r| match (&r.parent, &r.completion_report) {
+                (None, Some(report)) => Some((r.id, report)),
+                _ => None,
+            });
+        if let Some((run, report)) = last {
+            out.push(convert::report_artifact(&run.to_string(), report));
+        }
+    }
+    let files = state
+        .store
+        .changed_files(task.id)
+        .await
+        .map_err(|e| from_core(e.into(), false))?;
+    if !files.is_empty() {
+        out.push(convert::files_artifact(task, &files));
+    }
+    Ok(out)
+}
+
+/// When a stream of a task ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// When it ends or needs the client (SendStreamingMessage).
+    Pause,
+    /// When it ends (SubscribeToTask).
+    End,
+}
+
+/// Sends `first`, then the task's events after `after` as A2A updates,
+/// until `until`; the task's own watch gives them (nothing missed, nothing
+/// twice, in order).
+async fn follow(
+    state: &AppState,
+    task: Task,
+    first: pb::Task,
+    after: u64,
+    until: Until,
+) -> Result<Responses, Status> {
+    let initial_state = convert::state(&task);
+    let (mut follower, mut events) = Follower::start_after(state, task, after, until).await?;
+    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+    tokio::spawn(async move {
+        if tx
+            .send(Ok(convert::stream(pb::stream_response::Payload::Task(
+                first,
+            ))))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        if follower.done_at(initial_state) && after == follower.task.last_sequence {
+            return;
+        }
+        while let Some(event) = events.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(e) => {
+                    let _ = tx.send(Err(from_core(e, false))).await;
+                    return;
+                }
+            };
+            match follower.on(event).await {
+                Ok((responses, more)) => {
+                    for response in responses {
+                        if tx.send(Ok(response)).await.is_err() {
+                            return;
+                        }
+                    }
+                    if !more {
+                        return;
+                    }
+                }
+                Err(status) => {
+                    let _ = tx.send(Err(status)).await;
+                    return;
+                }
+            }
+        }
+    });
+    Ok(Box::pin(ReceiverStream::new(rx)))
+}
+
+/// Turns a task's events into A2A updates, keeping its status.
+struct Follower {
+    state: AppState,
+    task: Task,
+    until: Until,
+    /// An agent worked on it (it went active): a failure is no refusal.
+    worked: bool,
+}
+
+impl Follower {
+    async fn start(
+        state: &AppState,
+        task: Task,
+        until: Until,
+    ) -> Result<(Self, crate::core::watch::TaskWatch), Status> {
+        let after = task.last_sequence;
+        Self::start_after(state, task, after, until).await
+    }
+
+    async fn start_after(
+        state: &AppState,
+        task: Task,
+        after: u64,
+        until: Until,
+    ) -> Result<(Self, crate::core::watch::TaskWatch), Status> {
+        let events = crate::core::watch::watch(state, task.id, after, false, false)
+            .await
+            .map_err(|e| from_core(e, false))?;
+        let follower = Self {
+            state: state.clone(),
+            worked: !task.never_started(),
+            task,
+            until,
+        };
+        Ok((follower, events))
+    }
+
+    fn done_at(&self, state: pb::TaskState) -> bool {
+        match self.until {
+            Until::Pause => convert::pauses(state),
+            Until::End => convert::terminal(state),
+        }
+    }
+
+    /// The updates for `event`, and whether the stream goes on after them.
+    async fn on(&mut self, event: Event) -> Result<(Vec<pb::StreamResponse>, bool), Status> {
+        let mut out = Vec::new();
+        match event.kind {
+            EventKind::StatusChanged => {
+                let to = event.data["to"]
+                    .as_str()
+                    .and_then(|s| TaskStatus::from_str(s).ok());
+                if let Some(to) = to {
+                    self.worked |= to == TaskStatus::Active;
+                    self.task.status = to;
+                    self.task.status_reason = event.data["reason"].as_str().map(str::to_owned);
+                    self.task.updated_ms = event.at_ms;
+                    if to == TaskStatus::Completed {
+                        let files = self
+                            .state
+                            .store
+                            .changed_files(self.task.id)
+                            .await
+                            .map_err(|e| from_core(e.into(), false))?;
+                        if !files.is_empty() {
+                            out.push(convert::artifact_update(
+                                &self.task,
+                                &event,
+                                convert::files_artifact(&self.task, &files),
+                                true,
+                            ));
+                        }
+                    }
+                }
+                let state = self.current();
+                let mut update = convert::status_update(&self.task, &event, state);
+                if to == Some(TaskStatus::AwaitingInput) {
+                    // What it waits for: the questions, read as they stand now.
+                    let task = self
+                        .state
+                        .store
+                        .get_task(self.task.id)
+                        .await
+                        .map_err(|e| from_core(e.into(), false))?;
+                    convert::lead_with(&mut update, convert::status(&task).message);
+                }
+                out.push(update);
+                self.task.last_sequence = event.sequence;
+                return Ok((out, !self.done_at(state)));
+            }
+            EventKind::CompletionReportSubmitted => {
+                if let Some(artifact) = self.report(&event).await? {
+                    out.push(convert::artifact_update(
+                        &self.task, &event, artifact, false,
+                    ));
+                    self.task.last_sequence = event.sequence;
+                    return Ok((out, true));
+                }
+            }
+            _ => {}
+        }
+        out.push(convert::status_update(&self.task, &event, self.current()));
+        self.task.last_sequence = event.sequence;
+        Ok((out, true))
+    }
+
+    fn current(&self) -> pb::TaskState {
+        convert::state_of(
+            self.task.status,
+            self.task.auto_start.is_some(),
+            !self.worked,
+        )
+    }
+
+    /// The report a top-level run submitted, as an artifact; None for a
+    /// handoff's run (its parent's work goes on).
+    async fn report(&self, event: &Event) -> Result<Option<pb::Artifact>, Status> {
+        let Some(run_id) = event.data["run_id"]
+            .as_str()
+            .and_then(|id| crate::domain::RunId::parse(id).ok())
+        else {
+            return Ok(None);
+        };
+        let run = self
+            .state
+            .store
+            .get_run(run_id)
+            .await
+            .map_err(|e| from_core(e.into(), false))?;
+        Ok(match (&run.parent, &run.completion_report) {
+            (None, Some(report)) => Some(convert::report_artifact(&run.id.to_string(), report)),
+            _ => None,
+        })
+    }
+}

@@ -1,0 +1,190 @@
+//! The A2A tests' client: the official Python SDK (`a2a-sdk[grpc]`, pinned
+//! by `.ci/run`) running `tests/a2a/client.py`, and an orchestrator set up
+//! for it: a workspace whose planner and agent `worker` run on the fake
+//! OpenAI-compatible model, keys of each role, the card's URL.
+
+use std::path::{Path, PathBuf};
+
+use chorus_proto::orchestrator::v1 as pb;
+use serde_json::{Value, json};
+
+use crate::fake_openai::FakeOpenAi;
+use crate::orchestrator::OrchestratorProcess;
+
+/// The Python holding the SDK (`CHORUS_TEST_A2A_PYTHON`), for a test that
+/// needs it; `None` (with a notice) to skip it when none is named, which
+/// fails instead under `CHORUS_TEST_REQUIRE_A2A=1`.
+pub fn python_or_skip() -> Option<PathBuf> {
+    let python = std::env::var_os("CHORUS_TEST_A2A_PYTHON").map(PathBuf::from);
+    if python.is_none() {
+        assert!(
+            !std::env::var("CHORUS_TEST_REQUIRE_A2A").is_ok_and(|v| v == "1"),
+            "CHORUS_TEST_REQUIRE_A2A=1 but CHORUS_TEST_A2A_PYTHON names no Python with the A2A SDK \
+             (.ci/run makes one: python3 -m venv DIR && DIR/bin/pip install 'a2a-sdk[grpc]==1.3.0', \
+             then CHORUS_TEST_A2A_PYTHON=DIR/bin/python)"
+        );
+        eprintln!("skipped: set CHORUS_TEST_A2A_PYTHON to a Python with a2a-sdk[grpc] 1.3.0");
+    }
+    python
+}
+
+/// Runs the SDK client with `plan` (see `tests/a2a/client.py`): one result
+/// per operation.
+pub async fn run_client(python: &Path, plan: &Value) -> Vec<Value> {
+    // On its input, not in arguments: the keys stay out of process
+    // listings, and a plan may be larger than an argument can be.
+    let results = run_script(python, "client.py", plan.to_string().as_bytes()).await;
+    serde_json::from_value(results).expect("one result per operation")
+}
+
+/// Runs `tests/a2a/<script>` with `input` on its standard input; what it
+/// printed, as JSON.
+pub async fn run_script(python: &Path, script: &str, input: &[u8]) -> Value {
+    use tokio::io::AsyncWriteExt as _;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("a2a")
+        .join(script);
+    let mut child = tokio::process::Command::new(python)
+        .arg(&path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the A2A SDK's Python runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input).await.expect("the input is written");
+    drop(stdin);
+    let output = child.wait_with_output().await.expect("the script ends");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{script} failed: {}\nstdout: {stdout}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "{script} printed no JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+/// An orchestrator (the binary) serving A2A for workspace `team`.
+pub struct A2aSetup {
+    pub orchestrator: OrchestratorProcess,
+    pub client: crate::agents::Client,
+    pub workspace: pb::Workspace,
+    pub root: tempfile::TempDir,
+    pub data: tempfile::TempDir,
+    /// Secrets of an operator and a viewer key, by role name.
+    pub keys: Value,
+}
+
+impl A2aSetup {
+    /// The orchestrator on `database_url` (SQLite in its data directory
+    /// when None), the planner and `worker` (granted `tools`) on `model`.
+    pub async fn start(model: &FakeOpenAi, tools: &[&str], database_url: Option<&str>) -> Self {
+        let data = tempfile::tempdir().expect("data");
+        let root = tempfile::tempdir().expect("root");
+        let sqlite = data.path().join("chorus.db").display().to_string();
+        let orchestrator =
+            OrchestratorProcess::spawn(data.path(), database_url.unwrap_or(&sqlite), &[]).await;
+        let mut client = orchestrator.client().await;
+        let team =
+            crate::agents::api_team(&mut client, root.path(), model, tools, "You work.").await;
+        let workspace = client
+            .update_workspace(pb::UpdateWorkspaceRequest {
+                id: team.workspace.id.clone(),
+                system_provider: Some("model".into()),
+                ..Default::default()
+            })
+            .await
+            .expect("system provider")
+            .into_inner();
+        let mut keys = serde_json::Map::new();
+        for (name, role) in [
+            ("operator", pb::Role::Operator),
+            ("viewer", pb::Role::Viewer),
+        ] {
+            let key = client
+                .create_api_key(pb::CreateApiKeyRequest {
+                    name: format!("a2a-{name}"),
+                    role: role.into(),
+                })
+                .await
+                .expect("key")
+                .into_inner();
+            keys.insert(name.to_owned(), json!(key.secret));
+        }
+        Self {
+            orchestrator,
+            client,
+            workspace,
+            root,
+            data,
+            keys: Value::Object(keys),
+        }
+    }
+
+    /// The base URL of the workspace's agent card.
+    pub fn card_url(&self) -> String {
+        let console = self.orchestrator.console_addr.expect("the console serves");
+        format!("http://{console}/a2a/{}", self.workspace.name)
+    }
+
+    /// A plan of `ops` for [`run_client`].
+    pub fn plan(&self, ops: Value) -> Value {
+        json!({ "card_url": self.card_url(), "keys": self.keys, "ops": ops })
+    }
+}
+
+/// The A2A payload kind of a stream response ("task", "statusUpdate", ...)
+/// and its body.
+pub fn payload(response: &Value) -> (&str, &Value) {
+    let (kind, body) = response
+        .as_object()
+        .and_then(|o| o.iter().next())
+        .expect("a stream response has a payload");
+    (kind.as_str(), body)
+}
+
+/// The state of a stream response (its task's or its update's).
+pub fn state(response: &Value) -> &str {
+    let (_, body) = payload(response);
+    body["status"]["state"].as_str().unwrap_or_default()
+}
+
+/// The Chorus sequences a stream response carries: its task's history, or
+/// the update's event (none for an artifact derived from an event whose own
+/// update follows it).
+pub fn sequences(response: &Value) -> Vec<u64> {
+    let (kind, body) = payload(response);
+    if body["metadata"]["chorus"]["derived"] == true {
+        return Vec::new();
+    }
+    if kind == "task" {
+        return body["history"]
+            .as_array()
+            .map(|h| {
+                h.iter()
+                    .filter_map(|m| number(&m["metadata"]["chorus"]["sequence"]))
+                    .collect()
+            })
+            .unwrap_or_default();
+    }
+    number(&body["metadata"]["chorus"]["sequence"])
+        .into_iter()
+        .collect()
+}
+
+/// A whole number as protobuf's Struct carries it (a double).
+pub fn number(value: &Value) -> Option<u64> {
+    value.as_u64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+            .map(|f| f as u64)
+    })
+}

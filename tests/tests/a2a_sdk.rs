@@ -1,0 +1,452 @@
+//! The A2A face with a client no one here wrote: the official Python SDK
+//! (`a2a-sdk[grpc]` 1.3.0) over gRPC against the orchestrator binary. It
+//! reads the workspace's card where A2A clients look, sends a message that
+//! is planned, started and streamed to `completed` with the report and the
+//! changed files as artifacts, answers the planner through
+//! `input-required`, cancels a running task (no process left), resubscribes
+//! after a disconnect (nothing missed, nothing twice), and is refused
+//! without a key, with a viewer's key for sending, and for bad input, with
+//! nothing changed.
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_sandbox::testing::{eventually, survivors};
+use chorus_tests::a2a::{
+    A2aSetup, payload, python_or_skip, run_client, run_script, sequences, state,
+};
+use chorus_tests::db::databases;
+use chorus_tests::fake_openai::{FakeOpenAi, Step};
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn the_contract_chorus_serves_is_the_official_sdks() {
+    use base64::Engine as _;
+    use prost::Message as _;
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let set = prost_types::FileDescriptorSet::decode(chorus_proto::FILE_DESCRIPTOR_SET)
+        .expect("descriptors");
+    let a2a = set
+        .file
+        .iter()
+        .find(|f| f.package() == "lf.a2a.v1")
+        .expect("Chorus compiles lf.a2a.v1");
+    let encoded = base64::engine::general_purpose::STANDARD.encode(a2a.encode_to_vec());
+    let compared = run_script(&python, "same_contract.py", encoded.as_bytes()).await;
+    assert_eq!(compared["package"], compared["sdk_package"], "{compared}");
+    assert_eq!(compared["differences"], json!([]), "{compared}");
+}
+
+fn plan() -> Step {
+    Step::tool_call(
+        "planner-output",
+        json!({
+            "type": "plan",
+            "summary": "Write the files",
+            "requirements": ["the files"],
+            "acceptanceCriteria": ["they exist"],
+            "plan": ["write them", "report"],
+            "assignedAgent": "worker",
+        }),
+    )
+}
+
+fn create(path: &str) -> Step {
+    Step::tool_call("file_create", json!({ "path": path, "content": "hello\n" }))
+}
+
+fn report(summary: &str) -> Step {
+    Step::tool_call(
+        "completion-report",
+        json!({ "status": "complete", "summary": summary, "output": format!("{summary}: done") }),
+    )
+}
+
+const TOOLS: &[&str] = &["file.create", "bash", "completion-report"];
+
+/// The events of a streaming result.
+fn events(result: &Value) -> &Vec<Value> {
+    result["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no events: {result}"))
+}
+
+/// The SDK's error type and gRPC code of a failed operation.
+fn error(result: &Value) -> (&str, &str) {
+    let e = &result["error"];
+    assert!(e.is_object(), "the operation succeeded: {result}");
+    (
+        e["type"].as_str().unwrap_or_default(),
+        e["code"].as_str().unwrap_or_default(),
+    )
+}
+
+/// Tasks the workspace holds, read with the Chorus API.
+async fn tasks(setup: &mut A2aSetup) -> Vec<pb::Task> {
+    setup
+        .client
+        .list_tasks(pb::ListTasksRequest {
+            workspace_id: setup.workspace.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("tasks")
+        .into_inner()
+        .tasks
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_card_then_a_message_streamed_to_completed_with_the_report_and_files_as_artifacts() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let dbs = tempfile::tempdir().expect("databases");
+    for db in databases(dbs.path()) {
+        let b = db.backend;
+        let model =
+            FakeOpenAi::start(vec![plan(), create("hello.txt"), report("wrote hello.txt")]).await;
+        let mut setup = A2aSetup::start(&model, TOOLS, Some(&db.url)).await;
+        let plan = setup.plan(json!([
+            { "op": "card" },
+            { "op": "card", "auth": true, "key": "viewer" },
+            { "op": "extended_card", "key": "viewer" },
+            { "op": "send", "text": "Greet the world in hello.txt" },
+            { "op": "get", "task_id": "$task", "history_length": 2, "key": "viewer" },
+            { "op": "list", "context_id": "$context", "key": "viewer" },
+        ]));
+        let results = run_client(&python, &plan).await;
+
+        // The public card: where and how to call, no agent named.
+        let card = &results[0]["card"];
+        let interface = &card["supportedInterfaces"][0];
+        assert_eq!(interface["protocolBinding"], "GRPC", "{b}: {card}");
+        assert_eq!(interface["tenant"], setup.workspace.name.as_str(), "{b}");
+        assert_eq!(interface["url"], setup.orchestrator.addr.to_string(), "{b}");
+        assert_eq!(interface["protocolVersion"], "1.0", "{b}");
+        assert_eq!(
+            card["securitySchemes"]["chorusApiKey"]["httpAuthSecurityScheme"]["scheme"], "bearer",
+            "{b}"
+        );
+        let skills = |card: &Value| -> Vec<String> {
+            card["skills"]
+                .as_array()
+                .map(|s| {
+                    s.iter()
+                        .map(|s| s["id"].as_str().unwrap_or_default().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            skills(card),
+            ["task"],
+            "{b}: the public card names no agent"
+        );
+        // With a key, over HTTP and over gRPC: the workspace's agents are skills.
+        for extended in [&results[1]["card"], &results[2]["card"]] {
+            assert!(
+                skills(extended).contains(&"worker".to_owned()),
+                "{b}: {extended}"
+            );
+            assert!(
+                !skills(extended).contains(&"task-validator".to_owned()),
+                "{b}"
+            );
+        }
+
+        // The stream: the task first, then every event once, in order, the
+        // report and the files as artifacts, and completed last.
+        let stream = events(&results[3]);
+        assert_eq!(payload(&stream[0]).0, "task", "{b}");
+        let last = stream.last().expect("events");
+        assert_eq!(state(last), "TASK_STATE_COMPLETED", "{b}: {last}");
+        let seqs: Vec<u64> = stream.iter().flat_map(sequences).collect();
+        assert_eq!(
+            seqs,
+            (1..=*seqs.last().expect("seq")).collect::<Vec<_>>(),
+            "{b}"
+        );
+        let artifacts: Vec<&Value> = stream
+            .iter()
+            .filter(|r| payload(r).0 == "artifactUpdate")
+            .map(|r| &payload(r).1["artifact"])
+            .collect();
+        let named = |name: &str| {
+            *artifacts
+                .iter()
+                .find(|a| a["name"] == name)
+                .unwrap_or_else(|| panic!("{b}: no {name} artifact in {artifacts:?}"))
+        };
+        let report = named("completion-report");
+        assert!(
+            report["parts"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("wrote hello.txt"),
+            "{b}: {report}"
+        );
+        assert_eq!(report["parts"][1]["data"]["status"], "complete", "{b}");
+        let files = named("files-changed");
+        assert_eq!(files["parts"][0]["filename"], "hello.txt", "{b}: {files}");
+        assert_eq!(
+            std::fs::read_to_string(setup.root.path().join("hello.txt")).expect("hello.txt"),
+            "hello\n",
+            "{b}"
+        );
+        // The agent ran with what Chorus granted it: its one call is in the history.
+        assert!(
+            stream
+                .iter()
+                .any(|r| r.to_string().contains("worker ran file.create: ok")),
+            "{b}"
+        );
+
+        // GetTask with a history length; ListTasks by the context.
+        let task = &results[4]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{b}");
+        assert_eq!(
+            task["history"].as_array().map(Vec::len),
+            Some(2),
+            "{b}: {task}"
+        );
+        assert_eq!(task["artifacts"].as_array().map(Vec::len), Some(2), "{b}");
+        let list = &results[5]["list"];
+        assert_eq!(
+            list["tasks"].as_array().map(Vec::len),
+            Some(1),
+            "{b}: {list}"
+        );
+        assert_eq!(list["tasks"][0]["id"], results[3]["task"], "{b}");
+        // The task is a Chorus task like any other, from source a2a.
+        let chorus = tasks(&mut setup).await;
+        assert_eq!(chorus.len(), 1, "{b}");
+        assert_eq!(
+            chorus[0].source.as_ref().map(|s| s.kind.as_str()),
+            Some("a2a"),
+            "{b}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_planners_questions_are_input_required_and_the_next_message_answers_them() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let model = FakeOpenAi::start(vec![
+        Step::tool_call(
+            "planner-output",
+            json!({"type": "questions", "questions": ["Which greeting?"]}),
+        ),
+        plan(),
+        create("greeting.txt"),
+        report("greeted"),
+    ])
+    .await;
+    let setup = A2aSetup::start(&model, TOOLS, None).await;
+    let plan = setup.plan(json!([
+        { "op": "send", "text": "Write a greeting in greeting.txt" },
+        { "op": "send", "text": "Bonjour, in French", "task_id": "$task" },
+    ]));
+    let results = run_client(&python, &plan).await;
+
+    let asked = events(&results[0]);
+    let last = asked.last().expect("events");
+    assert_eq!(state(last), "TASK_STATE_INPUT_REQUIRED", "{last}");
+    let text = last["statusUpdate"]["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("1. Which greeting?"), "{text}");
+
+    let answered = events(&results[1]);
+    assert_eq!(
+        results[1]["task"], results[0]["task"],
+        "the reply went to the same task"
+    );
+    assert_eq!(
+        state(answered.last().expect("events")),
+        "TASK_STATE_COMPLETED"
+    );
+    // The planner read the answer with its question.
+    let requests = model.requests();
+    let replanned = requests
+        .iter()
+        .map(Value::to_string)
+        .find(|r| r.contains("Bonjour, in French"))
+        .expect("the planner was asked again with the answer");
+    assert!(replanned.contains("Which greeting?"), "{replanned}");
+    assert!(setup.root.path().join("greeting.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canceling_a_running_task_ends_its_stream_canceled_and_leaves_no_process() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let marker = format!("a2a-cancel-{}", std::process::id());
+    let model = FakeOpenAi::start(vec![
+        plan(),
+        Step::tool_call(
+            "bash",
+            json!({ "command": format!("sh -c 'touch started; sleep 60; true' {marker}") }),
+        ),
+    ])
+    .await;
+    let setup = A2aSetup::start(&model, TOOLS, None).await;
+    let started = setup.root.path().join("started");
+    let plan = setup.plan(json!([
+        { "op": "send", "text": "Wait a minute", "cancel_when_file": started },
+    ]));
+    let results = run_client(&python, &plan).await;
+
+    let canceled = &results[0]["canceled"];
+    assert_eq!(
+        canceled["status"]["state"], "TASK_STATE_CANCELED",
+        "{}",
+        results[0]
+    );
+    let stream = events(&results[0]);
+    assert_eq!(state(stream.last().expect("events")), "TASK_STATE_CANCELED");
+    // CancelTask answered once every process of the run was gone.
+    assert_eq!(
+        survivors(&marker),
+        Vec::<i32>::new(),
+        "the agent's command outlived the cancel"
+    );
+    eventually("nothing of the run is left", || {
+        survivors(&marker).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_resubscribes_and_misses_nothing_and_gets_nothing_twice() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let model = FakeOpenAi::start(vec![
+        plan(),
+        create("a.txt"),
+        create("b.txt"),
+        create("c.txt"),
+        report("wrote three files"),
+    ])
+    .await;
+    let setup = A2aSetup::start(&model, TOOLS, None).await;
+    let plan = setup.plan(json!([
+        { "op": "send", "text": "Write a.txt, b.txt and c.txt", "stop_after": 3 },
+        { "op": "subscribe", "task_id": "$task", "after": "$sequence", "key": "viewer" },
+        { "op": "subscribe", "task_id": "$task", "key": "viewer" },
+    ]));
+    let results = run_client(&python, &plan).await;
+
+    let first: Vec<u64> = events(&results[0]).iter().flat_map(sequences).collect();
+    let second: Vec<u64> = events(&results[1]).iter().flat_map(sequences).collect();
+    assert_eq!(events(&results[0]).len(), 3, "the client left after 3");
+    let all: Vec<u64> = first.iter().chain(&second).copied().collect();
+    assert_eq!(
+        all,
+        (1..=*all.last().expect("seq")).collect::<Vec<_>>(),
+        "first stream {first:?}, then {second:?}"
+    );
+    assert_eq!(
+        state(events(&results[1]).last().expect("events")),
+        "TASK_STATE_COMPLETED"
+    );
+    // A finished task without a place to replay from: nothing more to stream.
+    assert_eq!(
+        error(&results[2]),
+        ("UnsupportedOperationError", "FAILED_PRECONDITION")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_key_a_viewers_key_and_bad_input_are_refused_precisely_and_change_nothing() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let model = FakeOpenAi::start(vec![plan(), create("x.txt"), report("wrote x.txt")]).await;
+    let mut setup = A2aSetup::start(&model, TOOLS, None).await;
+    // Over the description's limit; over the port's 16 MiB message limit.
+    let huge = "x".repeat(5 * 1024 * 1024);
+    let huger = "z".repeat(17 * 1024 * 1024);
+    let long = "y".repeat(70 * 1024);
+    let plan = setup.plan(json!([
+        { "op": "send", "text": "no key", "key": "none" },
+        { "op": "send", "text": "a viewer", "key": "viewer" },
+        { "op": "get", "task_id": "7d3c9a4e-0000-4000-8000-000000000001", "key": "viewer" },
+        { "op": "send", "text": "a reply", "task_id": "7d3c9a4e-0000-4000-8000-000000000002" },
+        { "op": "send", "text": "a reply", "task_id": "not-a-task" },
+        { "op": "send", "text": "with a file", "raw": "bytes" },
+        { "op": "send", "text": long },
+        { "op": "send", "text": huge },
+        { "op": "send", "text": huger },
+        { "op": "send", "text": "an unknown skill", "skill": "nobody" },
+        { "op": "send", "data": { "answers": [1, 2] } },
+        { "op": "list", "key": "viewer" },
+    ]));
+    let results = run_client(&python, &plan).await;
+    let expect = [
+        ("A2AClientError", "UNAUTHENTICATED"),
+        ("A2AClientError", "PERMISSION_DENIED"),
+        ("TaskNotFoundError", "NOT_FOUND"),
+        ("TaskNotFoundError", "NOT_FOUND"),
+        ("InvalidParamsError", "INVALID_ARGUMENT"),
+        ("ContentTypeNotSupportedError", "INVALID_ARGUMENT"),
+        ("InvalidParamsError", "INVALID_ARGUMENT"),
+        ("InvalidParamsError", "INVALID_ARGUMENT"),
+        ("A2AClientError", "RESOURCE_EXHAUSTED"),
+        ("InvalidParamsError", "NOT_FOUND"),
+        ("InvalidParamsError", "INVALID_ARGUMENT"),
+    ];
+    for (i, want) in expect.iter().enumerate() {
+        assert_eq!(error(&results[i]), *want, "operation {i}: {}", results[i]);
+    }
+    let message = |i: usize| {
+        results[i]["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(message(1).contains("operator"), "{}", message(1));
+    assert!(message(5).contains("text or data parts"), "{}", message(5));
+    assert!(message(6).contains("65536"), "{}", message(6));
+    assert!(message(7).contains("5242880 bytes"), "{}", message(7));
+    assert!(message(8).contains("16 MiB"), "{}", message(8));
+    assert!(message(9).contains("nobody"), "{}", message(9));
+    assert_eq!(
+        results[11]["list"]["tasks"].as_array().map_or(0, Vec::len),
+        0
+    );
+    assert!(
+        tasks(&mut setup).await.is_empty(),
+        "a refused message created a task"
+    );
+
+    // A finished task takes no reply and cannot be canceled.
+    let plan = setup.plan(json!([
+        { "op": "send", "text": "Write x.txt" },
+        { "op": "send", "text": "more", "task_id": "$task" },
+        { "op": "cancel", "task_id": "$task" },
+    ]));
+    let results = run_client(&python, &plan).await;
+    assert_eq!(
+        state(events(&results[0]).last().expect("events")),
+        "TASK_STATE_COMPLETED"
+    );
+    assert_eq!(
+        error(&results[1]),
+        ("UnsupportedOperationError", "FAILED_PRECONDITION")
+    );
+    assert!(
+        results[1]["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("context")
+    );
+    assert_eq!(
+        error(&results[2]),
+        ("TaskNotCancelableError", "FAILED_PRECONDITION")
+    );
+    assert_eq!(tasks(&mut setup).await.len(), 1);
+}
