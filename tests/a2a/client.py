@@ -139,6 +139,14 @@ class Runner:
             if op.get("skill"):
                 message.metadata.update({"skill": op["skill"]})
             request = pb.SendMessageRequest(message=message)
+            if op.get("push"):
+                push = op["push"]
+                config = request.configuration.task_push_notification_config
+                config.url = push["url"]
+                config.token = push.get("token", "")
+                if push.get("scheme"):
+                    config.authentication.scheme = push["scheme"]
+                    config.authentication.credentials = push.get("credentials", "")
             events = []
             stop_after = op.get("stop_after")
             canceler = None
@@ -180,6 +188,14 @@ class Runner:
             if "context_id" in request.DESCRIPTOR.fields_by_name and op.get("context_id"):
                 request.context_id = self.sub(op["context_id"])
             return {"list": to_dict(await client.list_tasks(request))}
+        if kind == "push_create":
+            client = await self.client(key)
+            config = pb.TaskPushNotificationConfig(task_id=self.sub(op["task_id"]), url=op["url"])
+            return {"config": to_dict(await client.create_task_push_notification_config(config))}
+        if kind == "push_list":
+            client = await self.client(key)
+            request = pb.ListTaskPushNotificationConfigsRequest(task_id=self.sub(op["task_id"]))
+            return {"list": to_dict(await client.list_task_push_notification_configs(request))}
         if kind == "cancel":
             client = await self.client(key)
             return {"task": to_dict(await client.cancel_task(pb.CancelTaskRequest(id=self.sub(op["task_id"]))))}

@@ -86,11 +86,21 @@ impl A2aSetup {
     /// The orchestrator on `database_url` (SQLite in its data directory
     /// when None), the planner and `worker` (granted `tools`) on `model`.
     pub async fn start(model: &FakeOpenAi, tools: &[&str], database_url: Option<&str>) -> Self {
+        Self::start_with(model, tools, database_url, &[]).await
+    }
+
+    /// [`Self::start`] with `extra` arguments for the orchestrator.
+    pub async fn start_with(
+        model: &FakeOpenAi,
+        tools: &[&str],
+        database_url: Option<&str>,
+        extra: &[&str],
+    ) -> Self {
         let data = tempfile::tempdir().expect("data");
         let root = tempfile::tempdir().expect("root");
         let sqlite = data.path().join("chorus.db").display().to_string();
         let orchestrator =
-            OrchestratorProcess::spawn(data.path(), database_url.unwrap_or(&sqlite), &[]).await;
+            OrchestratorProcess::spawn(data.path(), database_url.unwrap_or(&sqlite), extra).await;
         let mut client = orchestrator.client().await;
         let team =
             crate::agents::api_team(&mut client, root.path(), model, tools, "You work.").await;

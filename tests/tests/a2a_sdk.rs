@@ -450,3 +450,116 @@ async fn no_key_a_viewers_key_and_bad_input_are_refused_precisely_and_change_not
     );
     assert_eq!(tasks(&mut setup).await.len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_status_change_is_pushed_to_the_webhook_once_signed_and_retried() {
+    use chorus_sandbox::testing::{TestNet, give_to_test_user, root_for};
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    if !root_for("a webhook off this machine's loopback (a network namespace)") {
+        return;
+    }
+    // The webhook is on a private network the operator allows; loopback and
+    // the metadata address are refused whatever is allowed.
+    let mut net = TestNet::create();
+    let logs = tempfile::tempdir().expect("logs");
+    give_to_test_user(logs.path());
+    let log = logs.path().join("hook.jsonl");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/a2a/webhook.py");
+    let port = "38080";
+    let ip = net.ip.to_string();
+    net.serve(
+        "/usr/bin/python3",
+        &[script, &ip, port, &log.display().to_string(), "tok-123"],
+        "ready",
+    )
+    .await;
+    let model = FakeOpenAi::start(vec![plan(), create("pushed.txt"), report("pushed")]).await;
+    let setup = A2aSetup::start_with(
+        &model,
+        TOOLS,
+        None,
+        &["--a2a-push-allow-network", "10.200.0.0/16,0.0.0.0/0"],
+    )
+    .await;
+    let hook = format!("http://{ip}:{port}/hook");
+    let plan = setup.plan(json!([
+        { "op": "send", "text": "Write pushed.txt",
+          "push": { "url": hook, "token": "tok-123", "scheme": "Bearer", "credentials": "hook-secret" } },
+        { "op": "push_list", "task_id": "$task", "key": "viewer" },
+        { "op": "push_create", "task_id": "$task", "url": "http://127.0.0.1:9/hook" },
+        { "op": "push_create", "task_id": "$task", "url": "http://169.254.169.254/latest/meta-data" },
+        { "op": "push_create", "task_id": "$task", "url": "http://localhost:9/hook" },
+    ]));
+    let results = run_client(&python, &plan).await;
+    assert_eq!(
+        state(events(&results[0]).last().expect("events")),
+        "TASK_STATE_COMPLETED"
+    );
+    let configs = &results[1]["list"]["configs"];
+    assert_eq!(configs.as_array().map(Vec::len), Some(1), "{configs}");
+    assert_eq!(configs[0]["url"], hook.as_str());
+    assert_eq!(configs[0]["authentication"]["scheme"], "Bearer");
+    assert!(
+        configs[0]["authentication"].get("credentials").is_none(),
+        "credentials are never given back: {configs}"
+    );
+    for refused in &results[2..5] {
+        assert_eq!(
+            error(refused),
+            ("InvalidParamsError", "INVALID_ARGUMENT"),
+            "{refused}"
+        );
+    }
+
+    // pending → planning → planned → active → completed: four changes, each
+    // delivered once (the first after a 503 and a retry), signed.
+    let delivered = |log: &std::path::Path| -> Vec<Value> {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .collect()
+    };
+    eventually("the completed status reaches the webhook", || {
+        delivered(&log)
+            .iter()
+            .any(|r| r["body"]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED")
+    })
+    .await;
+    let requests = delivered(&log);
+    assert_eq!(requests[0]["answered"], 503, "{requests:?}");
+    let ok: Vec<&Value> = requests.iter().filter(|r| r["answered"] == 204).collect();
+    let states: Vec<&str> = ok
+        .iter()
+        .map(|r| {
+            r["body"]["statusUpdate"]["status"]["state"]
+                .as_str()
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            "TASK_STATE_WORKING",
+            "TASK_STATE_WORKING",
+            "TASK_STATE_WORKING",
+            "TASK_STATE_COMPLETED"
+        ],
+        "{requests:?}"
+    );
+    assert_eq!(
+        requests[1]["body"], requests[0]["body"],
+        "the retry sends the same notification"
+    );
+    for r in &requests {
+        assert_eq!(r["headers"]["x-a2a-notification-token"], "tok-123", "{r}");
+        assert_eq!(r["headers"]["authorization"], "Bearer hook-secret", "{r}");
+        assert_eq!(r["signed"], true, "{r}");
+        assert_eq!(
+            r["body"]["statusUpdate"]["taskId"], results[0]["task"],
+            "{r}"
+        );
+    }
+}

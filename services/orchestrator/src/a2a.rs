@@ -8,6 +8,7 @@
 mod card;
 mod convert;
 mod errors;
+pub mod push;
 mod service;
 
 pub use service::{A2aFace, AFTER_SEQUENCE_HEADER};

@@ -11,6 +11,7 @@ mod name;
 pub mod policy;
 mod provider;
 mod provider_key;
+pub mod push;
 mod run;
 mod stage;
 mod status;

@@ -77,6 +77,8 @@ pub struct OrchestratorConfig {
     pub key_references: KeyReferenceRules,
     /// The price table (`--prices`).
     pub prices: crate::domain::Prices,
+    /// Where A2A push notifications may go (`--a2a-push-allow-network`).
+    pub push_networks: crate::domain::push::PushNetworks,
     /// The key that encrypts provider API keys in the database.
     pub secrets_key: KeySource,
     /// TLS on every listener (the embedded tool-exec's too); None: plaintext.
@@ -117,6 +119,7 @@ impl OrchestratorConfig {
             workspace_roots: RootPolicy::new(&[], &[data_dir.to_owned()]),
             key_references: KeyReferenceRules::default(),
             prices: crate::domain::Prices::default(),
+            push_networks: crate::domain::push::PushNetworks::default(),
             secrets_key: KeySource::default_file(data_dir),
             tls: None,
             peers: PeerRoles::default(),
@@ -265,6 +268,7 @@ pub async fn run(
     let port = Port::open(&serve, port_spec(message_bytes)).await?;
     // Set when the drain starts: a draining replica takes no more runs.
     let draining = CancellationToken::new();
+    let pushes = crate::a2a::push::spawn(state.clone());
     let leases = tokio::spawn(
         crate::runner::lease::Leases::new(state.clone(), port.health.clone()).keep(
             state.shutdown.clone(),
@@ -307,7 +311,7 @@ pub async fn run(
         return Ok(());
     }
     stop.cancel();
-    stop_replica(&state, [Some(leases), relay]).await;
+    stop_replica(&state, [Some(leases), relay, Some(pushes)]).await;
     serving.finish().await?;
     if let Some(tool_exec) = tool_exec {
         match tool_exec.await {
@@ -531,6 +535,7 @@ fn app_state(
     };
     state.addresses = addresses(config, addr)?;
     state.prices = Arc::new(config.prices.clone());
+    state.push_networks = config.push_networks.clone();
     if !config.prices.is_empty() {
         info!(prices = config.prices.len(), "price table loaded");
     }

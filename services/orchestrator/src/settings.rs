@@ -142,6 +142,17 @@ pub struct OrchestratorSettings {
     /// table is unpriced (counted, never taken as free).
     #[arg(long, env = "CHORUS_PRICES", value_name = "FILE")]
     pub prices: Option<PathBuf>,
+    /// A private network (CIDR, e.g. 10.20.0.0/16) whose addresses A2A
+    /// push-notification webhooks may be at; repeat for more. Public
+    /// addresses are always allowed; this machine's, link-local and cloud
+    /// metadata addresses never are, whatever is given here.
+    #[arg(
+        long = "a2a-push-allow-network",
+        env = "CHORUS_A2A_PUSH_ALLOW_NETWORKS",
+        value_delimiter = ',',
+        value_name = "CIDR"
+    )]
+    pub a2a_push_allow_networks: Vec<String>,
     /// An `env:NAME` key reference must name a variable starting with this.
     #[arg(long, env = "CHORUS_PROVIDER_KEY_ENV_PREFIX", default_value = crate::domain::DEFAULT_KEY_ENV_PREFIX)]
     pub provider_key_env_prefix: String,
@@ -343,6 +354,9 @@ impl OrchestratorSettings {
             &self.provider_key_env_prefix,
         )
         .map_err(anyhow::Error::msg)?;
+        config.push_networks =
+            crate::domain::push::PushNetworks::parse(&self.a2a_push_allow_networks)
+                .map_err(|e| anyhow::anyhow!("--a2a-push-allow-network: {e}"))?;
         if let Some(file) = &self.prices {
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("reading the price table {}", file.display()))?;

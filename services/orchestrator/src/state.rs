@@ -49,6 +49,8 @@ pub struct AppState {
     pub claim_now: Arc<tokio::sync::Notify>,
     /// What model calls cost when their provider does not say (`--prices`).
     pub prices: Arc<crate::domain::Prices>,
+    /// Where A2A push notifications may go.
+    pub push_networks: crate::domain::push::PushNetworks,
 }
 
 impl AppState {
@@ -73,6 +75,7 @@ impl AppState {
             key_references: KeyReferenceRules::default(),
             claim_now: Arc::new(tokio::sync::Notify::new()),
             prices: Arc::default(),
+            push_networks: crate::domain::push::PushNetworks::default(),
         }
     }
 }

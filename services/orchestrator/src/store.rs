@@ -18,6 +18,7 @@ mod connection;
 mod feed;
 mod provider_keys;
 mod providers;
+mod push;
 mod replicas;
 mod rows;
 mod run_token_keys;
@@ -75,6 +76,7 @@ impl Committed for (Task, Vec<Run>, Vec<Event>) {
 pub use agents::{AgentChanges, NewAgent};
 pub use feed::{ChangesPage, FEED_CHANNEL};
 pub use providers::{NewProvider, ProviderChanges};
+pub use push::PushDelivery;
 pub use replicas::{Claim, HANDED_ON_CHANNEL, Heartbeat, ReplicaIdentity, ReplicaRecord};
 pub use run_token_keys::KEYS_CHANNEL;
 pub use runs::NewRun;
@@ -462,6 +464,7 @@ impl Store {
         let (written, changes) = self
             .write(move |conn| {
                 let written = f(conn)?;
+                push::enqueue(conn, written.committed())?;
                 // Last: the feed's head stays locked until the commit.
                 let changes = feed::record(conn, written.committed())?;
                 Ok((written, changes))

@@ -88,7 +88,7 @@ fn card(state: &AppState, workspace: &Workspace, agents: &[Agent]) -> pb::AgentC
         documentation_url: None,
         capabilities: Some(pb::AgentCapabilities {
             streaming: Some(true),
-            push_notifications: Some(false),
+            push_notifications: Some(true),
             extensions: Vec::new(),
             extended_agent_card: Some(true),
         }),

@@ -18,7 +18,6 @@ const DOMAIN: &str = "a2a-protocol.org";
 pub enum Reason {
     TaskNotFound,
     TaskNotCancelable,
-    PushNotificationNotSupported,
     UnsupportedOperation,
     ContentTypeNotSupported,
     InvalidParams,
@@ -30,7 +29,6 @@ impl Reason {
         match self {
             Self::TaskNotFound => "TASK_NOT_FOUND",
             Self::TaskNotCancelable => "TASK_NOT_CANCELABLE",
-            Self::PushNotificationNotSupported => "PUSH_NOTIFICATION_NOT_SUPPORTED",
             Self::UnsupportedOperation => "UNSUPPORTED_OPERATION",
             Self::ContentTypeNotSupported => "CONTENT_TYPE_NOT_SUPPORTED",
             Self::InvalidParams => "INVALID_PARAMS",
@@ -42,9 +40,7 @@ impl Reason {
     fn code(self) -> Code {
         match self {
             Self::TaskNotFound => Code::NotFound,
-            Self::TaskNotCancelable
-            | Self::PushNotificationNotSupported
-            | Self::UnsupportedOperation => Code::FailedPrecondition,
+            Self::TaskNotCancelable | Self::UnsupportedOperation => Code::FailedPrecondition,
             Self::ContentTypeNotSupported | Self::InvalidParams => Code::InvalidArgument,
             Self::Internal => Code::Internal,
         }

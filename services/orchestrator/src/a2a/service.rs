@@ -241,23 +241,47 @@ impl A2aService for A2aFace {
 
     async fn create_task_push_notification_config(
         &self,
-        _request: Request<pb::TaskPushNotificationConfig>,
+        request: Request<pb::TaskPushNotificationConfig>,
     ) -> Result<Response<pb::TaskPushNotificationConfig>, Status> {
-        Err(no_push())
+        let req = request.into_inner();
+        let task = self.task_of(&req.tenant, &req.task_id).await?;
+        let config = push_config(task.id, req)?;
+        Ok(Response::new(self.add_push(config).await?))
     }
 
     async fn get_task_push_notification_config(
         &self,
-        _request: Request<pb::GetTaskPushNotificationConfigRequest>,
+        request: Request<pb::GetTaskPushNotificationConfigRequest>,
     ) -> Result<Response<pb::TaskPushNotificationConfig>, Status> {
-        Err(no_push())
+        let req = request.into_inner();
+        let task = self.task_of(&req.tenant, &req.task_id).await?;
+        let configs = self.push_configs(task.id).await?;
+        configs
+            .into_iter()
+            .find(|c| c.id == req.id)
+            .map(|c| Response::new(push_wire(&c)))
+            .ok_or_else(|| {
+                a2a(
+                    Reason::InvalidParams,
+                    format!(
+                        "task {} has no push notification config '{}'",
+                        task.id, req.id
+                    ),
+                )
+            })
     }
 
     async fn list_task_push_notification_configs(
         &self,
-        _request: Request<pb::ListTaskPushNotificationConfigsRequest>,
+        request: Request<pb::ListTaskPushNotificationConfigsRequest>,
     ) -> Result<Response<pb::ListTaskPushNotificationConfigsResponse>, Status> {
-        Err(no_push())
+        let req = request.into_inner();
+        let task = self.task_of(&req.tenant, &req.task_id).await?;
+        let configs = self.push_configs(task.id).await?;
+        Ok(Response::new(pb::ListTaskPushNotificationConfigsResponse {
+            configs: configs.iter().map(push_wire).collect(),
+            next_page_token: String::new(),
+        }))
     }
 
     async fn get_extended_agent_card(
@@ -281,17 +305,91 @@ impl A2aService for A2aFace {
 
     async fn delete_task_push_notification_config(
         &self,
-        _request: Request<pb::DeleteTaskPushNotificationConfigRequest>,
+        request: Request<pb::DeleteTaskPushNotificationConfigRequest>,
     ) -> Result<Response<()>, Status> {
-        Err(no_push())
+        let req = request.into_inner();
+        let task = self.task_of(&req.tenant, &req.task_id).await?;
+        self.state
+            .store
+            .delete_push_config(task.id, req.id)
+            .await
+            .map_err(|e| from_core(e.into(), false))?;
+        Ok(Response::new(()))
     }
 }
 
-fn no_push() -> Status {
-    a2a(
-        Reason::PushNotificationNotSupported,
-        "push notifications are not served yet: stream the task (SendStreamingMessage, SubscribeToTask)",
-    )
+/// A push config from the wire, checked: its URL (never this machine or a
+/// metadata service), a token made when the client gave none (it keys the
+/// signature, and the answer gives it), credentials only with a scheme.
+fn push_config(
+    task: TaskId,
+    wire: pb::TaskPushNotificationConfig,
+) -> Result<crate::domain::push::PushConfig, Status> {
+    let invalid = |m: String| a2a(Reason::InvalidParams, m);
+    let url =
+        crate::domain::push::check_push_url(wire.url.trim()).map_err(|e| invalid(e.to_string()))?;
+    let id = match wire.id.trim() {
+        "" => uuid::Uuid::new_v4().to_string(),
+        id if id.len() > 128 => return Err(invalid("id: at most 128 bytes".to_owned())),
+        id => id.to_owned(),
+    };
+    let token = match wire.token.trim() {
+        "" => format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        ),
+        t if t.len() > 1024 => return Err(invalid("token: at most 1024 bytes".to_owned())),
+        t => t.to_owned(),
+    };
+    let authentication = match wire.authentication {
+        None => None,
+        Some(auth)
+            if auth.scheme.trim().is_empty()
+                || auth.scheme.trim().contains(char::is_whitespace) =>
+        {
+            return Err(invalid(
+                "authentication.scheme: one word, such as Bearer".to_owned(),
+            ));
+        }
+        Some(auth) if auth.credentials.len() > 4096 || auth.credentials.contains(['\r', '\n']) => {
+            return Err(invalid(
+                "authentication.credentials: one line of at most 4096 bytes".to_owned(),
+            ));
+        }
+        Some(auth) => Some(crate::domain::push::PushAuth {
+            scheme: auth.scheme.trim().to_owned(),
+            credentials: auth.credentials,
+        }),
+    };
+    Ok(crate::domain::push::PushConfig {
+        id,
+        task_id: task,
+        url,
+        token,
+        authentication,
+        created_ms: crate::domain::now_ms(),
+    })
+}
+
+/// A push config as the wire gives it back: its credentials never (the
+/// scheme says there are some), its token yes (the client checks
+/// signatures with it).
+fn push_wire(config: &crate::domain::push::PushConfig) -> pb::TaskPushNotificationConfig {
+    pb::TaskPushNotificationConfig {
+        tenant: String::new(),
+        id: config.id.clone(),
+        task_id: config.task_id.to_string(),
+        url: config.url.to_string(),
+        token: config.token.clone(),
+        authentication: config
+            .authentication
+            .as_ref()
+            .map(|a| pb::AuthenticationInfo {
+                scheme: a.scheme.clone(),
+                credentials: String::new(),
+            }),
+    }
 }
 
 impl A2aFace {
@@ -308,9 +406,12 @@ impl A2aFace {
         };
         let req = request.into_inner();
         let config = req.configuration.unwrap_or_default();
-        if config.task_push_notification_config.is_some() {
-            return Err(no_push());
-        }
+        // Checked before anything is written; added once the task exists.
+        let mut push = config
+            .task_push_notification_config
+            .clone()
+            .map(|wire| push_config(TaskId::new(), wire))
+            .transpose()?;
         if let Some(n) = config.history_length.filter(|n| *n < 0) {
             return Err(a2a(
                 Reason::InvalidParams,
@@ -357,13 +458,42 @@ impl A2aFace {
                         source,
                         budget: crate::domain::Budget::default(),
                         agent: skill,
+                        push: push.take(),
                     },
                 )
                 .await
                 .map_err(|e| from_core(e, false))?
             }
         };
+        if let Some(mut push) = push {
+            push.task_id = task.id;
+            self.add_push(push).await?;
+        }
         Ok((task, config))
+    }
+
+    async fn add_push(
+        &self,
+        config: crate::domain::push::PushConfig,
+    ) -> Result<pb::TaskPushNotificationConfig, Status> {
+        let config = self
+            .state
+            .store
+            .create_push_config(config)
+            .await
+            .map_err(|e| from_core(e.into(), false))?;
+        Ok(push_wire(&config))
+    }
+
+    async fn push_configs(
+        &self,
+        task: TaskId,
+    ) -> Result<Vec<crate::domain::push::PushConfig>, Status> {
+        self.state
+            .store
+            .list_push_configs(task)
+            .await
+            .map_err(|e| from_core(e.into(), false))
     }
 
     /// The task `id` names, in the tenant's workspace when one is named.

@@ -301,6 +301,9 @@ pub struct Submit {
     pub budget: crate::domain::Budget,
     /// The agent to start; None: the one the plan assigns.
     pub agent: Option<Name>,
+    /// Where its status changes are pushed, from the first (its `task_id`
+    /// is set once the task exists).
+    pub push: Option<crate::domain::push::PushConfig>,
 }
 
 /// Creates a task that starts by itself once planned, and plans it. A named
@@ -322,6 +325,10 @@ pub async fn submit(state: &AppState, req: Submit) -> Result<Task, ServiceError>
         Some(AutoStart { agent: req.agent }),
     )
     .await?;
+    if let Some(mut push) = req.push {
+        push.task_id = task.id;
+        state.store.create_push_config(push).await?;
+    }
     let refused = match policy::start_within_spending(state.store.spend_of(req.workspace).await?) {
         Err(e) => ServiceError::from(e),
         Ok(()) => match plan(state, task.id, 0).await {

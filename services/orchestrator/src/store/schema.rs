@@ -240,11 +240,41 @@ diesel::table! {
 diesel::joinable!(providers -> workspaces (workspace_id));
 diesel::joinable!(agents -> workspaces (workspace_id));
 diesel::joinable!(tasks -> workspaces (workspace_id));
+diesel::table! {
+    /// A2A push-notification configs of tasks.
+    push_configs (id) {
+        id -> Text,
+        task_id -> Text,
+        url -> Text,
+        /// Sealed.
+        token -> Text,
+        auth_scheme -> Nullable<Text>,
+        /// Sealed.
+        auth_credentials -> Nullable<Text>,
+        created_ms -> BigInt,
+    }
+}
+
+diesel::table! {
+    /// Status changes waiting to be pushed.
+    push_outbox (id) {
+        id -> BigInt,
+        config_id -> Text,
+        task_id -> Text,
+        sequence -> BigInt,
+        attempts -> Integer,
+        due_ms -> BigInt,
+        last_error -> Nullable<Text>,
+    }
+}
+
 diesel::joinable!(task_events -> tasks (task_id));
 diesel::joinable!(runs -> tasks (task_id));
 diesel::joinable!(run_messages -> runs (run_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
+    push_configs,
+    push_outbox,
     workspaces,
     providers,
     agents,
