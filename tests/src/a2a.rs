@@ -198,3 +198,50 @@ pub fn number(value: &Value) -> Option<u64> {
             .map(|f| f as u64)
     })
 }
+
+/// A remote A2A agent made with the SDK's server side
+/// (`tests/a2a/remote_agent.py`), in `mode` ("work", "ask", "hang"),
+/// taking calls with `key`. Killed when dropped.
+pub struct RemoteAgent {
+    _child: tokio::process::Child,
+    /// Its card's base URL.
+    pub url: String,
+    /// Where it logs what it takes ("remote got: ...", "remote canceled").
+    log: tempfile::NamedTempFile,
+}
+
+impl RemoteAgent {
+    pub async fn start(python: &Path, mode: &str, key: &str) -> Self {
+        use tokio::io::AsyncBufReadExt as _;
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/a2a/remote_agent.py");
+        let log = tempfile::NamedTempFile::new().expect("a log file");
+        let mut child = tokio::process::Command::new(python)
+            .args([script, mode, key])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(log.reopen().expect("the log file"))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the remote agent starts");
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let ready = tokio::time::timeout(std::time::Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("the remote agent says it is ready within a minute")
+            .expect("its output reads")
+            .expect("it says ready");
+        let url = ready
+            .strip_prefix("ready ")
+            .unwrap_or_else(|| panic!("the remote agent said {ready:?}"))
+            .to_owned();
+        Self {
+            _child: child,
+            url,
+            log,
+        }
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+}

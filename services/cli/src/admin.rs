@@ -60,6 +60,8 @@ pub enum ProviderKind {
     ClaudeCode,
     Opencode,
     OpenaiCompatible,
+    /// A remote A2A agent: --base-url is where its agent card is.
+    A2a,
 }
 
 #[derive(Debug, Subcommand)]
@@ -399,6 +401,7 @@ pub async fn provider(
                 ProviderKind::ClaudeCode => pb::ProviderKind::ClaudeCode,
                 ProviderKind::Opencode => pb::ProviderKind::Opencode,
                 ProviderKind::OpenaiCompatible => pb::ProviderKind::OpenaiCompatible,
+                ProviderKind::A2a => pb::ProviderKind::A2a,
             };
             let p = c
                 .create_provider(pb::CreateProviderRequest {

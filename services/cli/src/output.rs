@@ -288,7 +288,7 @@ pub fn provider(p: &pb::Provider) -> Value {
         "model": p.model,
         "apiKey": if p.api_key_set { p.api_key_source.clone() } else { "none".to_owned() },
         // How a CLI's agents reach their tools; an API provider's loop runs in Chorus.
-        "toolTransport": if p.kind == pb::ProviderKind::OpenaiCompatible as i32 {
+        "toolTransport": if p.kind == pb::ProviderKind::OpenaiCompatible as i32 || p.kind == pb::ProviderKind::A2a as i32 {
             String::new()
         } else {
             pb::ToolTransport::try_from(p.tool_transport).map(|k| k.as_str_name().trim_start_matches("TOOL_TRANSPORT_").to_lowercase()).unwrap_or_default()

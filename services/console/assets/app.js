@@ -566,7 +566,7 @@ async function providersPage(id) {
   const providers = (await api('ListProviders', { workspaceId: chosen })).providers;
   const create = can.admin() ? form({ id: 'new-provider' }, [
     field('Name', el('input', { name: 'name', required: true })),
-    field('Kind', el('select', { name: 'kind' }, [['PROVIDER_KIND_OPENAI_COMPATIBLE', 'OpenAI-compatible API'], ['PROVIDER_KIND_CLAUDE_CODE', 'Claude Code'], ['PROVIDER_KIND_OPENCODE', 'OpenCode']]
+    field('Kind', el('select', { name: 'kind' }, [['PROVIDER_KIND_OPENAI_COMPATIBLE', 'OpenAI-compatible API'], ['PROVIDER_KIND_CLAUDE_CODE', 'Claude Code'], ['PROVIDER_KIND_OPENCODE', 'OpenCode'], ['PROVIDER_KIND_A2A', 'Remote A2A agent']]
       .map(([v, t]) => el('option', { value: v }, t)))),
     field('Base URL', el('input', { name: 'baseUrl', size: 30 })),
     field('Model', el('input', { name: 'model' })),

@@ -11,6 +11,7 @@
 //! down the same path with the run's token ([`crate::runner::tools`]), so every
 //! call is checked, executed and recorded the same way.
 
+pub mod a2a;
 pub mod claude;
 pub mod claude_flags;
 pub mod cli;

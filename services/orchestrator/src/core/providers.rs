@@ -2,7 +2,7 @@
 //! (stored sealed, or a reference to a file or variable the deployment
 //! allows).
 
-use crate::domain::{Name, Provider, ProviderKey, WorkspaceId};
+use crate::domain::{Name, Provider, ProviderKey, ProviderKind, WorkspaceId};
 use crate::error::ServiceError;
 use crate::state::AppState;
 use crate::store::{NewProvider, ProviderChanges};
@@ -16,6 +16,24 @@ fn check_key(state: &AppState, key: Option<&ProviderKey>) -> Result<(), ServiceE
     Ok(())
 }
 
+/// A remote A2A agent's card must be there, and fit: fetched and checked
+/// before the provider is stored.
+async fn check_remote(
+    state: &AppState,
+    kind: ProviderKind,
+    base_url: Option<&str>,
+) -> Result<(), ServiceError> {
+    if kind != ProviderKind::A2a {
+        return Ok(());
+    }
+    Provider::check(kind, base_url, None, false)?;
+    let base_url = base_url.unwrap_or_default();
+    crate::providers::a2a::fetch_card(state.runner.http(), base_url)
+        .await
+        .map(|_| ())
+        .map_err(|why| ServiceError::Precondition(format!("the remote agent: {why}")))
+}
+
 /// Creates a provider of `workspace`.
 pub async fn create(
     state: &AppState,
@@ -23,6 +41,7 @@ pub async fn create(
     new: NewProvider,
 ) -> Result<Provider, ServiceError> {
     check_key(state, new.api_key.as_ref())?;
+    check_remote(state, new.kind, new.base_url.as_deref()).await?;
     Ok(state.store.create_provider(workspace, new).await?)
 }
 
@@ -34,6 +53,10 @@ pub async fn update(
     changes: ProviderChanges,
 ) -> Result<Provider, ServiceError> {
     check_key(state, changes.api_key.as_ref().and_then(Option::as_ref))?;
+    let current = state.store.get_provider(workspace, name.clone()).await?;
+    if let Some(base_url) = &changes.base_url {
+        check_remote(state, current.kind, base_url.as_deref()).await?;
+    }
     Ok(state
         .store
         .update_provider(workspace, name, changes)

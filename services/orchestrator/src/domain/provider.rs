@@ -11,10 +11,17 @@ pub enum ProviderKind {
     Opencode,
     /// Any OpenAI-compatible chat-completions API.
     OpenaiCompatible,
+    /// A remote agent that speaks A2A (its card's base URL).
+    A2a,
 }
 
 impl ProviderKind {
-    pub const ALL: [ProviderKind; 3] = [Self::ClaudeCode, Self::Opencode, Self::OpenaiCompatible];
+    pub const ALL: [ProviderKind; 4] = [
+        Self::ClaudeCode,
+        Self::Opencode,
+        Self::OpenaiCompatible,
+        Self::A2a,
+    ];
 
     /// Whether agents of this kind have a web search of their own (web.search
     /// maps to it; Chorus has none to offer the others).
@@ -28,6 +35,7 @@ impl ProviderKind {
             Self::ClaudeCode => "Claude Code",
             Self::Opencode => "OpenCode",
             Self::OpenaiCompatible => "OpenAI-compatible",
+            Self::A2a => "A2A agent",
         }
     }
 
@@ -36,6 +44,7 @@ impl ProviderKind {
             Self::ClaudeCode => "claude_code",
             Self::Opencode => "opencode",
             Self::OpenaiCompatible => "openai_compatible",
+            Self::A2a => "a2a",
         }
     }
 
@@ -46,7 +55,9 @@ impl ProviderKind {
             .ok_or_else(|| {
                 DomainError::invalid(
                     "provider kind",
-                    format!("unknown kind '{s}'; one of: claude_code, opencode, openai_compatible"),
+                    format!(
+                        "unknown kind '{s}'; one of: claude_code, opencode, openai_compatible, a2a"
+                    ),
                 )
             })
     }
@@ -133,6 +144,15 @@ impl Provider {
                     ));
                 }
             }
+            ProviderKind::A2a => {
+                let url = base_url.ok_or_else(|| {
+                    DomainError::invalid(
+                        "base_url",
+                        "an a2a provider needs the remote agent's base URL, where its card is (<base URL>/.well-known/agent-card.json)",
+                    )
+                })?;
+                check_base_url(url)?;
+            }
             ProviderKind::ClaudeCode | ProviderKind::Opencode => {
                 // Optional: a gateway or local model server, and its key. Without
                 // them the CLI uses its own login or the passed environment.
@@ -153,6 +173,12 @@ impl Provider {
         kind: ProviderKind,
         transport: ToolTransport,
     ) -> Result<(), DomainError> {
+        if kind == ProviderKind::A2a && transport == ToolTransport::Shell {
+            return Err(DomainError::invalid(
+                "tool_transport",
+                "an a2a provider's agents are remote: they call no Chorus tool; tool_transport shell is for CLI providers (claude_code, opencode)",
+            ));
+        }
         if kind == ProviderKind::OpenaiCompatible && transport == ToolTransport::Shell {
             return Err(DomainError::invalid(
                 "tool_transport",

@@ -75,6 +75,7 @@ pub fn provider_kind(kind: ProviderKind) -> pb::ProviderKind {
         ProviderKind::ClaudeCode => pb::ProviderKind::ClaudeCode,
         ProviderKind::Opencode => pb::ProviderKind::Opencode,
         ProviderKind::OpenaiCompatible => pb::ProviderKind::OpenaiCompatible,
+        ProviderKind::A2a => pb::ProviderKind::A2a,
     }
 }
 
@@ -104,9 +105,10 @@ pub fn provider_kind_from(value: i32) -> Result<ProviderKind, DomainError> {
         Ok(pb::ProviderKind::ClaudeCode) => Ok(ProviderKind::ClaudeCode),
         Ok(pb::ProviderKind::Opencode) => Ok(ProviderKind::Opencode),
         Ok(pb::ProviderKind::OpenaiCompatible) => Ok(ProviderKind::OpenaiCompatible),
+        Ok(pb::ProviderKind::A2a) => Ok(ProviderKind::A2a),
         _ => Err(DomainError::invalid(
             "kind",
-            "choose PROVIDER_KIND_CLAUDE_CODE, PROVIDER_KIND_OPENCODE or PROVIDER_KIND_OPENAI_COMPATIBLE",
+            "choose PROVIDER_KIND_CLAUDE_CODE, PROVIDER_KIND_OPENCODE, PROVIDER_KIND_OPENAI_COMPATIBLE or PROVIDER_KIND_A2A",
         )),
     }
 }

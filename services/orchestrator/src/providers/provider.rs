@@ -62,6 +62,14 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// What its agent is told when work is handed to it: Chorus's message
+    /// (`composed`: who hands it what, and to report), or, for an agent
+    /// that knows nothing of Chorus, the `prompt` alone.
+    fn handoff_message(&self, composed: String, prompt: &str) -> String {
+        let _ = prompt;
+        composed
+    }
+
     /// The session a second attempt continues, given the session the first
     /// named; None: it cannot be continued.
     fn continue_session(&self, ctx: &RunContext, named: Option<&str>) -> Option<String>;
@@ -85,6 +93,7 @@ pub fn for_kind(kind: ProviderKind) -> &'static dyn Provider {
         ProviderKind::ClaudeCode => &Cli(super::claude::Claude),
         ProviderKind::Opencode => &Cli(super::opencode::Opencode),
         ProviderKind::OpenaiCompatible => &OpenaiCompatible,
+        ProviderKind::A2a => &A2aRemote,
     }
 }
 
@@ -312,5 +321,54 @@ impl Provider for OpenaiCompatible {
             )
             .await
         })
+    }
+}
+
+/// A remote A2A agent: the run follows its task over A2A, in this process
+/// (`providers::a2a`).
+#[derive(Debug)]
+pub struct A2aRemote;
+
+impl Provider for A2aRemote {
+    fn name(&self) -> &'static str {
+        "a2a"
+    }
+
+    fn spawns_processes(&self) -> bool {
+        false
+    }
+
+    /// It calls no Chorus tool (its report is made for it).
+    fn invocation<'a>(&self, _transport: ToolTransport, _chorus_tools: &'a str) -> Invocation<'a> {
+        Invocation::Functions
+    }
+
+    fn default_hosts(&self, _model: Option<&str>) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    /// A remote agent knows nothing of Chorus's reports: it is told the work.
+    fn handoff_message(&self, _composed: String, prompt: &str) -> String {
+        prompt.to_owned()
+    }
+
+    /// A second attempt follows the same remote task.
+    fn continue_session(&self, _ctx: &RunContext, named: Option<&str>) -> Option<String> {
+        named.map(str::to_owned)
+    }
+
+    /// The remote task goes on without this replica: the new driver
+    /// subscribes to it again.
+    fn resumable<'a>(&'a self, _state: &'a AppState, run: &'a Run) -> Answer<'a, Option<String>> {
+        Box::pin(async move { run.session_id.clone() })
+    }
+
+    fn attempt<'a>(
+        &'a self,
+        env: AttemptEnv<'a>,
+        ctx: &'a RunContext,
+        attempt: &'a Attempt,
+    ) -> Answer<'a, Result<AttemptEnd, AttemptError>> {
+        Box::pin(super::a2a::attempt(env, ctx, attempt))
     }
 }

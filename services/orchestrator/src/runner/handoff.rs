@@ -137,7 +137,10 @@ pub async fn handoff(
     };
 
     let message = match &parent {
-        Some(parent) => child_message(&task, parent, &prompt, &launch.tools),
+        Some(parent) => launch.handoff_message(
+            child_message(&task, parent, &prompt, &launch.tools),
+            &prompt,
+        ),
         None => task_message(&task, &prompt),
     };
     let new = launch.new_run(task_id, Some((parent.as_ref().map(|p| p.id), prompt)));

@@ -36,6 +36,11 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// What the agent is told when work is handed to it (its provider decides).
+    pub fn handoff_message(&self, composed: String, prompt: &str) -> String {
+        self.provider.provider().handoff_message(composed, prompt)
+    }
+
     /// Resolves `agent_name` in `workspace`: the agent, its provider (the
     /// workspace's system provider for internal agents) and key, the CLI set-up.
     ///
