@@ -65,6 +65,9 @@ pub const COMPLETION_TOKENS: u64 = 7;
 
 struct Shared {
     steps: Vec<Step>,
+    /// When set, each request is answered by the first rule whose tool it
+    /// declares (the script is not used): for many runs at once.
+    rules: Vec<(String, Step)>,
     cursor: AtomicUsize,
     /// (body, Authorization header), in arrival order.
     log: Mutex<Vec<(Value, Option<String>)>>,
@@ -87,8 +90,29 @@ impl FakeOpenAi {
 
     /// Serves on `listener` until dropped.
     pub fn start_on(listener: tokio::net::TcpListener, steps: Vec<Step>) -> FakeOpenAi {
+        Self::serve(listener, steps, Vec::new())
+    }
+
+    /// Serves on 127.0.0.1:0, answering each request by the first of
+    /// `rules` (tool name, answer) whose tool it declares, as many times as
+    /// asked, in any order (runs side by side: a planner's requests declare
+    /// `planner-output`, an agent's do not); past them, "done".
+    pub async fn start_answering(rules: Vec<(&str, Step)>) -> FakeOpenAi {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let rules = rules.into_iter().map(|(t, s)| (t.to_owned(), s)).collect();
+        Self::serve(listener, Vec::new(), rules)
+    }
+
+    fn serve(
+        listener: tokio::net::TcpListener,
+        steps: Vec<Step>,
+        rules: Vec<(String, Step)>,
+    ) -> FakeOpenAi {
         let shared = Arc::new(Shared {
             steps,
+            rules,
             cursor: AtomicUsize::new(0),
             log: Mutex::new(Vec::new()),
         });
@@ -147,7 +171,21 @@ async fn chat_completions(
             .get("tools")
             .and_then(Value::as_array)
             .is_some_and(|tools| !tools.is_empty());
-        if declares_tools {
+        if declares_tools && !shared.rules.is_empty() {
+            let declared = |name: &str| {
+                body["tools"]
+                    .as_array()
+                    .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == name))
+            };
+            shared
+                .rules
+                .iter()
+                .find(|(tool, _)| declared(tool))
+                .map_or_else(
+                    || Step::Text(DONE_TEXT.to_owned()),
+                    |(_, step)| step.clone(),
+                )
+        } else if declares_tools {
             let index = shared.cursor.fetch_add(1, Ordering::SeqCst);
             shared
                 .steps

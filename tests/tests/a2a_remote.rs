@@ -147,8 +147,9 @@ async fn a_remote_question_ends_the_child_blocked_and_a_hanging_remote_is_ended_
     let Some(python) = python_or_skip() else {
         return;
     };
-    for (mode, timeout) in [("ask", None), ("hang", Some(2))] {
-        let remote = RemoteAgent::start(&python, mode, KEY).await;
+    for (mode, timeout) in [("ask", None), ("hang", Some(2)), ("cancel", None)] {
+        let remote =
+            RemoteAgent::start(&python, if mode == "ask" { "ask" } else { "hang" }, KEY).await;
         let data = tempfile::tempdir().expect("data");
         let root = tempfile::tempdir().expect("root");
         let model = FakeOpenAi::start(vec![handoff(timeout), report()]).await;
@@ -159,6 +160,28 @@ async fn a_remote_question_ends_the_child_blocked_and_a_hanging_remote_is_ended_
         add_remote(&mut client, &team.workspace, &remote.url).await;
         let task = planned_task(&mut client, &team.workspace, "Translate.").await;
         start(&mut client, &task, &team.agent, 0).await;
+        if mode == "cancel" {
+            // Canceled while the remote agent works: the remote task is canceled too.
+            wait_for(&mut client, &task.id, |e| {
+                e.kind == "agent_progress"
+                    && chorus_tests::agents::data(e)
+                        .to_string()
+                        .contains("thinking for ever")
+            })
+            .await;
+            client
+                .cancel_task(pb::CancelTaskRequest {
+                    task_id: task.id.clone(),
+                    ..Default::default()
+                })
+                .await
+                .expect("cancel");
+            chorus_sandbox::testing::eventually("the remote task is canceled", || {
+                remote.log().contains("remote canceled")
+            })
+            .await;
+            continue;
+        }
         wait_for(&mut client, &task.id, completed_by("worker")).await;
         let requests = model.requests();
         let after = requests[1].to_string();

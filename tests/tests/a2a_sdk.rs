@@ -563,3 +563,55 @@ async fn every_status_change_is_pushed_to_the_webhook_once_signed_and_retried() 
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_the_planner_refuses_is_rejected_and_a_skill_names_the_agent_that_runs() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let unassigned = Step::tool_call(
+        "planner-output",
+        json!({"type": "plan", "summary": "s", "requirements": [], "acceptanceCriteria": [], "plan": ["write"]}),
+    );
+    let model = FakeOpenAi::start(vec![
+        Step::tool_call(
+            "planner-output",
+            json!({"type": "error", "error": "this cannot be planned"}),
+        ),
+        unassigned,
+        create("skill.txt"),
+        report("wrote skill.txt"),
+    ])
+    .await;
+    let mut setup = A2aSetup::start(&model, TOOLS, None).await;
+    let plan = setup.plan(json!([
+        { "op": "send", "text": "Do the impossible" },
+        { "op": "get", "task_id": "$task", "key": "viewer" },
+        { "op": "send", "text": "Write skill.txt", "skill": "worker" },
+        { "op": "list", "key": "viewer", "request": { "status": "TASK_STATE_REJECTED" } },
+    ]));
+    let results = run_client(&python, &plan).await;
+    let refused = events(&results[0]).last().expect("events");
+    assert_eq!(state(refused), "TASK_STATE_REJECTED", "{refused}");
+    assert!(
+        refused.to_string().contains("this cannot be planned"),
+        "{refused}"
+    );
+    assert_eq!(results[1]["task"]["status"]["state"], "TASK_STATE_REJECTED");
+    // The plan assigned no agent: the skill the message named ran it.
+    assert_eq!(
+        state(events(&results[2]).last().expect("events")),
+        "TASK_STATE_COMPLETED"
+    );
+    assert!(setup.root.path().join("skill.txt").exists());
+    let rejected = &results[3]["list"]["tasks"];
+    assert_eq!(rejected.as_array().map(Vec::len), Some(1), "{rejected}");
+    assert_eq!(rejected[0]["id"], results[0]["task"]);
+    let chorus = tasks(&mut setup).await;
+    assert_eq!(chorus.len(), 2);
+    let failed = chorus
+        .iter()
+        .find(|t| t.status == "failed")
+        .expect("the refused task");
+    assert!(failed.auto_start.is_some(), "{failed:?}");
+}

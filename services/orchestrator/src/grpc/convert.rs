@@ -194,6 +194,9 @@ pub fn task(t: &Task) -> pb::Task {
             limits: Some(budget(t.budget.limits)),
             tool_calls: t.budget.tool_calls,
         }),
+        auto_start: t.auto_start.as_ref().map(|a| pb::AutoStart {
+            agent: a.agent.as_ref().map(Name::to_string).unwrap_or_default(),
+        }),
     }
 }
 
