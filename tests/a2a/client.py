@@ -74,19 +74,19 @@ class Runner:
         resolver = A2ACardResolver(self.http, self.plan["card_url"])
         return await resolver.get_agent_card()
 
-    async def client(self, key_name):
-        if key_name not in self.clients:
+    async def client(self, key_name, streaming=True):
+        if (key_name, streaming) not in self.clients:
             if self.card is None:
                 self.card = await self.public_card()
             config = ClientConfig(
-                streaming=True,
+                streaming=streaming,
                 supported_protocol_bindings=["GRPC"],
                 grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url),
             )
             key = self.plan["keys"].get(key_name)
             interceptors = [AuthInterceptor(Key(key))] if key else []
-            self.clients[key_name] = ClientFactory(config).create(self.card, interceptors)
-        return self.clients[key_name]
+            self.clients[(key_name, streaming)] = ClientFactory(config).create(self.card, interceptors)
+        return self.clients[(key_name, streaming)]
 
     def seen(self, response):
         """Notes the task and the Chorus sequence a stream response carries."""
@@ -123,7 +123,8 @@ class Runner:
             card = await client.get_extended_agent_card(pb.GetExtendedAgentCardRequest())
             return {"card": to_dict(card)}
         if kind == "send":
-            client = await self.client(key)
+            # "blocking": SendMessage, answered once the task ends or needs the client.
+            client = await self.client(key, streaming=not op.get("blocking"))
             message = pb.Message(message_id=op.get("message_id", os.urandom(8).hex()), role=pb.ROLE_USER)
             for text in op.get("texts", [op.get("text")] if op.get("text") is not None else []):
                 message.parts.add(text=text)

@@ -133,7 +133,7 @@ fn row(what: &str, samples: &Samples) {
     println!(
         "| {what} | {} | {} | {} |",
         ms(samples.median()),
-        ms(samples.percentile(0.99)),
+        ms(samples.percentile(99.0)),
         samples.len()
     );
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::a2a::{RemoteAgent, python_or_skip};
 use chorus_tests::agents::{
-    Client, api_team, completed_by, data, history, planned_task, start, wait_for,
+    Client, api_team, completed_by, data, history, planned_task, runs_of, start, wait_for,
 };
 use chorus_tests::db::{TestDatabase, databases};
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
@@ -126,18 +126,8 @@ async fn a_remote_agents_updates_are_the_childs_progress_and_its_artifact_return
             "{b}: {after}"
         );
         // The child's run keeps the remote task as its session.
-        let runs = client
-            .list_runs(pb::ListRunsRequest {
-                task_id: task.id.clone(),
-            })
-            .await
-            .expect("runs")
-            .into_inner()
-            .runs;
-        let child_run = runs
-            .iter()
-            .find(|r| r.agent == "translator")
-            .expect("the child run");
+        let runs = runs_of(&mut client, &task.id, "translator").await;
+        let child_run = runs.first().expect("the child run");
         assert!(!child_run.session_id.is_empty(), "{b}: {child_run:?}");
     }
 }

@@ -615,3 +615,35 @@ async fn a_task_the_planner_refuses_is_rejected_and_a_skill_names_the_agent_that
         .expect("the refused task");
     assert!(failed.auto_start.is_some(), "{failed:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_send_answers_the_task_once_it_completes() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let model = FakeOpenAi::start(vec![
+        plan(),
+        create("blocking.txt"),
+        report("wrote blocking.txt"),
+    ])
+    .await;
+    let setup = A2aSetup::start(&model, TOOLS, None).await;
+    let plan = setup.plan(json!([
+        { "op": "send", "text": "Write blocking.txt", "blocking": true },
+    ]));
+    let results = run_client(&python, &plan).await;
+    let answers = events(&results[0]);
+    assert_eq!(
+        answers.len(),
+        1,
+        "one answer: the task as it ended: {answers:?}"
+    );
+    let (kind, task) = payload(&answers[0]);
+    assert_eq!(kind, "task");
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    let names: Vec<&str> = task["artifacts"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|a| a["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, ["completion-report", "files-changed"], "{task}");
+}

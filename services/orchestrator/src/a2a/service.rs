@@ -53,7 +53,7 @@ impl A2aService for A2aFace {
     ) -> Result<Response<pb::SendMessageResponse>, Status> {
         let (task, config) = self.accept(request).await?;
         let history = config.history_length;
-        let task = if config.return_immediately {
+        let task = if config.return_immediately || convert::pauses(convert::state(&task)) {
             task
         } else {
             // Until it ends or needs the client: its events are read only to know when.
