@@ -5,7 +5,8 @@ port, its agent card over HTTP on another), prints "ready <card base URL>",
 and logs each request it takes to stderr.
 
 Modes: "work" streams two working updates, an artifact and completes,
-echoing the prompt; "ask" asks for input; "hang" works and never ends.
+echoing the prompt; "ask" asks for input, and completes with the reply on
+the same task; "hang" works and never ends.
 Calls without "Authorization: Bearer <key>" are refused."""
 
 import asyncio
@@ -40,8 +41,13 @@ class Remote(AgentExecutor):
             await event_queue.enqueue_event(new_task(context.task_id, context.context_id, pb.TASK_STATE_SUBMITTED))
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         await updater.start_work(updater.new_agent_message([text("remote: reading the prompt")]))
-        if MODE == "ask":
+        if MODE == "ask" and context.current_task is None:
             await updater.requires_input(updater.new_agent_message([text("remote: which language?")]))
+            return
+        if MODE == "ask":
+            # The reply to the question, on the same task.
+            await updater.add_artifact([text(f"REMOTE RESULT in: {prompt}")], name="answer")
+            await updater.complete(updater.new_agent_message([text("remote: done")]))
             return
         if MODE == "hang":
             await updater.update_status(pb.TASK_STATE_WORKING, updater.new_agent_message([text("remote: thinking for ever")]))

@@ -4,7 +4,8 @@
 //! made of the remote task's end — its artifacts as the output when it
 //! completed; blocked with the remote agent's question when it asks for
 //! input (Chorus answers nothing on its behalf: the run that handed off
-//! reads the question and decides); failed otherwise. The run's timeout,
+//! reads the question and, handing off to the same agent again, answers it:
+//! that prompt goes to the waiting remote task); failed otherwise. The run's timeout,
 //! cancel and budget apply as to any run: at its end the remote task is
 //! canceled. The remote agent calls no Chorus tool: the report is the one
 //! call its run makes, through the same checked path as any agent's.
@@ -284,7 +285,7 @@ impl Followed {
                 "blocked",
                 format!("the remote agent {remote} needs input"),
                 Some(format!(
-                    "the remote agent {remote} asks{said} — Chorus answers nothing on its behalf; hand off again with the answer in the prompt"
+                    "the remote agent {remote} asks{said} — Chorus answers nothing on its behalf; hand off to it again with the answer as the prompt: it goes to the same remote task"
                 )),
             ),
             (_, Some(state)) => (
@@ -336,6 +337,12 @@ pub async fn attempt(
         .connect_lazy();
     let mut client = A2aServiceClient::new(channel);
     let key = ctx.provider.api_key.as_deref();
+    // The remote task a reply goes to: the one this agent's last run of the
+    // task left waiting for input (the parent hands off again with the answer).
+    let waiting = match &attempt.resume {
+        Some(_) => None,
+        None => waiting_remote_task(env.state, ctx).await,
+    };
     let opened = match &attempt.resume {
         Some(task) => {
             client
@@ -356,6 +363,7 @@ pub async fn attempt(
                         message: Some(pb::Message {
                             message_id: format!("{}.{}", ctx.run_id, uuid::Uuid::new_v4()),
                             context_id: ctx.task_id.to_string(),
+                            task_id: waiting.clone().unwrap_or_default(),
                             role: pb::Role::User as i32,
                             parts: vec![pb::Part {
                                 content: Some(pb::part::Content::Text(attempt.message.clone())),
@@ -385,8 +393,9 @@ pub async fn attempt(
         })?
         .into_inner();
     let mut followed = Followed::default();
-    if let Some(task) = &attempt.resume {
+    if let Some(task) = attempt.resume.as_ref().or(waiting.as_ref()) {
         followed.task = Some(task.clone());
+        end.session_id = Some(task.clone());
     }
     loop {
         let next = tokio::select! {
@@ -451,6 +460,21 @@ pub async fn attempt(
             )
         })?;
     Ok(end)
+}
+
+/// The remote task the last run of this agent on this task ended blocked
+/// on (the remote agent asked for input), if the run before this one did.
+async fn waiting_remote_task(state: &crate::state::AppState, ctx: &RunContext) -> Option<String> {
+    let runs = state.store.list_runs(ctx.task_id).await.ok()?;
+    let last = runs
+        .iter()
+        .filter(|r| r.agent == ctx.agent && r.id != ctx.run_id && r.finished_ms.is_some())
+        .max_by_key(|r| r.started_ms)?;
+    let blocked = last
+        .completion_report
+        .as_ref()
+        .is_some_and(|r| r.status == chorus_catalog::args::ReportStatus::Blocked);
+    blocked.then(|| last.session_id.clone()).flatten()
 }
 
 /// Cancels the remote task, if it is known, within [`CALL_TIMEOUT`]; what
