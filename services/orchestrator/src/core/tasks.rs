@@ -442,7 +442,7 @@ async fn refuse(
     let why = why.to_string();
     let (task, _) = state
         .store
-        .change_task(task_id, move |task| Ok(vec![policy::refuse(task, &why)?]))
+        .change_task(task_id, move |task| policy::refuse(task, &why))
         .await?;
     Ok(task)
 }

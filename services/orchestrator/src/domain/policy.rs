@@ -303,13 +303,18 @@ pub fn apply_planner_output(run: &mut Run, output: PlannerOutput) -> Result<Even
 }
 
 /// Fails a task that was refused before any agent worked on it (it could not
-/// be planned or started by itself): the reason says so and why.
-pub fn refuse(task: &mut Task, why: &str) -> Result<(EventKind, Value), DomainError> {
-    change_status(
+/// be planned or started by itself): the reason says so and why. Only a task
+/// still pending or planned is refused: one that someone else moved on
+/// meanwhile (a person's StartTask, a reply) is left as it is.
+pub fn refuse(task: &mut Task, why: &str) -> Result<Events, DomainError> {
+    if !matches!(task.status, TaskStatus::Pending | TaskStatus::Planned) {
+        return Ok(Vec::new());
+    }
+    Ok(vec![change_status(
         task,
         TaskStatus::Failed,
         Some(kept(&format!("refused: {why}"))),
-    )
+    )?])
 }
 
 /// Moves a task through the status table and returns the `status_changed` event.

@@ -619,3 +619,28 @@ fn a_completed_task_is_done_and_its_status_change_says_so() {
     assert_eq!(waiting.stage, Stage::Backlog);
     assert!(data.get("stage").is_none(), "{data}");
 }
+
+#[test]
+fn a_refusal_fails_only_a_task_nobody_moved_on_meanwhile() {
+    for status in [TaskStatus::Pending, TaskStatus::Planned] {
+        let mut t = task(status);
+        let events = refuse(&mut t, "no agent to run").expect("refused");
+        assert_eq!(t.status, TaskStatus::Failed, "{status}");
+        assert_eq!(t.status_reason.as_deref(), Some("refused: no agent to run"));
+        assert_eq!(events.len(), 1);
+        assert!(t.never_started());
+    }
+    // Started by a person (or a reply) before the refusal was recorded.
+    for status in [
+        TaskStatus::Active,
+        TaskStatus::Planning,
+        TaskStatus::Canceled,
+    ] {
+        let mut t = task(status);
+        assert!(
+            refuse(&mut t, "late").expect("no-op").is_empty(),
+            "{status}"
+        );
+        assert_eq!(t.status, status);
+    }
+}
