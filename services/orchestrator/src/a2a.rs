@@ -8,6 +8,7 @@
 mod card;
 mod convert;
 mod errors;
+mod follow;
 pub mod push;
 mod service;
 

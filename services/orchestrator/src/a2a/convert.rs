@@ -493,6 +493,80 @@ fn answers_of(i: usize, list: &Json) -> Result<Vec<String>, Status> {
         .collect()
 }
 
+/// A push config from the wire, checked: its URL (never this machine or a
+/// metadata service), a token made when the client gave none (it keys the
+/// signature, and the answer gives it), credentials only with a scheme.
+pub fn push_config(
+    task: TaskId,
+    wire: pb::TaskPushNotificationConfig,
+) -> Result<crate::domain::push::PushConfig, Status> {
+    let invalid = |m: String| a2a(Reason::InvalidParams, m);
+    let url =
+        crate::domain::push::check_push_url(wire.url.trim()).map_err(|e| invalid(e.to_string()))?;
+    let id = match wire.id.trim() {
+        "" => uuid::Uuid::new_v4().to_string(),
+        id if id.len() > 128 => return Err(invalid("id: at most 128 bytes".to_owned())),
+        id => id.to_owned(),
+    };
+    let token = match wire.token.trim() {
+        "" => format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        ),
+        t if t.len() > 1024 => return Err(invalid("token: at most 1024 bytes".to_owned())),
+        t => t.to_owned(),
+    };
+    let authentication = match wire.authentication {
+        None => None,
+        Some(auth)
+            if auth.scheme.trim().is_empty()
+                || auth.scheme.trim().contains(char::is_whitespace) =>
+        {
+            return Err(invalid(
+                "authentication.scheme: one word, such as Bearer".to_owned(),
+            ));
+        }
+        Some(auth) if auth.credentials.len() > 4096 || auth.credentials.contains(['\r', '\n']) => {
+            return Err(invalid(
+                "authentication.credentials: one line of at most 4096 bytes".to_owned(),
+            ));
+        }
+        Some(auth) => Some(crate::domain::push::PushAuth {
+            scheme: auth.scheme.trim().to_owned(),
+            credentials: auth.credentials,
+        }),
+    };
+    Ok(crate::domain::push::PushConfig {
+        id,
+        task_id: task,
+        url,
+        token,
+        authentication,
+        created_ms: crate::domain::now_ms(),
+    })
+}
+
+/// A push config as the wire gives it back: its credentials never (the
+/// scheme says there are some), its token yes (the client checks
+/// signatures with it).
+pub fn push_wire(config: &crate::domain::push::PushConfig) -> pb::TaskPushNotificationConfig {
+    pb::TaskPushNotificationConfig {
+        tenant: String::new(),
+        id: config.id.clone(),
+        task_id: config.task_id.to_string(),
+        url: config.url.to_string(),
+        token: config.token.clone(),
+        authentication: config
+            .authentication
+            .as_ref()
+            .map(|a| pb::AuthenticationInfo {
+                scheme: a.scheme.clone(),
+                credentials: String::new(),
+            }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,26 +1,20 @@
 //! `lf.a2a.v1.A2AService` over the core: each method reads the request,
 //! calls the core, and answers in A2A's terms.
 
-use std::pin::Pin;
-use std::str::FromStr as _;
-
 use chorus_auth::Principal;
 use chorus_proto::a2a::v1 as pb;
 use pb::a2a_service_server::A2aService;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::{Stream, StreamExt as _};
+use tokio_stream::StreamExt as _;
 use tonic::{Request, Response, Status};
 
-use super::convert::{self, Incoming};
+use super::convert::{self, Incoming, push_config, push_wire};
 use super::errors::{Reason, a2a, from_core};
+use super::follow::{Follower, Responses, Until, follow, snapshot};
 use crate::core::tasks as core;
-use crate::domain::{Event, EventKind, Task, TaskId, TaskSource, TaskStatus, Workspace};
+use crate::domain::{Task, TaskId, TaskSource, Workspace};
 use crate::state::AppState;
-use crate::store::{EVENT_PAGE_BYTES, MAX_EVENTS, TaskQuery};
+use crate::store::TaskQuery;
 
-/// Events of a task's history a Task carries when the request does not say.
-const DEFAULT_HISTORY: u32 = 100;
 /// ListTasks page size when the request does not say; its most.
 const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 100;
@@ -28,8 +22,6 @@ const MAX_PAGE: u32 = 100;
 /// with (a history message's `metadata.chorus.sequence`): the stream
 /// replays what came after it, then goes on live.
 pub const AFTER_SEQUENCE_HEADER: &str = "chorus-after-sequence";
-/// Stream responses buffered before the producer waits for the client.
-const STREAM_BUFFER: usize = 32;
 
 /// The A2A service of the orchestrator's port.
 #[derive(Debug, Clone)]
@@ -42,8 +34,6 @@ impl A2aFace {
         Self { state }
     }
 }
-
-type Responses = Pin<Box<dyn Stream<Item = Result<pb::StreamResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl A2aService for A2aFace {
@@ -67,7 +57,7 @@ impl A2aService for A2aFace {
             }
             self.state
                 .store
-                .get_task(follower.task.id)
+                .get_task(follower.task_id())
                 .await
                 .map_err(|e| from_core(e.into(), false))?
         };
@@ -318,80 +308,6 @@ impl A2aService for A2aFace {
     }
 }
 
-/// A push config from the wire, checked: its URL (never this machine or a
-/// metadata service), a token made when the client gave none (it keys the
-/// signature, and the answer gives it), credentials only with a scheme.
-fn push_config(
-    task: TaskId,
-    wire: pb::TaskPushNotificationConfig,
-) -> Result<crate::domain::push::PushConfig, Status> {
-    let invalid = |m: String| a2a(Reason::InvalidParams, m);
-    let url =
-        crate::domain::push::check_push_url(wire.url.trim()).map_err(|e| invalid(e.to_string()))?;
-    let id = match wire.id.trim() {
-        "" => uuid::Uuid::new_v4().to_string(),
-        id if id.len() > 128 => return Err(invalid("id: at most 128 bytes".to_owned())),
-        id => id.to_owned(),
-    };
-    let token = match wire.token.trim() {
-        "" => format!(
-            "{}{}",
-            uuid::Uuid::new_v4().simple(),
-            uuid::Uuid::new_v4().simple()
-        ),
-        t if t.len() > 1024 => return Err(invalid("token: at most 1024 bytes".to_owned())),
-        t => t.to_owned(),
-    };
-    let authentication = match wire.authentication {
-        None => None,
-        Some(auth)
-            if auth.scheme.trim().is_empty()
-                || auth.scheme.trim().contains(char::is_whitespace) =>
-        {
-            return Err(invalid(
-                "authentication.scheme: one word, such as Bearer".to_owned(),
-            ));
-        }
-        Some(auth) if auth.credentials.len() > 4096 || auth.credentials.contains(['\r', '\n']) => {
-            return Err(invalid(
-                "authentication.credentials: one line of at most 4096 bytes".to_owned(),
-            ));
-        }
-        Some(auth) => Some(crate::domain::push::PushAuth {
-            scheme: auth.scheme.trim().to_owned(),
-            credentials: auth.credentials,
-        }),
-    };
-    Ok(crate::domain::push::PushConfig {
-        id,
-        task_id: task,
-        url,
-        token,
-        authentication,
-        created_ms: crate::domain::now_ms(),
-    })
-}
-
-/// A push config as the wire gives it back: its credentials never (the
-/// scheme says there are some), its token yes (the client checks
-/// signatures with it).
-fn push_wire(config: &crate::domain::push::PushConfig) -> pb::TaskPushNotificationConfig {
-    pb::TaskPushNotificationConfig {
-        tenant: String::new(),
-        id: config.id.clone(),
-        task_id: config.task_id.to_string(),
-        url: config.url.to_string(),
-        token: config.token.clone(),
-        authentication: config
-            .authentication
-            .as_ref()
-            .map(|a| pb::AuthenticationInfo {
-                scheme: a.scheme.clone(),
-                credentials: String::new(),
-            }),
-    }
-}
-
 impl A2aFace {
     /// Reads a SendMessage request and hands it to the core: a new task in
     /// the tenant's workspace (planned, then started by itself), or a reply
@@ -583,271 +499,4 @@ fn after_sequence(metadata: &tonic::metadata::MetadataMap) -> Result<Option<u64>
                 })
         })
         .transpose()
-}
-
-/// A task as A2A gives it, with the latest `history` events (None: the
-/// default) that fit, and its artifacts; and the sequence of the last event
-/// it carries or stands for (a stream goes on after it: nothing missed if
-/// the history had to be cut).
-async fn snapshot(
-    state: &AppState,
-    task: &Task,
-    history: Option<i32>,
-) -> Result<(pb::Task, u64), Status> {
-    let want = match history {
-        None => DEFAULT_HISTORY,
-        Some(n) if n < 0 => {
-            return Err(a2a(
-                Reason::InvalidParams,
-                format!("history_length: {n}; 0 or more"),
-            ));
-        }
-        Some(n) => (n as u32).min(MAX_EVENTS),
-    };
-    let mut events = Vec::new();
-    let mut carried = task.last_sequence;
-    if want > 0 {
-        let after = task.last_sequence.saturating_sub(u64::from(want));
-        events = state
-            .store
-            .events(task.id, after, want, EVENT_PAGE_BYTES)
-            .await
-            .map_err(|e| from_core(e.into(), false))?;
-        events.retain(|e| e.sequence <= task.last_sequence);
-        carried = events.last().map_or(after, |e| e.sequence);
-    }
-    let artifacts = artifacts(state, task).await?;
-    Ok((convert::task(task, &events, artifacts), carried))
-}
-
-/// A task's artifacts: the files its agents changed, and — once completed —
-/// the completion report of its last top-level run.
-async fn artifacts(state: &AppState, task: &Task) -> Result<Vec<pb::Artifact>, Status> {
-    let mut out = Vec::new();
-    if task.status == TaskStatus::Completed {
-        let runs = state
-            .store
-            .list_runs(task.id)
-            .await
-            .map_err(|e| from_core(e.into(), false))?;
-        let last = runs
-            .iter()
-            .rev()
-            .find_map(|r| match (&r.parent, &r.completion_report) {
-                (None, Some(report)) => Some((r.id, report)),
-                _ => None,
-            });
-        if let Some((run, report)) = last {
-            out.push(convert::report_artifact(&run.to_string(), report));
-        }
-    }
-    let files = state
-        .store
-        .changed_files(task.id)
-        .await
-        .map_err(|e| from_core(e.into(), false))?;
-    if !files.is_empty() {
-        out.push(convert::files_artifact(task, &files));
-    }
-    Ok(out)
-}
-
-/// When a stream of a task ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Until {
-    /// When it ends or needs the client (SendStreamingMessage).
-    Pause,
-    /// When it ends (SubscribeToTask).
-    End,
-}
-
-/// Sends `first`, then the task's events after `after` as A2A updates,
-/// until `until`; the task's own watch gives them (nothing missed, nothing
-/// twice, in order).
-async fn follow(
-    state: &AppState,
-    task: Task,
-    first: pb::Task,
-    after: u64,
-    until: Until,
-) -> Result<Responses, Status> {
-    let initial_state = convert::state(&task);
-    let (mut follower, mut events) = Follower::start_after(state, task, after, until).await?;
-    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-    tokio::spawn(async move {
-        if tx
-            .send(Ok(convert::stream(pb::stream_response::Payload::Task(
-                first,
-            ))))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        if follower.done_at(initial_state) && after == follower.task.last_sequence {
-            return;
-        }
-        while let Some(event) = events.next().await {
-            let event = match event {
-                Ok(event) => event,
-                Err(e) => {
-                    let _ = tx.send(Err(from_core(e, false))).await;
-                    return;
-                }
-            };
-            match follower.on(event).await {
-                Ok((responses, more)) => {
-                    for response in responses {
-                        if tx.send(Ok(response)).await.is_err() {
-                            return;
-                        }
-                    }
-                    if !more {
-                        return;
-                    }
-                }
-                Err(status) => {
-                    let _ = tx.send(Err(status)).await;
-                    return;
-                }
-            }
-        }
-    });
-    Ok(Box::pin(ReceiverStream::new(rx)))
-}
-
-/// Turns a task's events into A2A updates, keeping its status.
-struct Follower {
-    state: AppState,
-    task: Task,
-    until: Until,
-    /// An agent worked on it (it went active): a failure is no refusal.
-    worked: bool,
-}
-
-impl Follower {
-    async fn start(
-        state: &AppState,
-        task: Task,
-        until: Until,
-    ) -> Result<(Self, crate::core::watch::TaskWatch), Status> {
-        let after = task.last_sequence;
-        Self::start_after(state, task, after, until).await
-    }
-
-    async fn start_after(
-        state: &AppState,
-        task: Task,
-        after: u64,
-        until: Until,
-    ) -> Result<(Self, crate::core::watch::TaskWatch), Status> {
-        let events = crate::core::watch::watch(state, task.id, after, false, false)
-            .await
-            .map_err(|e| from_core(e, false))?;
-        let follower = Self {
-            state: state.clone(),
-            worked: !task.never_started(),
-            task,
-            until,
-        };
-        Ok((follower, events))
-    }
-
-    fn done_at(&self, state: pb::TaskState) -> bool {
-        match self.until {
-            Until::Pause => convert::pauses(state),
-            Until::End => convert::terminal(state),
-        }
-    }
-
-    /// The updates for `event`, and whether the stream goes on after them.
-    async fn on(&mut self, event: Event) -> Result<(Vec<pb::StreamResponse>, bool), Status> {
-        let mut out = Vec::new();
-        match event.kind {
-            EventKind::StatusChanged => {
-                let to = event.data["to"]
-                    .as_str()
-                    .and_then(|s| TaskStatus::from_str(s).ok());
-                if let Some(to) = to {
-                    self.worked |= to == TaskStatus::Active;
-                    self.task.status = to;
-                    self.task.status_reason = event.data["reason"].as_str().map(str::to_owned);
-                    self.task.updated_ms = event.at_ms;
-                    if to == TaskStatus::Completed {
-                        let files = self
-                            .state
-                            .store
-                            .changed_files(self.task.id)
-                            .await
-                            .map_err(|e| from_core(e.into(), false))?;
-                        if !files.is_empty() {
-                            out.push(convert::artifact_update(
-                                &self.task,
-                                &event,
-                                convert::files_artifact(&self.task, &files),
-                                true,
-                            ));
-                        }
-                    }
-                }
-                let state = self.current();
-                let mut update = convert::status_update(&self.task, &event, state);
-                if to == Some(TaskStatus::AwaitingInput) {
-                    // What it waits for: the questions, read as they stand now.
-                    let task = self
-                        .state
-                        .store
-                        .get_task(self.task.id)
-                        .await
-                        .map_err(|e| from_core(e.into(), false))?;
-                    convert::lead_with(&mut update, convert::status(&task).message);
-                }
-                out.push(update);
-                self.task.last_sequence = event.sequence;
-                return Ok((out, !self.done_at(state)));
-            }
-            EventKind::CompletionReportSubmitted => {
-                if let Some(artifact) = self.report(&event).await? {
-                    out.push(convert::artifact_update(
-                        &self.task, &event, artifact, false,
-                    ));
-                    self.task.last_sequence = event.sequence;
-                    return Ok((out, true));
-                }
-            }
-            _ => {}
-        }
-        out.push(convert::status_update(&self.task, &event, self.current()));
-        self.task.last_sequence = event.sequence;
-        Ok((out, true))
-    }
-
-    fn current(&self) -> pb::TaskState {
-        convert::state_of(
-            self.task.status,
-            self.task.auto_start.is_some(),
-            !self.worked,
-        )
-    }
-
-    /// The report a top-level run submitted, as an artifact; None for a
-    /// handoff's run (its parent's work goes on).
-    async fn report(&self, event: &Event) -> Result<Option<pb::Artifact>, Status> {
-        let Some(run_id) = event.data["run_id"]
-            .as_str()
-            .and_then(|id| crate::domain::RunId::parse(id).ok())
-        else {
-            return Ok(None);
-        };
-        let run = self
-            .state
-            .store
-            .get_run(run_id)
-            .await
-            .map_err(|e| from_core(e.into(), false))?;
-        Ok(match (&run.parent, &run.completion_report) {
-            (None, Some(report)) => Some(convert::report_artifact(&run.id.to_string(), report)),
-            _ => None,
-        })
-    }
 }
