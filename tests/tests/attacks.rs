@@ -563,6 +563,42 @@ async fn one_read_only_keys_watches_take_only_its_own_share() {
     s.orchestrator.kill().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_read_only_keys_a2a_subscriptions_take_only_its_own_share() {
+    use chorus_proto::a2a::v1 as a2a;
+    let mut s = setup(&[], None).await;
+    let viewer_key = s.viewer_key.clone();
+    let (addr, task) = (s.orchestrator.addr, s.task.id.clone());
+    let (held, refused) = hold(addr, STREAMS, |channel| {
+        let (key, task) = (viewer_key.clone(), task.clone());
+        async move {
+            let mut viewer = a2a::a2a_service_client::A2aServiceClient::with_interceptor(
+                channel,
+                Bearer::new(&key),
+            );
+            let mut updates = viewer
+                .subscribe_to_task(a2a::SubscribeToTaskRequest {
+                    tenant: String::new(),
+                    id: task,
+                })
+                .await?
+                .into_inner();
+            match updates.next().await {
+                Some(Ok(_)) => Ok(updates),
+                Some(Err(status)) => Err(status),
+                None => Err(tonic::Status::internal("the subscription ended")),
+            }
+        }
+    })
+    .await;
+    assert!(!held.is_empty(), "a viewer subscribes to a task over A2A");
+    assert!(refused > 0, "one viewer key held all {STREAMS} A2A streams");
+    legitimate_callers_are_served(&mut s).await;
+    drop(held);
+    peak_is_bounded(&s, "a viewer's A2A subscriptions");
+    s.orchestrator.kill().await;
+}
+
 /// An HTTP/1.1 request to the console: `method path`, with `key` as the
 /// bearer when there is one, and `body`.
 fn console_request(method: &str, path: &str, key: Option<&str>, body: &str) -> Vec<u8> {
