@@ -150,6 +150,8 @@ class Runner:
                     config.authentication.credentials = push.get("credentials", "")
             events = []
             stop_after = op.get("stop_after")
+            # A deadline of the client's own (seconds), sent as grpc-timeout.
+            context = ClientCallContext(timeout=op["timeout"]) if op.get("timeout") else None
             canceler = None
             if op.get("cancel_when_file"):
                 # Cancels once the agent's command shows it runs, while the
@@ -160,7 +162,7 @@ class Runner:
                     canceled = await client.cancel_task(pb.CancelTaskRequest(id=self.task))
                     return to_dict(canceled)
                 canceler = asyncio.create_task(cancel_when_started())
-            async for response in client.send_message(request):
+            async for response in client.send_message(request, context=context):
                 events.append(self.seen(response))
                 if stop_after and len(events) >= stop_after:
                     break

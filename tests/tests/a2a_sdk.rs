@@ -647,3 +647,39 @@ async fn a_blocking_send_answers_the_task_once_it_completes() {
         .unwrap_or_default();
     assert_eq!(names, ["completion-report", "files-changed"], "{task}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_send_of_a_long_task_answers_it_working_before_the_clients_deadline() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let marker = format!("a2a-long-{}", std::process::id());
+    let model = FakeOpenAi::start(vec![
+        plan(),
+        Step::tool_call(
+            "bash",
+            json!({ "command": format!("sh -c 'sleep 60; true' {marker}") }),
+        ),
+    ])
+    .await;
+    let setup = A2aSetup::start(&model, TOOLS, None).await;
+    let plan = setup.plan(json!([
+        { "op": "send", "text": "Wait a minute", "blocking": true, "timeout": 3 },
+        { "op": "cancel", "task_id": "$task" },
+    ]));
+    let results = run_client(&python, &plan).await;
+    let answers = events(&results[0]);
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    let (kind, task) = payload(&answers[0]);
+    assert_eq!(kind, "task");
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_WORKING",
+        "answered as it stands: {task}"
+    );
+    assert_eq!(
+        results[1]["task"]["status"]["state"], "TASK_STATE_CANCELED",
+        "{}",
+        results[1]
+    );
+    assert_eq!(survivors(&marker), Vec::<i32>::new());
+}

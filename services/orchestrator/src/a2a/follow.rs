@@ -194,11 +194,6 @@ impl Follower {
         Ok((follower, events))
     }
 
-    /// The task followed.
-    pub(super) fn task_id(&self) -> crate::domain::TaskId {
-        self.task.id
-    }
-
     fn done_at(&self, state: pb::TaskState) -> bool {
         match self.until {
             Until::Pause => convert::pauses(state),

@@ -4,6 +4,8 @@
 use chorus_auth::Principal;
 use chorus_proto::a2a::v1 as pb;
 use pb::a2a_service_server::A2aService;
+use std::time::Duration;
+
 use tokio_stream::StreamExt as _;
 use tonic::{Request, Response, Status};
 
@@ -41,23 +43,32 @@ impl A2aService for A2aFace {
         &self,
         request: Request<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, Status> {
+        let wait = blocking_wait(request.metadata());
         let (task, config) = self.accept(request).await?;
         let history = config.history_length;
         let task = if config.return_immediately || convert::pauses(convert::state(&task)) {
             task
         } else {
-            // Until it ends or needs the client: its events are read only to know when.
+            // Until it ends or needs the client (its events are read only to
+            // know when), or the wait is over: then as it stands.
+            let id = task.id;
             let (mut follower, mut events) =
                 Follower::start(&self.state, task, Until::Pause).await?;
-            while let Some(event) = events.next().await {
-                let (_, more) = follower.on(event.map_err(|e| from_core(e, false))?).await?;
-                if !more {
-                    break;
+            let until_paused = async {
+                while let Some(event) = events.next().await {
+                    let (_, more) = follower.on(event.map_err(|e| from_core(e, false))?).await?;
+                    if !more {
+                        break;
+                    }
                 }
+                Ok::<(), Status>(())
+            };
+            if let Ok(followed) = tokio::time::timeout(wait, until_paused).await {
+                followed?;
             }
             self.state
                 .store
-                .get_task(follower.task_id())
+                .get_task(id)
                 .await
                 .map_err(|e| from_core(e.into(), false))?
         };
@@ -481,6 +492,38 @@ pub(super) async fn workspace(state: &AppState, tenant: &str) -> Result<Workspac
                 status.details().to_vec().into(),
             )
         })
+}
+
+/// Longest a blocking SendMessage waits for its task before answering it as
+/// it stands: below the port's request timeout (30 s by default).
+const BLOCKING_WAIT: Duration = Duration::from_secs(20);
+
+/// How long a blocking SendMessage waits: [`BLOCKING_WAIT`], or less when
+/// the client's own deadline (`grpc-timeout`) is nearer — it is answered
+/// half a second before that.
+fn blocking_wait(metadata: &tonic::metadata::MetadataMap) -> Duration {
+    let client = metadata
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+            let n: u64 = digits.parse().ok()?;
+            Some(match unit {
+                "H" => Duration::from_secs(n.saturating_mul(3600)),
+                "M" => Duration::from_secs(n.saturating_mul(60)),
+                "S" => Duration::from_secs(n),
+                "m" => Duration::from_millis(n),
+                "u" => Duration::from_micros(n),
+                "n" => Duration::from_nanos(n),
+                _ => return None,
+            })
+        });
+    match client {
+        Some(deadline) => deadline
+            .saturating_sub(Duration::from_millis(500))
+            .min(BLOCKING_WAIT),
+        None => BLOCKING_WAIT,
+    }
 }
 
 /// The sequence a resubscribing client gives, if any.
