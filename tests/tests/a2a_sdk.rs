@@ -683,3 +683,35 @@ async fn a_blocking_send_of_a_long_task_answers_it_working_before_the_clients_de
     );
     assert_eq!(survivors(&marker), Vec::<i32>::new());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_starts_by_itself_left_planned_is_started_a_lease_later() {
+    use chorus_tests::agents::{completed_by, mark_planned, wait_for};
+    use diesel::{Connection, RunQueryDsl, SqliteConnection};
+    // The replica that recorded the plan stopped before starting it: here, a
+    // task made to start by itself and moved to planned by hand (no planner
+    // run ends, so nothing but the sweep starts it).
+    let model = FakeOpenAi::start(vec![create("stranded.txt"), report("wrote stranded.txt")]).await;
+    let mut setup = A2aSetup::start_with(&model, TOOLS, None, &["--lease-secs", "1"]).await;
+    let task = setup
+        .client
+        .create_task(pb::CreateTaskRequest {
+            workspace_id: setup.workspace.id.clone(),
+            description: "Write stranded.txt".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("task")
+        .into_inner();
+    let db = setup.data.path().join("chorus.db");
+    let mut conn = SqliteConnection::establish(&db.display().to_string()).expect("the database");
+    diesel::sql_query(format!(
+        "UPDATE tasks SET auto_start = '{{\"agent\":\"worker\"}}' WHERE id = '{}'",
+        task.id
+    ))
+    .execute(&mut conn)
+    .expect("auto_start set");
+    mark_planned(&mut setup.client, &task.id).await;
+    wait_for(&mut setup.client, &task.id, completed_by("worker")).await;
+    assert!(setup.root.path().join("stranded.txt").exists());
+}

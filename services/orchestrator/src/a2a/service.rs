@@ -135,6 +135,7 @@ impl A2aService for A2aFace {
                 .status_timestamp_after
                 .map(|t| t.seconds * 1000 + i64::from(t.nanos / 1_000_000)),
             newest_first: true,
+            ..TaskQuery::default()
         };
         if wanted == pb::TaskState::AuthRequired {
             return Ok(Response::new(pb::ListTasksResponse {

@@ -379,6 +379,29 @@ pub async fn start_planned(state: &AppState, task_id: TaskId) {
     }
 }
 
+/// Starts the planned tasks that start by themselves and were left planned
+/// for longer than `grace` (the replica that recorded their plan stopped
+/// before starting them): at most 16 at a time, oldest first. Every replica
+/// looks; a task one of them started is left alone by the others.
+pub async fn start_stranded(state: &AppState, grace: std::time::Duration) {
+    let before = now_ms().saturating_sub(i64::try_from(grace.as_millis()).unwrap_or(i64::MAX));
+    let query = crate::store::TaskQuery {
+        statuses: vec![TaskStatus::Planned],
+        updated_before_ms: Some(before),
+        starts_by_itself: true,
+        ..crate::store::TaskQuery::default()
+    };
+    match state.store.find_tasks(query, 16, None).await {
+        Ok((tasks, _, _)) => {
+            for task in tasks {
+                info!(task_id = %task.id, "starting a planned task left unstarted");
+                start_planned(state, task.id).await;
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot look for planned tasks left unstarted"),
+    }
+}
+
 /// What a caller's reply to a task does (an A2A message naming it): answers
 /// the planner's questions when it asked some (`answers`, else the whole
 /// `text` as the answer to the first question: the planner reads them all),

@@ -55,6 +55,10 @@ pub struct TaskQuery {
     pub conversation: Option<String>,
     /// Changed after this time.
     pub updated_after_ms: Option<i64>,
+    /// Not changed since this time.
+    pub updated_before_ms: Option<i64>,
+    /// Only tasks that start by themselves once planned.
+    pub starts_by_itself: bool,
     /// Newest first instead of oldest first.
     pub newest_first: bool,
 }
@@ -262,6 +266,12 @@ impl Store {
                 }
                 if let Some(after_ms) = query.updated_after_ms {
                     q = q.filter(tasks::updated_ms.gt(after_ms));
+                }
+                if let Some(before_ms) = query.updated_before_ms {
+                    q = q.filter(tasks::updated_ms.lt(before_ms));
+                }
+                if query.starts_by_itself {
+                    q = q.filter(tasks::auto_start.is_not_null());
                 }
                 q
             };

@@ -5,3 +5,6 @@ ALTER TABLE tasks ADD COLUMN conversation_id TEXT;
 ALTER TABLE tasks ADD COLUMN auto_start TEXT;
 UPDATE tasks SET conversation_id = json_extract(source, '$.conversation_id');
 CREATE INDEX tasks_conversation ON tasks (workspace_id, conversation_id);
+-- Planned tasks that start by themselves, found by every replica's sweep
+-- (those whose replica stopped before starting them).
+CREATE INDEX tasks_auto_start ON tasks (status, updated_ms) WHERE auto_start IS NOT NULL;
