@@ -28,6 +28,32 @@ async fn orchestrator(data_dir: &Path, db: &TestDatabase) -> Orchestrator {
     .await
 }
 
+/// An orchestrator on SQLite whose agent `worker` (granted `tools`) runs on
+/// `model`; the directories live as long as it.
+struct Lead {
+    _data: tempfile::TempDir,
+    _root: tempfile::TempDir,
+    _orchestrator: Orchestrator,
+    client: Client,
+    team: chorus_tests::agents::Team,
+}
+
+async fn lead(model: &FakeOpenAi, tools: &[&str]) -> Lead {
+    let data = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let sqlite = databases(data.path()).remove(0);
+    let orchestrator = orchestrator(data.path(), &sqlite).await;
+    let mut client = orchestrator.client().await;
+    let team = api_team(&mut client, root.path(), model, tools, "You lead.").await;
+    Lead {
+        _data: data,
+        _root: root,
+        _orchestrator: orchestrator,
+        client,
+        team,
+    }
+}
+
 /// The remote agent as provider `remote` and agent `translator` of the workspace.
 async fn add_remote(client: &mut Client, workspace: &pb::Workspace, url: &str) {
     client
@@ -140,13 +166,15 @@ async fn a_hanging_remote_is_ended_by_the_timeout_and_its_task_canceled_with_the
     for (mode, timeout) in [("hang", Some(2)), ("cancel", None)] {
         let remote =
             RemoteAgent::start(&python, if mode == "ask" { "ask" } else { "hang" }, KEY).await;
-        let data = tempfile::tempdir().expect("data");
-        let root = tempfile::tempdir().expect("root");
         let model = FakeOpenAi::start(vec![handoff(timeout), report()]).await;
-        let sqlite = databases(data.path()).remove(0);
-        let orchestrator = orchestrator(data.path(), &sqlite).await;
-        let mut client = orchestrator.client().await;
-        let team = api_team(&mut client, root.path(), &model, &["handoff"], "You lead.").await;
+        let Lead {
+            mut client,
+            team,
+            // Held to the end: they are the orchestrator and its directories.
+            _data,
+            _root,
+            _orchestrator,
+        } = lead(&model, &["handoff"]).await;
         add_remote(&mut client, &team.workspace, &remote.url).await;
         let task = planned_task(&mut client, &team.workspace, "Translate.").await;
         start(&mut client, &task, &team.agent, 0).await;
@@ -196,13 +224,15 @@ async fn a_provider_whose_card_is_missing_or_unfit_is_refused_and_not_created() 
         return;
     };
     let remote = RemoteAgent::start(&python, "work", KEY).await;
-    let data = tempfile::tempdir().expect("data");
-    let root = tempfile::tempdir().expect("root");
     let model = FakeOpenAi::start(vec![]).await;
-    let sqlite = databases(data.path()).remove(0);
-    let orchestrator = orchestrator(data.path(), &sqlite).await;
-    let mut client = orchestrator.client().await;
-    let team = api_team(&mut client, root.path(), &model, &[], "You lead.").await;
+    let Lead {
+        mut client,
+        team,
+        // Held to the end: they are the orchestrator and its directories.
+        _data,
+        _root,
+        _orchestrator,
+    } = lead(&model, &[]).await;
     // A base URL with no card (the model server's), and one where nothing listens.
     for (url, says) in [
         (model.base_url(), "the agent card at"),
@@ -253,17 +283,19 @@ async fn a_remote_question_ends_the_child_blocked_and_the_parents_next_handoff_a
         return;
     };
     let remote = RemoteAgent::start(&python, "ask", KEY).await;
-    let data = tempfile::tempdir().expect("data");
-    let root = tempfile::tempdir().expect("root");
     let answer = Step::tool_call(
         "handoff",
         json!({ "agent": "translator", "prompt": "French" }),
     );
     let model = FakeOpenAi::start(vec![handoff(None), answer, report()]).await;
-    let sqlite = databases(data.path()).remove(0);
-    let orchestrator = orchestrator(data.path(), &sqlite).await;
-    let mut client = orchestrator.client().await;
-    let team = api_team(&mut client, root.path(), &model, &["handoff"], "You lead.").await;
+    let Lead {
+        mut client,
+        team,
+        // Held to the end: they are the orchestrator and its directories.
+        _data,
+        _root,
+        _orchestrator,
+    } = lead(&model, &["handoff"]).await;
     add_remote(&mut client, &team.workspace, &remote.url).await;
     let task = planned_task(&mut client, &team.workspace, "Translate.").await;
     start(&mut client, &task, &team.agent, 0).await;
