@@ -4,7 +4,9 @@
 //! The script is stateless, so retried requests are harmless: a main-conversation
 //! request (one that declares tools) is answered with `replies[i]`, where `i` is the
 //! number of `tool_result` blocks in the user messages it carries. Past the end of
-//! the script the answer is the text "done". Requests without tools (side requests)
+//! the script the answer is the text "done". One fake may hold several scripts,
+//! each for the conversations whose messages hold its marker (a planner's second
+//! conversation, which carries the answers, plans instead of asking). Requests without tools (side requests)
 //! get a short text and do not consume the script.
 //!
 //! `POST /v1/messages` answers SSE when the body says `"stream": true` (the CLI
@@ -70,7 +72,9 @@ pub const INPUT_TOKENS: u64 = 10;
 pub const OUTPUT_TOKENS: u64 = 5;
 
 struct Shared {
-    replies: Vec<Reply>,
+    /// (marker, script): a conversation follows the first script whose marker
+    /// its messages hold.
+    scripts: Vec<(String, Vec<Reply>)>,
     requests: Mutex<Vec<Value>>,
     /// (tool_use_id, text, is_error), first sighting order.
     tool_results: Mutex<Vec<(String, String, bool)>>,
@@ -101,8 +105,18 @@ pub struct FakeAnthropic {
 impl FakeAnthropic {
     /// Serves on 127.0.0.1:0 until dropped.
     pub async fn start(replies: Vec<Reply>) -> FakeAnthropic {
+        Self::start_scripts(vec![("", replies)]).await
+    }
+
+    /// Serves on 127.0.0.1:0 until dropped: each conversation follows the
+    /// first script whose marker the text of its messages holds (`""` holds
+    /// for every conversation).
+    pub async fn start_scripts(scripts: Vec<(&str, Vec<Reply>)>) -> FakeAnthropic {
         let shared = Arc::new(Shared {
-            replies,
+            scripts: scripts
+                .into_iter()
+                .map(|(marker, replies)| (marker.to_owned(), replies))
+                .collect(),
             requests: Mutex::new(Vec::new()),
             tool_results: Mutex::new(Vec::new()),
         });
@@ -232,7 +246,17 @@ async fn messages(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
                 }
             }
         }
-        match shared.replies.get(results.len()) {
+        let said = body
+            .get("messages")
+            .map(Value::to_string)
+            .unwrap_or_default();
+        let script = shared
+            .scripts
+            .iter()
+            .find(|(marker, _)| said.contains(marker.as_str()))
+            .map(|(_, replies)| replies.as_slice())
+            .unwrap_or_default();
+        match script.get(results.len()) {
             Some(Reply::Bash { command }) => {
                 let id = unique_id("toolu_fake");
                 (

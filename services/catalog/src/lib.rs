@@ -8,6 +8,7 @@
 
 pub mod args;
 mod help;
+pub mod mcp_rules;
 pub mod outputs;
 mod profiles;
 
@@ -90,7 +91,7 @@ static DERIVED: LazyLock<Vec<Derived>> = LazyLock::new(|| {
     TOOLS
         .iter()
         .map(|spec| {
-            let input = schema_value(spec.input);
+            let input = object_root(schema_value(spec.input));
             let help = help::describe(spec, &input);
             Derived {
                 output: schema_value(spec.output),
@@ -113,6 +114,33 @@ fn schema_value(make: fn(&mut SchemaGenerator) -> Schema) -> Value {
         obj.insert("$defs".to_owned(), Value::Object(defs));
     }
     value
+}
+
+/// An argument schema with `"type": "object"` at its root, as MCP clients and
+/// function-calling APIs require: a tagged choice (planner-output's `oneOf`)
+/// gets it beside its alternatives, and its tag as the one root property
+/// every alternative requires. (Claude Code drops every tool of a server
+/// when one has no root type.)
+fn object_root(mut schema: Value) -> Value {
+    let Some(object) = schema.as_object_mut() else {
+        return schema;
+    };
+    if object.get("type").is_none() {
+        object.insert("type".to_owned(), Value::String("object".to_owned()));
+    }
+    let tags = object
+        .get("oneOf")
+        .and_then(Value::as_array)
+        .map(|alternatives| mcp_rules::tag_values(alternatives, "type"));
+    if let Some(Some(values)) = tags {
+        object
+            .entry("properties")
+            .or_insert_with(|| serde_json::json!({}))
+            .as_object_mut()
+            .map(|p| p.insert("type".to_owned(), serde_json::json!({"enum": values})));
+        object.insert("required".to_owned(), serde_json::json!(["type"]));
+    }
+    schema
 }
 
 fn root<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {

@@ -69,14 +69,37 @@ fn every_schema_is_a_valid_self_contained_object_schema() {
                 );
             }
         }
-        let input = tool.input_schema();
-        let is_object = input["type"] == "object" || input.get("oneOf").is_some();
+    }
+}
+
+/// Every tool's argument schema keeps the MCP rules: Claude Code refuses the
+/// whole `tools/list` of a server when one tool's does not (planner-output's
+/// bare `oneOf` left the planner with no tool at all).
+#[test]
+fn every_input_schema_keeps_the_mcp_rules() {
+    for tool in TOOLS {
+        let problems = mcp_rules::problems(tool.input_schema());
         assert!(
-            is_object,
-            "{} input schema is not an object schema: {input}",
-            tool.name
+            problems.is_empty(),
+            "{}'s input schema breaks the MCP rules: {problems:?}\n{}",
+            tool.name,
+            tool.input_schema()
         );
     }
+}
+
+#[test]
+fn the_planners_choice_is_an_object_whose_tag_every_verdict_requires() {
+    let schema = get("planner-output")
+        .expect("planner-output")
+        .input_schema();
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["required"], serde_json::json!(["type"]));
+    assert_eq!(
+        schema["properties"]["type"]["enum"],
+        serde_json::json!(["plan", "questions", "error"])
+    );
+    assert_eq!(schema["oneOf"].as_array().map(Vec::len), Some(3));
 }
 
 #[test]

@@ -342,3 +342,27 @@ impl<T: RunTools> ServerHandler for RunToolsServer<T> {
         result(spec, answer).map(CallToolResponse::from)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every tool a run can be listed, as `tools/list` sends it, keeps the MCP
+    /// rules for its input schema and, where it declares one, its output schema.
+    #[test]
+    fn every_listed_tool_has_object_schemas() {
+        for spec in chorus_catalog::TOOLS
+            .iter()
+            .filter(|t| t.executor != Executor::AgentCli)
+        {
+            let listed = serde_json::to_value(tool(spec)).expect("a tool serializes");
+            for field in ["inputSchema", "outputSchema"] {
+                if let Some(schema) = listed.get(field) {
+                    let problems = chorus_catalog::mcp_rules::problems(schema);
+                    assert!(problems.is_empty(), "{} {field}: {problems:?}", spec.name);
+                }
+            }
+            assert!(listed.get("inputSchema").is_some(), "{}", spec.name);
+        }
+    }
+}

@@ -12,7 +12,9 @@ use super::{Attempt, AttemptEnd, PROGRESS_TEXT_BYTES, Progress, RunContext, cut}
 use crate::domain::{ModelCall, ToolTransport, Usage};
 use crate::runner::process::CliCommand;
 
-/// The command line and environment of one attempt.
+/// How the CLI answers a call of a tool it was not given.
+const NO_SUCH_TOOL: &str = "No such tool available";
+
 /// Claude Code as a provider.
 #[derive(Debug)]
 pub struct Claude;
@@ -273,8 +275,11 @@ impl Stream {
         Some(Progress::ModelCall(call))
     }
 
-    /// The answered calls of a `user` line that the CLI's own permission rules
-    /// rejected (`tool_result_meta[].permission_decision.decision == "reject"`).
+    /// The answered calls of a `user` line that the CLI refused by itself:
+    /// those its permission rules rejected
+    /// (`tool_result_meta[].permission_decision.decision == "reject"`), and
+    /// those naming a tool it was not given ("No such tool available", the
+    /// answer to `mcp__chorus__file_write` or `Read` under MCP).
     fn refusals(&mut self, event: &Value) -> Vec<Progress> {
         let results: Vec<Value> = event
             .pointer("/message/content")
@@ -298,14 +303,30 @@ impl Stream {
                         .and_then(Value::as_str)
                         == Some("reject")
             });
-            if !rejected {
+            let text = match result.get("content") {
+                Some(Value::String(text)) => text.clone(),
+                Some(Value::Array(blocks)) => blocks
+                    .iter()
+                    .filter_map(|b| b.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            let is_error = result.get("is_error").and_then(Value::as_bool) == Some(true);
+            let unknown = is_error && text.contains(NO_SUCH_TOOL);
+            if !rejected && !unknown {
                 continue;
             }
             let (tool, input) = call.unwrap_or_else(|| ("?".to_owned(), json!({})));
-            let reason = match result.get("content") {
-                Some(Value::String(text)) => text.clone(),
-                Some(other) => other.to_string(),
-                None => "refused by the CLI's permission rules".to_owned(),
+            let reason = if text.is_empty() {
+                "refused by the CLI's permission rules".to_owned()
+            } else {
+                // "<tool_use_error>Error: No such tool available: X</tool_use_error>"
+                text.trim_start_matches("<tool_use_error>")
+                    .trim_end_matches("</tool_use_error>")
+                    .trim_start_matches("Error: ")
+                    .to_owned()
             };
             denied.push(Progress::Denied {
                 tool,
@@ -423,6 +444,29 @@ mod tests {
             r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"Exit code 3","is_error":true,"tool_use_id":"t2"}]},"session_id":"s","tool_result_meta":[{"id":"t2","permission_decision":{"decision":"accept","source":"config"}}]}"#,
         );
         assert!(accepted.is_empty(), "{accepted:?}");
+    }
+
+    /// A call of a tool the CLI was not given, as 2.1.330 answers it (lines
+    /// captured from the real CLI over MCP).
+    #[test]
+    fn a_call_of_a_tool_the_cli_was_not_given_is_a_denial() {
+        let mut stream = Stream::default();
+        stream.line(
+            r#"{"type":"assistant","message":{"id":"msg_2","model":"m","content":[{"type":"tool_use","id":"toolu_1","name":"mcp__chorus__file_write","input":{"path":"a","content":"b"}}],"usage":{"input_tokens":10,"output_tokens":1}},"session_id":"s"}"#,
+        );
+        let denied = stream.line(
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":"<tool_use_error>Error: No such tool available: mcp__chorus__file_write</tool_use_error>","is_error":true,"tool_use_id":"toolu_1"}]},"session_id":"s","tool_use_result":"Error: No such tool available: mcp__chorus__file_write"}"#,
+        );
+        assert_eq!(
+            denied.last(),
+            Some(&Progress::Denied {
+                tool: "file.write".to_owned(),
+                input: json!({"path": "a", "content": "b"}),
+                reason: "No such tool available: mcp__chorus__file_write".to_owned(),
+                by: "cli",
+            }),
+            "{denied:?}"
+        );
     }
 
     #[test]

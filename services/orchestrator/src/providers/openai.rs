@@ -612,4 +612,25 @@ mod tests {
             .collect();
         assert_eq!(names, ["help", "planner-output"]);
     }
+
+    /// Every function an API agent can be given (a user's agent granted
+    /// everything, and the planner) has an object schema by the MCP rules.
+    #[test]
+    fn every_function_definition_is_an_object_schema() {
+        let everything: Vec<String> = chorus_catalog::TOOLS
+            .iter()
+            .map(|t| t.name.to_owned())
+            .collect();
+        for kind in [AgentKind::UserDefined, AgentKind::Internal] {
+            for tool in tool_definitions(&everything, kind) {
+                let parameters = &tool["function"]["parameters"];
+                let problems = chorus_catalog::mcp_rules::problems(parameters);
+                assert!(
+                    problems.is_empty(),
+                    "{}: {problems:?}",
+                    tool["function"]["name"]
+                );
+            }
+        }
+    }
 }

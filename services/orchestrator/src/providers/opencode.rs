@@ -44,6 +44,9 @@ const OTHER_TOOLS: [&str; 12] = [
     "skill",
 ];
 
+/// The tool OpenCode answers a call of an unknown tool with.
+const INVALID_TOOL: &str = "invalid";
+
 /// How OpenCode words a call its permission rules refused.
 const REFUSAL: &str = "prevents you from using this specific tool call";
 
@@ -234,6 +237,28 @@ impl Stream {
                     progress.push(Progress::Text(cut(text, PROGRESS_TEXT_BYTES)));
                 }
             }
+            // A call of a tool OpenCode was not given: its `invalid` tool
+            // answers it, naming the tool the model asked for.
+            Some("tool_use") if part.get("tool").and_then(Value::as_str) == Some(INVALID_TOOL) => {
+                let asked = part.pointer("/state/input/tool").and_then(Value::as_str);
+                let tool = super::catalog_name(asked.unwrap_or("?"), "chorus_");
+                let reason = part
+                    .pointer("/state/input/error")
+                    .or_else(|| part.pointer("/state/output"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("no such tool");
+                let input = json!({});
+                progress.push(Progress::ToolUse {
+                    tool: tool.clone(),
+                    input: input.clone(),
+                });
+                progress.push(Progress::Denied {
+                    tool,
+                    input,
+                    reason: cut(reason, PROGRESS_TEXT_BYTES),
+                    by: "cli",
+                });
+            }
             Some("tool_use") => {
                 let tool = super::catalog_name(
                     part.get("tool").and_then(Value::as_str).unwrap_or("?"),
@@ -358,6 +383,30 @@ mod tests {
             r#"{"type":"tool_use","sessionID":"s","part":{"tool":"bash","state":{"status":"error","input":{"command":"false"},"error":"exit 1"}}}"#,
         );
         assert!(!ran.iter().any(|p| matches!(p, Progress::Denied { .. })));
+    }
+
+    /// A call of a tool OpenCode was not given, as 1.18.33 prints it.
+    #[test]
+    fn a_call_of_a_tool_opencode_was_not_given_is_a_denial() {
+        let mut stream = Stream::default();
+        let progress = stream.line(
+            r#"{"type":"tool_use","sessionID":"s","part":{"type":"tool","tool":"invalid","callID":"call_3","state":{"status":"completed","input":{"tool":"chorus_file_write","error":"Model tried to call unavailable tool 'chorus_file_write'. Available tools: chorus_file_read, invalid."},"output":"The arguments provided to the tool are invalid: Model tried to call unavailable tool 'chorus_file_write'. Available tools: chorus_file_read, invalid."}}}"#,
+        );
+        assert_eq!(
+            progress[1..],
+            [
+                Progress::ToolUse {
+                    tool: "file.write".to_owned(),
+                    input: json!({}),
+                },
+                Progress::Denied {
+                    tool: "file.write".to_owned(),
+                    input: json!({}),
+                    reason: "Model tried to call unavailable tool 'chorus_file_write'. Available tools: chorus_file_read, invalid.".to_owned(),
+                    by: "cli",
+                }
+            ]
+        );
     }
 
     #[test]
