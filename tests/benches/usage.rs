@@ -104,13 +104,13 @@ fn seed(url: &str, workspace: &str, calls: usize) {
         )
     };
     let columns = "at_ms, workspace_id, task_id, run_id, agent, provider, model, input_tokens, \
-        output_tokens, cache_read_tokens, cache_write_tokens, cost_micro_usd, cost_source, calls, \
+        output_tokens, cache_read_tokens, cache_write_tokens, cost_pico_usd, cost_source, calls, \
         unpriced_calls";
     let sums = format!(
         "INSERT INTO usage_daily (workspace_id, day, agent, provider, model, calls, input_tokens, \
-         output_tokens, cache_read_tokens, cache_write_tokens, cost_micro_usd, unpriced_calls) \
+         output_tokens, cache_read_tokens, cache_write_tokens, cost_pico_usd, unpriced_calls) \
          SELECT workspace_id, at_ms / {day}, agent, provider, model, SUM(calls), SUM(input_tokens), \
-         SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), SUM(cost_micro_usd), \
+         SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), SUM(cost_pico_usd), \
          SUM(unpriced_calls) FROM model_calls WHERE task_id = 'seeded-task' \
          GROUP BY workspace_id, at_ms / {day}, agent, provider, model"
     );

@@ -40,8 +40,8 @@ pub use status::TaskStatus;
 pub use task::{AutoStart, Planning, Question, Task, TaskId, TaskSource};
 pub use time::now_ms;
 pub use usage::{
-    CostCorrection, CostSource, DayUsage, ModelCall, Price, PricedCall, Prices, Usage,
-    UsageDimension, UsageKey, date_of_day, day_of, day_of_date, group_usage, month_start,
-    subtree_usage,
+    CostCorrection, CostSource, DayUsage, MAX_COST_PICO, ModelCall, PICO_PER_USD, Price,
+    PricedCall, Prices, Usage, UsageDimension, UsageKey, cost_limit, date_of_day, day_of,
+    day_of_date, group_usage, month_start, show_usd, subtree_usage, usd,
 };
 pub use workspace::{RootPolicy, Workspace, WorkspaceId};

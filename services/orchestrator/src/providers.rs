@@ -65,11 +65,17 @@ pub enum Progress {
     /// the provider reports one per call. Recorded at once, so a run that
     /// ends in any way keeps it.
     ModelCall(ModelCall),
+    /// A model call was sent (`key` names it until it is answered): recorded
+    /// at once with `estimate`, so a stop or a crash before its answer is
+    /// read leaves it counted.
+    CallSent { key: String, estimate: ModelCall },
+    /// The answer of the call sent as `key` (else a call of its own).
+    CallAnswered { key: String, call: ModelCall },
     /// The provider's totals for an attempt's `calls` (Claude Code's result
     /// line: `total_cost_usd`, 0 when absent, and its token `usage`), which
     /// correct what was recorded of them.
     AttemptTotal {
-        reported_micro_usd: u64,
+        reported_pico_usd: u64,
         tokens: ModelCall,
         calls: Vec<ModelCall>,
     },
@@ -125,7 +131,7 @@ pub struct RunContext {
     /// What was left of its task's cost limit when it started, in millionths
     /// of a US dollar: a CLI that has a limit of its own gets it (Claude
     /// Code's `--max-budget-usd`), besides the server's.
-    pub cost_left_micro_usd: Option<u64>,
+    pub cost_left_pico_usd: Option<u64>,
     pub task_id: TaskId,
     pub agent: Name,
     pub agent_kind: AgentKind,

@@ -84,6 +84,7 @@ pub use tasks::{
     ChangedFile, DEFAULT_PAGE_SIZE, EVENT_PAGE_BYTES, EventDraft, MAX_EVENTS, MAX_PAGE_SIZE,
     NewTask, TASK_CHANNEL, TASK_PAGE_BYTES, TaskQuery, parse_task_notice,
 };
+pub use usage::CallId;
 
 use connection::{AnyConnection, ConnectionPool, Target};
 

@@ -15,8 +15,8 @@ use super::{DomainError, Usage};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Budget {
-    /// Millionths of a US dollar.
-    pub cost_micro_usd: Option<u64>,
+    /// Pico-dollars (see [`super::PICO_PER_USD`]).
+    pub cost_pico_usd: Option<u64>,
     /// Input and output tokens.
     pub tokens: Option<u64>,
     pub tool_calls: Option<u64>,
@@ -28,7 +28,7 @@ impl Budget {
     /// Each limit of `self`, else `fallback`'s.
     pub fn or(self, fallback: Budget) -> Budget {
         Budget {
-            cost_micro_usd: self.cost_micro_usd.or(fallback.cost_micro_usd),
+            cost_pico_usd: self.cost_pico_usd.or(fallback.cost_pico_usd),
             tokens: self.tokens.or(fallback.tokens),
             tool_calls: self.tool_calls.or(fallback.tool_calls),
             wall_secs: self.wall_secs.or(fallback.wall_secs),
@@ -42,7 +42,7 @@ impl Budget {
     /// The limits as (limit, value).
     fn limits(&self) -> impl Iterator<Item = (Limit, u64)> + '_ {
         [
-            (Limit::Cost, self.cost_micro_usd),
+            (Limit::Cost, self.cost_pico_usd),
             (Limit::Tokens, self.tokens),
             (Limit::ToolCalls, self.tool_calls),
             (Limit::WallTime, self.wall_secs),
@@ -53,8 +53,7 @@ impl Budget {
 
     /// A budget as the API shows it.
     pub fn to_json(self) -> Value {
-        #[allow(clippy::cast_precision_loss)]
-        let cost = self.cost_micro_usd.map(|c| c as f64 / 1_000_000.0);
+        let cost = self.cost_pico_usd.map(super::usd);
         json!({ "cost_usd": cost, "tokens": self.tokens, "tool_calls": self.tool_calls, "wall_secs": self.wall_secs })
     }
 }
@@ -66,9 +65,9 @@ pub struct WorkspaceLimits {
     /// What each task may spend unless it or its agent says otherwise.
     pub task_budget: Budget,
     /// What all its tasks together may spend in a UTC day, in a UTC month
-    /// (millionths of a US dollar).
-    pub daily_cost_micro_usd: Option<u64>,
-    pub monthly_cost_micro_usd: Option<u64>,
+    /// (pico-dollars).
+    pub daily_cost_pico_usd: Option<u64>,
+    pub monthly_cost_pico_usd: Option<u64>,
 }
 
 impl WorkspaceLimits {
@@ -76,8 +75,8 @@ impl WorkspaceLimits {
     pub fn check(&self) -> Result<(), DomainError> {
         check_budget(&self.task_budget)?;
         for (field, value) in [
-            ("daily_cost_usd", self.daily_cost_micro_usd),
-            ("monthly_cost_usd", self.monthly_cost_micro_usd),
+            ("daily_cost_usd", self.daily_cost_pico_usd),
+            ("monthly_cost_usd", self.monthly_cost_pico_usd),
         ] {
             if value == Some(0) {
                 return Err(DomainError::invalid(
@@ -93,11 +92,11 @@ impl WorkspaceLimits {
     /// has reached, if any.
     pub fn reached(&self, today: u64, this_month: u64) -> Option<(Limit, u64, u64)> {
         [
-            (Limit::WorkspaceDaily, today, self.daily_cost_micro_usd),
+            (Limit::WorkspaceDaily, today, self.daily_cost_pico_usd),
             (
                 Limit::WorkspaceMonthly,
                 this_month,
-                self.monthly_cost_micro_usd,
+                self.monthly_cost_pico_usd,
             ),
         ]
         .into_iter()
@@ -105,7 +104,7 @@ impl WorkspaceLimits {
     }
 
     pub fn has_spending_limits(&self) -> bool {
-        self.daily_cost_micro_usd.is_some() || self.monthly_cost_micro_usd.is_some()
+        self.daily_cost_pico_usd.is_some() || self.monthly_cost_pico_usd.is_some()
     }
 }
 
@@ -139,10 +138,7 @@ impl Limit {
     /// A value of this limit as people read it.
     pub fn show(self, value: u64) -> String {
         match self {
-            #[allow(clippy::cast_precision_loss)]
-            Self::Cost | Self::WorkspaceDaily | Self::WorkspaceMonthly => {
-                format!("${:.4}", value as f64 / 1_000_000.0)
-            }
+            Self::Cost | Self::WorkspaceDaily | Self::WorkspaceMonthly => super::show_usd(value),
             Self::Tokens => format!("{value} tokens"),
             Self::ToolCalls => format!("{value} tool calls"),
             Self::WallTime => format!("{value} s active"),
@@ -217,7 +213,7 @@ impl TaskBudget {
     /// What is left of the cost limit, if there is one.
     pub fn cost_left(&self, usage: &Usage) -> Option<u64> {
         self.limits
-            .cost_micro_usd
+            .cost_pico_usd
             .map(|value| value.saturating_sub(usage.cost()))
     }
 
@@ -260,7 +256,7 @@ impl TaskBudget {
         self.limits = own.or(defaults);
         let same = |limit: Limit| {
             let pick = |b: &Budget| match limit {
-                Limit::Cost => b.cost_micro_usd,
+                Limit::Cost => b.cost_pico_usd,
                 Limit::Tokens => b.tokens,
                 Limit::ToolCalls => b.tool_calls,
                 Limit::WallTime => b.wall_secs,
@@ -317,7 +313,7 @@ mod tests {
 
     fn usage(cost: i64, tokens: u64) -> Usage {
         Usage {
-            cost_micro_usd: cost,
+            cost_pico_usd: cost,
             input_tokens: tokens,
             ..Usage::default()
         }
@@ -328,7 +324,7 @@ mod tests {
         let mut budget = TaskBudget::default();
         budget.set(
             Budget {
-                cost_micro_usd: Some(1_000),
+                cost_pico_usd: Some(1_000),
                 ..Budget::default()
             },
             Budget {
@@ -358,7 +354,7 @@ mod tests {
         // Raised: within again, and its warning may come again.
         budget.set(
             Budget {
-                cost_micro_usd: Some(2_000),
+                cost_pico_usd: Some(2_000),
                 tokens: Some(1_000),
                 ..Budget::default()
             },

@@ -24,8 +24,31 @@ pub struct ModelCall {
     pub cache_read_tokens: u64,
     /// Of the input: written to the provider's prompt cache.
     pub cache_write_tokens: u64,
-    /// What the provider said the call cost, in millionths of a US dollar.
-    pub reported_micro_usd: Option<u64>,
+    /// What the provider said the call cost, in pico-dollars.
+    pub reported_pico_usd: Option<u64>,
+    /// The tokens are an estimate: the answer said no usage, or the call
+    /// was sent and its answer never read (a stop, a crash). Such a call
+    /// counts against token limits and is never priced.
+    pub estimated: bool,
+}
+
+/// Characters per token when a call's tokens must be estimated (the usual
+/// rule of thumb for English text and code).
+const CHARS_PER_TOKEN: u64 = 4;
+
+impl ModelCall {
+    /// A call of `model` whose tokens are estimated from what it carried:
+    /// `input_chars` sent and `output_chars` answered.
+    pub fn estimate(model: &str, input_chars: usize, output_chars: usize) -> Self {
+        let tokens = |chars: usize| (chars as u64).div_ceil(CHARS_PER_TOKEN);
+        Self {
+            model: model.to_owned(),
+            input_tokens: tokens(input_chars),
+            output_tokens: tokens(output_chars),
+            estimated: true,
+            ..Self::default()
+        }
+    }
 }
 
 /// Where a recorded call's cost came from.
@@ -42,6 +65,14 @@ pub enum CostSource {
 }
 
 impl CostSource {
+    /// The source a stored name stands for (an unknown name is unpriced).
+    pub fn parse(text: &str) -> Self {
+        [Self::Provider, Self::PriceTable, Self::Correction]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+            .unwrap_or(Self::Unpriced)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Provider => "provider",
@@ -57,8 +88,8 @@ impl CostSource {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PricedCall {
     pub call: ModelCall,
-    /// Millionths of a US dollar; None when unpriced.
-    pub cost_micro_usd: Option<i64>,
+    /// Pico-dollars; None when unpriced.
+    pub cost_pico_usd: Option<i64>,
     pub source: CostSource,
     /// For a correction: how many of the attempt's unpriced calls its total
     /// covers (they count as priced from then on).
@@ -69,8 +100,10 @@ impl PricedCall {
     /// `call` of `provider`, priced: the provider's own figure, else the
     /// table's, else unpriced.
     pub fn of(call: ModelCall, provider: &str, prices: &Prices) -> Self {
-        let (cost, source) = match call.reported_micro_usd {
+        let (cost, source) = match call.reported_pico_usd {
             Some(reported) => (Some(signed(reported)), CostSource::Provider),
+            // Estimated tokens are never priced: the cost is not known.
+            None if call.estimated => (None, CostSource::Unpriced),
             None => match prices.cost(provider, &call) {
                 Some(cost) => (Some(signed(cost)), CostSource::PriceTable),
                 None => (None, CostSource::Unpriced),
@@ -78,7 +111,7 @@ impl PricedCall {
         };
         Self {
             call,
-            cost_micro_usd: cost,
+            cost_pico_usd: cost,
             source,
             covers_unpriced: 0,
         }
@@ -88,6 +121,11 @@ impl PricedCall {
     /// correction.
     pub fn calls(&self) -> i64 {
         i64::from(self.source != CostSource::Correction)
+    }
+
+    /// What this row adds to a count of calls with estimated tokens.
+    pub fn estimated(&self) -> i64 {
+        i64::from(self.call.estimated && self.source != CostSource::Correction)
     }
 
     /// What this row adds to a count of unpriced calls: 1 for an unpriced
@@ -107,7 +145,7 @@ impl PricedCall {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CostCorrection {
     /// The provider's total cost; 0 when it has no price for the model.
-    pub reported_micro_usd: u64,
+    pub reported_pico_usd: u64,
     /// The provider's token totals (`model` unused).
     pub reported_tokens: ModelCall,
     /// The attempt's calls as they were recorded.
@@ -115,15 +153,35 @@ pub struct CostCorrection {
 }
 
 impl CostCorrection {
-    /// The correction as a recorded row: the tokens the totals have beyond
-    /// the calls recorded (a stream shows a message's usage before its last
-    /// output tokens are counted), and the reported cost less the recorded
-    /// one, covering the unpriced calls. A reported cost of 0 for calls made
-    /// is no price, not a free call: the costs stay as recorded. None when
-    /// there is nothing to correct.
+    /// The correction as a recorded row. The totals cover the attempt's
+    /// first calls, as many as their tokens account for (a CLI stopped by
+    /// its own budget reports a total without the call it was answered last:
+    /// that call keeps the cost it was recorded with). The row holds the
+    /// tokens the totals have beyond the calls recorded, and the reported
+    /// cost less the recorded cost of the calls it covers, covering their
+    /// unpriced ones. A reported cost of 0 for calls made is no price, not a
+    /// free call: the costs stay as recorded. None when there is nothing to
+    /// correct.
     pub fn as_call(self, model: &str) -> Option<PricedCall> {
-        let sum = |f: fn(&ModelCall) -> u64| self.recorded.iter().map(|c| f(&c.call)).sum::<u64>();
         let t = &self.reported_tokens;
+        let mut counted = (0_u64, 0_u64);
+        let covered = self
+            .recorded
+            .iter()
+            .take_while(|c| {
+                let next = (
+                    counted.0.saturating_add(c.call.input_tokens),
+                    counted.1.saturating_add(c.call.output_tokens),
+                );
+                let within = next.0 <= t.input_tokens && next.1 <= t.output_tokens;
+                if within {
+                    counted = next;
+                }
+                within
+            })
+            .count();
+        let recorded = &self.recorded[..covered];
+        let sum = |f: fn(&ModelCall) -> u64| recorded.iter().map(|c| f(&c.call)).sum::<u64>();
         let missing = ModelCall {
             model: model.to_owned(),
             input_tokens: t.input_tokens.saturating_sub(sum(|c| c.input_tokens)),
@@ -134,19 +192,19 @@ impl CostCorrection {
             cache_write_tokens: t
                 .cache_write_tokens
                 .saturating_sub(sum(|c| c.cache_write_tokens)),
-            reported_micro_usd: None,
+            ..ModelCall::default()
         };
-        let priced = self.reported_micro_usd > 0;
-        let recorded: i64 = self.recorded.iter().filter_map(|c| c.cost_micro_usd).sum();
+        let priced = self.reported_pico_usd > 0;
+        let recorded_cost: i64 = recorded.iter().filter_map(|c| c.cost_pico_usd).sum();
         let cost = if priced {
-            signed(self.reported_micro_usd) - recorded
+            signed(self.reported_pico_usd) - recorded_cost
         } else {
             0
         };
         let covers = if priced {
-            self.recorded
+            recorded
                 .iter()
-                .filter(|c| c.cost_micro_usd.is_none())
+                .filter(|c| c.cost_pico_usd.is_none())
                 .count() as u64
         } else {
             0
@@ -157,15 +215,73 @@ impl CostCorrection {
             + missing.cache_write_tokens;
         (cost != 0 || covers > 0 || tokens > 0).then_some(PricedCall {
             call: missing,
-            cost_micro_usd: Some(cost),
+            cost_pico_usd: Some(cost),
             source: CostSource::Correction,
             covers_unpriced: covers,
         })
     }
 }
 
-fn signed(micro: u64) -> i64 {
-    i64::try_from(micro).unwrap_or(i64::MAX)
+fn signed(pico: u64) -> i64 {
+    i64::try_from(pico).unwrap_or(i64::MAX)
+}
+
+/// Pico-dollars (millionths of a micro-dollar) in a US dollar. Costs are
+/// kept as whole pico-dollars: exact for any price with up to six decimals
+/// per million tokens, so a sum of calls is the sum of what each cost, with
+/// no rounding before it is shown (decision 0032).
+pub const PICO_PER_USD: f64 = 1e12;
+
+/// The largest cost Chorus keeps (a signed 64-bit count of pico-dollars,
+/// $9,223,372.036854775807): a limit above it is refused, a sum stops there.
+#[allow(clippy::cast_sign_loss)]
+pub const MAX_COST_PICO: u64 = i64::MAX as u64;
+
+/// Pico-dollars as US dollars.
+pub fn usd(pico: u64) -> f64 {
+    #[allow(clippy::cast_precision_loss)]
+    let dollars = pico as f64 / PICO_PER_USD;
+    dollars
+}
+
+/// A dollar amount as people read it: four decimals, more for amounts
+/// below a cent so that a small cost never shows as $0.0000.
+pub fn show_usd(pico: u64) -> String {
+    let dollars = usd(pico);
+    if pico == 0 || dollars >= 0.01 {
+        format!("${dollars:.4}")
+    } else {
+        let text = format!("${dollars:.12}");
+        text.trim_end_matches('0').to_owned()
+    }
+}
+
+/// A cost limit a caller gives, in US dollars, as pico-dollars: a number
+/// more than 0 and at most the largest cost Chorus keeps. `field` names it
+/// in the error.
+pub fn cost_limit(field: &'static str, dollars: f64) -> Result<u64, DomainError> {
+    if !dollars.is_finite() {
+        return Err(DomainError::invalid(
+            field,
+            format!("{dollars} is not an amount of US dollars; give a number such as 2.50"),
+        ));
+    }
+    if dollars <= 0.0 {
+        return Err(DomainError::invalid(
+            field,
+            "must be more than 0 (leave it out for no limit)",
+        ));
+    }
+    if dollars > usd(MAX_COST_PICO) {
+        return Err(DomainError::invalid(
+            field,
+            format!(
+                "${dollars} is more than Chorus can keep: the largest cost limit is ${:.6}",
+                usd(MAX_COST_PICO)
+            ),
+        ));
+    }
+    Ok(Usage::pico_usd(dollars))
 }
 
 /// What model calls have cost: tokens, money and calls, summed.
@@ -177,13 +293,16 @@ pub struct Usage {
     pub output_tokens: u64,
     pub cache_read_tokens: u64,
     pub cache_write_tokens: u64,
-    /// Cost in millionths of a US dollar of the priced calls (a correction
+    /// Cost in pico-dollars of the priced calls (a correction
     /// may lower it; a sum is never below 0 when shown).
-    pub cost_micro_usd: i64,
+    pub cost_pico_usd: i64,
     pub model_calls: u64,
     /// Calls neither the provider nor the price table priced: while there
     /// are any, the cost is a lower bound.
     pub unpriced_calls: u64,
+    /// Calls whose tokens are estimated (no usage in the answer, or no
+    /// answer read): while there are any, the tokens are an estimate.
+    pub estimated_calls: u64,
 }
 
 impl Usage {
@@ -197,9 +316,10 @@ impl Usage {
         self.cache_write_tokens = self
             .cache_write_tokens
             .saturating_add(other.cache_write_tokens);
-        self.cost_micro_usd = self.cost_micro_usd.saturating_add(other.cost_micro_usd);
+        self.cost_pico_usd = self.cost_pico_usd.saturating_add(other.cost_pico_usd);
         self.model_calls = self.model_calls.saturating_add(other.model_calls);
         self.unpriced_calls = self.unpriced_calls.saturating_add(other.unpriced_calls);
+        self.estimated_calls = self.estimated_calls.saturating_add(other.estimated_calls);
     }
 
     /// The sum of `usages`.
@@ -219,11 +339,32 @@ impl Usage {
             output_tokens: call.output_tokens,
             cache_read_tokens: call.cache_read_tokens,
             cache_write_tokens: call.cache_write_tokens,
-            cost_micro_usd: row.cost_micro_usd.unwrap_or(0),
+            cost_pico_usd: row.cost_pico_usd.unwrap_or(0),
             ..Usage::default()
         });
         self.model_calls = self.model_calls.saturating_add_signed(row.calls());
         self.unpriced_calls = self.unpriced_calls.saturating_add_signed(row.unpriced());
+        self.estimated_calls = self.estimated_calls.saturating_add_signed(row.estimated());
+    }
+
+    /// Takes back one recorded row: a call sent and recorded as an estimate
+    /// is taken back when its answer is recorded in its place.
+    pub fn unrecord(&mut self, row: &PricedCall) {
+        let call = &row.call;
+        self.input_tokens = self.input_tokens.saturating_sub(call.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_sub(call.output_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_sub(call.cache_read_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_sub(call.cache_write_tokens);
+        self.cost_pico_usd = self
+            .cost_pico_usd
+            .saturating_sub(row.cost_pico_usd.unwrap_or(0));
+        self.model_calls = self.model_calls.saturating_add_signed(-row.calls());
+        self.unpriced_calls = self.unpriced_calls.saturating_add_signed(-row.unpriced());
+        self.estimated_calls = self.estimated_calls.saturating_add_signed(-row.estimated());
     }
 
     /// All tokens, input and output.
@@ -231,18 +372,20 @@ impl Usage {
         self.input_tokens.saturating_add(self.output_tokens)
     }
 
-    /// The cost in millionths of a US dollar, never below 0.
+    /// The cost in pico-dollars, never below 0.
     pub fn cost(&self) -> u64 {
-        u64::try_from(self.cost_micro_usd.max(0)).unwrap_or(0)
+        u64::try_from(self.cost_pico_usd.max(0)).unwrap_or(0)
     }
 
-    /// Converts a dollar amount as CLIs report it (`total_cost_usd`).
-    pub fn micro_usd(dollars: f64) -> u64 {
+    /// A dollar amount as a provider reports it (`total_cost_usd`), in
+    /// pico-dollars; 0 for none, a negative or not a number, and at most
+    /// [`MAX_COST_PICO`].
+    pub fn pico_usd(dollars: f64) -> u64 {
         if dollars.is_finite() && dollars > 0.0 {
-            // Saturating float-to-int conversion; sub-micro-dollar precision is noise.
+            // Saturating float-to-int conversion.
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let micros = (dollars * 1_000_000.0).round() as u64;
-            micros
+            let pico = (dollars * PICO_PER_USD).round() as u64;
+            pico.min(MAX_COST_PICO)
         } else {
             0
         }
@@ -250,8 +393,7 @@ impl Usage {
 
     /// The usage as events and API answers show it.
     pub fn to_json(self) -> serde_json::Value {
-        #[allow(clippy::cast_precision_loss)]
-        let cost = self.cost() as f64 / 1_000_000.0;
+        let cost = usd(self.cost());
         serde_json::json!({
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
@@ -260,6 +402,7 @@ impl Usage {
             "cost_usd": cost,
             "model_calls": self.model_calls,
             "unpriced_calls": self.unpriced_calls,
+            "estimated_calls": self.estimated_calls,
         })
     }
 }
@@ -277,20 +420,24 @@ pub struct Price {
 }
 
 impl Price {
-    /// What `call` costs at this price, in millionths of a US dollar: a
-    /// million tokens at one dollar are a million micro-dollars, so each
-    /// token costs its price in micro-dollars.
+    /// What `call` costs at this price, in pico-dollars: a million tokens
+    /// at one dollar are 10¹² pico-dollars, so each token costs its price
+    /// times 10⁶ — a whole number for any price with up to six decimals, and
+    /// the call's cost is exact.
     pub fn cost(&self, call: &ModelCall) -> u64 {
         let cached = call
             .cache_read_tokens
             .saturating_add(call.cache_write_tokens);
         let uncached = call.input_tokens.saturating_sub(cached);
-        #[allow(clippy::cast_precision_loss)]
-        let micro = uncached as f64 * self.input
-            + call.cache_read_tokens as f64 * self.cache_read.unwrap_or(self.input)
-            + call.cache_write_tokens as f64 * self.cache_write.unwrap_or(self.input)
-            + call.output_tokens as f64 * self.output;
-        Usage::micro_usd(micro / 1_000_000.0)
+        // Saturating float-to-int conversion of a checked, finite price.
+        #[allow(clippy::cast_possible_truncation)]
+        let per_token = |price: f64| (price * 1e6).round() as i128;
+        let pico = i128::from(uncached) * per_token(self.input)
+            + i128::from(call.cache_read_tokens) * per_token(self.cache_read.unwrap_or(self.input))
+            + i128::from(call.cache_write_tokens)
+                * per_token(self.cache_write.unwrap_or(self.input))
+            + i128::from(call.output_tokens) * per_token(self.output);
+        u64::try_from(pico.clamp(0, i128::from(MAX_COST_PICO))).unwrap_or(MAX_COST_PICO)
     }
 
     fn check(&self, what: &str) -> Result<(), String> {
@@ -521,7 +668,7 @@ pub fn group_usage(rows: &[DayUsage], by: &[UsageDimension]) -> Vec<(UsageKey, U
         groups.entry(key).or_default().add(row.usage);
     }
     let mut groups: Vec<_> = groups.into_iter().collect();
-    groups.sort_by(|(ka, a), (kb, b)| b.cost_micro_usd.cmp(&a.cost_micro_usd).then(ka.cmp(kb)));
+    groups.sort_by(|(ka, a), (kb, b)| b.cost_pico_usd.cmp(&a.cost_pico_usd).then(ka.cmp(kb)));
     groups
 }
 
@@ -538,6 +685,9 @@ mod tests {
             ..ModelCall::default()
         }
     }
+
+    /// Pico-dollars in a micro-dollar.
+    const MICRO: u64 = 1_000_000;
 
     const TABLE: &str = r#"
         [models."gpt-4o"]
@@ -556,10 +706,10 @@ mod tests {
         // 1,000 input of which 400 cached, 100 output:
         // 600 × 2.5 + 400 × 1.25 + 100 × 10 = 1,500 + 500 + 1,000 micro-dollars.
         let c = call("gpt-4o", 1_000, 100, 400);
-        assert_eq!(prices.cost("openai", &c), Some(3_000));
+        assert_eq!(prices.cost("openai", &c), Some(3_000 * MICRO));
         assert_eq!(
             prices.cost("cheap", &c),
-            Some(1_100),
+            Some(1_100 * MICRO),
             "the provider's own price"
         );
         assert_eq!(prices.cost("openai", &call("llama", 10, 10, 0)), None);
@@ -569,29 +719,25 @@ mod tests {
     fn a_call_is_priced_by_its_provider_else_the_table_else_not_at_all() {
         let prices = Prices::parse(TABLE).expect("a table");
         let reported = ModelCall {
-            reported_micro_usd: Some(42),
+            reported_pico_usd: Some(42 * MICRO),
             ..call("gpt-4o", 1_000, 100, 0)
         };
         let p = PricedCall::of(reported, "openai", &prices);
         assert_eq!(
-            (p.cost_micro_usd, p.source),
-            (Some(42), CostSource::Provider)
+            (p.cost_pico_usd, p.source),
+            (Some(42_000_000), CostSource::Provider)
         );
         let p = PricedCall::of(call("gpt-4o", 1_000, 0, 0), "openai", &prices);
         assert_eq!(
-            (p.cost_micro_usd, p.source),
-            (Some(2_500), CostSource::PriceTable)
+            (p.cost_pico_usd, p.source),
+            (Some(2_500_000_000), CostSource::PriceTable)
         );
         let unpriced = PricedCall::of(call("llama", 7, 3, 0), "local", &prices);
         assert_eq!(unpriced.source, CostSource::Unpriced);
         let mut usage = Usage::default();
         usage.record(&unpriced);
         assert_eq!(
-            (
-                usage.model_calls,
-                usage.unpriced_calls,
-                usage.cost_micro_usd
-            ),
+            (usage.model_calls, usage.unpriced_calls, usage.cost_pico_usd),
             (1, 1, 0),
             "unpriced is counted, not taken as free"
         );
@@ -610,7 +756,7 @@ mod tests {
         }
         assert_eq!((total.model_calls, total.unpriced_calls), (2, 2));
         let correction = CostCorrection {
-            reported_micro_usd: 12_300,
+            reported_pico_usd: 12_300 * MICRO,
             reported_tokens: call("", 30, 12, 0),
             recorded: recorded.clone(),
         }
@@ -619,7 +765,7 @@ mod tests {
         total.record(&correction);
         assert_eq!(
             (total.model_calls, total.unpriced_calls, total.cost()),
-            (2, 0, 12_300),
+            (2, 0, 12_300 * MICRO),
             "the total's cost, and no call left unpriced"
         );
         assert_eq!(
@@ -631,16 +777,16 @@ mod tests {
         let table = Prices::parse("[models.m]\ninput = 5.0\noutput = 0.0\n").expect("table");
         let high = vec![PricedCall::of(call("m", 30, 0, 0), "p", &table)];
         let lower = CostCorrection {
-            reported_micro_usd: 100,
+            reported_pico_usd: 100 * MICRO,
             reported_tokens: call("", 30, 0, 0),
             recorded: high.clone(),
         }
         .as_call("m")
         .expect("a correction");
-        assert_eq!(lower.cost_micro_usd, Some(-50));
+        assert_eq!(lower.cost_pico_usd, Some(-50_000_000));
         assert!(
             CostCorrection {
-                reported_micro_usd: 150,
+                reported_pico_usd: 150 * MICRO,
                 reported_tokens: call("", 30, 0, 0),
                 recorded: high.clone(),
             }
@@ -650,12 +796,118 @@ mod tests {
         );
         // A total of 0 for calls made is no price: the calls stay unpriced.
         let zero = CostCorrection {
-            reported_micro_usd: 0,
+            reported_pico_usd: 0,
             reported_tokens: call("", 30, 2, 0),
             recorded,
         }
         .as_call("m");
-        assert_eq!(zero.map(|z| (z.cost_micro_usd, z.covers_unpriced)), None);
+        assert_eq!(zero.map(|z| (z.cost_pico_usd, z.covers_unpriced)), None);
+    }
+
+    /// Claude Code stopped by its own budget reports a total of the calls
+    /// before the last: the last keeps its own cost, and stays counted.
+    #[test]
+    fn a_total_that_misses_the_last_call_corrects_only_the_calls_it_covers() {
+        let table = Prices::parse("[models.m]\ninput = 1.0\noutput = 1.0\n").expect("table");
+        let recorded: Vec<PricedCall> = [(10, 23), (12, 26), (14, 29)]
+            .into_iter()
+            .map(|(i, o)| PricedCall::of(call("m", i, o, 0), "p", &table))
+            .collect();
+        let mut total = Usage::default();
+        for row in &recorded {
+            total.record(row);
+        }
+        let correction = CostCorrection {
+            reported_pico_usd: 100 * MICRO,
+            reported_tokens: call("", 22, 49, 0),
+            recorded,
+        }
+        .as_call("m")
+        .expect("a correction");
+        total.record(&correction);
+        // Covered: 22 + 49 = 71 µ$ by the table, 100 µ$ by the CLI; the
+        // third call keeps its 43 µ$.
+        assert_eq!(total.cost(), 143 * MICRO);
+        assert_eq!((total.input_tokens, total.output_tokens), (36, 78));
+        assert_eq!(total.model_calls, 3);
+    }
+
+    #[test]
+    fn an_estimated_call_is_counted_never_priced_and_taken_back_by_its_answer() {
+        let table = Prices::parse("[models.m]\ninput = 1.0\noutput = 1.0\n").expect("table");
+        let sent = PricedCall::of(ModelCall::estimate("m", 401, 0), "p", &table);
+        assert_eq!(
+            (sent.cost_pico_usd, sent.source),
+            (None, CostSource::Unpriced)
+        );
+        let mut usage = Usage::default();
+        usage.record(&sent);
+        assert_eq!(
+            (
+                usage.input_tokens,
+                usage.model_calls,
+                usage.estimated_calls,
+                usage.unpriced_calls
+            ),
+            (101, 1, 1, 1)
+        );
+        let answered = PricedCall::of(call("m", 90, 7, 0), "p", &table);
+        usage.unrecord(&sent);
+        usage.record(&answered);
+        assert_eq!(
+            (
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.model_calls,
+                usage.estimated_calls,
+                usage.unpriced_calls
+            ),
+            (90, 7, 1, 0, 0)
+        );
+        assert_eq!(usage.cost(), 97 * MICRO);
+    }
+
+    /// Ten calls of 0.4 micro-dollars each cost 4 micro-dollars, not $0:
+    /// nothing is rounded before the sum is shown.
+    #[test]
+    fn tiny_costs_add_up_exactly() {
+        let prices = Prices::parse("[models.m]\ninput = 0.4\noutput = 0.0\n").expect("table");
+        let mut usage = Usage::default();
+        for _ in 0..10 {
+            usage.record(&PricedCall::of(call("m", 1, 0, 0), "p", &prices));
+        }
+        assert_eq!(usage.cost(), 4 * MICRO);
+        assert_eq!(usage.to_json()["cost_usd"], 0.000_004);
+        assert_eq!(show_usd(usage.cost()), "$0.000004");
+        assert_eq!(show_usd(12_345 * MICRO), "$0.0123");
+        // A price with six decimals is still exact.
+        let fine = Prices::parse("[models.m]\ninput = 0.018750\noutput = 0.0\n").expect("table");
+        assert_eq!(fine.cost("p", &call("m", 3, 0, 0)), Some(56_250));
+    }
+
+    #[test]
+    fn a_cost_limit_that_cannot_be_kept_is_refused_naming_the_largest() {
+        assert_eq!(
+            cost_limit("cost_usd", 2.5).expect("fine"),
+            2_500_000_000_000
+        );
+        for huge in [1e15, 1e300, f64::MAX] {
+            let err = cost_limit("cost_usd", huge).expect_err("too large");
+            assert!(
+                err.to_string()
+                    .contains("the largest cost limit is $9223372.036855"),
+                "{err}"
+            );
+        }
+        for bad in [f64::INFINITY, f64::NAN, f64::NEG_INFINITY] {
+            let err = cost_limit("cost_usd", bad).expect_err("not a number");
+            assert!(
+                err.to_string().contains("is not an amount of US dollars"),
+                "{err}"
+            );
+        }
+        let err = cost_limit("cost_usd", 0.0).expect_err("zero");
+        assert!(err.to_string().contains("more than 0"), "{err}");
     }
 
     #[test]
@@ -697,7 +949,7 @@ mod tests {
             provider: "p".into(),
             model: model.into(),
             usage: Usage {
-                cost_micro_usd: cost,
+                cost_pico_usd: cost,
                 model_calls: 1,
                 ..Usage::default()
             },
@@ -713,7 +965,7 @@ mod tests {
             .map(|(k, u)| {
                 (
                     k.agent.clone().unwrap_or_default(),
-                    u.cost_micro_usd,
+                    u.cost_pico_usd,
                     u.model_calls,
                 )
             })
@@ -725,7 +977,7 @@ mod tests {
         assert_eq!(by_agent[0].0.day, None, "not grouped by day");
         let total = group_usage(&rows, &[]);
         assert_eq!(total.len(), 1);
-        assert_eq!(total[0].1.cost_micro_usd, 90);
+        assert_eq!(total[0].1.cost_pico_usd, 90);
         let err = UsageDimension::parse("team").expect_err("no such dimension");
         assert!(err.to_string().contains("agent, provider"), "{err}");
     }
@@ -733,10 +985,10 @@ mod tests {
     #[test]
     fn usage_stored_before_these_fields_still_reads() {
         let old: Usage =
-            serde_json::from_str(r#"{"input_tokens":3,"output_tokens":4,"cost_micro_usd":5}"#)
+            serde_json::from_str(r#"{"input_tokens":3,"output_tokens":4,"cost_pico_usd":5}"#)
                 .expect("old usage");
         assert_eq!(
-            (old.input_tokens, old.cost_micro_usd, old.model_calls),
+            (old.input_tokens, old.cost_pico_usd, old.model_calls),
             (3, 5, 0)
         );
     }

@@ -34,21 +34,31 @@ pub fn workspace(w: &Workspace, warnings: Vec<String>) -> pb::Workspace {
     }
 }
 
-#[allow(clippy::cast_precision_loss)]
 pub fn workspace_limits(l: &crate::domain::WorkspaceLimits) -> pb::WorkspaceLimits {
     pb::WorkspaceLimits {
         task_budget: Some(budget(l.task_budget)),
-        daily_cost_usd: l.daily_cost_micro_usd.map(|c| c as f64 / 1_000_000.0),
-        monthly_cost_usd: l.monthly_cost_micro_usd.map(|c| c as f64 / 1_000_000.0),
+        daily_cost_usd: l.daily_cost_pico_usd.map(crate::domain::usd),
+        monthly_cost_usd: l.monthly_cost_pico_usd.map(crate::domain::usd),
     }
 }
 
-pub fn workspace_limits_from(l: pb::WorkspaceLimits) -> crate::domain::WorkspaceLimits {
-    crate::domain::WorkspaceLimits {
-        task_budget: budget_from(l.task_budget),
-        daily_cost_micro_usd: l.daily_cost_usd.map(crate::domain::Usage::micro_usd),
-        monthly_cost_micro_usd: l.monthly_cost_usd.map(crate::domain::Usage::micro_usd),
-    }
+/// A workspace's limits from the wire; a cost that is not a number, not
+/// more than 0 or more than Chorus can keep is refused.
+pub fn workspace_limits_from(
+    l: pb::WorkspaceLimits,
+) -> Result<crate::domain::WorkspaceLimits, DomainError> {
+    Ok(crate::domain::WorkspaceLimits {
+        task_budget: budget_from(l.task_budget)?,
+        daily_cost_pico_usd: cost_from("daily_cost_usd", l.daily_cost_usd)?,
+        monthly_cost_pico_usd: cost_from("monthly_cost_usd", l.monthly_cost_usd)?,
+    })
+}
+
+/// A cost limit from the wire (US dollars), checked.
+fn cost_from(field: &'static str, dollars: Option<f64>) -> Result<Option<u64>, DomainError> {
+    dollars
+        .map(|d| crate::domain::cost_limit(field, d))
+        .transpose()
 }
 
 pub fn provider(workspace_id: &str, p: &Provider) -> pb::Provider {
@@ -334,30 +344,28 @@ pub fn run_in_tree(r: &Run, subtree: crate::domain::Usage) -> pb::Run {
 }
 
 pub fn budget(b: crate::domain::Budget) -> pb::Budget {
-    #[allow(clippy::cast_precision_loss)]
     pb::Budget {
-        cost_usd: b.cost_micro_usd.map(|c| c as f64 / 1_000_000.0),
+        cost_usd: b.cost_pico_usd.map(crate::domain::usd),
         tokens: b.tokens,
         tool_calls: b.tool_calls,
         wall_secs: b.wall_secs,
     }
 }
 
-/// A budget from the wire: dollars to micro-dollars (a negative or not-a-number
-/// amount becomes 0, which the budget's check refuses).
-pub fn budget_from(b: Option<pb::Budget>) -> crate::domain::Budget {
+/// A budget from the wire: dollars to pico-dollars; a cost that is not a
+/// number, not more than 0 or more than Chorus can keep is refused.
+pub fn budget_from(b: Option<pb::Budget>) -> Result<crate::domain::Budget, DomainError> {
     let b = b.unwrap_or_default();
-    crate::domain::Budget {
-        cost_micro_usd: b.cost_usd.map(crate::domain::Usage::micro_usd),
+    Ok(crate::domain::Budget {
+        cost_pico_usd: cost_from("cost_usd", b.cost_usd)?,
         tokens: b.tokens,
         tool_calls: b.tool_calls,
         wall_secs: b.wall_secs,
-    }
+    })
 }
 
 pub fn usage(u: crate::domain::Usage) -> pb::Usage {
-    #[allow(clippy::cast_precision_loss)]
-    let cost_usd = u.cost() as f64 / 1_000_000.0;
+    let cost_usd = crate::domain::usd(u.cost());
     pb::Usage {
         input_tokens: u.input_tokens,
         output_tokens: u.output_tokens,
@@ -366,6 +374,7 @@ pub fn usage(u: crate::domain::Usage) -> pb::Usage {
         cache_write_tokens: u.cache_write_tokens,
         model_calls: u.model_calls,
         unpriced_calls: u.unpriced_calls,
+        estimated_calls: u.estimated_calls,
     }
 }
 

@@ -43,7 +43,7 @@ impl CliOutput for Stream {
     }
 
     fn finish(&mut self) -> Vec<Progress> {
-        self.flush().into_iter().collect()
+        self.flush().into_iter().chain(self.cut_off()).collect()
     }
 
     fn end(self) -> (AttemptEnd, Option<String>) {
@@ -64,6 +64,10 @@ pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliComm
         "--verbose".to_owned(),
         "--output-format".to_owned(),
         "stream-json".to_owned(),
+        // The API's own stream events: each call's real output tokens
+        // (`message_delta`) as it ends, not only in the result line that a
+        // stopped CLI never prints.
+        "--include-partial-messages".to_owned(),
         "--append-system-prompt".to_owned(),
         ctx.system_prompt.clone(),
     ];
@@ -99,9 +103,8 @@ pub fn command(setup: &CliSetup, ctx: &RunContext, attempt: &Attempt) -> CliComm
     }
     // Its own second limit: what is left of the task's cost limit (the
     // server's check stops the task whatever the CLI does).
-    if let Some(left) = ctx.cost_left_micro_usd {
-        #[allow(clippy::cast_precision_loss)]
-        let dollars = left as f64 / 1_000_000.0;
+    if let Some(left) = ctx.cost_left_pico_usd {
+        let dollars = crate::domain::usd(left);
         args.extend(["--max-budget-usd".to_owned(), format!("{dollars:.6}")]);
     }
     if let Some(session) = &attempt.resume {
@@ -137,7 +140,14 @@ pub struct Stream {
     pub session_id: Option<String>,
     /// The model message being read: its id and its call (the CLI prints a
     /// message's blocks on lines of their own, each with the message's usage).
+    /// Read from `assistant` lines only when the CLI prints no stream events.
     reading: Option<(String, ModelCall)>,
+    /// The CLI prints the API's stream events (`--include-partial-messages`):
+    /// calls are read from them.
+    streamed: bool,
+    /// The call being streamed: its message id, its call as `message_start`
+    /// told it, and the characters of output streamed so far.
+    streaming: Option<(String, ModelCall, usize)>,
     /// The model calls of this attempt, as reported.
     pub model_calls: Vec<ModelCall>,
     /// The `result` line's text.
@@ -160,8 +170,14 @@ impl Stream {
             &mut progress,
         );
         match event.get("type").and_then(Value::as_str) {
+            Some("stream_event") => {
+                self.streamed = true;
+                progress.extend(self.stream_event(event.get("event").unwrap_or(&Value::Null)));
+            }
             Some("assistant") => {
-                progress.extend(self.model_message(&event));
+                if !self.streamed {
+                    progress.extend(self.model_message(&event));
+                }
                 let blocks = event
                     .pointer("/message/content")
                     .and_then(Value::as_array)
@@ -203,7 +219,7 @@ impl Stream {
                     .map(ToOwned::to_owned);
                 let cost = event.get("total_cost_usd").and_then(Value::as_f64);
                 progress.push(Progress::AttemptTotal {
-                    reported_micro_usd: Usage::micro_usd(cost.unwrap_or(0.0)),
+                    reported_pico_usd: Usage::pico_usd(cost.unwrap_or(0.0)),
                     tokens: tokens_of(event.get("usage").unwrap_or(&Value::Null), ""),
                     calls: self.model_calls.clone(),
                 });
@@ -239,11 +255,83 @@ fn tokens_of(usage: &Value, model: &str) -> ModelCall {
         output_tokens: count("output_tokens"),
         cache_read_tokens: cache_read,
         cache_write_tokens: cache_write,
-        reported_micro_usd: None,
+        reported_pico_usd: None,
+        estimated: false,
     }
 }
 
 impl Stream {
+    /// An API stream event: `message_start` sends a call (its input tokens
+    /// known), its deltas are counted, and `message_delta` answers it with
+    /// its real output tokens.
+    fn stream_event(&mut self, event: &Value) -> Vec<Progress> {
+        let mut progress = Vec::new();
+        match event.get("type").and_then(Value::as_str) {
+            Some("message_start") => {
+                progress.extend(self.cut_off());
+                let message = event.get("message").unwrap_or(&Value::Null);
+                let id = message
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let model = message
+                    .get("model")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let call = tokens_of(message.get("usage").unwrap_or(&Value::Null), model);
+                progress.push(Progress::CallSent {
+                    key: id.to_owned(),
+                    estimate: ModelCall {
+                        estimated: true,
+                        ..call.clone()
+                    },
+                });
+                self.streaming = Some((id.to_owned(), call, 0));
+            }
+            Some("content_block_delta") => {
+                if let Some((_, _, chars)) = &mut self.streaming {
+                    let delta = event.get("delta").unwrap_or(&Value::Null);
+                    *chars += ["text", "partial_json", "thinking"]
+                        .iter()
+                        .filter_map(|k| delta.get(*k).and_then(Value::as_str))
+                        .map(str::len)
+                        .sum::<usize>();
+                }
+            }
+            Some("message_delta") => {
+                if let Some((id, mut call, _)) = self.streaming.take() {
+                    // The delta's usage is the call's whole usage so far: its
+                    // output tokens, and the input again on newer APIs.
+                    let usage = tokens_of(event.get("usage").unwrap_or(&Value::Null), "");
+                    call.output_tokens = call.output_tokens.max(usage.output_tokens);
+                    call.input_tokens = call.input_tokens.max(usage.input_tokens);
+                    call.cache_read_tokens = call.cache_read_tokens.max(usage.cache_read_tokens);
+                    call.cache_write_tokens = call.cache_write_tokens.max(usage.cache_write_tokens);
+                    self.model_calls.push(call.clone());
+                    progress.push(Progress::CallAnswered { key: id, call });
+                }
+            }
+            _ => {}
+        }
+        progress
+    }
+
+    /// The call being streamed when the output stopped, answered with what
+    /// was seen of it: its input, and its output estimated from the
+    /// characters streamed (at least what `message_start` said).
+    fn cut_off(&mut self) -> Option<Progress> {
+        let (id, call, chars) = self.streaming.take()?;
+        let seen = ModelCall::estimate(&call.model, 0, chars);
+        Some(Progress::CallAnswered {
+            key: id,
+            call: ModelCall {
+                output_tokens: call.output_tokens.max(seen.output_tokens),
+                estimated: true,
+                ..call
+            },
+        })
+    }
+
     /// An `assistant` line: the model message it belongs to. A new message
     /// ends the one read before, whose call is then complete.
     fn model_message(&mut self, event: &Value) -> Option<Progress> {
@@ -364,7 +452,8 @@ mod tests {
             output_tokens: 7,
             cache_read_tokens: 5,
             cache_write_tokens: 2,
-            reported_micro_usd: None,
+            reported_pico_usd: None,
+            estimated: false,
         };
         let second = ModelCall {
             model: "claude-x".into(),
@@ -386,7 +475,7 @@ mod tests {
                 Progress::Text("Done.".to_owned()),
                 Progress::ModelCall(second.clone()),
                 Progress::AttemptTotal {
-                    reported_micro_usd: 12_300,
+                    reported_pico_usd: 12_300_000_000,
                     tokens: ModelCall {
                         input_tokens: 45,
                         output_tokens: 10,
@@ -402,6 +491,71 @@ mod tests {
         assert_eq!(stream.error, None);
     }
 
+    /// Stream events as 2.1.330 prints them with `--include-partial-messages`
+    /// (trimmed): the call is sent at `message_start` and answered with its
+    /// real output tokens at `message_delta`, though every `assistant` line
+    /// says 1; a call cut off by the end keeps what was streamed of it.
+    #[test]
+    fn stream_events_count_each_call_as_it_ends_and_a_cut_off_one_as_estimated() {
+        let start = |id: &str| {
+            format!(
+                r#"{{"type":"stream_event","event":{{"type":"message_start","message":{{"id":"{id}","model":"m","usage":{{"input_tokens":10,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":4}}}}}},"session_id":"s"}}"#
+            )
+        };
+        let lines = [
+            start("msg_1"),
+            r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}},"session_id":"s"}"#.to_owned(),
+            r#"{"type":"assistant","message":{"id":"msg_1","model":"m","content":[{"type":"text","text":"Hello"}],"usage":{"input_tokens":10,"output_tokens":1}},"session_id":"s"}"#.to_owned(),
+            r#"{"type":"stream_event","event":{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":23}},"session_id":"s"}"#.to_owned(),
+            start("msg_2"),
+            r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"0123456789012345678901234567890123456789"}},"session_id":"s"}"#.to_owned(),
+        ];
+        let mut stream = Stream::default();
+        let mut progress: Vec<Progress> = lines.iter().flat_map(|l| stream.line(l)).collect();
+        progress.extend(stream.finish());
+        let calls: Vec<&Progress> = progress
+            .iter()
+            .filter(|p| matches!(p, Progress::CallSent { .. } | Progress::CallAnswered { .. }))
+            .collect();
+        let sent = |id: &str| Progress::CallSent {
+            key: id.to_owned(),
+            estimate: ModelCall {
+                model: "m".into(),
+                input_tokens: 14,
+                output_tokens: 1,
+                cache_read_tokens: 4,
+                estimated: true,
+                ..ModelCall::default()
+            },
+        };
+        let answered = |id: &str, output, estimated| Progress::CallAnswered {
+            key: id.to_owned(),
+            call: ModelCall {
+                model: "m".into(),
+                input_tokens: 14,
+                output_tokens: output,
+                cache_read_tokens: 4,
+                estimated,
+                ..ModelCall::default()
+            },
+        };
+        assert_eq!(
+            calls,
+            [
+                &sent("msg_1"),
+                &answered("msg_1", 23, false),
+                &sent("msg_2"),
+                &answered("msg_2", 10, true),
+            ]
+        );
+        assert_eq!(
+            stream.model_calls.len(),
+            1,
+            "only answered calls are totalled"
+        );
+        assert!(progress.contains(&Progress::Text("Hello".to_owned())));
+    }
+
     #[test]
     fn a_message_cut_off_by_the_end_is_still_a_call() {
         let mut stream = Stream::default();
@@ -414,7 +568,8 @@ mod tests {
                 output_tokens: 1,
                 cache_read_tokens: 5,
                 cache_write_tokens: 2,
-                reported_micro_usd: None,
+                reported_pico_usd: None,
+                estimated: false,
             })]
         );
     }

@@ -244,6 +244,11 @@ impl Turn<'_> {
         });
         debug!(run_id = %ctx.run_id, turn = self.turn, "model request");
         let span = model_span(ctx, self.model);
+        // Recorded as it is sent: a stop, or a crash of this replica, before
+        // its answer is read leaves it counted (estimated from its size).
+        let sent_chars = body.to_string().len();
+        let estimate = ModelCall::estimate(self.model, sent_chars, 0);
+        let sent = crate::runner::record_call_sent(state, ctx, estimate).await;
         let answer = match post(
             self.client,
             self.limits,
@@ -258,14 +263,19 @@ impl Turn<'_> {
             Ok(answer) => answer,
             Err(e) => {
                 span.record("otel.status_code", "ERROR");
+                // Refused by the API (an error status): nothing was billed.
+                // Stopped or timed out on the way: it stays as estimated.
+                if matches!(e, AttemptError::Failed { .. }) {
+                    crate::runner::withdraw_call(state, ctx, sent).await;
+                }
                 return Err(e);
             }
         };
-        let call = call_of(&answer, self.model);
+        let call = call_of(&answer, self.model, sent_chars);
         answered(&span, &answer, &call);
         // Recorded before any tool call it asks for runs: a call that
         // reaches a limit of the task's budget stops the run here.
-        if crate::runner::record_model_call(state, ctx, call).await {
+        if crate::runner::record_call_answered(state, ctx, sent, call).await {
             return Err(AttemptError::Stopped {
                 partial: end.clone(),
             });
@@ -416,30 +426,42 @@ fn answered(span: &tracing::Span, answer: &Value, usage: &ModelCall) {
 
 /// The model call an answer reports: its tokens (`prompt_tokens` counts the
 /// cached ones too), and its cost when the API says it (`usage.cost`, as
-/// OpenRouter does).
-fn call_of(answer: &Value, asked: &str) -> ModelCall {
+/// OpenRouter does). An answer with no usage is a call of unknown usage: its
+/// tokens are estimated from the `sent_chars` of the request and what the
+/// answer holds, and it is never priced.
+fn call_of(answer: &Value, asked: &str, sent_chars: usize) -> ModelCall {
+    let model = answer
+        .get("model")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .unwrap_or(asked);
+    let Some(usage) = answer.get("usage").filter(|u| {
+        u.get("prompt_tokens").and_then(Value::as_u64).is_some()
+            || u.get("completion_tokens").and_then(Value::as_u64).is_some()
+    }) else {
+        let said = answer
+            .pointer("/choices/0/message")
+            .map_or(0, |m| m.to_string().len());
+        return ModelCall::estimate(model, sent_chars, said);
+    };
     let count = |path: &str| {
-        answer
-            .pointer(&format!("/usage/{path}"))
+        usage
+            .pointer(&format!("/{path}"))
             .and_then(Value::as_u64)
             .unwrap_or(0)
     };
-    let cost = answer
-        .pointer("/usage/cost")
+    let cost = usage
+        .get("cost")
         .and_then(Value::as_f64)
-        .map(Usage::micro_usd);
+        .map(Usage::pico_usd);
     ModelCall {
-        model: answer
-            .get("model")
-            .and_then(Value::as_str)
-            .filter(|m| !m.is_empty())
-            .unwrap_or(asked)
-            .to_owned(),
+        model: model.to_owned(),
         input_tokens: count("prompt_tokens"),
         output_tokens: count("completion_tokens"),
         cache_read_tokens: count("prompt_tokens_details/cached_tokens"),
         cache_write_tokens: 0,
-        reported_micro_usd: cost,
+        reported_pico_usd: cost,
+        estimated: false,
     }
 }
 

@@ -214,6 +214,11 @@ pub struct Stream {
     pub last_text: Option<String>,
     /// An `error` event's message.
     pub error: Option<String>,
+    /// Characters the model wrote in the current step (its text and tool
+    /// calls), and everything the conversation has carried so far: a step
+    /// whose usage OpenCode does not know is estimated from them.
+    step_chars: usize,
+    seen_chars: usize,
 }
 
 impl Stream {
@@ -229,6 +234,13 @@ impl Stream {
             &mut progress,
         );
         let part = event.get("part").cloned().unwrap_or(Value::Null);
+        let said = ["/text", "/state/input", "/state/output"]
+            .iter()
+            .filter_map(|p| part.pointer(p))
+            .map(|v| v.as_str().map_or_else(|| v.to_string().len(), str::len))
+            .sum::<usize>();
+        self.step_chars += said;
+        self.seen_chars += said;
         match event.get("type").and_then(Value::as_str) {
             Some("text") => {
                 let text = part.get("text").and_then(Value::as_str).unwrap_or("");
@@ -286,22 +298,32 @@ impl Stream {
             // A step is one model call. OpenCode says 0 for a model it has no
             // price of: that is no price, not a free call.
             Some("step_finish") => {
+                let step_chars = std::mem::take(&mut self.step_chars);
                 let tokens = |path: &str| part.pointer(path).and_then(Value::as_u64).unwrap_or(0);
+                let model = part
+                    .get("modelID")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if tokens("/tokens/input") + tokens("/tokens/output") == 0 {
+                    // No usage known: estimated, never taken as free.
+                    progress.push(Progress::ModelCall(ModelCall::estimate(
+                        model,
+                        self.seen_chars,
+                        step_chars,
+                    )));
+                    return progress;
+                }
                 let (cache_read, cache_write) =
                     (tokens("/tokens/cache/read"), tokens("/tokens/cache/write"));
-                let cost =
-                    Usage::micro_usd(part.get("cost").and_then(Value::as_f64).unwrap_or(0.0));
+                let cost = Usage::pico_usd(part.get("cost").and_then(Value::as_f64).unwrap_or(0.0));
                 progress.push(Progress::ModelCall(ModelCall {
-                    model: part
-                        .get("modelID")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
+                    model: model.to_owned(),
                     input_tokens: tokens("/tokens/input") + cache_read + cache_write,
                     output_tokens: tokens("/tokens/output") + tokens("/tokens/reasoning"),
                     cache_read_tokens: cache_read,
                     cache_write_tokens: cache_write,
-                    reported_micro_usd: (cost > 0).then_some(cost),
+                    reported_pico_usd: (cost > 0).then_some(cost),
+                    estimated: false,
                 }));
             }
             Some("error") => {
@@ -347,7 +369,8 @@ mod tests {
                     output_tokens: 25,
                     cache_read_tokens: 10,
                     cache_write_tokens: 0,
-                    reported_micro_usd: Some(1_000),
+                    reported_pico_usd: Some(1_000_000_000),
+                    estimated: false,
                 }),
                 Progress::Text("FINAL: done".to_owned()),
                 // A cost of 0 is no price: the table prices it, or it is unpriced.
@@ -355,7 +378,8 @@ mod tests {
                     model: "local".into(),
                     input_tokens: 120,
                     output_tokens: 10,
-                    reported_micro_usd: None,
+                    reported_pico_usd: None,
+                    estimated: false,
                     ..ModelCall::default()
                 }),
             ]
@@ -406,6 +430,27 @@ mod tests {
                     by: "cli",
                 }
             ]
+        );
+    }
+
+    /// A step whose usage OpenCode does not know is no free call: its tokens
+    /// are estimated from what it carried.
+    #[test]
+    fn a_step_without_usage_is_estimated() {
+        let mut stream = Stream::default();
+        stream.line(r#"{"type":"text","sessionID":"s","part":{"type":"text","text":"12345678"}}"#);
+        let progress = stream.line(
+            r#"{"type":"step_finish","sessionID":"s","part":{"reason":"stop","cost":0,"modelID":"m","tokens":{"input":0,"output":0}}}"#,
+        );
+        assert_eq!(
+            progress,
+            [Progress::ModelCall(ModelCall {
+                model: "m".into(),
+                input_tokens: 2,
+                output_tokens: 2,
+                estimated: true,
+                ..ModelCall::default()
+            })]
         );
     }
 

@@ -25,8 +25,8 @@ use tracing::{info, warn};
 use super::{HOME_DIR, Runner, TMP_DIR, WORK_DIR};
 use crate::domain::policy::{handoff, planning};
 use crate::domain::{
-    AgentKind, CostCorrection, EventKind, HandoffFailure, HandoffOutcome, ModelCall, Name,
-    PricedCall, Run, RunState, TaskStatus, now_ms, policy,
+    AgentKind, EventKind, HandoffFailure, HandoffOutcome, Name, Run, RunState, TaskStatus, now_ms,
+    policy,
 };
 use crate::providers::{Attempt, AttemptEnd, AttemptEnv, AttemptError, Progress, RunContext};
 use crate::state::AppState;
@@ -251,19 +251,11 @@ async fn record_progress(
     ctx: RunContext,
     mut rx: mpsc::UnboundedReceiver<Progress>,
 ) {
+    let mut ledger = super::ledger::Ledger::default();
     while let Some(progress) = rx.recv().await {
-        if let Some(row) = priced(&state, &ctx, &progress) {
-            let provider = ctx.provider.name.clone();
-            if let Some(call) = row
-                && let Err(e) = state
-                    .store
-                    .record_model_call(ctx.run_id, provider, call)
-                    .await
-            {
-                warn!(run_id = %ctx.run_id, error = %e, "cannot record a model call");
-            }
+        let Some(progress) = ledger.record(&state, &ctx, progress).await else {
             continue;
-        }
+        };
         let (me, epoch) = driver_of(&state, &ctx);
         let (session, event) = progress_record(&ctx, progress);
         let result = state
@@ -279,70 +271,6 @@ async fn record_progress(
         if let Err(e) = result {
             warn!(run_id = %ctx.run_id, error = %e, "cannot record the agent's progress");
         }
-    }
-}
-
-/// Records one model call of the run now (priced as the recorder prices
-/// it). True when the run is over: this call reached a limit of its task's
-/// budget (and the run's tree ended with it), or it had ended already.
-pub(crate) async fn record_model_call(state: &AppState, ctx: &RunContext, call: ModelCall) -> bool {
-    let Some(Some(row)) = priced(state, ctx, &Progress::ModelCall(call)) else {
-        return false;
-    };
-    match state
-        .store
-        .record_model_call(ctx.run_id, ctx.provider.name.clone(), row)
-        .await
-    {
-        Ok((run, _, events)) => {
-            run.state == RunState::Finished
-                || events.iter().any(|e| e.kind == EventKind::BudgetExceeded)
-        }
-        Err(e) => {
-            warn!(run_id = %ctx.run_id, error = %e, "cannot record a model call");
-            false
-        }
-    }
-}
-
-/// A model call or an attempt's totals as the row it is recorded as (Some
-/// of None: nothing to record); None for any other progress.
-fn priced(state: &AppState, ctx: &RunContext, progress: &Progress) -> Option<Option<PricedCall>> {
-    let provider = ctx.provider.name.as_str();
-    let prices = &state.prices;
-    // A call whose provider names no model is the run's model's.
-    let named = |call: &ModelCall| {
-        let mut call = call.clone();
-        if call.model.is_empty() {
-            call.model = ctx.model.clone().unwrap_or_default();
-        }
-        call
-    };
-    match progress {
-        Progress::ModelCall(call) => Some(Some(PricedCall::of(named(call), provider, prices))),
-        Progress::AttemptTotal {
-            reported_micro_usd,
-            tokens,
-            calls,
-        } => {
-            let recorded: Vec<PricedCall> = calls
-                .iter()
-                .map(|c| PricedCall::of(named(c), provider, prices))
-                .collect();
-            let model = recorded
-                .last()
-                .map(|c| c.call.model.clone())
-                .unwrap_or_else(|| ctx.model.clone().unwrap_or_default());
-            Some(
-                CostCorrection {
-                    reported_micro_usd: *reported_micro_usd,
-                    reported_tokens: tokens.clone(),
-                    recorded,
-                }
-                .as_call(&model),
-            )
-        }
-        _ => None,
     }
 }
 
@@ -393,8 +321,11 @@ fn progress_record(
             "model_retry",
             json!({ "reason": reason, "retry": retry, "wait_ms": wait_ms }),
         ),
-        // Recorded apart (see `priced`).
-        Progress::ModelCall(_) | Progress::AttemptTotal { .. } => return (None, None),
+        // Recorded in the ledger (see `super::ledger`).
+        Progress::ModelCall(_)
+        | Progress::CallSent { .. }
+        | Progress::CallAnswered { .. }
+        | Progress::AttemptTotal { .. } => return (None, None),
     };
     let mut data = json!({ "run_id": run_id, "agent": agent, "kind": kind });
     if let (Some(d), Value::Object(extra)) = (data.as_object_mut(), details) {

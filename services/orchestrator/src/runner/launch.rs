@@ -216,7 +216,7 @@ impl Launch {
             identity: self.identity,
             clock: RunClock::start(self.timeout),
             timeout: self.timeout,
-            cost_left_micro_usd: self.cost_left,
+            cost_left_pico_usd: self.cost_left,
             resumed,
             stop: state.shutdown.child_token(),
             span: tracing::Span::none(),

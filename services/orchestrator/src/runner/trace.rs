@@ -121,9 +121,9 @@ fn usage(usage: &Usage, agent: KeyValue, provider: KeyValue, model: Option<&str>
             metrics.tokens.record(tokens, &attributes);
         }
     }
-    if usage.cost_micro_usd > 0 {
-        #[allow(clippy::cast_precision_loss)]
-        let dollars = usage.cost_micro_usd as f64 / 1_000_000.0;
-        metrics.cost.add(dollars, &attributes);
+    if usage.cost_pico_usd > 0 {
+        metrics
+            .cost
+            .add(crate::domain::usd(usage.cost()), &attributes);
     }
 }

@@ -212,10 +212,14 @@ diesel::table! {
         output_tokens -> BigInt,
         cache_read_tokens -> BigInt,
         cache_write_tokens -> BigInt,
-        cost_micro_usd -> Nullable<BigInt>,
+        cost_pico_usd -> Nullable<BigInt>,
         cost_source -> Text,
         calls -> BigInt,
         unpriced_calls -> BigInt,
+        /// 1: the call's tokens are an estimate.
+        estimated -> BigInt,
+        /// 0: sent and not answered (yet).
+        answered -> BigInt,
     }
 }
 
@@ -232,8 +236,9 @@ diesel::table! {
         output_tokens -> BigInt,
         cache_read_tokens -> BigInt,
         cache_write_tokens -> BigInt,
-        cost_micro_usd -> BigInt,
+        cost_pico_usd -> BigInt,
         unpriced_calls -> BigInt,
+        estimated_calls -> BigInt,
     }
 }
 

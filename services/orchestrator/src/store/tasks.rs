@@ -517,6 +517,26 @@ pub(super) fn save_task(
     mut drafts: Vec<EventDraft>,
 ) -> Result<Vec<Event>, StoreError> {
     drafts.extend(spend(conn, before, task, &drafts)?);
+    write_task(conn, before, task, drafts)
+}
+
+/// [`save_task`] without the budget's check: for a model call recorded as
+/// it is sent, whose estimate counts from then on but is no reason to stop
+/// a run (its answer, recorded in its place, is checked).
+pub(super) fn save_task_unchecked(
+    conn: &mut AnyConnection,
+    before: &Task,
+    task: &mut Task,
+) -> Result<Vec<Event>, StoreError> {
+    write_task(conn, before, task, Vec::new())
+}
+
+fn write_task(
+    conn: &mut AnyConnection,
+    before: &Task,
+    task: &mut Task,
+    drafts: Vec<EventDraft>,
+) -> Result<Vec<Event>, StoreError> {
     task.id = before.id;
     task.workspace_id = before.workspace_id;
     task.created_ms = before.created_ms;

@@ -30,7 +30,7 @@ pub(super) async fn create(
         provider: convert::optional_name("provider", req.provider)?,
         model: convert::non_empty(req.model),
         egress: req.egress,
-        budget: convert::budget_from(req.budget),
+        budget: convert::budget_from(req.budget)?,
     };
     let agent = state.store.create_agent(workspace, new).await?;
     Ok(convert::agent(&workspace.to_string(), &agent))
@@ -95,7 +95,10 @@ pub(super) async fn update(
             .transpose()?,
         model: req.model.map(convert::non_empty),
         egress: req.set_egress.then_some(req.egress),
-        budget: req.budget.map(|b| convert::budget_from(Some(b))),
+        budget: req
+            .budget
+            .map(|b| convert::budget_from(Some(b)))
+            .transpose()?,
     };
     let agent = crate::core::agents::update(state, workspace, name, instructions, changes).await?;
     Ok(convert::agent(&workspace.to_string(), &agent))

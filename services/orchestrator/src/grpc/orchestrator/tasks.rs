@@ -28,7 +28,7 @@ pub(super) async fn create(
 ) -> Result<pb::Task, ServiceError> {
     let workspace = convert::workspace_id("workspace_id", &req.workspace_id)?;
     let source = convert::source_from(req.source);
-    let budget = convert::budget_from(req.budget);
+    let budget = convert::budget_from(req.budget)?;
     let task = core::create(state, workspace, req.description, source, budget, None).await?;
     Ok(convert::task(&task))
 }
@@ -39,7 +39,7 @@ pub(super) async fn set_budget(
     req: pb::UpdateTaskBudgetRequest,
 ) -> Result<pb::Task, ServiceError> {
     let id = convert::task_id("task_id", &req.task_id)?;
-    let task = core::set_budget(state, id, convert::budget_from(req.budget)).await?;
+    let task = core::set_budget(state, id, convert::budget_from(req.budget)?).await?;
     Ok(convert::task(&task))
 }
 

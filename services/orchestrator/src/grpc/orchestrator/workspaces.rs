@@ -53,7 +53,7 @@ pub(super) async fn update(
         .system_provider
         .map(|p| convert::optional_name("system_provider", p))
         .transpose()?;
-    let limits = req.limits.map(convert::workspace_limits_from);
+    let limits = req.limits.map(convert::workspace_limits_from).transpose()?;
     if let Some(limits) = &limits {
         limits.check()?;
     }

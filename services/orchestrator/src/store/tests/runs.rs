@@ -257,7 +257,7 @@ async fn a_run_keeps_its_session_usage_and_conversation_in_order() {
             model_calls: 2,
             input_tokens: 10,
             output_tokens: 4,
-            cost_micro_usd: 1500,
+            cost_pico_usd: 1500,
             ..crate::domain::Usage::default()
         };
         let (changed, _, events) = t
@@ -601,5 +601,90 @@ async fn a_heartbeat_does_not_wait_for_a_busy_pool() {
         drop(held);
         let beat = beat.unwrap_or_else(|e| panic!("{b}: the heartbeat waited for the pool: {e}"));
         assert!(beat.lost.is_empty(), "{b}");
+    }
+}
+
+/// A call recorded as it is sent counts at once, as an estimate; its answer
+/// takes the estimate's place in the run's, the task's and the day's sums;
+/// a call its API refused is taken out; and costs add up to the pico-dollar.
+#[tokio::test]
+async fn a_call_sent_counts_as_estimated_until_its_answer_takes_its_place() {
+    use crate::domain::{ModelCall, PricedCall, Prices};
+    for t in test_stores().await {
+        let b = t.backend;
+        let (ws, task) = t.workspace_with_task("docs").await;
+        let (run, _) = t
+            .store
+            .create_run(task.id, name_of("writer"), None, tools())
+            .await
+            .expect(b);
+        let prices = Prices::parse("[models.m]\ninput = 0.4\noutput = 0.4\n").expect("table");
+        let priced = |call: ModelCall| PricedCall::of(call, "p", &prices);
+        let provider = || name_of("p");
+        let sent = ModelCall::estimate("m", 400, 0);
+        let (_, task_after_send, _, id) = t
+            .store
+            .record_model_call(run.id, provider(), priced(sent.clone()), false)
+            .await
+            .expect(b);
+        let u = task_after_send.usage;
+        assert_eq!(
+            (
+                u.model_calls,
+                u.input_tokens,
+                u.estimated_calls,
+                u.unpriced_calls
+            ),
+            (1, 100, 1, 1),
+            "{b}: counted at once, estimated and unpriced"
+        );
+        let answer = ModelCall {
+            model: "m".into(),
+            input_tokens: 7,
+            output_tokens: 3,
+            ..ModelCall::default()
+        };
+        let (run_after, task_after, _) = t
+            .store
+            .answer_model_call(id, Some(priced(answer.clone())))
+            .await
+            .expect(b);
+        let u = task_after.usage;
+        assert_eq!(
+            (
+                u.model_calls,
+                u.input_tokens,
+                u.output_tokens,
+                u.estimated_calls,
+                u.unpriced_calls
+            ),
+            (1, 7, 3, 0, 0),
+            "{b}: the answer in the estimate's place"
+        );
+        assert_eq!(u.cost(), 4_000_000, "{b}: 10 tokens at 0.4 µ$, exactly");
+        assert_eq!(run_after.usage, u, "{b}");
+        // Answered once: a second answer changes nothing.
+        let (_, again, _) = t
+            .store
+            .answer_model_call(id, Some(priced(answer)))
+            .await
+            .expect(b);
+        assert_eq!(again.usage, u, "{b}");
+        // Sent and refused by its API: taken out again.
+        let (_, _, _, refused) = t
+            .store
+            .record_model_call(run.id, provider(), priced(sent), false)
+            .await
+            .expect(b);
+        let (_, task_after, _) = t.store.answer_model_call(refused, None).await.expect(b);
+        assert_eq!(task_after.usage, u, "{b}: the refused call is gone");
+        let today = crate::domain::day_of(crate::domain::now_ms());
+        let days = t
+            .store
+            .usage_days(Some(ws.id), today - 1, today + 2)
+            .await
+            .expect(b);
+        let day = crate::domain::Usage::sum(days.iter().map(|d| &d.usage));
+        assert_eq!(day, u, "{b}: the day's sums agree with the task's");
     }
 }
