@@ -260,7 +260,7 @@ async fn defaults_fill_the_limits_a_task_leaves_out_and_a_workspace_day_limit_st
         )
         .await;
         // The workspace: a default task budget, and a day's spending limit of
-        // three calls' cost.
+        // 2.4 calls' cost (two calls pass 80 % of it, the third reaches it).
         let limits = |daily: f64| pb::WorkspaceLimits {
             task_budget: Some(pb::Budget {
                 tokens: Some(10_000),
@@ -273,7 +273,7 @@ async fn defaults_fill_the_limits_a_task_leaves_out_and_a_workspace_day_limit_st
         client
             .update_workspace(pb::UpdateWorkspaceRequest {
                 id: team.workspace.id.clone(),
-                limits: Some(limits(3.0 * CALL_USD)),
+                limits: Some(limits(2.4 * CALL_USD)),
                 ..Default::default()
             })
             .await
@@ -295,7 +295,16 @@ async fn defaults_fill_the_limits_a_task_leaves_out_and_a_workspace_day_limit_st
         // The first task spends two calls and completes.
         let first = planned_task(&mut client, &team.workspace, "Read once.").await;
         start(&mut client, &first, &team.agent, 0).await;
-        wait_for(&mut client, &first.id, completed_by("worker")).await;
+        let events = wait_for(&mut client, &first.id, completed_by("worker")).await;
+        // Past 80 % of the day's limit: warned once, as a task's own limits warn.
+        let warnings: Vec<serde_json::Value> = events
+            .iter()
+            .filter(|e| e.kind == "budget_warning")
+            .map(data)
+            .collect();
+        assert_eq!(warnings.len(), 1, "{b}: {warnings:?}");
+        assert_eq!(warnings[0]["limit"], "workspace_daily_cost_usd", "{b}");
+        assert_eq!(warnings[0]["percent"], 83, "{b}: {warnings:?}");
         let limits_of = task_of(&mut client, &first.id)
             .await
             .budget

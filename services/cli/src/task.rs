@@ -96,9 +96,11 @@ pub enum TaskCommand {
     },
     /// Shows a task: its plan, its questions, its runs (the handoff tree).
     Show { id: String },
-    /// Sets a task's budget: each limit given (the others: none, or the
-    /// defaults of its agent and workspace). A task its budget stopped can
-    /// be started again once the limit it reached is raised.
+    /// Changes a task's budget: each limit given is set, the task's other
+    /// limits are kept (a limit it does not set comes from the defaults of
+    /// its agent and workspace). With no limit given, shows the budget.
+    /// A task its budget stopped can be started again once the limit it
+    /// reached is raised.
     Budget {
         id: String,
         /// US dollars the task may spend.
@@ -112,6 +114,9 @@ pub enum TaskCommand {
         /// Seconds the task may be active, over all its starts.
         #[arg(long)]
         wall_secs: Option<u64>,
+        /// Removes every limit the task sets itself (the defaults stay).
+        #[arg(long, conflicts_with_all = ["cost_usd", "tokens", "tool_calls", "wall_secs"])]
+        clear: bool,
     },
 }
 
@@ -182,24 +187,62 @@ pub async fn run(command: TaskCommand, mut client: Client, out: &Out) -> Result<
             tokens,
             tool_calls,
             wall_secs,
+            clear,
         } => {
-            let task = c
-                .update_task_budget(pb::UpdateTaskBudgetRequest {
-                    task_id: id,
-                    budget: Some(pb::Budget {
-                        cost_usd,
-                        tokens,
-                        tool_calls,
-                        wall_secs,
-                    }),
-                })
-                .await
-                .map_err(|s| Fail::call("set the budget", &s))?
-                .into_inner();
-            show_task(out, &task);
-            Ok(Exit::Ok)
+            let given = pb::Budget {
+                cost_usd,
+                tokens,
+                tool_calls,
+                wall_secs,
+            };
+            budget(c, out, id, given, clear).await
         }
     }
+}
+
+/// `task budget`: the limits given set over the task's own (the others
+/// kept), every own limit removed with `clear`, or — nothing given — the
+/// budget shown.
+async fn budget(
+    c: &mut Client,
+    out: &Out,
+    id: String,
+    given: pb::Budget,
+    clear: bool,
+) -> Result<Exit, Fail> {
+    let task = c
+        .get_task(pb::GetTaskRequest {
+            task_id: id.clone(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|s| Fail::call("read the task", &s))?
+        .into_inner();
+    if given == pb::Budget::default() && !clear {
+        show_task(out, &task);
+        return Ok(Exit::Ok);
+    }
+    let own = task.budget.and_then(|b| b.own).unwrap_or_default();
+    let budget = if clear {
+        pb::Budget::default()
+    } else {
+        pb::Budget {
+            cost_usd: given.cost_usd.or(own.cost_usd),
+            tokens: given.tokens.or(own.tokens),
+            tool_calls: given.tool_calls.or(own.tool_calls),
+            wall_secs: given.wall_secs.or(own.wall_secs),
+        }
+    };
+    let task = c
+        .update_task_budget(pb::UpdateTaskBudgetRequest {
+            task_id: id,
+            budget: Some(budget),
+        })
+        .await
+        .map_err(|s| Fail::call("set the budget", &s))?
+        .into_inner();
+    show_task(out, &task);
+    Ok(Exit::Ok)
 }
 
 async fn cancel(client: &mut Client, out: &Out, id: String, reason: String) -> Result<Exit, Fail> {

@@ -578,6 +578,44 @@ async fn task_budget_and_usage_read_and_set_what_tasks_spend() {
     let (code, _, stderr) = stage.run(&["task", "budget", &id, "--tokens", "0"]).await;
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("tokens must be more than 0"), "{stderr}");
+    // One limit given changes that one; the others stay.
+    let budget_of = |stdout: &str| -> Value {
+        let task: Value = serde_json::from_str(stdout).expect("JSON");
+        task["budget"]["own"].clone()
+    };
+    let (code, stdout, stderr) = stage
+        .run(&["task", "budget", &id, "--tokens", "20000", "-o", "json"])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let both = json!({"costUsd": 2.5, "tokens": 20000, "toolCalls": 40, "wallSecs": null});
+    assert_eq!(budget_of(&stdout), both, "the other limits are kept");
+    // Nothing given: the budget is shown, unchanged.
+    let (code, stdout, stderr) = stage.run(&["task", "budget", &id, "-o", "json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(budget_of(&stdout), both, "a bare command changes nothing");
+    // A cost that cannot be kept is refused, naming the largest, and changes nothing.
+    for huge in ["1e15", "1e300", "inf"] {
+        let (code, _, stderr) = stage
+            .run(&["task", "budget", &id, "--cost-usd", huge])
+            .await;
+        assert_eq!(code, 1, "{huge}: {stderr}");
+        assert!(
+            stderr.contains("the largest cost limit is $9223372.036855")
+                || stderr.contains("is not an amount of US dollars"),
+            "{huge}: {stderr}"
+        );
+    }
+    let (_, stdout, _) = stage.run(&["task", "budget", &id, "-o", "json"]).await;
+    assert_eq!(budget_of(&stdout), both, "refused: nothing changed");
+    // --clear removes them all.
+    let (code, stdout, stderr) = stage
+        .run(&["task", "budget", &id, "--clear", "-o", "json"])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        budget_of(&stdout),
+        json!({"costUsd": null, "tokens": null, "toolCalls": null, "wallSecs": null})
+    );
 
     let (code, stdout, stderr) = stage
         .run(&["usage", "-w", "demo", "--by", "agent,day", "-o", "json"])

@@ -103,6 +103,25 @@ impl WorkspaceLimits {
         .find_map(|(limit, spent, value)| value.filter(|v| spent >= *v).map(|v| (limit, spent, v)))
     }
 
+    /// The spending limits past 80 % and not yet reached: (limit, spent,
+    /// value).
+    pub fn nearing(&self, today: u64, this_month: u64) -> Vec<(Limit, u64, u64)> {
+        [
+            (Limit::WorkspaceDaily, today, self.daily_cost_pico_usd),
+            (
+                Limit::WorkspaceMonthly,
+                this_month,
+                self.monthly_cost_pico_usd,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(limit, spent, value)| value.map(|v| (limit, spent, v)))
+        .filter(|(_, spent, value)| {
+            spent < value && spent.saturating_mul(100) >= value.saturating_mul(WARN_PERCENT)
+        })
+        .collect()
+    }
+
     pub fn has_spending_limits(&self) -> bool {
         self.daily_cost_pico_usd.is_some() || self.monthly_cost_pico_usd.is_some()
     }
@@ -159,6 +178,10 @@ pub struct TaskBudget {
     pub tool_calls: u64,
     /// Limits past 80 % already warned of (since they were last raised).
     pub warned: Vec<Limit>,
+    /// Its workspace's spending limits past 80 % already warned of, with the
+    /// UTC day (daily) or the first day of the UTC month (monthly) they were
+    /// for: a new day or month warns again.
+    pub workspace_warned: Vec<(Limit, i64)>,
     /// Milliseconds it was active before its current start.
     pub active_ms: u64,
     /// When it last went active, while it is.
@@ -226,6 +249,17 @@ impl TaskBudget {
             // A workspace's spend is not the task's: see WorkspaceLimits.
             Limit::WorkspaceDaily | Limit::WorkspaceMonthly => 0,
         }
+    }
+
+    /// Notes a warning of the workspace's `limit` for the period starting on
+    /// day `period`; false when it was given already.
+    pub fn warn_workspace(&mut self, limit: Limit, period: i64) -> bool {
+        if self.workspace_warned.contains(&(limit, period)) {
+            return false;
+        }
+        self.workspace_warned.retain(|(l, _)| *l != limit);
+        self.workspace_warned.push((limit, period));
+        true
     }
 
     /// Milliseconds it has been active, up to `now_ms`.
@@ -363,6 +397,28 @@ mod tests {
         assert_eq!(budget.reached(&usage(900, 100), 0), None);
         assert!(budget.warned.is_empty(), "{:?}", budget.warned);
         assert_eq!(budget.cost_left(&usage(900, 100)), Some(1_100));
+    }
+
+    #[test]
+    fn a_workspace_limit_past_80_percent_warns_once_a_day() {
+        let limits = WorkspaceLimits {
+            daily_cost_pico_usd: Some(100),
+            monthly_cost_pico_usd: Some(1_000),
+            ..WorkspaceLimits::default()
+        };
+        assert!(limits.nearing(79, 79).is_empty());
+        assert_eq!(
+            limits.nearing(80, 900),
+            [
+                (Limit::WorkspaceDaily, 80, 100),
+                (Limit::WorkspaceMonthly, 900, 1_000)
+            ]
+        );
+        assert!(limits.nearing(100, 100).is_empty(), "reached is no warning");
+        let mut budget = TaskBudget::default();
+        assert!(budget.warn_workspace(Limit::WorkspaceDaily, 7));
+        assert!(!budget.warn_workspace(Limit::WorkspaceDaily, 7), "once");
+        assert!(budget.warn_workspace(Limit::WorkspaceDaily, 8), "a new day");
     }
 
     #[test]

@@ -465,9 +465,11 @@ pub fn cancel_task(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkspaceSpend {
     pub limits: super::WorkspaceLimits,
-    /// Millionths of a US dollar this UTC day and this UTC month.
+    /// Pico-dollars spent this UTC day and this UTC month.
     pub today: u64,
     pub this_month: u64,
+    /// This UTC day (days since 1970-01-01).
+    pub day: i64,
 }
 
 /// Refuses to start a task whose workspace has reached a spending limit.
@@ -536,12 +538,30 @@ pub fn spend(
             "percent": pct(spent, value),
         })
     };
-    match verdict {
-        super::Verdict::Within => Ok(Events::new()),
-        super::Verdict::Warn(warnings) => Ok(warnings
+    // The workspace's limits past 80 %: a warning once per task and day
+    // (or month).
+    let mut nearing = Vec::new();
+    if let Some(w) = workspace {
+        for (limit, spent, value) in w.limits.nearing(w.today, w.this_month) {
+            let period = match limit {
+                super::Limit::WorkspaceMonthly => super::month_start(w.day),
+                _ => w.day,
+            };
+            if task.budget.warn_workspace(limit, period) {
+                nearing.push((limit, spent, value));
+            }
+        }
+    }
+    let warnings = |found: Vec<(super::Limit, u64, u64)>| {
+        found
             .into_iter()
+            .chain(nearing)
             .map(|(limit, spent, value)| (EventKind::BudgetWarning, show(limit, spent, value)))
-            .collect()),
+            .collect()
+    };
+    match verdict {
+        super::Verdict::Within => Ok(warnings(Vec::new())),
+        super::Verdict::Warn(found) => Ok(warnings(found)),
         super::Verdict::Exceeded(limit, spent, value) => {
             let to = match task.status {
                 TaskStatus::Active => TaskStatus::Waiting,

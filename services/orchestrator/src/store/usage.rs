@@ -192,14 +192,15 @@ pub(super) fn workspace_spend(
     } else {
         unlocked
     };
+    let today = day_of(now_ms());
     if !limits.has_spending_limits() {
         return Ok(WorkspaceSpend {
             limits,
             today: 0,
             this_month: 0,
+            day: today,
         });
     }
-    let today = day_of(now_ms());
     let days: Vec<(i64, i64)> = usage_daily::table
         .filter(usage_daily::workspace_id.eq(workspace.to_string()))
         .filter(usage_daily::day.ge(month_start(today)))
@@ -219,6 +220,7 @@ pub(super) fn workspace_spend(
         limits,
         today: sum(today),
         this_month: sum(month_start(today)),
+        day: today,
     })
 }
 
