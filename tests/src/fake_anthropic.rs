@@ -71,10 +71,46 @@ pub const SIDE_TEXT: &str = "fake side reply";
 pub const INPUT_TOKENS: u64 = 10;
 pub const OUTPUT_TOKENS: u64 = 5;
 
+/// How the fake serves its main calls (those that declare tools), counted
+/// from 0 in arrival order over all its conversations.
+#[derive(Debug, Clone, Copy)]
+pub struct Serving {
+    /// The output tokens the `n`th call reports in its `message_delta`.
+    pub output_tokens: fn(usize) -> u64,
+    /// The call held open: its `message_start` and a text block
+    /// ([`HELD_TEXT`]) are sent, then nothing more until the client goes (a
+    /// call in flight when its run is stopped).
+    pub hold: Option<usize>,
+}
+
+impl Default for Serving {
+    fn default() -> Self {
+        Self {
+            output_tokens: |_| OUTPUT_TOKENS,
+            hold: None,
+        }
+    }
+}
+
+/// What the fake served: the calls answered whole, their tokens, and the
+/// input tokens of the call it holds open (if it holds one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Served {
+    pub calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub held_input_tokens: u64,
+}
+
 struct Shared {
     /// (marker, script): a conversation follows the first script whose marker
     /// its messages hold.
     scripts: Vec<(String, Vec<Reply>)>,
+    serving: Serving,
+    main_calls: std::sync::atomic::AtomicUsize,
+    served: Mutex<Served>,
+    /// Set once the held call's first events are sent.
+    holding: tokio::sync::watch::Sender<bool>,
     requests: Mutex<Vec<Value>>,
     /// (tool_use_id, text, is_error), first sighting order.
     tool_results: Mutex<Vec<(String, String, bool)>>,
@@ -112,7 +148,19 @@ impl FakeAnthropic {
     /// first script whose marker the text of its messages holds (`""` holds
     /// for every conversation).
     pub async fn start_scripts(scripts: Vec<(&str, Vec<Reply>)>) -> FakeAnthropic {
+        Self::start_serving(scripts, Serving::default()).await
+    }
+
+    /// [`FakeAnthropic::start_scripts`], serving as `serving` says.
+    pub async fn start_serving(
+        scripts: Vec<(&str, Vec<Reply>)>,
+        serving: Serving,
+    ) -> FakeAnthropic {
         let shared = Arc::new(Shared {
+            serving,
+            main_calls: std::sync::atomic::AtomicUsize::new(0),
+            served: Mutex::new(Served::default()),
+            holding: tokio::sync::watch::Sender::new(false),
             scripts: scripts
                 .into_iter()
                 .map(|(marker, replies)| (marker.to_owned(), replies))
@@ -148,6 +196,19 @@ impl FakeAnthropic {
             .iter()
             .map(|(_, text, is_error)| (text.clone(), *is_error))
             .collect()
+    }
+
+    /// What it has served so far.
+    pub fn served(&self) -> Served {
+        *lock(&self.shared.served)
+    }
+
+    /// Waits until the held call's first events are sent.
+    pub async fn holding(&self) {
+        let mut rx = self.shared.holding.subscribe();
+        rx.wait_for(|held| *held)
+            .await
+            .expect("the fake is serving");
     }
 
     /// Main-conversation requests (those that declare tools), in arrival order.
@@ -290,11 +351,33 @@ async fn messages(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
         .get("model")
         .and_then(Value::as_str)
         .unwrap_or("fake-model");
+    let (output_tokens, hold) = if declares_tools(&body) {
+        let n = shared.main_calls.fetch_add(1, Ordering::SeqCst);
+        (
+            (shared.serving.output_tokens)(n),
+            shared.serving.hold == Some(n),
+        )
+    } else {
+        (OUTPUT_TOKENS, false)
+    };
+    {
+        let mut served = lock(&shared.served);
+        if hold {
+            served.held_input_tokens += INPUT_TOKENS;
+        } else {
+            served.calls += 1;
+            served.input_tokens += INPUT_TOKENS;
+            served.output_tokens += output_tokens;
+        }
+    }
+    if hold {
+        return held_response(&shared, &id, model);
+    }
     if body.get("stream").and_then(Value::as_bool) == Some(true) {
-        sse_response(sse_events(&id, model, &blocks, stop_reason))
+        sse_response(sse_events(&id, model, &blocks, stop_reason, output_tokens))
     } else {
         let usage = json!({
-            "input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS,
+            "input_tokens": INPUT_TOKENS, "output_tokens": output_tokens,
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
         });
         json_response(
@@ -308,22 +391,64 @@ async fn messages(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     }
 }
 
-/// The SSE body of one streamed message: message_start, per block
-/// content_block_start/delta/stop, message_delta (with usage), message_stop.
-fn sse_events(id: &str, model: &str, blocks: &[Value], stop_reason: &str) -> String {
-    let mut out = String::new();
-    let mut event = |name: &str, data: Value| {
-        out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
-    };
-    event(
+/// The text block the call held open sends whole (the CLI prints it as
+/// the agent's text) before it holds.
+pub const HELD_TEXT: &str = "Thinking about it at length.";
+
+/// The answer held open: `message_start` and a whole text block, then
+/// nothing until the client goes.
+fn held_response(shared: &Shared, id: &str, model: &str) -> Response {
+    let mut first = message_start(id, model);
+    first.push_str(&sse_event(
+        "content_block_start",
+        &json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    ));
+    first.push_str(&sse_event(
+        "content_block_delta",
+        &json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": HELD_TEXT}}),
+    ));
+    first.push_str(&sse_event(
+        "content_block_stop",
+        &json!({"type": "content_block_stop", "index": 0}),
+    ));
+    let stream = tokio_stream::StreamExt::chain(
+        tokio_stream::once(Ok::<_, std::convert::Infallible>(Bytes::from(first))),
+        tokio_stream::pending(),
+    );
+    let mut response = sse_response(String::new());
+    *response.body_mut() = axum::body::Body::from_stream(stream);
+    shared.holding.send_replace(true);
+    response
+}
+
+fn sse_event(name: &str, data: &Value) -> String {
+    format!("event: {name}\ndata: {data}\n\n")
+}
+
+fn message_start(id: &str, model: &str) -> String {
+    sse_event(
         "message_start",
-        json!({"type": "message_start", "message": {
+        &json!({"type": "message_start", "message": {
             "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
             "stop_reason": null, "stop_sequence": null,
             "usage": {"input_tokens": INPUT_TOKENS, "output_tokens": 1,
                       "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
         }}),
-    );
+    )
+}
+
+/// The SSE body of one streamed message: message_start, per block
+/// content_block_start/delta/stop, message_delta (with usage), message_stop.
+fn sse_events(
+    id: &str,
+    model: &str,
+    blocks: &[Value],
+    stop_reason: &str,
+    output_tokens: u64,
+) -> String {
+    let mut out = message_start(id, model);
+    let mut event = |name: &str, data: Value| out.push_str(&sse_event(name, &data));
     for (index, block) in blocks.iter().enumerate() {
         let (start, delta) = if block["type"] == "tool_use" {
             (
@@ -353,7 +478,7 @@ fn sse_events(id: &str, model: &str, blocks: &[Value], stop_reason: &str) -> Str
         "message_delta",
         json!({"type": "message_delta",
                "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-               "usage": {"output_tokens": OUTPUT_TOKENS}}),
+               "usage": {"output_tokens": output_tokens}}),
     );
     event("message_stop", json!({"type": "message_stop"}));
     out

@@ -32,6 +32,10 @@ pub enum Step {
     /// One tool call whose arguments are this text as the model wrote it (not
     /// necessarily JSON).
     RawToolCall(String, String),
+    /// Never answered: the request is held until the client goes (a call in
+    /// flight when its orchestrator is killed). [`FakeOpenAi::holding`]
+    /// tells when it came.
+    Hold,
 }
 
 impl Step {
@@ -69,6 +73,10 @@ struct Shared {
     /// declares (the script is not used): for many runs at once.
     rules: Vec<(String, Step)>,
     cursor: AtomicUsize,
+    /// Answers carry no `usage` (as some local servers answer).
+    no_usage: bool,
+    /// Set once a request is held ([`Step::Hold`]).
+    holding: tokio::sync::watch::Sender<bool>,
     /// (body, Authorization header), in arrival order.
     log: Mutex<Vec<(Value, Option<String>)>>,
 }
@@ -105,14 +113,33 @@ impl FakeOpenAi {
         Self::serve(listener, Vec::new(), rules)
     }
 
+    /// [`FakeOpenAi::start`], its answers carrying no `usage` at all.
+    pub async fn start_without_usage(steps: Vec<Step>) -> FakeOpenAi {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        Self::serve_as(listener, steps, Vec::new(), true)
+    }
+
     fn serve(
         listener: tokio::net::TcpListener,
         steps: Vec<Step>,
         rules: Vec<(String, Step)>,
     ) -> FakeOpenAi {
+        Self::serve_as(listener, steps, rules, false)
+    }
+
+    fn serve_as(
+        listener: tokio::net::TcpListener,
+        steps: Vec<Step>,
+        rules: Vec<(String, Step)>,
+        no_usage: bool,
+    ) -> FakeOpenAi {
         let shared = Arc::new(Shared {
             steps,
             rules,
+            no_usage,
+            holding: tokio::sync::watch::Sender::new(false),
             cursor: AtomicUsize::new(0),
             log: Mutex::new(Vec::new()),
         });
@@ -137,6 +164,14 @@ impl FakeOpenAi {
             .iter()
             .map(|(body, _)| body.clone())
             .collect()
+    }
+
+    /// Waits until a request is held ([`Step::Hold`]).
+    pub async fn holding(&self) {
+        let mut rx = self.shared.holding.subscribe();
+        rx.wait_for(|held| *held)
+            .await
+            .expect("the fake is serving");
     }
 
     /// The Authorization header of each request, in order.
@@ -206,6 +241,10 @@ async fn chat_completions(
         .and_then(Value::as_str)
         .unwrap_or(FAKE_MODEL);
     let (content, calls, finish_reason) = match step {
+        Step::Hold => {
+            shared.holding.send_replace(true);
+            return std::future::pending().await;
+        }
         Step::Status(code) => {
             let status = StatusCode::from_u16(code).expect("valid HTTP status in Step::Status");
             return error(status, &format!("fake: scripted status {code}"));
@@ -262,7 +301,7 @@ async fn chat_completions(
             ));
         }
         out.push_str(&chunk(json!({}), Some(finish_reason)));
-        if include_usage {
+        if include_usage && !shared.no_usage {
             let chunk = json!({
                 "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
                 "choices": [], "usage": usage,
@@ -283,14 +322,14 @@ async fn chat_completions(
             })
             .collect();
     }
-    json_response(
-        StatusCode::OK,
-        &json!({
-            "id": id, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-            "usage": usage,
-        }),
-    )
+    let mut answer = json!({
+        "id": id, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+    });
+    if !shared.no_usage {
+        answer["usage"] = usage;
+    }
+    json_response(StatusCode::OK, &answer)
 }
 
 async fn models() -> Response {

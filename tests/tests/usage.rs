@@ -418,3 +418,109 @@ async fn calls_made_before_the_orchestrator_is_killed_are_kept_and_none_is_count
         second.stop().await;
     }
 }
+
+/// An API that says no usage is no free model: each call is recorded with
+/// tokens estimated from what it carried, marked estimated and unpriced, and
+/// a token limit stops the task on them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_without_usage_are_estimated_and_a_token_limit_holds_on_them() {
+    let data_dir = tempfile::tempdir().expect("data");
+    for db in databases(data_dir.path()) {
+        let b = db.backend;
+        let root = tempfile::tempdir().expect("root");
+        std::fs::write(root.path().join("notes.txt"), "alpha\n").expect("a file");
+        let read = || Step::tool_call("file_read", json!({"path": "notes.txt"}));
+        let model = FakeOpenAi::start_without_usage((0..20).map(|_| read()).collect()).await;
+        let orchestrator = orchestrator(data_dir.path(), &db).await;
+        let mut client = orchestrator.client().await;
+        let team = api_team(
+            &mut client,
+            root.path(),
+            &model,
+            &["file.read"],
+            "You read.",
+        )
+        .await;
+        let task = planned_task(&mut client, &team.workspace, "Read, and read again.").await;
+        // Each request carries the system prompt and the tools: thousands of
+        // characters, so a few calls' estimates pass this.
+        let limit = 5_000;
+        client
+            .update_task_budget(pb::UpdateTaskBudgetRequest {
+                task_id: task.id.clone(),
+                budget: Some(pb::Budget {
+                    tokens: Some(limit),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .expect("a budget");
+        start(&mut client, &task, &team.agent, 0).await;
+        let events = wait_for(&mut client, &task.id, |e| e.kind == "budget_exceeded").await;
+        assert_eq!(
+            data(events.last().expect("exceeded"))["limit"],
+            "tokens",
+            "{b}"
+        );
+        let u = task_of(&mut client, &task.id)
+            .await
+            .usage
+            .unwrap_or_default();
+        assert!(u.model_calls >= 1 && u.model_calls < 20, "{b}: {u:?}");
+        assert!(u.input_tokens + u.output_tokens >= limit, "{b}: {u:?}");
+        assert_eq!(
+            (u.estimated_calls, u.unpriced_calls, u.cost_usd),
+            (u.model_calls, u.model_calls, 0.0),
+            "{b}: every call estimated and unpriced, never $0 as if priced: {u:?}"
+        );
+        orchestrator.stop().await;
+    }
+}
+
+/// A call in flight when the orchestrator is killed was recorded when it was
+/// sent: after the restart it is counted, as an estimate, never missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_when_the_orchestrator_is_killed_stays_counted() {
+    use chorus_tests::orchestrator::OrchestratorProcess;
+    let data_dir = tempfile::tempdir().expect("data");
+    for db in databases(data_dir.path()) {
+        let b = db.backend;
+        let root = tempfile::tempdir().expect("root");
+        let model = FakeOpenAi::start(vec![Step::Hold]).await;
+        let state = data_dir.path().join(format!("held-{b}"));
+        let args = ["--lease-secs", "3"];
+        let first = OrchestratorProcess::spawn(&state, &db.url, &args).await;
+        let mut client = first.client().await;
+        let team = api_team(
+            &mut client,
+            root.path(),
+            &model,
+            &["file.read"],
+            "You read.",
+        )
+        .await;
+        let task = planned_task(&mut client, &team.workspace, "Read.").await;
+        start(&mut client, &task, &team.agent, 0).await;
+        model.holding().await;
+        drop(client);
+        first.kill().await;
+
+        let second = OrchestratorProcess::spawn(&state, &db.url, &args).await;
+        let mut client = second.client().await;
+        let kept = task_of(&mut client, &task.id)
+            .await
+            .usage
+            .unwrap_or_default();
+        assert_eq!(
+            (kept.model_calls, kept.estimated_calls),
+            (1, 1),
+            "{b}: the call sent before the kill is counted, estimated: {kept:?}"
+        );
+        assert!(
+            kept.input_tokens > 0,
+            "{b}: its input is estimated: {kept:?}"
+        );
+        drop(client);
+        second.stop().await;
+    }
+}
