@@ -67,6 +67,17 @@ try {
   await page.click('#system-provider button');
   await page.waitForSelector('#system-provider[data-current=model]');
 
+  step = 'a CLI provider shows how its agents reach their tools, and it is changed';
+  await page.fill('#new-provider input[name=name]', 'cli');
+  await page.selectOption('#new-provider select[name=kind]', 'PROVIDER_KIND_CLAUDE_CODE');
+  await page.fill('#new-provider input[name=baseUrl]', '');
+  await page.fill('#new-provider input[name=model]', '');
+  await page.click('#new-provider button');
+  await page.waitForSelector('tr[data-provider=cli] form.transport[data-transport=TOOL_TRANSPORT_MCP]');
+  await page.selectOption('tr[data-provider=cli] select[name=toolTransport]', 'TOOL_TRANSPORT_SHELL');
+  await page.click('tr[data-provider=cli] form.transport button');
+  await page.waitForSelector('tr[data-provider=cli] form.transport[data-transport=TOOL_TRANSPORT_SHELL]');
+
   step = 'create two agents';
   await page.click('a[data-nav=agents]');
   for (const [name, tools] of [['lead', 'file.create,file.read,handoff'], ['helper', 'file.read']]) {
@@ -75,6 +86,12 @@ try {
     await page.click('#new-agent button');
     await page.waitForSelector(`tr[data-agent=${name}]`);
   }
+  step = 'the tools the agents form suggests are accepted';
+  const suggested = await page.getAttribute('#new-agent input[name=tools]', 'placeholder');
+  await page.fill('#new-agent input[name=name]', 'reader');
+  await page.fill('#new-agent input[name=tools]', suggested);
+  await page.click('#new-agent button');
+  await page.waitForSelector('tr[data-agent=reader]');
   await shot('02-agents');
 
   step = 'create a task';
@@ -119,6 +136,18 @@ try {
   // What it spent: every model call of the tree, counted and marked unpriced
   // (no price table here), shown without a reload.
   await page.waitForFunction(() => /[1-9]\d* model calls/.test(document.getElementById('spent')?.textContent || ''));
+  // At the end, the line is the task's final spending, not a figure of
+  // some moment before.
+  await page.waitForSelector('span.live[data-state=ended]');
+  const calls = await page.evaluate(async () => {
+    const response = await fetch('/api/GetTask', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${sessionStorage.getItem('chorus.key')}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ taskId: location.hash.split('/')[2] }),
+    });
+    return Number((await response.json()).usage.modelCalls);
+  });
+  await page.waitForFunction((n) => (document.getElementById('spent')?.textContent || '').includes(` ${n} model calls`), calls);
   const spent = await page.textContent('#spent');
   if (!spent.includes('unpriced') || !spent.includes('limits: none')) throw new Error(`the task's spending shows: ${spent}`);
   await shot('04-completed');

@@ -276,3 +276,94 @@ async fn the_console_speaks_tls_and_its_calls_meet_the_apis_keys_and_roles() {
     drop(body);
     orchestrator.stop().await;
 }
+
+/// The console across a restart of the orchestrator: a task page and the
+/// task list, open in Chromium, show the break, reconnect by themselves
+/// (backoff) and resume each stream from its cursor: the status and the
+/// buttons follow a cancel made while they were away, and every event is
+/// shown once. Prints the reconnect time for docs/benchmarks.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_reconnects_after_a_restart_and_misses_nothing() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let Some((chromium, modules)) = browser() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let root = tempfile::tempdir().expect("root");
+    let db = dir.path().join("chorus.db").display().to_string();
+    let console = std::net::TcpListener::bind("127.0.0.1:0").expect("console port");
+    let console_addr = console.local_addr().expect("addr");
+    let start = |console: std::net::TcpListener| {
+        let signer = chorus_run_token::load_or_create_signer(dir.path()).expect("key set");
+        Orchestrator::start_configured(&db, signer, true, |config| {
+            config.console = Some(console);
+        })
+    };
+    let first = start(console).await;
+    let mut client = first.client().await;
+    let ws = chorus_tests::agents::workspace(&mut client, "again", root.path()).await;
+    let task = chorus_tests::agents::planned_task(&mut client, &ws, "Wait for a restart.").await;
+    drop(client);
+
+    let artifacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&artifacts).expect("artifacts dir");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("console/reconnect.mjs");
+    let mut node = tokio::process::Command::new("node")
+        .arg(&script)
+        .env("CONSOLE_URL", format!("http://{console_addr}"))
+        .env("ADMIN_KEY", &first.admin_key)
+        .env("TASK_ID", &task.id)
+        .env("ARTIFACTS", &artifacts)
+        .env("CHROMIUM", &chromium)
+        .env("CHORUS_TEST_NODE_MODULES", &modules)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run node (apt-get install nodejs)");
+    let mut said = BufReader::new(node.stdout.take().expect("stdout")).lines();
+    let mut stdin = node.stdin.take().expect("stdin");
+    let mut heard = Vec::new();
+    let mut hear = async |expected: &str| {
+        while let Some(line) = said.next_line().await.expect("node's output") {
+            heard.push(line.clone());
+            if line == expected {
+                return;
+            }
+        }
+        panic!("the browser script ended before saying {expected}: {heard:?}");
+    };
+    hear("ready").await;
+    first.stop().await;
+    hear("noticed").await;
+    let second =
+        start(std::net::TcpListener::bind(console_addr).expect("the same console port")).await;
+    stdin
+        .write_all(b"restarted\n")
+        .await
+        .expect("tell the script");
+    let mut client = second.client().await;
+    client
+        .cancel_task(chorus_proto::orchestrator::v1::CancelTaskRequest {
+            task_id: task.id.clone(),
+            reason: "canceled while the pages were away".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("cancel");
+    hear("ok").await;
+    let output = node.wait_with_output().await.expect("node ends");
+    let reconnect = heard
+        .iter()
+        .find_map(|l| l.strip_prefix("reconnect_ms="))
+        .unwrap_or("?");
+    println!("console reconnect after a restart: {reconnect} ms");
+    assert!(
+        output.status.success(),
+        "the browser script failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    second.stop().await;
+}

@@ -28,13 +28,15 @@ async function api(method, body = {}) {
 }
 
 // Calls a server-streaming method; `onMessage` gets each message as it
-// arrives. Resolves when the stream ends; rejects on an error.
-async function stream(method, body, onMessage, signal) {
+// arrives, `onOpen` is called once the server has taken the call. Resolves
+// when the stream ends; rejects on an error.
+async function stream(method, body, onMessage, signal, onOpen = () => {}) {
   const response = await fetch(`/api/stream/${method}`, { method: 'POST', headers: headers(), body: JSON.stringify(body), signal });
   if (!response.ok) {
-    const json = await response.json();
+    const json = await response.json().catch(() => ({ error: { code: 'UNAVAILABLE', message: response.statusText } }));
     throw new ApiError(json.error);
   }
+  onOpen();
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffered = '';
   for (;;) {
@@ -51,6 +53,50 @@ async function stream(method, body, onMessage, signal) {
       onMessage(message);
     }
   }
+}
+
+// Errors a stream may be opened again after: the orchestrator restarted or
+// shed load, the network dropped (a fetch error has no code).
+const PASSING = ['UNAVAILABLE', 'UNKNOWN', 'INTERNAL', 'DEADLINE_EXCEEDED', 'RESOURCE_EXHAUSTED', 'ABORTED', 'CANCELLED'];
+const BACKOFF_MS = [250, 500, 1000, 2000, 4000];
+
+function pause(ms, signal) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => { clearTimeout(timer); reject(new DOMException('left the page', 'AbortError')); }, { once: true });
+  });
+}
+
+// Follows a stream for as long as the page shows it: when it breaks (the
+// orchestrator restarted, the network dropped) it is opened again after a
+// backoff (0.25 s, doubling to 4 s), with `body()` — the request resuming
+// after the last message seen — so nothing is missed or shown twice.
+// `onState` hears 'live' (taken), 'retry' (with the error and the wait) and
+// 'ended'; an error that no retry mends (a key refused, a task gone) rejects.
+async function follow(method, body, onMessage, signal, onState) {
+  let failures = 0;
+  for (;;) {
+    try {
+      await stream(method, body(), onMessage, signal, () => { failures = 0; onState('live'); });
+      onState('ended');
+      return;
+    } catch (error) {
+      if (error.name === 'AbortError') return;
+      if (error.code && !PASSING.includes(error.code)) throw error;
+      const wait = BACKOFF_MS[Math.min(failures, BACKOFF_MS.length - 1)];
+      failures += 1;
+      onState('retry', error, wait);
+      await pause(wait, signal);
+    }
+  }
+}
+
+// What a live indicator says of a followed stream.
+function liveText(live, state, error, wait) {
+  live.dataset.state = state;
+  if (state === 'live') live.textContent = '● live';
+  else if (state === 'retry') live.textContent = `○ reconnecting in ${(wait / 1000).toFixed(1)} s (${error.message || error})`;
+  else live.textContent = '■ ended';
 }
 
 // el('a', {href: '#'}, 'text', child): an element; text is always text, never HTML.
@@ -261,17 +307,17 @@ async function tasksPage(_, signal) {
   show(main, el('h1', {}, 'Tasks ', live), filters, create,
     el('table', {}, el('thead', {}, el('tr', {}, ['Task', 'Status', 'Description', 'Workspace', 'Agent', 'Updated'].map((h) => el('th', {}, h)))), body));
 
-  // Follow first, then list: no change between the two is missed.
+  // Follow first, then list: no change between the two is missed. After a
+  // break the feed resumes after the last change seen.
   let listed = false;
+  let cursor = '';
   const pending = [];
-  const following = stream('WatchTasks', { workspaceId: ws }, async (change) => {
-    if (change.caughtUp) {
-      live.textContent = '● live';
-      return;
-    }
+  const following = follow('WatchTasks', () => ({ workspaceId: ws, afterCursor: cursor }), async (change) => {
+    if (change.cursor) cursor = change.cursor;
+    if (change.caughtUp) return;
     if (!listed) { pending.push(change); return; }
     await apply(change);
-  }, signal);
+  }, signal, (state, error, wait) => liveText(live, state, error, wait));
   async function apply(change) {
     if (change.deleted) {
       rows.get(change.taskId)?.remove();
@@ -476,6 +522,9 @@ async function taskPage(id, signal) {
   let taken = 0;
   let scheduled = false;
   let refreshTask = false;
+  const HEAD_MS = 500;
+  let headAt = 0;
+  let headTimer = null;
   let refreshTree = false;
   function flush() {
     scheduled = false;
@@ -487,17 +536,42 @@ async function taskPage(id, signal) {
     }
     if (taken === queue.length) { queue = []; taken = 0; } else { scheduled = true; requestAnimationFrame(flush); }
     timeline.append(fragment);
-    if (refreshTask) { refreshTask = false; api('GetTask', { taskId: id }).then(renderHead).catch((e) => showError(head, e)); }
+    if (refreshTask && !headTimer) {
+      refreshTask = false;
+      // At most twice a second, the last change always shown.
+      const due = Math.max(0, headAt + HEAD_MS - performance.now());
+      headTimer = setTimeout(() => {
+        headTimer = null;
+        headAt = performance.now();
+        api('GetTask', { taskId: id }).then(renderHead).catch((e) => showError(head, e));
+      }, due);
+    }
     if (refreshTree) { refreshTree = false; refreshRuns().catch((e) => showError(tree, e)); }
   }
   const runKinds = ['agent_started', 'agent_completed', 'agent_handoff_started', 'agent_handoff_completed', 'run_failed', 'run_canceled', 'run_interrupted', 'run_opened'];
-  live.textContent = '● live';
-  stream('WatchTask', { taskId: id, afterSequence: 0, follow: true }, (event) => {
+  // After a break the history resumes after the last event seen, and the
+  // task and its runs are read again (what changed meanwhile shows at once).
+  let lastSequence = 0;
+  let broken = false;
+  const refreshAll = () => {
+    api('GetTask', { taskId: id }).then(renderHead).catch((e) => showError(head, e));
+    refreshRuns().catch((e) => showError(tree, e));
+  };
+  follow('WatchTask', () => ({ taskId: id, afterSequence: lastSequence }), (event) => {
+    lastSequence = Math.max(lastSequence, Number(event.sequence));
     queue.push(event);
-    if (event.kind === 'status_changed' || event.kind.startsWith('planning') || event.kind.startsWith('budget') || event.kind === 'answers_submitted' || event.kind === 'tool_executed') refreshTask = true;
+    // Model calls change what it spent with no event of their own: any
+    // event of a run refreshes the head (once a frame at most).
+    refreshTask = true;
     if (runKinds.includes(event.kind)) refreshTree = true;
     if (!scheduled) { scheduled = true; requestAnimationFrame(flush); }
-  }, signal).catch((error) => {
+  }, signal, (state, error, wait) => {
+    liveText(live, state, error, wait);
+    if (state === 'retry') broken = true;
+    if (state === 'live' && broken) { broken = false; refreshAll(); }
+    // Over: its last calls are recorded; what it spent is final.
+    if (state === 'ended') refreshAll();
+  }).catch((error) => {
     if (error.name === 'AbortError') return;
     live.textContent = '';
     showError(main, error);
@@ -541,7 +615,7 @@ async function agentsPage(id) {
   const ws = list.find((w) => w.id === chosen);
   const create = can.admin() ? form({ id: 'new-agent' }, [
     field('Name', el('input', { name: 'name', required: true })),
-    field('Allowed tools (comma-separated; @profiles too)', el('input', { name: 'tools', size: 40, placeholder: '@read-only,file.write' })),
+    field('Allowed tools (comma-separated; @researcher, @developer, @reviewer too)', el('input', { name: 'tools', size: 40, placeholder: '@researcher,file.write' })),
     field('Provider', el('select', { name: 'provider' }, el('option', { value: '' }, `system (${ws.systemProvider || 'none'})`), providers.map((p) => el('option', { value: p.name }, p.name)))),
     field('Instructions', el('textarea', { name: 'instructions' })),
   ], 'Create agent', async (data) => {
@@ -571,20 +645,43 @@ async function providersPage(id) {
     field('Base URL', el('input', { name: 'baseUrl', size: 30 })),
     field('Model', el('input', { name: 'model' })),
     field('API key (write-only: the key, env:NAME or file:/path)', el('input', { name: 'apiKey', type: 'password', autocomplete: 'off' })),
+    field('CLI agents reach their tools by', transportSelect('')),
   ], 'Create provider', async (data) => {
-    await api('CreateProvider', { workspaceId: chosen, name: data.get('name'), kind: data.get('kind'), baseUrl: data.get('baseUrl'), model: data.get('model'), apiKey: data.get('apiKey') });
+    await api('CreateProvider', { workspaceId: chosen, name: data.get('name'), kind: data.get('kind'), baseUrl: data.get('baseUrl'), model: data.get('model'), apiKey: data.get('apiKey'), toolTransport: data.get('toolTransport') });
     route();
   }) : null;
+  // A CLI provider's transport, changed in place (admins).
+  const transport = (p) => {
+    if (!CLI_KINDS.includes(p.kind)) return '—';
+    if (!can.admin()) return TRANSPORTS[p.toolTransport] || p.toolTransport;
+    return form({ class: 'transport', 'data-transport': p.toolTransport }, [transportSelect(p.toolTransport)], 'Set', async (data) => {
+      await api('UpdateProvider', { workspaceId: chosen, name: p.name, toolTransport: data.get('toolTransport') });
+      route();
+    });
+  };
   const system = can.admin() ? form({ id: 'system-provider', 'data-current': current }, [field('The planner runs on', el('select', { name: 'provider' },
     el('option', { value: '' }, '(none)'), providers.map((p) => el('option', { value: p.name, selected: p.name === current }, p.name))))], 'Set system provider', async (data) => {
     await api('UpdateWorkspace', { id: chosen, systemProvider: data.get('provider') });
     route();
   }) : null;
   show(main, el('h1', {}, 'Providers'), picker, create, system, el('table', {},
-    el('thead', {}, el('tr', {}, ['Name', 'Kind', 'Base URL', 'Model', 'API key'].map((h) => el('th', {}, h)))),
+    el('thead', {}, el('tr', {}, ['Name', 'Kind', 'Base URL', 'Model', 'API key', 'Tools reached by'].map((h) => el('th', {}, h)))),
     el('tbody', {}, providers.map((p) => el('tr', { 'data-provider': p.name },
       el('td', {}, p.name), el('td', {}, p.kind.replace('PROVIDER_KIND_', '').toLowerCase()), el('td', { class: 'mono' }, p.baseUrl),
-      el('td', {}, p.model), el('td', {}, p.apiKeySet ? `set (${p.apiKeySource})` : 'none'))))));
+      el('td', {}, p.model), el('td', {}, p.apiKeySet ? `set (${p.apiKeySource})` : 'none'),
+      el('td', {}, transport(p)))))));
+}
+
+// How a CLI agent reaches its tools (providers' toolTransport).
+const TRANSPORTS = {
+  TOOL_TRANSPORT_MCP: 'MCP (native tools, no shell)',
+  TOOL_TRANSPORT_SHELL: 'shell (chorus-tools through Bash)',
+};
+const CLI_KINDS = ['PROVIDER_KIND_CLAUDE_CODE', 'PROVIDER_KIND_OPENCODE'];
+
+function transportSelect(current) {
+  return el('select', { name: 'toolTransport' }, Object.entries(TRANSPORTS)
+    .map(([value, text]) => el('option', { value, selected: value === (current || 'TOOL_TRANSPORT_MCP') }, text)));
 }
 
 async function keysPage() {
