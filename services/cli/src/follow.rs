@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use chorus_proto::orchestrator::v1 as pb;
 use serde_json::{Value, json};
-use tonic::Code;
 
 use crate::client::Client;
 use crate::fail::{Exit, Fail};
@@ -37,8 +36,6 @@ impl Outcome {
     }
 }
 
-/// Times a broken stream is opened again from the last event seen.
-const RECONNECTS: u32 = 5;
 const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
 /// What following a task saw.
@@ -60,7 +57,7 @@ pub async fn follow(
 ) -> Result<Followed, Fail> {
     let mut view = View::new(out, task, acting);
     let mut cursor = after;
-    let mut attempts = 0;
+    let mut backoff = crate::reconnect::Backoff::default();
     let mut tick = tokio::time::interval(Duration::from_millis(120));
     loop {
         let request = pb::WatchTaskRequest {
@@ -70,8 +67,19 @@ pub async fn follow(
             until_needed: true,
         };
         let mut stream = match client.watch_task(request).await {
-            Ok(stream) => stream.into_inner(),
-            Err(status) => return Err(Fail::call("watch the task", &status)),
+            Ok(stream) => {
+                backoff.reset();
+                stream.into_inner()
+            }
+            Err(status) => {
+                view.clear_spinner();
+                let from = format!("event {cursor}");
+                backoff
+                    .after(status, out, "watching the task", &from)
+                    .await
+                    .map_err(|s| Fail::call("watch the task", &s))?;
+                continue;
+            }
         };
         loop {
             let message = tokio::select! {
@@ -83,8 +91,12 @@ pub async fn follow(
             };
             match message {
                 Ok(Some(event)) => {
+                    // A replay after a break may start before what was shown.
+                    if event.sequence <= cursor {
+                        continue;
+                    }
                     cursor = event.sequence;
-                    attempts = 0;
+                    backoff.reset();
                     view.event(&event);
                 }
                 Ok(None) => {
@@ -94,19 +106,14 @@ pub async fn follow(
                         last: cursor,
                     });
                 }
-                Err(status) if status.code() == Code::Unavailable && attempts < RECONNECTS => {
-                    attempts += 1;
-                    view.clear_spinner();
-                    out.note(&format!(
-                        "the stream broke ({}); following again from event {cursor}",
-                        status.message()
-                    ));
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    break;
-                }
                 Err(status) => {
                     view.clear_spinner();
-                    return Err(Fail::call("follow the task", &status));
+                    let from = format!("event {cursor}");
+                    backoff
+                        .after(status, out, "the task's stream", &from)
+                        .await
+                        .map_err(|s| Fail::call("follow the task", &s))?;
+                    break;
                 }
             }
         }

@@ -10,6 +10,7 @@ mod follow;
 mod output;
 mod profile;
 mod prompt;
+mod reconnect;
 mod task;
 
 use std::path::PathBuf;

@@ -697,7 +697,7 @@ async fn list(
     };
     // Following starts first, so that nothing between the list and the
     // stream is missed.
-    let mut changes = if watch {
+    let changes = if watch {
         let mut stream = client
             .watch_tasks(pb::WatchTasksRequest {
                 workspace_id: workspace.clone(),
@@ -711,7 +711,7 @@ async fn list(
             .message()
             .await
             .map_err(|s| Fail::call("follow the tasks", &s))?;
-        Some((stream, now.map(|c| c.cursor).unwrap_or_default()))
+        Some((Some(stream), now.map(|c| c.cursor).unwrap_or_default()))
     } else {
         None
     };
@@ -744,16 +744,45 @@ async fn list(
             ],
         );
     }
-    let Some((stream, _)) = changes.as_mut() else {
+    let Some((mut stream, mut cursor)) = changes else {
         return Ok(Exit::Ok);
     };
+    // After a break (a restart, another replica behind a balancer) the feed
+    // resumes after the last change seen.
+    let mut backoff = crate::reconnect::Backoff::default();
     loop {
-        let change = match stream.message().await {
-            Ok(Some(change)) => change,
-            Ok(None) => return Ok(Exit::Ok),
-            Err(s) => return Err(Fail::call("follow the tasks", &s)),
+        let open = match stream.take() {
+            Some(open) => Ok(open),
+            None => client
+                .watch_tasks(pb::WatchTasksRequest {
+                    workspace_id: workspace.clone(),
+                    after_cursor: cursor.clone(),
+                    ..Default::default()
+                })
+                .await
+                .map(tonic::Response::into_inner),
         };
-        print_change(out, &change);
+        let failure = match open {
+            Ok(mut open) => loop {
+                match open.message().await {
+                    Ok(Some(change)) => {
+                        backoff.reset();
+                        if !change.cursor.is_empty() {
+                            cursor.clone_from(&change.cursor);
+                        }
+                        print_change(out, &change);
+                    }
+                    Ok(None) => return Ok(Exit::Ok),
+                    Err(status) => break status,
+                }
+            },
+            Err(status) => status,
+        };
+        let from = format!("cursor {cursor}");
+        backoff
+            .after(failure, out, "the task feed", &from)
+            .await
+            .map_err(|s| Fail::call("follow the tasks", &s))?;
     }
 }
 
