@@ -10,7 +10,6 @@ use crate::client::Client;
 use crate::fail::{Exit, Fail};
 use crate::output::say;
 use crate::output::{self, Format, Out};
-use crate::prompt;
 
 #[derive(Debug, Subcommand)]
 pub enum WorkspaceCommand {
@@ -51,58 +50,6 @@ pub enum WorkspaceCommand {
         task_tool_calls: Option<u64>,
     },
     Delete {
-        workspace: String,
-    },
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ProviderKind {
-    ClaudeCode,
-    Opencode,
-    OpenaiCompatible,
-    /// A remote A2A agent: --base-url is where its agent card is.
-    A2a,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum ProviderCommand {
-    List {
-        /// The workspace, by name or id.
-        #[arg(long, short)]
-        workspace: String,
-    },
-    /// Creates a provider. Its API key is write-only: a reference the
-    /// orchestrator resolves (--key-env, --key-file) or the key itself read
-    /// from standard input (--key-stdin).
-    Create {
-        name: String,
-        /// The workspace, by name or id.
-        #[arg(long, short)]
-        workspace: String,
-        /// What runs the agents: a CLI Chorus starts, or a tool loop against
-        /// an OpenAI-compatible API.
-        #[arg(long, value_enum)]
-        kind: ProviderKind,
-        /// The API's base URL (openai-compatible; e.g. http://127.0.0.1:11434/v1).
-        #[arg(long)]
-        base_url: Option<String>,
-        /// The model its agents use unless theirs names another.
-        #[arg(long)]
-        model: Option<String>,
-        /// The orchestrator's environment variable holding the key.
-        #[arg(long, conflicts_with_all = ["key_file", "key_stdin"])]
-        key_env: Option<String>,
-        /// A file on the orchestrator's machine holding the key.
-        #[arg(long, conflicts_with = "key_stdin")]
-        key_file: Option<PathBuf>,
-        /// Read the key itself from standard input (stored encrypted).
-        #[arg(long)]
-        key_stdin: bool,
-    },
-    Delete {
-        name: String,
-        /// The workspace, by name or id.
-        #[arg(long, short)]
         workspace: String,
     },
 }
@@ -348,85 +295,6 @@ pub async fn workspace(
                 .await
                 .map_err(|s| Fail::call("delete the workspace", &s))?;
             out.note(&format!("workspace {workspace} deleted"));
-        }
-    }
-    Ok(Exit::Ok)
-}
-
-const PROVIDER_FIELDS: &[(&str, &str)] = &[
-    ("NAME", "name"),
-    ("KIND", "kind"),
-    ("BASE URL", "baseUrl"),
-    ("MODEL", "model"),
-    ("API KEY", "apiKey"),
-    ("TOOLS VIA", "toolTransport"),
-];
-
-pub async fn provider(
-    command: ProviderCommand,
-    mut client: Client,
-    out: &Out,
-) -> Result<Exit, Fail> {
-    let c = &mut client;
-    match command {
-        ProviderCommand::List { workspace } => {
-            let workspace_id = workspace_id(c, &workspace).await?;
-            let providers = c
-                .list_providers(pb::ListProvidersRequest { workspace_id })
-                .await
-                .map_err(|s| Fail::call("list the providers", &s))?
-                .into_inner()
-                .providers;
-            let rows: Vec<Value> = providers.iter().map(output::provider).collect();
-            out.table(&rows, PROVIDER_FIELDS);
-        }
-        ProviderCommand::Create {
-            name,
-            workspace,
-            kind,
-            base_url,
-            model,
-            key_env,
-            key_file,
-            key_stdin,
-        } => {
-            let workspace_id = workspace_id(c, &workspace).await?;
-            let api_key = match (key_env, key_file, key_stdin) {
-                (Some(var), _, _) => format!("env:{var}"),
-                (_, Some(file), _) => format!("file:{}", file.display()),
-                (_, _, true) => prompt::secret("provider API key: ")?,
-                _ => String::new(),
-            };
-            let kind = match kind {
-                ProviderKind::ClaudeCode => pb::ProviderKind::ClaudeCode,
-                ProviderKind::Opencode => pb::ProviderKind::Opencode,
-                ProviderKind::OpenaiCompatible => pb::ProviderKind::OpenaiCompatible,
-                ProviderKind::A2a => pb::ProviderKind::A2a,
-            };
-            let p = c
-                .create_provider(pb::CreateProviderRequest {
-                    workspace_id,
-                    name,
-                    kind: kind as i32,
-                    base_url: base_url.unwrap_or_default(),
-                    model: model.unwrap_or_default(),
-                    api_key,
-                    tool_transport: 0,
-                })
-                .await
-                .map_err(|s| Fail::call("create the provider", &s))?
-                .into_inner();
-            out.value(&output::provider(&p), PROVIDER_FIELDS);
-        }
-        ProviderCommand::Delete { name, workspace } => {
-            let workspace_id = workspace_id(c, &workspace).await?;
-            c.delete_provider(pb::DeleteProviderRequest {
-                workspace_id,
-                name: name.clone(),
-            })
-            .await
-            .map_err(|s| Fail::call("delete the provider", &s))?;
-            out.note(&format!("provider {name} deleted"));
         }
     }
     Ok(Exit::Ok)

@@ -10,6 +10,7 @@ mod follow;
 mod output;
 mod profile;
 mod prompt;
+mod providers;
 mod reconnect;
 mod task;
 
@@ -52,7 +53,7 @@ enum Command {
     Workspace(admin::WorkspaceCommand),
     /// Providers: the models and CLIs agents run on (keys are write-only).
     #[command(subcommand)]
-    Provider(admin::ProviderCommand),
+    Provider(providers::ProviderCommand),
     /// Agents: instructions, allowed tools, provider.
     #[command(subcommand)]
     Agent(admin::AgentCommand),
@@ -157,7 +158,7 @@ async fn run(cli: Cli) -> Result<Exit, Fail> {
     match cli.command {
         Command::Task(command) => task::run(command, connect()?, &out).await,
         Command::Workspace(command) => admin::workspace(command, connect()?, &out).await,
-        Command::Provider(command) => admin::provider(command, connect()?, &out).await,
+        Command::Provider(command) => providers::run(command, connect()?, &out).await,
         Command::Agent(command) => admin::agent(command, connect()?, &out).await,
         Command::Key(command) => admin::key(command, connect()?, &out).await,
         Command::Status => admin::status(connect()?, &out).await,

@@ -693,3 +693,73 @@ async fn workspace_limits_and_an_agents_default_budget_are_set_from_the_command_
     let a: Value = serde_json::from_str(&stdout).expect("JSON");
     assert_eq!(a["budget"]["toolCalls"], Value::Null, "{a}");
 }
+
+/// `provider show` and `provider update` see and set how a CLI provider's
+/// agents reach their tools (MCP by default, or the shell form), and change
+/// only what they are given; what the kind cannot do is refused, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_providers_tool_transport_is_shown_and_set_from_the_command_line() {
+    let stage = Stage::new(Vec::new()).await;
+    let json = |stdout: &str| -> Value { serde_json::from_str(stdout).expect("JSON") };
+    let (code, stdout, stderr) = stage
+        .run(&[
+            "provider",
+            "create",
+            "cli",
+            "-w",
+            "demo",
+            "--kind",
+            "claude-code",
+            "--model",
+            "m1",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(json(&stdout)["toolTransport"], "mcp", "MCP by default");
+    let (code, stdout, stderr) = stage
+        .run(&[
+            "provider",
+            "update",
+            "cli",
+            "-w",
+            "demo",
+            "--tool-transport",
+            "shell",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    let updated = json(&stdout);
+    assert_eq!(
+        (updated["toolTransport"].as_str(), updated["model"].as_str()),
+        (Some("shell"), Some("m1")),
+        "only the transport changed: {updated}"
+    );
+    let (code, stdout, stderr) = stage
+        .run(&["provider", "show", "cli", "-w", "demo", "-o", "json"])
+        .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(json(&stdout), updated);
+    let (code, _, stderr) = stage
+        .run(&[
+            "provider",
+            "update",
+            "model",
+            "-w",
+            "demo",
+            "--tool-transport",
+            "shell",
+        ])
+        .await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("tool_transport"), "{stderr}");
+    let (code, stdout, _) = stage.run(&["provider", "list", "-w", "demo"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("TOOLS VIA") && stdout.contains("shell"),
+        "{stdout}"
+    );
+}
