@@ -86,11 +86,35 @@ fn every_kustomization_renders_and_the_overlay_runs_three_orchestrators() {
     let work = tempfile::tempdir().expect("a directory");
     let deploy = work.path().join("deploy");
     copy_tree(&repo_root().join("deploy"), &deploy);
-    let secrets = deploy.join("k8s/secrets");
-    std::fs::create_dir_all(&secrets).expect("secrets/");
-    for file in ["tool-exec.key", "secrets.key"] {
-        std::fs::write(secrets.join(file), "placeholder\n").expect("a key file");
-    }
+    let make_secrets = |dir: &str, url: Option<&str>| {
+        let out = Command::new("sh")
+            .arg(deploy.join("make-secrets.sh"))
+            .arg(deploy.join(dir))
+            .args(url)
+            .output()
+            .expect("run make-secrets.sh");
+        assert!(
+            out.status.success(),
+            "make-secrets.sh {dir}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    make_secrets("k8s/secrets", None);
+    // The replicas' overlay without its database's URL is refused when it
+    // is rendered, naming the file to make (not a pod stuck in
+    // CreateContainerConfigError later).
+    let refused = Command::new(&kubectl)
+        .arg("kustomize")
+        .arg(deploy.join("k8s-replicas"))
+        .output()
+        .expect("run kubectl kustomize");
+    assert!(!refused.status.success(), "rendered with no database URL");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("secrets/database-url"), "{said}");
+    make_secrets(
+        "k8s-replicas/secrets",
+        Some("postgres://chorus:pw@postgres:5432/chorus"),
+    );
 
     let mut found = Vec::new();
     kustomizations(&deploy, &mut found);
@@ -167,5 +191,33 @@ fn every_kustomization_renders_and_the_overlay_runs_three_orchestrators() {
     assert!(
         rendered[1].contains("ReadWriteMany"),
         "the overlay's shared volume for run directories is missing"
+    );
+    // The database's URL is in the Secret the replicas read it from.
+    let secret = rendered[1]
+        .split("\n---\n")
+        .find(|doc| doc.lines().any(|l| l == "kind: Secret"))
+        .expect("the keys' Secret");
+    assert!(secret.contains("  database-url: "), "{secret}");
+    // Drains and upgrades take one orchestrator (of three) and one tool-exec
+    // (of two) at a time.
+    let budget = |manifests: &str, name: &str| {
+        manifests
+            .split("\n---\n")
+            .find(|doc| {
+                doc.lines().any(|l| l == "kind: PodDisruptionBudget")
+                    && doc.lines().any(|l| l == format!("  name: {name}"))
+            })
+            .map(str::to_owned)
+    };
+    let orchestrators =
+        budget(&rendered[1], "chorus-orchestrator").expect("the orchestrators' budget");
+    assert!(orchestrators.contains("minAvailable: 2"), "{orchestrators}");
+    for manifests in &rendered {
+        let tool_execs = budget(manifests, "chorus-tool-exec").expect("tool-exec's budget");
+        assert!(tool_execs.contains("maxUnavailable: 1"), "{tool_execs}");
+    }
+    assert!(
+        budget(&rendered[0], "chorus-orchestrator").is_none(),
+        "one orchestrator alone has no budget that would block every drain"
     );
 }
