@@ -156,3 +156,46 @@ async fn the_first_start_makes_an_admin_key_and_everything_needs_a_credential() 
     );
     assert!(again.stop().await.success());
 }
+
+/// Started as a user that may not use its data directory (a volume made by
+/// the image's uid 10001, mode 0700, run with `--user 65534`), the binary
+/// exits naming the directory's owner and mode, its own uid and the fixes —
+/// not a bare "Permission denied".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_of_another_user_is_refused_naming_owner_mode_and_fix() {
+    if !chorus_sandbox::testing::root_for("starting the service as another user") {
+        return;
+    }
+    let base = tempfile::tempdir().expect("base");
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let data = base.path().join("data");
+    std::fs::create_dir(&data).expect("data");
+    std::fs::write(data.join("run-token-keys.json"), "{}").expect("a key file");
+    std::os::unix::fs::chown(&data, Some(10001), Some(10001)).expect("chown");
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let output = tokio::process::Command::new(chorus_tests::built_bin(
+        "chorus-orchestrator",
+        "chorus-orchestrator",
+    ))
+    .arg("--data-dir")
+    .arg(&data)
+    .args(["--listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0"])
+    .args(["--tool-exec-listen", "127.0.0.1:0"])
+    .uid(65534)
+    .gid(65534)
+    .current_dir(base.path())
+    .output()
+    .await
+    .expect("start chorus-orchestrator");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "it started: {said}");
+    for part in [
+        &format!("{} belongs to uid 10001 (mode 0700)", data.display()),
+        "runs as uid 65534",
+        "--user 10001",
+        "chown -R 65534",
+        "fsGroup",
+    ] {
+        assert!(said.contains(part), "'{part}' not in: {said}");
+    }
+}

@@ -42,6 +42,11 @@ fn main() -> anyhow::Result<()> {
     }
     let secrets_key = settings.secrets_key(env_key);
 
+    // A data directory this user may not use (a volume of another uid) is
+    // named with its owner and mode, and what to do.
+    if let Some(why) = chorus_orchestrator::owner_only::denied(&settings.data_dir) {
+        anyhow::bail!("cannot use the data directory: {why}");
+    }
     // Made (owner-only) when something is kept there; tightened when it exists.
     if settings.data_dir.exists() || settings.keeps_in_data_dir(&secrets_key) {
         chorus_orchestrator::owner_only::secure_data_dir(&settings.data_dir).with_context(
@@ -54,8 +59,12 @@ fn main() -> anyhow::Result<()> {
         )?;
     }
     let keys = settings.run_token_keys();
-    let signer = load_or_create_signer_file(&keys)
-        .with_context(|| format!("loading the run-token key set {}", keys.display()))?;
+    let signer = load_or_create_signer_file(&keys).with_context(|| {
+        let why = chorus_orchestrator::owner_only::denied(&keys)
+            .map(|why| format!(": {why}"))
+            .unwrap_or_default();
+        format!("loading the run-token key set {}{why}", keys.display())
+    })?;
     info!(keys = %keys.display(), "run tokens are signed with this key set (--run-token-keys); a separate tool-exec fetches the public keys with its service key");
 
     let served = runtime.block_on(async move {

@@ -94,6 +94,42 @@ pub fn secure_data_dir(dir: &Path) -> io::Result<()> {
     create_dir(dir)
 }
 
+/// Why this process may not use `path` (its data directory, or a file in
+/// it), when the reason is who owns what: the first of `path` and its
+/// parents it cannot enter or use, its owner and mode, this process's uid,
+/// and the two ways out. None when it may use it, or it is missing.
+pub fn denied(path: &Path) -> Option<String> {
+    use nix::unistd::{AccessFlags, access};
+    let me = nix::unistd::geteuid().as_raw();
+    let mut chain: Vec<&Path> = path.ancestors().collect();
+    chain.reverse();
+    for at in chain {
+        let Ok(meta) = std::fs::metadata(at) else {
+            return None;
+        };
+        let need = if at == path {
+            if meta.is_dir() {
+                AccessFlags::R_OK | AccessFlags::W_OK | AccessFlags::X_OK
+            } else {
+                AccessFlags::R_OK
+            }
+        } else {
+            AccessFlags::X_OK
+        };
+        if access(at, need).is_ok() {
+            continue;
+        }
+        let (owner, mode) = (meta.uid(), meta.mode() & 0o7777);
+        return Some(format!(
+            "{} belongs to uid {owner} (mode {mode:04o}) and this process runs as uid {me}, which may not {}: run the service as uid {owner} (podman/docker run --user {owner}; Kubernetes securityContext.runAsUser: {owner}), or give the directory to uid {me} (chown -R {me} {}; for a podman volume, podman unshare chown -R {me} on its path; in Kubernetes, securityContext.fsGroup)",
+            at.display(),
+            if at == path { "use it" } else { "enter it" },
+            at.display()
+        ));
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +159,13 @@ mod tests {
         std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         secure_data_dir(&sub).expect("secure");
         assert_eq!(mode(&sub), 0o700);
+    }
+
+    #[test]
+    fn a_directory_this_user_may_use_or_that_is_missing_needs_no_explanation() {
+        let dir = tempfile::tempdir().expect("dir");
+        assert_eq!(denied(dir.path()), None);
+        assert_eq!(denied(&dir.path().join("missing")), None);
     }
 
     #[test]
