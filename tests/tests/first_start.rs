@@ -199,3 +199,123 @@ async fn a_data_directory_of_another_user_is_refused_naming_owner_mode_and_fix()
         assert!(said.contains(part), "'{part}' not in: {said}");
     }
 }
+
+/// A first start with its PostgreSQL unreachable does not exit (which a
+/// Kubernetes Deployment would answer with restarts): the port answers at
+/// once — health NOT_SERVING, any other call UNAVAILABLE saying it waits for
+/// its database — and once the database answers the orchestrator starts on
+/// the same port. `--database-wait-secs` bounds the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_start_waits_for_an_unreachable_database_serving_not_serving() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let Some(url) = chorus_tests::db::postgres_url() else {
+        eprintln!("CHORUS_TEST_DATABASE_URL is not set: this test needs PostgreSQL; skipped");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let db = chorus_tests::db::databases(dir.path())
+        .into_iter()
+        .find(|d| d.backend == "postgres")
+        .expect("a PostgreSQL schema");
+    let target: std::net::SocketAddr = "127.0.0.1:5432".parse().expect("address");
+    assert!(
+        url.contains("127.0.0.1:5432"),
+        "the tests' PostgreSQL: {url}"
+    );
+    let proxy = chorus_tests::db_proxy::DbProxy::start(target).await;
+    proxy.reset();
+    let start = |wait: &str| {
+        tokio::process::Command::new(chorus_tests::built_bin(
+            "chorus-orchestrator",
+            "chorus-orchestrator",
+        ))
+        .arg("--data-dir")
+        .arg(dir.path().join(format!("data-{wait}")))
+        .args(["--database-url", &proxy.url(&db.url, target)])
+        .args(["--database-wait-secs", wait, "--log-format", "json"])
+        .args(["--listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0"])
+        .args(["--tool-exec-listen", "127.0.0.1:0"])
+        .arg("--workspace-roots")
+        .arg(std::env::temp_dir())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start chorus-orchestrator")
+    };
+    // The wait is bounded: with 0, it exits at once, naming the database.
+    let refused = start("0").wait_with_output().await.expect("it ends");
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("cannot connect to PostgreSQL at"), "{said}");
+
+    let mut child = start("120");
+    let mut log = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut until = async |message: &str| -> serde_json::Value {
+        while let Some(line) = log.next_line().await.expect("its log") {
+            let entry: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+            if entry["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(message))
+            {
+                return entry["fields"].clone();
+            }
+        }
+        panic!("it ended before logging '{message}'");
+    };
+    let waiting = until("the database does not answer").await;
+    let addr: std::net::SocketAddr = waiting["addr"]
+        .as_str()
+        .and_then(|a| a.parse().ok())
+        .expect("the port's address");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("the port answers while the database does not");
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    for service in ["", "chorus.orchestrator.v1.Orchestrator"] {
+        let status = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .expect("health answers")
+            .into_inner()
+            .status;
+        assert_eq!(
+            status,
+            tonic_health::pb::health_check_response::ServingStatus::NotServing as i32,
+            "'{service}'"
+        );
+    }
+    let mut api =
+        chorus_proto::orchestrator::v1::orchestrator_client::OrchestratorClient::new(channel);
+    let err = api
+        .list_workspaces(chorus_proto::orchestrator::v1::ListWorkspacesRequest::default())
+        .await
+        .expect_err("no database yet");
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains("waits for its database")
+            && err.message().contains("--database-wait-secs"),
+        "{err:?}"
+    );
+
+    // The database answers: the orchestrator starts, on the same port.
+    proxy.open();
+    let serving = until("orchestrator serving").await;
+    assert_eq!(serving["addr"].as_str(), Some(addr.to_string().as_str()));
+    tokio::spawn(async move { while let Ok(Some(_)) = log.next_line().await {} });
+    chorus_tests::wait_serving(addr, "chorus.orchestrator.v1.Orchestrator").await;
+    let key = std::fs::read_to_string(dir.path().join("data-120").join("admin.key"))
+        .expect("its first admin key");
+    let mut client = chorus_tests::orchestrator::client_at(addr, key.trim()).await;
+    client
+        .list_workspaces(chorus_proto::orchestrator::v1::ListWorkspacesRequest::default())
+        .await
+        .expect("served");
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+}

@@ -61,6 +61,7 @@ impl ServiceError {
             Self::Store(StoreError::Domain(e)) | Self::Domain(e) => domain_code(e),
             Self::Store(StoreError::ReplicaTaken { .. }) => Code::Unavailable,
             Self::Store(StoreError::Corrupt { .. } | StoreError::Database(_)) => Code::Internal,
+            Self::Store(StoreError::Unreachable(_)) => Code::Unavailable,
             Self::Unauthenticated(_) | Self::BadCredential(_) => Code::Unauthenticated,
             Self::Invalid(_) => Code::InvalidArgument,
             Self::Unavailable(_) => Code::Unavailable,

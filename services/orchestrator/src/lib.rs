@@ -22,5 +22,6 @@ pub mod runner;
 pub mod secrets;
 pub mod server;
 pub mod settings;
+mod starting;
 pub mod state;
 pub mod store;

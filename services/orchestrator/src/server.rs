@@ -93,6 +93,8 @@ pub struct OrchestratorConfig {
     pub replica_id: Option<String>,
     /// How long a lease on a run lasts without a heartbeat.
     pub lease: std::time::Duration,
+    /// How long a start waits for a database that does not answer.
+    pub database_wait: std::time::Duration,
     /// Where agents reach the orchestrator (a load balancer in front of the
     /// replicas); None: the listener's address.
     pub advertise_addr: Option<String>,
@@ -126,6 +128,7 @@ impl OrchestratorConfig {
             console: None,
             replica_id: None,
             lease: std::time::Duration::from_secs(15),
+            database_wait: std::time::Duration::ZERO,
             advertise_addr: None,
         }
     }
@@ -148,7 +151,7 @@ impl OrchestratorConfig {
 }
 
 /// What keeps a second process from acting as this replica.
-enum ReplicaLock {
+pub(crate) enum ReplicaLock {
     /// PostgreSQL: the listener's connection holds the replica's advisory lock.
     Relay(Box<Relay>),
     /// SQLite: an exclusive lock on `<database>.lock`, held while it lives.
@@ -249,7 +252,22 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let message_bytes = config.message_bytes();
-    let (store, replica_lock) = open_replica(&config).await?;
+    // A shutdown asked for while the database is awaited ends the wait.
+    let stop_asked = CancellationToken::new();
+    let asked = stop_asked.clone();
+    let shutdown = async move {
+        shutdown.await;
+        asked.cancel();
+    };
+    tokio::pin!(shutdown);
+    let opening = crate::starting::open_when_it_answers(&config, listener, &stop_asked);
+    let (store, replica_lock, listener) = tokio::select! {
+        opened = opening => match opened? {
+            Some(opened) => opened,
+            None => return Ok(()),
+        },
+        () = &mut shutdown => return Ok(()),
+    };
     let key_hint = bootstrap_keys(&store, &config).await?;
     let _pool_gauge = pool_gauge(&store);
     share_signing_keys(&store, &config.signer).await?;
@@ -437,7 +455,9 @@ async fn share_signing_keys(store: &Store, signer: &RunTokenSigner) -> anyhow::R
 /// from acting as it: the replica's advisory lock, held by the connection
 /// that listens for the other replicas' events (PostgreSQL), or a lock file
 /// beside the database (SQLite: one orchestrator per file).
-async fn open_replica(config: &OrchestratorConfig) -> anyhow::Result<(Store, ReplicaLock)> {
+pub(crate) async fn open_replica(
+    config: &OrchestratorConfig,
+) -> anyhow::Result<(Store, ReplicaLock)> {
     let store = crate::secrets::open_store(&config.database_url, &config.secrets_key).await?;
     let replica_id = match (&config.replica_id, store.backend()) {
         (Some(id), _) => id.clone(),

@@ -172,6 +172,11 @@ pub struct OrchestratorSettings {
     /// died are taken over after at most this long.
     #[arg(long, env = "CHORUS_LEASE_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub lease_secs: u64,
+    /// Seconds a first start waits for a PostgreSQL database that does not
+    /// answer (serving health NOT_SERVING, every other call UNAVAILABLE, and
+    /// trying again) before it gives up and exits; 0 exits at once.
+    #[arg(long, env = "CHORUS_DATABASE_WAIT_SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub database_wait_secs: u64,
     #[command(flatten)]
     pub serve: ServeArgs,
     #[command(flatten)]
@@ -333,6 +338,7 @@ impl OrchestratorSettings {
             replica_id: Some(self.replica_id().map_err(anyhow::Error::msg)?),
             advertise_addr: self.advertise_addr.clone(),
             lease: Duration::from_secs(self.lease_secs),
+            database_wait: Duration::from_secs(self.database_wait_secs),
             ..OrchestratorConfig::new(self.database_url(), signer, &self.data_dir)
         };
         let allowed = if self.workspace_roots.is_empty() {

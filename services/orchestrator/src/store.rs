@@ -152,6 +152,10 @@ pub enum StoreError {
     /// The database failed in a way no caller can fix.
     #[error("database error: {0}")]
     Database(String),
+    /// A PostgreSQL server could not be connected to (down, unreachable,
+    /// refusing the credentials): it may answer later.
+    #[error("{0}")]
+    Unreachable(String),
 }
 
 fn provider_in_use(provider: &str, agents: &[String], system_provider: bool) -> String {

@@ -150,7 +150,11 @@ pub(super) fn open_pools(target: Target) -> Result<Pools, StoreError> {
         prepare_sqlite_file(Path::new(path))?;
     }
     let mut conn = target.connect().map_err(|e| {
-        StoreError::Database(format!("cannot connect to {}: {e}", target.describe()))
+        let message = format!("cannot connect to {}: {e}", target.describe());
+        match target {
+            Target::Postgres(_) => StoreError::Unreachable(message),
+            Target::Sqlite(_) => StoreError::Database(message),
+        }
     })?;
     migrate(&mut conn, &target)?;
     drop(conn);
