@@ -177,6 +177,49 @@ mod tests {
         assert_eq!(with_search.allowed_tools, "WebSearch");
     }
 
+    /// The rows of the table in docs/operations.md whose header starts
+    /// with `header`: (allow-list, `--tools`, `--allowedTools`).
+    fn documented(header: &str) -> Vec<(Vec<String>, String, String)> {
+        let doc = include_str!("../../../../docs/operations.md");
+        let plain = |cell: &str| cell.trim().trim_matches('`').replace("\"\"", "");
+        doc.lines()
+            .skip_while(|l| !l.starts_with(header))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(|row| {
+                let cells: Vec<&str> = row.trim_matches('|').split('|').collect();
+                let entries = cells[0]
+                    .split(',')
+                    .map(|e| e.trim().trim_matches('`').to_owned())
+                    .filter(|e| !e.is_empty() && e != "nothing")
+                    .collect();
+                (entries, plain(cells[1]), plain(cells[2]))
+            })
+            .collect()
+    }
+
+    /// The operations guide's tables say what the CLI receives.
+    #[test]
+    fn the_documented_flags_are_the_flags_passed() {
+        let path = Path::new("<chorus-tools>");
+        let mcp = documented("| allow-list (MCP)");
+        let shell = documented("| allow-list (shell)");
+        assert!(mcp.len() >= 3 && shell.len() >= 3, "{mcp:?} {shell:?}");
+        for (entries, tools, allowed) in mcp {
+            let granted: Vec<String> = chorus_catalog::expand_allow_list(&entries)
+                .expect("a valid allow-list")
+                .into_iter()
+                .map(str::to_owned)
+                .collect();
+            let flags = claude_mcp_flags(path, &granted);
+            assert_eq!((flags.tools, flags.allowed_tools), (tools, allowed), "MCP {entries:?}");
+        }
+        for (entries, tools, allowed) in shell {
+            let flags = claude_tool_flags(path, &entries);
+            assert_eq!((flags.tools, flags.allowed_tools), (tools, allowed), "shell {entries:?}");
+        }
+    }
+
     #[test]
     fn built_in_tools_are_never_passed_through() {
         let list: Vec<String> = ["Task", "Edit", "Write", "Read", "Grep", "Glob", "Bash"]
