@@ -12,6 +12,9 @@ use super::{Attempt, AttemptEnd, PROGRESS_TEXT_BYTES, Progress, RunContext, cut}
 use crate::domain::{ModelCall, ToolTransport, Usage};
 use crate::runner::process::CliCommand;
 
+/// What to do when the CLI has no credential its API takes.
+const NO_CREDENTIAL: &str = " (Claude Code has no API key its API accepts: give the provider one with `chorus provider update NAME -w WORKSPACE --key-stdin` (or --key-env, --key-file), or UpdateProvider's apiKey)";
+
 /// How the CLI answers a call of a tool it was not given.
 const NO_SUCH_TOOL: &str = "No such tool available";
 
@@ -228,10 +231,14 @@ impl Stream {
                         .get("subtype")
                         .and_then(Value::as_str)
                         .unwrap_or("error");
-                    self.error = Some(match &text {
+                    let mut error = match &text {
                         Some(t) if !t.is_empty() => format!("{subtype}: {t}"),
                         _ => subtype.to_owned(),
-                    });
+                    };
+                    if error.contains("Not logged in") || error.contains("Invalid API key") {
+                        error.push_str(NO_CREDENTIAL);
+                    }
+                    self.error = Some(error);
                 }
                 self.result = text;
             }
@@ -622,6 +629,16 @@ mod tests {
             }),
             "{denied:?}"
         );
+    }
+
+    #[test]
+    fn a_cli_without_a_key_says_how_to_give_it_one() {
+        let mut stream = Stream::default();
+        stream.line(
+            r#"{"type":"result","subtype":"success","is_error":true,"result":"Not logged in · Please run /login","session_id":"s"}"#,
+        );
+        let error = stream.error.unwrap_or_default();
+        assert!(error.contains("chorus provider update NAME -w WORKSPACE --key-stdin"), "{error}");
     }
 
     #[test]
