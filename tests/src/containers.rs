@@ -169,6 +169,8 @@ impl Drop for Cleanup {
 #[derive(Debug)]
 pub struct Images {
     pub base: String,
+    /// The runtime both images are made on (the Dockerfile's `runtime` stage).
+    pub runtime: String,
     pub orchestrator: String,
     pub tool_exec: String,
     /// How long making them took (the first test to ask pays for it).
@@ -209,6 +211,14 @@ pub fn base_image() -> String {
         &[],
     );
     LOCAL_BASE.to_owned()
+}
+
+/// An image's size in bytes, as podman counts it.
+pub fn image_size(image: &str) -> u64 {
+    podman(&["image", "inspect", "--format", "{{.Size}}", image])
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("the size of {image}: {e}"))
 }
 
 fn image_id(image: &str) -> Option<String> {
@@ -309,6 +319,7 @@ fn build_images() -> Images {
     eprintln!("container images built in {took:.1?}: {orchestrator}, {tool_exec} (base {base})");
     Images {
         base,
+        runtime,
         orchestrator,
         tool_exec,
         took,

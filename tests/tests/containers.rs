@@ -225,6 +225,15 @@ async fn the_orchestrator_image_serves_grpcurl_and_runs_a_task_in_its_sandbox() 
         ) && image.contains("50051/tcp"),
         "{image}"
     );
+    // What both images are made on is the packages the services and tools use,
+    // gathered in one layer — not the base with them on top (with the base
+    // and git, Perl, apt and the locales it was 236 MB). The release images
+    // add their stripped binaries: deploy/image-sizes.sh measures those.
+    let runtime = chorus_tests::containers::image_size(&images.runtime);
+    assert!(
+        runtime < 70_000_000,
+        "the runtime image is {runtime} bytes; deploy/README.md says what it holds"
+    );
 
     // The model is on the host, on 127.0.0.1; the container reaches the host's
     // loopback as 10.0.2.2 (slirp4netns with allow_host_loopback).

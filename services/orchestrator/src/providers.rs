@@ -15,6 +15,7 @@ pub mod a2a;
 pub mod claude;
 pub mod claude_flags;
 pub mod cli;
+pub mod ledger;
 pub mod openai;
 pub mod opencode;
 pub mod prompt;

@@ -5,14 +5,11 @@
 //!
 //! Files: `start` (what starting and canceling runs share; the use cases are
 //! `core::tasks`), `driver` (one run, attempt by attempt,
-//! to its recorded end), `ledger` (its model calls as they are sent and
-//! answered), `process` (a CLI process in the run sandbox), `tools`
+//! to its recorded end), `process` (a CLI process in the run sandbox), `tools`
 //! (the executor path for API agents).
 
 pub(crate) mod cli_network;
 mod driver;
-mod ledger;
-pub(crate) use ledger::{record_call_answered, record_call_sent, withdraw_call};
 pub mod fence;
 pub mod handoff;
 mod launch;

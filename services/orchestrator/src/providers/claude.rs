@@ -638,7 +638,10 @@ mod tests {
             r#"{"type":"result","subtype":"success","is_error":true,"result":"Not logged in · Please run /login","session_id":"s"}"#,
         );
         let error = stream.error.unwrap_or_default();
-        assert!(error.contains("chorus provider update NAME -w WORKSPACE --key-stdin"), "{error}");
+        assert!(
+            error.contains("chorus provider update NAME -w WORKSPACE --key-stdin"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -212,11 +212,19 @@ mod tests {
                 .map(str::to_owned)
                 .collect();
             let flags = claude_mcp_flags(path, &granted);
-            assert_eq!((flags.tools, flags.allowed_tools), (tools, allowed), "MCP {entries:?}");
+            assert_eq!(
+                (flags.tools, flags.allowed_tools),
+                (tools, allowed),
+                "MCP {entries:?}"
+            );
         }
         for (entries, tools, allowed) in shell {
             let flags = claude_tool_flags(path, &entries);
-            assert_eq!((flags.tools, flags.allowed_tools), (tools, allowed), "shell {entries:?}");
+            assert_eq!(
+                (flags.tools, flags.allowed_tools),
+                (tools, allowed),
+                "shell {entries:?}"
+            );
         }
     }
 

@@ -248,7 +248,7 @@ impl Turn<'_> {
         // its answer is read leaves it counted (estimated from its size).
         let sent_chars = body.to_string().len();
         let estimate = ModelCall::estimate(self.model, sent_chars, 0);
-        let sent = crate::runner::record_call_sent(state, ctx, estimate).await;
+        let sent = super::ledger::record_call_sent(state, ctx, estimate).await;
         let answer = match post(
             self.client,
             self.limits,
@@ -266,7 +266,7 @@ impl Turn<'_> {
                 // Refused by the API (an error status): nothing was billed.
                 // Stopped or timed out on the way: it stays as estimated.
                 if matches!(e, AttemptError::Failed { .. }) {
-                    crate::runner::withdraw_call(state, ctx, sent).await;
+                    super::ledger::withdraw_call(state, ctx, sent).await;
                 }
                 return Err(e);
             }
@@ -275,7 +275,7 @@ impl Turn<'_> {
         answered(&span, &answer, &call);
         // Recorded before any tool call it asks for runs: a call that
         // reaches a limit of the task's budget stops the run here.
-        if crate::runner::record_call_answered(state, ctx, sent, call).await {
+        if super::ledger::record_call_answered(state, ctx, sent, call).await {
             return Err(AttemptError::Stopped {
                 partial: end.clone(),
             });

@@ -251,7 +251,7 @@ async fn record_progress(
     ctx: RunContext,
     mut rx: mpsc::UnboundedReceiver<Progress>,
 ) {
-    let mut ledger = super::ledger::Ledger::default();
+    let mut ledger = crate::providers::ledger::Ledger::default();
     while let Some(progress) = rx.recv().await {
         let Some(progress) = ledger.record(&state, &ctx, progress).await else {
             continue;
@@ -321,7 +321,7 @@ fn progress_record(
             "model_retry",
             json!({ "reason": reason, "retry": retry, "wait_ms": wait_ms }),
         ),
-        // Recorded in the ledger (see `super::ledger`).
+        // Recorded in the ledger (see `crate::providers::ledger`).
         Progress::ModelCall(_)
         | Progress::CallSent { .. }
         | Progress::CallAnswered { .. }

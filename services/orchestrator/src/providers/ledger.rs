@@ -11,22 +11,22 @@ use std::collections::HashMap;
 
 use tracing::warn;
 
+use super::{Progress, RunContext};
 use crate::domain::{CostCorrection, Event, EventKind, ModelCall, PricedCall, Run, RunState};
-use crate::providers::{Progress, RunContext};
 use crate::state::AppState;
 use crate::store::CallId;
 
 /// The calls of a run's attempts sent and not answered yet, by the key
 /// their provider named them with.
 #[derive(Debug, Default)]
-pub(super) struct Ledger {
+pub struct Ledger {
     sent: HashMap<String, CallId>,
 }
 
 impl Ledger {
     /// Records `progress` when it is a model call, a call sent or answered,
     /// or an attempt's totals; gives back any other progress.
-    pub(super) async fn record(
+    pub async fn record(
         &mut self,
         state: &AppState,
         ctx: &RunContext,
@@ -73,7 +73,7 @@ impl Ledger {
 
 /// Records a call of the run as it is sent, with `estimate` (tokens
 /// estimated, never priced) until its answer is recorded in its place.
-pub(crate) async fn record_call_sent(
+pub async fn record_call_sent(
     state: &AppState,
     ctx: &RunContext,
     mut estimate: ModelCall,
@@ -87,7 +87,7 @@ pub(crate) async fn record_call_sent(
 /// sent (`sent`), else as a call of its own. True when the run is over: this
 /// call reached a limit of its task's budget (and the run's tree ended with
 /// it), or it had ended already.
-pub(crate) async fn record_call_answered(
+pub async fn record_call_answered(
     state: &AppState,
     ctx: &RunContext,
     sent: Option<CallId>,
@@ -109,7 +109,7 @@ pub(crate) async fn record_call_answered(
 
 /// Takes back a call recorded when it was sent that its API refused
 /// without billing it (an error status).
-pub(crate) async fn withdraw_call(state: &AppState, ctx: &RunContext, sent: Option<CallId>) {
+pub async fn withdraw_call(state: &AppState, ctx: &RunContext, sent: Option<CallId>) {
     if let Some(id) = sent
         && let Err(e) = state.store.answer_model_call(id, None).await
     {
