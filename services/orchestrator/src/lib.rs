@@ -5,7 +5,7 @@
 //! database or gRPC; `store` persists domain types with diesel; `core` is what
 //! every face calls, in domain types; `grpc` and `embedded` are faces. See
 //! docs/architecture.md for where each thing lives.
-// One function sets the parent-death signal of agent processes (runner::process).
+// One function sets the parent-death signal of agent processes (execution::process).
 #![deny(unsafe_code)]
 
 pub mod a2a;
@@ -14,6 +14,7 @@ pub mod core;
 pub mod domain;
 pub mod embedded;
 pub mod error;
+pub mod execution;
 pub mod grpc;
 pub mod history;
 pub mod owner_only;

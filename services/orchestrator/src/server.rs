@@ -22,10 +22,10 @@ use tracing::{info, warn};
 
 use crate::domain::{KeyReferenceRules, RootPolicy};
 use crate::embedded::InProcessGate;
+use crate::execution::RunnerConfig;
 use crate::grpc::agent_tools::AgentToolsService;
 use crate::grpc::orchestrator::OrchestratorService;
 use crate::history::relay::Relay;
-use crate::runner::RunnerConfig;
 use crate::secrets::KeySource;
 use crate::state::AppState;
 use crate::store::{Backend, ReplicaIdentity, Store};
@@ -529,8 +529,8 @@ fn app_state(
     processes: chorus_sandbox::Sandbox,
     addr: std::net::SocketAddr,
 ) -> anyhow::Result<AppState> {
-    // This process's own fence directory (see `runner::fence`).
-    config.runner.fence_dir = Some(crate::runner::fence::dir_for(&store.replica().instance));
+    // This process's own fence directory (see `execution::fence`).
+    config.runner.fence_dir = Some(crate::execution::fence::dir_for(&store.replica().instance));
     let mut state = AppState::new(
         store,
         Arc::clone(&config.signer),

@@ -424,7 +424,7 @@ impl OrchestratorSettings {
                 "the directory it starts in",
             ),
         ];
-        if let Some(tools) = crate::runner::RunnerConfig::new(&self.data_dir)
+        if let Some(tools) = crate::execution::RunnerConfig::new(&self.data_dir)
             .chorus_tools
             .to_str()
         {

@@ -9,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::KeyAuthenticator;
 use crate::domain::feed::{ChangeFilter, FeedCursor};
 use crate::domain::{Event, KeyReferenceRules, RootPolicy, TaskId};
+use crate::execution::RunnerConfig;
 use crate::history::{ChangeSource, EventHub, EventSource};
-use crate::runner::{Runner, RunnerConfig};
+use crate::runner::Runner;
 use crate::store::{ChangesPage, EVENT_PAGE_BYTES, Store, StoreError};
 
 /// Where agents reach the services (`host:port`), as their environment says.

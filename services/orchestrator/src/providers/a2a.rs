@@ -21,7 +21,7 @@ use serde_json::json;
 use tonic::metadata::MetadataValue;
 
 use super::{Attempt, AttemptEnd, AttemptEnv, AttemptError, Progress, RunContext};
-use crate::runner::tools::ToolRouter;
+use crate::execution::tools::ToolRouter;
 
 /// Where a remote agent's card is, under its base URL.
 const CARD_PATH: &str = "/.well-known/agent-card.json";
@@ -323,7 +323,7 @@ pub async fn attempt(
         .base_url
         .as_deref()
         .ok_or_else(|| fail("the a2a provider has no base URL".to_owned(), &end))?;
-    let card = fetch_card(env.runner.http(), base)
+    let card = fetch_card(env.facilities.http(), base)
         .await
         .map_err(|e| fail(e, &end))?;
     let channel = tonic::transport::Endpoint::from_shared(card.endpoint.clone())
@@ -440,7 +440,7 @@ pub async fn attempt(
     }
     let report = followed.report(&card.name);
     end.output = report["output"].as_str().map(str::to_owned);
-    let config = env.runner.config();
+    let config = env.facilities.config();
     let tls = ClientTls {
         ca: config.tls_ca.clone(),
         ..ClientTls::default()

@@ -10,7 +10,7 @@ use super::cli::CliSetup;
 use super::provider::{CliOutput, CliProvider};
 use super::{Attempt, AttemptEnd, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
 use crate::domain::{ModelCall, ToolTransport, Usage};
-use crate::runner::process::CliCommand;
+use crate::execution::process::CliCommand;
 
 /// What to do when the CLI has no credential its API takes.
 const NO_CREDENTIAL: &str = " (Claude Code has no API key its API accepts: give the provider one with `chorus provider update NAME -w WORKSPACE --key-stdin` (or --key-env, --key-file), or UpdateProvider's apiKey)";
@@ -26,7 +26,7 @@ impl CliProvider for Claude {
     const NAME: &'static str = "claude";
     type Output = Stream;
 
-    fn program(config: &crate::runner::RunnerConfig) -> &std::path::Path {
+    fn program(config: &crate::execution::RunnerConfig) -> &std::path::Path {
         &config.claude_bin
     }
 

@@ -1,13 +1,14 @@
 //! What a CLI provider's command is built from: the program, chorus-tools,
-//! the environment passed on, what its sandbox shows ([`CliSetup`], made by
-//! the runner), and the command of one attempt in the run sandbox.
+//! the environment passed on, what its sandbox shows ([`CliSetup`]), and the command of one attempt in the run sandbox.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::RunContext;
-use crate::runner::{cli_network, home_dir, process, tmp_dir, work_dir};
+use crate::execution::{
+    Facilities, cli_network, home_dir, installation, process, tmp_dir, work_dir,
+};
 
 /// What a CLI provider needs besides the run: its program, chorus-tools, the
 /// environment it passes on, and what its sandbox shows.
@@ -32,6 +33,35 @@ pub struct CliSetup {
 }
 
 impl CliSetup {
+    /// What a CLI provider's command is built from, for `program`: what it
+    /// may read (chorus-tools, its own installation, the configured paths,
+    /// the services' CA), the variables passed on, and its shell tool's
+    /// timeout (long enough for the longest handoff).
+    pub fn new(facilities: &Facilities, program: &Path) -> Self {
+        let config = facilities.config();
+        let path = std::env::var_os("PATH");
+        let mut read_only = vec![config.chorus_tools.clone()];
+        read_only.extend(installation(program, path.as_deref()));
+        read_only.extend(config.cli_read_only.iter().cloned());
+        read_only.extend(config.tls_ca.iter().cloned());
+        Self {
+            program: program.to_path_buf(),
+            chorus_tools: config.chorus_tools.clone(),
+            passed: config
+                .pass_env
+                .iter()
+                .filter_map(|name| Some((name.clone(), std::env::var(name).ok()?)))
+                .collect(),
+            path,
+            bash_timeout: config.max_handoff_timeout() + Duration::from_secs(60),
+            read_only,
+            tls_ca: config.tls_ca.clone(),
+            fence: facilities
+                .fence()
+                .map(crate::execution::fence::ReplicaFence::path),
+        }
+    }
+
     /// The environment every CLI agent process starts from: its own HOME and
     /// TMPDIR in the run directory, PATH with chorus-tools' directory first, the
     /// passed variables, and the run's token, addresses and ids.

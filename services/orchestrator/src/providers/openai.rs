@@ -16,33 +16,10 @@ use tracing::{Instrument as _, debug, warn};
 
 use super::{Attempt, AttemptEnd, AttemptError, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
 use crate::domain::{AgentKind, ModelCall, Usage};
-use crate::runner::tools::{ToolCallError, ToolRouter};
+use crate::execution::ApiLimits;
+use crate::execution::tools::{ToolCallError, ToolRouter};
 use crate::state::AppState;
 use crate::store::Store;
-
-/// Limits of API runs.
-#[derive(Debug, Clone)]
-pub struct ApiLimits {
-    /// Model calls per attempt.
-    pub max_turns: u32,
-    /// One HTTP request, connection to last byte.
-    pub request_timeout: Duration,
-    /// Retries of one request after 429, 5xx or a connection failure.
-    pub max_retries: u32,
-    /// First backoff; it doubles on each retry.
-    pub backoff: Duration,
-}
-
-impl Default for ApiLimits {
-    fn default() -> Self {
-        Self {
-            max_turns: 50,
-            request_timeout: Duration::from_secs(300),
-            max_retries: 4,
-            backoff: Duration::from_millis(500),
-        }
-    }
-}
 
 /// Longest wait a `Retry-After` header may ask for.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);

@@ -24,7 +24,7 @@ use super::cli::CliSetup;
 use super::provider::{CliOutput, CliProvider};
 use super::{Attempt, AttemptEnd, PROGRESS_TEXT_BYTES, Progress, RunContext, cut};
 use crate::domain::{ModelCall, ToolTransport, Usage};
-use crate::runner::process::CliCommand;
+use crate::execution::process::CliCommand;
 
 /// Name of the provider entry the generated config declares for a custom base URL.
 const CUSTOM_PROVIDER: &str = "chorus";
@@ -129,7 +129,7 @@ impl CliProvider for Opencode {
     const NAME: &'static str = "opencode";
     type Output = Stream;
 
-    fn program(config: &crate::runner::RunnerConfig) -> &std::path::Path {
+    fn program(config: &crate::execution::RunnerConfig) -> &std::path::Path {
         &config.opencode_bin
     }
 
@@ -451,6 +451,19 @@ mod tests {
                 estimated: true,
                 ..ModelCall::default()
             })]
+        );
+    }
+
+    #[test]
+    fn the_api_a_model_names_and_the_model_list_are_its_default_reach() {
+        use super::super::provider::CliProvider as _;
+        assert_eq!(
+            Opencode::default_hosts(Some("openai/gpt-5")),
+            ["api.openai.com", "models.dev"]
+        );
+        assert_eq!(
+            Opencode::default_hosts(None),
+            ["api.anthropic.com", "models.dev"]
         );
     }
 

@@ -12,7 +12,6 @@
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
 
 use chorus_auth::tls::ClientTls;
 use tokio::sync::mpsc;
@@ -22,9 +21,9 @@ use super::cli::CliSetup;
 use super::prompt::Invocation;
 use super::{Attempt, AttemptEnd, AttemptError, Progress, RunContext};
 use crate::domain::{ProviderKind, Run, ToolTransport};
-use crate::runner::process::{CliCommand, CliEnd, CliExit, run_cli};
-use crate::runner::tools::ToolRouter;
-use crate::runner::{Runner, RunnerConfig};
+use crate::execution::process::{CliCommand, CliEnd, CliExit, run_cli};
+use crate::execution::tools::ToolRouter;
+use crate::execution::{Facilities, RunnerConfig};
 use crate::state::AppState;
 
 /// A future a provider returns (the interface is used as a trait object).
@@ -34,7 +33,8 @@ pub type Answer<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 #[derive(Clone, Copy)]
 pub struct AttemptEnv<'a> {
     pub state: &'a AppState,
-    pub runner: &'a Arc<Runner>,
+    /// What runs are carried out with.
+    pub facilities: &'a Facilities,
     /// Where the agent's progress goes, as it happens.
     pub progress: &'a mpsc::UnboundedSender<Progress>,
 }
@@ -169,8 +169,9 @@ impl<P: CliProvider> Provider for Cli<P> {
     fn resumable<'a>(&'a self, state: &'a AppState, run: &'a Run) -> Answer<'a, Option<String>> {
         Box::pin(async move {
             let session = run.session_id.clone()?;
-            let home =
-                crate::runner::home_dir(&state.runner.config().runs_dir.join(run.id.to_string()));
+            let home = crate::execution::home_dir(
+                &state.runner.config().runs_dir.join(run.id.to_string()),
+            );
             if !home.is_dir() {
                 info!(run_id = %run.id, home = %home.display(), "a CLI run of a replica that is gone cannot be resumed here: its session's files are not in this replica's runs directory (share --runs-dir between replicas to resume CLI runs)");
                 return None;
@@ -186,12 +187,12 @@ impl<P: CliProvider> Provider for Cli<P> {
         attempt: &'a Attempt,
     ) -> Answer<'a, Result<AttemptEnd, AttemptError>> {
         Box::pin(async move {
-            let config = env.runner.config();
-            let setup = env.runner.cli_setup(P::program(config));
+            let config = env.facilities.config();
+            let setup = CliSetup::new(env.facilities, P::program(config));
             let command = P::command(&setup, ctx, attempt);
             let mut output = P::Output::default();
             let exit = run_cli(
-                env.runner.processes(),
+                env.facilities.processes(),
                 &command,
                 &ctx.clock,
                 ctx.timeout,
@@ -298,7 +299,7 @@ impl Provider for OpenaiCompatible {
         attempt: &'a Attempt,
     ) -> Answer<'a, Result<AttemptEnd, AttemptError>> {
         Box::pin(async move {
-            let config = env.runner.config();
+            let config = env.facilities.config();
             let tls = ClientTls {
                 ca: config.tls_ca.clone(),
                 ..ClientTls::default()
@@ -309,7 +310,7 @@ impl Provider for OpenaiCompatible {
                     partial: AttemptEnd::default(),
                 })?;
             super::openai::attempt(
-                env.runner.http(),
+                env.facilities.http(),
                 &config.api,
                 env.state,
                 &router,

@@ -22,12 +22,13 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::{HOME_DIR, Runner, TMP_DIR, WORK_DIR};
+use super::Runner;
 use crate::domain::policy::{handoff, planning};
 use crate::domain::{
     AgentKind, EventKind, HandoffFailure, HandoffOutcome, Name, Run, RunState, TaskStatus, now_ms,
     policy,
 };
+use crate::execution::{HOME_DIR, TMP_DIR, WORK_DIR};
 use crate::providers::{Attempt, AttemptEnd, AttemptEnv, AttemptError, Progress, RunContext};
 use crate::state::AppState;
 
@@ -238,7 +239,7 @@ async fn run_attempt(
 ) -> Result<AttemptEnd, AttemptError> {
     let env = AttemptEnv {
         state,
-        runner,
+        facilities: runner.facilities(),
         progress,
     };
     ctx.provider.provider().attempt(env, ctx, attempt).await

@@ -10,8 +10,9 @@ use tracing::info;
 
 use crate::domain::{Agent, AgentKind, Name, ProviderKey, Run, RunState, TokenBinding, Workspace};
 use crate::error::ServiceError;
+use crate::execution::RunClock;
 use crate::providers::prompt::system_prompt;
-use crate::providers::{Attempt, ProviderSettings, RunClock, RunContext};
+use crate::providers::{Attempt, ProviderSettings, RunContext};
 use crate::state::AppState;
 
 /// The longest run token lifetime. A token outlives its run's timeout because

@@ -132,7 +132,7 @@ pub async fn wait_calls_stopped(
 
 /// Waits until every process of the task's runs is dead: each run released by
 /// its driver, or — a driver paused, cut from the database or hung does not
-/// release — its driver's fence fallen (see `runner::fence`), after which the
+/// release — its driver's fence fallen (see `execution::fence`), after which the
 /// launchers have killed them by themselves. Bounded by twice the lease; past
 /// that it logs and returns.
 pub async fn wait_released(state: &AppState, task: TaskId) -> Result<(), ServiceError> {

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::domain::{Event, EventKind, RunId, TaskId};
+use crate::execution::RunClock;
 use crate::history;
-use crate::providers::RunClock;
 use crate::state::AppState;
 
 /// Events buffered between the history follower and the supervisor.

@@ -81,7 +81,7 @@ async fn fixtures() -> Vec<Fixture> {
             let state = AppState::new(
                 t.store.clone(),
                 std::sync::Arc::new(RunTokenSigner::generate()),
-                crate::runner::RunnerConfig::new(std::path::Path::new("/nonexistent")),
+                crate::execution::RunnerConfig::new(std::path::Path::new("/nonexistent")),
                 chorus_sandbox::Sandbox::refusing("these tests start no agent process"),
             );
             Fixture {

@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 
-use crate::providers::RunClock;
+use super::RunClock;
 
 /// Longest stdout line handed on; the rest of a longer line is dropped.
 pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;

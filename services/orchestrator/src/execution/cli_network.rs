@@ -198,7 +198,6 @@ fn is_loopback(host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ProviderKind;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
@@ -207,18 +206,13 @@ mod tests {
             .collect()
     }
 
-    fn reach(kind: ProviderKind, base_url: Option<&str>) -> CliReach<'_> {
-        reach_of(kind, None, base_url)
-    }
+    /// Claude Code's reach: its API, unless a base URL names another.
+    const ANTHROPIC: &[&str] = &["api.anthropic.com"];
 
-    fn reach_of<'a>(
-        kind: ProviderKind,
-        model: Option<&str>,
-        base_url: Option<&'a str>,
-    ) -> CliReach<'a> {
+    fn reach<'a>(default_hosts: &'a [&'static str], base_url: Option<&'a str>) -> CliReach<'a> {
         CliReach {
             base_url,
-            default_hosts: crate::providers::for_kind(kind).default_hosts(model).leak(),
+            default_hosts,
             egress: None,
         }
     }
@@ -231,7 +225,7 @@ mod tests {
                 ("CHORUS_TOOLS_ADDR", "127.0.0.1:50052"),
                 ("LANG", "C"),
             ]),
-            reach(ProviderKind::ClaudeCode, Some("http://127.0.0.1:11434/v1")),
+            reach(ANTHROPIC, Some("http://127.0.0.1:11434/v1")),
         );
         let Network::Proxied { allow, forwards } = network else {
             panic!("not proxied: {network:?}");
@@ -255,7 +249,7 @@ mod tests {
                 ("CHORUS_TOOLS_ADDR", "http://tool-exec:50051"),
                 ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
             ]),
-            reach(ProviderKind::ClaudeCode, Some("https://api.example.com/v1")),
+            reach(ANTHROPIC, Some("https://api.example.com/v1")),
         );
         let Network::Proxied { allow, forwards } = network else {
             panic!("not proxied");
@@ -275,7 +269,7 @@ mod tests {
             Vec::new(),
             CliReach {
                 egress: Some(&egress),
-                ..reach(ProviderKind::ClaudeCode, None)
+                ..reach(ANTHROPIC, None)
             },
         );
         let Network::Proxied { allow, forwards } = network else {
@@ -284,10 +278,7 @@ mod tests {
         let allowed: Vec<String> = allow.iter().map(ToString::to_string).collect();
         assert_eq!(allowed, ["api.anthropic.com:443", "github.com:443"]);
         assert!(forwards.is_empty());
-        let (network, _) = confine(
-            Vec::new(),
-            reach_of(ProviderKind::Opencode, Some("openai/gpt-5"), None),
-        );
+        let (network, _) = confine(Vec::new(), reach(&["api.openai.com", "models.dev"], None));
         let Network::Proxied { allow, .. } = network else {
             panic!("not proxied");
         };
