@@ -1,7 +1,7 @@
 //! The orchestrator with its embedded tool-exec, started in-process.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use chorus_orchestrator::server::{EmbeddedToolExec, OrchestratorConfig};
 use chorus_proto::orchestrator::v1::orchestrator_client::OrchestratorClient;
@@ -116,6 +116,23 @@ impl Orchestrator {
             stop: Some(stop),
             task: Some(task),
         }
+    }
+
+    /// Starts on an SQLite file in `data_dir` (the key pair there too) with
+    /// `claude` and `opencode` as the CLIs it runs (the real ones, or
+    /// [`crate::agents::fake_cli`]).
+    pub async fn with_clis(data_dir: &Path, claude: PathBuf, opencode: PathBuf) -> Self {
+        let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
+        Self::start_configured(
+            &data_dir.join("chorus.db").display().to_string(),
+            signer,
+            true,
+            |config| {
+                config.runner.claude_bin = claude;
+                config.runner.opencode_bin = opencode;
+            },
+        )
+        .await
     }
 
     /// Starts on `database_url` (the key pair in `data_dir`) with the fake CLI

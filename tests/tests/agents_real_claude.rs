@@ -34,14 +34,8 @@ async fn the_real_claude_code_cli_reads_is_refused_and_reports_through_chorus_to
         Reply::text("Reported."),
     ])
     .await;
-    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key pair");
-    let orchestrator = Orchestrator::start_configured(
-        &data_dir.path().join("chorus.db").display().to_string(),
-        signer,
-        true,
-        |config| config.runner.claude_bin = claude,
-    )
-    .await;
+    let orchestrator =
+        Orchestrator::with_clis(data_dir.path(), claude, chorus_tests::agents::fake_cli()).await;
     let mut client = orchestrator.client().await;
     let team = team(
         &mut client,
@@ -236,14 +230,8 @@ async fn the_real_claude_code_cli_hands_off_through_chorus_tools_and_gets_the_re
         Reply::text("Reader done."),
     ])
     .await;
-    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key pair");
-    let orchestrator = Orchestrator::start_configured(
-        &data_dir.path().join("chorus.db").display().to_string(),
-        signer,
-        true,
-        |config| config.runner.claude_bin = claude,
-    )
-    .await;
+    let orchestrator =
+        Orchestrator::with_clis(data_dir.path(), claude, chorus_tests::agents::fake_cli()).await;
     let mut client = orchestrator.client().await;
     let workspace = chorus_tests::agents::workspace(&mut client, "real", root.path()).await;
     claude_provider(

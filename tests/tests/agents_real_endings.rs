@@ -50,14 +50,8 @@ async fn stage(claude: PathBuf, hold: Option<usize>) -> Stage {
         },
     )
     .await;
-    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key pair");
-    let orchestrator = Orchestrator::start_configured(
-        &data_dir.path().join("chorus.db").display().to_string(),
-        signer,
-        true,
-        |config| config.runner.claude_bin = claude,
-    )
-    .await;
+    let orchestrator =
+        Orchestrator::with_clis(data_dir.path(), claude, chorus_tests::agents::fake_cli()).await;
     let mut client = orchestrator.client().await;
     let team = team(
         &mut client,
@@ -86,6 +80,22 @@ async fn stage(claude: PathBuf, hold: Option<usize>) -> Stage {
 }
 
 impl Stage {
+    /// Waits for the run's end: it failed, its reason saying `why`.
+    async fn failed_with(&mut self, why: &str) {
+        let events = wait_for(
+            &mut self.client,
+            &self.task.id,
+            chorus_tests::agents::ends_run,
+        )
+        .await;
+        let end = data(events.last().expect("the run's end"));
+        let reason = end["reason"].as_str().unwrap_or_default();
+        assert!(
+            events.last().is_some_and(|e| e.kind == "run_failed") && reason.contains(why),
+            "{end}"
+        );
+    }
+
     async fn start(&mut self, timeout_secs: u32) {
         chorus_tests::agents::start(&mut self.client, &self.task, "worker", timeout_secs).await;
     }
@@ -228,17 +238,7 @@ async fn a_timeout_mid_call_counts_every_served_token_and_the_call_in_flight() {
     // Long enough for the CLI to start and make two calls; the third is
     // held until the run's time is up.
     s.start(15).await;
-    let events = wait_for(&mut s.client, &s.task.id, chorus_tests::agents::ends_run).await;
-    let end = events.last().expect("the run's end");
-    assert_eq!(end.kind, "run_failed", "{:?}", data(end));
-    assert!(
-        data(end)["reason"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("timed out"),
-        "{:?}",
-        data(end)
-    );
+    s.failed_with("timed out").await;
     let recorded = s.recorded().await;
     assert_all_counted("timeout", s.model.served(), &recorded);
     s.orchestrator.stop().await;
@@ -276,17 +276,7 @@ async fn a_crash_of_the_cli_mid_call_counts_every_served_token_and_the_call_in_f
             nix::sys::signal::Signal::SIGKILL,
         );
     }
-    let events = wait_for(&mut s.client, &s.task.id, chorus_tests::agents::ends_run).await;
-    let end = events.last().expect("the run's end");
-    assert_eq!(end.kind, "run_failed", "{:?}", data(end));
-    assert!(
-        data(end)["reason"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("signal"),
-        "{:?}",
-        data(end)
-    );
+    s.failed_with("signal").await;
     let recorded = s.recorded().await;
     assert_all_counted("crash", s.model.served(), &recorded);
     s.orchestrator.stop().await;

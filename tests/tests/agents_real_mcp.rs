@@ -52,25 +52,6 @@ fn lead_calls() -> Vec<(&'static str, Value)> {
     ]
 }
 
-/// An orchestrator running `claude` and `opencode` as the two CLIs.
-async fn orchestrator(
-    data_dir: &std::path::Path,
-    claude: std::path::PathBuf,
-    opencode: std::path::PathBuf,
-) -> Orchestrator {
-    let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
-    Orchestrator::start_configured(
-        &data_dir.join("chorus.db").display().to_string(),
-        signer,
-        true,
-        |config| {
-            config.runner.claude_bin = claude;
-            config.runner.opencode_bin = opencode;
-        },
-    )
-    .await
-}
-
 /// The names of the tools the model was offered, sorted, against `expected`.
 fn assert_offered(mut offered: Vec<String>, expected: &[&str]) {
     offered.retain(|n| n != "DeferredToolPlaceholder");
@@ -187,7 +168,7 @@ async fn the_real_claude_code_cli_uses_its_granted_tools_over_mcp_with_no_shell(
         .collect();
     replies.push(Reply::text("Reported."));
     let model = FakeAnthropic::start(replies).await;
-    let orchestrator = orchestrator(data_dir.path(), claude, fake_cli()).await;
+    let orchestrator = Orchestrator::with_clis(data_dir.path(), claude, fake_cli()).await;
     let (_client, _task, events) = run_lead(
         &orchestrator,
         root.path(),
@@ -244,7 +225,7 @@ async fn the_real_opencode_cli_uses_its_granted_tools_over_mcp_with_no_shell() {
         .collect();
     steps.push(Step::text("Reported."));
     let model = FakeOpenAi::start(steps).await;
-    let orchestrator = orchestrator(data_dir.path(), fake_cli(), opencode).await;
+    let orchestrator = Orchestrator::with_clis(data_dir.path(), fake_cli(), opencode).await;
     let (_client, _task, events) = run_lead(
         &orchestrator,
         root.path(),

@@ -11,7 +11,7 @@
 //! is not set, unless `CHORUS_TEST_REQUIRE_REAL_CLIS=1` (as in CI), which makes
 //! them fail instead.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{Client, add_agent, data, task_of, wait_for, workspace};
@@ -71,21 +71,6 @@ fn helper_calls() -> Vec<(String, Value)> {
             json!({"status": "complete", "summary": "The notes say alpha.", "output": "checked: alpha-from-notes"}),
         ),
     ]
-}
-
-/// An orchestrator whose CLIs are `claude` and `opencode`.
-async fn orchestrator(data_dir: &Path, claude: PathBuf, opencode: PathBuf) -> Orchestrator {
-    let signer = chorus_run_token::load_or_create_signer(data_dir).expect("key pair");
-    Orchestrator::start_configured(
-        &data_dir.join("chorus.db").display().to_string(),
-        signer,
-        true,
-        |config| {
-            config.runner.claude_bin = claude;
-            config.runner.opencode_bin = opencode;
-        },
-    )
-    .await
 }
 
 /// A workspace whose planner, `lead` and `helper` each run on a provider of
@@ -295,7 +280,7 @@ async fn claude_code_plans_after_a_question_executes_and_helps_over_mcp() {
     let helper = FakeAnthropic::start(helper_script).await;
 
     let orchestrator =
-        orchestrator(data_dir.path(), claude, chorus_tests::agents::fake_cli()).await;
+        Orchestrator::with_clis(data_dir.path(), claude, chorus_tests::agents::fake_cli()).await;
     let mut client = orchestrator.client().await;
     let ws = team(
         &mut client,
@@ -376,7 +361,7 @@ async fn opencode_plans_after_a_question_executes_and_helps_over_mcp() {
     let helper = FakeOpenAi::start(helper_steps).await;
 
     let orchestrator =
-        orchestrator(data_dir.path(), chorus_tests::agents::fake_cli(), opencode).await;
+        Orchestrator::with_clis(data_dir.path(), chorus_tests::agents::fake_cli(), opencode).await;
     let mut client = orchestrator.client().await;
     let ws = team(
         &mut client,
