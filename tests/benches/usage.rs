@@ -100,7 +100,7 @@ fn seed(url: &str, workspace: &str, calls: usize) {
     let row = |n: &str| {
         format!(
             "{first} + CAST({n} % 30 AS BIGINT) * {day}, '{workspace}', 'seeded-task', 'seeded-run', \
-             'agent-' || (({n} / 30) % 10), 'model', 'fake-model', 11, 7, 4, 0, 72, 'price_table', 1, 0"
+             'agent-' || (({n} / 30) % 10), 'model', 'fake-model', 11, 7, 4, 0, 72000000, 'price_table', 1, 0"
         )
     };
     let columns = "at_ms, workspace_id, task_id, run_id, agent, provider, model, input_tokens, \
