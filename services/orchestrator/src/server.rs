@@ -287,6 +287,12 @@ pub async fn run(
     // Set when the drain starts: a draining replica takes no more runs.
     let draining = CancellationToken::new();
     let pushes = crate::a2a::push::spawn(state.clone());
+    let starts = tokio::spawn(crate::core::tasks::keep_starting(
+        state.clone(),
+        config.lease / 3,
+        state.shutdown.clone(),
+        draining.clone(),
+    ));
     let leases = tokio::spawn(
         crate::runner::lease::Leases::new(state.clone(), port.health.clone()).keep(
             state.shutdown.clone(),
@@ -329,7 +335,7 @@ pub async fn run(
         return Ok(());
     }
     stop.cancel();
-    stop_replica(&state, [Some(leases), relay, Some(pushes)]).await;
+    stop_replica(&state, [Some(leases), relay, Some(pushes), Some(starts)]).await;
     serving.finish().await?;
     if let Some(tool_exec) = tool_exec {
         match tool_exec.await {

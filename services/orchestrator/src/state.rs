@@ -52,6 +52,42 @@ pub struct AppState {
     pub prices: Arc<crate::domain::Prices>,
     /// Where A2A push notifications may go.
     pub push_networks: crate::domain::push::PushNetworks,
+    /// Plans just recorded of tasks that start by themselves: the runner
+    /// sends them, `core::tasks::keep_starting` starts them.
+    pub planned: PlannedQueue,
+}
+
+/// A queue of task ids from whoever records a plan to whoever starts the
+/// task, so that the one need not know the other.
+#[derive(Debug, Clone)]
+pub struct PlannedQueue {
+    tx: tokio::sync::mpsc::UnboundedSender<TaskId>,
+    rx: Arc<std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<TaskId>>>>,
+}
+
+impl Default for PlannedQueue {
+    fn default() -> Self {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        Self {
+            tx,
+            rx: Arc::new(std::sync::Mutex::new(Some(rx))),
+        }
+    }
+}
+
+impl PlannedQueue {
+    /// A plan of `task` was recorded: it is to be started.
+    pub fn send(&self, task: TaskId) {
+        let _ = self.tx.send(task);
+    }
+
+    /// The receiving end, once (the loop that starts the tasks).
+    pub fn take(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<TaskId>> {
+        self.rx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
 }
 
 impl AppState {
@@ -77,6 +113,7 @@ impl AppState {
             claim_now: Arc::new(tokio::sync::Notify::new()),
             prices: Arc::default(),
             push_networks: crate::domain::push::PushNetworks::default(),
+            planned: PlannedQueue::default(),
         }
     }
 }

@@ -379,6 +379,32 @@ pub async fn start_planned(state: &AppState, task_id: TaskId) {
     }
 }
 
+/// Starts each task that starts by itself once its plan is recorded (the
+/// runner sends it), and every `period` those left planned a lease or more
+/// (their replica stopped before starting them; none from `draining` on),
+/// until `stop`.
+pub async fn keep_starting(
+    state: AppState,
+    period: std::time::Duration,
+    stop: tokio_util::sync::CancellationToken,
+    draining: tokio_util::sync::CancellationToken,
+) {
+    let Some(mut planned) = state.planned.take() else {
+        return;
+    };
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            Some(task) = planned.recv() => start_planned(&state, task).await,
+            _ = tick.tick() => if !draining.is_cancelled() {
+                start_stranded(&state, state.store.replica().lease).await;
+            },
+        }
+    }
+}
+
 /// Starts the planned tasks that start by themselves and were left planned
 /// for longer than `grace` (the replica that recorded their plan stopped
 /// before starting them): at most 16 at a time, oldest first. Every replica

@@ -404,8 +404,7 @@ async fn record_end(state: &AppState, ctx: &RunContext, outcome: Outcome) {
         && task.status == TaskStatus::Planned
         && task.auto_start.is_some()
     {
-        let (state, task_id) = (state.clone(), task.id);
-        tokio::spawn(async move { crate::core::tasks::start_planned(&state, task_id).await });
+        state.planned.send(task.id);
     }
     log_end(ctx, end);
     // Released even when nothing was recorded (a canceled run): whoever waits

@@ -161,8 +161,6 @@ async fn claims(
             warn!(error = %e, "cannot claim the runs of replicas that are gone");
         }
         forget_calls_past_their_fences(&state).await;
-        // A plan whose replica stopped before starting it: a lease later.
-        crate::core::tasks::start_stranded(&state, state.store.replica().lease).await;
     }
 }
 
