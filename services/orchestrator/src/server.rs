@@ -28,7 +28,7 @@ use crate::grpc::orchestrator::OrchestratorService;
 use crate::history::relay::Relay;
 use crate::secrets::KeySource;
 use crate::state::AppState;
-use crate::store::{Backend, ReplicaIdentity, Store};
+use crate::store::{Backend, Store};
 
 /// File of the first admin key in the data directory.
 pub const ADMIN_KEY_FILE: &str = "admin.key";
@@ -150,79 +150,6 @@ impl OrchestratorConfig {
     }
 }
 
-/// What keeps a second process from acting as this replica.
-pub(crate) enum ReplicaLock {
-    /// PostgreSQL: the listener's connection holds the replica's advisory lock.
-    Relay(Box<Relay>),
-    /// SQLite: an exclusive lock on `<database>.lock`, held while it lives.
-    File(nix::fcntl::Flock<std::fs::File>),
-}
-
-/// Takes the SQLite database's orchestrator lock.
-fn lock_sqlite(store: &crate::store::Store) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
-    use nix::fcntl::{Flock, FlockArg};
-    let Some(database) = store.sqlite_path() else {
-        anyhow::bail!("no SQLite file to lock");
-    };
-    let mut path = database.as_os_str().to_owned();
-    path.push(".lock");
-    let path = PathBuf::from(path);
-    let file = {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-    }
-    .map_err(|e| anyhow::anyhow!("cannot open the lock file {}: {e}", path.display()))?;
-    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(lock) => Ok(lock),
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => anyhow::bail!(
-            "another orchestrator uses the SQLite database {} (it holds {}); SQLite serves one orchestrator: stop the other one, or use PostgreSQL to run replicas",
-            database.display(),
-            path.display()
-        ),
-        Err((_, e)) => anyhow::bail!("cannot lock {}: {e}", path.display()),
-    }
-}
-
-/// This host's name: the default replica id with PostgreSQL.
-///
-/// # Errors
-/// It cannot be read, or is not a valid replica id; the message says to give
-/// `--replica-id`.
-pub fn host_name() -> Result<String, String> {
-    let name = nix::unistd::gethostname().map_err(|e| {
-        format!("cannot read the host name for the replica id ({e}); give --replica-id")
-    })?;
-    let name = name.to_string_lossy().into_owned();
-    check_replica_id(&name).map_err(|e| format!("{e}; give --replica-id"))?;
-    Ok(name)
-}
-
-/// A replica id: 1 to 128 letters, digits, `.`, `_` or `-`.
-///
-/// # Errors
-/// The message says what is wrong.
-pub fn check_replica_id(id: &str) -> Result<(), String> {
-    if id.is_empty() || id.len() > 128 {
-        return Err(format!(
-            "replica id '{id}': give 1 to 128 characters (--replica-id)"
-        ));
-    }
-    if let Some(bad) = id
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        return Err(format!(
-            "replica id '{id}': '{bad}' is not allowed; use letters, digits, '.', '_' and '-' (--replica-id)"
-        ));
-    }
-    Ok(())
-}
-
 /// The services this port serves, as health and reflection name them.
 pub const SERVICES: [&str; 3] = [
     "chorus.orchestrator.v1.Orchestrator",
@@ -260,7 +187,16 @@ pub async fn run(
         asked.cancel();
     };
     tokio::pin!(shutdown);
-    let opening = crate::starting::open_when_it_answers(&config, listener, &stop_asked);
+    let opening = crate::starting::Opening {
+        database_url: &config.database_url,
+        secrets_key: &config.secrets_key,
+        replica_id: config.replica_id.as_deref(),
+        lease: config.lease,
+        wait: config.database_wait,
+        tls: config.tls.as_ref(),
+        services: &SERVICES,
+    };
+    let opening = crate::starting::open_when_it_answers(&opening, listener, &stop_asked);
     let (store, replica_lock, listener) = tokio::select! {
         opened = opening => match opened? {
             Some(opened) => opened,
@@ -279,8 +215,10 @@ pub async fn run(
     let lost = CancellationToken::new();
     // The SQLite lock is held until `run` returns.
     let (relay, _sqlite_lock) = match replica_lock {
-        ReplicaLock::Relay(relay) => (Some(start_relay(*relay, &state, &lost)), None),
-        ReplicaLock::File(file) => (None, Some(file)),
+        crate::starting::ReplicaLock::Relay(relay) => {
+            (Some(start_relay(*relay, &state, &lost)), None)
+        }
+        crate::starting::ReplicaLock::File(file) => (None, Some(file)),
     };
     let serve = config.serve_with(message_bytes);
     let port = Port::open(&serve, port_spec(message_bytes)).await?;
@@ -455,35 +393,6 @@ async fn share_signing_keys(store: &Store, signer: &RunTokenSigner) -> anyhow::R
         );
     }
     Ok(())
-}
-
-/// Opens the store as this replica and takes what keeps a second process
-/// from acting as it: the replica's advisory lock, held by the connection
-/// that listens for the other replicas' events (PostgreSQL), or a lock file
-/// beside the database (SQLite: one orchestrator per file).
-pub(crate) async fn open_replica(
-    config: &OrchestratorConfig,
-) -> anyhow::Result<(Store, ReplicaLock)> {
-    let store = crate::secrets::open_store(&config.database_url, &config.secrets_key).await?;
-    let replica_id = match (&config.replica_id, store.backend()) {
-        (Some(id), _) => id.clone(),
-        (None, Backend::Sqlite) => "local".to_owned(),
-        (None, Backend::Postgres) => host_name().map_err(anyhow::Error::msg)?,
-    };
-    let store = store.as_replica(ReplicaIdentity::new(&replica_id, config.lease));
-    let replica_lock = match store.backend() {
-        Backend::Postgres => ReplicaLock::Relay(Box::new(Relay::start(&store).await?)),
-        Backend::Sqlite => ReplicaLock::File(lock_sqlite(&store)?),
-    };
-    store.register_replica().await?;
-    info!(backend = ?store.backend(), replica = %replica_id, lease = ?config.lease, "store open");
-    match store.backend() {
-        Backend::Postgres => {
-            info!(replica = %replica_id, "PostgreSQL: replicas may share this database, each with its own --replica-id")
-        }
-        Backend::Sqlite => info!("SQLite serves one orchestrator; use PostgreSQL to run replicas"),
-    }
-    Ok((store, replica_lock))
 }
 
 /// The first admin key (written to its file when the store has none) and a

@@ -206,7 +206,7 @@ impl OrchestratorSettings {
         }
         let url = self.database_url();
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            crate::server::host_name()
+            crate::starting::host_name()
         } else {
             Ok("local".to_owned())
         }
@@ -297,7 +297,7 @@ impl OrchestratorSettings {
             ));
         }
         if let Some(id) = &self.replica_id {
-            crate::server::check_replica_id(id)?;
+            crate::starting::check_replica_id(id)?;
         }
         KeyReferenceRules::new(
             self.provider_key_dir.as_deref(),

@@ -5,9 +5,12 @@
 //! other call UNAVAILABLE saying what it waits for, while the database is
 //! tried again with a backoff, up to `--database-wait-secs`. Then the port is
 //! handed on to the real services, as after a start the database watch
-//! keeps the port up through an outage.
+//! keeps the port up through an outage. Opening the store is this
+//! module's too: with the secrets key, as this replica, holding what keeps a
+//! second process from acting as it.
 
 use std::io;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -18,40 +21,59 @@ use tokio_stream::Stream;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::server::{OrchestratorConfig, ReplicaLock, SERVICES, open_replica};
-use crate::store::{Store, StoreError};
+use crate::history::relay::Relay;
+use crate::secrets::{KeySource, load};
+use crate::store::{Backend, ReplicaIdentity, Store, StoreError};
 
 /// The first wait between tries, and the longest.
 const FIRST_WAIT: Duration = Duration::from_secs(1);
 const LONGEST_WAIT: Duration = Duration::from_secs(10);
 
+/// What opening the store as this replica takes.
+#[derive(Debug)]
+pub(crate) struct Opening<'a> {
+    pub database_url: &'a str,
+    /// The key provider API keys are sealed with.
+    pub secrets_key: &'a KeySource,
+    /// None: the host name with PostgreSQL, `local` with SQLite.
+    pub replica_id: Option<&'a str>,
+    pub lease: Duration,
+    /// How long to wait for a database that does not answer.
+    pub wait: Duration,
+    /// The port's TLS, for its answers while it waits.
+    pub tls: Option<&'a chorus_auth::tls::ServerTls>,
+    /// The services the port will serve (NOT_SERVING while it waits).
+    pub services: &'a [&'a str],
+}
+
 /// The store opened as this replica (and the port, given back), once the
 /// database answers; None when a shutdown was asked for first.
 pub(crate) async fn open_when_it_answers(
-    config: &OrchestratorConfig,
+    config: &Opening<'_>,
     listener: TcpListener,
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<(Store, ReplicaLock, TcpListener)>> {
     let first = match open_replica(config).await {
         Ok((store, lock)) => return Ok(Some((store, lock, listener))),
-        Err(e) if unreachable(&e) && !config.database_wait.is_zero() => e,
+        Err(e) if unreachable(&e) && !config.wait.is_zero() => e,
         Err(e) => return Err(e),
     };
     let why = format!(
         "the orchestrator is starting and waits for its database: {first:#}; it tries again for up to {} s (--database-wait-secs)",
-        config.database_wait.as_secs()
+        config.wait.as_secs()
     );
     let addr = listener.local_addr()?;
-    warn!(%addr, error = %format!("{first:#}"), wait_secs = config.database_wait.as_secs(), "the database does not answer: the port answers health NOT_SERVING (other calls UNAVAILABLE) while it is tried again");
+    warn!(%addr, error = %format!("{first:#}"), wait_secs = config.wait.as_secs(), "the database does not answer: the port answers health NOT_SERVING (other calls UNAVAILABLE) while it is tried again");
     let listener = Arc::new(listener);
     let answered = CancellationToken::new();
     let waiting = tokio::spawn(serve_waiting(
         Arc::clone(&listener),
-        config.tls.clone(),
+        config.tls.cloned(),
+        config.services.iter().map(|s| (*s).to_owned()).collect(),
         why,
         answered.clone(),
     ));
-    let deadline = tokio::time::Instant::now() + config.database_wait;
+    let deadline = tokio::time::Instant::now() + config.wait;
     let mut wait = FIRST_WAIT;
     let outcome = loop {
         tokio::select! {
@@ -70,7 +92,7 @@ pub(crate) async fn open_when_it_answers(
             Err(e) => {
                 break Err(e.context(format!(
                     "gave up waiting for the database after {} s (--database-wait-secs)",
-                    config.database_wait.as_secs()
+                    config.wait.as_secs()
                 )));
             }
         }
@@ -103,12 +125,13 @@ fn unreachable(e: &anyhow::Error) -> bool {
 async fn serve_waiting(
     listener: Arc<TcpListener>,
     tls: Option<chorus_auth::tls::ServerTls>,
+    services: Vec<String>,
     why: String,
     done: CancellationToken,
 ) -> anyhow::Result<()> {
     use tonic_health::ServingStatus;
     let (reporter, health) = tonic_health::server::health_reporter();
-    for service in std::iter::once("").chain(SERVICES.iter().copied()) {
+    for service in std::iter::once("").chain(services.iter().map(String::as_str)) {
         reporter
             .set_service_status(service, ServingStatus::NotServing)
             .await;
@@ -141,4 +164,139 @@ impl Stream for Accepting {
             .poll_accept(cx)
             .map(|accepted| Some(accepted.map(|(stream, _)| stream)))
     }
+}
+
+/// What keeps a second process from acting as this replica.
+pub(crate) enum ReplicaLock {
+    /// PostgreSQL: the listener's connection holds the replica's advisory lock.
+    Relay(Box<Relay>),
+    /// SQLite: an exclusive lock on `<database>.lock`, held while it lives.
+    File(nix::fcntl::Flock<std::fs::File>),
+}
+
+/// Takes the SQLite database's orchestrator lock.
+fn lock_sqlite(store: &crate::store::Store) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    use nix::fcntl::{Flock, FlockArg};
+    let Some(database) = store.sqlite_path() else {
+        anyhow::bail!("no SQLite file to lock");
+    };
+    let mut path = database.as_os_str().to_owned();
+    path.push(".lock");
+    let path = PathBuf::from(path);
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+    }
+    .map_err(|e| anyhow::anyhow!("cannot open the lock file {}: {e}", path.display()))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(lock),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => anyhow::bail!(
+            "another orchestrator uses the SQLite database {} (it holds {}); SQLite serves one orchestrator: stop the other one, or use PostgreSQL to run replicas",
+            database.display(),
+            path.display()
+        ),
+        Err((_, e)) => anyhow::bail!("cannot lock {}: {e}", path.display()),
+    }
+}
+
+/// Opens the store as this replica and takes what keeps a second process
+/// from acting as it: the replica's advisory lock, held by the connection
+/// that listens for the other replicas' events (PostgreSQL), or a lock file
+/// beside the database (SQLite: one orchestrator per file).
+async fn open_replica(opening: &Opening<'_>) -> anyhow::Result<(Store, ReplicaLock)> {
+    let store = open_store(opening.database_url, opening.secrets_key).await?;
+    let replica_id = match (opening.replica_id, store.backend()) {
+        (Some(id), _) => id.to_owned(),
+        (None, Backend::Sqlite) => "local".to_owned(),
+        (None, Backend::Postgres) => host_name().map_err(anyhow::Error::msg)?,
+    };
+    let store = store.as_replica(ReplicaIdentity::new(&replica_id, opening.lease));
+    let replica_lock = match store.backend() {
+        Backend::Postgres => ReplicaLock::Relay(Box::new(Relay::start(&store).await?)),
+        Backend::Sqlite => ReplicaLock::File(lock_sqlite(&store)?),
+    };
+    store.register_replica().await?;
+    info!(backend = ?store.backend(), replica = %replica_id, lease = ?opening.lease, "store open");
+    match store.backend() {
+        Backend::Postgres => {
+            info!(replica = %replica_id, "PostgreSQL: replicas may share this database, each with its own --replica-id")
+        }
+        Backend::Sqlite => info!("SQLite serves one orchestrator; use PostgreSQL to run replicas"),
+    }
+    Ok((store, replica_lock))
+}
+
+/// Opens the store with provider keys sealed by the key `source` names, at
+/// start: says which key is used (and that a new one was made), seals the keys
+/// an earlier version stored in clear (one transaction, logged with a count),
+/// and warns about stored keys this key does not open — runs with those
+/// providers fail to start until the right key is given or the key is set again.
+///
+/// # Errors
+/// The key cannot be had, or the store cannot be opened or written.
+pub async fn open_store(url: &str, source: &KeySource) -> anyhow::Result<Store> {
+    let loaded = load(source)?;
+    let origin = loaded.secrets.origin().to_owned();
+    if loaded.created {
+        info!(key = %origin, "made a new secrets key for provider API keys; back it up: without it the stored keys cannot be read");
+    }
+    info!(key = %origin, "provider API keys are encrypted at rest with {origin}");
+    let store = Store::open(url, loaded.secrets).await?;
+    let sealed = store.seal_plain_api_keys().await?;
+    if sealed > 0 {
+        info!(
+            count = sealed,
+            "encrypted {sealed} provider API key(s) an earlier version stored in clear text"
+        );
+    }
+    let unreadable = store.undecryptable_api_keys().await?;
+    if !unreadable.is_empty() {
+        warn!(
+            count = unreadable.len(),
+            providers = %unreadable.join(", "),
+            "{} stored provider API key(s) do not decrypt with {origin}; runs with those providers will not start: give the key they were stored with, or set them again with UpdateProvider",
+            unreadable.len()
+        );
+    }
+    Ok(store)
+}
+
+/// This host's name: the default replica id with PostgreSQL.
+///
+/// # Errors
+/// It cannot be read, or is not a valid replica id; the message says to give
+/// `--replica-id`.
+pub fn host_name() -> Result<String, String> {
+    let name = nix::unistd::gethostname().map_err(|e| {
+        format!("cannot read the host name for the replica id ({e}); give --replica-id")
+    })?;
+    let name = name.to_string_lossy().into_owned();
+    check_replica_id(&name).map_err(|e| format!("{e}; give --replica-id"))?;
+    Ok(name)
+}
+
+/// A replica id: 1 to 128 letters, digits, `.`, `_` or `-`.
+///
+/// # Errors
+/// The message says what is wrong.
+pub fn check_replica_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > 128 {
+        return Err(format!(
+            "replica id '{id}': give 1 to 128 characters (--replica-id)"
+        ));
+    }
+    if let Some(bad) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "replica id '{id}': '{bad}' is not allowed; use letters, digits, '.', '_' and '-' (--replica-id)"
+        ));
+    }
+    Ok(())
 }
