@@ -7,6 +7,7 @@ mod budget;
 mod error;
 mod event;
 pub mod feed;
+mod money;
 mod name;
 pub mod policy;
 mod provider;
@@ -29,6 +30,7 @@ pub use budget::{
 };
 pub use error::DomainError;
 pub use event::{Event, EventKind, NeedsYou};
+pub use money::{MAX_COST_PICO, PICO_PER_USD, cost_limit, show_usd, usd};
 pub use name::Name;
 pub use provider::{Provider, ProviderKind, ToolTransport};
 pub use provider_key::{
@@ -40,8 +42,8 @@ pub use status::TaskStatus;
 pub use task::{AutoStart, Planning, Question, Task, TaskId, TaskSource};
 pub use time::now_ms;
 pub use usage::{
-    CostCorrection, CostSource, DayUsage, MAX_COST_PICO, ModelCall, PICO_PER_USD, Price,
-    PricedCall, Prices, Usage, UsageDimension, UsageKey, cost_limit, date_of_day, day_of,
-    day_of_date, group_usage, month_start, show_usd, subtree_usage, usd,
+    CostCorrection, CostSource, DayUsage, ModelCall, Price, PricedCall, Prices, Usage,
+    UsageDimension, UsageKey, date_of_day, day_of, day_of_date, group_usage, month_start,
+    subtree_usage,
 };
 pub use workspace::{RootPolicy, Workspace, WorkspaceId};
