@@ -25,6 +25,10 @@ use crate::history::relay::Relay;
 use crate::secrets::{KeySource, load};
 use crate::store::{Backend, ReplicaIdentity, Store, StoreError};
 
+/// How long the connections taken while waiting get to close before the
+/// services take the port.
+const LAST_WORDS: Duration = Duration::from_secs(2);
+
 /// The first wait between tries, and the longest.
 const FIRST_WAIT: Duration = Duration::from_secs(1);
 const LONGEST_WAIT: Duration = Duration::from_secs(10);
@@ -97,11 +101,20 @@ pub(crate) async fn open_when_it_answers(
             }
         }
     };
+    // Its connections are told to go (GOAWAY); one that never says anything
+    // is not waited for.
     answered.cancel();
-    match waiting.await {
+    let mut waiting = waiting;
+    match tokio::time::timeout(LAST_WORDS, &mut waiting).await {
+        Ok(Ok(Err(e))) => {
+            warn!(error = %e, "the port's answer while waiting for the database failed")
+        }
         Ok(Err(e)) => warn!(error = %e, "the port's answer while waiting for the database failed"),
-        Err(e) => warn!(error = %e, "the port's answer while waiting for the database failed"),
-        Ok(Ok(())) => {}
+        Ok(Ok(Ok(()))) => {}
+        Err(_) => {
+            waiting.abort();
+            let _ = waiting.await;
+        }
     }
     let listener = Arc::try_unwrap(listener)
         .map_err(|_| anyhow::anyhow!("the port is still held by the wait for the database"))?;
