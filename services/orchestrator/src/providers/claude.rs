@@ -16,7 +16,7 @@ use crate::execution::process::CliCommand;
 const NO_CREDENTIAL: &str = " (Claude Code has no API key its API accepts: give the provider one with `chorus provider update NAME -w WORKSPACE --key-stdin` (or --key-env, --key-file), or UpdateProvider's apiKey)";
 
 /// How the CLI answers a call of a tool it was not given.
-const NO_SUCH_TOOL: &str = "No such tool available";
+const NO_SUCH_TOOL: &str = "Error: No such tool available";
 
 /// Claude Code as a provider.
 #[derive(Debug)]
@@ -409,7 +409,11 @@ impl Stream {
                 None => String::new(),
             };
             let is_error = result.get("is_error").and_then(Value::as_bool) == Some(true);
-            let unknown = is_error && text.contains(NO_SUCH_TOOL);
+            // The CLI's own answer, not a tool's error that quotes it.
+            let unknown = is_error
+                && text
+                    .trim_start_matches("<tool_use_error>")
+                    .starts_with(NO_SUCH_TOOL);
             if !rejected && !unknown {
                 continue;
             }
@@ -628,6 +632,17 @@ mod tests {
                 by: "cli",
             }),
             "{denied:?}"
+        );
+        // A tool's own error that quotes the words is no refusal of the CLI's.
+        stream.line(
+            r#"{"type":"assistant","message":{"id":"msg_3","model":"m","content":[{"type":"tool_use","id":"toolu_2","name":"mcp__chorus__file_read","input":{"path":"Error: No such tool available"}}],"usage":{"input_tokens":10,"output_tokens":1}},"session_id":"s"}"#,
+        );
+        let quoted = stream.line(
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":"not_found: Error: No such tool available does not exist","is_error":true,"tool_use_id":"toolu_2"}]},"session_id":"s"}"#,
+        );
+        assert!(
+            !quoted.iter().any(|p| matches!(p, Progress::Denied { .. })),
+            "{quoted:?}"
         );
     }
 
