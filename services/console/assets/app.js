@@ -94,8 +94,9 @@ async function follow(method, body, onMessage, signal, onState) {
 // What a live indicator says of a followed stream.
 function liveText(live, state, error, wait) {
   live.dataset.state = state;
+  live.title = state === 'retry' ? (error.message || String(error)) : '';
   if (state === 'live') live.textContent = '● live';
-  else if (state === 'retry') live.textContent = `○ reconnecting in ${(wait / 1000).toFixed(1)} s (${error.message || error})`;
+  else if (state === 'retry') live.textContent = `○ reconnecting in ${(wait / 1000).toFixed(1)} s (${error.code || 'connection lost'})`;
   else live.textContent = '■ ended';
 }
 
