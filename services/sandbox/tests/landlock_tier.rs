@@ -390,3 +390,97 @@ exit 125
     assert!(err.to_string().contains("unavailable"), "{err}");
     assert!(!ws.root.join("ran").exists());
 }
+
+/// What the host offers beside TCP ports, and its ports reached another way,
+/// are out of reach too (issue 37): a port the host listens on at
+/// 127.0.0.1, after the sandbox bound the same port at 127.0.0.2 (the
+/// launcher once allowed a sandbox's own ports by number only); a Unix
+/// socket file the host listens on, open to everyone (Landlock does not
+/// check `connect` to one), by stream or by datagram; SysV IPC and POSIX
+/// message queues, which one run's processes shared with another's of the
+/// same user and which outlived them.
+#[tokio::test]
+async fn the_hosts_other_ports_sockets_and_ipc_are_out_of_reach() {
+    use std::os::unix::fs::PermissionsExt;
+    let sandbox = sandbox_in(Tier::Landlock).await;
+    let ws = workspace();
+    let canary = std::net::TcpListener::bind("127.0.0.1:0").expect("a host port");
+    let port = canary.local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    let path = dir.path().join("host.sock");
+    let unix = UnixListener::bind(&path).expect("a host socket");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let dgram = dir.path().join("host.dgram");
+    let datagrams = std::os::unix::net::UnixDatagram::bind(&dgram).expect("a host datagram socket");
+    std::fs::set_permissions(&dgram, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    datagrams.set_nonblocking(true).expect("nonblocking");
+    let body = format!(
+        r#"
+def own_port_trick(host):
+    s = socket.socket()
+    s.bind(("127.0.0.2", {port}))
+    s.listen()
+    socket.create_connection((host, {port}), timeout=5)
+attempt("own_port_trick", lambda: own_port_trick("127.0.0.1"))
+attempt("other_loopback", lambda: socket.create_connection(("127.0.0.3", {port}), timeout=5))
+def own_exact():
+    s = socket.socket()
+    s.bind(("127.0.0.2", 0))
+    s.listen()
+    socket.create_connection(("127.0.0.2", s.getsockname()[1]), timeout=5)
+attempt("own_exact", own_exact)
+def unix_stream():
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("{unix}")
+attempt("unix_stream", unix_stream)
+def unix_dgram():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a.sendto(b"x", "{dgram}")
+attempt("unix_dgram", unix_dgram)
+def stream_pair():
+    a, b = socket.socketpair()
+    a.sendall(b"x")
+    assert b.recv(1) == b"x"
+attempt("stream_pair", stream_pair)
+attempt("msgget", lambda: check(libc.msgget(0, 0o1600)))
+attempt("shmget", lambda: check(libc.shmget(0, 4096, 0o1600)))
+attempt("semget", lambda: check(libc.semget(0, 1, 0o1600)))
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+attempt("mq_open", lambda: check(rt.mq_open(b"/chorus-run", os.O_CREAT | os.O_RDWR, 0o600, None)))
+"#,
+        unix = path.display(),
+        dgram = dgram.display(),
+    );
+    let ran = run(&sandbox, &bash(&ws, &python(&body))).await;
+    let got = answers(&ran.stdout);
+    for (name, expected) in [
+        ("own_port_trick", "ECONNREFUSED"),
+        ("other_loopback", "ECONNREFUSED"),
+        ("own_exact", "ok"),
+        ("unix_stream", "EPERM"),
+        ("unix_dgram", "EPERM"),
+        ("stream_pair", "ok"),
+        ("msgget", "EPERM"),
+        ("shmget", "EPERM"),
+        ("semget", "EPERM"),
+        ("mq_open", "EPERM"),
+    ] {
+        assert_eq!(
+            answer(&got, name),
+            Some(expected),
+            "{name}: {}\n{}",
+            ran.stdout,
+            ran.stderr
+        );
+    }
+    unix.set_nonblocking(true).expect("nonblocking");
+    assert!(unix.accept().is_err(), "the host's socket was reached");
+    let mut buf = [0_u8; 8];
+    assert!(
+        datagrams.recv(&mut buf).is_err(),
+        "a datagram reached the host"
+    );
+    canary.set_nonblocking(true).expect("nonblocking");
+    assert!(canary.accept().is_err(), "the host's port was reached");
+}

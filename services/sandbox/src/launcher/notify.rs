@@ -7,9 +7,11 @@
 //!
 //! - **connect** to the proxy's and the forwards' addresses (those a
 //!   namespace-tier sandbox has on its own loopback) goes to the listeners
-//!   the launcher bound for them; to a loopback port the sandbox itself
-//!   bound, as asked; anything else is refused (ENETUNREACH, or ECONNREFUSED
-//!   for loopback) — the same answers a sandbox with only a loopback gets;
+//!   the launcher bound for them; to an address the sandbox itself bound —
+//!   that address and port exactly, kept bound by the launcher until the
+//!   sandbox ends, so nothing else can take it — as asked; anything else is
+//!   refused (ENETUNREACH, or ECONNREFUSED for loopback) — the same answers a
+//!   sandbox with only a loopback gets;
 //! - **bind** of an IPv4 or IPv6 socket: to a loopback address only (the
 //!   unspecified address becomes loopback), so nothing outside the host can
 //!   connect in;
@@ -48,6 +50,9 @@ use nix::sys::socket::{
 const CONNECT_WAIT: Duration = Duration::from_secs(30);
 /// Most sockets bound for a sandbox and not yet listening, kept here.
 const MAX_BOUND: usize = 256;
+/// Most listening sockets of a sandbox held here (beyond them, an address
+/// is the sandbox's only while its program holds the socket).
+const MAX_LISTENING: usize = 1024;
 
 /// The calls that signal another process by its pid, or open one (the
 /// launcher answers them where Landlock cannot scope signals).
@@ -126,10 +131,15 @@ pub struct Supervisor {
     /// Addresses the program connects to → where the launcher connects
     /// instead (the proxy's and the forwards' listeners).
     routes: HashMap<SocketAddr, SocketAddr>,
-    /// Loopback ports the sandbox bound: it may connect to them.
-    own_ports: HashSet<u16>,
-    /// Sockets bound for the sandbox and not yet listening, by inode.
-    bound: VecDeque<(u64, OwnedFd)>,
+    /// The addresses the sandbox bound, each exactly (loopback, with its
+    /// port): it may connect to them, and to no other loopback address.
+    own: HashSet<SocketAddr>,
+    /// Sockets bound for the sandbox and not yet listening, by inode, with
+    /// their addresses.
+    bound: VecDeque<(u64, OwnedFd, SocketAddr)>,
+    /// The sandbox's listening sockets, held until it ends: the address
+    /// stays the sandbox's even once its program closed its own descriptor.
+    listening: Vec<OwnedFd>,
     /// The monitor, whose descendants (less `outside`) are the sandbox's
     /// processes: the only ones a signal of the sandbox may reach.
     monitor: nix::unistd::Pid,
@@ -240,8 +250,9 @@ impl Supervisor {
         Self {
             listener,
             routes,
-            own_ports: HashSet::new(),
+            own: HashSet::new(),
             bound: VecDeque::new(),
+            listening: Vec::new(),
             monitor: nix::unistd::getpid(),
             outside,
         }
@@ -412,7 +423,7 @@ impl Supervisor {
     fn on_connect(&self, asked: SocketAddr, flags: OpenFlags) -> Answer {
         let to = if let Some(route) = self.routes.get(&asked) {
             *route
-        } else if asked.ip().is_loopback() && self.own_ports.contains(&asked.port()) {
+        } else if self.own.contains(&canonical(asked)) {
             asked
         } else if asked.ip().is_loopback() {
             return Answer::Return(-libc::ECONNREFUSED);
@@ -445,18 +456,23 @@ impl Supervisor {
         });
         match made {
             Ok((socket, local)) => {
-                if let Some(port) = port_of(&local) {
-                    self.own_ports.insert(port);
-                }
+                let Some(local) = socket_address(&local) else {
+                    return Answer::Return(-libc::EADDRNOTAVAIL);
+                };
                 let Ok(kept) = socket.try_clone() else {
                     return Answer::Return(-libc::EMFILE);
                 };
-                if let Some(inode) = inode_of(&kept) {
-                    if self.bound.len() == MAX_BOUND {
-                        self.bound.pop_front();
-                    }
-                    self.bound.push_back((inode, kept));
+                let Some(inode) = inode_of(&kept) else {
+                    return Answer::Return(-libc::EMFILE);
+                };
+                if self.bound.len() == MAX_BOUND
+                    && let Some((_, _, gone)) = self.bound.pop_front()
+                {
+                    // No longer held here: it is the sandbox's no more.
+                    self.own.remove(&gone);
                 }
+                self.own.insert(canonical(local));
+                self.bound.push_back((inode, kept, local));
                 Answer::Replace {
                     socket,
                     result: 0,
@@ -483,19 +499,28 @@ impl Supervisor {
                 .parse::<u64>()
                 .ok()
         });
-        let Some(at) = inode.and_then(|i| self.bound.iter().position(|(b, _)| *b == i)) else {
+        let Some(at) = inode.and_then(|i| self.bound.iter().position(|(b, ..)| *b == i)) else {
             // Not a socket the launcher bound: an unbound one would be bound
             // to every address, a Unix one is not offered.
             return Ok(Answer::Return(-libc::EACCES));
         };
-        let Some((_, socket)) = self.bound.remove(at) else {
+        let Some((_, socket, address)) = self.bound.remove(at) else {
             return Ok(Answer::Return(-libc::EACCES));
         };
         let backlog = i32::try_from(call.args[1] & 0x7fff_ffff).unwrap_or(128);
         let backlog = nix::sys::socket::Backlog::new(backlog.clamp(1, 4096))
             .unwrap_or(nix::sys::socket::Backlog::MAXCONN);
         Ok(match listen(&socket, backlog) {
-            Ok(()) => Answer::Return(0),
+            Ok(()) => {
+                if self.listening.len() < MAX_LISTENING {
+                    self.listening.push(socket);
+                } else {
+                    // Not held: another process may take it once the
+                    // sandbox's program closes its own.
+                    self.own.remove(&canonical(address));
+                }
+                Answer::Return(0)
+            }
             Err(e) => Answer::Return(-(e as i32)),
         })
     }
@@ -601,15 +626,27 @@ fn connect_for(to: SocketAddr, nonblocking: bool) -> nix::Result<(OwnedFd, i32)>
     Ok((socket, 0))
 }
 
-fn port_of(address: &SockaddrStorage) -> Option<u16> {
+/// An IPv4 or IPv6 socket address as the standard library's.
+fn socket_address(address: &SockaddrStorage) -> Option<SocketAddr> {
     address
         .as_sockaddr_in()
-        .map(nix::sys::socket::SockaddrIn::port)
+        .map(|a| SocketAddr::from(std::net::SocketAddrV4::from(*a)))
         .or_else(|| {
             address
                 .as_sockaddr_in6()
-                .map(nix::sys::socket::SockaddrIn6::port)
+                .map(|a| SocketAddr::from(std::net::SocketAddrV6::from(*a)))
         })
+}
+
+/// One spelling of an address: an IPv4-mapped IPv6 address as IPv4.
+fn canonical(address: SocketAddr) -> SocketAddr {
+    match address.ip() {
+        IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), address.port()),
+            None => address,
+        },
+        IpAddr::V4(_) => address,
+    }
 }
 
 fn inode_of(socket: &OwnedFd) -> Option<u64> {

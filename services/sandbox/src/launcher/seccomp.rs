@@ -151,9 +151,19 @@ fn programs(tier: Tier) -> Result<Vec<BpfProgram>, String> {
     };
     let mut deny = deny_rules().map_err(|e| format!("cannot build the seccomp filter: {e}"))?;
     if tier == Tier::Landlock {
-        deny.extend(
-            shared_host_rules().map_err(|e| format!("cannot build the seccomp filter: {e}"))?,
-        );
+        let shared =
+            shared_host_rules().map_err(|e| format!("cannot build the seccomp filter: {e}"))?;
+        // A call both lists name is refused when any of their rules matches
+        // (no rule at all: always).
+        for (nr, rules) in shared {
+            match deny.get_mut(&nr) {
+                Some(always) if always.is_empty() => {}
+                Some(existing) if !rules.is_empty() => existing.extend(rules),
+                _ => {
+                    deny.insert(nr, rules);
+                }
+            }
+        }
     }
     let mut programs = vec![
         compile(deny, SeccompAction::Errno(libc::EPERM.cast_unsigned()))?,
@@ -216,12 +226,42 @@ fn deny_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendE
     Ok(rules)
 }
 
+/// SysV IPC and POSIX message queues: without an IPC namespace, their objects
+/// are the host's and its user's, shared by every run of that user and
+/// outliving each (the landlock tier refuses them all; a namespace-tier
+/// sandbox has an IPC namespace of its own).
+const IPC: &[libc::c_long] = &[
+    libc::SYS_msgget,
+    libc::SYS_msgsnd,
+    libc::SYS_msgrcv,
+    libc::SYS_msgctl,
+    libc::SYS_shmget,
+    libc::SYS_shmat,
+    libc::SYS_shmdt,
+    libc::SYS_shmctl,
+    libc::SYS_semget,
+    libc::SYS_semop,
+    libc::SYS_semtimedop,
+    libc::SYS_semctl,
+    libc::SYS_mq_open,
+    libc::SYS_mq_unlink,
+    libc::SYS_mq_timedsend,
+    libc::SYS_mq_timedreceive,
+    libc::SYS_mq_notify,
+    libc::SYS_mq_getsetattr,
+];
+
 /// What a sandbox that shares the service's PID and network namespaces (the
 /// landlock tier) is refused besides: calls that act on another process of
 /// the same user by its pid without ptrace's checks (which Landlock makes),
 /// so the service's own processes cannot be reniced, pinned or starved of
-/// limits; and TCP Fast Open's connection in `sendto`/`sendmsg`, which no
-/// `connect` call (that the launcher answers) precedes.
+/// limits; TCP Fast Open's connection in `sendto`/`sendmsg`, which no
+/// `connect` call (that the launcher answers) precedes; the host's IPC
+/// objects ([`IPC`]); and Unix sockets that could reach a socket file of
+/// the host — Landlock checks no `connect` or `sendto` to one: `socket`
+/// of the Unix family, and datagram socket pairs (whose `sendto` may name
+/// any socket file). Stream and sequenced-packet pairs, connected to each
+/// other only, stay: programs use them as pipes.
 fn shared_host_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendError> {
     let not_self = || -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
         Ok(vec![SeccompRule::new(vec![arg(0, SeccompCmpOp::Ne, 0)?])?])
@@ -245,7 +285,25 @@ fn shared_host_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::B
     let prio_user = u64::from(libc::PRIO_USER);
     /// IOPRIO_WHO_USER of ioprio_set(2).
     const IOPRIO_WHO_USER: u64 = 3;
-    Ok(BTreeMap::from([
+    let unix = u64::from(libc::AF_UNIX.cast_unsigned());
+    // The type without SOCK_NONBLOCK and SOCK_CLOEXEC.
+    const SOCK_TYPE_MASK: u64 = 0xf;
+    let datagram = u64::from(libc::SOCK_DGRAM.cast_unsigned());
+    let mut rules = BTreeMap::from([
+        (
+            libc::SYS_socket,
+            vec![SeccompRule::new(vec![arg(0, SeccompCmpOp::Eq, unix)?])?],
+        ),
+        (
+            libc::SYS_socketpair,
+            vec![SeccompRule::new(vec![
+                arg(0, SeccompCmpOp::Eq, unix)?,
+                arg(1, SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK), datagram)?,
+            ])?],
+        ),
+    ]);
+    rules.extend(IPC.iter().map(|nr| (*nr, Vec::new())));
+    rules.extend([
         (libc::SYS_prlimit64, not_self()?),
         (libc::SYS_sched_setaffinity, not_self()?),
         (libc::SYS_sched_setscheduler, not_self()?),
@@ -256,7 +314,8 @@ fn shared_host_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::B
         (libc::SYS_sendto, fast_open(3)?),
         (libc::SYS_sendmsg, fast_open(2)?),
         (libc::SYS_sendmmsg, fast_open(3)?),
-    ]))
+    ]);
+    Ok(rules)
 }
 
 /// `socket(domain, type, protocol)` (and socketpair) refused: another family;
