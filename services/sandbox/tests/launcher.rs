@@ -211,6 +211,12 @@ async fn the_program_never_runs_as_root_and_holds_no_capability(tier: Tier) {
     }
     for line in &lines[1..] {
         let (name, value) = line.split_once(':').expect("field");
+        // A service that is not root, without a user namespace, cannot
+        // shrink its bounding set: it holds no capability, and with
+        // no_new_privs no program it starts gains one.
+        if name == "CapBnd" && !root() && tier == Tier::Landlock {
+            continue;
+        }
         let expected = if name == "NoNewPrivs" {
             "1"
         } else {

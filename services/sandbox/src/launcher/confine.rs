@@ -99,8 +99,20 @@ pub fn identity(identity: Identity) -> Result<(), String> {
         CapSet::Effective,
         CapSet::Permitted,
     ] {
-        if matches!(set, CapSet::Bounding) && caps::read(None, set).is_ok_and(|s| s.is_empty()) {
-            continue;
+        if matches!(set, CapSet::Bounding) {
+            if caps::read(None, set).is_ok_and(|s| s.is_empty()) {
+                continue;
+            }
+            // A service that is not root (and holds no capability) cannot
+            // shrink its bounding set, nor gain anything through it: with
+            // no_new_privs, no program it starts is given a capability.
+            if !caps::has_cap(None, CapSet::Effective, caps::Capability::CAP_SETPCAP)
+                .unwrap_or(false)
+            {
+                nix::sys::prctl::set_no_new_privs()
+                    .map_err(|e| format!("cannot set no_new_privs: {e}"))?;
+                continue;
+            }
         }
         caps::clear(None, set).map_err(|e| format!("cannot drop capabilities: {e}"))?;
     }
