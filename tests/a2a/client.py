@@ -28,6 +28,37 @@ from a2a.client.client import ClientCallContext
 from a2a.types import a2a_pb2 as pb
 
 
+class Headers:
+    """Keeps the calls made, to read the headers an answer carried. gRPC
+    takes an interceptor for one kind of call each: `interceptors` are the
+    unary and the server-streaming one, keeping calls in one list."""
+
+    def __init__(self):
+        self.calls = []
+        calls = self.calls
+
+        class Unary(grpc.aio.UnaryUnaryClientInterceptor):
+            async def intercept_unary_unary(self, continuation, details, request):
+                call = await continuation(details, request)
+                calls.append(call)
+                return call
+
+        class Streaming(grpc.aio.UnaryStreamClientInterceptor):
+            async def intercept_unary_stream(self, continuation, details, request):
+                call = await continuation(details, request)
+                calls.append(call)
+                return call
+
+        self.interceptors = [Unary(), Streaming()]
+
+    async def last(self, name):
+        """The header `name` of the last call's answer, or None."""
+        if not self.calls:
+            return None
+        metadata = await self.calls[-1].initial_metadata()
+        return dict(metadata or ()).get(name)
+
+
 class Key(CredentialService):
     """Gives one API key for every scheme the card asks for."""
 
@@ -60,6 +91,7 @@ class Runner:
         self.task = None
         self.context = None
         self.sequence = None
+        self.headers = Headers()
 
     def sub(self, value):
         if value == "$task":
@@ -81,7 +113,7 @@ class Runner:
             config = ClientConfig(
                 streaming=streaming,
                 supported_protocol_bindings=["GRPC"],
-                grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url),
+                grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url, interceptors=self.headers.interceptors),
             )
             key = self.plan["keys"].get(key_name)
             interceptors = [AuthInterceptor(Key(key))] if key else []
@@ -167,6 +199,8 @@ class Runner:
                 if stop_after and len(events) >= stop_after:
                     break
             result = {"events": events, "task": self.task, "sequence": self.sequence}
+            if op.get("push"):
+                result["push_secret"] = await self.headers.last("chorus-push-secret")
             if canceler:
                 result["canceled"] = await canceler
             return result
@@ -194,7 +228,10 @@ class Runner:
         if kind == "push_create":
             client = await self.client(key)
             config = pb.TaskPushNotificationConfig(task_id=self.sub(op["task_id"]), url=op["url"])
-            return {"config": to_dict(await client.create_task_push_notification_config(config))}
+            if op.get("token"):
+                config.token = op["token"]
+            created = to_dict(await client.create_task_push_notification_config(config))
+            return {"config": created, "push_secret": await self.headers.last("chorus-push-secret")}
         if kind == "push_list":
             client = await self.client(key)
             request = pb.ListTaskPushNotificationConfigsRequest(task_id=self.sub(op["task_id"]))

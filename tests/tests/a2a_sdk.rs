@@ -244,11 +244,46 @@ async fn the_planners_questions_are_input_required_and_the_next_message_answers_
     ])
     .await;
     let setup = A2aSetup::start(&model, TOOLS, None).await;
-    let plan = setup.plan(json!([
-        { "op": "send", "text": "Write a greeting in greeting.txt" },
-        { "op": "send", "text": "Bonjour, in French", "task_id": "$task" },
-    ]));
-    let results = run_client(&python, &plan).await;
+    // 192.0.2.0/24 is for documentation: a public address nothing answers.
+    let hook = |n: usize| json!({ "op": "push_create", "task_id": "$task", "url": format!("http://192.0.2.1:9/hook{n}") });
+    let mut ops = vec![json!({ "op": "send", "text": "Write a greeting in greeting.txt" })];
+    ops.extend((1..=8).map(hook));
+    ops.extend([
+        // A reply that would make a 9th push config is refused, and changes
+        // nothing: the task still waits for its answer.
+        json!({ "op": "send", "text": "Bonjour, in French", "task_id": "$task",
+                "push": { "url": "http://192.0.2.1:9/hook9" } }),
+        json!({ "op": "get", "task_id": "$task" }),
+        json!({ "op": "push_list", "task_id": "$task" }),
+        json!({ "op": "send", "text": "Bonjour, in French", "task_id": "$task" }),
+    ]);
+    let mut results = run_client(&python, &setup.plan(Value::Array(ops))).await;
+    for created in &results[1..=8] {
+        assert!(created["config"]["id"].is_string(), "{created}");
+    }
+    assert_eq!(
+        error(&results[9]),
+        ("InvalidParamsError", "INVALID_ARGUMENT"),
+        "{}",
+        results[9]
+    );
+    assert!(
+        results[9].to_string().contains("8 configs"),
+        "{}",
+        results[9]
+    );
+    assert_eq!(
+        results[10]["task"]["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "a refused reply was applied: {}",
+        results[10]
+    );
+    assert_eq!(
+        results[11]["list"]["configs"].as_array().map(Vec::len),
+        Some(8),
+        "{}",
+        results[11]
+    );
+    results.drain(1..=11);
 
     let asked = events(&results[0]);
     let last = asked.last().expect("events");
@@ -426,8 +461,9 @@ async fn no_key_a_viewers_key_and_bad_input_are_refused_precisely_and_change_not
     // A finished task takes no reply and cannot be canceled.
     let plan = setup.plan(json!([
         { "op": "send", "text": "Write x.txt" },
-        { "op": "send", "text": "more", "task_id": "$task" },
+        { "op": "send", "text": "more", "task_id": "$task", "push": { "url": "http://192.0.2.1:9/hook" } },
         { "op": "cancel", "task_id": "$task" },
+        { "op": "push_list", "task_id": "$task" },
     ]));
     let results = run_client(&python, &plan).await;
     assert_eq!(
@@ -448,11 +484,17 @@ async fn no_key_a_viewers_key_and_bad_input_are_refused_precisely_and_change_not
         error(&results[2]),
         ("TaskNotCancelableError", "FAILED_PRECONDITION")
     );
+    assert!(
+        results[3]["list"].get("configs").is_none(),
+        "the refused reply's push config stayed: {}",
+        results[3]
+    );
     assert_eq!(tasks(&mut setup).await.len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_status_change_is_pushed_to_the_webhook_once_signed_and_retried() {
+    use chorus_orchestrator::a2a::push::signature;
     use chorus_sandbox::testing::{TestNet, give_to_test_user, root_for};
     let Some(python) = python_or_skip() else {
         return;
@@ -460,8 +502,9 @@ async fn every_status_change_is_pushed_to_the_webhook_once_signed_and_retried() 
     if !root_for("a webhook off this machine's loopback (a network namespace)") {
         return;
     }
-    // The webhook is on a private network the operator allows; loopback and
-    // the metadata address are refused whatever is allowed.
+    // The webhook is on a private network the operator allows; loopback,
+    // the metadata address and every address of this machine (the host's
+    // end of that network too) are refused whatever is allowed.
     let mut net = TestNet::create();
     let logs = tempfile::tempdir().expect("logs");
     give_to_test_user(logs.path());
@@ -471,7 +514,7 @@ async fn every_status_change_is_pushed_to_the_webhook_once_signed_and_retried() 
     let ip = net.ip.to_string();
     net.serve(
         "/usr/bin/python3",
-        &[script, &ip, port, &log.display().to_string(), "tok-123"],
+        &[script, &ip, port, &log.display().to_string()],
         "ready",
     )
     .await;
@@ -484,37 +527,66 @@ async fn every_status_change_is_pushed_to_the_webhook_once_signed_and_retried() 
     )
     .await;
     let hook = format!("http://{ip}:{port}/hook");
-    let plan = setup.plan(json!([
-        { "op": "send", "text": "Write pushed.txt",
-          "push": { "url": hook, "token": "tok-123", "scheme": "Bearer", "credentials": "hook-secret" } },
-        { "op": "push_list", "task_id": "$task", "key": "viewer" },
-        { "op": "push_create", "task_id": "$task", "url": "http://127.0.0.1:9/hook" },
-        { "op": "push_create", "task_id": "$task", "url": "http://169.254.169.254/latest/meta-data" },
-        { "op": "push_create", "task_id": "$task", "url": "http://localhost:9/hook" },
-    ]));
-    let results = run_client(&python, &plan).await;
+    let own: Vec<String> = nix::ifaddrs::getifaddrs()
+        .expect("getifaddrs")
+        .filter_map(|i| i.address?.as_sockaddr_in().map(|a| a.ip()))
+        .filter(|a| !a.is_loopback())
+        .map(|a| format!("http://{a}:{port}/hook"))
+        .collect();
+    assert!(
+        own.contains(&format!("http://{}:{port}/hook", net.host_ip)),
+        "{own:?}"
+    );
+    let mut ops = vec![
+        json!({ "op": "send", "text": "Write pushed.txt",
+          "push": { "url": hook, "token": "tok-123", "scheme": "Bearer", "credentials": "hook-secret" } }),
+        json!({ "op": "push_list", "task_id": "$task", "key": "viewer" }),
+        json!({ "op": "push_list", "task_id": "$task" }),
+        json!({ "op": "push_create", "task_id": "$task", "url": "http://127.0.0.1:9/hook" }),
+        json!({ "op": "push_create", "task_id": "$task", "url": "http://169.254.169.254/latest/meta-data" }),
+        json!({ "op": "push_create", "task_id": "$task", "url": "http://localhost:9/hook" }),
+        json!({ "op": "push_create", "task_id": "$task", "url": "http:///nohost" }),
+        json!({ "op": "push_create", "task_id": "$task", "url": "http://0.0.0.1:9/hook" }),
+    ];
+    ops.extend(
+        own.iter()
+            .map(|url| json!({ "op": "push_create", "task_id": "$task", "url": url })),
+    );
+    let results = run_client(&python, &setup.plan(Value::Array(ops))).await;
     assert_eq!(
         state(events(&results[0]).last().expect("events")),
         "TASK_STATE_COMPLETED"
     );
-    let configs = &results[1]["list"]["configs"];
-    assert_eq!(configs.as_array().map(Vec::len), Some(1), "{configs}");
-    assert_eq!(configs[0]["url"], hook.as_str());
-    assert_eq!(configs[0]["authentication"]["scheme"], "Bearer");
+    let secret = results[0]["push_secret"].as_str().unwrap_or_default();
+    assert_eq!(secret.len(), 64, "the signing secret comes once, with the answer: {}", results[0]);
+    let viewed = &results[1]["list"]["configs"];
+    assert_eq!(viewed.as_array().map(Vec::len), Some(1), "{viewed}");
+    assert_eq!(viewed[0]["url"], hook.as_str());
+    assert_eq!(viewed[0]["authentication"]["scheme"], "Bearer");
     assert!(
-        configs[0]["authentication"].get("credentials").is_none(),
-        "credentials are never given back: {configs}"
+        viewed[0]["authentication"].get("credentials").is_none() && viewed[0].get("token").is_none(),
+        "a viewer never reads credentials or the token: {viewed}"
     );
-    for refused in &results[2..5] {
+    assert_eq!(results[2]["list"]["configs"][0]["token"], "tok-123");
+    assert!(
+        !results[1..3].iter().any(|r| r.to_string().contains(secret)),
+        "the signing secret is never read back"
+    );
+    for (i, refused) in results[3..].iter().enumerate() {
         assert_eq!(
             error(refused),
             ("InvalidParamsError", "INVALID_ARGUMENT"),
-            "{refused}"
+            "create {i}: {refused}"
         );
+    }
+    for refused in &results[8..] {
+        let message = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("never this machine"), "{message}");
     }
 
     // pending → planning → planned → active → completed: four changes, each
-    // delivered once (the first after a 503 and a retry), signed.
+    // delivered once (the first after a 503 and a retry), signed with the
+    // secret (not with the token every notification carries).
     let delivered = |log: &std::path::Path| -> Vec<Value> {
         std::fs::read_to_string(log)
             .unwrap_or_default()
@@ -556,7 +628,15 @@ async fn every_status_change_is_pushed_to_the_webhook_once_signed_and_retried() 
     for r in &requests {
         assert_eq!(r["headers"]["x-a2a-notification-token"], "tok-123", "{r}");
         assert_eq!(r["headers"]["authorization"], "Bearer hook-secret", "{r}");
-        assert_eq!(r["signed"], true, "{r}");
+        let header = r["headers"]["x-chorus-signature"].as_str().unwrap_or_default();
+        let at: i64 = header
+            .strip_prefix("t=")
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_default();
+        let raw = r["raw"].as_str().unwrap_or_default();
+        assert_eq!(header, signature(secret, at, raw), "{r}");
+        assert_ne!(header, signature("tok-123", at, raw), "keyed with the token: {r}");
         assert_eq!(
             r["body"]["statusUpdate"]["taskId"], results[0]["task"],
             "{r}"

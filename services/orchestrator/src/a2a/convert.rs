@@ -493,9 +493,10 @@ fn answers_of(i: usize, list: &Json) -> Result<Vec<String>, Status> {
         .collect()
 }
 
-/// A push config from the wire, checked: its URL (never this machine or a
-/// metadata service), a token made when the client gave none (it keys the
-/// signature, and the answer gives it), credentials only with a scheme.
+/// A push config from the wire, checked: its URL (its form; where it leads
+/// is checked apart, see `push::reachable`), the client's token as given
+/// (none: none is sent), credentials only with a scheme, and a new signing
+/// secret of its own.
 pub fn push_config(
     task: TaskId,
     wire: pb::TaskPushNotificationConfig,
@@ -509,12 +510,10 @@ pub fn push_config(
         id => id.to_owned(),
     };
     let token = match wire.token.trim() {
-        "" => format!(
-            "{}{}",
-            uuid::Uuid::new_v4().simple(),
-            uuid::Uuid::new_v4().simple()
-        ),
         t if t.len() > 1024 => return Err(invalid("token: at most 1024 bytes".to_owned())),
+        t if t.contains(|c: char| c.is_control()) => {
+            return Err(invalid("token: one line".to_owned()));
+        }
         t => t.to_owned(),
     };
     let authentication = match wire.authentication {
@@ -542,21 +541,29 @@ pub fn push_config(
         task_id: task,
         url,
         token,
+        secret: Some(super::push::new_secret()),
         authentication,
         created_ms: crate::domain::now_ms(),
     })
 }
 
-/// A push config as the wire gives it back: its credentials never (the
-/// scheme says there are some), its token yes (the client checks
-/// signatures with it).
-pub fn push_wire(config: &crate::domain::push::PushConfig) -> pb::TaskPushNotificationConfig {
+/// A push config as the wire gives it back: its credentials and signing
+/// secret never (the scheme says there are credentials), its token only to
+/// a caller who may change the task (never to a viewer).
+pub fn push_wire(
+    config: &crate::domain::push::PushConfig,
+    with_token: bool,
+) -> pb::TaskPushNotificationConfig {
     pb::TaskPushNotificationConfig {
         tenant: String::new(),
         id: config.id.clone(),
         task_id: config.task_id.to_string(),
         url: config.url.to_string(),
-        token: config.token.clone(),
+        token: if with_token {
+            config.token.clone()
+        } else {
+            String::new()
+        },
         authentication: config
             .authentication
             .as_ref()

@@ -1,14 +1,15 @@
 //! Push notifications: each status change of a task with push configs is
 //! sent to their webhooks as the A2A stream response its stream would
-//! carry (JSON), with the config's token and a signature, until the webhook
-//! answers 2xx or [`MAX_PUSH_ATTEMPTS`] attempts failed. Every replica
-//! delivers: a notification is claimed before it is sent, so one replica
-//! sends it. The address a webhook's host resolves to is checked at each
-//! attempt and the connection made to that address only (no redirect is
-//! followed, no proxy used): a name cannot be pointed at this machine or a
-//! metadata service after it was accepted.
+//! carry (JSON), with the client's A2A token and a signature keyed with the
+//! config's own secret, until the webhook answers 2xx or
+//! [`MAX_PUSH_ATTEMPTS`] attempts failed. Every replica delivers: a
+//! notification is claimed before it is sent, so one replica sends it. The
+//! addresses a webhook's host resolves to are checked when the config is
+//! made and at each attempt, and the connection made to those addresses
+//! only (no redirect is followed, no proxy used): a name cannot be pointed
+//! at this machine or a metadata service after it was accepted.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr as _;
 use std::time::Duration;
 
@@ -27,10 +28,14 @@ use crate::state::AppState;
 use crate::store::{EVENT_PAGE_BYTES, PushDelivery, StoreError};
 
 /// The header carrying a notification's signature: `t=<ms>,v1=<hex>`, the
-/// HMAC-SHA256 of `<ms>.<body>` keyed with the config's token.
+/// HMAC-SHA256 of `<ms>.<body>` keyed with the config's signing secret.
 pub const SIGNATURE_HEADER: &str = "x-chorus-signature";
 /// The header A2A clients read the config's token from.
 const TOKEN_HEADER: &str = "x-a2a-notification-token";
+/// The answer header that gives a new config's signing secret, once: to
+/// whoever made the config (CreateTaskPushNotificationConfig, or a
+/// SendMessage that carried one). It is never given again.
+pub const SECRET_HEADER: &str = "chorus-push-secret";
 /// How long a claimed notification is kept from other replicas.
 const LEASE_MS: i64 = 60_000;
 /// How long an attempt may take.
@@ -145,7 +150,7 @@ async fn attempt_once(
     let a2a_state = convert::state_of(to, task.auto_start.is_some(), task.never_started());
     let response = convert::status_update(&task, &event, a2a_state);
     let body = json_of(pool, &response).map_err(Attempt::Failed)?;
-    let addrs = resolve(&state.push_networks, &config.url)
+    let addrs = reachable(&state.push_networks, &config.url)
         .await
         .map_err(Attempt::Failed)?;
     let host = config.url.host_str().unwrap_or_default().to_owned();
@@ -159,9 +164,13 @@ async fn attempt_once(
     let at = now_ms();
     let mut request = client
         .post(config.url.clone())
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .header(TOKEN_HEADER, &config.token)
-        .header(SIGNATURE_HEADER, signature(&config.token, at, &body));
+        .header(reqwest::header::CONTENT_TYPE, "application/json");
+    if !config.token.is_empty() {
+        request = request.header(TOKEN_HEADER, &config.token);
+    }
+    if let Some(secret) = &config.secret {
+        request = request.header(SIGNATURE_HEADER, signature(secret, at, &body));
+    }
     if let Some(auth) = &config.authentication {
         request = request.header(
             reqwest::header::AUTHORIZATION,
@@ -184,8 +193,12 @@ async fn attempt_once(
     }
 }
 
-/// The addresses `url`'s host resolves to, every one allowed; else why not.
-async fn resolve(networks: &PushNetworks, url: &url::Url) -> Result<Vec<SocketAddr>, String> {
+/// The addresses `url`'s host resolves to now, every one allowed and none
+/// this machine's; else why not.
+pub async fn reachable(
+    networks: &PushNetworks,
+    url: &url::Url,
+) -> Result<Vec<SocketAddr>, String> {
     let host = url.host_str().ok_or("no host")?;
     let port = url.port_or_known_default().ok_or("no port")?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -196,17 +209,42 @@ async fn resolve(networks: &PushNetworks, url: &url::Url) -> Result<Vec<SocketAd
     if addrs.is_empty() {
         return Err(format!("{host} resolves to no address"));
     }
+    let own = own_addresses()?;
     for addr in &addrs {
-        if let Some(why) = networks.refusal(addr.ip()) {
+        if let Some(why) = networks.refusal(addr.ip(), &own) {
             return Err(format!("{host}: {why}"));
         }
     }
     Ok(addrs)
 }
 
-/// `t=<ms>,v1=<hex of HMAC-SHA256(token, "<ms>.<body>")>`.
-pub fn signature(token: &str, at_ms: i64, body: &str) -> String {
-    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(token.as_bytes()) else {
+/// Every address this machine's interfaces have now (in a container, the
+/// container's: the host's own are not reachable as "this machine" there).
+fn own_addresses() -> Result<Vec<IpAddr>, String> {
+    let interfaces = nix::ifaddrs::getifaddrs()
+        .map_err(|e| format!("cannot list this machine's addresses: {e}"))?;
+    Ok(interfaces
+        .filter_map(|i| i.address)
+        .filter_map(|a| {
+            a.as_sockaddr_in()
+                .map(|v4| IpAddr::V4(v4.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+        })
+        .collect())
+}
+
+/// A new config's signing secret: 32 random bytes, hex.
+pub fn new_secret() -> String {
+    use chacha20poly1305::aead::OsRng;
+    use chacha20poly1305::aead::rand_core::RngCore as _;
+    let mut bytes = [0_u8; 32];
+    OsRng.fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `t=<ms>,v1=<hex of HMAC-SHA256(secret, "<ms>.<body>")>`.
+pub fn signature(secret: &str, at_ms: i64, body: &str) -> String {
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret.as_bytes()) else {
         return String::new();
     };
     mac.update(format!("{at_ms}.").as_bytes());
@@ -241,5 +279,28 @@ mod tests {
             signature("key", 1, "body"),
             "t=1,v1=91b5374b153842ad05b2c4eab9349b8321b14703165bd3fb8b034dfb8be98ae5"
         );
+    }
+
+    #[tokio::test]
+    async fn this_machines_own_interface_addresses_are_never_reached() {
+        let all = PushNetworks::parse(&["0.0.0.0/0".to_owned(), "::/0".to_owned()]).expect("parse");
+        let own = own_addresses().expect("getifaddrs");
+        assert!(!own.is_empty(), "this machine has no address at all");
+        for ip in own {
+            let host = match ip {
+                IpAddr::V4(v4) => v4.to_string(),
+                IpAddr::V6(v6) => format!("[{v6}]"),
+            };
+            let url = url::Url::parse(&format!("http://{host}:9/hook")).expect("url");
+            let why = reachable(&all, &url).await.expect_err(&host);
+            assert!(why.contains("this machine") || why.contains("link-local"), "{host}: {why}");
+        }
+    }
+
+    #[test]
+    fn secrets_are_new_each_time() {
+        let (a, b) = (new_secret(), new_secret());
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
     }
 }

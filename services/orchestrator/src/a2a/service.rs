@@ -44,7 +44,7 @@ impl A2aService for A2aFace {
         request: Request<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, Status> {
         let wait = blocking_wait(request.metadata());
-        let (task, config) = self.accept(request).await?;
+        let (task, config, secret) = self.accept(request).await?;
         let history = config.history_length;
         let task = if config.return_immediately || convert::pauses(convert::state(&task)) {
             task
@@ -73,9 +73,12 @@ impl A2aService for A2aFace {
                 .map_err(|e| from_core(e.into(), false))?
         };
         let task = snapshot(&self.state, &task, history).await?.0;
-        Ok(Response::new(pb::SendMessageResponse {
-            payload: Some(pb::send_message_response::Payload::Task(task)),
-        }))
+        Ok(with_secret(
+            Response::new(pb::SendMessageResponse {
+                payload: Some(pb::send_message_response::Payload::Task(task)),
+            }),
+            secret.as_deref(),
+        ))
     }
 
     type SendStreamingMessageStream = Responses;
@@ -84,10 +87,11 @@ impl A2aService for A2aFace {
         &self,
         request: Request<pb::SendMessageRequest>,
     ) -> Result<Response<Self::SendStreamingMessageStream>, Status> {
-        let (task, config) = self.accept(request).await?;
+        let (task, config, secret) = self.accept(request).await?;
         let (first, after) = snapshot(&self.state, &task, config.history_length).await?;
-        Ok(Response::new(
-            follow(&self.state, task, first, after, Until::Pause).await?,
+        Ok(with_secret(
+            Response::new(follow(&self.state, task, first, after, Until::Pause).await?),
+            secret.as_deref(),
         ))
     }
 
@@ -248,20 +252,26 @@ impl A2aService for A2aFace {
         let req = request.into_inner();
         let task = self.task_of(&req.tenant, &req.task_id).await?;
         let config = push_config(task.id, req)?;
-        Ok(Response::new(self.add_push(config).await?))
+        self.check_reachable(&config).await?;
+        let secret = config.secret.clone();
+        Ok(with_secret(
+            Response::new(self.add_push(config).await?),
+            secret.as_deref(),
+        ))
     }
 
     async fn get_task_push_notification_config(
         &self,
         request: Request<pb::GetTaskPushNotificationConfigRequest>,
     ) -> Result<Response<pb::TaskPushNotificationConfig>, Status> {
+        let with_token = may_change(&request);
         let req = request.into_inner();
         let task = self.task_of(&req.tenant, &req.task_id).await?;
         let configs = self.push_configs(task.id).await?;
         configs
             .into_iter()
             .find(|c| c.id == req.id)
-            .map(|c| Response::new(push_wire(&c)))
+            .map(|c| Response::new(push_wire(&c, with_token)))
             .ok_or_else(|| {
                 a2a(
                     Reason::InvalidParams,
@@ -277,11 +287,12 @@ impl A2aService for A2aFace {
         &self,
         request: Request<pb::ListTaskPushNotificationConfigsRequest>,
     ) -> Result<Response<pb::ListTaskPushNotificationConfigsResponse>, Status> {
+        let with_token = may_change(&request);
         let req = request.into_inner();
         let task = self.task_of(&req.tenant, &req.task_id).await?;
         let configs = self.push_configs(task.id).await?;
         Ok(Response::new(pb::ListTaskPushNotificationConfigsResponse {
-            configs: configs.iter().map(push_wire).collect(),
+            configs: configs.iter().map(|c| push_wire(c, with_token)).collect(),
             next_page_token: String::new(),
         }))
     }
@@ -323,11 +334,13 @@ impl A2aService for A2aFace {
 impl A2aFace {
     /// Reads a SendMessage request and hands it to the core: a new task in
     /// the tenant's workspace (planned, then started by itself), or a reply
-    /// to the task it names.
+    /// to the task it names. With a push config, the new config's signing
+    /// secret too. A refused request changes nothing: a reply's push config
+    /// is added first and taken back when the reply is refused.
     async fn accept(
         &self,
         request: Request<pb::SendMessageRequest>,
-    ) -> Result<(Task, pb::SendMessageConfiguration), Status> {
+    ) -> Result<(Task, pb::SendMessageConfiguration, Option<String>), Status> {
         let caller = match request.extensions().get::<Principal>() {
             Some(Principal::Key { name, .. }) => Some(name.clone()),
             _ => None,
@@ -340,6 +353,10 @@ impl A2aFace {
             .clone()
             .map(|wire| push_config(TaskId::new(), wire))
             .transpose()?;
+        if let Some(push) = &push {
+            self.check_reachable(push).await?;
+        }
+        let secret = push.as_ref().and_then(|p| p.secret.clone());
         if let Some(n) = config.history_length.filter(|n| *n < 0) {
             return Err(a2a(
                 Reason::InvalidParams,
@@ -366,9 +383,26 @@ impl A2aFace {
                         ),
                     ));
                 }
-                core::reply(&self.state, id, text, answers)
-                    .await
-                    .map_err(|e| from_core(e, false))?
+                let added = match push.take() {
+                    Some(mut push) => {
+                        push.task_id = id;
+                        Some(self.add_push(push).await?.id)
+                    }
+                    None => None,
+                };
+                match core::reply(&self.state, id, text, answers).await {
+                    Ok(task) => task,
+                    Err(e) => {
+                        if let Some(config) = added {
+                            self.state
+                                .store
+                                .delete_push_config(id, config)
+                                .await
+                                .map_err(|e| from_core(e.into(), false))?;
+                        }
+                        return Err(from_core(e, false));
+                    }
+                }
             }
             None => {
                 let source = TaskSource {
@@ -393,11 +427,19 @@ impl A2aFace {
                 .map_err(|e| from_core(e, false))?
             }
         };
-        if let Some(mut push) = push {
-            push.task_id = task.id;
-            self.add_push(push).await?;
-        }
-        Ok((task, config))
+        Ok((task, config, secret))
+    }
+
+    /// INVALID_PARAMS unless the webhook's host resolves now to addresses a
+    /// notification may go to (none of this machine's).
+    async fn check_reachable(
+        &self,
+        config: &crate::domain::push::PushConfig,
+    ) -> Result<(), Status> {
+        super::push::reachable(&self.state.push_networks, &config.url)
+            .await
+            .map(|_| ())
+            .map_err(|why| a2a(Reason::InvalidParams, format!("url: {why}")))
     }
 
     async fn add_push(
@@ -410,7 +452,7 @@ impl A2aFace {
             .create_push_config(config)
             .await
             .map_err(|e| from_core(e.into(), false))?;
-        Ok(push_wire(&config))
+        Ok(push_wire(&config, true))
     }
 
     async fn push_configs(
@@ -502,6 +544,28 @@ const BLOCKING_WAIT: Duration = Duration::from_secs(20);
 /// How long a blocking SendMessage waits: [`BLOCKING_WAIT`], or less when
 /// the client's own deadline (`grpc-timeout`) is nearer — it is answered
 /// half a second before that.
+/// `response` with a new push config's signing secret in its headers.
+fn with_secret<T>(mut response: Response<T>, secret: Option<&str>) -> Response<T> {
+    if let Some(value) = secret.and_then(|s| tonic::metadata::MetadataValue::try_from(s).ok()) {
+        response
+            .metadata_mut()
+            .insert(super::push::SECRET_HEADER, value);
+    }
+    response
+}
+
+/// Whether the caller may change tasks (and so read a push config's
+/// token): anyone but a viewer key.
+fn may_change<T>(request: &Request<T>) -> bool {
+    !matches!(
+        request.extensions().get::<Principal>(),
+        Some(Principal::Key {
+            role: chorus_auth::Role::Viewer,
+            ..
+        })
+    )
+}
+
 fn blocking_wait(metadata: &tonic::metadata::MetadataMap) -> Duration {
     let client = metadata
         .get("grpc-timeout")

@@ -12,9 +12,13 @@ pub struct PushConfig {
     pub id: String,
     pub task_id: TaskId,
     pub url: url::Url,
-    /// Sent back with each notification, and the key its signature is made
-    /// with (given by the client, or made when it gave none).
+    /// The client's A2A token, sent back with each notification as the A2A
+    /// protocol says (empty: none given, none sent). Never given to a viewer.
     pub token: String,
+    /// The key each notification's signature is made with: made by Chorus,
+    /// given once to whoever created the config, never read back. None for
+    /// configs made before there were signing secrets (they are not signed).
+    pub secret: Option<String>,
     /// Sent as the `Authorization` header: `<scheme> <credentials>`.
     pub authentication: Option<PushAuth>,
     pub created_ms: i64,
@@ -40,19 +44,32 @@ pub fn push_retry_ms(attempts: i32) -> i64 {
     (1000_i64 << doublings).min(300_000)
 }
 
-/// Checks a webhook URL as given: http or https, a host, no credentials in
-/// it, at most 2 KiB, and no host that names this machine or a cloud's
-/// metadata service (`localhost`, a loopback, link-local or unspecified
-/// address). Where a host name resolves is checked again at each delivery.
+/// Checks a webhook URL as given: `http://` or `https://` then a host, no
+/// credentials in it, at most 2 KiB, and no host that names this machine or
+/// a cloud's metadata service (`localhost`, a loopback, link-local or
+/// unspecified address). Where a host resolves, and whether that is one of
+/// this machine's addresses, is checked at creation and at each delivery
+/// ([`PushNetworks::refusal`]). A URL a lenient parser would mend is
+/// refused: `http:///nohost` has no host, whatever `nohost` may be.
 pub fn check_push_url(text: &str) -> Result<url::Url, DomainError> {
     let bad = |why: &str| DomainError::invalid("url", format!("{why}: '{text}'"));
     if text.len() > 2048 {
         return Err(DomainError::invalid("url", "longer than 2048 bytes"));
     }
-    let url = url::Url::parse(text).map_err(|e| bad(&format!("not a URL ({e})")))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(bad("a webhook is http or https"));
+    if text.chars().any(|c| c.is_whitespace() || c.is_control() || c == '\\') {
+        return Err(bad("a URL has no spaces, control characters or backslashes"));
     }
+    let lower = text.to_ascii_lowercase();
+    let Some(rest) = lower
+        .strip_prefix("http://")
+        .or_else(|| lower.strip_prefix("https://"))
+    else {
+        return Err(bad("a webhook is http:// or https://"));
+    };
+    if rest.is_empty() || rest.starts_with(['/', '?', '#', '@', ':']) {
+        return Err(bad("no host"));
+    }
+    let url = url::Url::parse(text).map_err(|e| bad(&format!("not a URL ({e})")))?;
     if !url.username().is_empty() || url.password().is_some() {
         return Err(bad("credentials go in authentication, not in the URL"));
     }
@@ -87,7 +104,10 @@ fn never_reached(ip: IpAddr) -> Option<&'static str> {
         IpAddr::V4(v4) if v4.is_link_local() => {
             Some("never a link-local address (where cloud metadata services answer)")
         }
-        IpAddr::V4(v4) if v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast() => {
+        // 0.0.0.0/8 is "this network": 0.x.y.z reaches this machine.
+        IpAddr::V4(v4)
+            if v4.octets()[0] == 0 || v4.is_broadcast() || v4.is_multicast() =>
+        {
             Some("not a host's address")
         }
         IpAddr::V6(v6) if v6.is_loopback() => Some("never this machine (a loopback address)"),
@@ -120,7 +140,9 @@ fn private(ip: IpAddr) -> bool {
 
 /// Which addresses webhooks may be reached at: public ones, and private
 /// ones in the networks the operator allows (`--a2a-push-allow-network`);
-/// never this machine's, link-local or metadata addresses.
+/// never this machine's (loopback or any address of its interfaces, such as
+/// the host's end of an allowed private network), link-local or metadata
+/// addresses.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PushNetworks {
     allowed: Vec<(IpAddr, u8)>,
@@ -147,10 +169,20 @@ impl PushNetworks {
         Ok(Self { allowed })
     }
 
-    /// None when a webhook may be reached at `ip`, else why not.
-    pub fn refusal(&self, ip: IpAddr) -> Option<String> {
+    /// None when a webhook may be reached at `ip`, else why not. `own` are
+    /// this machine's addresses, as its interfaces have them now.
+    pub fn refusal(&self, ip: IpAddr, own: &[IpAddr]) -> Option<String> {
         if let Some(why) = never_reached(ip) {
             return Some(format!("{ip}: {why}"));
+        }
+        let canonical = |ip: IpAddr| match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        if own.iter().any(|&mine| canonical(mine) == canonical(ip)) {
+            return Some(format!(
+                "{ip}: never this machine (one of its interfaces has this address)"
+            ));
         }
         if private(ip)
             && !self
@@ -197,6 +229,15 @@ mod tests {
             "ftp://example.com/hook",
             "http://user:pw@example.com/hook",
             "not a url",
+            "http:///nohost",
+            "http:nohost/hook",
+            "https:\\\\evil.example\\hook",
+            "http://\\evil.example/hook",
+            "http:// example.com/hook",
+            "http://@example.com/hook",
+            "http://:80/hook",
+            "http://0.1.2.3/hook",
+            "HTTP:///nohost",
         ] {
             assert!(check_push_url(url).is_err(), "{url} was taken");
         }
@@ -208,13 +249,13 @@ mod tests {
     fn private_networks_only_when_allowed_and_loopback_never() {
         let none = PushNetworks::default();
         let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
-        assert!(none.refusal(ip("93.184.216.34")).is_none());
-        assert!(none.refusal(ip("10.200.1.2")).is_some());
-        assert!(none.refusal(ip("100.64.0.1")).is_some());
-        assert!(none.refusal(ip("fd12::1")).is_some());
+        assert!(none.refusal(ip("93.184.216.34"), &[]).is_none());
+        assert!(none.refusal(ip("10.200.1.2"), &[]).is_some());
+        assert!(none.refusal(ip("100.64.0.1"), &[]).is_some());
+        assert!(none.refusal(ip("fd12::1"), &[]).is_some());
         let some = PushNetworks::parse(&["10.200.0.0/16".to_owned()]).expect("parse");
-        assert!(some.refusal(ip("10.200.1.2")).is_none());
-        assert!(some.refusal(ip("10.201.1.2")).is_some());
+        assert!(some.refusal(ip("10.200.1.2"), &[]).is_none());
+        assert!(some.refusal(ip("10.201.1.2"), &[]).is_some());
         let all = PushNetworks::parse(&["0.0.0.0/0".to_owned(), "::/0".to_owned()]).expect("parse");
         for never in [
             "127.0.0.1",
@@ -223,8 +264,15 @@ mod tests {
             "fd00:ec2::254",
             "::ffff:127.0.0.1",
         ] {
-            assert!(all.refusal(ip(never)).is_some(), "{never}");
+            assert!(all.refusal(ip(never), &[]).is_some(), "{never}");
         }
+        // This machine's own addresses, however spelled, whatever is allowed.
+        let own = [ip("10.200.0.1"), ip("93.184.216.34"), ip("2001:db8::7")];
+        for mine in ["10.200.0.1", "::ffff:10.200.0.1", "93.184.216.34", "2001:db8::7"] {
+            let why = all.refusal(ip(mine), &own).unwrap_or_default();
+            assert!(why.contains("this machine"), "{mine}: {why}");
+        }
+        assert!(all.refusal(ip("10.200.0.2"), &own).is_none());
         assert!(PushNetworks::parse(&["10.0.0.0".to_owned()]).is_err());
         assert!(PushNetworks::parse(&["10.0.0.0/33".to_owned()]).is_err());
     }

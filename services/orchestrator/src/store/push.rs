@@ -37,6 +37,7 @@ type ConfigRow = (
     Option<String>,
     Option<String>,
     i64,
+    Option<String>,
 );
 
 impl Store {
@@ -81,6 +82,8 @@ impl Store {
                         .as_ref()
                         .map(|a| secrets.seal(&a.credentials, &bound))),
                     push_configs::created_ms.eq(config.created_ms),
+                    push_configs::signing_secret
+                        .eq(config.secret.as_ref().map(|s| secrets.seal(s, &bound))),
                 ))
                 .execute(conn)
                 .db()?;
@@ -226,7 +229,7 @@ fn config_of(
     secrets: &crate::secrets::SecretBox,
     row: ConfigRow,
 ) -> Result<PushConfig, StoreError> {
-    let (id, task_id, url, token, scheme, credentials, created_ms) = row;
+    let (id, task_id, url, token, scheme, credentials, created_ms, secret) = row;
     let bound = bound_to(&id);
     let open = |sealed: &str| {
         secrets
@@ -239,6 +242,7 @@ fn config_of(
         url: url::Url::parse(&url)
             .map_err(|e| StoreError::Database(format!("push_configs.url: {e}")))?,
         token: open(&token)?,
+        secret: secret.as_deref().map(open).transpose()?,
         authentication: match (scheme, credentials) {
             (Some(scheme), Some(credentials)) => Some(PushAuth {
                 scheme,

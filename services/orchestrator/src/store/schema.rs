@@ -257,6 +257,8 @@ diesel::table! {
         /// Sealed.
         auth_credentials -> Nullable<Text>,
         created_ms -> BigInt,
+        /// Sealed.
+        signing_secret -> Nullable<Text>,
     }
 }
 

@@ -1,0 +1,1 @@
+ALTER TABLE push_configs DROP COLUMN signing_secret;
