@@ -558,13 +558,19 @@ async fn every_status_change_is_pushed_to_the_webhook_once_signed_and_retried() 
         "TASK_STATE_COMPLETED"
     );
     let secret = results[0]["push_secret"].as_str().unwrap_or_default();
-    assert_eq!(secret.len(), 64, "the signing secret comes once, with the answer: {}", results[0]);
+    assert_eq!(
+        secret.len(),
+        64,
+        "the signing secret comes once, with the answer: {}",
+        results[0]
+    );
     let viewed = &results[1]["list"]["configs"];
     assert_eq!(viewed.as_array().map(Vec::len), Some(1), "{viewed}");
     assert_eq!(viewed[0]["url"], hook.as_str());
     assert_eq!(viewed[0]["authentication"]["scheme"], "Bearer");
     assert!(
-        viewed[0]["authentication"].get("credentials").is_none() && viewed[0].get("token").is_none(),
+        viewed[0]["authentication"].get("credentials").is_none()
+            && viewed[0].get("token").is_none(),
         "a viewer never reads credentials or the token: {viewed}"
     );
     assert_eq!(results[2]["list"]["configs"][0]["token"], "tok-123");
@@ -628,7 +634,9 @@ async fn every_status_change_is_pushed_to_the_webhook_once_signed_and_retried() 
     for r in &requests {
         assert_eq!(r["headers"]["x-a2a-notification-token"], "tok-123", "{r}");
         assert_eq!(r["headers"]["authorization"], "Bearer hook-secret", "{r}");
-        let header = r["headers"]["x-chorus-signature"].as_str().unwrap_or_default();
+        let header = r["headers"]["x-chorus-signature"]
+            .as_str()
+            .unwrap_or_default();
         let at: i64 = header
             .strip_prefix("t=")
             .and_then(|rest| rest.split(',').next())
@@ -636,7 +644,11 @@ async fn every_status_change_is_pushed_to_the_webhook_once_signed_and_retried() 
             .unwrap_or_default();
         let raw = r["raw"].as_str().unwrap_or_default();
         assert_eq!(header, signature(secret, at, raw), "{r}");
-        assert_ne!(header, signature("tok-123", at, raw), "keyed with the token: {r}");
+        assert_ne!(
+            header,
+            signature("tok-123", at, raw),
+            "keyed with the token: {r}"
+        );
         assert_eq!(
             r["body"]["statusUpdate"]["taskId"], results[0]["task"],
             "{r}"

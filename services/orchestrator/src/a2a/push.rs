@@ -195,10 +195,7 @@ async fn attempt_once(
 
 /// The addresses `url`'s host resolves to now, every one allowed and none
 /// this machine's; else why not.
-pub async fn reachable(
-    networks: &PushNetworks,
-    url: &url::Url,
-) -> Result<Vec<SocketAddr>, String> {
+pub async fn reachable(networks: &PushNetworks, url: &url::Url) -> Result<Vec<SocketAddr>, String> {
     let host = url.host_str().ok_or("no host")?;
     let port = url.port_or_known_default().ok_or("no port")?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -293,7 +290,10 @@ mod tests {
             };
             let url = url::Url::parse(&format!("http://{host}:9/hook")).expect("url");
             let why = reachable(&all, &url).await.expect_err(&host);
-            assert!(why.contains("this machine") || why.contains("link-local"), "{host}: {why}");
+            assert!(
+                why.contains("this machine") || why.contains("link-local"),
+                "{host}: {why}"
+            );
         }
     }
 

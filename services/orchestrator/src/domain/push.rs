@@ -56,8 +56,13 @@ pub fn check_push_url(text: &str) -> Result<url::Url, DomainError> {
     if text.len() > 2048 {
         return Err(DomainError::invalid("url", "longer than 2048 bytes"));
     }
-    if text.chars().any(|c| c.is_whitespace() || c.is_control() || c == '\\') {
-        return Err(bad("a URL has no spaces, control characters or backslashes"));
+    if text
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '\\')
+    {
+        return Err(bad(
+            "a URL has no spaces, control characters or backslashes",
+        ));
     }
     let lower = text.to_ascii_lowercase();
     let Some(rest) = lower
@@ -105,9 +110,7 @@ fn never_reached(ip: IpAddr) -> Option<&'static str> {
             Some("never a link-local address (where cloud metadata services answer)")
         }
         // 0.0.0.0/8 is "this network": 0.x.y.z reaches this machine.
-        IpAddr::V4(v4)
-            if v4.octets()[0] == 0 || v4.is_broadcast() || v4.is_multicast() =>
-        {
+        IpAddr::V4(v4) if v4.octets()[0] == 0 || v4.is_broadcast() || v4.is_multicast() => {
             Some("not a host's address")
         }
         IpAddr::V6(v6) if v6.is_loopback() => Some("never this machine (a loopback address)"),
@@ -268,7 +271,12 @@ mod tests {
         }
         // This machine's own addresses, however spelled, whatever is allowed.
         let own = [ip("10.200.0.1"), ip("93.184.216.34"), ip("2001:db8::7")];
-        for mine in ["10.200.0.1", "::ffff:10.200.0.1", "93.184.216.34", "2001:db8::7"] {
+        for mine in [
+            "10.200.0.1",
+            "::ffff:10.200.0.1",
+            "93.184.216.34",
+            "2001:db8::7",
+        ] {
             let why = all.refusal(ip(mine), &own).unwrap_or_default();
             assert!(why.contains("this machine"), "{mine}: {why}");
         }

@@ -9,10 +9,13 @@
 //! A repository's configuration must never run a program or reach anything:
 //! the tools are granted to agents that may not run commands at all, and a
 //! push may hold the network. git therefore never reads the repository's own
-//! configuration file: the tools read it as data and, in the sandbox, show git
-//! a file with only the keys on an allow-list in its place (see [`config`]);
-//! with the sandbox off, a repository whose configuration sets anything else
-//! is refused. On top of that every command runs with hooks off
+//! configuration file: the tools read it once as data, and git reads, in
+//! every tier, a common directory of the call's own whose `config` holds only
+//! the keys on an allow-list (see [`config`] and [`shadow`]). That file is the
+//! service's, outside the workspace and read-only in the sandbox: nothing an
+//! agent does to `.git/config` meanwhile (a rename over it from another run)
+//! reaches git. With the sandbox off, a repository whose configuration sets
+//! anything else is refused. On top of that every command runs with hooks off
 //! (`core.hooksPath=/dev/null`, and `--no-verify` where git has it), no
 //! fsmonitor, pager, editor, askpass, credential helper or signing program,
 //! only the https, http, ssh and git transports (`GIT_ALLOW_PROTOCOL`, which
@@ -42,7 +45,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
 use chorus_catalog::{args, outputs};
-use chorus_sandbox::{Cover, Identity, Network, ProcessSpec};
+use chorus_sandbox::{Identity, Network, ProcessSpec};
 
 use crate::context::{ToolContext, ToolOutcome};
 use crate::error::ToolError;
@@ -338,8 +341,9 @@ struct Git<'a> {
 
 /// The repository's configuration as git sees it.
 struct Shown {
-    /// The allowed entries, as a configuration file's text.
-    text: String,
+    /// The common directory git reads in place of `.git`, whose `config`
+    /// holds the allowed entries (removed when the call ends).
+    common_dir: tempfile::TempDir,
     /// Whether it names an author (user.name and user.email).
     has_identity: bool,
 }
@@ -386,8 +390,22 @@ impl<'a> Git<'a> {
                 .iter()
                 .any(|e| e.key == key && !e.value.trim().is_empty())
         };
+        {
+            // Where git keeps ref logs, made now as the workspace's user:
+            // git could not make it in the common directory it is shown.
+            let _acting = ctx.sandbox.act()?;
+            match ctx.sandbox.dir().create_dir(".git/logs") {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(ToolError::FailedPrecondition(format!(
+                        "cannot make .git/logs, where git keeps ref logs: {e}"
+                    )));
+                }
+            }
+        }
         git.config = Some(Shown {
-            text,
+            common_dir: shadow::common_dir(&git.root.join(".git"), &text)?,
             has_identity: named("user.name") && named("user.email"),
         });
         Ok(git)
@@ -413,18 +431,12 @@ impl<'a> Git<'a> {
         };
         let mut read_only = Vec::new();
         self.through_proxy(&network, &mut env, &mut read_only);
-        // The landlock tier cannot cover a file: git gets a common directory
-        // of its own instead, whose configuration is the allowed one (see
-        // [`shadow`]).
-        let shadow = match &self.config {
-            Some(shown) if self.ctx.processes.enforced() && !self.ctx.processes.can_cover() => {
-                let shadow = shadow::common_dir(&self.root.join(".git"), &shown.text)?;
-                env.push(("GIT_COMMON_DIR".into(), shadow.path().into()));
-                read_only.push(shadow.path().to_path_buf());
-                Some(shadow)
-            }
-            _ => None,
-        };
+        // git reads the allowed configuration, from a common directory of
+        // the call's own (see [`shadow`]); while it is being read, none.
+        if let Some(shown) = &self.config {
+            env.push(("GIT_COMMON_DIR".into(), shown.common_dir.path().into()));
+            read_only.push(shown.common_dir.path().to_path_buf());
+        }
         let spec = ProcessSpec {
             program: "git".into(),
             args: cmd.args,
@@ -435,14 +447,7 @@ impl<'a> Git<'a> {
             network,
             identity: self.identity,
             address_space_limit: true,
-            // git reads the allowed configuration in place of the repository's.
-            covers: match &self.config {
-                Some(shown) if self.ctx.processes.can_cover() => vec![Cover {
-                    path: self.root.join(".git/config"),
-                    content: shown.text.clone(),
-                }],
-                _ => Vec::new(),
-            },
+            covers: Vec::new(),
             run: Some(self.ctx.grant.run_id.clone()),
             fence: self.ctx.fence.clone(),
         };
@@ -455,7 +460,6 @@ impl<'a> Git<'a> {
             .map_err(|e| {
                 e.into_tool_error("git is not installed on the tool-exec host (not found on PATH)")
             })?;
-        drop(shadow);
         match out.ending {
             CommandEnd::Exited => Ok(out),
             CommandEnd::TimedOut => Err(ToolError::DeadlineExceeded(format!(

@@ -661,3 +661,25 @@ async fn a_push_needs_the_network_grant() {
         ""
     );
 }
+
+/// A repository just made with git init (no ref log yet): the first commit
+/// is the tool's, and git keeps its ref log in the repository.
+#[tokio::test]
+async fn the_first_commit_of_a_new_repository_is_made_and_logged() {
+    let h = Harness::new().await;
+    init_repo(&h.root);
+    h.write("first.txt", "one\n");
+    let outcome = h
+        .ok("git.commit", json!({"message": "first", "all": true}))
+        .await;
+    let commit: outputs::GitCommit = parse(&outcome);
+    assert_eq!(commit.commit, head(&h.root));
+    assert_eq!(
+        git(&h.root, &["reflog", "--format=%gs", "main"]).trim(),
+        "commit (initial): first"
+    );
+    let logs = std::fs::metadata(h.root.join(".git/logs")).expect(".git/logs");
+    let root = std::fs::metadata(&h.root).expect("root");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(logs.uid(), root.uid(), "made as the workspace's user");
+}

@@ -304,3 +304,69 @@ async fn what_git_needs_of_the_configuration_is_kept() {
     let config = std::fs::read_to_string(h.root.join(".git/config")).expect("config");
     assert!(config.contains("[remote \"up stream\"]"), "{config}");
 }
+
+/// G37: another run renames a hostile `.git/config` over the repository's,
+/// again and again, while a run without bash calls git.status. Whatever git
+/// is shown in place of `.git/config` (once a bind mount, which a rename
+/// from another mount namespace detaches) must not be something an agent
+/// can swap between the check and git's read: no call runs the filter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_renamed_in_while_git_runs_is_never_read() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let h = repo().await;
+    h.write(".gitattributes", "* filter=evil\n");
+    git(&h.root, &["add", "."]);
+    git(&h.root, &["commit", "-q", "-m", "attributes"]);
+    let config = h.root.join(".git/config");
+    let benign = std::fs::read_to_string(&config).expect("config");
+    let hostile = format!(
+        "{benign}[filter \"evil\"]\n\tclean = {}\n\tprocess = {}\n",
+        ran(&h.root, "race-clean"),
+        ran(&h.root, "race-process")
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (stop, dir) = (stop.clone(), h.root.join(".git"));
+        std::thread::spawn(move || {
+            let mut swaps = 0_u64;
+            while !stop.load(Ordering::Relaxed) {
+                for (name, text) in [("config.hostile", &hostile), ("config.benign", &benign)] {
+                    let staged = dir.join(name);
+                    std::fs::write(&staged, text).expect("stage a config");
+                    std::fs::rename(&staged, dir.join("config")).expect("rename over");
+                }
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let mut calls = 0;
+    for i in 0..40 {
+        // Same size, new time: git compares the content, through the filter.
+        // (Written in place: the file keeps its owner.)
+        std::fs::write(
+            h.root.join("a.txt"),
+            if i % 2 == 0 { "alpha-1\n" } else { "alpha-2\n" },
+        )
+        .expect("a.txt");
+        if h.call("git.status", json!({})).await.is_ok() {
+            calls += 1;
+        }
+        if !what_ran(&h).is_empty() {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().expect("the swapper");
+    assert!(
+        what_ran(&h).is_empty(),
+        "git ran the filter of a configuration renamed in during a call ({calls} calls, {swaps} swaps): {:?}",
+        what_ran(&h)
+    );
+    assert!(
+        calls >= 20,
+        "git.status failed while the configuration was swapped: {calls} of 40 calls ran"
+    );
+    assert!(swaps > 0);
+}

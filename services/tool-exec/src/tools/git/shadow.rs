@@ -1,15 +1,18 @@
-//! git's view of a repository in a sandbox that cannot cover a file (the
-//! landlock tier): a common directory of its own.
+//! git's view of a repository: a common directory of the call's own, whose
+//! configuration Chorus wrote.
 
 use std::path::Path;
 
 use crate::error::ToolError;
 
 /// A directory git reads as the repository's common directory in place of
-/// `.git`, for a sandbox that cannot cover `.git/config` (the landlock tier):
-/// `config` holds `allowed` (the allowed entries), and every other entry of
-/// `.git` is a symlink to it, so objects, refs and logs are the
-/// repository's own. git writes there through the links; the directory itself
+/// `.git` (`GIT_COMMON_DIR`, which outranks a `commondir` file): `config`
+/// holds `allowed` (the allowed entries), and every other entry of `.git` is
+/// a symlink to it, so objects, refs and logs are the repository's own. The
+/// directory is the service's, in its temporary directory: no run can
+/// change or replace the configuration git reads, in either tier (a bind
+/// mount over `.git/config` could be renamed over from another run's mount
+/// namespace, which detaches it). git writes there through the links; the directory itself
 /// is only readable in the sandbox, so a write git would make in it (a new
 /// `packed-refs`) fails rather than land in a copy. Per-worktree files (HEAD,
 /// the index) are read from `GIT_DIR`, the real `.git`.
