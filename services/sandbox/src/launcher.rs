@@ -26,6 +26,7 @@
 //! `chorus-sandbox: `.
 
 mod bpf;
+mod budget;
 pub(crate) mod cgroup;
 mod confine;
 mod egress;
@@ -231,12 +232,11 @@ fn namespace_tier(policy: &Policy, target: &Target, started: Started, service_is
         }
         Ok(ForkResult::Parent { child }) => {
             drop((report_write, lifeline_read, egress));
-            let budget = cgroups
-                .and_then(cgroup::Created::procs)
-                .map(|procs| fence::Budget {
-                    procs,
-                    limit: policy.limits.written_bytes,
-                });
+            let budget = Some(budget::Budget::of(
+                policy,
+                cgroups,
+                started.proxy.as_ref().map(egress::Proxy::pid),
+            ));
             monitor(
                 child,
                 &started.mask,
@@ -301,7 +301,7 @@ fn fenced(why: &str) -> ! {
 fn monitor(
     init: Pid,
     mask: &SigSet,
-    (fence, budget): (Option<&std::path::Path>, Option<fence::Budget>),
+    (fence, budget): (Option<&std::path::Path>, Option<budget::Budget>),
     report: OwnedFd,
     _lifeline: OwnedFd,
     cgroups: Option<&cgroup::Created>,
@@ -381,6 +381,7 @@ mod tests {
             covers: Vec::new(),
             run: None,
             fence: None,
+            ledger: None,
             tier: crate::policy::Tier::Namespaces,
             gate_signals: false,
         })

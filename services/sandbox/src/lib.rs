@@ -20,6 +20,7 @@ pub mod cli;
 pub mod egress;
 pub mod fence;
 pub mod launcher;
+pub mod ledger;
 pub mod policy;
 mod procfs;
 pub mod service;

@@ -42,6 +42,12 @@ pub struct Policy {
     /// killed once the time in this file has passed. None: no fence.
     #[serde(default)]
     pub fence: Option<PathBuf>,
+    /// The run's ledger (see the launcher's `budget` module): a directory,
+    /// outside every sandbox, where each sandbox of the run keeps what it
+    /// wrote, so that [`Limits::written_bytes`] is the run's over all its
+    /// calls. None (no run): the sandbox's own.
+    #[serde(default)]
+    pub ledger: Option<PathBuf>,
     /// How the sandbox is built.
     #[serde(default)]
     pub tier: Tier,
@@ -179,12 +185,18 @@ pub struct Limits {
     /// v1's `cpu.shares` is 1024 / 100 of it), where a cpu controller is
     /// writable.
     pub cpu_weight: u64,
-    /// Most bytes the sandbox's processes together may write to files (what
-    /// the kernel counts as `write_bytes`: pages dirtied for storage; a private
-    /// `/tmp` does not count), where the sandbox has a cgroup. Its monitor adds
-    /// them up every 100 ms; past the limit it kills every process and exits
-    /// [`EXIT_WROTE_TOO_MUCH`].
+    /// Most bytes a run's processes together may write to files, over all
+    /// its sandboxes (what the kernel counts as `write_bytes`: pages dirtied
+    /// for storage; a private `/tmp` does not count). Each sandbox's monitor
+    /// adds them up every 100 ms, with or without a cgroup; past the limit it
+    /// kills every process of its sandbox and exits [`EXIT_WROTE_TOO_MUCH`].
+    /// Also the longest file a process may make (`RLIMIT_FSIZE` is the
+    /// smaller of this and [`Limits::file_bytes`]), sparse or not.
     pub written_bytes: u64,
+    /// Free space every sandbox leaves on the file systems it may write to:
+    /// below it, the sandbox is stopped as if over its written bytes. 0: none.
+    #[serde(default)]
+    pub min_free_bytes: u64,
 }
 
 impl Default for Limits {
@@ -199,6 +211,7 @@ impl Default for Limits {
             tmp_bytes: 1 << 30,
             cpu_weight: 100,
             written_bytes: 8 << 30,
+            min_free_bytes: 512 << 20,
         }
     }
 }
@@ -315,6 +328,7 @@ mod tests {
             }],
             run: Some("0b5e-run_1".to_owned()),
             fence: None,
+            ledger: None,
             tier: Tier::Landlock,
             gate_signals: false,
         };

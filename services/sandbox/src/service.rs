@@ -167,6 +167,8 @@ struct Inner {
     cgroups: Option<Cgroups>,
     service_is_root: bool,
     tier: Tier,
+    /// Runs' ledgers of written bytes.
+    ledgers: crate::ledger::Ledgers,
 }
 
 impl Sandbox {
@@ -238,6 +240,7 @@ impl Sandbox {
                 cgroups,
                 service_is_root,
                 tier,
+                ledgers: crate::ledger::Ledgers::open(),
             }),
         }
     }
@@ -263,6 +266,8 @@ impl Sandbox {
                 cgroups: None,
                 service_is_root: nix::unistd::geteuid().is_root(),
                 tier: Tier::Namespaces,
+                // Never written: this sandbox starts nothing.
+                ledgers: crate::ledger::Ledgers::at(&std::env::temp_dir()),
             }),
         }
     }
@@ -373,6 +378,7 @@ impl Sandbox {
                 covers: spec.covers.clone(),
                 run: spec.run.clone(),
                 fence: spec.fence.clone(),
+                ledger: spec.run.as_deref().map(|run| self.inner.ledgers.of(run)),
                 tier: self.inner.tier,
                 gate_signals: false,
             };
@@ -474,6 +480,7 @@ async fn self_check(
         covers: Vec::new(),
         run: None,
         fence: None,
+        ledger: None,
         tier,
         gate_signals: false,
     };

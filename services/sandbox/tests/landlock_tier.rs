@@ -291,6 +291,7 @@ print("child_ended=" + str(child.returncode), flush=True)
         covers: Vec::new(),
         run: None,
         fence: None,
+        ledger: None,
         tier: Tier::Landlock,
         gate_signals: true,
     };

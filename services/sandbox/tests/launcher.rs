@@ -348,6 +348,7 @@ async fn the_sandbox_dies_with_the_service(tier: Tier) {
         covers: Vec::new(),
         run: None,
         fence: None,
+        ledger: None,
         tier,
         gate_signals: false,
     })

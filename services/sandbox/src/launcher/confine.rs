@@ -127,7 +127,11 @@ pub fn limits(limits: &Limits, cgroups: Option<&Cgroups>) -> Result<(), String> 
         setrlimit(resource, value, value).map_err(|e| format!("{resource:?}: {e}"))
     };
     set(Resource::RLIMIT_CORE, 0)?;
-    set(Resource::RLIMIT_FSIZE, limits.file_bytes)?;
+    // No file longer than the run may write, sparse or not.
+    set(
+        Resource::RLIMIT_FSIZE,
+        limits.file_bytes.min(limits.written_bytes),
+    )?;
     set(Resource::RLIMIT_NOFILE, limits.open_files)?;
     if limits.cpu_secs > 0 {
         // SIGXCPU at the limit; the kernel sends SIGKILL when it is reached.

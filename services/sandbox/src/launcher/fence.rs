@@ -10,8 +10,8 @@
 //! and nothing the service does or fails to do, is needed for the run's
 //! processes to stop before another replica may take the run over.
 //!
-//! At the same pace the monitor adds up what the sandbox's processes have
-//! written ([`Budget`]) and kills them once it is over their limit.
+//! At the same pace the monitor adds up what the sandbox's run has written
+//! ([`Budget`]) and kills its processes once it is over their limit.
 
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -20,6 +20,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+use super::budget::Budget;
 
 /// How often the monitor reads the fence at least.
 pub const CHECK: Duration = Duration::from_millis(100);
@@ -36,64 +38,13 @@ pub enum Event {
     Ready,
 }
 
-/// How much the processes of a sandbox may write: the processes are those
-/// its cgroup lists (`cgroup.procs`); what each wrote is its `write_bytes`
-/// less its `cancelled_write_bytes` in `/proc/<pid>/io`, which also hold what
-/// the children it reaped wrote — so the live processes' sum is the whole
-/// sandbox's, every process reaped within it being counted in its reaper.
-#[derive(Debug, Clone)]
-pub struct Budget {
-    pub procs: PathBuf,
-    pub limit: u64,
-}
-
-impl Budget {
-    /// What the sandbox's processes have written so far.
-    pub fn written(&self) -> u64 {
-        let Ok(list) = std::fs::read_to_string(&self.procs) else {
-            return 0;
-        };
-        list.lines()
-            .filter_map(|pid| pid.trim().parse::<u32>().ok())
-            .map(|pid| written_by(&format!("/proc/{pid}/io")))
-            .fold(0, u64::saturating_add)
-    }
-
-    /// Why the budget is spent, if it is.
-    fn spent(&self) -> Option<String> {
-        let written = self.written();
-        (written > self.limit).then(|| {
-            format!(
-                "its processes wrote {} MiB to files, over their limit of {} MiB",
-                written >> 20,
-                self.limit >> 20
-            )
-        })
-    }
-}
-
-/// `write_bytes` less `cancelled_write_bytes` of an `io` file (0 when it
-/// cannot be read: the process is gone).
-fn written_by(io: &str) -> u64 {
-    let Ok(text) = std::fs::read_to_string(io) else {
-        return 0;
-    };
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    field("write_bytes:").saturating_sub(field("cancelled_write_bytes:"))
-}
-
 /// Waits for the blocked signals of `mask`, watches the fence and the budget.
 pub struct Waiter {
     signals: SignalFd,
     fence: Option<PathBuf>,
     budget: Option<Budget>,
-    /// When the budget is next added up (not at once: a process that has
-    /// only just started has written nothing).
+    /// When the budget is next added up (at once first: the run may have
+    /// spent it in its other sandboxes).
     budget_due: Instant,
     /// Another descriptor to wait for (until it hangs up).
     watched: Option<RawFd>,
@@ -107,7 +58,7 @@ impl Waiter {
             signals: SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC)?,
             fence: fence.map(Path::to_path_buf),
             budget,
-            budget_due: Instant::now() + CHECK,
+            budget_due: Instant::now(),
             watched: None,
         })
     }
@@ -126,7 +77,7 @@ impl Waiter {
             }
             if self.budget.is_some() && Instant::now() >= self.budget_due {
                 self.budget_due = Instant::now() + CHECK;
-                if let Some(why) = self.budget.as_ref().and_then(Budget::spent) {
+                if let Some(why) = self.budget.as_mut().and_then(Budget::spent) {
                     return Event::WroteTooMuch(why);
                 }
             }

@@ -283,14 +283,11 @@ fn watch(
     mut supervisor: Option<notify::Supervisor>,
     made: &Made,
 ) -> ! {
-    let budget = made
-        .cgroups
-        .as_ref()
-        .and_then(Created::procs)
-        .map(|procs| fence::Budget {
-            procs,
-            limit: policy.limits.written_bytes,
-        });
+    let budget = Some(super::budget::Budget::of(
+        policy,
+        made.cgroups.as_ref(),
+        made.proxy.as_ref().map(Proxy::pid),
+    ));
     let mut waiter = fence::Waiter::new(mask, policy.fence.as_deref(), budget)
         .unwrap_or_else(|e| made.fail(&format!("cannot wait for signals: {e}")));
     if let Some(supervisor) = &supervisor {
