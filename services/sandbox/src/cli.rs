@@ -36,10 +36,15 @@ pub struct SandboxArgs {
     /// Most CPU seconds each sandboxed process may use.
     #[arg(long = "sandbox-max-cpu-secs", env = "CHORUS_SANDBOX_MAX_CPU_SECS", default_value_t = Limits::default().cpu_secs)]
     pub max_cpu_secs: u64,
-    /// Most MiB the processes of one sandbox (a bash or git call, a CLI
-    /// agent) may write to files together; past it they are killed.
+    /// Most MiB the processes of one run (its CLI agent and every bash and
+    /// git call, one after the other or at once) may write to files
+    /// together; past it they are killed. Also the longest file one may make.
     #[arg(long = "sandbox-max-written-mib", env = "CHORUS_SANDBOX_MAX_WRITTEN_MIB", default_value_t = Limits::default().written_bytes >> 20)]
     pub max_written_mib: u64,
+    /// MiB every sandbox leaves free on the file systems it may write to:
+    /// below it, its processes are killed (0: no floor).
+    #[arg(long = "sandbox-min-free-mib", env = "CHORUS_SANDBOX_MIN_FREE_MIB", default_value_t = Limits::default().min_free_bytes >> 20)]
+    pub min_free_mib: u64,
     /// How the sandbox is built: `auto` (the namespace tier where it can
     /// start, else the landlock tier), `namespaces` or `landlock` (that tier
     /// or none). docs/sandbox-tiers.md compares them.
@@ -62,6 +67,7 @@ impl SandboxArgs {
                 memory_bytes: self.max_memory_mib.max(1) << 20,
                 cpu_secs: self.max_cpu_secs.max(1),
                 written_bytes: self.max_written_mib.max(1) << 20,
+                min_free_bytes: self.min_free_mib << 20,
                 ..Limits::default()
             },
             cgroup_parent: self.cgroup.clone(),

@@ -331,15 +331,23 @@ fn monitor(
             fence::Event::Signal(_) | fence::Event::Ready => {}
             fence::Event::Fenced(why) => {
                 kill_all(init, cgroups);
+                let _ = waiter.settle();
                 fenced(&why)
             }
             fence::Event::WroteTooMuch(why) => {
                 kill_all(init, cgroups);
+                let _ = waiter.settle();
                 eprintln!("{MESSAGE_PREFIX}wrote too much: {why}");
                 std::process::exit(EXIT_WROTE_TOO_MUCH)
             }
         }
     };
+    // What was written after the last look counts too: a call that passed
+    // its run's limit says so, though its processes had ended.
+    if let Some(why) = waiter.settle() {
+        eprintln!("{MESSAGE_PREFIX}wrote too much: {why} (its processes had ended)");
+        std::process::exit(EXIT_WROTE_TOO_MUCH)
+    }
     // init has exited: the kernel has killed and reaped every other process of
     // its namespace, so the cgroups are empty, and nothing needs the proxy.
     if let Some(proxy) = proxy {

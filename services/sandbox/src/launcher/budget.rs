@@ -178,6 +178,12 @@ impl Budget {
     /// Why the sandbox must stop, if it must: its run wrote more than its
     /// limit, or a file system it writes to is nearly full.
     pub fn spent(&mut self) -> Option<String> {
+        self.over_limit().or_else(|| self.floor.breached())
+    }
+
+    /// Why the run is over its limit, if it is (this sandbox's total is
+    /// kept in the run's ledger on the way).
+    pub fn over_limit(&mut self) -> Option<String> {
         let mine = self.written();
         let others = match &mut self.ledger {
             Some(ledger) => {
@@ -204,7 +210,7 @@ impl Budget {
                 )
             });
         }
-        self.floor.breached()
+        None
     }
 }
 
@@ -222,7 +228,7 @@ impl Floor {
         }
         self.paths.iter().find_map(|path| {
             let stat = nix::sys::statvfs::statvfs(path).ok()?;
-            let free = u64::from(stat.blocks_available()).saturating_mul(stat.fragment_size());
+            let free = stat.blocks_available().saturating_mul(stat.fragment_size());
             (free < self.reserve).then(|| {
                 format!(
                     "the file system of {} has {} MiB free, under the {} MiB every sandbox leaves free (--sandbox-min-free-mib)",

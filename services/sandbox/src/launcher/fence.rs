@@ -69,6 +69,13 @@ impl Waiter {
         self.watched = Some(fd);
     }
 
+    /// Adds up the budget once more, when the sandbox's processes are gone:
+    /// its run's ledger then holds all they wrote, even what they wrote
+    /// after the last look. Why the run is over its limit, if it now is.
+    pub fn settle(&mut self) -> Option<String> {
+        self.budget.as_mut().and_then(Budget::over_limit)
+    }
+
     /// The next signal, the fence going down, or the budget spent.
     pub fn next(&mut self) -> Event {
         loop {

@@ -319,10 +319,12 @@ fn watch(
             }
             fence::Event::Fenced(why) => {
                 made.end();
+                let _ = waiter.settle();
                 fenced(&why)
             }
             fence::Event::WroteTooMuch(why) => {
                 made.end();
+                let _ = waiter.settle();
                 eprintln!("{MESSAGE_PREFIX}wrote too much: {why}");
                 std::process::exit(EXIT_WROTE_TOO_MUCH)
             }
@@ -330,6 +332,12 @@ fn watch(
     };
     drop(supervisor);
     made.end();
+    // What was written after the last look counts too: a call that passed
+    // its run's limit says so, though its processes had ended.
+    if let Some(why) = waiter.settle() {
+        eprintln!("{MESSAGE_PREFIX}wrote too much: {why} (its processes had ended)");
+        std::process::exit(EXIT_WROTE_TOO_MUCH)
+    }
     match ending {
         WaitStatus::Exited(_, code) => std::process::exit(code),
         WaitStatus::Signaled(_, signal, _) => signals::die_by(signal as i32),
