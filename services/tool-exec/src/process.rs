@@ -190,7 +190,7 @@ impl StartError {
             } => ToolError::FailedPrecondition(missing.to_owned()),
             Self::Failed { message, .. } => ToolError::FailedPrecondition(message),
             Self::WroteTooMuch(message) => ToolError::WroteTooMuch(format!(
-                "{message}; the call was stopped and its processes killed: write less in one call (the operator sets the limit: --sandbox-max-written-mib)"
+                "{message}; the call was stopped and its processes killed: what a run writes to files is limited over all its calls (the operator sets the limit: --sandbox-max-written-mib)"
             )),
             Self::Fenced(message) => ToolError::Aborted(format!(
                 "{message}; the call was stopped and its processes killed (the run ended, or its orchestrator could not be reached)"
