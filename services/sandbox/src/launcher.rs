@@ -52,8 +52,8 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork, getegid, geteuid, getppid, pipe2};
 
 use crate::policy::{
-    EXIT_FENCED, EXIT_SETUP_FAILED, EXIT_WROTE_TOO_MUCH, Identity, MESSAGE_PREFIX, PROBE_PROGRAM,
-    Policy, Tier,
+    EXIT_FENCED, EXIT_OVER_MEMORY, EXIT_SETUP_FAILED, EXIT_WROTE_TOO_MUCH, Identity,
+    MESSAGE_PREFIX, PROBE_PROGRAM, Policy, Tier,
 };
 
 /// What the launcher was asked to run.
@@ -339,6 +339,12 @@ fn monitor(
                 let _ = waiter.settle();
                 eprintln!("{MESSAGE_PREFIX}wrote too much: {why}");
                 std::process::exit(EXIT_WROTE_TOO_MUCH)
+            }
+            fence::Event::OverMemory(why) => {
+                kill_all(init, cgroups);
+                let _ = waiter.settle();
+                eprintln!("{MESSAGE_PREFIX}over its memory: {why}");
+                std::process::exit(EXIT_OVER_MEMORY)
             }
         }
     };

@@ -287,6 +287,10 @@ pub const EXIT_FENCED: i32 = 124;
 /// their limit ([`Limits::written_bytes`]) and were killed; its message says
 /// how much.
 pub const EXIT_WROTE_TOO_MUCH: i32 = 123;
+/// The launcher's exit code when, with no memory cgroup to limit them, the
+/// processes of the sandbox's run held more memory than their limit
+/// ([`Limits::memory_bytes`]) and the sandbox's were killed.
+pub const EXIT_OVER_MEMORY: i32 = 122;
 /// Exit code when the program exists but could not be executed.
 pub const EXIT_CANNOT_EXECUTE: i32 = 126;
 /// Exit code when the program was not found.

@@ -22,6 +22,7 @@ in_both_tiers!(
     the_limit_is_the_runs_over_its_calls_one_after_the_other,
     calls_of_a_run_at_once_share_its_limit,
     a_sandbox_stops_when_its_file_system_is_nearly_full,
+    a_runs_calls_at_once_cannot_hold_more_memory_than_its_limit,
 );
 
 const MIB: u64 = 1 << 20;
@@ -321,6 +322,62 @@ async fn a_sandbox_stops_when_its_file_system_is_nearly_full(tier: Tier) {
         ran.stderr
     );
     assert!(!ran.stdout.contains("late"));
+}
+
+async fn a_runs_calls_at_once_cannot_hold_more_memory_than_its_limit(tier: Tier) {
+    const LIMIT: u64 = 256 * MIB;
+    let sandbox = limited_with(
+        tier,
+        Limits {
+            memory_bytes: LIMIT,
+            ..Limits::default()
+        },
+    )
+    .await;
+    let ws = workspace();
+    let run_m = run_id("m");
+    // Each call holds 160 MiB (touched), then waits for the other to.
+    let hold = python(
+        "import os, time\n\
+         held = bytearray(160 << 20)\n\
+         for i in range(0, len(held), 4096): held[i] = 1\n\
+         open(\"held-%d\" % os.getpid(), \"w\").close()\n\
+         for _ in range(100):\n\
+         \x20   if len([n for n in os.listdir(\".\") if n.startswith(\"held-\")]) > 1: break\n\
+         \x20   time.sleep(0.05)\n\
+         time.sleep(2)\n\
+         print(\"held\", flush=True)",
+    );
+    let (one, two) = (
+        in_run(bash(&ws, &hold), &run_m),
+        in_run(bash(&ws, &hold), &run_m),
+    );
+    let (a, b) = tokio::join!(run(&sandbox, &one), run(&sandbox, &two));
+    let held = [&a, &b]
+        .iter()
+        .filter(|r| r.stdout.contains("held"))
+        .count();
+    assert!(
+        held < 2,
+        "two calls of one run held 320 MiB at once past its 256: {} / {}",
+        a.stderr,
+        b.stderr
+    );
+    if !chorus_sandbox::testing::running_as_root() {
+        // No cgroup: the launcher's count stopped it.
+        let stopped = if a.stdout.contains("held") { &b } else { &a };
+        assert_eq!(
+            stopped.status.code(),
+            Some(chorus_sandbox::policy::EXIT_OVER_MEMORY),
+            "{}",
+            stopped.stderr
+        );
+        assert!(
+            stopped.stderr.contains("over the run's limit of 256 MiB"),
+            "{}",
+            stopped.stderr
+        );
+    }
 }
 
 /// The same tests, by a service that is not root: no cgroup, the sandbox

@@ -81,9 +81,10 @@ pub enum ToolError {
     /// The run ended while the call ran; the call was stopped.
     #[error("{0}")]
     Aborted(String),
-    /// The call's processes wrote more than their limit and were killed.
+    /// The call's processes went past a limit of their run (written bytes,
+    /// memory without a cgroup) and were killed.
     #[error("{0}")]
-    WroteTooMuch(String),
+    OverLimit(String),
     /// The orchestrator refused the call (run not active, tool not allowed, ...).
     #[error("{message}")]
     Refused { code: Code, message: String },
@@ -128,7 +129,7 @@ impl ToolError {
             Self::DeadlineExceeded(_) => Code::DeadlineExceeded,
             Self::Cancelled(_) => Code::Cancelled,
             Self::Aborted(_) => Code::Aborted,
-            Self::WroteTooMuch(_) => Code::ResourceExhausted,
+            Self::OverLimit(_) => Code::ResourceExhausted,
             Self::Refused { code, .. } => *code,
             Self::ShuttingDown | Self::GateUnavailable(_) => Code::Unavailable,
             Self::Io { .. } | Self::Internal(_) => Code::Internal,

@@ -176,6 +176,10 @@ pub enum StartError {
     /// their limit.
     #[error("{0}")]
     WroteTooMuch(String),
+    /// The launcher killed everything because the run's processes held more
+    /// memory than their limit (no memory cgroup on the host).
+    #[error("{0}")]
+    OverMemory(String),
 }
 
 impl StartError {
@@ -189,7 +193,10 @@ impl StartError {
                 not_found: true, ..
             } => ToolError::FailedPrecondition(missing.to_owned()),
             Self::Failed { message, .. } => ToolError::FailedPrecondition(message),
-            Self::WroteTooMuch(message) => ToolError::WroteTooMuch(format!(
+            Self::OverMemory(message) => ToolError::OverLimit(format!(
+                "{message}; the call was stopped and its processes killed (the operator sets the limit: --sandbox-max-memory-mib)"
+            )),
+            Self::WroteTooMuch(message) => ToolError::OverLimit(format!(
                 "{message}; the call was stopped and its processes killed: what a run writes to files is limited over all its calls (the operator sets the limit: --sandbox-max-written-mib)"
             )),
             Self::Fenced(message) => ToolError::Aborted(format!(
@@ -252,6 +259,9 @@ pub async fn run(
             Some(chorus_sandbox::policy::EXIT_FENCED) => return Err(StartError::Fenced(message)),
             Some(chorus_sandbox::policy::EXIT_WROTE_TOO_MUCH) => {
                 return Err(StartError::WroteTooMuch(message));
+            }
+            Some(chorus_sandbox::policy::EXIT_OVER_MEMORY) => {
+                return Err(StartError::OverMemory(message));
             }
             _ => {}
         }

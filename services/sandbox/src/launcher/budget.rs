@@ -20,7 +20,10 @@
 //! - **the floor**: the free space of the file system of every path the
 //!   sandbox may write. Below the reserve, the sandbox is stopped whatever it
 //!   wrote: whatever the kernel does not count (a child reaped by itself
-//!   between two looks) cannot fill the disk.
+//!   between two looks) cannot fill the disk;
+//! - **memory**, where no memory cgroup limits it: the resident memory of the
+//!   sandbox's processes (`VmRSS`), and of the run's other live sandboxes
+//!   from the ledger, against the run's memory limit.
 //!
 //! Space taken without writing is refused elsewhere: `fallocate` by the
 //! seccomp filter, a file longer than the run's limit (a sparse one too) by
@@ -64,6 +67,16 @@ impl Members {
     }
 }
 
+/// Why a sandbox must stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// Its run wrote past its limit, or a file system it writes to is
+    /// nearly full.
+    Wrote(String),
+    /// Its run holds more memory than its limit (no memory cgroup).
+    Memory(String),
+}
+
 /// A process as last seen.
 #[derive(Debug, Clone, Copy)]
 struct Seen {
@@ -78,6 +91,10 @@ pub struct Budget {
     members: Members,
     /// Most bytes the run's processes may write, all its sandboxes together.
     limit: u64,
+    /// Most memory the run's processes may hold, where no cgroup limits it.
+    memory: Option<u64>,
+    /// The sandbox's processes' resident memory at the last look.
+    resident: u64,
     ledger: Option<Ledger>,
     floor: Floor,
     seen: HashMap<i32, Seen>,
@@ -101,12 +118,20 @@ impl Budget {
             },
             Members::Cgroup,
         );
-        Self::new(
+        let mut budget = Self::new(
             members,
             policy.limits.written_bytes,
             policy.ledger.as_deref(),
             (policy.read_write.clone(), policy.limits.min_free_bytes),
-        )
+        );
+        let cgroup_limits_memory = policy
+            .cgroups
+            .as_ref()
+            .is_some_and(crate::policy::Cgroups::limits_memory);
+        if !cgroup_limits_memory {
+            budget.memory = Some(policy.limits.memory_bytes);
+        }
+        budget
     }
 
     /// `ledger`: the run's ledger directory (None: the sandbox is alone);
@@ -121,6 +146,8 @@ impl Budget {
         Self {
             members,
             limit,
+            memory: None,
+            resident: 0,
             ledger: ledger.and_then(Ledger::open),
             floor: Floor {
                 paths: floor.0,
@@ -137,10 +164,17 @@ impl Budget {
         let mut now = HashMap::new();
         let mut ignoring = HashMap::new();
         let mut live = 0_u64;
+        let mut resident = 0_u64;
         for pid in self.members.list() {
-            let Some((ppid, ignores_children)) = status_of(pid) else {
+            let Some(Status {
+                ppid,
+                ignores_children,
+                resident: held,
+            }) = status_of(pid)
+            else {
                 continue;
             };
+            resident = resident.saturating_add(held);
             let written = written_by(pid);
             live = live.saturating_add(written);
             ignoring.insert(pid, ignores_children);
@@ -152,7 +186,7 @@ impl Budget {
                 let reaped_unseen = ignoring
                     .get(&ppid)
                     .copied()
-                    .unwrap_or_else(|| status_of(ppid).is_some_and(|(_, ignores)| ignores));
+                    .unwrap_or_else(|| status_of(ppid).is_some_and(|p| p.ignores_children));
                 (
                     pid,
                     Seen {
@@ -168,6 +202,7 @@ impl Budget {
             }
         }
         self.seen = now;
+        self.resident = resident;
         let total = live
             .saturating_add(reaped_by_me())
             .saturating_add(self.reaped);
@@ -176,25 +211,59 @@ impl Budget {
     }
 
     /// Why the sandbox must stop, if it must: its run wrote more than its
-    /// limit, or a file system it writes to is nearly full.
-    pub fn spent(&mut self) -> Option<String> {
-        self.over_limit().or_else(|| self.floor.breached())
+    /// limit, a file system it writes to is nearly full, or (without a
+    /// memory cgroup) its run holds more memory than its limit.
+    pub fn check(&mut self) -> Option<Stop> {
+        let (written, others) = self.look();
+        if let Some(why) = self.over_limit(written, others.written) {
+            return Some(Stop::Wrote(why));
+        }
+        if let Some(why) = self.floor.breached() {
+            return Some(Stop::Wrote(why));
+        }
+        let limit = self.memory?;
+        let held = self.resident.saturating_add(others.resident);
+        (held > limit).then(|| {
+            Stop::Memory(format!(
+                "its run's processes held {} MiB of memory ({} MiB in this call), over the run's limit of {} MiB (no memory cgroup on this host: the launcher adds up their resident memory every 100 ms)",
+                held >> 20,
+                self.resident >> 20,
+                limit >> 20
+            ))
+        })
     }
 
-    /// Why the run is over its limit, if it is (this sandbox's total is
-    /// kept in the run's ledger on the way).
-    pub fn over_limit(&mut self) -> Option<String> {
+    /// Adds up once more when the sandbox's processes are gone (its ledger
+    /// line then holds all they wrote, and no memory): why the run is over
+    /// its written-bytes limit, if it now is.
+    pub fn settle(&mut self) -> Option<String> {
         let mine = self.written();
-        let others = match &mut self.ledger {
+        self.resident = 0;
+        let others = self.record(mine);
+        self.over_limit(mine, others.written)
+    }
+
+    /// This sandbox's total, kept in the ledger, and the others'.
+    fn look(&mut self) -> (u64, Totals) {
+        let mine = self.written();
+        let others = self.record(mine);
+        (mine, others)
+    }
+
+    fn record(&mut self, written: u64) -> Totals {
+        match &mut self.ledger {
             Some(ledger) => {
-                ledger.record(mine);
+                ledger.record(written, self.resident);
                 ledger.others()
             }
-            None => 0,
-        };
+            None => Totals::default(),
+        }
+    }
+
+    fn over_limit(&self, mine: u64, others: u64) -> Option<String> {
         let written = mine.saturating_add(others);
-        if written > self.limit {
-            return Some(if others == 0 {
+        (written > self.limit).then(|| {
+            if others == 0 {
                 format!(
                     "its processes wrote {} MiB to files, over their limit of {} MiB",
                     written >> 20,
@@ -208,10 +277,16 @@ impl Budget {
                     others >> 20,
                     self.limit >> 20
                 )
-            });
-        }
-        None
+            }
+        })
     }
+}
+
+/// What a run's other sandboxes wrote, and hold now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Totals {
+    written: u64,
+    resident: u64,
 }
 
 /// The free space kept on the file systems a sandbox writes to.
@@ -247,7 +322,7 @@ impl Floor {
 struct Ledger {
     dir: PathBuf,
     own: PathBuf,
-    recorded: Option<u64>,
+    recorded: Option<(u64, u64)>,
 }
 
 impl Ledger {
@@ -267,9 +342,10 @@ impl Ledger {
         })
     }
 
-    /// Keeps `written` as this sandbox's total (written beside, renamed over).
-    fn record(&mut self, written: u64) {
-        if self.recorded == Some(written) {
+    /// Keeps `written` as this sandbox's total and `resident` as what it
+    /// holds now: `<written> <resident>` (written beside, renamed over).
+    fn record(&mut self, written: u64, resident: u64) {
+        if self.recorded == Some((written, resident)) {
             return;
         }
         let name = self
@@ -284,35 +360,59 @@ impl Ledger {
             .truncate(true)
             .mode(0o600)
             .open(&tmp)
-            .and_then(|mut f| f.write_all(written.to_string().as_bytes()))
+            .and_then(|mut f| f.write_all(format!("{written} {resident}").as_bytes()))
             .and_then(|()| std::fs::rename(&tmp, &self.own));
         if written_out.is_ok() {
-            self.recorded = Some(written);
+            self.recorded = Some((written, resident));
         }
     }
 
-    /// What the run's other sandboxes wrote (each one's last total).
-    fn others(&self) -> u64 {
+    /// What the run's other sandboxes wrote (each one's last total), and
+    /// what those whose monitor still runs hold (one killed cannot say it
+    /// holds nothing any more).
+    fn others(&self) -> Totals {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return 0;
+            return Totals::default();
         };
         entries
             .filter_map(Result::ok)
             .filter(|e| e.path() != self.own && !e.file_name().to_string_lossy().starts_with('.'))
             .filter_map(|e| {
-                std::fs::read_to_string(e.path())
-                    .ok()?
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
+                let text = std::fs::read_to_string(e.path()).ok()?;
+                let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+                let written = fields.next()??;
+                let resident = fields.next().flatten().unwrap_or(0);
+                let monitor_runs = e
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| n.split('-').next()?.parse::<i32>().ok())
+                    .is_some_and(|pid| {
+                        nix::sys::signal::kill(Pid::from_raw(pid), None)
+                            != Err(nix::errno::Errno::ESRCH)
+                    });
+                Some(Totals {
+                    written,
+                    resident: if monitor_runs { resident } else { 0 },
+                })
             })
-            .fold(0, u64::saturating_add)
+            .fold(Totals::default(), |a, b| Totals {
+                written: a.written.saturating_add(b.written),
+                resident: a.resident.saturating_add(b.resident),
+            })
     }
 }
 
-/// The parent of `pid` and whether `pid` ignores `SIGCHLD`
-/// (`/proc/<pid>/status`); None when it is gone.
-fn status_of(pid: i32) -> Option<(i32, bool)> {
+/// What `/proc/<pid>/status` says of a process.
+struct Status {
+    ppid: i32,
+    /// It ignores `SIGCHLD` (its children are reaped by the kernel).
+    ignores_children: bool,
+    /// Its resident memory (`VmRSS`), in bytes.
+    resident: u64,
+}
+
+/// What `/proc/<pid>/status` says of `pid`; None when it is gone.
+fn status_of(pid: i32) -> Option<Status> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name: &str| {
         text.lines()
@@ -321,7 +421,16 @@ fn status_of(pid: i32) -> Option<(i32, bool)> {
     };
     let ppid = field("PPid:")?.parse().ok()?;
     let ignored = field("SigIgn:").and_then(|m| u64::from_str_radix(m, 16).ok())?;
-    Some((ppid, ignored & SIGCHLD_BIT != 0))
+    // "VmRSS:	  1234 kB" (absent for a zombie).
+    let resident = field("VmRSS:")
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0)
+        .saturating_mul(1024);
+    Some(Status {
+        ppid,
+        ignores_children: ignored & SIGCHLD_BIT != 0,
+        resident,
+    })
 }
 
 /// `write_bytes` less `cancelled_write_bytes` of `/proc/<pid>/io` (0 when
@@ -357,20 +466,36 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let run = dir.path().join("run-1");
         let mut first = Ledger::open(&run).expect("ledger");
-        first.record(10);
-        // A second sandbox of the run (another monitor's file).
-        std::fs::write(run.join("99-1"), "32").expect("write");
-        assert_eq!(first.others(), 32);
-        first.record(11);
+        first.record(10, 7);
+        // A second sandbox of the run, whose monitor (this process) runs.
+        let me = std::process::id();
+        std::fs::write(run.join(format!("{me}-1")), "32 5").expect("write");
+        assert_eq!(
+            first.others(),
+            Totals {
+                written: 32,
+                resident: 5
+            }
+        );
+        first.record(11, 0);
         let second = Ledger {
             dir: run.clone(),
-            own: run.join("99-1"),
-            recorded: Some(32),
+            own: run.join(format!("{me}-1")),
+            recorded: Some((32, 5)),
         };
-        assert_eq!(second.others(), 11);
+        assert_eq!(second.others().written, 11);
         // A half-written line (its temporary file) is not read.
-        std::fs::write(run.join(".99-1"), "1000").expect("write");
-        assert_eq!(second.others(), 11);
+        std::fs::write(run.join(format!(".{me}-1")), "1000 1000").expect("write");
+        assert_eq!(second.others().written, 11);
+        // A monitor that is gone holds no memory; what it wrote stays.
+        std::fs::write(run.join(format!("{}-2", i32::MAX)), "4 1000").expect("write");
+        assert_eq!(
+            second.others(),
+            Totals {
+                written: 15,
+                resident: 0
+            }
+        );
     }
 
     #[test]
@@ -388,8 +513,9 @@ mod tests {
 
     #[test]
     fn this_process_is_seen_and_its_sigchld_disposition_read() {
-        let (ppid, ignores) = status_of(std::process::id().cast_signed()).expect("status");
-        assert_eq!(ppid, nix::unistd::getppid().as_raw());
-        assert!(!ignores);
+        let status = status_of(std::process::id().cast_signed()).expect("status");
+        assert_eq!(status.ppid, nix::unistd::getppid().as_raw());
+        assert!(!status.ignores_children);
+        assert!(status.resident > 0);
     }
 }

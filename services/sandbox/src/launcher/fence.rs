@@ -21,7 +21,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-use super::budget::Budget;
+use super::budget::{Budget, Stop};
 
 /// How often the monitor reads the fence at least.
 pub const CHECK: Duration = Duration::from_millis(100);
@@ -34,6 +34,8 @@ pub enum Event {
     Fenced(String),
     /// The processes wrote more than their limit: how much.
     WroteTooMuch(String),
+    /// The processes held more memory than their limit (no memory cgroup).
+    OverMemory(String),
     /// The watched descriptor can be read.
     Ready,
 }
@@ -73,7 +75,7 @@ impl Waiter {
     /// its run's ledger then holds all they wrote, even what they wrote
     /// after the last look. Why the run is over its limit, if it now is.
     pub fn settle(&mut self) -> Option<String> {
-        self.budget.as_mut().and_then(Budget::over_limit)
+        self.budget.as_mut().and_then(Budget::settle)
     }
 
     /// The next signal, the fence going down, or the budget spent.
@@ -84,8 +86,10 @@ impl Waiter {
             }
             if self.budget.is_some() && Instant::now() >= self.budget_due {
                 self.budget_due = Instant::now() + CHECK;
-                if let Some(why) = self.budget.as_mut().and_then(Budget::spent) {
-                    return Event::WroteTooMuch(why);
+                match self.budget.as_mut().and_then(Budget::check) {
+                    Some(Stop::Wrote(why)) => return Event::WroteTooMuch(why),
+                    Some(Stop::Memory(why)) => return Event::OverMemory(why),
+                    None => {}
                 }
             }
             let timeout = if self.fence.is_some() || self.budget.is_some() {

@@ -42,8 +42,8 @@ use super::cgroup::Created;
 use super::egress::Proxy;
 use super::{Started, Target, confine, egress, fence, fenced, notify, seccomp, signals, tree};
 use crate::policy::{
-    EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, EXIT_WROTE_TOO_MUCH, Identity,
-    MESSAGE_PREFIX, Policy, Tier,
+    EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_OVER_MEMORY, EXIT_SETUP_FAILED, EXIT_WROTE_TOO_MUCH,
+    Identity, MESSAGE_PREFIX, Policy, Tier,
 };
 
 /// What the monitor made before the leader, and undoes at the end.
@@ -327,6 +327,12 @@ fn watch(
                 let _ = waiter.settle();
                 eprintln!("{MESSAGE_PREFIX}wrote too much: {why}");
                 std::process::exit(EXIT_WROTE_TOO_MUCH)
+            }
+            fence::Event::OverMemory(why) => {
+                made.end();
+                let _ = waiter.settle();
+                eprintln!("{MESSAGE_PREFIX}over its memory: {why}");
+                std::process::exit(EXIT_OVER_MEMORY)
             }
         }
     };

@@ -13,8 +13,8 @@ use tokio::time::{Instant, sleep, timeout};
 use tracing::warn;
 
 use crate::policy::{
-    EXIT_CANNOT_EXECUTE, EXIT_FENCED, EXIT_NOT_FOUND, EXIT_SETUP_FAILED, EXIT_WROTE_TOO_MUCH,
-    MESSAGE_PREFIX,
+    EXIT_CANNOT_EXECUTE, EXIT_FENCED, EXIT_NOT_FOUND, EXIT_OVER_MEMORY, EXIT_SETUP_FAILED,
+    EXIT_WROTE_TOO_MUCH, MESSAGE_PREFIX,
 };
 
 /// How long a stopped sandbox may take to go after SIGUSR1 before its
@@ -145,6 +145,7 @@ impl SandboxedChild {
                 EXIT_NOT_FOUND,
                 EXIT_FENCED,
                 EXIT_WROTE_TOO_MUCH,
+                EXIT_OVER_MEMORY,
             ]
             .contains(&code)
         {
