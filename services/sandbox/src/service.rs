@@ -554,13 +554,16 @@ fn hint(tier: Tier, problem: &str) -> &'static str {
 }
 
 /// How runs' resources are bounded, as the status says it.
+/// What limits hold without a writable cgroup, and what that leaves open.
+const NO_CGROUP: &str = "no writable cgroup: memory and written bytes per run by the launcher (resident memory and write counts every 100 ms: a burst between two looks passes), processes by RLIMIT_NPROC (which counts every process of the user, the service's too), CPU seconds per process; no CPU weight, no swap limit, no per-run process count";
+
 fn limits_text(cgroups: Option<&Cgroups>) -> String {
     match cgroups {
         Some(Cgroups::V2 { parent }) => {
             format!("cgroup v2 per run under {}", parent.display())
         }
         Some(Cgroups::V1 { pids, memory, cpu }) => format!(
-            "cgroup v1 ({}) per run, rlimits for the rest",
+            "cgroup v1 ({}) per run, rlimits for the rest{}; written bytes per run by the launcher",
             [
                 pids.as_ref().map(|_| "pids"),
                 memory.as_ref().map(|_| "memory"),
@@ -569,9 +572,14 @@ fn limits_text(cgroups: Option<&Cgroups>) -> String {
             .into_iter()
             .flatten()
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+            if memory.is_some() {
+                ""
+            } else {
+                "; memory per run by the launcher (resident memory every 100 ms)"
+            }
         ),
-        None => "rlimits only (no writable cgroup)".to_owned(),
+        None => NO_CGROUP.to_owned(),
     }
 }
 
