@@ -55,6 +55,10 @@ attempt("fd", lambda: os.readlink("/proc/%d/fd/0" % pid))
 attempt("open_fd", lambda: open("/proc/%d/fd/0" % pid, "rb"))
 attempt("cwd", lambda: os.listdir("/proc/%d/cwd/" % pid))
 attempt("root", lambda: os.listdir("/proc/%d/root/" % pid))
+for private in ("maps", "smaps", "io", "stack", "syscall", "auxv", "timers", "pagemap", "personality"):
+    attempt("proc_" + private, lambda: open("/proc/%d/%s" % (pid, private), "rb").read(1))
+for listing in ("fd", "fdinfo", "map_files", "ns"):
+    attempt("list_" + listing, lambda: os.listdir("/proc/%d/%s/" % (pid, listing)))
 attempt("signal", lambda: os.kill(pid, 0))
 attempt("pidfd_signal", lambda: check(libc.syscall(424, os.pidfd_open(pid), 0, None, 0)))
 class rlimit(ctypes.Structure):
@@ -92,6 +96,43 @@ attempt("abstract", abstract)
             "{name} was not refused as {refused}: {}\n{}",
             ran.stdout,
             ran.stderr
+        );
+    }
+    // What /proc guards with ptrace's read check: refused (EACCES, or EPERM
+    // where the kernel answers so for a process of the same user).
+    for private in [
+        "maps",
+        "smaps",
+        "io",
+        "stack",
+        "syscall",
+        "auxv",
+        "timers",
+        "pagemap",
+        "personality",
+    ] {
+        let name = format!("proc_{private}");
+        assert!(
+            matches!(answer(&got, &name), Some("EACCES" | "EPERM")),
+            "/proc/<service>/{private} was read: {}",
+            ran.stdout
+        );
+    }
+    // Directories of descriptors and namespaces: listed only by the same
+    // user (their numbers; where each leads stays hidden, see "fd" above).
+    let same_user = !chorus_sandbox::testing::running_as_root();
+    for listing in ["fd", "fdinfo", "map_files", "ns"] {
+        let listed = answer(&got, &format!("list_{listing}"));
+        let expected = if same_user && matches!(listing, "fd" | "ns") {
+            "ok"
+        } else {
+            "EACCES"
+        };
+        assert_eq!(
+            listed,
+            Some(expected),
+            "/proc/<service>/{listing}/: {}",
+            ran.stdout
         );
     }
     // The same program may still act on itself.
