@@ -23,13 +23,16 @@ pub enum Tightened {
 
 /// Removes every group and other permission of `path` (a directory 0755
 /// becomes 0700, a file 0644 becomes 0600) when the service's user owns it.
+/// A directory others may only search (0711: pass through, never list or
+/// read; see [`open_for_search`]) is private already.
 ///
 /// # Errors
 /// `path` cannot be read or changed.
 pub fn tighten(path: &Path) -> io::Result<Tightened> {
     let meta = std::fs::metadata(path)?;
     let mode = meta.mode() & 0o7777;
-    if mode & 0o077 == 0 {
+    let open = if meta.is_dir() { 0o066 } else { 0o077 };
+    if mode & open == 0 {
         return Ok(Tightened::Private);
     }
     if meta.uid() != nix::unistd::geteuid().as_raw() {
@@ -92,6 +95,36 @@ pub fn secure_data_dir(dir: &Path) -> io::Result<()> {
         return Ok(());
     }
     create_dir(dir)
+}
+
+/// Lets other users search (never list or read) `dir` and each of its
+/// parents this service's user owns: a root service's landlock-tier
+/// sandboxes run as the workspace's owner and reach their run directory
+/// through the host's own directories, so each must let that user pass.
+/// Everything inside stays owner-only (the run directories belong to their
+/// run's user, 0700). `dir` is made first when missing. Returns the
+/// directories changed.
+///
+/// # Errors
+/// `dir` cannot be made, or a directory changed.
+pub fn open_for_search(dir: &Path) -> io::Result<Vec<std::path::PathBuf>> {
+    create_dir(dir)?;
+    let me = nix::unistd::geteuid().as_raw();
+    let mut changed = Vec::new();
+    for at in dir.ancestors() {
+        let Ok(meta) = std::fs::metadata(at) else {
+            break;
+        };
+        if meta.uid() != me {
+            break;
+        }
+        let mode = meta.mode() & 0o7777;
+        if mode & 0o011 != 0o011 {
+            std::fs::set_permissions(at, std::fs::Permissions::from_mode(mode | 0o011))?;
+            changed.push(at.to_path_buf());
+        }
+    }
+    Ok(changed)
 }
 
 /// Why this process may not use `path` (its data directory, or a file in
@@ -161,6 +194,30 @@ mod tests {
         std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         secure_data_dir(&sub).expect("secure");
         assert_eq!(mode(&sub), 0o700);
+    }
+
+    #[test]
+    fn directories_others_may_only_search_stay_so_and_their_files_private() {
+        let top = tempfile::tempdir().expect("dir");
+        let data = top.path().join("data");
+        create_dir(&data).expect("data");
+        let runs = data.join("runs");
+        let changed = open_for_search(&runs).expect("open for search");
+        assert!(
+            changed.contains(&runs) && changed.contains(&data),
+            "{changed:?}"
+        );
+        assert_eq!(mode(&runs), 0o711);
+        assert_eq!(mode(&data), 0o711);
+        // A restart's tightening leaves them passable.
+        secure_data_dir(&data).expect("secure");
+        assert_eq!(tighten(&runs).expect("tighten"), Tightened::Private);
+        assert_eq!(mode(&data), 0o711);
+        // Opened for reading, a directory is made owner-only again.
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        secure_data_dir(&data).expect("secure");
+        assert_eq!(mode(&data), 0o700);
+        assert!(open_for_search(&runs).expect("again").contains(&data));
     }
 
     #[test]

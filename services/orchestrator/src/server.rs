@@ -208,6 +208,7 @@ pub async fn run(
     let _pool_gauge = pool_gauge(&store);
     share_signing_keys(&store, &config.signer).await?;
     let processes = chorus_sandbox::Sandbox::start(config.sandbox.clone()).await;
+    reachable_runs_dir(&processes, &config.runner.runs_dir);
     let _sandbox_gauge =
         chorus_telemetry::metrics().sandbox(processes.status().state, processes.status().tier);
     let state = app_state(&mut config, store, processes.clone(), addr)?;
@@ -588,5 +589,28 @@ async fn stop_replica<const N: usize>(state: &AppState, tasks: [Option<JoinHandl
     }
     if let Err(e) = state.store.stop_replica().await {
         warn!(error = %e, "cannot record that this replica stopped");
+    }
+}
+
+/// A root service's landlock-tier sandboxes run as each workspace's owner
+/// and reach their run directory through the host's directories: the runs
+/// directory and the service's own directories above it let others search
+/// (never list or read), at every start — a resumed run finds its way.
+fn reachable_runs_dir(processes: &chorus_sandbox::Sandbox, runs_dir: &std::path::Path) {
+    if processes.tier() != Some(chorus_sandbox::Tier::Landlock) || !nix::unistd::geteuid().is_root()
+    {
+        return;
+    }
+    match crate::owner_only::open_for_search(runs_dir) {
+        Ok(changed) if !changed.is_empty() => info!(
+            dirs = ?changed,
+            "the landlock tier runs CLI agents as each workspace's owner: these directories now let others search them (mode +011: pass through, never list or read)"
+        ),
+        Ok(_) => {}
+        Err(e) => warn!(
+            runs_dir = %runs_dir.display(),
+            error = %e,
+            "cannot let workspace owners reach the runs directory: CLI agents will be refused until every directory above it lets them search (chmod o+x)"
+        ),
     }
 }

@@ -258,7 +258,7 @@ fn the_tier_holds_for_a_service_that_is_not_root() {
 
 /// A root service's programs run as the workspace owner, who walks the host's
 /// own directories here: a workspace below a directory closed to that user is
-/// refused before anything starts, saying which directory and what to do.
+/// refused before anything starts, naming every directory to open at once.
 #[tokio::test]
 async fn a_workspace_its_user_cannot_reach_is_refused_with_the_directory_to_open() {
     use std::os::unix::fs::PermissionsExt;
@@ -268,7 +268,11 @@ async fn a_workspace_its_user_cannot_reach_is_refused_with_the_directory_to_open
     let sandbox = sandbox_in(Tier::Landlock).await;
     let closed = tempfile::tempdir().expect("dir");
     std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
-    let root = closed.path().join("ws");
+    // Two closed directories, one in the other: both named at once.
+    let inner = closed.path().join("inner");
+    std::fs::create_dir(&inner).expect("inner");
+    std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let root = inner.join("ws");
     std::fs::create_dir(&root).expect("ws");
     chorus_sandbox::testing::give_to_test_user(&root);
     let ws = support::Workspace::at(root);
@@ -276,14 +280,17 @@ async fn a_workspace_its_user_cannot_reach_is_refused_with_the_directory_to_open
     assert_eq!(ran.status.code(), Some(125), "{}", ran.stderr);
     assert!(
         ran.stderr.contains("cannot reach")
-            && ran
-                .stderr
-                .contains(&format!("chmod o+x {}", closed.path().display())),
+            && ran.stderr.contains(&format!(
+                "chmod o+x {} {}",
+                closed.path().display(),
+                inner.display()
+            )),
         "{}",
         ran.stderr
     );
     assert!(!ws.root.join("reached").exists());
     // Opened as the message says, it runs.
+    std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o711)).expect("chmod");
     std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
     let ran = run(&sandbox, &bash(&ws, "touch reached")).await;
     assert!(ran.status.success(), "{}", ran.stderr);

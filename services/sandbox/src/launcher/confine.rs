@@ -49,29 +49,44 @@ pub fn check_identity(identity: Identity) -> Result<(), String> {
 /// directory above it must let that user search it).
 pub fn check_reachable(path: &Path, uid: u32, gid: u32) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
-    for dir in path.ancestors().skip(1) {
-        let Ok(meta) = std::fs::metadata(dir) else {
-            continue;
-        };
-        let bit = if meta.uid() == uid {
-            0o100
-        } else if meta.gid() == gid {
-            0o010
-        } else {
-            0o001
-        };
-        if meta.mode() & bit == 0 {
-            return Err(format!(
-                "the sandbox's user (uid {uid}) cannot reach {}: the directory {} (owner {}, mode {:o}) does not let it search; the landlock tier shows programs the host's own directories, so every directory above a workspace or run directory must be searchable by that user (chmod o+x {}), or the service must run as that user",
-                path.display(),
-                dir.display(),
-                meta.uid(),
-                meta.mode() & 0o7777,
-                dir.display()
-            ));
-        }
+    let closed: Vec<(PathBuf, u32, u32)> = path
+        .ancestors()
+        .skip(1)
+        .filter_map(|dir| {
+            let meta = std::fs::metadata(dir).ok()?;
+            let bit = if meta.uid() == uid {
+                0o100
+            } else if meta.gid() == gid {
+                0o010
+            } else {
+                0o001
+            };
+            (meta.mode() & bit == 0).then(|| (dir.to_path_buf(), meta.uid(), meta.mode() & 0o7777))
+        })
+        .collect();
+    if closed.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    let named: Vec<String> = closed
+        .iter()
+        .rev()
+        .map(|(dir, owner, mode)| format!("{} (owner {owner}, mode {mode:o})", dir.display()))
+        .collect();
+    let chmod: Vec<String> = closed
+        .iter()
+        .rev()
+        .map(|(dir, ..)| dir.display().to_string())
+        .collect();
+    Err(format!(
+        "the sandbox's user (uid {uid}) cannot reach {}: {} not let it search; the landlock tier shows programs the host's own directories, so every directory above a workspace or run directory must be searchable by that user (chmod o+x {}), or the service must run as that user",
+        path.display(),
+        if named.len() == 1 {
+            format!("the directory {} does", named[0])
+        } else {
+            format!("the directories {} do", named.join(", "))
+        },
+        chmod.join(" ")
+    ))
 }
 
 /// Switches to the policy's user and drops every capability.
