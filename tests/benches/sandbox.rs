@@ -3,6 +3,9 @@
 //! one run, the three interleaved:
 //!
 //! 1. One bash tool call (`true`), through tool-exec's runner in this process.
+//!    One git.status call the same way (git reading the call's own common
+//!    directory, whose configuration Chorus wrote), beside `git status` run
+//!    as a plain process on the same repository.
 //! 2. One agent start: StartTask to the run's recorded end, for a fake CLI
 //!    that submits its report (one chorus-tools call) and exits.
 //! 3. A restart after SIGKILL with 300 runs of the killed process (fake CLIs
@@ -59,13 +62,13 @@ fn table(title: &str, rows: &[(&str, Samples)]) {
             ms(s.mean())
         );
     }
-    if let Some((_, unconfined)) = rows.last() {
+    if let Some((baseline, unconfined)) = rows.last() {
         println!();
         for (name, with) in &rows[..rows.len() - 1] {
             #[allow(clippy::cast_precision_loss)]
             let ratio = with.median().as_secs_f64() / unconfined.median().as_secs_f64();
             println!(
-                "median: {name} / unconfined = {ratio:.2}; difference {} ms",
+                "median: {name} / {baseline} = {ratio:.2}; difference {} ms",
                 ms(with.median().saturating_sub(unconfined.median()))
             );
         }
@@ -117,6 +120,101 @@ async fn bash_calls(calls: usize) {
     table(
         &format!("One bash tool call (`true`, {calls} per setting, interleaved)"),
         &rows(samples),
+    );
+}
+
+async fn git_status_calls(calls: usize) {
+    let root = tempfile::tempdir().expect("root");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(root.path())
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    for i in 0..50 {
+        std::fs::write(root.path().join(format!("file{i}.txt")), format!("{i}\n")).expect("file");
+    }
+    git(&["add", "."]);
+    git(&[
+        "-c",
+        "user.name=bench",
+        "-c",
+        "user.email=bench@example.com",
+        "commit",
+        "-qm",
+        "files",
+    ]);
+    std::fs::write(root.path().join("file0.txt"), "changed\n").expect("change");
+    give_to_test_user(root.path());
+    let mut runners = Vec::new();
+    for (_, mode, tier) in SETTINGS {
+        runners.push(ToolRunner::new(
+            Limits::default(),
+            Sandbox::start(config(mode, tier)).await,
+            CancellationToken::new(),
+        ));
+    }
+    let grant = RunGrant {
+        run_id: "bench-git".into(),
+        task_id: "bench".into(),
+        agent: "bench".into(),
+        tools: vec!["git.status".into()],
+        root: root.path().to_path_buf(),
+        egress: Vec::new(),
+        epoch: 0,
+    };
+    let call = |runner: &ToolRunner| {
+        let (runner, grant) = (runner.clone(), grant.clone());
+        async move {
+            let started = Instant::now();
+            let outcome = runner
+                .execute(grant, "git.status", json!({}))
+                .await
+                .expect("git.status");
+            assert!(
+                outcome.output.to_string().contains("file0.txt"),
+                "{outcome:?}"
+            );
+            started.elapsed()
+        }
+    };
+    let plain = || {
+        let started = Instant::now();
+        let out = std::process::Command::new("git")
+            .args(["status", "--porcelain=v2", "--branch"])
+            .current_dir(root.path())
+            .output()
+            .expect("git status");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("file0.txt"));
+        started.elapsed()
+    };
+    for _ in 0..10 {
+        for runner in &runners {
+            call(runner).await;
+        }
+        plain();
+    }
+    let mut samples = vec![Vec::new(); runners.len() + 1];
+    for _ in 0..calls {
+        for (runner, samples) in runners.iter().zip(&mut samples) {
+            samples.push(call(runner).await);
+        }
+        samples[runners.len()].push(plain());
+    }
+    let mut rows = Vec::new();
+    for ((name, _, _), s) in SETTINGS.iter().zip(samples.iter()) {
+        rows.push((*name, Samples::new(s.clone())));
+    }
+    rows.push((
+        "`git status` as a plain process (no Chorus)",
+        Samples::new(samples[runners.len()].clone()),
+    ));
+    table(
+        &format!("One git.status call (50 files, one changed; {calls} per setting, interleaved)"),
+        &rows,
     );
 }
 
@@ -301,6 +399,7 @@ async fn recovery(count: usize) {
 async fn main() {
     // `cargo bench` passes --bench; nothing else is taken.
     bash_calls(env_number("CHORUS_BENCH_CALLS", 200)).await;
+    git_status_calls(env_number("CHORUS_BENCH_CALLS", 200)).await;
     agent_starts(env_number("CHORUS_BENCH_STARTS", 50)).await;
     recovery(env_number("CHORUS_BENCH_INTERRUPTED", 300)).await;
 }

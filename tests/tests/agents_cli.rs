@@ -785,3 +785,10 @@ async fn an_agent_without_a_provider_runs_on_the_workspaces_system_provider() {
     assert_eq!(data(events.last().expect("end"))["reason"], "completed");
     orchestrator.stop().await;
 }
+
+/// These tests again as a non-root service, and in the landlock tier, as
+/// both a root and a non-root service.
+#[test]
+fn in_every_configuration() {
+    chorus_sandbox::testing::again_in_every_configuration("in_every_configuration");
+}

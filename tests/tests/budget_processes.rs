@@ -61,3 +61,10 @@ async fn a_budget_stop_kills_every_process_of_the_run() {
     assert_eq!(task.status, "waiting");
     orchestrator.stop().await;
 }
+
+/// These tests again as a non-root service, and in the landlock tier, as
+/// both a root and a non-root service.
+#[test]
+fn in_every_configuration() {
+    chorus_sandbox::testing::again_in_every_configuration("in_every_configuration");
+}

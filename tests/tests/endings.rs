@@ -416,3 +416,10 @@ async fn no_call_racing_the_end_outlives_cancel_task() {
     );
     orchestrator.stop().await;
 }
+
+/// These tests again as a non-root service, and in the landlock tier, as
+/// both a root and a non-root service.
+#[test]
+fn in_every_configuration() {
+    chorus_sandbox::testing::again_in_every_configuration("in_every_configuration");
+}

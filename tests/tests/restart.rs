@@ -352,3 +352,10 @@ async fn an_api_agent_killed_mid_call_resumes_its_conversation_after_a_restart()
         assert!(status.success(), "{b}: {status:?}");
     }
 }
+
+/// These tests again as a non-root service, and in the landlock tier, as
+/// both a root and a non-root service.
+#[test]
+fn in_every_configuration() {
+    chorus_sandbox::testing::again_in_every_configuration("in_every_configuration");
+}

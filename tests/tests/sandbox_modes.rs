@@ -245,3 +245,10 @@ async fn a_root_owned_workspace_is_flagged_when_it_is_made_with_the_fix() {
     assert!(fine.warnings.is_empty(), "{:?}", fine.warnings);
     orchestrator.stop().await;
 }
+
+/// These tests again as a non-root service, and in the landlock tier, as
+/// both a root and a non-root service.
+#[test]
+fn in_every_configuration() {
+    chorus_sandbox::testing::again_in_every_configuration("in_every_configuration");
+}

@@ -368,3 +368,10 @@ async fn a_crash_during_start_up_recovery_leaves_nothing() {
     assert!(none_left(&on.runs));
     on.restart_expecting(&["waiting"]).await;
 }
+
+/// These tests again as a non-root service, and in the landlock tier, as
+/// both a root and a non-root service.
+#[test]
+fn in_every_configuration() {
+    chorus_sandbox::testing::again_in_every_configuration("in_every_configuration");
+}

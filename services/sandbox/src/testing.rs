@@ -31,6 +31,124 @@ pub fn root_for(what: &str) -> bool {
     false
 }
 
+/// One way a test binary runs again: as whom, and in which tier.
+#[derive(Debug, Clone, Copy)]
+pub struct Configuration {
+    pub name: &'static str,
+    /// As nobody ([`TEST_UID`]): a service that is not root, with no
+    /// capability and no cgroup.
+    pub as_nobody: bool,
+    /// `CHORUS_SANDBOX_TIER`, as the services read it (empty: as it is).
+    pub tier: &'static str,
+}
+
+/// The configurations an attack suite runs in besides the one `cargo test`
+/// starts it in (root, the tier the host gives: the namespace tier here).
+pub const OTHER_CONFIGURATIONS: [Configuration; 3] = [
+    Configuration {
+        name: "root service, landlock tier",
+        as_nobody: false,
+        tier: "landlock",
+    },
+    Configuration {
+        name: "non-root service, namespace tier",
+        as_nobody: true,
+        tier: "namespaces",
+    },
+    Configuration {
+        name: "non-root service, landlock tier",
+        as_nobody: true,
+        tier: "landlock",
+    },
+];
+
+/// Set in a test binary that runs again in another configuration (its
+/// name): it does not run itself again.
+pub const AGAIN_ENV: &str = "CHORUS_TEST_CONFIGURATION";
+/// The marker the sandbox crate's own runs as nobody use.
+const AGAIN_AS_NOBODY_ENV: &str = "CHORUS_SANDBOX_TEST_UNPRIVILEGED";
+
+/// Runs this test binary again — all its tests but those whose names hold
+/// `skip` (the caller) — in each of [`OTHER_CONFIGURATIONS`], one after the
+/// other, and asserts each passes with tests run. Needs root (to become
+/// nobody); in a configuration run, or without root, nothing (a suite that
+/// must run as root fails with `CHORUS_TEST_REQUIRE_ROOT=1`).
+pub fn again_in_every_configuration(skip: &str) {
+    if std::env::var_os(AGAIN_ENV).is_some()
+        || std::env::var_os(AGAIN_AS_NOBODY_ENV).is_some()
+        || !root_for("running the suite again as a non-root service and in the landlock tier")
+    {
+        return;
+    }
+    let forced = std::env::var("CHORUS_SANDBOX_TIER").ok();
+    for configuration in OTHER_CONFIGURATIONS {
+        if !configuration.as_nobody && forced.as_deref() == Some(configuration.tier) {
+            continue;
+        }
+        again_in(configuration, skip);
+    }
+}
+
+/// Runs this test binary again in `configuration`, but the tests whose
+/// names hold `skip`; asserts they pass.
+pub fn again_in(configuration: Configuration, skip: &str) {
+    let this = std::env::current_exe().expect("this test binary");
+    let home = tempfile::tempdir().expect("a home");
+    let mut command = if configuration.as_nobody {
+        give_to_test_user(home.path());
+        let mut setpriv = std::process::Command::new("setpriv");
+        setpriv.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            // As an operator starts a service that is not root: no
+            // capability, the bounding set left as it is (full).
+            "--inh-caps=-all",
+        ]);
+        setpriv.arg(&this);
+        // What needs root is not run (not failed) as nobody.
+        setpriv.env_remove("CHORUS_TEST_REQUIRE_ROOT");
+        setpriv
+    } else {
+        std::process::Command::new(&this)
+    };
+    if !configuration.tier.is_empty() {
+        command.env("CHORUS_SANDBOX_TIER", configuration.tier);
+    }
+    let started = std::time::Instant::now();
+    let out = command
+        // Uncaptured: what was not run (it needs root) is counted from stderr.
+        .args(["--test-threads", "2", "--nocapture", "--skip", skip])
+        .env(AGAIN_ENV, configuration.name)
+        .env(AGAIN_AS_NOBODY_ENV, "1")
+        .env("HOME", home.path())
+        .current_dir("/")
+        .output()
+        .expect("the test binary runs again");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let result = stdout
+        .lines()
+        .rfind(|l| l.starts_with("test result:"))
+        .unwrap_or("no test result");
+    assert!(
+        out.status.success()
+            && result.starts_with("test result: ok.")
+            && !result.contains("ok. 0 passed"),
+        "the suite again as a {}:\n{stdout}\n{}",
+        configuration.name,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let not_run = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.starts_with("not run:"))
+        .count();
+    eprintln!(
+        "{}: {result} ({not_run} tests or parts not run: they need root; {:.1} s)",
+        configuration.name,
+        started.elapsed().as_secs_f64()
+    );
+}
+
 /// Gives `path` and everything below it to [`TEST_UID`] (when the test runs
 /// as root; otherwise the test's own user owns it already).
 pub fn give_to_test_user(path: &Path) {

@@ -346,3 +346,9 @@ async fn an_invalid_forward_is_refused_before_anything_starts(tier: Tier) {
     assert!(err.contains("not a loopback address"), "{err}");
     assert!(out.is_empty());
 }
+
+/// The same tests, in both tiers, by a service that is not root.
+#[test]
+fn the_proxy_holds_for_a_service_that_is_not_root() {
+    support::again_as_nobody("holds_for_a_service_that_is_not_root");
+}

@@ -498,3 +498,9 @@ fn a_host_without_seccomp_has_no_sandbox() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The same tests, in both tiers, by a service that is not root.
+#[test]
+fn the_filter_holds_for_a_service_that_is_not_root() {
+    support::again_as_nobody("holds_for_a_service_that_is_not_root");
+}

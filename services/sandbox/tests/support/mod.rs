@@ -168,35 +168,18 @@ pub fn answer<'a>(answers: &'a [(String, String)], key: &str) -> Option<&'a str>
 }
 
 /// Runs this test binary again as nobody (for a root run), all its tests but
-/// those whose names contain `skip` (the one calling this), and asserts they
-/// pass. As nobody, or not root: nothing.
+/// those whose names contain `skip` (the one calling this), in the tier each
+/// test names, and asserts they pass. As nobody, or not root: nothing.
 pub fn again_as_nobody(skip: &str) {
-    const AGAIN: &str = "CHORUS_SANDBOX_TEST_UNPRIVILEGED";
-    if !running_as_root() || std::env::var_os(AGAIN).is_some() {
+    if !running_as_root() || std::env::var_os("CHORUS_SANDBOX_TEST_UNPRIVILEGED").is_some() {
         return;
     }
-    let this = std::env::current_exe().expect("this test binary");
-    let out = std::process::Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            // As an operator starts a service that is not root: no
-            // capability, the bounding set left as it is (full).
-            "--inh-caps=-all",
-        ])
-        .arg(&this)
-        .args(["--test-threads", "2", "--skip", skip])
-        .env(AGAIN, "1")
-        .current_dir("/")
-        .output()
-        .expect("setpriv runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success()
-            && stdout.contains("test result: ok.")
-            && !stdout.contains("ok. 0 passed"),
-        "as nobody:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    chorus_sandbox::testing::again_in(
+        chorus_sandbox::testing::Configuration {
+            name: "non-root service",
+            as_nobody: true,
+            tier: "",
+        },
+        skip,
     );
 }

@@ -359,8 +359,12 @@ async fn with_an_identity_the_repository_identity_is_used() {
 
 /// A repository whose origin is a bare repository served by a git daemon in
 /// a test network namespace (pushes go over the network: local transports
-/// are refused), which the run's egress list names.
-async fn repo_with_origin() -> (Harness, tempfile::TempDir, GitDaemon) {
+/// are refused), which the run's egress list names. None without root (the
+/// test is not run; it fails with `CHORUS_TEST_REQUIRE_ROOT=1`).
+async fn repo_with_origin() -> Option<(Harness, tempfile::TempDir, GitDaemon)> {
+    if !chorus_sandbox::testing::root_for("a git daemon in a test network namespace") {
+        return None;
+    }
     let mut h = repo().await;
     let remote = tempfile::tempdir().expect("tempdir");
     give_to_test_user(remote.path());
@@ -374,7 +378,7 @@ async fn repo_with_origin() -> (Harness, tempfile::TempDir, GitDaemon) {
         &["remote", "add", "origin", &daemon.url("origin.git")],
     );
     h.egress = vec![daemon.rule()];
-    (h, remote, daemon)
+    Some((h, remote, daemon))
 }
 
 /// git.push by a run with the network grant.
@@ -387,7 +391,9 @@ async fn push(
 
 #[tokio::test]
 async fn push_sends_the_current_branch_to_origin() {
-    let (h, remote_dir, _daemon) = repo_with_origin().await;
+    let Some((h, remote_dir, _daemon)) = repo_with_origin().await else {
+        return;
+    };
     let remote = remote_dir.path().join("origin.git");
     let outcome = push(&h, json!({})).await.expect("pushed");
     let first: outputs::GitPush = parse(&outcome);
@@ -415,7 +421,9 @@ async fn push_sends_the_current_branch_to_origin() {
 
 #[tokio::test]
 async fn push_only_goes_to_configured_remotes_and_existing_branches() {
-    let (h, remote_dir, daemon) = repo_with_origin().await;
+    let Some((h, remote_dir, daemon)) = repo_with_origin().await else {
+        return;
+    };
     let remote = remote_dir.path().join("origin.git");
     let url = daemon.url("origin.git");
     for (args, expected) in [
@@ -442,7 +450,9 @@ async fn push_only_goes_to_configured_remotes_and_existing_branches() {
 
 #[tokio::test]
 async fn a_non_fast_forward_push_is_rejected_and_never_forced() {
-    let (h, remote_dir, _daemon) = repo_with_origin().await;
+    let Some((h, remote_dir, _daemon)) = repo_with_origin().await else {
+        return;
+    };
     let remote = remote_dir.path().join("origin.git");
     push(&h, json!({})).await.expect("pushed");
 
@@ -628,7 +638,9 @@ async fn the_bare_repository_trick_runs_nothing() {
 
 #[tokio::test]
 async fn a_push_needs_an_egress_rule_for_its_remote() {
-    let (mut h, remote_dir, daemon) = repo_with_origin().await;
+    let Some((mut h, remote_dir, daemon)) = repo_with_origin().await else {
+        return;
+    };
     for egress in [Vec::new(), vec![format!("{}:22", daemon.host)]] {
         h.egress = egress;
         let err = push(&h, json!({})).await.expect_err("refused");
@@ -649,7 +661,9 @@ async fn a_push_needs_an_egress_rule_for_its_remote() {
 
 #[tokio::test]
 async fn a_push_needs_the_network_grant() {
-    let (h, remote_dir, _daemon) = repo_with_origin().await;
+    let Some((h, remote_dir, _daemon)) = repo_with_origin().await else {
+        return;
+    };
     let err = h.call("git.push", json!({})).await.expect_err("refused");
     assert!(matches!(err, ToolError::GrantMissing { .. }), "{err}");
     assert_eq!(

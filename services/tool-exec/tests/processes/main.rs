@@ -6,3 +6,10 @@ mod bash;
 mod common;
 mod git;
 mod git_config;
+
+/// These tests again as a non-root service, and in the landlock tier, as
+/// both a root and a non-root service.
+#[test]
+fn in_every_configuration() {
+    chorus_sandbox::testing::again_in_every_configuration("in_every_configuration");
+}

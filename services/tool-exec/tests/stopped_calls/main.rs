@@ -8,3 +8,10 @@ mod caller_left;
 mod deadline;
 mod service;
 mod shutdown;
+
+/// These tests again as a non-root service, and in the landlock tier, as
+/// both a root and a non-root service.
+#[test]
+fn in_every_configuration() {
+    chorus_sandbox::testing::again_in_every_configuration("in_every_configuration");
+}
