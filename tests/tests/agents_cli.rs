@@ -505,7 +505,7 @@ async fn a_timeout_kills_every_process_of_the_run_even_ones_that_left_its_group(
     let root = tempfile::tempdir().expect("root");
     let orchestrator = orchestrator(data_dir.path()).await;
     let mut client = orchestrator.client().await;
-    let marker = "chorus-escapee-run-timeout";
+    let marker = &format!("chorus-escapee-run-timeout-{}", std::process::id());
     let task = stubborn_run(&mut client, root.path(), marker, 2).await;
     let events = wait_for(&mut client, &task.id, ends_run).await;
     assert_eq!(events.last().expect("end").kind, "run_failed");
@@ -530,7 +530,7 @@ async fn cancel_kills_every_process_of_the_run_before_it_returns() {
     let root = tempfile::tempdir().expect("root");
     let orchestrator = orchestrator(data_dir.path()).await;
     let mut client = orchestrator.client().await;
-    let marker = "chorus-escapee-cancel-task";
+    let marker = &format!("chorus-escapee-cancel-task-{}", std::process::id());
     let task = stubborn_run(&mut client, root.path(), marker, 0).await;
     let canceled = client
         .cancel_task(pb::CancelTaskRequest {
@@ -570,7 +570,7 @@ async fn shutdown_kills_the_runs_and_hands_them_on_to_be_resumed_at_the_next_sta
     let root = tempfile::tempdir().expect("root");
     let orchestrator = orchestrator_again(data_dir.path()).await;
     let mut client = orchestrator.client().await;
-    let marker = "chorus-escapee-shutdown";
+    let marker = &format!("chorus-escapee-shutdown-{}", std::process::id());
     let task = stubborn_run(&mut client, root.path(), marker, 0).await;
     let run = chorus_tests::agents::runs_of(&mut client, &task.id, "")
         .await

@@ -91,24 +91,30 @@ async fn bash_reaches_nothing_but_its_own_workspace() {
     let runs = data_dir.path().join("runs");
     let mut client = orchestrator.client().await;
 
-    // Another workspace's agent, running, with its own key and run token.
+    // Another workspace's agent, running, with its own key and run token; its
+    // words are this process's own (the test runs again beside itself in
+    // other configurations).
+    let sleeps = format!(
+        "the other workspace's agent sleeps ({})",
+        std::process::id()
+    );
     let other = workspace(&mut client, "other", other_root.path()).await;
     provider(&mut client, &other, OTHER_KEY).await;
     add_agent(&mut client, &other, "sleeper", &["file.read"], "cli").await;
     let sleeping = planned_task(
         &mut client,
         &other,
-        "fake: say the other workspace's agent sleeps\nfake: hang",
+        &format!("fake: say {sleeps}\nfake: hang"),
     )
     .await;
     start(&mut client, &sleeping, "sleeper", 0).await;
     wait_for(&mut client, &sleeping.id, |e| {
-        e.kind == "agent_progress" && data(e)["text"] == "the other workspace's agent sleeps"
+        e.kind == "agent_progress" && data(e)["text"] == sleeps.as_str()
     })
     .await;
     // The CLI forks a shell to hang in; until that child has exec'd it looks
     // like the CLI too.
-    let sleepers = || program_processes(&fake, "the other workspace's agent sleeps");
+    let sleepers = || program_processes(&fake, &sleeps);
     eventually("one sleeping CLI of the other workspace", || {
         sleepers().len() == 1
     })

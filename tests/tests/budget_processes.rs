@@ -16,7 +16,7 @@ async fn a_budget_stop_kills_every_process_of_the_run() {
     let orchestrator = Orchestrator::with_fake_cli_on_sqlite(data_dir.path(), |_| {}).await;
     let mut client = orchestrator.client().await;
     let team = fake_cli_team(&mut client, root.path(), &[], "You wait.").await;
-    let marker = "chorus-escapee-budget";
+    let marker = &format!("chorus-escapee-budget-{}", std::process::id());
     // One tool call, then children that try every way out, and a wait.
     let script = format!("fake: call {{\"tool\":\"help\"}}\nfake: stubborn {marker}");
     let task = planned_task(&mut client, &team.workspace, &script).await;

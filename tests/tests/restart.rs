@@ -73,8 +73,8 @@ async fn killed_and_restarted(sessions: Sessions, kind: pb::ProviderKind) {
         add_agent(&mut client, &ws, "lead", &["handoff"], "cli").await;
         add_agent(&mut client, &ws, "worker", &["file.read"], "cli").await;
         // In both CLIs' arguments.
-        let chain = format!("the restart chain on {b}");
-        let marker = format!("chorus-escapee-restart-{b}");
+        let chain = format!("the restart chain on {b} ({})", std::process::id());
+        let marker = format!("chorus-escapee-restart-{b}-{}", std::process::id());
         // Resumed, each reports at once.
         let resumed = |who: &str| {
             format!(

@@ -34,8 +34,10 @@ enum Starter {
 
 const STARTERS: [Starter; 2] = [Starter::Cli, Starter::Bash];
 
+/// Unique to this process too: the suite runs again beside itself in other
+/// configurations.
 fn marker(ending: &str, starter: Starter) -> String {
-    format!("chorus-escapee-{ending}-{starter:?}")
+    format!("chorus-escapee-{ending}-{starter:?}-{}", std::process::id())
 }
 
 /// The script steps that leave the children of `marker` and then wait forever

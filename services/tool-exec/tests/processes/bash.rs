@@ -125,7 +125,7 @@ async fn output_past_the_cap_is_cut_and_the_command_still_finishes() {
 #[tokio::test]
 async fn a_timeout_kills_every_process_even_ones_that_left_and_ignore_sigterm() {
     let h = Harness::new().await;
-    let marker = "chorus-bash-timeout";
+    let marker = &format!("chorus-bash-timeout-{}", std::process::id());
     let command = format!(
         "{} {} echo started; sleep 1000",
         escapees(marker),
@@ -153,7 +153,7 @@ async fn a_timeout_kills_every_process_even_ones_that_left_and_ignore_sigterm() 
 #[tokio::test]
 async fn nothing_a_command_starts_outlives_it() {
     let h = Harness::new().await;
-    let marker = "chorus-bash-background";
+    let marker = &format!("chorus-bash-background-{}", std::process::id());
     let command = format!(
         "{} {} echo started",
         escapees(marker),
@@ -169,7 +169,7 @@ async fn nothing_a_command_starts_outlives_it() {
 #[tokio::test]
 async fn shutdown_kills_a_running_command_promptly() {
     let h = Harness::new().await;
-    let marker = "chorus-bash-shutdown";
+    let marker = &format!("chorus-bash-shutdown-{}", std::process::id());
     let runner = h.runner.clone();
     let grant = h.grant();
     let command = format!("{} wait", escapees(marker));
@@ -196,7 +196,7 @@ async fn shutdown_kills_a_running_command_promptly() {
 #[tokio::test]
 async fn a_command_whose_caller_leaves_is_killed_and_says_so() {
     let h = Harness::new().await;
-    let marker = "chorus-bash-caller-left";
+    let marker = &format!("chorus-bash-caller-left-{}", std::process::id());
     let runner = h.runner.clone();
     let grant = h.grant();
     let caller_gone = CancellationToken::new();
