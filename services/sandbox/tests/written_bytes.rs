@@ -304,12 +304,13 @@ async fn calls_of_a_run_at_once_share_its_limit(tier: Tier) {
 async fn a_sandbox_stops_when_its_file_system_is_nearly_full(tier: Tier) {
     let ws = workspace();
     let stat = nix::sys::statvfs::statvfs(&ws.root).expect("statvfs");
-    let free = stat.blocks_available() * stat.fragment_size();
-    // A reserve above what is free: this file system is "nearly full".
+    let size = stat.blocks() * stat.fragment_size();
+    // A reserve larger than the whole file system: it is "nearly full"
+    // however much other programs free meanwhile.
     let sandbox = limited_with(
         tier,
         Limits {
-            min_free_bytes: free + 1024 * MIB,
+            min_free_bytes: size + 1024 * MIB,
             ..Limits::default()
         },
     )

@@ -239,7 +239,10 @@ impl Budget {
     pub fn settle(&mut self) -> Option<String> {
         let mine = self.written();
         self.resident = 0;
-        let others = self.record(mine);
+        let others = match &mut self.ledger {
+            Some(ledger) => ledger.close(mine),
+            None => Totals::default(),
+        };
         self.over_limit(mine, others.written)
     }
 
@@ -316,6 +319,9 @@ impl Floor {
     }
 }
 
+/// The ledger line that holds what the run's ended sandboxes wrote.
+const ENDED: &str = "ended";
+
 /// One sandbox's line in its run's ledger: a file of its own holding its
 /// total, in a directory every sandbox of the run shares.
 #[derive(Debug)]
@@ -367,10 +373,67 @@ impl Ledger {
         }
     }
 
-    /// What the run's other sandboxes wrote (each one's last total), and
-    /// what those whose monitor still runs hold (one killed cannot say it
-    /// holds nothing any more).
+    /// Folds this sandbox's final total into the run's `ended` line and
+    /// removes its own, so a run of many calls keeps one line per live
+    /// sandbox, not one per call (each look reads them all). Returns the
+    /// others' totals, read under the same lock: none is counted twice or
+    /// missed while lines fold.
+    fn close(&mut self, written: u64) -> Totals {
+        let lock = self.lock();
+        if let Some(lock) = &lock {
+            let _ = lock.lock();
+        }
+        let others = self.read_others();
+        let ended = std::fs::read_to_string(self.dir.join(ENDED))
+            .ok()
+            .and_then(|t| t.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        let tmp = self.dir.join(format!(".{ENDED}"));
+        let folded = lock.is_some()
+            && std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .and_then(|mut f| {
+                    f.write_all(format!("{} 0", ended.saturating_add(written)).as_bytes())
+                })
+                .and_then(|()| std::fs::rename(&tmp, self.dir.join(ENDED)))
+                .is_ok();
+        if folded {
+            let _ = std::fs::remove_file(&self.own);
+        } else {
+            // Not folded: the line stays, with the final total.
+            self.record(written, 0);
+        }
+        others
+    }
+
+    /// The run's lock file, which folding takes alone and reading shares.
+    fn lock(&self) -> Option<std::fs::File> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(self.dir.join(".lock"))
+            .ok()
+    }
+
+    /// What the run's other sandboxes wrote (each one's last total, and
+    /// those ended, folded), and what those whose monitor still runs hold
+    /// (one killed cannot say it holds nothing any more).
     fn others(&self) -> Totals {
+        let lock = self.lock();
+        if let Some(lock) = &lock {
+            let _ = lock.lock_shared();
+        }
+        self.read_others()
+    }
+
+    fn read_others(&self) -> Totals {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Totals::default();
         };
@@ -495,6 +558,43 @@ mod tests {
                 written: 15,
                 resident: 0
             }
+        );
+    }
+
+    #[test]
+    fn ended_sandboxes_fold_into_one_line_that_still_counts() {
+        let dir = tempfile::tempdir().expect("dir");
+        let run = dir.path().join("run-1");
+        let mut live = Ledger::open(&run).expect("ledger");
+        live.record(1, 0);
+        for (i, written) in [5_u64, 7, 11].into_iter().enumerate() {
+            let mut ended = Ledger {
+                dir: run.clone(),
+                own: run.join(format!("{}-{i}", std::process::id())),
+                recorded: None,
+            };
+            ended.record(written, 3);
+            let others = ended.close(written);
+            assert!(!ended.own.exists(), "its own line is folded away");
+            assert_eq!(others.written, 1 + [0, 5, 12][i]);
+        }
+        assert_eq!(
+            live.others(),
+            Totals {
+                written: 23,
+                resident: 0
+            }
+        );
+        let lines: Vec<_> = std::fs::read_dir(&run)
+            .expect("run")
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        assert_eq!(
+            lines.len(),
+            2,
+            "the live sandbox's line and the ended one: {lines:?}"
         );
     }
 
