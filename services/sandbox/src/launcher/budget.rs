@@ -379,10 +379,7 @@ impl Ledger {
     /// others' totals, read under the same lock: none is counted twice or
     /// missed while lines fold.
     fn close(&mut self, written: u64) -> Totals {
-        let lock = self.lock();
-        if let Some(lock) = &lock {
-            let _ = lock.lock();
-        }
+        let lock = self.lock(nix::fcntl::FlockArg::LockExclusive);
         let others = self.read_others();
         let ended = std::fs::read_to_string(self.dir.join(ENDED))
             .ok()
@@ -410,26 +407,25 @@ impl Ledger {
         others
     }
 
-    /// The run's lock file, which folding takes alone and reading shares.
-    fn lock(&self) -> Option<std::fs::File> {
-        std::fs::OpenOptions::new()
+    /// The run's lock file, locked as `how`: folding takes it alone and
+    /// reading shares it. Held until dropped; None when it cannot be had.
+    fn lock(&self, how: nix::fcntl::FlockArg) -> Option<nix::fcntl::Flock<std::fs::File>> {
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .mode(0o600)
             .open(self.dir.join(".lock"))
-            .ok()
+            .ok()?;
+        nix::fcntl::Flock::lock(file, how).ok()
     }
 
     /// What the run's other sandboxes wrote (each one's last total, and
     /// those ended, folded), and what those whose monitor still runs hold
     /// (one killed cannot say it holds nothing any more).
     fn others(&self) -> Totals {
-        let lock = self.lock();
-        if let Some(lock) = &lock {
-            let _ = lock.lock_shared();
-        }
+        let _lock = self.lock(nix::fcntl::FlockArg::LockShared);
         self.read_others()
     }
 
