@@ -184,7 +184,15 @@ async fn git_status_calls(calls: usize) {
     let plain = || {
         let started = Instant::now();
         let out = std::process::Command::new("git")
-            .args(["status", "--porcelain=v2", "--branch"])
+            // The repository is the workspace owner's, not this root
+            // process's: git asks for it to be named safe.
+            .args([
+                "-c",
+                "safe.directory=*",
+                "status",
+                "--porcelain=v2",
+                "--branch",
+            ])
             .current_dir(root.path())
             .output()
             .expect("git status");
