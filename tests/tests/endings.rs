@@ -9,7 +9,8 @@ use chorus_proto::orchestrator::v1 as pb;
 use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
 use chorus_sandbox::testing::{ESCAPEES, escapees, eventually, give_to_test_user, survivors};
 use chorus_tests::agents::{
-    add_agent, data, history, planned_task, start, team, wait_for, workspace,
+    add_agent, data, ends_run, history, planned_task, report, start, team, use_transport, wait_for,
+    workspace,
 };
 use chorus_tests::credentials::Bearer;
 use chorus_tests::db_proxy::DbProxy;
@@ -186,7 +187,7 @@ async fn a_call_reported_by_a_driver_that_lost_the_run_is_recorded_as_interrupte
         "You build.",
     )
     .await;
-    let script = "fake: record first.json\nfake: wait gate\nfake-resume: wait resumed";
+    let script = "fake: record first.json\nfake: wait gate\nfake-resume: record second.json\nfake-resume: wait resumed";
     let task = planned_task(&mut client, &team.workspace, script).await;
     let run = start(&mut client, &task, &team.agent, 0)
         .await
@@ -212,6 +213,14 @@ async fn a_call_reported_by_a_driver_that_lost_the_run_is_recorded_as_interrupte
         e.kind == "agent_progress" && data(e)["text"] == "waiting on resumed"
     })
     .await;
+    let second: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(run_file(&runs, "second.json")).expect("record"),
+    )
+    .expect("json");
+    let token = second["env"]["CHORUS_RUN_TOKEN"]
+        .as_str()
+        .expect("the driver's token")
+        .to_owned();
     let service_key = client
         .create_api_key(pb::CreateApiKeyRequest {
             name: "tool-exec".into(),
@@ -289,6 +298,41 @@ async fn a_call_reported_by_a_driver_that_lost_the_run_is_recorded_as_interrupte
     assert_eq!(
         (&read[0]["status"], &read[0]["reported_status"]),
         (&json!("interrupted"), &json!("aborted"))
+    );
+    // The run's own driver's calls that began before the end are recorded
+    // whatever they ended with: its caller gone with the CLI that reported
+    // and exited (cancelled), or done as the run ended (ok). The audit holds
+    // every call.
+    for status in ["cancelled", "ok"] {
+        tool_exec
+            .record_tool_call(pb::RecordToolCallRequest {
+                run_token: token.clone(),
+                ..record("file.read", status, 3_600_000)
+            })
+            .await
+            .unwrap_or_else(|e| {
+                panic!("the driver's call that began before the run's end, {status}: {e:?}")
+            });
+    }
+    let late = tool_exec
+        .record_tool_call(pb::RecordToolCallRequest {
+            run_token: token.clone(),
+            ..record("file.read", "ok", 0)
+        })
+        .await
+        .expect_err("the driver's call that began after the run's end");
+    assert_eq!(late.code(), Code::FailedPrecondition, "{late:?}");
+    let statuses: Vec<_> = history(&mut client, &task.id)
+        .await
+        .iter()
+        .filter(|e| e.kind == "tool_executed")
+        .map(data)
+        .filter(|d| d["tool"] == "file.read")
+        .map(|d| d["status"].clone())
+        .collect();
+    assert_eq!(
+        statuses,
+        [json!("interrupted"), json!("cancelled"), json!("ok")]
     );
     orchestrator.stop().await;
 }
@@ -422,4 +466,69 @@ async fn no_call_racing_the_end_outlives_cancel_task() {
 #[test]
 fn in_every_configuration() {
     chorus_sandbox::testing::again_in_every_configuration("in_every_configuration");
+}
+
+/// A CLI that reports and exits while a bash call it started runs: the run
+/// ends, the call is stopped with it, and the call is still recorded, once,
+/// for the run (the audit holds every call; before, its record was refused
+/// because the run had ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_running_when_its_cli_reports_and_exits_is_recorded() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    give_to_test_user(root.path());
+    let orchestrator = Orchestrator::with_fake_cli_on_sqlite(data_dir.path(), |_| {}).await;
+    let mut client = orchestrator.client().await;
+    let team = team(
+        &mut client,
+        root.path(),
+        pb::ProviderKind::ClaudeCode,
+        "",
+        "",
+        "",
+        &["bash"],
+        "You build.",
+    )
+    .await;
+    use_transport(&mut client, &team, pb::ToolTransport::Shell).await;
+    let started = root
+        .path()
+        .join(format!("started-{}", std::process::id()))
+        .display()
+        .to_string();
+    let call = json!({"tool": "bash", "command": format!("touch {started}; sleep 600")});
+    // The CLI waits (inside itself, on the file) until the call runs.
+    let script = format!(
+        "fake: call-background {call}\n\
+         fake: shell for i in $(seq 1500); do [ -e {started} ] && break; sleep 0.02; done\n\
+         {}",
+        report("complete", "done while bash runs")
+    );
+    let task = planned_task(&mut client, &team.workspace, &script).await;
+    let run = start(&mut client, &task, &team.agent, 0)
+        .await
+        .run
+        .expect("run");
+    let events = wait_for(&mut client, &task.id, ends_run).await;
+    assert_eq!(
+        data(events.last().expect("end"))["reason"],
+        "completed",
+        "{events:#?}"
+    );
+    // The call's record: before the run's end or after it, it comes.
+    wait_for(&mut client, &task.id, |e| {
+        e.kind == "tool_executed" && data(e)["tool"] == "bash"
+    })
+    .await;
+    let calls: Vec<_> = history(&mut client, &task.id)
+        .await
+        .iter()
+        .filter(|e| e.kind == "tool_executed")
+        .map(data)
+        .filter(|d| d["tool"] == "bash")
+        .collect();
+    assert_eq!(calls.len(), 1, "the bash call, recorded once: {calls:?}");
+    assert_eq!(calls[0]["run_id"], run.id.as_str(), "{}", calls[0]);
+    assert_ne!(calls[0]["status"], "ok", "it was stopped: {}", calls[0]);
+    orchestrator.stop().await;
 }

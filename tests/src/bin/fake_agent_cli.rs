@@ -19,6 +19,8 @@
 //!   comes from the `--allowedTools` rule for Claude Code, from the permission
 //!   rule of the generated config for OpenCode). The flags must be right for
 //!   either to work;
+//! - `call-background <json>`: run chorus-tools with that argument (the
+//!   shell form's path) and go on without waiting for it;
 //! - `shell <command>`: run a shell command, as a CLI's own shell tool would
 //!   (its output is the tool result);
 //! - `save <file>`: write the last call's exit code, stdout and stderr to
@@ -464,6 +466,24 @@ fn main() -> ExitCode {
                         out.tool(&command, text.trim(), output.status.success());
                     }
                     Err(e) => out.tool(&command, &format!("cannot run {program}: {e}"), false),
+                }
+            }
+            // chorus-tools with the call, left running: the CLI goes on (and
+            // may report and exit) while the call runs.
+            "call-background" => {
+                let Some(program) = chorus_tools(mode, &args) else {
+                    eprintln!("fake-agent-cli: no chorus-tools rule in the flags or config");
+                    return ExitCode::from(9);
+                };
+                if let Err(e) = Command::new(&program)
+                    .arg(rest.trim())
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                {
+                    eprintln!("fake-agent-cli: cannot run {program}: {e}");
+                    return ExitCode::from(9);
                 }
             }
             "shell" => {

@@ -316,8 +316,9 @@ pub(crate) async fn record(
     Ok(())
 }
 
-/// Records a call tool-exec reports for `run`, unless the run has ended or
-/// never held the tool (see [`policy::check_recordable`]); a call reported
+/// Records a call tool-exec reports for `run`, unless it began after the
+/// run's end or the run never held the tool (see
+/// [`policy::check_recordable`]); a call reported
 /// by a driver that lost the run is recorded as interrupted. Checked under
 /// the task's lock, so that no call is recorded after the event that ends
 /// its run.
@@ -327,7 +328,7 @@ pub(crate) async fn record_reported(
     call: ToolCallRecord,
     by: Reporter,
 ) -> Result<(), ServiceError> {
-    policy::check_recordable(run, &call, by, now_ms())?;
+    policy::check_recordable(run, &call, now_ms())?;
     if by == Reporter::LostDriver {
         info!(run_id = %run.id, tool = %call.tool, status = %call.status, "a call of a driver that lost the run is recorded as interrupted");
     }
@@ -336,7 +337,7 @@ pub(crate) async fn record_reported(
     state
         .store
         .change_run(run.id, move |run, _| {
-            policy::check_recordable(run, &checked, by, now_ms())?;
+            policy::check_recordable(run, &checked, now_ms())?;
             Ok(vec![draft])
         })
         .await?;

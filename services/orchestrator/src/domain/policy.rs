@@ -131,17 +131,13 @@ pub enum Reporter {
     LostDriver,
 }
 
-/// Checks that a finished call of `tool` may be recorded for `run`: the run has
-/// not ended (a call that outlived its run is not written after the run's end)
-/// and the tool is one the run may call (nobody records what it could not do).
-/// A call that the run's end stopped, or that a driver which lost the run
-/// reports, began before the end and is recorded after it.
-pub fn check_recordable(
-    run: &Run,
-    call: &ToolCallRecord,
-    by: Reporter,
-    now_ms: i64,
-) -> Result<(), DomainError> {
+/// Checks that a finished call of `tool` may be recorded for `run`: it began
+/// before the run ended (a call reported after the end is recorded whatever
+/// it ended with — stopped by the end, its caller gone with a CLI that
+/// reported and exited, or done — so the audit holds every call; one that
+/// began after the end never ran for the run) and the tool is one the run
+/// may call (nobody records what it could not do).
+pub fn check_recordable(run: &Run, call: &ToolCallRecord, now_ms: i64) -> Result<(), DomainError> {
     let tool = call.tool.as_str();
     // When it began, as its reporter says (a record retried arrives late),
     // else as its duration says; never later than now.
@@ -150,8 +146,7 @@ pub fn check_recordable(
         started => started.min(now_ms),
     };
     let began_before_the_end = run.finished_ms.is_some_and(|end| began <= end);
-    let stopped_or_lost = call.status == STOPPED_BY_THE_RUNS_END || by == Reporter::LostDriver;
-    if run.state == RunState::Finished && !(stopped_or_lost && began_before_the_end) {
+    if run.state == RunState::Finished && !began_before_the_end {
         return Err(DomainError::RunNotActive(format!(
             "run {} has ended; a call it made is no longer recorded",
             run.id
@@ -167,10 +162,6 @@ pub fn check_recordable(
     }
     Ok(())
 }
-
-/// The status of a call that the end of its run stopped (the gRPC code
-/// tool-exec answers it with, as history writes codes).
-pub const STOPPED_BY_THE_RUNS_END: &str = "aborted";
 
 /// The status of a call whose run was taken over by another driver while it
 /// ran: its agent never got the answer. The event keeps what tool-exec
