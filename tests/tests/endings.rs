@@ -469,9 +469,10 @@ fn in_every_configuration() {
 }
 
 /// A CLI that reports and exits while a bash call it started runs: the run
-/// ends, the call is stopped with it, and the call is still recorded, once,
-/// for the run (the audit holds every call; before, its record was refused
-/// because the run had ended).
+/// ends, the call is stopped with it (its caller gone), and the call is
+/// recorded, once, for the run. With one orchestrator and its embedded
+/// tool-exec the end waits for the call's record; a record that comes after
+/// the end (another replica's tool-exec, a cut) is the test above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_running_when_its_cli_reports_and_exits_is_recorded() {
     let data_dir = tempfile::tempdir().expect("data");
@@ -486,21 +487,19 @@ async fn a_call_running_when_its_cli_reports_and_exits_is_recorded() {
         "",
         "",
         "",
-        &["bash"],
+        &["bash", "file.read"],
         "You build.",
     )
     .await;
     use_transport(&mut client, &team, pb::ToolTransport::Shell).await;
-    let started = root
-        .path()
-        .join(format!("started-{}", std::process::id()))
-        .display()
-        .to_string();
+    let started = format!("started-{}", std::process::id());
     let call = json!({"tool": "bash", "command": format!("touch {started}; sleep 600")});
-    // The CLI waits (inside itself, on the file) until the call runs.
+    // The CLI waits until the call runs: it reads the file the call made
+    // (the CLI itself sees no workspace).
+    let read = json!({"tool": "file.read", "path": started});
     let script = format!(
         "fake: call-background {call}\n\
-         fake: shell for i in $(seq 1500); do [ -e {started} ] && break; sleep 0.02; done\n\
+         fake: call-until {read}\n\
          {}",
         report("complete", "done while bash runs")
     );

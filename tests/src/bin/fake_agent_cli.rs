@@ -21,6 +21,8 @@
 //!   either to work;
 //! - `call-background <json>`: run chorus-tools with that argument (the
 //!   shell form's path) and go on without waiting for it;
+//! - `call-until <json>`: run chorus-tools with that argument again until
+//!   it succeeds (up to 30 s), to wait on what another call does;
 //! - `shell <command>`: run a shell command, as a CLI's own shell tool would
 //!   (its output is the tool result);
 //! - `save <file>`: write the last call's exit code, stdout and stderr to
@@ -484,6 +486,25 @@ fn main() -> ExitCode {
                 {
                     eprintln!("fake-agent-cli: cannot run {program}: {e}");
                     return ExitCode::from(9);
+                }
+            }
+            // chorus-tools with the call, again until it succeeds (a wait
+            // on what another call does; up to 30 s).
+            "call-until" => {
+                let Some(program) = chorus_tools(mode, &args) else {
+                    eprintln!("fake-agent-cli: no chorus-tools rule in the flags or config");
+                    return ExitCode::from(9);
+                };
+                for _ in 0..1500 {
+                    let ok = Command::new(&program)
+                        .arg(rest.trim())
+                        .stdin(Stdio::null())
+                        .output()
+                        .is_ok_and(|o| o.status.success());
+                    if ok {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
                 }
             }
             "shell" => {
