@@ -76,24 +76,32 @@ fn table(title: &str, rows: &[(&str, Samples)]) {
     }
 }
 
-async fn bash_calls(calls: usize) {
-    let root = tempfile::tempdir().expect("root");
-    give_to_test_user(root.path());
-    let runner =
-        |sandbox: Sandbox| ToolRunner::new(Limits::default(), sandbox, CancellationToken::new());
+/// A tool runner per setting, and a grant of `tool` on `root`.
+async fn runners_and_grant(root: &Path, tool: &str) -> (Vec<ToolRunner>, RunGrant) {
     let mut runners = Vec::new();
     for (_, mode, tier) in SETTINGS {
-        runners.push(runner(Sandbox::start(config(mode, tier)).await));
+        runners.push(ToolRunner::new(
+            Limits::default(),
+            Sandbox::start(config(mode, tier)).await,
+            CancellationToken::new(),
+        ));
     }
     let grant = RunGrant {
-        run_id: "bench".into(),
+        run_id: format!("bench-{tool}"),
         task_id: "bench".into(),
         agent: "bench".into(),
-        tools: vec!["bash".into()],
-        root: root.path().to_path_buf(),
+        tools: vec![tool.into()],
+        root: root.to_path_buf(),
         egress: Vec::new(),
         epoch: 0,
     };
+    (runners, grant)
+}
+
+async fn bash_calls(calls: usize) {
+    let root = tempfile::tempdir().expect("root");
+    give_to_test_user(root.path());
+    let (runners, grant) = runners_and_grant(root.path(), "bash").await;
     let call = |runner: &ToolRunner| {
         let (runner, grant) = (runner.clone(), grant.clone());
         async move {
@@ -149,23 +157,7 @@ async fn git_status_calls(calls: usize) {
     ]);
     std::fs::write(root.path().join("file0.txt"), "changed\n").expect("change");
     give_to_test_user(root.path());
-    let mut runners = Vec::new();
-    for (_, mode, tier) in SETTINGS {
-        runners.push(ToolRunner::new(
-            Limits::default(),
-            Sandbox::start(config(mode, tier)).await,
-            CancellationToken::new(),
-        ));
-    }
-    let grant = RunGrant {
-        run_id: "bench-git".into(),
-        task_id: "bench".into(),
-        agent: "bench".into(),
-        tools: vec!["git.status".into()],
-        root: root.path().to_path_buf(),
-        egress: Vec::new(),
-        epoch: 0,
-    };
+    let (runners, grant) = runners_and_grant(root.path(), "git.status").await;
     let call = |runner: &ToolRunner| {
         let (runner, grant) = (runner.clone(), grant.clone());
         async move {

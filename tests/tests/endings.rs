@@ -162,6 +162,17 @@ async fn cancel_task_stops_the_runs_bash_call_and_records_it() {
 /// driver held; but a call that driver's tool-exec reports afterwards is
 /// recorded, as interrupted, with the status and output it reported. After
 /// the run's end, only a call that began before the end is.
+/// The run token in the environment the fake CLI recorded in `file`.
+fn recorded_token(runs: &std::path::Path, file: &str) -> String {
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run_file(runs, file)).expect("record"))
+            .expect("json");
+    record["env"]["CHORUS_RUN_TOKEN"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a run token in {file}"))
+        .to_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_reported_by_a_driver_that_lost_the_run_is_recorded_as_interrupted() {
     let data_dir = tempfile::tempdir().expect("data");
@@ -197,14 +208,7 @@ async fn a_call_reported_by_a_driver_that_lost_the_run_is_recorded_as_interrupte
         e.kind == "agent_progress" && data(e)["text"] == "waiting on gate"
     })
     .await;
-    let first: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(run_file(&runs, "first.json")).expect("record"),
-    )
-    .expect("json");
-    let old_token = first["env"]["CHORUS_RUN_TOKEN"]
-        .as_str()
-        .expect("the first driver's token")
-        .to_owned();
+    let old_token = recorded_token(&runs, "first.json");
     orchestrator.stop().await;
 
     let orchestrator = again().await;
@@ -213,14 +217,7 @@ async fn a_call_reported_by_a_driver_that_lost_the_run_is_recorded_as_interrupte
         e.kind == "agent_progress" && data(e)["text"] == "waiting on resumed"
     })
     .await;
-    let second: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(run_file(&runs, "second.json")).expect("record"),
-    )
-    .expect("json");
-    let token = second["env"]["CHORUS_RUN_TOKEN"]
-        .as_str()
-        .expect("the driver's token")
-        .to_owned();
+    let token = recorded_token(&runs, "second.json");
     let service_key = client
         .create_api_key(pb::CreateApiKeyRequest {
             name: "tool-exec".into(),

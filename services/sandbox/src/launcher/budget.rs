@@ -322,6 +322,24 @@ impl Floor {
 /// The ledger line that holds what the run's ended sandboxes wrote.
 const ENDED: &str = "ended";
 
+/// Writes a ledger line at `path`, `<written> <resident>`: beside it (a
+/// name starting with a dot, which readers skip), then renamed over it.
+fn write_line(path: &Path, written: u64, resident: u64) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}"));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(format!("{written} {resident}").as_bytes()))
+        .and_then(|()| std::fs::rename(&tmp, path))
+}
+
 /// One sandbox's line in its run's ledger: a file of its own holding its
 /// total, in a directory every sandbox of the run shares.
 #[derive(Debug)]
@@ -354,21 +372,7 @@ impl Ledger {
         if self.recorded == Some((written, resident)) {
             return;
         }
-        let name = self
-            .own
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = self.dir.join(format!(".{name}"));
-        let written_out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .and_then(|mut f| f.write_all(format!("{written} {resident}").as_bytes()))
-            .and_then(|()| std::fs::rename(&tmp, &self.own));
-        if written_out.is_ok() {
+        if write_line(&self.own, written, resident).is_ok() {
             self.recorded = Some((written, resident));
         }
     }
@@ -385,19 +389,8 @@ impl Ledger {
             .ok()
             .and_then(|t| t.split_whitespace().next()?.parse::<u64>().ok())
             .unwrap_or(0);
-        let tmp = self.dir.join(format!(".{ENDED}"));
         let folded = lock.is_some()
-            && std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)
-                .and_then(|mut f| {
-                    f.write_all(format!("{} 0", ended.saturating_add(written)).as_bytes())
-                })
-                .and_then(|()| std::fs::rename(&tmp, self.dir.join(ENDED)))
-                .is_ok();
+            && write_line(&self.dir.join(ENDED), ended.saturating_add(written), 0).is_ok();
         if folded {
             let _ = std::fs::remove_file(&self.own);
         } else {
