@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use chorus_proto::orchestrator::v1 as pb;
 use serde_json::{Value, json};
 
-use crate::fake_openai::FakeOpenAi;
+use crate::fake_openai::{FakeOpenAi, Step};
 use crate::orchestrator::OrchestratorProcess;
 
 /// The Python holding the SDK (`CHORUS_TEST_A2A_PYTHON`), for a test that
@@ -244,4 +244,52 @@ impl RemoteAgent {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
     }
+}
+
+/// The planner's plan for the worker.
+pub fn plan() -> Step {
+    Step::tool_call(
+        "planner-output",
+        json!({
+            "type": "plan",
+            "summary": "Write the files",
+            "requirements": ["the files"],
+            "acceptanceCriteria": ["they exist"],
+            "plan": ["write them", "report"],
+            "assignedAgent": "worker",
+        }),
+    )
+}
+
+/// The worker creating `path`.
+pub fn create(path: &str) -> Step {
+    Step::tool_call("file_create", json!({ "path": path, "content": "hello\n" }))
+}
+
+/// The worker's completion report.
+pub fn report(summary: &str) -> Step {
+    Step::tool_call(
+        "completion-report",
+        json!({ "status": "complete", "summary": summary, "output": format!("{summary}: done") }),
+    )
+}
+
+/// The worker's tools.
+pub const TOOLS: &[&str] = &["file.create", "bash", "completion-report"];
+
+/// The events of a streaming result.
+pub fn events(result: &Value) -> &Vec<Value> {
+    result["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no events: {result}"))
+}
+
+/// The SDK's error type and gRPC code of a failed operation.
+pub fn error(result: &Value) -> (&str, &str) {
+    let e = &result["error"];
+    assert!(e.is_object(), "the operation succeeded: {result}");
+    (
+        e["type"].as_str().unwrap_or_default(),
+        e["code"].as_str().unwrap_or_default(),
+    )
 }
