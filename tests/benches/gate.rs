@@ -128,7 +128,7 @@ fn main() {
         let orchestrator = Orchestrator::start_with(&database2, signer, false).await;
         let key = make_key(&database2, "tool-exec", Role::ToolExec).await;
         let gate: Arc<dyn RunGate> = Arc::new(
-            OrchestratorGate::new(&orchestrator.addr.to_string(), Some(&key), &Default::default())
+            OrchestratorGate::new(&orchestrator.addr.to_string(), Some(&key), &Default::default(), chorus_tool_exec::gate::pool::DEFAULT_CONNECTIONS)
                 .expect("gate"),
         );
         let same_keys = chorus_run_token::load_or_create_signer(data2.path()).expect("keys");

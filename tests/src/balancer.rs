@@ -12,10 +12,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+/// The connections a balancer carries: the backend of each, and its splice.
+type Carried = Arc<Mutex<Vec<(SocketAddr, JoinHandle<()>)>>>;
+
 /// Serves on 127.0.0.1 until dropped.
 pub struct Balancer {
     pub addr: SocketAddr,
     backends: Arc<Mutex<Vec<SocketAddr>>>,
+    carried: Carried,
     accept: JoinHandle<()>,
 }
 
@@ -25,11 +29,13 @@ impl Balancer {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("address");
         let backends = Arc::new(Mutex::new(backends));
+        let carried: Carried = Arc::default();
         let next = Arc::new(AtomicUsize::new(0));
-        let shared = Arc::clone(&backends);
+        let (shared, held) = (Arc::clone(&backends), Arc::clone(&carried));
         let accept = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
-                let (backends, next) = (Arc::clone(&shared), Arc::clone(&next));
+                let (backends, next, held) =
+                    (Arc::clone(&shared), Arc::clone(&next), Arc::clone(&held));
                 tokio::spawn(async move {
                     let candidates = backends
                         .lock()
@@ -39,7 +45,10 @@ impl Balancer {
                     for i in 0..candidates.len() {
                         let backend = candidates[(first + i) % candidates.len()];
                         if let Ok(outbound) = TcpStream::connect(backend).await {
-                            splice(inbound, outbound).await;
+                            let splice = tokio::spawn(splice(inbound, outbound));
+                            let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
+                            held.retain(|(_, s)| !s.is_finished());
+                            held.push((backend, splice));
                             return;
                         }
                     }
@@ -49,6 +58,7 @@ impl Balancer {
         Self {
             addr,
             backends,
+            carried,
             accept,
         }
     }
@@ -56,6 +66,28 @@ impl Balancer {
     /// Replaces the backends (a replica restarted on another port, or left).
     pub fn set_backends(&self, backends: Vec<SocketAddr>) {
         *self.backends.lock().unwrap_or_else(PoisonError::into_inner) = backends;
+    }
+
+    /// Closes every connection it carries (their clients connect again).
+    pub fn cut_all(&self) {
+        for (_, splice) in self
+            .carried
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            splice.abort();
+        }
+    }
+
+    /// How many open connections it carries to `backend`.
+    pub fn connections_to(&self, backend: SocketAddr) -> usize {
+        self.carried
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(b, splice)| *b == backend && !splice.is_finished())
+            .count()
     }
 }
 
@@ -67,6 +99,7 @@ async fn splice(mut inbound: TcpStream, mut outbound: TcpStream) {
 
 impl Drop for Balancer {
     fn drop(&mut self) {
+        self.cut_all();
         self.accept.abort();
     }
 }

@@ -148,8 +148,14 @@ impl Cluster {
         );
     }
 
+    /// Puts replica `r<i>` alone in the balancer's rotation: every new
+    /// connection goes to it.
+    pub fn only_in_rotation(&self, i: usize) {
+        self.balancer.set_backends(vec![self.replica(i).addr]);
+    }
+
     /// The replicas that are up, behind the balancer.
-    fn rebalance(&self) {
+    pub fn rebalance(&self) {
         self.balancer
             .set_backends(self.replicas.iter().flatten().map(|r| r.addr).collect());
     }

@@ -39,12 +39,28 @@ impl DbProxy {
                         let _ = inbound.set_zero_linger();
                         continue;
                     }
-                    // Hung: the connection is taken and never answered.
+                    // Hung: the connection is taken and answered only once
+                    // the partition heals (as a retransmitted SYN would be).
                     _ => {
                         let mut rx = notify.subscribe();
                         tokio::spawn(async move {
-                            let _held = inbound;
-                            while rx.changed().await.is_ok() {}
+                            loop {
+                                if rx.changed().await.is_err() {
+                                    return;
+                                }
+                                let now = *rx.borrow();
+                                match now {
+                                    OPEN => break,
+                                    RESET => {
+                                        let _ = inbound.set_zero_linger();
+                                        return;
+                                    }
+                                    _ => {}
+                                }
+                            }
+                            if let Ok(outbound) = TcpStream::connect(target).await {
+                                forward(inbound, outbound, rx).await;
+                            }
                         });
                         continue;
                     }
@@ -73,12 +89,14 @@ impl DbProxy {
         self.set(RESET);
     }
 
-    /// Nothing is forwarded any more, and nothing closes.
+    /// Nothing is forwarded any more, and nothing closes, until
+    /// [`Self::open`] heals it (a partition that drops packets).
     pub fn hang(&self) {
         self.set(HUNG);
     }
 
-    /// New connections are forwarded again (those hung or reset stay so).
+    /// Connections are forwarded again: new ones, and those hung, with what
+    /// was sent meanwhile (those reset stay so).
     pub fn open(&self) {
         self.set(OPEN);
     }
@@ -101,13 +119,32 @@ async fn forward(mut inbound: TcpStream, mut outbound: TcpStream, mut state: wat
                 if changed.is_err() {
                     return;
                 }
-                match *state.borrow() {
+                let now = *state.borrow();
+                match now {
                     RESET => {
                         let _ = inbound.set_zero_linger();
                         let _ = outbound.set_zero_linger();
                         return;
                     }
-                    HUNG => break,
+                    // Hung: nothing is carried either way, and nothing
+                    // closes, until the partition heals (what was sent
+                    // meanwhile then arrives, as TCP would retransmit it)
+                    // or the connections are reset.
+                    HUNG => loop {
+                        if state.changed().await.is_err() {
+                            return;
+                        }
+                        let now = *state.borrow();
+                        match now {
+                            OPEN => break,
+                            RESET => {
+                                let _ = inbound.set_zero_linger();
+                                let _ = outbound.set_zero_linger();
+                                return;
+                            }
+                            _ => {}
+                        }
+                    },
                     _ => {}
                 }
             }
@@ -121,9 +158,6 @@ async fn forward(mut inbound: TcpStream, mut outbound: TcpStream, mut state: wat
             },
         }
     }
-    // Hung: both sockets stay open, unread, until the test ends.
-    while state.changed().await.is_ok() {}
-    drop((inbound, outbound));
 }
 
 impl Drop for DbProxy {

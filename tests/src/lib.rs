@@ -17,6 +17,7 @@ pub mod db_proxy;
 pub mod fake_anthropic;
 pub mod fake_http;
 pub mod fake_openai;
+pub mod faults;
 pub mod flows;
 pub mod mcp;
 pub mod mcp_http;

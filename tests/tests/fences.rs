@@ -9,14 +9,7 @@ use chorus_sandbox::testing::{
 };
 use chorus_tests::agents::{data, history, planned_task, settled, start};
 use chorus_tests::cluster::{Cluster, check_history, replica_of};
-
-fn no_postgres() {
-    // Under CHORUS_TEST_REQUIRE_POSTGRES=1 the cluster has already failed.
-    eprintln!("not run: CHORUS_TEST_DATABASE_URL is not set, and replicas need PostgreSQL");
-}
-
-/// What the fake CLI does when resumed elsewhere: report the task complete.
-const REPORT_WHEN_RESUMED: &str = "fake-resume: call {\"tool\":\"completion-report\",\"status\":\"complete\",\"summary\":\"resumed\",\"output\":\"resumed\"}";
+use chorus_tests::faults::{REPORT_WHEN_RESUMED, behind_a_proxy, no_postgres, stubborn_run_on};
 
 /// A run driven by r0 of a three-replica cluster (4 s leases) whose fake CLI
 /// started children that try every way out, each carrying `marker`;
@@ -34,20 +27,7 @@ async fn a_run_with_stubborn_children_on_r0(
 async fn stubborn_run_on_r0(cluster: &Cluster, marker: &str, resumed: Option<&str>) -> pb::Task {
     let mut driver = cluster.client(0).await;
     let ws = cluster.team(&mut driver).await;
-    let mut script = vec![
-        format!("fake: say {marker}"),
-        chorus_tests::flows::stubborn(marker),
-    ];
-    script.extend(resumed.map(str::to_owned));
-    let task = planned_task(&mut driver, &ws, &script.join("\n")).await;
-    let run = start(&mut driver, &task, "c", 0).await.run.expect("run");
-    chorus_tests::agents::wait_for(&mut driver, &task.id, |e| {
-        e.kind == "agent_progress" && data(e)["text"] == "stubborn children started"
-    })
-    .await;
-    assert_eq!(replica_of(&mut driver, &run.id).await, "r0");
-    assert!(!processes_with_arg_containing(marker).is_empty());
-    task
+    stubborn_run_on(cluster, 0, &ws, marker, resumed).await
 }
 
 /// A replica paused (SIGSTOP) longer than its lease: its run's processes — the
@@ -176,24 +156,13 @@ enum Cut {
     Hung,
 }
 
-/// Starts r0 again with its database behind a proxy the test controls.
-async fn r0_behind_a_proxy(cluster: &mut Cluster) -> chorus_tests::db_proxy::DbProxy {
-    let target: std::net::SocketAddr = "127.0.0.1:5432".parse().expect("address");
-    let proxy = chorus_tests::db_proxy::DbProxy::start(target).await;
-    let status = cluster.take(0).stop().await;
-    assert!(status.success(), "{status:?}");
-    let url = proxy.url(&cluster.db.url, target);
-    cluster.start_replica_on(0, &url).await;
-    proxy
-}
-
 /// A replica cut from PostgreSQL (through a proxy the test controls) has no
 /// process of its run alive when another replica resumes the run.
 async fn a_replica_cut_from_the_database_is_fenced(cut: Cut) {
     let Some(mut cluster) = Cluster::start(3, 4).await else {
         return no_postgres();
     };
-    let proxy = r0_behind_a_proxy(&mut cluster).await;
+    let proxy = behind_a_proxy(&mut cluster, 0).await;
 
     let marker = format!("cut-{cut:?}-{}", std::process::id());
     let task = stubborn_run_on_r0(&cluster, &marker, Some(REPORT_WHEN_RESUMED)).await;
@@ -241,7 +210,7 @@ async fn a_second_process_with_the_same_replica_id_resumes_nothing_while_the_fir
     let Some(mut cluster) = Cluster::start(1, 4).await else {
         return no_postgres();
     };
-    let proxy = r0_behind_a_proxy(&mut cluster).await;
+    let proxy = behind_a_proxy(&mut cluster, 0).await;
 
     let marker = format!("same-id-{}", std::process::id());
     let task = stubborn_run_on_r0(&cluster, &marker, Some(REPORT_WHEN_RESUMED)).await;

@@ -351,6 +351,7 @@ async fn a_separate_tool_exec_checks_runs_with_the_orchestrator() {
             &orchestrator.addr.to_string(),
             Some(&service_key),
             &Default::default(),
+            chorus_tool_exec::gate::pool::DEFAULT_CONNECTIONS,
         )
         .expect("gate"),
     );

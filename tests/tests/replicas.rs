@@ -18,14 +18,11 @@ use chorus_tests::agents::{
     Client, data, handoff, history, planned_task, report, settled, start, task_of,
 };
 use chorus_tests::cluster::{Cluster, check_history, replica_of};
+use chorus_tests::faults::no_postgres;
 use tokio_stream::StreamExt;
 
 /// The safety net of every wait here: a bound that only a hang reaches.
 const HANG: Duration = Duration::from_secs(240);
-
-fn no_postgres() {
-    eprintln!("CHORUS_TEST_DATABASE_URL is not set: replicas need PostgreSQL; skipped");
-}
 
 /// Follows a task's history on one replica until it is settled; returns the
 /// events.

@@ -166,7 +166,7 @@ async fn calls_run_only_for_active_runs_and_every_call_is_recorded() {
     let signer = RunTokenSigner::generate();
     let (fake_addr, fake) = start_fake(&signer).await;
     let gate: Arc<dyn RunGate> = Arc::new(
-        OrchestratorGate::new(&fake_addr, Some(SERVICE_KEY), &Default::default()).expect("gate"),
+        OrchestratorGate::new(&fake_addr, Some(SERVICE_KEY), &Default::default(), 1).expect("gate"),
     );
     let service = ToolExec::start_with_gate(Limits::default(), signer, Some(gate)).await;
     let workspace = tempfile::tempdir().expect("workspace");
@@ -222,8 +222,8 @@ async fn calls_run_only_for_active_runs_and_every_call_is_recorded() {
 
 /// A replica that authorized a call and then stopped answering (paused, cut
 /// off) does not cost the call its record: tool-exec answers the agent once
-/// its first attempt's deadline passed, and retries the record on a new
-/// connection, which the load balancer gives to another replica.
+/// its first attempt's deadline passed, and retries the record on another
+/// connection, which the load balancer gave to another replica.
 #[tokio::test]
 async fn a_record_the_first_replica_never_took_is_delivered_to_another() {
     let signer = RunTokenSigner::generate();
@@ -234,12 +234,14 @@ async fn a_record_the_first_replica_never_took_is_delivered_to_another() {
         good_addr.parse().expect("addr"),
     ])
     .await;
-    // The gate's channel is the balancer's first connection: the hung replica.
+    // The gate's connections go round the balancer's two replicas: a record
+    // sent to the hung one is retried on another connection.
     let gate: Arc<dyn RunGate> = Arc::new(
         OrchestratorGate::new(
             &balancer.addr.to_string(),
             Some(SERVICE_KEY),
             &Default::default(),
+            chorus_tool_exec::gate::pool::DEFAULT_CONNECTIONS,
         )
         .expect("gate"),
     );
@@ -278,8 +280,13 @@ async fn an_unreachable_orchestrator_means_nothing_runs() {
         .local_addr()
         .expect("addr");
     let gate: Arc<dyn RunGate> = Arc::new(
-        OrchestratorGate::new(&closed.to_string(), Some(SERVICE_KEY), &Default::default())
-            .expect("gate"),
+        OrchestratorGate::new(
+            &closed.to_string(),
+            Some(SERVICE_KEY),
+            &Default::default(),
+            1,
+        )
+        .expect("gate"),
     );
     let service = ToolExec::start_with_gate(Limits::default(), signer, Some(gate)).await;
     let workspace = tempfile::tempdir().expect("workspace");

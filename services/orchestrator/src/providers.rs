@@ -186,6 +186,10 @@ pub enum AttemptError {
     TimedOut { reason: String, partial: AttemptEnd },
     /// The run was stopped (cancel or shutdown).
     Stopped { partial: AttemptEnd },
+    /// The replica's fence fell: its processes were killed (or not started)
+    /// because this replica could not prove it still holds the run. Not the
+    /// run's end: it goes on, here or on another replica.
+    Fenced { reason: String, partial: AttemptEnd },
 }
 
 impl AttemptError {
@@ -193,6 +197,7 @@ impl AttemptError {
         match self {
             Self::Failed { partial, .. }
             | Self::TimedOut { partial, .. }
+            | Self::Fenced { partial, .. }
             | Self::Stopped { partial } => partial,
         }
     }

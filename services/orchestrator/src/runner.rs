@@ -34,7 +34,7 @@ use crate::providers::RunContext;
 use crate::state::AppState;
 
 pub use launch::Launch;
-pub use start::{task_message, timeout_or, wait_calls_stopped};
+pub use start::{task_message, timeout_or, wait_calls_stopped, wait_released};
 pub use takeover::{PLANNER_RESUMED, RESUMED};
 
 /// A run this process drives.
@@ -45,6 +45,9 @@ struct Live {
     stop: CancellationToken,
     /// Fires when the driver is done: processes dead, end recorded.
     done: CancellationToken,
+    /// Stopped because the replica's fence fell, not ended: the run goes on
+    /// (here once the fence is up again, or on another replica).
+    fenced: bool,
 }
 
 /// The live runs of this process and how to run agents.
@@ -113,6 +116,7 @@ impl Runner {
                 epoch: ctx.epoch,
                 stop: ctx.stop.clone(),
                 done: done.clone(),
+                fenced: false,
             },
         );
         tokio::spawn(supervise::supervise(
@@ -157,6 +161,33 @@ impl Runner {
             if let Some(l) = live.get(id) {
                 l.stop.cancel();
             }
+        }
+    }
+
+    /// Stops the drivers of `runs` because this replica lost its fence (it
+    /// cannot prove its leases): they hand their runs on instead of ending
+    /// them.
+    pub fn fence_runs(&self, runs: &[RunId]) {
+        let mut live = self.lock();
+        for id in runs {
+            if let Some(l) = live.get_mut(id) {
+                l.fenced = true;
+                l.stop.cancel();
+            }
+        }
+    }
+
+    /// Whether `run`'s driver was stopped by [`Runner::fence_runs`].
+    fn was_fenced(&self, run: RunId) -> bool {
+        self.lock().get(&run).is_some_and(|l| l.fenced)
+    }
+
+    /// Waits up to `patience` for this replica to be able to drive runs: its
+    /// fence up (at once without a fence). Whether it is.
+    pub async fn able_to_drive(&self, patience: Duration) -> bool {
+        match self.fence() {
+            Some(fence) => fence.held() || fence.wait_held(patience).await,
+            None => true,
         }
     }
 

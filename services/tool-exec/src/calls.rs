@@ -171,10 +171,15 @@ impl ToolCalls {
                     .error
                     .as_ref()
                     .map_or_else(|| "ok".to_owned(), |e| e.code.clone()),
-                outcome
-                    .error
-                    .as_ref()
-                    .map_or_else(|| outcome.output.to_string(), |e| e.message.clone()),
+                // An in-band error keeps what the call printed before it
+                // ended that way (a command stopped: its output so far).
+                outcome.error.as_ref().map_or_else(
+                    || outcome.output.to_string(),
+                    |e| match &outcome.output {
+                        serde_json::Value::Null => e.message.clone(),
+                        output => format!("{}\noutput so far: {output}", e.message),
+                    },
+                ),
             ),
             Err(err) => (
                 chorus_proto::code_name(err.code()).to_owned(),

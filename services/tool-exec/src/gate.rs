@@ -6,8 +6,11 @@
 //! without a gate (`--standalone`, development) the token alone decides.
 //!
 //! Two gates: [`OrchestratorGate`] asks an orchestrator over gRPC with
-//! tool-exec's service key (role tool-exec); the orchestrator's embedded
+//! tool-exec's service key (role tool-exec), over several connections that
+//! follow their replicas' health (see [`pool`]); the orchestrator's embedded
 //! tool-exec uses one that calls it in-process.
+
+pub mod pool;
 
 use std::fmt::Debug;
 use std::time::Duration;
@@ -25,7 +28,7 @@ use chorus_run_token::RunTokenVerifier;
 use chorus_telemetry::grpc::{TracedChannel, traced};
 use serde_json::{Map, Value};
 use tonic::metadata::MetadataValue;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -134,15 +137,10 @@ pub fn called(response: CallToolResponse) -> ToolOutcome {
 /// The orchestrator's `AgentTools` service as the gate.
 #[derive(Clone)]
 pub struct OrchestratorGate {
-    client: AgentToolsClient<TracedChannel>,
-    /// For the calls of agents' orchestration tools (their run token the
-    /// credential): without the short deadline, a handoff lasts as its
-    /// child does.
-    agents: TracedChannel,
-    /// Where a record that could not be delivered is retried, each time on a
-    /// new connection (behind a load balancer: maybe to another replica).
-    endpoint: Endpoint,
-    health: HealthClient<Channel>,
+    /// The connections, each to the replica the address led it to. Calls
+    /// carry their own deadlines (short ones: [`channel::CALL_TIMEOUT`]);
+    /// a handoff lasts as its child does.
+    pool: pool::Pool,
     addr: String,
     /// tool-exec's own API key (role tool-exec), the credential of every call
     /// (None: its client certificate is).
@@ -184,30 +182,27 @@ const GATE_SERVICE: &str = "chorus.orchestrator.v1.AgentTools";
 impl OrchestratorGate {
     /// A gate for the orchestrator at `addr` (`host:port` or a URL) that calls it
     /// with `service_key` (tool-exec's API key; None when its client certificate
-    /// is its credential), over TLS when `tls` says so. Connects lazily.
-    pub fn new(addr: &str, service_key: Option<&str>, tls: &ClientTls) -> Result<Self, ToolError> {
+    /// is its credential), over TLS when `tls` says so, on `connections`
+    /// connections made through `addr` (each made lazily).
+    pub fn new(
+        addr: &str,
+        service_key: Option<&str>,
+        tls: &ClientTls,
+        connections: usize,
+    ) -> Result<Self, ToolError> {
         let endpoint = tls
             .endpoint(addr)
             .map_err(|e| ToolError::Internal(format!("orchestrator address: {e}")))?;
-        // Every call to the orchestrator is short.
-        let endpoint = channel::tune(endpoint).timeout(channel::CALL_TIMEOUT);
-        let channel = endpoint.connect_lazy();
-        let agents = traced(
-            channel::tune(
-                tls.endpoint(addr)
-                    .map_err(|e| ToolError::Internal(format!("orchestrator address: {e}")))?,
-            )
-            .connect_lazy(),
-        );
         Ok(Self {
-            agents,
-            endpoint,
-            // Its answers are small; its records are cut before they are sent.
-            health: HealthClient::new(channel.clone()),
-            client: Self::agent_tools(channel),
+            pool: pool::Pool::new(&channel::tune(endpoint), connections, GATE_SERVICE),
             addr: tls.url(addr),
             service_key: service_key.map(|k| k.trim().to_owned()),
         })
+    }
+
+    /// The service on the next connection whose replica serves.
+    async fn client(&self) -> AgentToolsClient<TracedChannel> {
+        Self::agent_tools(self.pool.ready().await)
     }
 
     fn agent_tools(channel: Channel) -> AgentToolsClient<TracedChannel> {
@@ -229,15 +224,14 @@ impl OrchestratorGate {
         client.record_tool_call(request).await.map(drop)
     }
 
-    /// Delivers a record the first attempt could not, each attempt on a new
-    /// connection: the replica that took the first may be paused or cut off
-    /// while another would answer.
+    /// Delivers a record the first attempt could not, each attempt on the
+    /// next connection whose replica serves: the replica that took the first
+    /// may be paused or cut off while another would answer.
     async fn record_again(self, message: RecordToolCallRequest) {
         let tool = message.tool.clone();
         for (attempt, pause) in RECORD_RETRIES.iter().enumerate() {
             tokio::time::sleep(*pause).await;
-            let client = Self::agent_tools(self.endpoint.connect_lazy());
-            match self.send_record(client, message.clone()).await {
+            match self.send_record(self.client().await, message.clone()).await {
                 Ok(()) => {
                     info!(tool = %tool, attempt = attempt + 2, "a tool call was recorded on another attempt");
                     return;
@@ -301,8 +295,8 @@ impl RunGate for OrchestratorGate {
             call_id: call_id.unwrap_or_default().to_owned(),
         })?;
         let answer = self
-            .client
-            .clone()
+            .client()
+            .await
             .authorize_tool_call(request)
             .await
             .map_err(|s| self.refused(&s))?
@@ -336,7 +330,7 @@ impl RunGate for OrchestratorGate {
             started_ms: call.started_ms,
             call_id: call_id.unwrap_or_default().to_owned(),
         };
-        match self.send_record(self.client.clone(), message.clone()).await {
+        match self.send_record(self.client().await, message.clone()).await {
             Ok(()) => Ok(()),
             Err(status) if undelivered(&status) => {
                 let refused = self.refused(&status);
@@ -354,8 +348,8 @@ impl RunGate for OrchestratorGate {
             key: key.to_owned(),
         })?;
         let answer = self
-            .client
-            .clone()
+            .client()
+            .await
             .authenticate_key(request)
             .await
             .map_err(|s| self.refused(&s))?
@@ -379,10 +373,13 @@ impl RunGate for OrchestratorGate {
     }
 
     async fn ready(&self) -> Result<(), String> {
+        if self.pool.any_serving() {
+            return Ok(());
+        }
         let request = channel::short(tonic::Request::new(HealthCheckRequest {
             service: GATE_SERVICE.to_owned(),
         }));
-        match self.health.clone().check(request).await {
+        match HealthClient::new(self.pool.pick()).check(request).await {
             Ok(answer) if answer.get_ref().status() == ServingStatus::Serving => Ok(()),
             Ok(answer) => Err(format!(
                 "the orchestrator at {} reports {:?}",
@@ -396,8 +393,8 @@ impl RunGate for OrchestratorGate {
     async fn refresh_keys(&self, verifier: &RunTokenVerifier) -> Result<(), ToolError> {
         let request = self.request(GetRunTokenKeysRequest {})?;
         let keys = self
-            .client
-            .clone()
+            .client()
+            .await
             .get_run_token_keys(request)
             .await
             .map_err(|s| self.refused(&s))?
@@ -426,7 +423,7 @@ impl RunGate for OrchestratorGate {
     ) -> Result<ToolOutcome, ToolError> {
         if tool == "handoff" {
             let outcome = chorus_proto::handoff::call_with_progress(
-                self.agents.clone(),
+                traced(self.pool.ready().await),
                 token,
                 &arguments,
                 progress,
@@ -441,8 +438,9 @@ impl RunGate for OrchestratorGate {
             arguments: Some(json::to_struct(arguments)),
         });
         request.metadata_mut().insert("authorization", bearer);
-        let answer = AgentToolsClient::new(self.agents.clone())
-            .max_decoding_message_size(limits::DEFAULT_MESSAGE_BYTES)
+        let answer = self
+            .client()
+            .await
             .call_tool(request)
             .await
             .map_err(|s| self.refused(&s))?;

@@ -168,13 +168,14 @@ fn serve(args: ToolExecSettings, gate: GateSettings) -> anyhow::Result<()> {
         let processes = chorus_sandbox::Sandbox::start(args.sandbox.config()).await;
         let _sandbox_gauge =
             chorus_telemetry::metrics().sandbox(processes.status().state, processes.status().tier);
-        // The gate's channel connects lazily, within the runtime.
+        // The gate's connections are made lazily, within the runtime.
         let client_tls = args.tls.client();
         let gate = match gate {
             Some((addr, key)) => Some(Arc::new(OrchestratorGate::new(
                 &addr,
                 key.as_deref(),
                 &client_tls,
+                args.orchestrator_connections,
             )?) as Arc<dyn RunGate>),
             None => None,
         };

@@ -169,17 +169,26 @@ pub enum StartError {
     #[error("{message}")]
     Failed { message: String, not_found: bool },
     /// The launcher killed everything because the call's fence fell: no
-    /// answer came in time that its run is still active.
-    #[error("{0}")]
-    Fenced(String),
+    /// answer came in time that its run is still active. `output`: what the
+    /// program printed until then.
+    #[error("{message}")]
+    Fenced { message: String, output: String },
     /// The launcher killed everything because the processes wrote more than
     /// their limit.
-    #[error("{0}")]
-    WroteTooMuch(String),
+    #[error("{message}")]
+    WroteTooMuch { message: String, output: String },
     /// The launcher killed everything because the run's processes held more
     /// memory than their limit (no memory cgroup on the host).
-    #[error("{0}")]
-    OverMemory(String),
+    #[error("{message}")]
+    OverMemory { message: String, output: String },
+}
+
+/// `message`, then what the program printed before it was stopped.
+fn with_output(message: String, output: &str) -> String {
+    if output.trim().is_empty() {
+        return message;
+    }
+    format!("{message}\noutput so far:\n{output}")
 }
 
 impl StartError {
@@ -193,14 +202,23 @@ impl StartError {
                 not_found: true, ..
             } => ToolError::FailedPrecondition(missing.to_owned()),
             Self::Failed { message, .. } => ToolError::FailedPrecondition(message),
-            Self::OverMemory(message) => ToolError::OverLimit(format!(
-                "{message}; the call was stopped and its processes killed (the operator sets the limit: --sandbox-max-memory-mib)"
+            Self::OverMemory { message, output } => ToolError::OverLimit(with_output(
+                format!(
+                    "{message}; the call was stopped and its processes killed (the operator sets the limit: --sandbox-max-memory-mib)"
+                ),
+                &output,
             )),
-            Self::WroteTooMuch(message) => ToolError::OverLimit(format!(
-                "{message}; the call was stopped and its processes killed: what a run writes to files is limited over all its calls (the operator sets the limit: --sandbox-max-written-mib)"
+            Self::WroteTooMuch { message, output } => ToolError::OverLimit(with_output(
+                format!(
+                    "{message}; the call was stopped and its processes killed: what a run writes to files is limited over all its calls (the operator sets the limit: --sandbox-max-written-mib)"
+                ),
+                &output,
             )),
-            Self::Fenced(message) => ToolError::Aborted(format!(
-                "{message}; the call was stopped and its processes killed (the run ended, or its orchestrator could not be reached)"
+            Self::Fenced { message, output } => ToolError::Aborted(with_output(
+                format!(
+                    "{message}; the call was stopped and its processes killed (the run ended, or its orchestrator could not be reached)"
+                ),
+                &output,
             )),
         }
     }
@@ -255,13 +273,35 @@ pub async fn run(
     if ending == CommandEnd::Exited
         && let Some(message) = child.launch_failure(status, &stderr.text())
     {
+        // What it printed before the launcher stopped it (the launcher's
+        // own message, last on stderr, is `message`).
+        let output = || {
+            let mut printed = stdout.text();
+            let own = chorus_sandbox::policy::MESSAGE_PREFIX;
+            for line in stderr.text().lines().filter(|l| !l.starts_with(own)) {
+                printed.push_str(line);
+                printed.push('\n');
+            }
+            printed
+        };
         match status.code() {
-            Some(chorus_sandbox::policy::EXIT_FENCED) => return Err(StartError::Fenced(message)),
+            Some(chorus_sandbox::policy::EXIT_FENCED) => {
+                return Err(StartError::Fenced {
+                    output: output(),
+                    message,
+                });
+            }
             Some(chorus_sandbox::policy::EXIT_WROTE_TOO_MUCH) => {
-                return Err(StartError::WroteTooMuch(message));
+                return Err(StartError::WroteTooMuch {
+                    output: output(),
+                    message,
+                });
             }
             Some(chorus_sandbox::policy::EXIT_OVER_MEMORY) => {
-                return Err(StartError::OverMemory(message));
+                return Err(StartError::OverMemory {
+                    output: output(),
+                    message,
+                });
             }
             _ => {}
         }

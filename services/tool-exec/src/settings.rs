@@ -64,6 +64,13 @@ pub struct ToolExecSettings {
     /// with CreateApiKey), its credential with the orchestrator.
     #[arg(long, env = "CHORUS_ORCHESTRATOR_KEY_FILE")]
     pub orchestrator_key_file: Option<PathBuf>,
+    /// Connections to the orchestrator, each made through
+    /// --orchestrator-addr (a load balancer in front of replicas sends each
+    /// to a replica) and following that replica's health: calls go round
+    /// those whose replica serves, and one whose replica stops serving is
+    /// made again.
+    #[arg(long, env = "CHORUS_ORCHESTRATOR_CONNECTIONS", default_value_t = crate::gate::pool::DEFAULT_CONNECTIONS, value_parser = parse_connections)]
+    pub orchestrator_connections: usize,
     /// Run without an orchestrator (development): run tokens alone decide, nothing
     /// is recorded, and an ended run's token keeps working until it expires.
     #[arg(long, env = "CHORUS_STANDALONE", conflicts_with = "orchestrator_addr")]
@@ -159,5 +166,15 @@ impl ToolExecSettings {
             ));
         }
         render
+    }
+}
+
+/// `--orchestrator-connections`: 1 to 64.
+fn parse_connections(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=64).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "'{text}': give a number of connections from 1 to 64"
+        )),
     }
 }

@@ -40,6 +40,10 @@
 //!   children started" and wait forever, ignoring SIGTERM too;
 //! - `orphans <marker>`: start the same children, holding the CLI's stdout and
 //!   stderr, and go on once they run (the CLI then exits with them alive);
+//! - `exclusive <file>`: hold an exclusive lock on `<file>` until the CLI
+//!   exits; when another process holds it (another CLI of the same run
+//!   still alive), append `<pid> <nanoseconds>` to `<file>.overlap` and go
+//!   on;
 //! - `hang`: wait forever.
 #![forbid(unsafe_code)]
 
@@ -318,6 +322,39 @@ fn stubborn(marker: &str, holding: bool) -> std::io::Result<()> {
 }
 
 /// `name` in HOME unless it is absolute.
+/// Locks `path` for as long as this process lives; notes in
+/// `<path>.overlap` when another process holds it.
+fn exclusive(path: &std::path::Path) {
+    let Ok(file) = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+    else {
+        eprintln!("fake-agent-cli: cannot open {}", path.display());
+        return;
+    };
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        // Held until the process exits.
+        Ok(held) => std::mem::forget(held),
+        Err(_) => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let mut overlap = path.as_os_str().to_owned();
+            overlap.push(".overlap");
+            let note = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(std::path::PathBuf::from(overlap))
+                .and_then(|mut f| writeln!(f, "{} {nanos}", std::process::id()));
+            if let Err(e) = note {
+                eprintln!("fake-agent-cli: cannot note an overlap: {e}");
+            }
+        }
+    }
+}
+
 fn in_home(name: &str) -> std::path::PathBuf {
     let name = std::path::Path::new(name.trim());
     if name.is_absolute() {
@@ -402,8 +439,13 @@ fn main() -> ExitCode {
     let mut mcp: Option<Mcp> = None;
     for line in script_source.lines() {
         // The message starts with "Task <id>: <description>", so a step may
-        // follow text on its line.
-        let Some(at) = line.find(prefix) else {
+        // follow text on its line (after a space); a step inside a handoff's
+        // prompt (a JSON string on the line) is its child's, not this CLI's.
+        let Some(at) = line
+            .match_indices(prefix)
+            .map(|(at, _)| at)
+            .find(|at| *at == 0 || line[..*at].ends_with(' '))
+        else {
             continue;
         };
         let step = &line[at + prefix.len()..];
@@ -570,6 +612,7 @@ fn main() -> ExitCode {
                 out.say("stubborn children started");
                 hang();
             }
+            "exclusive" => exclusive(&in_home(rest)),
             "hang" => hang(),
             _ => {
                 eprintln!("fake-agent-cli: unknown script step '{verb}'");

@@ -85,8 +85,9 @@ pub async fn open(
 /// `agent_completed`; the task's current agent is cleared when it was this one.
 /// A root run finished without a completion report, with no other run of its
 /// task going, leaves its task `waiting` with the reason (not `active` with
-/// no one on it), as a run Chorus drives does. Returns once no tool call of
-/// the run may still have processes.
+/// no one on it), as a run Chorus drives does. A run Chorus drives is
+/// stopped as CancelTask stops it. Returns once no process of the run, nor
+/// of its tool calls, may still run.
 pub async fn finish(
     state: &AppState,
     id: RunId,
@@ -113,6 +114,9 @@ pub async fn finish(
             Ok(events)
         })
         .await?;
+    // A run Chorus drives (a CLI or an API agent) stops as at CancelTask:
+    // its driver hears of the end and stops its processes.
+    crate::runner::wait_released(state, run.task_id, Some(run.id)).await?;
     crate::runner::wait_calls_stopped(state, run.task_id, vec![run.id], now).await?;
     Ok(run)
 }

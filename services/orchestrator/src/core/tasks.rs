@@ -216,7 +216,7 @@ pub async fn cancel(
         .filter(|r| r.finished_ms == Some(now))
         .map(|r| r.id)
         .collect();
-    wait_released(state, task_id).await?;
+    wait_released(state, task_id, None).await?;
     wait_calls_stopped(state, task_id, ended, now).await?;
     info!(task_id = %task_id, "task canceled");
     Ok(task)

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chorus_sandbox::fence::Fences;
+use tokio::sync::watch;
 
 /// The fence's name in its directory.
 const NAME: &str = "replica";
@@ -18,6 +19,8 @@ const NAME: &str = "replica";
 #[derive(Debug)]
 pub struct ReplicaFence {
     fences: Fences,
+    /// Until when (ms since the epoch) the file holds the fence; 0: down.
+    until: watch::Sender<i64>,
 }
 
 impl ReplicaFence {
@@ -28,6 +31,7 @@ impl ReplicaFence {
     pub fn create(dir: &Path) -> std::io::Result<Self> {
         Ok(Self {
             fences: Fences::create(dir)?,
+            until: watch::Sender::new(0),
         })
     }
 
@@ -43,12 +47,30 @@ impl ReplicaFence {
     /// The file cannot be written (the fence then runs out at its last time).
     pub fn hold(&self, since_ms: i64, lease: Duration) -> std::io::Result<()> {
         let two_thirds = i64::try_from((lease * 2 / 3).as_millis()).unwrap_or(i64::MAX);
-        self.fences.set(NAME, since_ms.saturating_add(two_thirds))
+        let until = since_ms.saturating_add(two_thirds);
+        self.fences.set(NAME, until)?;
+        self.until.send_replace(until);
+        Ok(())
     }
 
     /// Takes the fence down: every CLI agent of this process dies.
     pub fn drop_all(&self) {
+        self.until.send_replace(0);
         self.fences.remove(NAME);
+    }
+
+    /// Whether the fence is up now: a launcher started now would run its
+    /// program.
+    pub fn held(&self) -> bool {
+        *self.until.borrow() > chorus_sandbox::fence::now_ms()
+    }
+
+    /// Waits up to `patience` for the fence to be up (a heartbeat that
+    /// reached the database moved it); whether it is.
+    pub async fn wait_held(&self, patience: Duration) -> bool {
+        let mut until = self.until.subscribe();
+        let up = until.wait_for(|until| *until > chorus_sandbox::fence::now_ms());
+        matches!(tokio::time::timeout(patience, up).await, Ok(Ok(_)))
     }
 
     /// Removes the directory (at shutdown, once every run has stopped).

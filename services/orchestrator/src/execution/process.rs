@@ -76,6 +76,10 @@ pub enum CliEnd {
     Signaled(i32),
     TimedOut(Duration),
     Stopped,
+    /// Its launcher killed everything because the replica's fence fell (or
+    /// would not start it behind a fallen fence): the replica could not
+    /// prove it still holds the run. Why, in the launcher's words.
+    Fenced(String),
 }
 
 /// The end of a CLI process.
@@ -98,6 +102,7 @@ impl CliExit {
             ),
             CliEnd::TimedOut(after) => format!("timed out after {} s", after.as_secs()),
             CliEnd::Stopped => "stopped".to_owned(),
+            CliEnd::Fenced(why) => format!("{program} was stopped: {why}"),
         };
         if self.tail.is_empty() {
             what
@@ -187,6 +192,12 @@ pub async fn run_cli(
         && let Some(status) = status
         && let Some(reason) = child.launch_failure(status, &stderr_tail.text())
     {
+        if status.code() == Some(chorus_sandbox::policy::EXIT_FENCED) {
+            return Ok(CliExit {
+                ending: CliEnd::Fenced(reason),
+                tail: Vec::new(),
+            });
+        }
         let shown = format!("cannot execute '{program}': ");
         let reason = reason.strip_prefix(&shown).unwrap_or(&reason);
         return Err(format!("cannot start {program}: {reason}"));

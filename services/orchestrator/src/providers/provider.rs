@@ -253,6 +253,10 @@ fn cli_result(
             partial: end,
         }),
         CliEnd::Stopped => Err(AttemptError::Stopped { partial: end }),
+        CliEnd::Fenced(_) => Err(AttemptError::Fenced {
+            reason: exit.describe(program),
+            partial: end,
+        }),
     }
 }
 

@@ -13,7 +13,14 @@
 //! - it ended without a report, even after the reminder → `agent_completed` and
 //!   the task waits, with the reason;
 //! - the orchestrator is shutting down → `run_interrupted` and the task waits;
-//! - CancelTask already ended the run → only its usage and session are kept.
+//! - CancelTask already ended the run → only its usage and session are kept;
+//! - the replica's fence fell (it could not prove its leases: paused, cut
+//!   from the database) → nothing: the run is handed on, and this replica
+//!   or another resumes it (see `takeover`); only a run that cannot be
+//!   resumed (a CLI stopped before its session began) ends, interrupted.
+//!
+//! No attempt starts while the replica's fence is down: it waits (up to a
+//! lease) for a heartbeat to reach the database.
 
 use std::sync::Arc;
 
@@ -39,7 +46,25 @@ pub const PLANNER_REMINDER: &str = "You ended without submitting your planner ou
 
 pub(super) async fn drive(state: &AppState, runner: &Arc<Runner>, ctx: RunContext, first: Attempt) {
     let run_id = ctx.run_id;
-    let outcome = run_attempts(state, runner, &ctx, first).await;
+    let mut outcome = run_attempts(state, runner, &ctx, first).await;
+    if let Err(AttemptError::Stopped { partial }) = &outcome.result
+        && runner.was_fenced(run_id)
+    {
+        outcome.result = Err(AttemptError::Fenced {
+            reason: "this replica stopped it: no heartbeat reached the database for two thirds of a lease".to_owned(),
+            partial: partial.clone(),
+        });
+    }
+    // A run that reported before its fence fell is over: its end is
+    // recorded as usual.
+    if !state.shutdown.is_cancelled()
+        && matches!(outcome.result, Err(AttemptError::Fenced { .. }))
+        && !reported(state, &ctx).await
+        && super::takeover::hand_on_when_fenced(state, &ctx, outcome.session_id.clone()).await
+    {
+        super::trace::ended(&ctx.span, &ctx, "handed on", None);
+        return;
+    }
     if state.shutdown.is_cancelled()
         && matches!(outcome.result, Err(AttemptError::Stopped { .. }))
         && super::takeover::hand_on(state, &ctx, outcome.session_id.clone()).await
@@ -237,6 +262,21 @@ async fn run_attempt(
     attempt: &Attempt,
     progress: &mpsc::UnboundedSender<Progress>,
 ) -> Result<AttemptEnd, AttemptError> {
+    // A replica whose fence is down (a heartbeat has not reached the
+    // database since it healed) starts nothing: the launcher would refuse.
+    let patience = state.store.replica().lease;
+    let able = tokio::select! {
+        able = runner.able_to_drive(patience) => able,
+        () = ctx.stop.cancelled() => return Err(AttemptError::Stopped { partial: AttemptEnd::default() }),
+    };
+    if !able {
+        return Err(AttemptError::Fenced {
+            reason: format!(
+                "this replica could not prove its leases to the database within {patience:?}"
+            ),
+            partial: AttemptEnd::default(),
+        });
+    }
     let env = AttemptEnv {
         state,
         facilities: runner.facilities(),
@@ -536,6 +576,18 @@ fn ending(
                         .to_owned()
                 }
             };
+            RunEnd::failed(
+                EventKind::RunInterrupted,
+                HandoffFailure::Interrupted,
+                reason.clone(),
+                Some(TaskStatus::Waiting),
+            )
+            .with_task_reason(format!("{reason}; start it again"))
+        }
+        // Neither handed on nor resumable (a CLI stopped before its session
+        // began): the task waits, as after a shutdown.
+        Err(AttemptError::Fenced { reason, .. }) => {
+            let reason = format!("interrupted: {reason}");
             RunEnd::failed(
                 EventKind::RunInterrupted,
                 HandoffFailure::Interrupted,

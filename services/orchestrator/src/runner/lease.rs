@@ -81,7 +81,7 @@ async fn claim_paced(state: &AppState, own: bool, pace: Duration) -> Result<usiz
             .map(|(id, plan)| (*id, plan.launch.token_binding()))
             .collect();
         let now = now_ms();
-        let (_, taken, events) = state
+        let claimed_here = state
             .store
             .claim_runs(task, own, candidates, move |task, claim| {
                 let (resume, interrupt): (Vec<RunId>, Vec<RunId>) = claim
@@ -110,7 +110,16 @@ async fn claim_paced(state: &AppState, own: bool, pace: Duration) -> Result<usiz
                 }
                 Ok(events)
             })
-            .await?;
+            .await;
+        let (taken, events) = match claimed_here {
+            Ok((_, taken, events)) => (taken, events),
+            // One task's failure (its row locked by a stuck session) holds
+            // up no other task's runs: it is tried again at the next round.
+            Err(e) => {
+                warn!(task_id = %task, error = %e, "cannot claim the runs of a task now; trying again at the next round");
+                continue;
+            }
+        };
         claimed += taken.len();
         let after = crate::runner::start::before(&events);
         for run in taken {
@@ -154,7 +163,10 @@ async fn claims(
             // Another replica handed runs on: claim them now.
             () = claim_now.notified() => {}
         }
-        if draining.is_cancelled() {
+        // A replica that cannot drive runs (its fence down: no heartbeat
+        // has reached the database since it lost it) claims none: their
+        // starts would fail.
+        if draining.is_cancelled() || !state.runner.able_to_drive(Duration::ZERO).await {
             continue;
         }
         if let Err(e) = claim(&state, false).await {
@@ -333,9 +345,16 @@ impl Leases {
         }
         match beat {
             Ok(beat) => {
+                // Down by its time (the replica was paused) or taken down.
+                let was_down = self.fenced || self.state.runner.fence().is_some_and(|f| !f.held());
                 self.hold_fence(since);
                 self.health.depends(LEASES, Ok(())).await;
                 self.last_beat = Instant::now();
+                if was_down {
+                    // Able to drive again: the runs handed on meanwhile
+                    // (this replica's among them) are claimed now.
+                    self.state.claim_now.notify_one();
+                }
                 self.fenced = false;
                 if !beat.lost.is_empty() {
                     info!(
@@ -381,6 +400,6 @@ impl Leases {
         if let Some(fence) = self.state.runner.fence() {
             fence.drop_all();
         }
-        self.state.runner.stop_runs(&driven);
+        self.state.runner.fence_runs(&driven);
     }
 }

@@ -131,39 +131,57 @@ pub async fn wait_calls_stopped(
 }
 
 /// Waits until every process of the task's runs is dead: each run released by
-/// its driver, or — a driver paused, cut from the database or hung does not
-/// release — its driver's fence fallen (see `execution::fence`), after which the
-/// launchers have killed them by themselves. Bounded by twice the lease; past
-/// that it logs and returns.
-pub async fn wait_released(state: &AppState, task: TaskId) -> Result<(), ServiceError> {
+/// its driver (which records its end once its processes are), or — a driver
+/// paused, cut from the database or hung does not release — its driver's
+/// fence fallen (see `execution::fence`), after which the launchers have
+/// killed them by themselves. What proves a fence fell is its replica's
+/// heartbeat, which the launchers watch, not the run's lease: a healthy
+/// driver stops extending an ended run's lease at once, while its processes
+/// may take their kill grace to die. Bounded by twice the lease and the kill
+/// grace; past that it logs and returns.
+/// With `only`, that run of the task alone.
+pub async fn wait_released(
+    state: &AppState,
+    task: TaskId,
+    only: Option<RunId>,
+) -> Result<(), ServiceError> {
     let mut changes = state.hub.subscribe(task);
     let lease = state.store.replica().lease;
-    let deadline = tokio::time::Instant::now() + 2 * lease;
+    let deadline = tokio::time::Instant::now() + 2 * lease + state.runner.config().kill_grace;
     let mut fell: Option<tokio::time::Instant> = None;
     loop {
-        let now = now_ms();
         let held: Vec<Run> = state
             .store
             .list_runs(task)
             .await?
             .into_iter()
-            .filter(|r| r.replica.is_some())
+            .filter(|r| r.replica.is_some() && only.is_none_or(|id| id == r.id))
             .collect();
         if held.is_empty() {
             return Ok(());
         }
-        if held.iter().all(|r| r.fence_in(lease, now).is_err()) {
+        let replicas = state.store.list_replicas().await?;
+        let now = now_ms();
+        let fallen = |run: &Run| {
+            replicas
+                .iter()
+                .find(|r| run.replica.as_deref() == Some(r.id.as_str()))
+                .is_none_or(|r| r.fence_fallen(now))
+        };
+        if held.iter().all(fallen) {
             let since = *fell.get_or_insert_with(tokio::time::Instant::now);
             if since.elapsed() >= FENCE_GRACE {
-                info!(task_id = %task, runs = held.len(), "runs of the canceled task were not released, but their drivers' fences fell: their processes are dead");
+                info!(task_id = %task, runs = held.len(), "ended runs of the task were not released, but their drivers' fences fell: their processes are dead");
                 return Ok(());
             }
+        } else {
+            fell = None;
         }
         tokio::select! {
             () = changes.changed() => {}
             () = tokio::time::sleep(RECHECK) => {}
             () = tokio::time::sleep_until(deadline) => {
-                warn!(task_id = %task, "runs of the canceled task are still held by a replica; their processes end when it notices or its fence falls");
+                warn!(task_id = %task, "ended runs of the task are still held by a replica; their processes end when it notices or its fence falls");
                 return Ok(());
             }
         }

@@ -23,6 +23,53 @@ pub const PLANNER_RESUMED: &str = "Chorus resumed you after an interruption: the
 /// session, it ended meanwhile, or the store failed): it is ended as
 /// interrupted.
 pub(super) async fn hand_on(state: &AppState, ctx: &RunContext, session: Option<String>) -> bool {
+    matches!(keep_for_another(state, ctx, session).await, Kept::HandedOn)
+}
+
+/// How often a driver whose fence fell tries to hand its run on while the
+/// database does not answer.
+const HAND_ON_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// After this replica's fence fell (the run's processes killed by their
+/// launchers, or never started), leaves the run to whichever replica can
+/// drive it — this one once a heartbeat reaches the database again, or
+/// another — as at shutdown: the run is not ended. While the database does
+/// not answer it tries again, for up to a lease; then the run's lease has
+/// run out, and the replicas' claims take it over. False when the run cannot
+/// be resumed (a CLI stopped before its session began) or ended meanwhile:
+/// its end is recorded as usual.
+pub(super) async fn hand_on_when_fenced(
+    state: &AppState,
+    ctx: &RunContext,
+    session: Option<String>,
+) -> bool {
+    let give_up = tokio::time::Instant::now() + state.store.replica().lease;
+    loop {
+        match keep_for_another(state, ctx, session.clone()).await {
+            Kept::HandedOn => return true,
+            Kept::Refused => return false,
+            Kept::Unwritten(e) if tokio::time::Instant::now() >= give_up => {
+                warn!(run_id = %ctx.run_id, error = %e, "cannot hand on a run whose fence fell; it is taken over once its lease runs out");
+                return true;
+            }
+            Kept::Unwritten(_) => tokio::time::sleep(HAND_ON_RETRY).await,
+        }
+    }
+}
+
+/// What became of a run to be left to another driver.
+enum Kept {
+    /// Its lease ended now: a live replica claims it.
+    HandedOn,
+    /// It cannot be resumed, or it is no longer this driver's.
+    Refused,
+    /// The store could not be written.
+    Unwritten(crate::store::StoreError),
+}
+
+/// Keeps what resuming `ctx`'s run needs (its session, the time it has left)
+/// and ends its lease now.
+async fn keep_for_another(state: &AppState, ctx: &RunContext, session: Option<String>) -> Kept {
     let left = i64::try_from(ctx.clock.left().as_millis())
         .unwrap_or(i64::MAX)
         .max(1000);
@@ -55,8 +102,12 @@ pub(super) async fn hand_on(state: &AppState, ctx: &RunContext, session: Option<
             Ok(Vec::new())
         })
         .await;
-    if kept.is_err() {
-        return false;
+    match kept {
+        Ok(_) => {}
+        Err(crate::store::StoreError::Domain(_) | crate::store::StoreError::NotFound { .. }) => {
+            return Kept::Refused;
+        }
+        Err(e) => return Kept::Unwritten(e),
     }
     match state
         .store
@@ -64,13 +115,13 @@ pub(super) async fn hand_on(state: &AppState, ctx: &RunContext, session: Option<
         .await
     {
         Ok(()) => {
-            info!(run_id = %ctx.run_id, "run handed on: a live replica resumes it (or this one, when it starts again)")
+            info!(run_id = %ctx.run_id, "run handed on: a live replica resumes it (or this one, when it can drive again)");
         }
         Err(e) => {
-            warn!(run_id = %ctx.run_id, error = %e, "cannot end the run's lease; it is taken over when the lease runs out")
+            warn!(run_id = %ctx.run_id, error = %e, "cannot end the run's lease; it is taken over when the lease runs out");
         }
     }
-    true
+    Kept::HandedOn
 }
 
 /// How often a resumed run waiting for its handoff checks the store besides

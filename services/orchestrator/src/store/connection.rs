@@ -284,10 +284,20 @@ impl CustomizeConnection<AnyConnection, r2d2::Error> for SessionSettings {
     fn on_acquire(&self, conn: &mut AnyConnection) -> Result<(), r2d2::Error> {
         match conn {
             AnyConnection::Sqlite(c) => sqlite_pragmas(c).map_err(r2d2::Error::QueryError),
-            AnyConnection::Pg(_) => Ok(()),
+            AnyConnection::Pg(c) => c.batch_execute(PG_SESSION).map_err(r2d2::Error::QueryError),
         }
     }
 }
+
+/// Every PostgreSQL session's limits. A transaction of Chorus runs its
+/// statements back to back: one left open longer than a second has a
+/// process behind it that was paused or cut from the database, and the
+/// server ends it, so the rows it locked (a task, the event feed's head)
+/// hold up no other replica's takeovers or heartbeats for longer. No
+/// statement waits more than five seconds for a lock: a caller gets an error
+/// it may retry instead of a call that hangs.
+pub(super) const PG_SESSION: &str =
+    "SET idle_in_transaction_session_timeout = 1000; SET lock_timeout = 5000";
 
 /// Makes connections of the backend the target names. (diesel's own
 /// `ConnectionManager` would try each backend in turn with the same URL.)

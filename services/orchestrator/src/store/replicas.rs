@@ -65,6 +65,20 @@ impl ReplicaRecord {
     pub fn is_live(&self, now: i64) -> bool {
         self.stopped_ms.is_none() && self.lease_expires_ms >= now
     }
+
+    /// Whether its fence has fallen by `now` (by the clock of its host): it
+    /// stopped, or its last heartbeat is more than two thirds of a lease old.
+    /// Each heartbeat holds the fence until two thirds of a lease after it
+    /// began, and writes a lease that ends a lease after that at the
+    /// earliest: the fence falls a third of the lease written before that
+    /// lease ends, or sooner.
+    pub fn fence_fallen(&self, now: i64) -> bool {
+        let lease = self
+            .lease_expires_ms
+            .saturating_sub(self.heartbeat_ms)
+            .max(0);
+        self.stopped_ms.is_some() || now >= self.lease_expires_ms.saturating_sub(lease / 3)
+    }
 }
 
 /// What a heartbeat found.
@@ -179,15 +193,7 @@ impl Store {
             let mut lost = Vec::new();
             for chunk in live.chunks(CHUNK) {
                 let ids: Vec<String> = chunk.iter().map(|(id, _)| id.to_string()).collect();
-                diesel::update(
-                    runs::table
-                        .filter(runs::id.eq_any(&ids))
-                        .filter(runs::replica.eq(&me.id))
-                        .filter(runs::state.ne(RunState::Finished.as_str())),
-                )
-                .set(runs::lease_expires_ms.eq(lease_end))
-                .execute(conn)
-                .db()?;
+                extend_leases(conn, &ids, &me.id, lease_end)?;
                 let rows: Vec<(String, Option<String>, i64, String)> = runs::table
                     .filter(runs::id.eq_any(&ids))
                     .select((runs::id, runs::replica, runs::epoch, runs::state))
@@ -339,6 +345,13 @@ impl Store {
         let me = self.replica.id.clone();
         let lease_end = self.lease_end();
         self.write_events(move |conn| {
+            // A task another session holds locked (a replica paused or cut
+            // mid-write) is claimed at a later round; the others now.
+            if let AnyConnection::Pg(c) = conn {
+                diesel::sql_query(format!("SET LOCAL lock_timeout = {CLAIM_LOCK_WAIT_MS}"))
+                    .execute(c)
+                    .db()?;
+            }
             let before_task = lock_task(conn, task_id)?;
             let claimed = lapsed_runs(conn, task_id, own.then_some(me.as_str()), &candidates)?;
             if claimed.is_empty() {
@@ -361,6 +374,52 @@ impl Store {
         })
         .await
     }
+}
+
+/// How long a claim waits for its task's lock before it leaves the task to
+/// a later round.
+const CLAIM_LOCK_WAIT_MS: u64 = 500;
+
+/// Extends the leases of the runs `ids` that replica `me` holds to
+/// `lease_end`. On PostgreSQL a run whose row another transaction holds
+/// locked is passed over (its lease is extended at the next heartbeat, a
+/// third of a lease later): a heartbeat never waits for another session,
+/// which may be a paused or cut replica's.
+fn extend_leases(
+    conn: &mut AnyConnection,
+    ids: &[String],
+    me: &str,
+    lease_end: i64,
+) -> Result<(), StoreError> {
+    let unfinished = RunState::Finished.as_str();
+    match conn {
+        AnyConnection::Pg(c) => {
+            use diesel::sql_types::{Array, BigInt, Text};
+            diesel::sql_query(
+                "UPDATE runs SET lease_expires_ms = $1 WHERE id IN \
+                 (SELECT id FROM runs WHERE id = ANY($2) AND replica = $3 AND state <> $4 \
+                 FOR UPDATE SKIP LOCKED)",
+            )
+            .bind::<BigInt, _>(lease_end)
+            .bind::<Array<Text>, _>(ids)
+            .bind::<Text, _>(me)
+            .bind::<Text, _>(unfinished)
+            .execute(c)
+            .db()?;
+        }
+        AnyConnection::Sqlite(_) => {
+            diesel::update(
+                runs::table
+                    .filter(runs::id.eq_any(ids))
+                    .filter(runs::replica.eq(me))
+                    .filter(runs::state.ne(unfinished)),
+            )
+            .set(runs::lease_expires_ms.eq(lease_end))
+            .execute(conn)
+            .db()?;
+        }
+    }
+    Ok(())
 }
 
 /// Drops an ended run's replica and lease: nothing of it runs anywhere.

@@ -1,0 +1,230 @@
+//! A separate tool-exec's connections to its orchestrators: several, each
+//! made anew through the address it was given (a load balancer in front of
+//! the replicas sends each to a replica), each following that replica's
+//! health. Calls go round the connections whose replica says SERVING; one
+//! whose replica stops serving (cut from its database, shutting down) or
+//! that breaks is replaced by a new connection, which the balancer may send
+//! elsewhere. So the runs of healthy replicas keep their tool calls when one
+//! replica fails, and the calls spread over the replicas.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tracing::{debug, info};
+
+/// How many connections a separate tool-exec keeps by default: with a
+/// balancer that spreads connections, enough to reach three replicas.
+pub const DEFAULT_CONNECTIONS: usize = 4;
+
+/// The first pause before a connection whose replica does not serve is
+/// replaced, doubled at each failure up to [`LONGEST_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const LONGEST_PAUSE: Duration = Duration::from_secs(2);
+
+/// One connection and what its replica last said.
+#[derive(Debug)]
+struct Slot {
+    channel: RwLock<Channel>,
+    /// The replica says SERVING (false until it first does).
+    serving: AtomicBool,
+}
+
+impl Slot {
+    fn channel(&self) -> Channel {
+        self.channel
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn replace(&self, channel: Channel) {
+        *self.channel.write().unwrap_or_else(PoisonError::into_inner) = channel;
+    }
+}
+
+/// The connections; cheap to clone (they are shared).
+#[derive(Debug, Clone)]
+pub struct Pool {
+    slots: Arc<[Slot]>,
+    next: Arc<AtomicUsize>,
+    /// Told whenever a connection's replica says SERVING.
+    serving_again: Arc<Notify>,
+}
+
+/// How long a call waits for a connection whose replica serves when none
+/// does (one was just found not serving, and is being made again).
+const PATIENCE: Duration = Duration::from_secs(2);
+
+impl Pool {
+    /// `size` connections to `endpoint` (made lazily), each followed by a
+    /// task on the current runtime that watches its replica's health of
+    /// `service` (none outside a runtime: every connection counts as
+    /// serving then). The tasks end when the pool is dropped.
+    pub fn new(endpoint: &Endpoint, size: usize, service: &str) -> Self {
+        let slots: Arc<[Slot]> = (0..size.max(1))
+            .map(|_| Slot {
+                channel: RwLock::new(endpoint.connect_lazy()),
+                serving: AtomicBool::new(false),
+            })
+            .collect();
+        let pool = Self {
+            slots,
+            next: Arc::new(AtomicUsize::new(0)),
+            serving_again: Arc::new(Notify::new()),
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            for index in 0..pool.slots.len() {
+                runtime.spawn(follow(
+                    Arc::downgrade(&pool.slots),
+                    index,
+                    endpoint.clone(),
+                    service.to_owned(),
+                    Arc::clone(&pool.serving_again),
+                ));
+            }
+        } else {
+            for slot in pool.slots.iter() {
+                slot.serving.store(true, Ordering::Relaxed);
+            }
+        }
+        pool
+    }
+
+    /// The connection for the next call: the next one round whose replica
+    /// serves; when none does, the next one round (the call then says why).
+    pub fn pick(&self) -> Channel {
+        self.slots[self.pick_index()].channel()
+    }
+
+    /// [`Pool::pick`], waiting a little for a connection whose replica
+    /// serves when none does now.
+    pub async fn ready(&self) -> Channel {
+        if !self.any_serving() {
+            let again = self.serving_again.notified();
+            if !self.any_serving() {
+                let _ = tokio::time::timeout(PATIENCE, again).await;
+            }
+        }
+        self.pick()
+    }
+
+    fn pick_index(&self) -> usize {
+        let n = self.slots.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|i| (start + i) % n)
+            .find(|&i| self.slots[i].serving.load(Ordering::Relaxed))
+            .unwrap_or(start % n)
+    }
+
+    /// Whether some connection's replica says SERVING now.
+    pub fn any_serving(&self) -> bool {
+        self.slots
+            .iter()
+            .any(|slot| slot.serving.load(Ordering::Relaxed))
+    }
+
+    /// How many connections' replicas say SERVING now.
+    pub fn serving(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|slot| slot.serving.load(Ordering::Relaxed))
+            .count()
+    }
+}
+
+/// Follows the health of slot `index`'s replica for as long as the pool
+/// lives; replaces the connection when its replica does not serve, or the
+/// connection breaks.
+async fn follow(
+    slots: Weak<[Slot]>,
+    index: usize,
+    endpoint: Endpoint,
+    service: String,
+    serving_again: Arc<Notify>,
+) {
+    let mut pause = FIRST_PAUSE;
+    loop {
+        let Some(channel) = slots.upgrade().map(|s| s[index].channel()) else {
+            return;
+        };
+        let request = HealthCheckRequest {
+            service: service.clone(),
+        };
+        let watched = HealthClient::new(channel).watch(request).await;
+        let mut why = "the connection broke".to_owned();
+        if let Err(status) = &watched
+            && status.code() == tonic::Code::Unimplemented
+        {
+            // An orchestrator without health to follow: taken as serving.
+            if let Some(slots) = slots.upgrade() {
+                slots[index].serving.store(true, Ordering::Relaxed);
+                serving_again.notify_waiters();
+            }
+            return;
+        }
+        if let Ok(answers) = watched {
+            let mut answers = answers.into_inner();
+            while let Ok(Some(answer)) = answers.message().await {
+                let Some(slots) = slots.upgrade() else { return };
+                let serving = answer.status() == ServingStatus::Serving;
+                slots[index].serving.store(serving, Ordering::Relaxed);
+                if serving {
+                    pause = FIRST_PAUSE;
+                    serving_again.notify_waiters();
+                } else {
+                    why = format!("its orchestrator reports {:?}", answer.status());
+                    break;
+                }
+            }
+        }
+        let Some(live) = slots.upgrade() else { return };
+        if live[index].serving.swap(false, Ordering::Relaxed) {
+            info!(connection = index, why = %why, "a connection to the orchestrators no longer serves: calls go over the others, and it is made again");
+        } else {
+            debug!(connection = index, why = %why, "a connection to the orchestrators does not serve yet");
+        }
+        drop(live);
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(LONGEST_PAUSE);
+        let Some(live) = slots.upgrade() else { return };
+        live[index].replace(endpoint.connect_lazy());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outside_a_runtime_every_connection_serves_and_calls_go_round() {
+        let endpoint = Endpoint::from_static("http://127.0.0.1:9");
+        let pool = Pool::new(&endpoint, 3, "x");
+        assert_eq!(pool.serving(), 3);
+        let taken: Vec<usize> = (0..6).map(|_| pool.pick_index()).collect();
+        assert_eq!(taken, [0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn calls_skip_connections_whose_replica_does_not_serve() {
+        let endpoint = Endpoint::from_static("http://127.0.0.1:9");
+        let pool = Pool::new(&endpoint, 3, "x");
+        pool.slots[0].serving.store(false, Ordering::Relaxed);
+        pool.slots[1].serving.store(false, Ordering::Relaxed);
+        let taken: Vec<usize> = (0..4).map(|_| pool.pick_index()).collect();
+        assert_eq!(taken, [2, 2, 2, 2]);
+        assert_eq!(pool.serving(), 1);
+        // None serves: still round, the call says why it fails.
+        pool.slots[2].serving.store(false, Ordering::Relaxed);
+        assert!(!pool.any_serving());
+        let taken: Vec<usize> = (0..3).map(|_| pool.pick_index()).collect();
+        assert_eq!(taken, [1, 2, 0]);
+    }
+}
