@@ -285,13 +285,12 @@ async fn thirty_tasks_survive_twenty_faults_of_each_kind() {
                 .collect(),
         );
     }
-    for t in 0..TASKS {
+    for (t, task_records) in records.iter().enumerate() {
         let calls = soak.cluster.root.path().join(format!(".{}", marker(t)));
         for call in std::fs::read_to_string(&calls).unwrap_or_default().lines() {
             assert!(
                 recorded.contains(call),
-                "the call {call} ran and was never recorded; the task's bash records: {:#?}",
-                records[t]
+                "the call {call} ran and was never recorded; the task's bash records: {task_records:#?}"
             );
         }
         assert_eq!(
