@@ -281,6 +281,19 @@ pub async fn wait_for(
     seen
 }
 
+/// CancelTask of `task` with `reason`; the task as it returns it.
+pub async fn cancel(client: &mut Client, task: &str, reason: &str) -> pb::Task {
+    client
+        .cancel_task(pb::CancelTaskRequest {
+            id: task.to_owned(),
+            reason: reason.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("cancel")
+        .into_inner()
+}
+
 /// Follows the task's history until it is settled (completed, failed or
 /// canceled, every run ended); returns the task then. Fails after four
 /// minutes rather than hang (a safety net, not a timing assertion).

@@ -44,19 +44,9 @@ impl DbProxy {
                     _ => {
                         let mut rx = notify.subscribe();
                         tokio::spawn(async move {
-                            loop {
-                                if rx.changed().await.is_err() {
-                                    return;
-                                }
-                                let now = *rx.borrow();
-                                match now {
-                                    OPEN => break,
-                                    RESET => {
-                                        let _ = inbound.set_zero_linger();
-                                        return;
-                                    }
-                                    _ => {}
-                                }
+                            if !healed(&mut rx).await {
+                                let _ = inbound.set_zero_linger();
+                                return;
                             }
                             if let Ok(outbound) = TcpStream::connect(target).await {
                                 forward(inbound, outbound, rx).await;
@@ -109,6 +99,22 @@ impl DbProxy {
 
 /// Copies both ways while the proxy is open; on reset closes both sides with
 /// RST, on hang stops reading and keeps both open.
+/// Waits, while hung, until the proxy is open again (true) or reset, or
+/// gone (false).
+async fn healed(state: &mut watch::Receiver<u8>) -> bool {
+    loop {
+        if state.changed().await.is_err() {
+            return false;
+        }
+        let now = *state.borrow();
+        match now {
+            OPEN => return true,
+            RESET => return false,
+            _ => {}
+        }
+    }
+}
+
 async fn forward(mut inbound: TcpStream, mut outbound: TcpStream, mut state: watch::Receiver<u8>) {
     let _ = inbound.set_nodelay(true);
     let _ = outbound.set_nodelay(true);
@@ -130,21 +136,13 @@ async fn forward(mut inbound: TcpStream, mut outbound: TcpStream, mut state: wat
                     // closes, until the partition heals (what was sent
                     // meanwhile then arrives, as TCP would retransmit it)
                     // or the connections are reset.
-                    HUNG => loop {
-                        if state.changed().await.is_err() {
+                    HUNG => {
+                        if !healed(&mut state).await {
+                            let _ = inbound.set_zero_linger();
+                            let _ = outbound.set_zero_linger();
                             return;
                         }
-                        let now = *state.borrow();
-                        match now {
-                            OPEN => break,
-                            RESET => {
-                                let _ = inbound.set_zero_linger();
-                                let _ = outbound.set_zero_linger();
-                                return;
-                            }
-                            _ => {}
-                        }
-                    },
+                    }
                     _ => {}
                 }
             }

@@ -198,15 +198,7 @@ async fn cancel_task_returns_only_once_a_healthy_drivers_processes_are_gone() {
     for attempt in 0..3 {
         let marker = format!("cancel-healthy-{attempt}-{}", std::process::id());
         let task = stubborn_run_on(&cluster, 0, &ws, &marker, None).await;
-        let canceled = other
-            .cancel_task(pb::CancelTaskRequest {
-                id: task.id.clone(),
-                reason: "not needed".into(),
-                ..Default::default()
-            })
-            .await
-            .expect("cancel")
-            .into_inner();
+        let canceled = chorus_tests::agents::cancel(&mut other, &task.id, "not needed").await;
         assert_eq!(
             processes_with_arg_containing(&marker),
             Vec::<i32>::new(),

@@ -344,15 +344,7 @@ async fn cancel_task_on_a_replica_that_does_not_drive_the_run_returns_once_its_p
     assert!(!processes_with_arg_containing(&marker).is_empty());
 
     let mut other = cluster.client(1).await;
-    let canceled = other
-        .cancel_task(pb::CancelTaskRequest {
-            id: task.id.clone(),
-            reason: "not needed".into(),
-            ..Default::default()
-        })
-        .await
-        .expect("cancel")
-        .into_inner();
+    let canceled = chorus_tests::agents::cancel(&mut other, &task.id, "not needed").await;
     assert_eq!(canceled.status, "canceled");
     assert_eq!(
         processes_with_arg_containing(&marker),

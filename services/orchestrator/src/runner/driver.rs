@@ -576,25 +576,12 @@ fn ending(
                         .to_owned()
                 }
             };
-            RunEnd::failed(
-                EventKind::RunInterrupted,
-                HandoffFailure::Interrupted,
-                reason.clone(),
-                Some(TaskStatus::Waiting),
-            )
-            .with_task_reason(format!("{reason}; start it again"))
+            RunEnd::interrupted(reason)
         }
         // Neither handed on nor resumable (a CLI stopped before its session
         // began): the task waits, as after a shutdown.
         Err(AttemptError::Fenced { reason, .. }) => {
-            let reason = format!("interrupted: {reason}");
-            RunEnd::failed(
-                EventKind::RunInterrupted,
-                HandoffFailure::Interrupted,
-                reason.clone(),
-                Some(TaskStatus::Waiting),
-            )
-            .with_task_reason(format!("{reason}; start it again"))
+            RunEnd::interrupted(format!("interrupted: {reason}"))
         }
         Err(AttemptError::Stopped { .. }) => RunEnd::failed(
             EventKind::RunCanceled,
@@ -661,6 +648,18 @@ impl RunEnd {
             task,
             task_reason: None,
         }
+    }
+
+    /// A run interrupted with `reason`: its handoff fails as interrupted,
+    /// its task waits to be started again.
+    fn interrupted(reason: String) -> Self {
+        Self::failed(
+            EventKind::RunInterrupted,
+            HandoffFailure::Interrupted,
+            reason.clone(),
+            Some(TaskStatus::Waiting),
+        )
+        .with_task_reason(format!("{reason}; start it again"))
     }
 
     /// The same ending, with the task told `reason` instead.
