@@ -1,7 +1,7 @@
 //! An API agent's run ends at once, whatever its tool call is doing: a
 //! CancelTask or the run's timeout stops the call in flight (its bash is killed,
-//! the command's later effects never happen), and nothing is recorded for the
-//! run after its end. A model's call of an unknown tool, or with arguments that
+//! the command's later effects never happen), and after its end nothing is
+//! recorded for the run but that call, once, as stopped. A model's call of an unknown tool, or with arguments that
 //! are not a JSON object, is answered to the model and recorded.
 
 use std::path::Path;
@@ -51,6 +51,26 @@ fn after_end(events: &[pb::TaskEvent]) -> Vec<String> {
     summary(&events[end + 1..])
 }
 
+/// After the run's end, no tool event but the record of the bash call the
+/// end stopped (it began before the end: the audit keeps it, as cancelled or
+/// aborted); that call recorded once in all.
+fn only_the_stopped_call_after_the_end(all: &[pb::TaskEvent]) {
+    let after = after_end(all);
+    assert!(
+        after
+            .iter()
+            .filter(|k| k.starts_with("tool_"))
+            .all(|k| k == "tool_executed bash cancelled" || k == "tool_executed bash aborted"),
+        "recorded after the run's end: {:#?}",
+        summary(all)
+    );
+    let records = summary(all)
+        .iter()
+        .filter(|k| k.starts_with("tool_executed bash"))
+        .count();
+    assert_eq!(records, 1, "{:#?}", summary(all));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_task_stops_an_api_agents_running_bash_call_at_once() {
     let data_dir = tempfile::tempdir().expect("data");
@@ -82,11 +102,7 @@ async fn cancel_task_stops_an_api_agents_running_bash_call_at_once() {
     let events = wait_for(&mut client, &task.id, ends_run).await;
     assert_eq!(events.last().expect("end").kind, "run_canceled");
     let all = chorus_tests::agents::history(&mut client, &task.id).await;
-    assert!(
-        !after_end(&all).iter().any(|k| k.starts_with("tool_")),
-        "recorded after the run's end: {:#?}",
-        summary(&all)
-    );
+    only_the_stopped_call_after_the_end(&all);
     assert!(
         !root.path().join("after_cancel.txt").exists(),
         "the canceled command went on"
@@ -119,12 +135,10 @@ async fn a_run_timeout_stops_an_api_agents_running_bash_call() {
         processes_with_arg_containing(marker).is_empty()
     })
     .await;
+    // No call waits for its record here (CancelTask would).
+    wait_for(&mut client, &task.id, |e| e.kind == "tool_executed").await;
     let all = chorus_tests::agents::history(&mut client, &task.id).await;
-    assert!(
-        !after_end(&all).iter().any(|k| k.starts_with("tool_")),
-        "recorded after the run's end: {:#?}",
-        summary(&all)
-    );
+    only_the_stopped_call_after_the_end(&all);
     assert!(
         !root.path().join("late.txt").exists(),
         "the timed-out command went on"

@@ -85,3 +85,39 @@ impl ReplicaFence {
 pub fn dir_for(instance: &str) -> PathBuf {
     chorus_sandbox::fence::dir_for("orchestrator", instance)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn runs_are_driven_only_while_the_fence_is_up() {
+        let dir = tempfile::tempdir().expect("dir");
+        let fence =
+            std::sync::Arc::new(ReplicaFence::create(&dir.path().join("f")).expect("fence"));
+        let lease = Duration::from_secs(30);
+        // Down until a heartbeat holds it.
+        assert!(!fence.held());
+        assert!(!fence.wait_held(Duration::from_millis(10)).await);
+        // A heartbeat that reached the database while a driver waits.
+        let waiting = tokio::spawn({
+            let fence = std::sync::Arc::clone(&fence);
+            async move { fence.wait_held(Duration::from_secs(30)).await }
+        });
+        fence
+            .hold(chorus_sandbox::fence::now_ms(), lease)
+            .expect("hold");
+        assert!(waiting.await.expect("waited"));
+        assert!(fence.held());
+        // A hold whose time has passed (a replica that was paused) is down.
+        fence
+            .hold(chorus_sandbox::fence::now_ms() - 60_000, lease)
+            .expect("hold");
+        assert!(!fence.held());
+        fence
+            .hold(chorus_sandbox::fence::now_ms(), lease)
+            .expect("hold");
+        fence.drop_all();
+        assert!(!fence.held());
+    }
+}

@@ -507,3 +507,37 @@ fn save_claimed(
     }
     Ok(saved)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ReplicaRecord;
+
+    fn replica(heartbeat_ms: i64, lease_expires_ms: i64) -> ReplicaRecord {
+        ReplicaRecord {
+            id: "r0".to_owned(),
+            instance: "i".to_owned(),
+            started_ms: 0,
+            heartbeat_ms,
+            lease_expires_ms,
+            stopped_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_replicas_fence_falls_two_thirds_of_a_lease_after_its_last_heartbeat() {
+        // A 3 s lease written at 10 s: the fence it held falls by 12 s.
+        let r = replica(10_000, 13_000);
+        assert!(!r.fence_fallen(10_000));
+        assert!(!r.fence_fallen(11_999));
+        assert!(r.fence_fallen(12_000));
+        // And it stays down until another heartbeat.
+        assert!(r.fence_fallen(13_000));
+    }
+
+    #[test]
+    fn a_stopped_replica_has_no_fence() {
+        let mut r = replica(10_000, 13_000);
+        r.stopped_ms = Some(10_500);
+        assert!(r.fence_fallen(10_600));
+    }
+}

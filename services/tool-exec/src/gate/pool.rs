@@ -64,37 +64,34 @@ const PATIENCE: Duration = Duration::from_secs(2);
 
 impl Pool {
     /// `size` connections to `endpoint` (made lazily), each followed by a
-    /// task on the current runtime that watches its replica's health of
-    /// `service` (none outside a runtime: every connection counts as
-    /// serving then). The tasks end when the pool is dropped.
+    /// task that watches its replica's health of `service`; the tasks end
+    /// when the pool is dropped. Within a tokio runtime.
     pub fn new(endpoint: &Endpoint, size: usize, service: &str) -> Self {
-        let slots: Arc<[Slot]> = (0..size.max(1))
-            .map(|_| Slot {
-                channel: RwLock::new(endpoint.connect_lazy()),
-                serving: AtomicBool::new(false),
-            })
-            .collect();
-        let pool = Self {
-            slots,
-            next: Arc::new(AtomicUsize::new(0)),
-            serving_again: Arc::new(Notify::new()),
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            for index in 0..pool.slots.len() {
-                runtime.spawn(follow(
-                    Arc::downgrade(&pool.slots),
-                    index,
-                    endpoint.clone(),
-                    service.to_owned(),
-                    Arc::clone(&pool.serving_again),
-                ));
-            }
-        } else {
-            for slot in pool.slots.iter() {
-                slot.serving.store(true, Ordering::Relaxed);
-            }
+        let pool = Self::unwatched(endpoint, size);
+        for index in 0..pool.slots.len() {
+            tokio::spawn(follow(
+                Arc::downgrade(&pool.slots),
+                index,
+                endpoint.clone(),
+                service.to_owned(),
+                Arc::clone(&pool.serving_again),
+            ));
         }
         pool
+    }
+
+    /// The connections, none known to serve yet, and nothing watching them.
+    fn unwatched(endpoint: &Endpoint, size: usize) -> Self {
+        Self {
+            slots: (0..size.max(1))
+                .map(|_| Slot {
+                    channel: RwLock::new(endpoint.connect_lazy()),
+                    serving: AtomicBool::new(false),
+                })
+                .collect(),
+            next: Arc::new(AtomicUsize::new(0)),
+            serving_again: Arc::new(Notify::new()),
+        }
     }
 
     /// The connection for the next call: the next one round whose replica
@@ -106,13 +103,17 @@ impl Pool {
     /// [`Pool::pick`], waiting a little for a connection whose replica
     /// serves when none does now.
     pub async fn ready(&self) -> Channel {
+        self.slots[self.ready_index().await].channel()
+    }
+
+    async fn ready_index(&self) -> usize {
         if !self.any_serving() {
             let again = self.serving_again.notified();
             if !self.any_serving() {
                 let _ = tokio::time::timeout(PATIENCE, again).await;
             }
         }
-        self.pick()
+        self.pick_index()
     }
 
     fn pick_index(&self) -> usize {
@@ -203,19 +204,26 @@ async fn follow(
 mod tests {
     use super::*;
 
-    #[test]
-    fn outside_a_runtime_every_connection_serves_and_calls_go_round() {
-        let endpoint = Endpoint::from_static("http://127.0.0.1:9");
-        let pool = Pool::new(&endpoint, 3, "x");
+    /// Three connections (to nothing: none is used), each serving.
+    fn serving_pool() -> Pool {
+        let pool = Pool::unwatched(&Endpoint::from_static("http://127.0.0.1:9"), 3);
+        for slot in pool.slots.iter() {
+            slot.serving.store(true, Ordering::Relaxed);
+        }
+        pool
+    }
+
+    #[tokio::test]
+    async fn calls_go_round_the_connections() {
+        let pool = serving_pool();
         assert_eq!(pool.serving(), 3);
         let taken: Vec<usize> = (0..6).map(|_| pool.pick_index()).collect();
         assert_eq!(taken, [0, 1, 2, 0, 1, 2]);
     }
 
-    #[test]
-    fn calls_skip_connections_whose_replica_does_not_serve() {
-        let endpoint = Endpoint::from_static("http://127.0.0.1:9");
-        let pool = Pool::new(&endpoint, 3, "x");
+    #[tokio::test]
+    async fn calls_skip_connections_whose_replica_does_not_serve() {
+        let pool = serving_pool();
         pool.slots[0].serving.store(false, Ordering::Relaxed);
         pool.slots[1].serving.store(false, Ordering::Relaxed);
         let taken: Vec<usize> = (0..4).map(|_| pool.pick_index()).collect();
@@ -226,5 +234,21 @@ mod tests {
         assert!(!pool.any_serving());
         let taken: Vec<usize> = (0..3).map(|_| pool.pick_index()).collect();
         assert_eq!(taken, [1, 2, 0]);
+    }
+
+    #[tokio::test]
+    async fn a_call_waits_a_little_for_a_connection_that_serves() {
+        let pool = Pool::unwatched(&Endpoint::from_static("http://127.0.0.1:9"), 2);
+        let waiting = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.ready_index().await }
+        });
+        // Not before a connection serves; then it takes that one, not the
+        // next one round (0).
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        pool.slots[1].serving.store(true, Ordering::Relaxed);
+        pool.serving_again.notify_waiters();
+        assert_eq!(waiting.await.expect("waited"), 1);
     }
 }
