@@ -126,24 +126,15 @@ async fn forward(mut inbound: TcpStream, mut outbound: TcpStream, mut state: wat
                     return;
                 }
                 let now = *state.borrow();
-                match now {
-                    RESET => {
-                        let _ = inbound.set_zero_linger();
-                        let _ = outbound.set_zero_linger();
-                        return;
-                    }
-                    // Hung: nothing is carried either way, and nothing
-                    // closes, until the partition heals (what was sent
-                    // meanwhile then arrives, as TCP would retransmit it)
-                    // or the connections are reset.
-                    HUNG => {
-                        if !healed(&mut state).await {
-                            let _ = inbound.set_zero_linger();
-                            let _ = outbound.set_zero_linger();
-                            return;
-                        }
-                    }
-                    _ => {}
+                // Hung: nothing is carried either way, and nothing closes,
+                // until the partition heals (what was sent meanwhile then
+                // arrives, as TCP would retransmit it) or the connections
+                // are reset.
+                let reset = now == RESET || (now == HUNG && !healed(&mut state).await);
+                if reset {
+                    let _ = inbound.set_zero_linger();
+                    let _ = outbound.set_zero_linger();
+                    return;
                 }
             }
             read = inbound.read(&mut a) => match read {
