@@ -189,7 +189,11 @@ async fn a_task_locked_by_a_stuck_transaction_holds_up_no_other_tasks_takeover()
 /// once they are dead, though the run's lease is no longer extended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancel_task_returns_only_once_a_healthy_drivers_processes_are_gone() {
-    let Some(cluster) = Cluster::start(2, 3).await else {
+    // Two-second leases: an ended run's lease, no longer extended, falls
+    // well within the kill grace its children live out in the landlock
+    // tier (SIGTERM reaches each of them there; the namespace tier's init
+    // ends them all at once).
+    let Some(cluster) = Cluster::start_with(2, 2, &["--sandbox-tier", "landlock"]).await else {
         return no_postgres();
     };
     let mut admin = cluster.client(0).await;
@@ -212,7 +216,9 @@ async fn cancel_task_returns_only_once_a_healthy_drivers_processes_are_gone() {
 /// as CancelTask does, and returns once its processes are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn finish_run_stops_a_driven_run_and_returns_once_its_processes_are_gone() {
-    let Some(cluster) = Cluster::start(2, 3).await else {
+    // In the landlock tier the run's children, which ignore SIGTERM, live
+    // out the kill grace (see above).
+    let Some(cluster) = Cluster::start_with(2, 2, &["--sandbox-tier", "landlock"]).await else {
         return no_postgres();
     };
     let mut admin = cluster.client(0).await;
