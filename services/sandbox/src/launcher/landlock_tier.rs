@@ -309,7 +309,7 @@ fn watch(
                 signal @ (Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP | Signal::SIGQUIT),
             ) => tree::signal_all(me, &proxy, signal),
             fence::Event::Signal(Signal::SIGUSR1) => {
-                tree::signal_all(me, &proxy, Signal::SIGKILL);
+                tree::kill_at_once(me, &proxy);
             }
             fence::Event::Signal(_) => {}
             fence::Event::Ready => {

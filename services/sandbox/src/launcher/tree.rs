@@ -162,20 +162,25 @@ pub fn process_of(tid: i32) -> Option<i32> {
         .ok()
 }
 
+/// Kills every process below `root` but those in `skip`, stopping them all
+/// before it kills any: signalled one after the other, a process would
+/// otherwise go on for a moment after another died (a shell whose `sleep`
+/// was killed first runs its next command, or exits by itself).
+pub fn kill_at_once(root: Pid, skip: &[Pid]) {
+    signal_all(root, skip, Signal::SIGSTOP);
+    signal_all(root, skip, Signal::SIGKILL);
+}
+
 /// Kills every process below `root` and reaps them, until none is left: a
 /// process that was forking when it was killed has its child found and
 /// killed in the next round. `root` has no other child (its proxy is gone).
-/// Each round stops them all before it kills any: signalled one after the
-/// other, a process would otherwise go on for a moment after another died
-/// (a shell whose `sleep` was killed first runs its next command).
 pub fn kill_all(root: Pid) {
     loop {
         if descendants(root, &[]).is_empty() {
             reap_ready(&[]);
             return;
         }
-        signal_all(root, &[], Signal::SIGSTOP);
-        signal_all(root, &[], Signal::SIGKILL);
+        kill_at_once(root, &[]);
         // Each killed child of ours ends, and each killed grandchild ends or
         // is handed to this subreaper: wait for one of them.
         while waitpid(None::<Pid>, Some(WaitPidFlag::__WALL)) == Err(Errno::EINTR) {}
