@@ -51,18 +51,8 @@ async fn completed_after_resuming(client: &mut Client, task: &str, resumed: usiz
 
 /// The id of the task's first run.
 async fn first_run(client: &mut Client, task: &str) -> String {
-    client
-        .list_runs(pb::ListRunsRequest {
-            task_id: task.to_owned(),
-        })
-        .await
-        .expect("runs")
-        .into_inner()
-        .runs
-        .first()
-        .expect("a run")
-        .id
-        .clone()
+    let runs = chorus_tests::agents::runs_of(client, task, "").await;
+    runs.first().expect("a run").id.clone()
 }
 
 /// Every replica paused past its fence (a host or VM suspended): their runs'

@@ -131,14 +131,6 @@ impl Pool {
             .iter()
             .any(|slot| slot.serving.load(Ordering::Relaxed))
     }
-
-    /// How many connections' replicas say SERVING now.
-    pub fn serving(&self) -> usize {
-        self.slots
-            .iter()
-            .filter(|slot| slot.serving.load(Ordering::Relaxed))
-            .count()
-    }
 }
 
 /// Follows the health of slot `index`'s replica for as long as the pool
@@ -204,6 +196,13 @@ async fn follow(
 mod tests {
     use super::*;
 
+    fn serving(pool: &Pool) -> usize {
+        pool.slots
+            .iter()
+            .filter(|slot| slot.serving.load(Ordering::Relaxed))
+            .count()
+    }
+
     /// Three connections (to nothing: none is used), each serving.
     fn serving_pool() -> Pool {
         let pool = Pool::unwatched(&Endpoint::from_static("http://127.0.0.1:9"), 3);
@@ -216,7 +215,7 @@ mod tests {
     #[tokio::test]
     async fn calls_go_round_the_connections() {
         let pool = serving_pool();
-        assert_eq!(pool.serving(), 3);
+        assert_eq!(serving(&pool), 3);
         let taken: Vec<usize> = (0..6).map(|_| pool.pick_index()).collect();
         assert_eq!(taken, [0, 1, 2, 0, 1, 2]);
     }
@@ -228,7 +227,7 @@ mod tests {
         pool.slots[1].serving.store(false, Ordering::Relaxed);
         let taken: Vec<usize> = (0..4).map(|_| pool.pick_index()).collect();
         assert_eq!(taken, [2, 2, 2, 2]);
-        assert_eq!(pool.serving(), 1);
+        assert_eq!(serving(&pool), 1);
         // None serves: still round, the call says why it fails.
         pool.slots[2].serving.store(false, Ordering::Relaxed);
         assert!(!pool.any_serving());
