@@ -114,3 +114,86 @@ pub fn replica_lease(conn: &mut PgConnection, id: &str) -> i64 {
         .expect("the replica's lease")
         .lease_expires_ms
 }
+
+/// The parent of each process, as /proc says.
+fn parents() -> Vec<(i32, i32)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // `pid (comm) state ppid …`: comm may hold spaces and parentheses.
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((pid, ppid))
+        })
+        .collect()
+}
+
+/// Every process under `pid`, parents before their children.
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let parents = parents();
+    let mut found = vec![pid];
+    let mut i = 0;
+    while let Some(&parent) = found.get(i) {
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(c, _)| *c),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// Stops `pid` and every process under it, as a suspended host or VM
+/// stops them all: `pid` first (it starts no more), then the others until
+/// no new one is found. The processes stopped under `pid`.
+pub fn freeze_tree(pid: i32) -> Vec<i32> {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    kill(Pid::from_raw(pid), Signal::SIGSTOP).expect("stop the replica");
+    let mut stopped = Vec::new();
+    loop {
+        let new: Vec<i32> = descendants(pid)
+            .into_iter()
+            .filter(|p| !stopped.contains(p))
+            .collect();
+        if new.is_empty() {
+            return stopped;
+        }
+        for p in new {
+            // A process that ended meanwhile is no matter.
+            let _ = kill(Pid::from_raw(p), Signal::SIGSTOP);
+            stopped.push(p);
+        }
+    }
+}
+
+/// Whether a fence of orchestrator process `pid` is up: a file in its
+/// fence directory holds a time still to come.
+pub fn fence_up_of(pid: i32) -> bool {
+    let prefix = format!("chorus-fence-orchestrator-{pid}-");
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return false;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .filter_map(|dir| std::fs::read_dir(dir.path()).ok())
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|f| std::fs::read_to_string(f.path()).ok())
+        .filter_map(|text| text.trim().parse::<i64>().ok())
+        .any(|until| until > now_ms())
+}

@@ -11,8 +11,8 @@ use chorus_sandbox::testing::{eventually, processes_with_arg_containing};
 use chorus_tests::agents::{Client, data, handoff, history, planned_task, report, settled, start};
 use chorus_tests::cluster::{Cluster, check_history};
 use chorus_tests::faults::{
-    REPORT_WHEN_RESUMED, behind_a_proxy, lease_of, lock_task_row, no_postgres, now_ms, session,
-    stubborn_run_on,
+    REPORT_WHEN_RESUMED, behind_a_proxy, fence_up_of, freeze_tree, lease_of, lock_task_row,
+    no_postgres, now_ms, session, stubborn_run_on,
 };
 use nix::sys::signal::Signal;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -114,6 +114,47 @@ async fn runs_of_replicas_paused_past_their_fences_are_resumed_not_failed() {
         completed_after_resuming(&mut client, &task.id, 1).await;
     }
     completed_after_resuming(&mut client, &handoff_task.id, 2).await;
+}
+
+/// A replica frozen with every process of its runs, launchers included (a
+/// host or VM suspended): another replica resumes its run and the task
+/// completes. When the replica wakes, its heartbeat reaching the database
+/// before its launchers look again, they find their fence down all the
+/// same, and the old processes die: a fence that fell is never raised
+/// again for those that watched it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_woken_from_a_suspend_leaves_no_process_of_a_run_taken_over() {
+    let Some(cluster) = Cluster::start(2, 3).await else {
+        return no_postgres();
+    };
+    let mut admin = cluster.client(1).await;
+    let ws = cluster.team(&mut admin).await;
+    let marker = format!("suspended-{}", std::process::id());
+    let task = stubborn_run_on(&cluster, 0, &ws, &marker, Some(REPORT_WHEN_RESUMED)).await;
+    let r0 = cluster.replica(0).pid();
+    let frozen = freeze_tree(r0);
+    assert!(
+        !frozen.is_empty(),
+        "the run's processes are not under its replica"
+    );
+    completed_after_resuming(&mut admin, &task.id, 1).await;
+
+    // The replica wakes first and proves it is alive again ...
+    cluster.replica(0).signal(Signal::SIGCONT);
+    eventually("the woken replica's heartbeat raised its fence", || {
+        fence_up_of(r0)
+    })
+    .await;
+    // ... then its launchers and the run's old processes.
+    for pid in &frozen {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), Signal::SIGCONT);
+    }
+    eventually("the old processes of the run taken over are gone", || {
+        processes_with_arg_containing(&marker).is_empty()
+    })
+    .await;
+    let mut client = cluster.client(0).await;
+    completed_after_resuming(&mut client, &task.id, 1).await;
 }
 
 /// A replica just healed from a database cut claims a dead replica's run only
