@@ -77,8 +77,24 @@ struct Shared {
     no_usage: bool,
     /// Set once a request is held ([`Step::Hold`]).
     holding: tokio::sync::watch::Sender<bool>,
+    /// `steps` are turns: a request is answered by the step of its
+    /// conversation's turn (how many answers it already holds; past the
+    /// last, the last), so that many conversations follow one script side
+    /// by side.
+    by_turn: bool,
+    /// While closed, requests wait at the gate; how many came to it.
+    gate_closed: tokio::sync::watch::Sender<bool>,
+    at_gate: tokio::sync::watch::Sender<usize>,
     /// (body, Authorization header), in arrival order.
     log: Mutex<Vec<(Value, Option<String>)>>,
+}
+
+/// How a fake answers (see `Shared`).
+#[derive(Debug, Default)]
+struct Options {
+    no_usage: bool,
+    by_turn: bool,
+    gated: bool,
 }
 
 /// The fake chat completions API; serves until dropped.
@@ -118,7 +134,41 @@ impl FakeOpenAi {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0");
-        Self::serve_as(listener, steps, Vec::new(), true)
+        let options = Options {
+            no_usage: true,
+            ..Options::default()
+        };
+        Self::serve_as(listener, steps, Vec::new(), options)
+    }
+
+    /// Serves on 127.0.0.1:0 with its gate closed: each request waits at
+    /// the gate until [`FakeOpenAi::open_gate`], then is answered by the
+    /// step of its conversation's turn (`turns[0]` for a conversation's
+    /// first request, `turns[1]` once it holds one answer, ...); past them,
+    /// the last again. Many runs follow one script side by side.
+    pub async fn start_gated_by_turn(turns: Vec<Step>) -> FakeOpenAi {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let options = Options {
+            by_turn: true,
+            gated: true,
+            ..Options::default()
+        };
+        Self::serve_as(listener, turns, Vec::new(), options)
+    }
+
+    /// Waits until `n` requests have come to the gate.
+    pub async fn at_gate(&self, n: usize) {
+        let mut rx = self.shared.at_gate.subscribe();
+        rx.wait_for(|came| *came >= n)
+            .await
+            .expect("the fake is serving");
+    }
+
+    /// Lets every request waiting at the gate, and every later one, through.
+    pub fn open_gate(&self) {
+        self.shared.gate_closed.send_replace(false);
     }
 
     fn serve(
@@ -126,20 +176,23 @@ impl FakeOpenAi {
         steps: Vec<Step>,
         rules: Vec<(String, Step)>,
     ) -> FakeOpenAi {
-        Self::serve_as(listener, steps, rules, false)
+        Self::serve_as(listener, steps, rules, Options::default())
     }
 
     fn serve_as(
         listener: tokio::net::TcpListener,
         steps: Vec<Step>,
         rules: Vec<(String, Step)>,
-        no_usage: bool,
+        options: Options,
     ) -> FakeOpenAi {
         let shared = Arc::new(Shared {
             steps,
             rules,
-            no_usage,
+            no_usage: options.no_usage,
             holding: tokio::sync::watch::Sender::new(false),
+            by_turn: options.by_turn,
+            gate_closed: tokio::sync::watch::Sender::new(options.gated),
+            at_gate: tokio::sync::watch::Sender::new(0),
             cursor: AtomicUsize::new(0),
             log: Mutex::new(Vec::new()),
         });
@@ -192,6 +245,11 @@ async fn chat_completions(
         .get(header::AUTHORIZATION)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let body = parse_body(&body).unwrap_or_else(|raw| raw);
+    if *shared.gate_closed.borrow() {
+        let mut closed = shared.gate_closed.subscribe();
+        shared.at_gate.send_modify(|came| *came += 1);
+        let _ = closed.wait_for(|closed| !*closed).await;
+    }
     // Log and take the step under one lock, so the log order is the script order.
     // A body that is not a JSON object is logged but consumes no step.
     let step = {
@@ -220,6 +278,16 @@ async fn chat_completions(
                     || Step::Text(DONE_TEXT.to_owned()),
                     |(_, step)| step.clone(),
                 )
+        } else if declares_tools && shared.by_turn {
+            let answered = body["messages"].as_array().map_or(0, |messages| {
+                messages.iter().filter(|m| m["role"] == "assistant").count()
+            });
+            shared
+                .steps
+                .get(answered)
+                .or(shared.steps.last())
+                .cloned()
+                .unwrap_or_else(|| Step::Text(DONE_TEXT.to_owned()))
         } else if declares_tools {
             let index = shared.cursor.fetch_add(1, Ordering::SeqCst);
             shared

@@ -16,6 +16,7 @@ mod api_keys;
 mod calls;
 mod connection;
 mod feed;
+mod lease_thread;
 mod provider_keys;
 mod providers;
 mod push;
@@ -241,8 +242,14 @@ pub enum Backend {
 #[derive(Clone)]
 pub struct Store {
     pool: ConnectionPool,
-    /// The heartbeat's own connection (see `connection::Pools`).
-    leases: ConnectionPool,
+    /// The heartbeat's own connection, on its own thread (see
+    /// `connection::Pools`, `lease_thread`).
+    leases: Arc<lease_thread::LeaseThread>,
+    /// Places for calls on `pool`: as many as it has connections. A call
+    /// waits for one here, in turn, before it takes a blocking thread: calls
+    /// a busy replica queues wait as tasks, not as threads parked on the
+    /// pool, so the blocking pool stays free for everything else.
+    places: Arc<tokio::sync::Semaphore>,
     backend: Backend,
     /// Seals and opens provider API keys.
     secrets: SecretBox,
@@ -313,9 +320,16 @@ impl Store {
             }
             None => None,
         };
+        let places = Arc::new(tokio::sync::Semaphore::new(
+            usize::try_from(pool.max_size()).unwrap_or(1),
+        ));
+        let leases = lease_thread::LeaseThread::start(leases).map_err(|e| {
+            StoreError::Database(format!("cannot start the thread of the leases: {e}"))
+        })?;
         Ok(Self {
             pool,
-            leases,
+            leases: Arc::new(leases),
+            places,
             backend,
             secrets,
             sqlite_file,
@@ -422,18 +436,24 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
     {
-        self.on(&self.pool, f).await
+        self.on(f).await
     }
 
-    /// Runs `f` on a connection of `pool`, off the async threads.
-    async fn on<T, F>(&self, pool: &ConnectionPool, f: F) -> Result<T, StoreError>
+    /// Runs `f` on a connection of the pool, off the async threads, once a
+    /// place is free (see `places`).
+    async fn on<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
     {
-        let pool = pool.clone();
+        let place = Arc::clone(&self.places)
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::Database("the store is closed".into()))?;
+        let pool = self.pool.clone();
         let tasks = Arc::clone(&self.tasks);
         let result = blocking(move || {
+            let _place = place;
             let mut conn = pool.get().map_err(|e| {
                 StoreError::Database(format!("no database connection available: {e}"))
             })?;
@@ -512,10 +532,19 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
     {
-        self.on(&self.leases, move |conn| {
-            connection::write_transaction(conn, f)
-        })
-        .await
+        let tasks = Arc::clone(&self.tasks);
+        let result = self
+            .leases
+            .run(move |conn| {
+                let result = connection::write_transaction(conn, f);
+                tasks.written(&task_cache::take_touched());
+                result
+            })
+            .await;
+        if let Err(StoreError::Database(_)) = &result {
+            self.failures.notify_one();
+        }
+        result
     }
 }
 

@@ -688,3 +688,53 @@ async fn a_call_sent_counts_as_estimated_until_its_answer_takes_its_place() {
         assert_eq!(day, u, "{b}: the day's sums agree with the task's");
     }
 }
+
+/// A replica whose runs' database work holds every blocking thread (and
+/// every pooled connection) still renews its leases: the heartbeat waits in
+/// no queue of theirs. Before, it went through tokio's blocking pool, and a
+/// replica that admitted a thousand runs at once fenced itself.
+#[test]
+fn the_heartbeat_goes_through_while_the_runs_hold_every_blocking_thread() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        for t in test_stores().await {
+            t.store
+                .register_replica()
+                .await
+                .unwrap_or_else(|e| panic!("{}: register: {e}", t.backend));
+            let (release, held) = std::sync::mpsc::channel::<()>();
+            let held = std::sync::Arc::new(std::sync::Mutex::new(held));
+            let (busy, all_busy) = std::sync::mpsc::channel::<()>();
+            for _ in 0..2 {
+                let held = std::sync::Arc::clone(&held);
+                let busy = busy.clone();
+                tokio::task::spawn_blocking(move || {
+                    let _ = busy.send(());
+                    let _ = held.lock().expect("lock").recv();
+                });
+            }
+            for _ in 0..2 {
+                all_busy.recv().expect("a blocking thread is held");
+            }
+            let beat = tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                t.store.heartbeat(Vec::new()),
+            )
+            .await;
+            release.send(()).expect("release");
+            release.send(()).expect("release");
+            let beat = beat.unwrap_or_else(|_| {
+                panic!(
+                    "{}: the heartbeat waited for the blocking threads the runs hold",
+                    t.backend
+                )
+            });
+            assert!(beat.is_ok(), "{}: {:?}", t.backend, beat.err());
+        }
+    });
+}
