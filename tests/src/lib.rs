@@ -7,6 +7,7 @@
 
 pub mod a2a;
 pub mod agents;
+pub mod attacked;
 pub mod attacker;
 pub mod balancer;
 pub mod cluster;
@@ -23,6 +24,7 @@ pub mod mcp;
 pub mod mcp_http;
 pub mod orchestrator;
 pub mod otlp;
+pub mod overload;
 pub mod pki;
 pub mod raw;
 pub mod stats;

@@ -1,11 +1,13 @@
 //! Hostile load against the orchestrator binary, each as an attacker would
-//! make it: calls whose message never comes, answers never read,
-//! connections that never say a word, tokens naming keys that do not exist,
+//! make it: calls whose message never comes, answers never read (connections
+//! held by attackers are in `attacks_connections.rs`),
+//! tokens naming keys that do not exist,
 //! streams held open without a credential (server reflection) or by one
 //! read-only key (WatchTask).
 //! While each runs, an admin's unary call and WatchTask, an agent's call to
 //! the orchestrator and its tool call to tool-exec, and a Handoff stream are
-//! served; afterwards the orchestrator's peak memory is under [`PEAK_MIB`].
+//! served; afterwards the orchestrator's peak memory is under
+//! [`chorus_tests::attacked::PEAK_MIB`].
 //! Before, each of these stalled every caller (RESOURCE_EXHAUSTED, or no
 //! answer at all) or grew the service by gigabytes.
 
@@ -14,10 +16,12 @@ use chorus_proto::orchestrator::v1::agent_tools_client::AgentToolsClient;
 use chorus_proto::orchestrator::v1::orchestrator_client::OrchestratorClient;
 use chorus_proto::tools::v1::ExecuteToolRequest;
 use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
-use chorus_tests::agents::{Client, add_agent, fake_cli, planned_task, report, workspace};
+use chorus_tests::attacked::{
+    legitimate_callers_are_served, peak_is_bounded, setup, viewer_is_served_again,
+};
 use chorus_tests::attacker::{self, H2};
 use chorus_tests::credentials::Bearer;
-use chorus_tests::orchestrator::{OrchestratorProcess, channel_to, client_at};
+use chorus_tests::orchestrator::{channel_to, client_at};
 use prost::Message as _;
 use serde_json::json;
 use tokio_stream::StreamExt as _;
@@ -31,194 +35,6 @@ use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 const STREAMS: usize = 1024;
 /// Over how many connections (HTTP/2 allows a connection only so many).
 const CONNECTIONS: usize = 8;
-
-/// The orchestrator's resident memory never goes past this (MiB), whatever
-/// the attack: the limits bound what a caller can make it hold.
-const PEAK_MIB: u64 = 400;
-
-struct Setup {
-    orchestrator: OrchestratorProcess,
-    admin: Client,
-    task: pb::Task,
-    agent_token: String,
-    viewer_key: String,
-    _dirs: (tempfile::TempDir, tempfile::TempDir),
-}
-
-/// An orchestrator started with `extra` flags (and at most `open_files` file
-/// descriptors), a workspace with a file, a planned task with an agent's run
-/// open, and a viewer key.
-async fn setup(extra: &[&str], open_files: Option<u64>) -> Setup {
-    let data = tempfile::tempdir().expect("data");
-    let root = tempfile::tempdir().expect("root");
-    std::fs::write(root.path().join("notes.txt"), "hello").expect("a file");
-    chorus_sandbox::testing::give_to_test_user(root.path());
-    let url = data.path().join("chorus.db").display().to_string();
-    let fake_cli = fake_cli();
-    let mut flags = vec!["--claude-bin", fake_cli.to_str().expect("a UTF-8 path")];
-    flags.extend_from_slice(extra);
-    let orchestrator = match open_files {
-        Some(n) => OrchestratorProcess::spawn_with_open_files(data.path(), &url, &flags, n).await,
-        None => OrchestratorProcess::spawn(data.path(), &url, &flags).await,
-    };
-    let mut admin = orchestrator.client().await;
-    let ws = workspace(&mut admin, "attacked", root.path()).await;
-    admin
-        .create_provider(pb::CreateProviderRequest {
-            workspace_id: ws.id.clone(),
-            name: "model".into(),
-            kind: pb::ProviderKind::ClaudeCode.into(),
-            ..Default::default()
-        })
-        .await
-        .expect("provider");
-    add_agent(
-        &mut admin,
-        &ws,
-        "reader",
-        &["task.comment", "file.read", "handoff"],
-        "model",
-    )
-    .await;
-    add_agent(&mut admin, &ws, "helper", &["completion-report"], "model").await;
-    let task = planned_task(&mut admin, &ws, "read the notes").await;
-    let opened = admin
-        .open_run(pb::OpenRunRequest {
-            task_id: task.id.clone(),
-            agent: "reader".into(),
-            ttl_secs: 600,
-        })
-        .await
-        .expect("run")
-        .into_inner();
-    let viewer_key = admin
-        .create_api_key(pb::CreateApiKeyRequest {
-            name: "dashboard".into(),
-            role: pb::Role::Viewer.into(),
-        })
-        .await
-        .expect("viewer key")
-        .into_inner()
-        .secret;
-    Setup {
-        orchestrator,
-        admin,
-        task,
-        agent_token: opened.token,
-        viewer_key,
-        _dirs: (data, root),
-    }
-}
-
-/// While an attack runs: an admin's unary call, WatchTask and Handoff
-/// stream, an agent's call to the orchestrator and its tool call to
-/// tool-exec are all served.
-async fn legitimate_callers_are_served(s: &mut Setup) {
-    s.admin
-        .get_task(pb::GetTaskRequest {
-            id: s.task.id.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("an admin's unary call during the attack");
-    let mut watch = s
-        .admin
-        .watch_task(pb::WatchTaskRequest {
-            task_id: s.task.id.clone(),
-            after_sequence: 0,
-            follow: true,
-            until_needed: false,
-        })
-        .await
-        .expect("an admin's WatchTask during the attack")
-        .into_inner();
-    watch
-        .next()
-        .await
-        .expect("an event")
-        .expect("the admin's watch streams");
-    // The agent hands work to another, which reports it done.
-    let mut handoff = OrchestratorClient::with_interceptor(
-        channel_to(s.orchestrator.addr).await,
-        Bearer::new(&s.agent_token),
-    )
-    .handoff(pb::HandoffRequest {
-        task_id: s.task.id.clone(),
-        agent: "helper".into(),
-        prompt: [report("complete", "helped"), "fake: say helped.".to_owned()].join("\n"),
-        ..Default::default()
-    })
-    .await
-    .expect("a Handoff during the attack")
-    .into_inner();
-    let mut last = None;
-    while let Some(message) = handoff.next().await {
-        last = message.expect("the Handoff streams").event;
-    }
-    assert!(
-        matches!(last, Some(pb::handoff_event::Event::Completed(_))),
-        "the handoff ends completed: {last:?}"
-    );
-    let mut agent = AgentToolsClient::with_interceptor(
-        channel_to(s.orchestrator.addr).await,
-        Bearer::new(&s.agent_token),
-    );
-    agent
-        .call_tool(pb::CallToolRequest {
-            tool: "help".into(),
-            arguments: None,
-        })
-        .await
-        .expect("an agent's call to the orchestrator during the attack");
-    let read = ToolExecClient::with_interceptor(
-        channel_to(s.orchestrator.tool_exec_addr).await,
-        Bearer::new(&s.agent_token),
-    )
-    .execute_tool(attacker::tool_call(
-        "file.read",
-        &json!({"path": "notes.txt"}),
-    ))
-    .await
-    .expect("an agent's tool call during the attack")
-    .into_inner();
-    assert!(format!("{read:?}").contains("hello"), "{read:?}");
-}
-
-/// After an attack of the viewer's, its key is served again: a WatchTask
-/// streams its first event.
-async fn viewer_is_served_again(s: &Setup) {
-    let mut viewer = OrchestratorClient::with_interceptor(
-        channel_to(s.orchestrator.addr).await,
-        Bearer::new(&s.viewer_key),
-    );
-    let mut watch = tokio::time::timeout(
-        std::time::Duration::from_secs(20),
-        viewer.watch_task(pb::WatchTaskRequest {
-            task_id: s.task.id.clone(),
-            after_sequence: 0,
-            follow: true,
-            until_needed: false,
-        }),
-    )
-    .await
-    .expect("the viewer's watch is answered")
-    .expect("the viewer's watch after the attack")
-    .into_inner();
-    tokio::time::timeout(std::time::Duration::from_secs(20), watch.next())
-        .await
-        .expect("the viewer's watch streams")
-        .expect("an event")
-        .expect("the viewer's watch streams");
-}
-
-fn peak_is_bounded(s: &Setup, attack: &str) {
-    let (now, peak) = attacker::memory_mib(s.orchestrator.pid());
-    eprintln!("{attack}: orchestrator RSS {now} MiB, peak {peak} MiB");
-    assert!(
-        peak <= PEAK_MIB,
-        "{attack}: the orchestrator's memory reached {peak} MiB (bound {PEAK_MIB} MiB)"
-    );
-}
 
 /// A viewer's 600 calls whose headers come and whose message never does,
 /// on the orchestrator's port and on tool-exec's: they hold no place of
@@ -360,59 +176,6 @@ async fn answers_never_read_are_cut_off_and_memory_stays_bounded() {
     drop(answers);
     viewer_is_served_again(&s).await;
     peak_is_bounded(&s, "answers never read");
-    s.orchestrator.kill().await;
-}
-
-/// 2,000 connections from one address that never send a byte, against an
-/// orchestrator allowed 1,024 open files: at most 768 connections are held (¾
-/// of the files; a newer one closes the oldest silent one), each silent one
-/// for at most `--handshake-timeout-secs`; callers with a credential (on a connection
-/// they had, and on a new one from another address) are served, and the
-/// closes are logged a few lines a second. Before, 20,000 such connections
-/// used every file descriptor: admin calls got no answer at all.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn silent_connections_past_the_open_file_limit_stall_no_one() {
-    let mut s = setup(&["--handshake-timeout-secs", "5"], Some(1024)).await;
-    let before = s.orchestrator.log_lines();
-    let started = std::time::Instant::now();
-    let mut silent = Vec::new();
-    for _ in 0..2000 {
-        silent.push(
-            tokio::net::TcpStream::connect(s.orchestrator.addr)
-                .await
-                .expect("connect"),
-        );
-    }
-    legitimate_callers_are_served(&mut s).await;
-    // An admin arriving now from another address.
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://{}", s.orchestrator.addr))
-            .expect("endpoint")
-            .local_address(Some(std::net::Ipv4Addr::new(127, 0, 0, 2).into()))
-            .connect()
-            .await
-            .expect("a new connection from another address");
-    OrchestratorClient::with_interceptor(channel, Bearer::new(&s.orchestrator.admin_key))
-        .get_task(pb::GetTaskRequest {
-            id: s.task.id.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("a new admin's call during the attack");
-    // Every silent connection is closed: the older ones as newer came, the
-    // rest when their time to say something is up.
-    // (The server's own SETTINGS may come first.)
-    for mut socket in silent {
-        let mut sink = Vec::new();
-        let _ = tokio::io::AsyncReadExt::read_to_end(&mut socket, &mut sink).await;
-    }
-    let seconds = started.elapsed().as_secs() + 1;
-    let logged = s.orchestrator.log_lines() - before;
-    assert!(
-        logged <= 10 * seconds + 20,
-        "2,000 closed connections in about {seconds} s logged {logged} lines"
-    );
-    peak_is_bounded(&s, "silent connections");
     s.orchestrator.kill().await;
 }
 

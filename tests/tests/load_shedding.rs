@@ -243,3 +243,35 @@ async fn orchestrator_streams_beyond_their_limit_are_refused_and_unary_calls_go_
     drop(streams);
     orchestrator.stop().await;
 }
+
+/// Python's grpc client (grpcio, which the A2A SDK's gRPC transport uses)
+/// reads why a stream beyond the limit was refused: RESOURCE_EXHAUSTED
+/// naming the limit and its flag, not INTERNAL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_refused_at_the_limit_is_read_as_such_by_pythons_grpc_client() {
+    let Some(python) = chorus_tests::a2a::python_or_skip() else {
+        return;
+    };
+    let data = tempfile::tempdir().expect("data");
+    let orchestrator = chorus_tests::orchestrator::OrchestratorProcess::spawn(
+        data.path(),
+        &data.path().join("chorus.db").display().to_string(),
+        &["--max-anonymous-calls", "2"],
+    )
+    .await;
+    let plan = json!({ "addr": orchestrator.addr.to_string(), "hold": 2 });
+    let seen = chorus_tests::a2a::run_script(
+        &python,
+        "refused_reflection.py",
+        plan.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(seen["code"], "RESOURCE_EXHAUSTED", "{seen}");
+    assert!(
+        seen["details"]
+            .as_str()
+            .is_some_and(|d| d.contains("--max-anonymous-calls")),
+        "{seen}"
+    );
+    orchestrator.kill().await;
+}

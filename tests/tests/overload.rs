@@ -14,11 +14,9 @@
 //! default: about a minute per database here).
 
 use chorus_proto::orchestrator::v1 as pb;
-use chorus_tests::agents::{api_team, history, planned_task, settled, start};
+use chorus_tests::agents::{history, settled};
 use chorus_tests::db::databases;
-use chorus_tests::fake_openai::{FakeOpenAi, Step};
-use chorus_tests::orchestrator::OrchestratorProcess;
-use serde_json::json;
+use chorus_tests::overload::ReadingRuns;
 
 fn runs() -> usize {
     std::env::var("CHORUS_TEST_OVERLOAD_RUNS")
@@ -27,61 +25,30 @@ fn runs() -> usize {
         .unwrap_or(1000)
 }
 
-/// Each run's conversation: four reads at once, then the report.
-fn turns() -> Vec<Step> {
-    let read = ("file_read".to_owned(), json!({ "path": "notes.txt" }));
-    vec![
-        Step::ToolCalls(vec![read.clone(), read.clone(), read.clone(), read]),
-        Step::tool_call(
-            "completion-report",
-            json!({ "status": "complete", "summary": "read", "output": "read it" }),
-        ),
-    ]
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_released_at_once_all_complete_with_none_failed_or_stuck() {
     let runs = runs();
     let data = tempfile::tempdir().expect("data");
     for db in databases(data.path()) {
-        let root = tempfile::tempdir().expect("root");
-        std::fs::write(root.path().join("notes.txt"), "hello").expect("a file");
-        let model = FakeOpenAi::start_gated_by_turn(turns()).await;
-        let dir = tempfile::tempdir().expect("orchestrator data");
-        let orchestrator =
-            OrchestratorProcess::spawn(dir.path(), &db.url, &["--lease-secs", "3"]).await;
-        let mut admin = orchestrator.client().await;
-        let team = api_team(
-            &mut admin,
-            root.path(),
-            &model,
-            &["file.read", "completion-report"],
-            "",
-        )
-        .await;
-        let mut tasks = Vec::with_capacity(runs);
-        for i in 0..runs {
-            let task = planned_task(&mut admin, &team.workspace, &format!("read {i}")).await;
-            start(&mut admin, &task, &team.agent, 0).await;
-            tasks.push(task.id);
-        }
+        let mut load = ReadingRuns::plan(&db.url, &["--lease-secs", "3"], runs, false).await;
+        load.start_all().await;
         // Every run waits for its model's first answer; then all go at once.
-        model.at_gate(runs).await;
-        model.open_gate();
+        load.release().await;
+        let admin = &mut load.admin;
 
         // A run its replica stopped and resumed is one its load fenced: the
         // heartbeat waited behind the runs' work.
         let mut failed = Vec::new();
         let mut resumed = 0;
-        for task in &tasks {
-            let settled = settled(&mut admin, task).await;
-            let events = history(&mut admin, task).await;
+        for task in &load.tasks {
+            let settled = settled(admin, &task.id).await;
+            let events = history(admin, &task.id).await;
             let story: Vec<String> = events.iter().map(|e| e.kind.clone()).collect();
             if events.iter().any(|e| e.kind == "run_resumed") {
                 resumed += 1;
             }
             if settled.status != "completed" {
-                failed.push(format!("{task}: {} {story:?}", settled.status));
+                failed.push(format!("{}: {} {story:?}", task.id, settled.status));
             }
         }
         assert!(
@@ -105,6 +72,6 @@ async fn runs_released_at_once_all_complete_with_none_failed_or_stuck() {
             .expect("list")
             .into_inner();
         assert_eq!(active.tasks.len(), 0, "{}: tasks left active", db.backend);
-        orchestrator.kill().await;
+        load.orchestrator.kill().await;
     }
 }

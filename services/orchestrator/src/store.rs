@@ -457,12 +457,14 @@ impl Store {
             let mut conn = pool.get().map_err(|e| {
                 StoreError::Database(format!("no database connection available: {e}"))
             })?;
-            let result = f(&mut conn);
-            // Its transaction has ended: the tasks it wrote are read anew.
-            tasks.written(&task_cache::take_touched());
-            result
+            ended(&tasks, f(&mut conn))
         })
         .await;
+        self.noted(result)
+    }
+
+    /// `result`, a database failure noted (see [`Store::failures`]).
+    fn noted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         if let Err(StoreError::Database(_)) = &result {
             self.failures.notify_one();
         }
@@ -535,17 +537,17 @@ impl Store {
         let tasks = Arc::clone(&self.tasks);
         let result = self
             .leases
-            .run(move |conn| {
-                let result = connection::write_transaction(conn, f);
-                tasks.written(&task_cache::take_touched());
-                result
-            })
+            .run(move |conn| ended(&tasks, connection::write_transaction(conn, f)))
             .await;
-        if let Err(StoreError::Database(_)) = &result {
-            self.failures.notify_one();
-        }
-        result
+        self.noted(result)
     }
+}
+
+/// `result` of a call whose transaction has ended: the tasks it wrote are
+/// read anew.
+fn ended<T>(tasks: &task_cache::TaskCache, result: T) -> T {
+    tasks.written(&task_cache::take_touched());
+    result
 }
 
 /// Runs blocking database work on tokio's blocking pool. A panic inside it is

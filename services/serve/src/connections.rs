@@ -13,6 +13,12 @@
 //!   closed as soon as it is accepted; while the connections closed to make
 //!   room are still being dropped, the next waits in the kernel's backlog
 //!   (at most a second) rather than being closed on arrival;
+//! - at most `per_credential` connections that carried a call with one
+//!   credential — an API key or a run (`--max-connections-per-credential`):
+//!   one more closes that credential's oldest connection without a call in
+//!   flight; and the connections of keys other than admins' hold at most
+//!   seven eighths of `max`, so one more of theirs closes the oldest idle one
+//!   of them: callers with keys cannot fill the room admins and agents need;
 //! - at most `per_peer` connections per peer address that have not yet
 //!   carried a call with a credential (`--max-unproven-connections-per-peer`);
 //!   one more closes the oldest of them: one address cannot hold every
@@ -42,12 +48,15 @@
 //! once it is closing) tells its client that none was: a client whose calls
 //! came in a burst with many others sends them again instead of failing.
 
+mod book;
 mod conn;
 mod goaway;
 
+pub use book::Holder;
+use book::{Book, Holders};
 pub use conn::Conn;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -80,6 +89,8 @@ pub struct ConnectionLimits {
     /// Connections per peer address that have carried no call with a
     /// credential yet.
     pub per_peer: usize,
+    /// Connections that carried a call with one credential.
+    pub per_credential: usize,
     /// Time to send the HTTP/2 preface and a frame header.
     pub handshake: Duration,
     /// Time a connection may hold no call.
@@ -93,6 +104,7 @@ impl Default for ConnectionLimits {
         Self {
             max: None,
             per_peer: 1024,
+            per_credential: 64,
             handshake: Duration::from_secs(10),
             idle: Duration::from_secs(300),
             answer_send: Duration::from_secs(30),
@@ -119,6 +131,9 @@ struct Registry {
     by_peer: Mutex<HashMap<SocketAddr, Weak<ConnState>>>,
     /// Connections that carried no call with a credential yet.
     unproven: Mutex<Book>,
+    /// Connections proven by each credential, and by credentials with no
+    /// reserved room.
+    holders: Mutex<Holders>,
     closes: LogRate,
     /// "the orchestrator", "tool-exec".
     service: &'static str,
@@ -139,6 +154,7 @@ impl Connections {
                 lingering: AtomicUsize::new(0),
                 by_peer: Mutex::default(),
                 unproven: Mutex::default(),
+                holders: Mutex::default(),
                 closes: LogRate::new(CLOSES_LOGGED_PER_SECOND),
                 service,
             }),
@@ -215,76 +231,6 @@ impl Connections {
     }
 }
 
-/// Connections that carried no call with a credential yet: how many, and
-/// (oldest first) which — some of them since proven or gone — per address
-/// and in all.
-#[derive(Debug, Default)]
-struct Book {
-    by_ip: HashMap<IpAddr, Unproven>,
-    all: Unproven,
-}
-
-#[derive(Debug, Default)]
-struct Unproven {
-    count: usize,
-    queue: VecDeque<Weak<ConnState>>,
-}
-
-/// How many of the oldest unproven connections are searched for one that has
-/// asked for nothing, before the oldest of all is closed instead.
-const SILENT_SEARCHED: usize = 64;
-
-impl Unproven {
-    /// The oldest connection still unproven that has asked for nothing (among
-    /// the [`SILENT_SEARCHED`] oldest), else the oldest of all, taken out of
-    /// the count and closing for `why` (see [`ConnState::evict`]): a
-    /// connection whose call is on its way is about to be proven, and a flood
-    /// of silent ones must not push it out first.
-    fn evict_oldest(&mut self, why: &str) -> Option<Arc<ConnState>> {
-        let mut searched = 0;
-        let mut at = 0;
-        while at < self.queue.len() && searched < SILENT_SEARCHED {
-            if let Some(state) = self.queue[at].upgrade()
-                && !state.proven.load(Ordering::Acquire)
-            {
-                searched += 1;
-                if !state.asked.load(Ordering::Acquire) && state.evict(why) {
-                    self.queue.remove(at);
-                    self.count = self.count.saturating_sub(1);
-                    return Some(state);
-                }
-            }
-            at += 1;
-        }
-        while let Some(oldest) = self.queue.pop_front() {
-            if let Some(oldest) = oldest.upgrade()
-                && oldest.evict(why)
-            {
-                self.count = self.count.saturating_sub(1);
-                return Some(oldest);
-            }
-        }
-        None
-    }
-
-    fn add(&mut self, state: &Arc<ConnState>) {
-        self.count += 1;
-        self.queue.push_back(Arc::downgrade(state));
-    }
-
-    /// One fewer; drops entries of connections since proven or gone once they
-    /// are most of the queue.
-    fn remove_one(&mut self) {
-        self.count = self.count.saturating_sub(1);
-        if self.queue.len() > 2 * self.count + 64 {
-            self.queue.retain(|w| {
-                w.upgrade()
-                    .is_some_and(|c| !c.proven.load(Ordering::Acquire))
-            });
-        }
-    }
-}
-
 /// Connections past `max` held while the ones closed to make room for them
 /// are still being dropped.
 const ROOM_BEING_MADE: usize = 64;
@@ -345,6 +291,7 @@ impl Registry {
             next_answer: AtomicU64::new(0),
             proven: AtomicBool::new(false),
             asked: AtomicBool::new(false),
+            holder: std::sync::OnceLock::new(),
             closing: Mutex::default(),
             waker: Mutex::new(None),
             registry: Arc::downgrade(self),
@@ -463,14 +410,14 @@ impl Registry {
                 evicted = mine.evict_oldest(&why("--max-unproven-connections-per-peer"));
             }
             if evicted.is_some() {
-                book.all.remove_one();
+                book.all.remove_unproven();
             } else if full {
                 evicted = book.all.evict_oldest(&why("--max-connections"));
                 reason = "connections";
                 if let Some(oldest) = &evicted
                     && let Some(theirs) = book.by_ip.get_mut(&oldest.peer.ip())
                 {
-                    theirs.remove_one();
+                    theirs.remove_unproven();
                 }
             }
             if full && evicted.is_none() {
@@ -493,12 +440,57 @@ impl Registry {
     /// One connection of `ip` no longer counts as unproven.
     fn proven(&self, ip: IpAddr) {
         let mut book = self.unproven.lock().unwrap_or_else(PoisonError::into_inner);
-        book.all.remove_one();
+        book.all.remove_unproven();
         if let Some(mine) = book.by_ip.get_mut(&ip) {
-            mine.remove_one();
+            mine.remove_unproven();
             if mine.count == 0 {
                 book.by_ip.remove(&ip);
             }
+        }
+    }
+
+    /// Most connections proven by credentials without reserved room: seven
+    /// eighths of `max`.
+    fn unreserved_max(&self) -> usize {
+        (self.max - self.max / 8).max(1)
+    }
+
+    /// `state` was proven by `holder`: it counts against the holder's
+    /// connections, and the oldest idle one past a bound is closed.
+    fn held_by(&self, state: &Arc<ConnState>, holder: &Holder) {
+        let mut holders = self.holders.lock().unwrap_or_else(PoisonError::into_inner);
+        let mine = holders.by_name.entry(holder.name.clone()).or_default();
+        mine.add(state);
+        if mine.count > self.limits.per_credential {
+            let why = format!(
+                "{} holds its limit of {} connections with calls (--max-connections-per-credential); its oldest idle one was closed",
+                holder.name, self.limits.per_credential
+            );
+            mine.close_oldest_idle(state, &why);
+        }
+        if !holder.reserved {
+            holders.unreserved.add(state);
+            if holders.unreserved.count > self.unreserved_max() {
+                let why = format!(
+                    "keys other than admins' hold {} of {} connections (--max-connections: an eighth is kept for admins and agents); the oldest idle one was closed",
+                    holders.unreserved.count, self.max
+                );
+                holders.unreserved.close_oldest_idle(state, &why);
+            }
+        }
+    }
+
+    /// A connection proven by `holder` is gone.
+    fn let_go(&self, holder: &Holder) {
+        let mut holders = self.holders.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(mine) = holders.by_name.get_mut(&holder.name) {
+            mine.remove_one(|_| true);
+            if mine.count == 0 {
+                holders.by_name.remove(&holder.name);
+            }
+        }
+        if !holder.reserved {
+            holders.unreserved.remove_one(|_| true);
         }
     }
 }
@@ -528,6 +520,8 @@ pub struct ConnState {
     proven: AtomicBool,
     /// Its client has opened a stream (sent a request's headers).
     asked: AtomicBool,
+    /// The credential whose call proved it.
+    holder: std::sync::OnceLock<Holder>,
     closing: Mutex<Closing>,
     /// The connection task, to wake when a bound changes.
     waker: Mutex<Option<Waker>>,
@@ -578,20 +572,36 @@ impl ConnState {
 
     /// A call on the connection is about to run: false when the connection
     /// is closing, and the call must not run (its client is told it was not
-    /// taken). A call with a `credential` proves the connection: it no
-    /// longer counts against its address's unproven connections.
-    pub fn take_call(&self, credential: bool) -> bool {
+    /// taken). A call with a credential (`holder`) proves the connection: it
+    /// no longer counts against its address's unproven connections, and
+    /// counts against the credential's.
+    pub fn take_call(self: &Arc<Self>, holder: Option<&Holder>) -> bool {
         let mut closing = self.closing.lock().unwrap_or_else(PoisonError::into_inner);
         if closing.why.is_some() {
             return false;
         }
         closing.taken = true;
-        let proves = credential && !self.proven.swap(true, Ordering::AcqRel);
+        let proves = holder.is_some() && !self.proven.swap(true, Ordering::AcqRel);
+        let first_holder = holder.filter(|h| self.holder.set((*h).clone()).is_ok());
         drop(closing);
-        if proves && let Some(registry) = self.registry.upgrade() {
-            registry.proven(self.peer.ip());
+        if let Some(registry) = self.registry.upgrade() {
+            if proves {
+                registry.proven(self.peer.ip());
+            }
+            if let Some(holder) = first_holder {
+                registry.held_by(self, holder);
+            }
         }
         true
+    }
+
+    /// Whether it is closing (a bound, or a holder's limit, closed it).
+    fn is_closing(&self) -> bool {
+        self.closing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .why
+            .is_some()
     }
 
     /// Closes an unproven connection for `why`, out of the unproven count;

@@ -76,6 +76,11 @@ pub struct ServeArgs {
     /// credential yet; one more closes the oldest of them.
     #[arg(long, env = "CHORUS_MAX_UNPROVEN_CONNECTIONS_PER_PEER", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_unproven_connections_per_peer: u32,
+    /// Connections that carried a call with one API key or one run; one more
+    /// closes that credential's oldest idle connection. Keys other than
+    /// admins' hold at most seven eighths of --max-connections together.
+    #[arg(long, env = "CHORUS_MAX_CONNECTIONS_PER_CREDENTIAL", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_credential: u32,
     /// Streams one connection may open at once (HTTP/2
     /// MAX_CONCURRENT_STREAMS, advertised to clients).
     #[arg(long, env = "CHORUS_MAX_STREAMS_PER_CONNECTION", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
@@ -136,6 +141,7 @@ impl ServeArgs {
             connections: ConnectionLimits {
                 max: (self.max_connections > 0).then(|| bytes(self.max_connections)),
                 per_peer: places(self.max_unproven_connections_per_peer),
+                per_credential: places(self.max_connections_per_credential),
                 handshake: Duration::from_secs(self.handshake_timeout_secs.max(1)),
                 idle: Duration::from_secs(self.connection_idle_secs.max(1)),
                 answer_send: Duration::from_secs(self.answer_send_secs.max(1)),
@@ -273,6 +279,11 @@ impl ServeConfig {
                 "--max-unproven-connections-per-peer",
                 l.per_peer.to_string(),
                 "connections of one address that carried no call with a credential",
+            ),
+            limit(
+                "--max-connections-per-credential",
+                l.per_credential.to_string(),
+                "connections that carried a call with one key or run; keys other than admins' hold at most seven eighths of --max-connections",
             ),
             limit(
                 "--max-streams-per-connection",

@@ -329,7 +329,7 @@ impl Shared {
             .and_then(|c| c.of(request.extensions()));
         let caller = Caller::of(request.extensions());
         if let Some(conn) = &conn
-            && !conn.take_call(caller.who().is_some())
+            && !conn.take_call(caller.holder().as_ref())
         {
             // Its client is told by the connection's GOAWAY that this call
             // was not taken; it may send it again.

@@ -53,6 +53,9 @@ impl Drop for Conn {
         if !self.state.proven.swap(true, Ordering::AcqRel) {
             registry.proven(self.state.peer.ip());
         }
+        if let Some(holder) = self.state.holder.get() {
+            registry.let_go(holder);
+        }
     }
 }
 

@@ -9,10 +9,27 @@ use super::*;
 const LIMITS: ConnectionLimits = ConnectionLimits {
     max: Some(8),
     per_peer: 2,
+    per_credential: 64,
     handshake: Duration::from_secs(10),
     idle: Duration::from_secs(60),
     answer_send: Duration::from_secs(30),
 };
+
+/// An admin's key: a credential with reserved room.
+fn admin() -> Holder {
+    Holder {
+        name: "key admin".into(),
+        reserved: true,
+    }
+}
+
+/// A viewer's key `id`.
+fn viewer(id: &str) -> Holder {
+    Holder {
+        name: format!("key {id}"),
+        reserved: false,
+    }
+}
 
 /// A listener on 127.0.0.1 whose accepted connections are bounded by
 /// `limits`, and its address.
@@ -165,7 +182,7 @@ async fn one_address_holds_few_connections_without_a_credential_the_oldest_goes_
 
     // A call with a credential on the second: it no longer counts, and is
     // never the one closed.
-    conn_second.state.take_call(true);
+    conn_second.state.take_call(Some(&admin()));
     let _fourth = client(addr, Ipv4Addr::LOCALHOST).await;
     let _conn_fourth = incoming.next().await.expect("accepted").expect("admitted");
     // Another address has a share of its own.
@@ -201,8 +218,8 @@ async fn past_the_total_the_oldest_silent_connection_makes_room_and_proven_ones_
     assert!(closed(&mut first).await);
     assert_eq!(connections.open(), 2);
     // Every connection has carried a call: one more is closed when accepted.
-    conn_second.state.take_call(true);
-    conn_third.state.take_call(true);
+    conn_second.state.take_call(Some(&admin()));
+    conn_third.state.take_call(Some(&admin()));
     let mut over = client(addr, Ipv4Addr::new(127, 0, 0, 4)).await;
     let next = tokio::spawn(async move { incoming.next().await.map(|c| c.map(|_| ())) });
     assert!(closed(&mut over).await, "refused: nothing to make room");
@@ -326,7 +343,7 @@ async fn a_connection_closed_before_it_took_a_call_tells_its_client_that_none_wa
     let conn_third = incoming.next().await.expect("accepted").expect("admitted");
     // The first is evicted: the call it read must not run now.
     assert!(
-        !conn_first.state.take_call(true),
+        !conn_first.state.take_call(Some(&admin())),
         "a call taken on an evicted connection"
     );
     let error = served(conn_first).await;
@@ -337,7 +354,7 @@ async fn a_connection_closed_before_it_took_a_call_tells_its_client_that_none_wa
         "the client was not told its call was not taken: {refused:?}"
     );
     // A connection that took a call is never evicted in its place.
-    assert!(conn_third.state.take_call(true));
+    assert!(conn_third.state.take_call(Some(&admin())));
 }
 
 #[tokio::test]
@@ -346,7 +363,7 @@ async fn a_connection_closed_after_a_call_names_it_and_later_calls_are_not_taken
     let (send, answer, _driver) = call_opened(client(addr, Ipv4Addr::LOCALHOST).await).await;
     let mut conn = incoming.next().await.expect("accepted").expect("admitted");
     read_until_stream(&mut conn, 1).await;
-    assert!(conn.state.take_call(true), "the first call runs");
+    assert!(conn.state.take_call(Some(&admin())), "the first call runs");
     conn.state.close("the demo closes it".to_owned());
     let error = served(conn).await;
     assert!(error.to_string().contains("the demo closes it"), "{error}");
@@ -387,7 +404,117 @@ async fn a_connection_whose_call_came_outlives_silent_ones_that_came_after_it() 
     assert!(error.to_string().contains("per-peer"), "{error}");
     assert!(closed(&mut silent).await);
     assert!(
-        asking.state.take_call(true),
+        asking.state.take_call(Some(&admin())),
         "the connection whose call came was closed"
     );
+}
+
+/// One credential's connections past `--max-connections-per-credential`:
+/// the oldest without a call in flight is closed; one with a call in flight
+/// is not, and another credential's are not.
+#[tokio::test]
+async fn a_credentials_connections_past_its_limit_close_its_oldest_idle_one() {
+    let (connections, mut incoming, addr) = listening(ConnectionLimits {
+        max: Some(64),
+        per_peer: 64,
+        per_credential: 2,
+        ..LIMITS
+    })
+    .await;
+    let mut clients = Vec::new();
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(addr, Ipv4Addr::LOCALHOST).await);
+        conns.push(incoming.next().await.expect("accepted").expect("admitted"));
+    }
+    let [first, second, third, fourth]: [Conn; 4] = conns.try_into().expect("four");
+    // The first is busy (a call in flight); the second idle.
+    assert!(first.state.take_call(Some(&viewer("v1"))));
+    let busy = first.state.call();
+    assert!(second.state.take_call(Some(&viewer("v1"))));
+    // Another credential's connection counts for it alone.
+    assert!(fourth.state.take_call(Some(&viewer("v2"))));
+    let first = tokio::spawn(served(first));
+    let fourth = tokio::spawn(served(fourth));
+    // A third of v1's: its oldest idle one (the second) is closed.
+    assert!(third.state.take_call(Some(&viewer("v1"))));
+    let error = served(second).await;
+    assert!(
+        error
+            .to_string()
+            .contains("--max-connections-per-credential"),
+        "{error}"
+    );
+    assert!(
+        closed(&mut clients[1]).await,
+        "the oldest idle one was closed"
+    );
+    assert!(
+        !first.is_finished(),
+        "a connection with a call in flight stays"
+    );
+    assert!(
+        !fourth.is_finished(),
+        "another credential's connection stays"
+    );
+    drop(busy);
+    first.abort();
+    fourth.abort();
+    assert!(connections.open() >= 3);
+}
+
+/// Keys other than admins' hold at most seven eighths of the connections:
+/// past that, a viewer's newly proven connection closes the oldest idle one
+/// of theirs, never an admin's.
+#[tokio::test]
+async fn keys_without_reserved_room_leave_an_eighth_of_the_connections_to_admins_and_agents() {
+    let (_connections, mut incoming, addr) = listening(ConnectionLimits {
+        max: Some(16),
+        per_peer: 64,
+        per_credential: 64,
+        ..LIMITS
+    })
+    .await;
+    let mut clients = Vec::new();
+    let mut conns = Vec::new();
+    for _ in 0..16 {
+        clients.push(client(addr, Ipv4Addr::LOCALHOST).await);
+        conns.push(incoming.next().await.expect("accepted").expect("admitted"));
+    }
+    let mut conns = conns.into_iter();
+    let admins = conns.next().expect("a connection");
+    assert!(admins.state.take_call(Some(&admin())));
+    let admins = tokio::spawn(served(admins));
+    // Fourteen viewers' connections: seven eighths of sixteen, the most
+    // they may hold.
+    let oldest = conns.next().expect("a connection");
+    assert!(oldest.state.take_call(Some(&viewer("v0"))));
+    let mut rest = Vec::new();
+    for i in 1..14 {
+        let conn = conns.next().expect("a connection");
+        assert!(conn.state.take_call(Some(&viewer(&format!("v{i}")))));
+        rest.push(tokio::spawn(served(conn)));
+    }
+    let oldest = tokio::spawn(served(oldest));
+    // A fifteenth: the oldest idle viewer's connection is closed.
+    let fifteenth = conns.next().expect("a connection");
+    assert!(fifteenth.state.take_call(Some(&viewer("v14"))));
+    let error = oldest.await.expect("served");
+    assert!(
+        error.to_string().contains("kept for admins and agents"),
+        "{error}"
+    );
+    assert!(
+        closed(&mut clients[1]).await,
+        "the oldest viewer's was closed"
+    );
+    assert!(!admins.is_finished(), "an admin's connection stays");
+    assert!(
+        rest.iter().all(|r| !r.is_finished()),
+        "the newer viewers' stay"
+    );
+    admins.abort();
+    for r in rest {
+        r.abort();
+    }
 }
