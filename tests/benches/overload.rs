@@ -99,7 +99,6 @@ async fn measure(url: &str, runs: usize, at_once: bool) -> Row {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let runs = env_number("CHORUS_BENCH_RUNS", 1000);
-    let data = tempfile::tempdir().expect("data");
     println!(
         "{runs} API-agent runs (4 file.read at once, then the report), orchestrator binary with its defaults\n"
     );
@@ -107,8 +106,10 @@ async fn main() {
         "| database | started | completed | failed | handed on | left active | last completed after | completions/s |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    for db in databases(data.path()) {
-        for at_once in [true, false] {
+    for at_once in [true, false] {
+        // A database of its own for each row.
+        let data = tempfile::tempdir().expect("data");
+        for db in databases(data.path()) {
             let row = measure(&db.url, runs, at_once).await;
             let how = if at_once {
                 "released at once"
