@@ -36,7 +36,7 @@ pub use provider::{Provider, ProviderKind, ToolTransport};
 pub use provider_key::{
     DEFAULT_KEY_ENV_PREFIX, KeyReference, KeyReferenceRules, KeySource, ProviderKey,
 };
-pub use run::{HandoffFailure, HandoffOutcome, Run, RunId, RunState, TokenBinding};
+pub use run::{HandoffFailure, HandoffOutcome, Run, RunId, RunState, TokenBinding, fence_span};
 pub use stage::{Stage, StageExt};
 pub use status::TaskStatus;
 pub use task::{AutoStart, Planning, Question, Task, TaskId, TaskSource};

@@ -138,6 +138,14 @@ pub struct Run {
     pub lease_expires_ms: Option<i64>,
 }
 
+/// How long a driver's fence holds after a heartbeat began that extended its
+/// leases by `lease`: two thirds of it, so that it falls a third of a lease
+/// before any lease that heartbeat wrote runs out — before any other replica
+/// may claim one of its runs.
+pub fn fence_span(lease: std::time::Duration) -> std::time::Duration {
+    lease * 2 / 3
+}
+
 impl Run {
     /// How long from `now_ms` the run's processes may go on without another
     /// answer that the run is still active: for a run a replica drives, until
@@ -151,11 +159,15 @@ impl Run {
     /// RUN_NOT_ACTIVE when that time has passed: the driver did not renew its
     /// lease, and the run is about to be taken over.
     pub fn fence_in(&self, lease: std::time::Duration, now_ms: i64) -> Result<i64, DomainError> {
-        let third = i64::try_from((lease / 3).as_millis()).unwrap_or(i64::MAX);
+        let span = i64::try_from(fence_span(lease).as_millis()).unwrap_or(i64::MAX);
         let (Some(_), Some(expires)) = (&self.replica, self.lease_expires_ms) else {
-            return Ok(third.saturating_mul(2));
+            return Ok(span);
         };
-        let left = expires.saturating_sub(third).saturating_sub(now_ms);
+        let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+        let left = expires
+            .saturating_sub(lease_ms)
+            .saturating_add(span)
+            .saturating_sub(now_ms);
         if left <= 0 {
             return Err(DomainError::RunNotActive(format!(
                 "run {}'s driver has not renewed its lease in time; the run is being taken over by another replica: retry shortly",

@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chorus_sandbox::fence::{Fences, now_ms};
+
+use crate::domain::fence_span;
 use tokio::sync::watch;
 
 /// The fence's name in its directory, of generation `generation`.
@@ -58,24 +60,25 @@ impl ReplicaFence {
         self.fences.path(&name(*self.generation()))
     }
 
-    /// Holds the fence until two thirds of `lease` after `since_ms` (when
+    /// Holds the fence for [`fence_span`] of `lease` after `since_ms` (when
     /// the write that extended the leases by `lease` began). A fence that
     /// is down (by its time, or taken down) is not raised again: a new one
-    /// is, for the launchers started from now on.
+    /// is, for the launchers started from now on. Whether it was down.
     ///
     /// # Errors
     /// The file cannot be written (the fence then runs out at its last time).
-    pub fn hold(&self, since_ms: i64, lease: Duration) -> std::io::Result<()> {
-        let two_thirds = i64::try_from((lease * 2 / 3).as_millis()).unwrap_or(i64::MAX);
-        let until = since_ms.saturating_add(two_thirds);
+    pub fn hold(&self, since_ms: i64, lease: Duration) -> std::io::Result<bool> {
+        let span = i64::try_from(fence_span(lease).as_millis()).unwrap_or(i64::MAX);
+        let until = since_ms.saturating_add(span);
         let mut generation = self.generation();
-        if *self.until.borrow() <= now_ms() {
+        let was_down = *self.until.borrow() <= now_ms();
+        if was_down {
             self.fences.remove(&name(*generation));
             *generation += 1;
         }
         self.fences.set(&name(*generation), until)?;
         self.until.send_replace(until);
-        Ok(())
+        Ok(was_down)
     }
 
     /// Takes the fence down: every CLI agent of this process dies.
@@ -155,14 +158,14 @@ mod tests {
         fence.hold(now_ms(), lease).expect("hold");
         let first = fence.path();
         // Held on: the same file, moved forward.
-        fence.hold(now_ms(), lease).expect("hold");
+        assert!(!fence.hold(now_ms(), lease).expect("hold"), "it was up");
         assert_eq!(fence.path(), first);
         // The replica and its launchers were frozen past the fence (a
         // suspended VM); the replica's heartbeat reaches the database
         // before a launcher looks again. That launcher must find its
         // fence down, not held again.
         fence.hold(now_ms() - 60_000, lease).expect("hold");
-        fence.hold(now_ms(), lease).expect("hold");
+        assert!(fence.hold(now_ms(), lease).expect("hold"), "it was down");
         assert_eq!(time_in(&first), None, "a fallen fence was raised again");
         let second = fence.path();
         assert_ne!(second, first);

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Launch;
-use crate::domain::{Run, RunId, RunState, TokenBinding, now_ms, policy};
+use crate::domain::{Run, RunId, RunState, TokenBinding, fence_span, now_ms, policy};
 use crate::state::AppState;
 use crate::store::StoreError;
 
@@ -273,12 +273,19 @@ impl Leases {
         leases
     }
 
-    /// Moves the replica's fence to two thirds of a lease after `since_ms`.
-    fn hold_fence(&self, since_ms: i64) {
-        if let Some(fence) = self.state.runner.fence()
-            && let Err(e) = fence.hold(since_ms, self.state.store.replica().lease)
-        {
-            warn!(error = %e, "cannot move the replica's fence: its CLI agents stop when it runs out");
+    /// Moves the replica's fence to [`fence_span`] of a lease after
+    /// `since_ms`; whether it was down (by its time: the replica was paused,
+    /// or taken down).
+    fn hold_fence(&self, since_ms: i64) -> bool {
+        let Some(fence) = self.state.runner.fence() else {
+            return false;
+        };
+        match fence.hold(since_ms, self.state.store.replica().lease) {
+            Ok(was_down) => was_down,
+            Err(e) => {
+                warn!(error = %e, "cannot move the replica's fence: its CLI agents stop when it runs out");
+                false
+            }
         }
     }
 
@@ -345,9 +352,7 @@ impl Leases {
         }
         match beat {
             Ok(beat) => {
-                // Down by its time (the replica was paused) or taken down.
-                let was_down = self.fenced || self.state.runner.fence().is_some_and(|f| !f.held());
-                self.hold_fence(since);
+                let was_down = self.hold_fence(since) || self.fenced;
                 self.health.depends(LEASES, Ok(())).await;
                 self.last_beat = Instant::now();
                 if was_down {
@@ -369,7 +374,7 @@ impl Leases {
             }
             Err(e) => {
                 let lease = self.state.store.replica().lease;
-                if self.last_beat.elapsed() >= lease * 2 / 3 {
+                if self.last_beat.elapsed() >= fence_span(lease) {
                     self.fence(&format!(
                         "no heartbeat reached the database for {:?} ({e})",
                         self.last_beat.elapsed()

@@ -108,8 +108,8 @@ pub async fn wait_calls_stopped(
     }
     let mut changes = state.hub.subscribe(task);
     let lease = state.store.replica().lease;
-    let longest_fence =
-        i64::try_from((lease / 3 * 2 + FENCE_GRACE).as_millis()).unwrap_or(i64::MAX);
+    let longest_fence = i64::try_from((crate::domain::fence_span(lease) + FENCE_GRACE).as_millis())
+        .unwrap_or(i64::MAX);
     let fallen_ms = ended_ms.saturating_add(longest_fence);
     loop {
         let left = state.store.calls_in_flight(runs.clone()).await?;

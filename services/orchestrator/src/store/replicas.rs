@@ -18,7 +18,7 @@ use super::rows::RunRow;
 use super::schema::{replicas, runs};
 use super::tasks::{EventDraft, lock_task, notify_task, save_task};
 use super::{Db, Store, StoreError};
-use crate::domain::{DomainError, Event, Run, RunId, RunState, Task, TaskId, now_ms};
+use crate::domain::{DomainError, Event, Run, RunId, RunState, Task, TaskId, fence_span, now_ms};
 
 /// Which replica this process is.
 #[derive(Debug, Clone)]
@@ -67,17 +67,18 @@ impl ReplicaRecord {
     }
 
     /// Whether its fence has fallen by `now` (by the clock of its host): it
-    /// stopped, or its last heartbeat is more than two thirds of a lease old.
-    /// Each heartbeat holds the fence until two thirds of a lease after it
-    /// began, and writes a lease that ends a lease after that at the
-    /// earliest: the fence falls a third of the lease written before that
-    /// lease ends, or sooner.
+    /// stopped, or its last heartbeat is older than the fence's span
+    /// ([`fence_span`] of the lease that heartbeat wrote; each heartbeat
+    /// began before the time it writes, so the fence fell by then or
+    /// sooner).
     pub fn fence_fallen(&self, now: i64) -> bool {
         let lease = self
             .lease_expires_ms
             .saturating_sub(self.heartbeat_ms)
             .max(0);
-        self.stopped_ms.is_some() || now >= self.lease_expires_ms.saturating_sub(lease / 3)
+        let span = fence_span(std::time::Duration::from_millis(lease.unsigned_abs()));
+        let span = i64::try_from(span.as_millis()).unwrap_or(i64::MAX);
+        self.stopped_ms.is_some() || now >= self.heartbeat_ms.saturating_add(span)
     }
 }
 
