@@ -94,5 +94,6 @@ async fn a_viewers_idle_connections_lock_no_one_out() {
         .await
         .expect("a new admin connection during the attack");
     drop(held);
+    peak_is_bounded(&s, "a viewer's idle connections");
     s.orchestrator.kill().await;
 }
