@@ -70,6 +70,49 @@ pub async fn request_with(
         .request(request.body(Full::new(Bytes::from(body))).expect("request"))
         .await
         .expect("the MCP endpoint answers");
+    answer_of(response).await
+}
+
+/// Sends a body too large to be read: the server answers 413 without
+/// reading it and closes the connection, which the client may see first, as
+/// a broken pipe while it still writes. The status, or None when the
+/// server closed the connection before the client read its answer.
+pub async fn send_unread(url: &str, headers: &[(&str, &str)], body: String) -> Option<StatusCode> {
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    match client()
+        .request(request.body(Full::new(Bytes::from(body))).expect("request"))
+        .await
+    {
+        Ok(response) => Some(response.status()),
+        Err(e) => {
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+            let mut closed = false;
+            while let Some(c) = cause {
+                closed |= c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                    matches!(
+                        io.kind(),
+                        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                    )
+                });
+                cause = c.source();
+            }
+            assert!(
+                closed,
+                "the MCP endpoint neither answered nor closed: {e:?}"
+            );
+            None
+        }
+    }
+}
+
+async fn answer_of(response: http::Response<hyper::body::Incoming>) -> Answer {
     let (parts, body) = response.into_parts();
     let body = body.collect().await.expect("the body").to_bytes();
     Answer {
