@@ -3,7 +3,10 @@
 //! 1. API throughput and latency of GetTask, ListTasks and CreateTask at 1, 64
 //!    and 256 concurrent callers, beside the bare gRPC health Check of the
 //!    same process in the same run, on SQLite and (with
-//!    `CHORUS_TEST_DATABASE_URL`) PostgreSQL;
+//!    `CHORUS_TEST_DATABASE_URL`) PostgreSQL — there also beside `pgbench`
+//!    at the same concurrency: GetTask's SELECT of the task row, and an
+//!    INSERT of a row of a task's size, the database's own limit on the
+//!    machine;
 //! 2. a legitimate caller's p99 — an admin's GetTask and an agent's file.read
 //!    through tool-exec — idle, and during each attack of
 //!    `tests/tests/attacks.rs` and `tests/tests/load.rs`;
@@ -77,12 +80,89 @@ where
 }
 
 fn row(what: &str, callers: usize, rate: f64, samples: &Samples, base: Option<f64>) {
-    let ratio = base.map_or(String::new(), |b| format!("{:.2}×", rate / b));
+    row_beside(what, callers, rate, samples, base, None);
+}
+
+/// A row with the ratio to the health call and, on PostgreSQL, to pgbench.
+fn row_beside(
+    what: &str,
+    callers: usize,
+    rate: f64,
+    samples: &Samples,
+    base: Option<f64>,
+    database: Option<f64>,
+) {
+    let ratio = |of: Option<f64>| of.map_or(String::new(), |b| format!("{:.2}×", rate / b));
     println!(
-        "| {what} | {callers} | {rate:.0} | {ratio} | {} | {} |",
+        "| {what} | {callers} | {rate:.0} | {} | {} | {} | {} |",
+        ratio(base),
+        ratio(database),
         ms(samples.median()),
         ms(samples.percentile(99.0))
     );
+}
+
+/// What pgbench does at the same concurrency as a row: the same work done
+/// by the database's own client, its limit on this machine.
+struct Pgbench {
+    url: String,
+    scripts: tempfile::TempDir,
+}
+
+impl Pgbench {
+    /// For the database `url` (its schema on the search path); the table
+    /// of the INSERT rows is made in that schema.
+    fn new(url: &str) -> Self {
+        let bench = Self {
+            url: url.to_owned(),
+            scripts: tempfile::tempdir().expect("a directory for pgbench's scripts"),
+        };
+        let made = std::process::Command::new("psql")
+            .args([url, "-q", "-v", "ON_ERROR_STOP=1", "-c"])
+            .arg("CREATE TABLE bench_inserts (id text PRIMARY KEY, description text NOT NULL, at_ms bigint NOT NULL)")
+            .status()
+            .expect("psql (postgresql-client) runs");
+        assert!(made.success(), "psql made the table of pgbench's inserts");
+        bench
+    }
+
+    /// Transactions per second of `script` run `total` times by `callers`
+    /// clients (prepared statements, as the store's), with `vars`.
+    fn rate(
+        &self,
+        name: &str,
+        script: &str,
+        callers: usize,
+        total: usize,
+        vars: &[(&str, &str)],
+    ) -> f64 {
+        let file = self.scripts.path().join(format!("{name}.sql"));
+        std::fs::write(&file, script).expect("pgbench's script");
+        let mut command = std::process::Command::new("pgbench");
+        command.args(["-n", "-M", "prepared"]);
+        command.arg(format!("-j{}", callers.min(2)));
+        command.arg(format!("-c{callers}"));
+        command.arg(format!("-t{}", (total / callers).max(1)));
+        command.arg("-f").arg(&file);
+        for (name, value) in vars {
+            command.arg("-D").arg(format!("{name}={value}"));
+        }
+        let out = command
+            .arg(&self.url)
+            .output()
+            .expect("pgbench (postgresql-client) runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "pgbench: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix("tps = "))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("pgbench's rate in: {text}"))
+    }
 }
 
 /// Admin clients over [`CONNECTIONS`] connections.
@@ -125,9 +205,10 @@ async fn throughput(database: &str, url: &str, data: &Path, total: usize) {
         }
         all
     };
+    let pgbench = (database == "PostgreSQL").then(|| Pgbench::new(url));
     println!("\n#### {database}\n");
-    println!("| call | callers | calls/s | × health | p50 | p99 |");
-    println!("|---|---|---|---|---|---|");
+    println!("| call | callers | calls/s | × health | × pgbench | p50 | p99 |");
+    println!("|---|---|---|---|---|---|---|");
     for callers in CALLERS {
         let h = health.clone();
         let (base, samples) = drive(total, callers, move |c| {
@@ -156,7 +237,18 @@ async fn throughput(database: &str, url: &str, data: &Path, total: usize) {
             }
         })
         .await;
-        row("GetTask", callers, rate, &samples, Some(base));
+        let select = pgbench.as_ref().map(|p| {
+            let rate = p.rate(
+                "select",
+                "SELECT * FROM tasks WHERE id = :id;\n",
+                callers,
+                total,
+                &[("id", &task_id)],
+            );
+            println!("| pgbench: the task row's SELECT | {callers} | {rate:.0} | | | | |");
+            rate
+        });
+        row_beside("GetTask", callers, rate, &samples, Some(base), select);
         let (a, w) = (clients.clone(), ws.id.clone());
         let (rate, samples) = drive(total / 4, callers, move |c| {
             let mut client = a[c % CONNECTIONS].clone();
@@ -191,7 +283,18 @@ async fn throughput(database: &str, url: &str, data: &Path, total: usize) {
             }
         })
         .await;
-        row("CreateTask", callers, rate, &samples, Some(base));
+        let insert = pgbench.as_ref().map(|p| {
+            let rate = p.rate(
+                "insert",
+                "INSERT INTO bench_inserts VALUES (gen_random_uuid()::text, 'a new task', 0);\n",
+                callers,
+                total / 4,
+                &[],
+            );
+            println!("| pgbench: an INSERT of a task-sized row | {callers} | {rate:.0} | | | | |");
+            rate
+        });
+        row_beside("CreateTask", callers, rate, &samples, Some(base), insert);
     }
     let (now, peak) = attacker::memory_mib(o.pid());
     println!("\norchestrator resident memory: {now} MiB now, {peak} MiB at its peak");
@@ -522,11 +625,47 @@ async fn attacks(data: &Path, n: usize) {
     for task in flood {
         let _ = task.await;
     }
+    confined_attacks(&o, &legit, &stranger, n).await;
     let (now, peak) = attacker::memory_mib(o.pid());
     println!(
         "\norchestrator resident memory after the attacks: {now} MiB now, {peak} MiB at its peak"
     );
     o.kill().await;
+}
+
+/// The attacks that cost their attacker CPU as long as they last, made by a
+/// process of their own confined to half a core (`chorus_tests::confined`):
+/// the legitimate callers' p99 shows what the service does under them, not
+/// what the attacker's own CPU takes from the machine.
+async fn confined_attacks(o: &OrchestratorProcess, legit: &Legit, stranger: &str, n: usize) {
+    let (orchestrator, tool_exec) = (o.addr.to_string(), o.tool_exec_addr.to_string());
+    let attacks: [(&str, [&str; 4]); 3] = [
+        (
+            "19,000 silent connections from one address, reopened as closed",
+            ["silent", &orchestrator, "19000", "1"],
+        ),
+        (
+            "19,000 silent connections from 20 addresses, reopened as closed",
+            ["silent", &orchestrator, "19000", "20"],
+        ),
+        (
+            "300 callers with tokens of an unknown key, without pause",
+            ["flood", &tool_exec, stranger, "300"],
+        ),
+    ];
+    for (what, args) in attacks {
+        let mut command =
+            std::process::Command::new(chorus_tests::built_bin("attacker", "chorus-tests"));
+        command.args(args);
+        let attacker = chorus_tests::confined::Confined::start(command, 0.5, "attacker");
+        let (get, read) = legit.p99(n).await;
+        println!(
+            "| {what} (the attacker confined to half a core) | {} | {} |",
+            ms(get),
+            ms(read)
+        );
+        attacker.stop();
+    }
 }
 
 async fn many_runs(data: &Path) {

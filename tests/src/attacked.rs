@@ -18,6 +18,10 @@ use crate::orchestrator::{OrchestratorProcess, channel_to};
 /// the attack: the limits bound what a caller can make it hold.
 pub const PEAK_MIB: u64 = 400;
 
+/// Over how many connections [`hold`] opens its streams (HTTP/2 allows a
+/// connection only so many).
+const CONNECTIONS: usize = 8;
+
 pub struct Setup {
     pub orchestrator: OrchestratorProcess,
     pub admin: Client,
@@ -201,4 +205,105 @@ pub fn peak_is_bounded(s: &Setup, attack: &str) {
         peak <= PEAK_MIB,
         "{attack}: the orchestrator's memory reached {peak} MiB (bound {PEAK_MIB} MiB)"
     );
+}
+
+/// How long after an attack ends its memory is to be given back.
+pub const GIVE_BACK: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The orchestrator's resident memory now (MiB): the idle figure, before an
+/// attack.
+pub fn resident_mib(s: &Setup) -> u64 {
+    attacker::memory_mib(s.orchestrator.pid()).0
+}
+
+/// Waits, up to [`GIVE_BACK`] after an attack ended, until the
+/// orchestrator's resident memory is within twice `idle` (MiB, measured
+/// before the attack); fails when it is still above.
+pub async fn memory_is_given_back(s: &Setup, idle: u64, attack: &str) {
+    let ended = std::time::Instant::now();
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+    loop {
+        tick.tick().await;
+        let (now, peak) = attacker::memory_mib(s.orchestrator.pid());
+        if now <= 2 * idle {
+            eprintln!(
+                "{attack}: orchestrator RSS {idle} MiB idle, {peak} MiB at the peak, {now} MiB {:.1} s after",
+                ended.elapsed().as_secs_f64()
+            );
+            return;
+        }
+        assert!(
+            ended.elapsed() < GIVE_BACK,
+            "{attack}: {} s after the attack ended the orchestrator still holds {now} MiB \
+             (idle {idle} MiB, peak {peak} MiB); memory an attack took is to be given back \
+             (within twice the idle figure)",
+            GIVE_BACK.as_secs()
+        );
+    }
+}
+
+/// A WatchTask of `task` from its first event, following, on `channel`
+/// with `key`, once its first event has come (within 30 s); the stream is
+/// then left unread.
+pub async fn watch_from_the_start(
+    channel: tonic::transport::Channel,
+    key: String,
+    task: String,
+) -> Result<tonic::Streaming<pb::TaskEvent>, tonic::Status> {
+    let mut viewer = OrchestratorClient::with_interceptor(channel, Bearer::new(&key));
+    let mut watch = viewer
+        .watch_task(pb::WatchTaskRequest {
+            task_id: task,
+            after_sequence: 0,
+            follow: true,
+            until_needed: false,
+        })
+        .await?
+        .into_inner();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(30), watch.next())
+        .await
+        .expect("a watch's first event within 30 s");
+    match first {
+        Some(Ok(_)) => Ok(watch),
+        Some(Err(status)) => Err(status),
+        None => Err(tonic::Status::internal("the watch ended")),
+    }
+}
+
+/// Opens `n` streams with `open`, spread over [`CONNECTIONS`] connections;
+/// returns those the server took (kept open) and how many it refused.
+pub async fn hold<S, F, Fut>(addr: std::net::SocketAddr, n: usize, open: F) -> (Vec<S>, usize)
+where
+    F: Fn(tonic::transport::Channel) -> Fut,
+    Fut: std::future::Future<Output = Result<S, tonic::Status>>,
+{
+    let mut channels = Vec::new();
+    for _ in 0..CONNECTIONS {
+        channels.push(channel_to(addr).await);
+    }
+    hold_on(&channels, n, open).await
+}
+
+/// [`hold`] over `channels`, in turn.
+pub async fn hold_on<S, F, Fut>(
+    channels: &[tonic::transport::Channel],
+    n: usize,
+    open: F,
+) -> (Vec<S>, usize)
+where
+    F: Fn(tonic::transport::Channel) -> Fut,
+    Fut: std::future::Future<Output = Result<S, tonic::Status>>,
+{
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for i in 0..n {
+        match open(channels[i % channels.len()].clone()).await {
+            Ok(stream) => held.push(stream),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+                refused += 1;
+            }
+        }
+    }
+    (held, refused)
 }

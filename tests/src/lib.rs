@@ -11,6 +11,7 @@ pub mod attacked;
 pub mod attacker;
 pub mod balancer;
 pub mod cluster;
+pub mod confined;
 pub mod containers;
 pub mod credentials;
 pub mod db;

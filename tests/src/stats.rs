@@ -59,7 +59,16 @@ pub fn peak_rss_mib() -> f64 {
 
 /// User + system CPU seconds of this process so far.
 pub fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    cpu_seconds_in("/proc/self/stat")
+}
+
+/// User + system CPU seconds of process `pid` (all its threads) so far.
+pub fn cpu_seconds_of(pid: u32) -> f64 {
+    cpu_seconds_in(&format!("/proc/{pid}/stat"))
+}
+
+fn cpu_seconds_in(path: &str) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
     let after = stat.rfind(')').map_or("", |i| &stat[i + 2..]);
     let fields: Vec<&str> = after.split_whitespace().collect();
     let ticks: f64 = [11, 12]

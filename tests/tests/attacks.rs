@@ -17,7 +17,8 @@ use chorus_proto::orchestrator::v1::orchestrator_client::OrchestratorClient;
 use chorus_proto::tools::v1::ExecuteToolRequest;
 use chorus_proto::tools::v1::tool_exec_client::ToolExecClient;
 use chorus_tests::attacked::{
-    legitimate_callers_are_served, peak_is_bounded, setup, viewer_is_served_again,
+    hold, legitimate_callers_are_served, peak_is_bounded, setup, viewer_is_served_again,
+    watch_from_the_start,
 };
 use chorus_tests::attacker::{self, H2};
 use chorus_tests::credentials::Bearer;
@@ -26,15 +27,12 @@ use prost::Message as _;
 use serde_json::json;
 use tokio_stream::StreamExt as _;
 use tonic::Code;
-use tonic::transport::Channel;
 use tonic_reflection::pb::v1::ServerReflectionRequest;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 
 /// How many streams the stream attacks open: the default stream limit.
 const STREAMS: usize = 1024;
-/// Over how many connections (HTTP/2 allows a connection only so many).
-const CONNECTIONS: usize = 8;
 
 /// A viewer's 600 calls whose headers come and whose message never does,
 /// on the orchestrator's port and on tool-exec's: they hold no place of
@@ -222,31 +220,6 @@ async fn tokens_naming_unknown_keys_stall_no_one() {
     s.orchestrator.kill().await;
 }
 
-/// Opens `n` streams with `open`, spread over [`CONNECTIONS`] connections;
-/// returns those the server took (kept open) and how many it refused.
-async fn hold<S, F, Fut>(addr: std::net::SocketAddr, n: usize, open: F) -> (Vec<S>, usize)
-where
-    F: Fn(Channel) -> Fut,
-    Fut: std::future::Future<Output = Result<S, tonic::Status>>,
-{
-    let mut channels = Vec::new();
-    for _ in 0..CONNECTIONS {
-        channels.push(channel_to(addr).await);
-    }
-    let mut held = Vec::new();
-    let mut refused = 0;
-    for i in 0..n {
-        match open(channels[i % CONNECTIONS].clone()).await {
-            Ok(stream) => held.push(stream),
-            Err(status) => {
-                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
-                refused += 1;
-            }
-        }
-    }
-    (held, refused)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_reflection_streams_without_a_credential_take_nothing_from_callers_with_one() {
     let mut s = setup(&[], None).await;
@@ -292,24 +265,7 @@ async fn one_read_only_keys_watches_take_only_its_own_share() {
     let viewer_key = s.viewer_key.clone();
     let (addr, task) = (s.orchestrator.addr, s.task.id.clone());
     let (held, refused) = hold(addr, STREAMS, |channel| {
-        let (key, task) = (viewer_key.clone(), task.clone());
-        async move {
-            let mut viewer = OrchestratorClient::with_interceptor(channel, Bearer::new(&key));
-            let mut watch = viewer
-                .watch_task(pb::WatchTaskRequest {
-                    task_id: task,
-                    after_sequence: 0,
-                    follow: true,
-                    until_needed: false,
-                })
-                .await?
-                .into_inner();
-            match watch.next().await {
-                Some(Ok(_)) => Ok(watch),
-                Some(Err(status)) => Err(status),
-                None => Err(tonic::Status::internal("the watch ended")),
-            }
-        }
+        watch_from_the_start(channel, viewer_key.clone(), task.clone())
     })
     .await;
     assert!(!held.is_empty());

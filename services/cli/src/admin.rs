@@ -542,6 +542,7 @@ pub async fn status(mut client: Client, out: &Out) -> Result<Exit, Fail> {
         },
         "embeddedToolExec": status.embedded_tool_exec,
         "liveRuns": status.live_runs,
+        "queuedRuns": status.queued_runs,
         "replicas": replicas,
     });
     if out.format == Format::Json {
@@ -561,6 +562,7 @@ pub async fn status(mut client: Client, out: &Out) -> Result<Exit, Fail> {
             ("PROBLEMS", "sandbox.problems"),
             ("EMBEDDED TOOL-EXEC", "embeddedToolExec"),
             ("LIVE RUNS", "liveRuns"),
+            ("QUEUED RUNS", "queuedRuns"),
         ],
     );
     say!("");

@@ -372,6 +372,13 @@ impl<'a> View<'a> {
                 Colour::Yellow,
                 &format!("↻ {agent} resumed on {}", text(data, "replica")),
             ),
+            "run_queued" => paint(
+                Colour::Yellow,
+                &format!(
+                    "⏸ {agent} waits for a place: {}",
+                    cut(&text(data, "reason"), 200)
+                ),
+            ),
             "agent_started" => paint(Colour::Cyan, &format!("▶ {agent} started")),
             "agent_handoff_started" => paint(
                 Colour::Cyan,

@@ -11,7 +11,8 @@ use clap::{CommandFactory, FromArgMatches};
 use tracing::{info, warn};
 
 fn main() -> anyhow::Result<()> {
-    chorus_serve::memory::limit_arenas();
+    chorus_serve::memory::give_back_freed_memory()
+        .context("starting the thread that gives freed memory back")?;
     let command = OrchestratorSettings::command();
     let loaded = chorus_serve::config::load_or_exit(&command);
     let settings =

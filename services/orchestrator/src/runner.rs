@@ -21,14 +21,16 @@ mod takeover;
 mod trace;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chorus_sandbox::Sandbox;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument as _, warn};
+use tracing::{Instrument as _, info, warn};
 
-use crate::domain::RunId;
+use crate::domain::{RunId, policy};
 use crate::execution::{Facilities, RunnerConfig, fence};
 use crate::providers::RunContext;
 use crate::state::AppState;
@@ -55,6 +57,10 @@ struct Live {
 pub struct Runner {
     facilities: Facilities,
     live: Mutex<HashMap<RunId, Live>>,
+    /// Places of top-level runs driven at once (`max_running_runs`).
+    places: Arc<Semaphore>,
+    /// Runs waiting for a place now.
+    queued: AtomicUsize,
 }
 
 /// How long shutdown waits for a run's driver to finish.
@@ -62,9 +68,12 @@ const STOP_WAIT: Duration = Duration::from_secs(20);
 
 impl Runner {
     pub fn new(config: RunnerConfig, processes: Sandbox) -> Self {
+        let places = config.max_running_runs.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             facilities: Facilities::new(config, processes),
             live: Mutex::new(HashMap::new()),
+            places: Arc::new(Semaphore::new(places)),
+            queued: AtomicUsize::new(0),
         }
     }
 
@@ -142,6 +151,14 @@ impl Runner {
             let mut ctx = ctx;
             ctx.span = trace::run_span(&state, &ctx, child, &caller).await;
             let span = ctx.span.clone();
+            // A handoff's child works in its parent's place: the parent
+            // waits for it, and a child waiting behind its own parent's
+            // place would wait forever.
+            let _place = if child {
+                None
+            } else {
+                runner.admit(&state, &ctx).instrument(span.clone()).await
+            };
             driver::drive(&state, &runner, ctx, first)
                 .instrument(span)
                 .await;
@@ -212,9 +229,55 @@ impl Runner {
         }
     }
 
-    /// How many runs are live in this process.
+    /// How many runs are live in this process (those waiting for a place
+    /// among them).
     pub fn live_runs(&self) -> usize {
         self.lock().len()
+    }
+
+    /// How many of them wait for a place (see [`Runner::admit`]).
+    pub fn queued_runs(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// A place to drive the top-level run of `ctx`
+    /// (`RunnerConfig::max_running_runs`): at once when one is free. Else
+    /// the run waits for one, its task saying so (`run_queued`) and its
+    /// clock stopped, until a run ends; stopped meanwhile (canceled, the
+    /// service stopping), it goes on without a place at once, and its end
+    /// is recorded as usual.
+    async fn admit(&self, state: &AppState, ctx: &RunContext) -> Option<OwnedSemaphorePermit> {
+        if let Ok(place) = Arc::clone(&self.places).try_acquire_owned() {
+            return Some(place);
+        }
+        let waiting = self.queued.fetch_add(1, Ordering::SeqCst) + 1;
+        let paused = ctx.clock.pause();
+        let limit = self.config().max_running_runs;
+        let (me, epoch) = driver::driver_of(state, ctx);
+        let queued = state
+            .store
+            .change_run(ctx.run_id, move |run, _| {
+                policy::check_driver(run, &me, epoch)?;
+                Ok(vec![policy::queue_run(run, limit, waiting)?])
+            })
+            .await;
+        match queued {
+            Ok(_) => {
+                info!(run_id = %ctx.run_id, waiting, limit, "the run waits for a place (--max-running-runs)")
+            }
+            Err(e) => {
+                warn!(run_id = %ctx.run_id, error = %e, "the run waits for a place; its task could not be told")
+            }
+        }
+        let place = tokio::select! {
+            place = Arc::clone(&self.places).acquire_owned() => place.ok(),
+            () = ctx.stop.cancelled() => None,
+        };
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+        if paused {
+            ctx.clock.resume();
+        }
+        place
     }
 }
 

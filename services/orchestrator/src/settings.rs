@@ -92,6 +92,12 @@ pub struct OrchestratorSettings {
     /// Seconds an agent run may take unless StartTask says otherwise.
     #[arg(long, env = "CHORUS_RUN_TIMEOUT_SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
     pub run_timeout_secs: u64,
+    /// Runs this replica drives at once (top-level runs; a handoff's child
+    /// works in its parent's place). One more waits for a place, its task
+    /// says why (`run_queued`), and starts when a run ends; its time limit
+    /// counts from then.
+    #[arg(long, env = "CHORUS_MAX_RUNNING_RUNS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_running_runs: u32,
     /// Seconds a handoff may take unless its caller says otherwise.
     #[arg(long, env = "CHORUS_HANDOFF_TIMEOUT_SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
     pub handoff_timeout_secs: u64,
@@ -385,6 +391,7 @@ impl OrchestratorSettings {
         runner.opencode_bin.clone_from(&self.opencode_bin);
         runner.run_timeout = Duration::from_secs(self.run_timeout_secs.max(1));
         runner.handoff_timeout = Duration::from_secs(self.handoff_timeout_secs.max(1));
+        runner.max_running_runs = usize::try_from(self.max_running_runs).unwrap_or(usize::MAX);
         runner.pass_env.extend(
             self.agent_pass_env
                 .iter()

@@ -12,7 +12,7 @@ use crate::domain::{Event, KeyReferenceRules, RootPolicy, TaskId};
 use crate::execution::RunnerConfig;
 use crate::history::{ChangeSource, EventHub, EventSource};
 use crate::runner::Runner;
-use crate::store::{ChangesPage, EVENT_PAGE_BYTES, Store, StoreError};
+use crate::store::{ChangesPage, FOLLOW_PAGE_BYTES, Store, StoreError};
 
 /// Where agents reach the services (`host:port`), as their environment says.
 #[derive(Debug, Clone, Default)]
@@ -140,7 +140,7 @@ impl EventSource for Store {
         after: u64,
         limit: u32,
     ) -> Result<Vec<Event>, StoreError> {
-        self.events(task, after, limit, EVENT_PAGE_BYTES).await
+        self.events(task, after, limit, FOLLOW_PAGE_BYTES).await
     }
 
     async fn settled(&self, task: TaskId) -> Result<bool, StoreError> {

@@ -82,8 +82,8 @@ pub use replicas::{Claim, HANDED_ON_CHANNEL, Heartbeat, ReplicaIdentity, Replica
 pub use run_token_keys::KEYS_CHANNEL;
 pub use runs::NewRun;
 pub use tasks::{
-    ChangedFile, DEFAULT_PAGE_SIZE, EVENT_PAGE_BYTES, EventDraft, MAX_EVENTS, MAX_PAGE_SIZE,
-    NewTask, TASK_CHANNEL, TASK_PAGE_BYTES, TaskQuery, parse_task_notice,
+    ChangedFile, DEFAULT_PAGE_SIZE, EVENT_PAGE_BYTES, EventDraft, FOLLOW_PAGE_BYTES, MAX_EVENTS,
+    MAX_PAGE_SIZE, NewTask, TASK_CHANNEL, TASK_PAGE_BYTES, TaskQuery, parse_task_notice,
 };
 pub use usage::CallId;
 
@@ -403,12 +403,12 @@ impl Store {
         }
         let pool = self.pool.clone();
         blocking(move || {
-            let mut conn = pool.get_timeout(PING_TIMEOUT).map_err(|e| {
+            let mut session = pool.get_timeout(PING_TIMEOUT).map_err(|e| {
                 StoreError::Database(format!(
                     "no database connection within {PING_TIMEOUT:?}: {e}"
                 ))
             })?;
-            connection::ping(&mut conn)
+            session.run(connection::ping)
         })
         .await
     }
@@ -454,10 +454,10 @@ impl Store {
         let tasks = Arc::clone(&self.tasks);
         let result = blocking(move || {
             let _place = place;
-            let mut conn = pool.get().map_err(|e| {
+            let mut session = pool.get().map_err(|e| {
                 StoreError::Database(format!("no database connection available: {e}"))
             })?;
-            ended(&tasks, f(&mut conn))
+            ended(&tasks, session.run(f))
         })
         .await;
         self.noted(result)

@@ -452,7 +452,7 @@ impl Registry {
     /// Most connections proven by credentials without reserved room: seven
     /// eighths of `max`.
     fn unreserved_max(&self) -> usize {
-        (self.max - self.max / 8).max(1)
+        crate::unreserved_share(self.max)
     }
 
     /// `state` was proven by `holder`: it counts against the holder's

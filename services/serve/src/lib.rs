@@ -35,3 +35,11 @@ pub mod shed;
 pub use calls::{CallKind, Calls};
 pub use health::Health;
 pub use settings::{ServeArgs, ServeConfig};
+
+/// What callers without reserved room (API keys other than admins' and
+/// tool-exec's) may hold together of a limit `max` — connections, calls,
+/// streams: seven eighths of it, so that however many such keys fill their
+/// shares, admins, tool-exec and agents still find the rest.
+pub(crate) fn unreserved_share(max: usize) -> usize {
+    (max - max / 8).max(1)
+}

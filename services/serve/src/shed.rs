@@ -10,6 +10,11 @@
 //!   (`--max-anonymous-calls`), and each of its streams ends after
 //!   `--anonymous-stream-secs`.
 //!
+//! Keys without reserved room (all but admins' and tool-exec's) hold
+//! together at most seven eighths of the API keys' calls and of their
+//! streams: however many read-only keys fill their shares, an admin is
+//! served.
+//!
 //! Within its kind, one credential — a key, or a run — holds at most
 //! `--max-concurrent-requests-per-credential` unary calls and
 //! `--max-concurrent-streams-per-credential` streams, or what a `--quota` of
@@ -132,6 +137,9 @@ pub struct LoadShedLayer {
 struct Shared {
     calls: Calls,
     keys: Pools,
+    /// The part of the keys' unary calls and streams that keys without
+    /// reserved room may hold (see [`crate::unreserved_share`]).
+    unreserved: Unreserved,
     agents: Pools,
     anonymous: Pools,
     per_credential: PerCredential,
@@ -143,6 +151,14 @@ struct Shared {
     connections: Option<Connections>,
     /// "the orchestrator", "tool-exec": who says it is busy.
     service: &'static str,
+}
+
+/// The unary calls and streams of API keys that keys without reserved room
+/// may hold together.
+#[derive(Debug)]
+struct Unreserved {
+    unary: Pool,
+    streams: Pool,
 }
 
 /// The unary and stream pools of one kind of caller, and its bytes of
@@ -214,6 +230,18 @@ impl LoadShedLayer {
                         "--max-unread-answer-bytes",
                     ],
                 ),
+                unreserved: Unreserved {
+                    unary: Pool::new(
+                        crate::unreserved_share(capacity.unary),
+                        "calls of keys other than admins' (seven eighths of --max-concurrent-requests)",
+                        "--max-concurrent-requests",
+                    ),
+                    streams: Pool::new(
+                        crate::unreserved_share(capacity.streams),
+                        "streams of keys other than admins' (seven eighths of --max-concurrent-streams)",
+                        "--max-concurrent-streams",
+                    ),
+                },
                 agents: pools(
                     capacity.agent_unary,
                     capacity.agent_streams,
@@ -419,7 +447,28 @@ impl Shared {
             status: self.refusal(pool.limit, pool.what, pool.flag, ""),
             reason: "calls",
         })?;
-        Ok((request, (place, own)))
+        let share = match caller.holder() {
+            Some(holder) if !holder.reserved && matches!(caller, Caller::Key(..)) => {
+                let shared = if stream {
+                    &self.unreserved.streams
+                } else {
+                    &self.unreserved.unary
+                };
+                Some(shared.take(1).ok_or_else(|| Refused {
+                    status: self.refusal(shared.limit, shared.what, shared.flag, ""),
+                    reason: "calls",
+                })?)
+            }
+            _ => None,
+        };
+        Ok((
+            request,
+            Places {
+                _kind: place,
+                _share: share,
+                _own: own,
+            },
+        ))
     }
 
     fn pools(&self, caller: &Caller) -> &Pools {
@@ -471,7 +520,14 @@ impl Shared {
 
 /// The places a call holds until its answer is read: its kind's and its
 /// credential's.
-type Places = (OwnedSemaphorePermit, Option<CredentialPlace>);
+/// What an admitted call holds until it ends: its place of its kind, of the
+/// unreserved share (keys without reserved room), of its credential.
+#[derive(Debug)]
+struct Places {
+    _kind: OwnedSemaphorePermit,
+    _share: Option<OwnedSemaphorePermit>,
+    _own: Option<CredentialPlace>,
+}
 
 /// The bytes of an answer sent but not yet read, counted against its
 /// caller's kind and credential, and the connection's timer.

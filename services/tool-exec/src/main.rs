@@ -75,7 +75,8 @@ struct MintArgs {
 }
 
 fn main() -> anyhow::Result<()> {
-    chorus_serve::memory::limit_arenas();
+    chorus_serve::memory::give_back_freed_memory()
+        .context("starting the thread that gives freed memory back")?;
     let command = Cli::command();
     let loaded = chorus_serve::config::load_or_exit(&command);
     let cli = Cli::from_arg_matches(&loaded.matches).unwrap_or_else(|e| e.exit());

@@ -18,8 +18,9 @@ use crate::history::{self, FeedItem, WatchEnd};
 use crate::state::AppState;
 use crate::store::StoreError;
 
-/// Events a watch buffers before its producer waits for the watcher.
-const WATCH_BUFFER: usize = 64;
+/// Events a watch buffers before its producer waits for the watcher (with
+/// the replay's page, what one watch holds for a watcher that does not read).
+const WATCH_BUFFER: usize = 4;
 
 /// Starts watching `task` after sequence `after`: NOT_FOUND at once when the
 /// task does not exist, OUT_OF_RANGE for a sequence past its last event;

@@ -32,6 +32,9 @@ pub enum EventKind {
     /// A live replica took over a run whose replica died or shut down, and
     /// resumed its session.
     RunResumed,
+    /// The run waits for a place: its replica drives as many runs as it
+    /// may at once (`--max-running-runs`); it starts when one ends.
+    RunQueued,
     /// What the task spent passed 80 % of a limit of its budget.
     BudgetWarning,
     /// What the task spent reached a limit of its budget: its runs stopped.
@@ -41,7 +44,7 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 27] = [
+    pub const ALL: [EventKind; 28] = [
         Self::TaskCreated,
         Self::StatusChanged,
         Self::StageChanged,
@@ -66,6 +69,7 @@ impl EventKind {
         Self::RunCanceled,
         Self::RunInterrupted,
         Self::RunResumed,
+        Self::RunQueued,
         Self::BudgetWarning,
         Self::BudgetExceeded,
         Self::BudgetChanged,
@@ -97,6 +101,7 @@ impl EventKind {
             Self::RunCanceled => "run_canceled",
             Self::RunInterrupted => "run_interrupted",
             Self::RunResumed => "run_resumed",
+            Self::RunQueued => "run_queued",
             Self::BudgetWarning => "budget_warning",
             Self::BudgetExceeded => "budget_exceeded",
             Self::BudgetChanged => "budget_changed",

@@ -752,6 +752,35 @@ pub fn resume_run(
     ))
 }
 
+/// A run waits for a place: its replica drives `limit` runs at once
+/// (`--max-running-runs`), `waiting` runs wait now with this one. Records
+/// `run_queued`; refused for a run that has finished.
+pub fn queue_run(
+    run: &Run,
+    limit: usize,
+    waiting: usize,
+) -> Result<(EventKind, Value), DomainError> {
+    if run.state == RunState::Finished {
+        return Err(DomainError::RunNotActive(format!(
+            "run {} has already finished; it waits for nothing",
+            run.id
+        )));
+    }
+    Ok((
+        EventKind::RunQueued,
+        json!({
+            "run_id": run.id.to_string(),
+            "agent": run.agent.as_str(),
+            "replica": run.replica,
+            "limit": limit,
+            "waiting": waiting,
+            "reason": format!(
+                "this replica drives {limit} runs at once (--max-running-runs): the run starts when one of them ends; its time limit counts from then"
+            ),
+        }),
+    ))
+}
+
 /// What history (and a task's status reason) keeps of an agent's words: as of
 /// a call's input, a long text cut to its start and `…[N bytes]` (a 1 MiB
 /// comment or report summary was kept whole, in every watcher's stream).

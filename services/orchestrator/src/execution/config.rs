@@ -46,6 +46,9 @@ pub const DEFAULT_PASS_ENV: [&str; 10] = [
     "OPENAI_API_KEY",
 ];
 
+/// Default of [`RunnerConfig::max_running_runs`] (`--max-running-runs`).
+pub const DEFAULT_MAX_RUNNING_RUNS: usize = 1024;
+
 /// How agents are run.
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
@@ -80,6 +83,10 @@ pub struct RunnerConfig {
     /// This process's fence directory (see [`super::fence`]); None: CLI agents run
     /// without a fence (tests of everything else).
     pub fence_dir: Option<PathBuf>,
+    /// Runs this process drives at once (top-level runs; a handoff's child
+    /// works in its parent's place): one more waits, `run_queued`, until one
+    /// ends.
+    pub max_running_runs: usize,
 }
 
 impl RunnerConfig {
@@ -120,6 +127,7 @@ impl RunnerConfig {
             cli_read_only: Vec::new(),
             tls_ca: None,
             fence_dir: None,
+            max_running_runs: DEFAULT_MAX_RUNNING_RUNS,
         }
     }
 

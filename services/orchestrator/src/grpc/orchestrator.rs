@@ -368,6 +368,7 @@ impl Orchestrator for OrchestratorService {
                 })
                 .collect(),
             live_runs: u32::try_from(self.state.runner.live_runs()).unwrap_or(u32::MAX),
+            queued_runs: u32::try_from(self.state.runner.queued_runs()).unwrap_or(u32::MAX),
             limits: self.limits.clone(),
             caller,
         }))

@@ -8,8 +8,8 @@ use super::{EventHub, Subscription};
 use crate::domain::{Event, EventKind, TaskId, TaskStatus};
 
 /// Most events read from the store per round trip while replaying (the store
-/// also bounds a batch by bytes).
-const REPLAY_BATCH: u32 = 500;
+/// also bounds a batch by bytes): what a watch holds while its watcher reads.
+const REPLAY_BATCH: u32 = 32;
 
 /// Where committed events are read from (the store).
 pub trait EventSource: Send + Sync {

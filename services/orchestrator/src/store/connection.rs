@@ -39,6 +39,34 @@ pub(super) enum AnyConnection {
 
 pub(super) type ConnectionPool = Pool<Manager>;
 
+/// A pooled connection, and whether a call on it failed on the database.
+///
+/// A connection goes out of the pool and back in unchecked, so a read is
+/// one round trip to the database (r2d2's check on checkout would add a
+/// `SELECT 1` before every call); only one a call failed on is checked when
+/// it goes back (see [`Manager::has_broken`]) and dropped if that fails too.
+pub(super) struct Session {
+    conn: AnyConnection,
+    failed: bool,
+}
+
+impl Session {
+    /// Runs `f` on the connection, noting whether the database failed it.
+    pub(super) fn run<T>(
+        &mut self,
+        f: impl FnOnce(&mut AnyConnection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let result = f(&mut self.conn);
+        if matches!(
+            result,
+            Err(StoreError::Database(_) | StoreError::Unreachable(_))
+        ) {
+            self.failed = true;
+        }
+        result
+    }
+}
+
 /// What `Store::open` was given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Target {
@@ -175,6 +203,7 @@ fn pool(target: Target, size: u32, checkout: Duration) -> Result<ConnectionPool,
     Pool::builder()
         .max_size(size)
         .min_idle(Some(1))
+        .test_on_check_out(false)
         .connection_timeout(checkout)
         .connection_customizer(Box::new(SessionSettings))
         .build(Manager { target })
@@ -280,9 +309,9 @@ pub(super) fn truncate_wal(conn: &mut AnyConnection) -> Result<(), StoreError> {
 #[derive(Debug)]
 struct SessionSettings;
 
-impl CustomizeConnection<AnyConnection, r2d2::Error> for SessionSettings {
-    fn on_acquire(&self, conn: &mut AnyConnection) -> Result<(), r2d2::Error> {
-        match conn {
+impl CustomizeConnection<Session, r2d2::Error> for SessionSettings {
+    fn on_acquire(&self, session: &mut Session) -> Result<(), r2d2::Error> {
+        match &mut session.conn {
             AnyConnection::Sqlite(c) => sqlite_pragmas(c).map_err(r2d2::Error::QueryError),
             AnyConnection::Pg(c) => c.batch_execute(PG_SESSION).map_err(r2d2::Error::QueryError),
         }
@@ -307,20 +336,34 @@ pub(super) struct Manager {
 }
 
 impl ManageConnection for Manager {
-    type Connection = AnyConnection;
+    type Connection = Session;
     type Error = r2d2::Error;
 
-    fn connect(&self) -> Result<AnyConnection, r2d2::Error> {
-        self.target.connect().map_err(r2d2::Error::ConnectionError)
+    fn connect(&self) -> Result<Session, r2d2::Error> {
+        let conn = self
+            .target
+            .connect()
+            .map_err(r2d2::Error::ConnectionError)?;
+        Ok(Session {
+            conn,
+            failed: false,
+        })
     }
 
-    fn is_valid(&self, conn: &mut AnyConnection) -> Result<(), r2d2::Error> {
-        conn.ping().map_err(r2d2::Error::QueryError)
+    /// Only when a pool is built to check connections on checkout (this
+    /// store's are not).
+    fn is_valid(&self, session: &mut Session) -> Result<(), r2d2::Error> {
+        session.conn.ping().map_err(r2d2::Error::QueryError)
     }
 
-    fn has_broken(&self, conn: &mut AnyConnection) -> bool {
-        // A connection left inside a transaction (a panic mid-way) is never reused.
-        std::thread::panicking() || conn.is_broken()
+    /// A connection left inside a transaction (a panic mid-way) is never
+    /// reused; nor is one a call failed on that does not answer a trivial
+    /// query now (the server ended its session, the network cut it).
+    fn has_broken(&self, session: &mut Session) -> bool {
+        if std::thread::panicking() || session.conn.is_broken() {
+            return true;
+        }
+        std::mem::take(&mut session.failed) && ping(&mut session.conn).is_err()
     }
 }
 
@@ -427,7 +470,8 @@ mod tests {
         let pool = open_pools(Target::Sqlite(path.display().to_string()))
             .expect("open")
             .main;
-        let mut conn = pool.get().expect("connection");
+        let mut session = pool.get().expect("connection");
+        let conn = &mut session.conn;
         conn.batch_execute("INSERT INTO api_keys VALUES ('k', 'n', 'viewer', 'h', 0, NULL)")
             .expect("a write, so the WAL has something");
         assert_eq!(mode(&dir), 0o700);

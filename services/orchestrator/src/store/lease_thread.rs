@@ -44,10 +44,10 @@ impl LeaseThread {
         let (answer, answered) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move |pool| {
             let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                let mut conn = pool.get().map_err(|e| {
+                let mut session = pool.get().map_err(|e| {
                     StoreError::Database(format!("no database connection for the leases: {e}"))
                 })?;
-                f(&mut conn)
+                session.run(f)
             }));
             let _ = answer.send(result);
         });

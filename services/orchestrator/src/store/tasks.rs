@@ -31,6 +31,11 @@ pub const MAX_EVENTS: u32 = 1000;
 /// for (GetHistory's page, WatchTask's replay batch): well under a client's
 /// 4 MiB message limit. An event larger than that comes alone.
 pub const EVENT_PAGE_BYTES: usize = 1024 * 1024;
+/// Most bytes of event data a stream's follower (a WatchTask, a console or
+/// A2A subscription) reads from the store at once: what it holds while its
+/// watcher reads, so one key's streams hold at most their number times this
+/// (plus their buffers) however long the task's history.
+pub const FOLLOW_PAGE_BYTES: usize = 32 * 1024;
 
 /// Most bytes of tasks in one page of `list_tasks`, whatever the page size
 /// asked: a page of large tasks is cut short (with a token for the rest), so

@@ -5,6 +5,7 @@
 mod agents;
 mod provider_keys;
 mod providers;
+mod round_trips;
 mod runs;
 mod tasks;
 mod workspaces;

@@ -204,6 +204,57 @@ async fn a_stream_holds_its_place_until_its_body_is_gone() {
     next.await.expect("task").expect("answered");
 }
 
+/// Read-only keys that fill their shares leave an eighth of the keys'
+/// streams to admins: the next viewer is refused naming why, an admin is
+/// served.
+#[tokio::test]
+async fn keys_without_reserved_room_leave_an_eighth_of_the_streams_to_admins() {
+    let capacity = Capacity {
+        streams: 8,
+        ..CAPACITY
+    };
+    let (service, mut waiting) = held(capacity);
+    let mut open = Vec::new();
+    for i in 0..7 {
+        let call = tokio::spawn(service.clone().call(request_of(
+            "/demo.v1.Demo/Watch",
+            Some(key(&format!("viewer-{i}"))),
+        )));
+        let _ = waiting.recv().await.expect("in").send(());
+        open.push(call.await.expect("task").expect("answered"));
+    }
+    let refused = service
+        .clone()
+        .call(request_of("/demo.v1.Demo/Watch", Some(key("viewer-7"))))
+        .await
+        .expect("answered");
+    refused_with(
+        &refused,
+        Code::ResourceExhausted,
+        "7 streams of keys other than admins' (seven eighths of --max-concurrent-streams)",
+    );
+    let admin = Principal::Key {
+        id: "admin".to_owned(),
+        name: "admin".to_owned(),
+        role: chorus_auth::Role::Admin,
+    };
+    let served = tokio::spawn(
+        service
+            .clone()
+            .call(request_of("/demo.v1.Demo/Watch", Some(admin))),
+    );
+    let _ = waiting
+        .recv()
+        .await
+        .expect("the admin's stream is served")
+        .send(());
+    let answer = served.await.expect("task").expect("answered");
+    assert!(
+        Status::from_header_map(answer.headers()).is_none_or(|s| s.code() == Code::Ok),
+        "the admin's stream is served"
+    );
+}
+
 /// API keys busy with every place of theirs take nothing from agents, and
 /// callers without a credential take nothing from either.
 #[tokio::test]
