@@ -75,7 +75,8 @@ async fn path(database: &str, url: &str, calls: usize) {
     let file = root.path().join("notes.txt");
     std::fs::write(&file, "a line of the notes, 32 bytes.\n".repeat(128)).expect("a 4 KiB file");
     chorus_sandbox::testing::give_to_test_user(root.path());
-    let o = OrchestratorProcess::spawn(data.path(), url, &[]).await;
+    // The run's Streamable HTTP endpoint is served with --mcp-listen.
+    let o = OrchestratorProcess::spawn(data.path(), url, &["--mcp-listen", "127.0.0.1:0"]).await;
     let pid = u32::try_from(o.pid()).expect("a pid");
     let mut admin = o.client().await;
     let ws = workspace(&mut admin, "path", root.path()).await;

@@ -285,3 +285,38 @@ fn the_egress_claim_travels_and_tokens_minted_before_it_still_verify() {
     let json = serde_json::to_string(&grant()).expect("json");
     assert!(!json.contains("egress"), "{json}");
 }
+
+#[test]
+fn a_remembered_token_is_refused_once_its_keys_are_gone_or_it_has_expired() {
+    let signer = RunTokenSigner::generate();
+    let verifier = signer.verifier();
+    let token = signer.mint(&grant(), Duration::from_secs(60));
+    let first = verifier.verify_token(&token).expect("verifies");
+    assert_eq!(
+        verifier.verify_token(&token),
+        Ok(first.clone()),
+        "again, remembered"
+    );
+    // A clone shares what is remembered and the keys.
+    let clone = verifier.clone();
+    clone.replace(Vec::new());
+    assert!(
+        matches!(
+            verifier.verify_token(&token),
+            Err(TokenError::UnknownKey(_))
+        ),
+        "its key is gone: refused though it verified before"
+    );
+    // A remembered token past its expiry is refused.
+    let signer = RunTokenSigner::generate();
+    let verifier = signer.verifier();
+    let token = signer.mint(&grant(), Duration::from_secs(60));
+    let mut verified = verifier.verify_token(&token).expect("verifies");
+    verified.expires_at = unix_now() - 1;
+    verifier.remembered().insert(token.clone(), verified);
+    assert_eq!(verifier.verify_token(&token), Err(TokenError::Expired));
+    // A tampered token is not the remembered one.
+    let mut tampered = token.clone();
+    tampered.pop();
+    assert!(verifier.verify_token(&tampered).is_err());
+}

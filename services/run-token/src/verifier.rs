@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, errors::ErrorKind};
 
@@ -19,12 +19,24 @@ pub struct VerifiedToken {
     pub expires_at: u64,
 }
 
+/// Tokens remembered as verified, at most: past it, they are all forgotten
+/// (each verifies again at its next use).
+const REMEMBERED: usize = 4096;
+
 /// Verifies run tokens. Holds only public keys; clones share them, so a
 /// rotation or a refresh reaches every clone.
+///
+/// A token that verified is remembered by its text with what it carries, for
+/// the keys held now: one tool call presents its run's token three or four
+/// times (the auth layer, tool-exec, the check before the call and its
+/// record), and a signature is checked once instead of each time. The
+/// remembered tokens are forgotten whenever the keys change, and a
+/// remembered one is still refused once it has expired.
 #[derive(Clone)]
 pub struct RunTokenVerifier {
     keys: Arc<RwLock<HashMap<String, DecodingKey>>>,
     validation: Validation,
+    verified: Arc<Mutex<HashMap<String, VerifiedToken>>>,
 }
 
 impl std::fmt::Debug for RunTokenVerifier {
@@ -67,6 +79,7 @@ impl RunTokenVerifier {
         let verifier = Self {
             keys: Arc::new(RwLock::new(HashMap::new())),
             validation,
+            verified: Arc::default(),
         };
         verifier.replace(keys);
         verifier
@@ -81,8 +94,18 @@ impl RunTokenVerifier {
             .filter_map(|(kid, pem)| Some((kid, DecodingKey::from_ed_pem(pem.as_bytes()).ok()?)))
             .collect();
         let taken = decoded.len();
-        *self.keys.write().unwrap_or_else(|e| e.into_inner()) = decoded;
+        let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        *keys = decoded;
+        // Under the keys' lock: no token verified with the old keys is
+        // remembered after it.
+        self.remembered().clear();
         taken
+    }
+
+    /// The tokens remembered as verified, by their text. Taken after the
+    /// keys' lock wherever both are held.
+    pub(crate) fn remembered(&self) -> std::sync::MutexGuard<'_, HashMap<String, VerifiedToken>> {
+        self.verified.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The ids of the keys held, sorted.
@@ -109,6 +132,32 @@ impl RunTokenVerifier {
         if token.is_empty() {
             return Err(TokenError::Missing);
         }
+        let remembered = self.remembered().get(token).cloned();
+        if let Some(verified) = remembered {
+            // As the validation says (no leeway): expired once past `exp`.
+            if verified.expires_at < crate::unix_now() {
+                self.remembered().remove(token);
+                return Err(TokenError::Expired);
+            }
+            return Ok(verified);
+        }
+        let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        let verified = self.check(token, &keys)?;
+        let mut remembered = self.remembered();
+        if remembered.len() >= REMEMBERED {
+            remembered.clear();
+        }
+        remembered.insert(token.to_owned(), verified.clone());
+        Ok(verified)
+    }
+
+    /// Checks key, signature, expiry, issuer and audience of `token` with
+    /// `keys`.
+    fn check(
+        &self,
+        token: &str,
+        keys: &HashMap<String, DecodingKey>,
+    ) -> Result<VerifiedToken, TokenError> {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|e| TokenError::Malformed(format!("not a JWT ({e})")))?;
         if header.alg != Algorithm::EdDSA {
@@ -119,26 +168,25 @@ impl RunTokenVerifier {
                 "its header names no signing key (kid); it was minted by an older version: start the run again".to_owned(),
             )
         })?;
-        let data = {
-            let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
-            let key = keys
-                .get(&kid)
-                .ok_or_else(|| TokenError::UnknownKey(kid.clone()))?;
-            jsonwebtoken::decode::<Claims>(token, key, &self.validation)
-        }
-        .map_err(|e| match e.kind() {
-            ErrorKind::ExpiredSignature => TokenError::Expired,
-            ErrorKind::InvalidSignature
-            | ErrorKind::InvalidAlgorithm
-            | ErrorKind::InvalidKeyFormat => TokenError::BadSignature,
-            ErrorKind::InvalidToken
-            | ErrorKind::Base64(_)
-            | ErrorKind::Json(_)
-            | ErrorKind::Utf8(_) => {
-                TokenError::Malformed(format!("not a JWT with valid claims ({e})"))
-            }
-            _ => TokenError::Invalid(e.to_string()),
-        })?;
+        let key = keys
+            .get(&kid)
+            .ok_or_else(|| TokenError::UnknownKey(kid.clone()))?;
+        let data =
+            jsonwebtoken::decode::<Claims>(token, key, &self.validation).map_err(|e| {
+                match e.kind() {
+                    ErrorKind::ExpiredSignature => TokenError::Expired,
+                    ErrorKind::InvalidSignature
+                    | ErrorKind::InvalidAlgorithm
+                    | ErrorKind::InvalidKeyFormat => TokenError::BadSignature,
+                    ErrorKind::InvalidToken
+                    | ErrorKind::Base64(_)
+                    | ErrorKind::Json(_)
+                    | ErrorKind::Utf8(_) => {
+                        TokenError::Malformed(format!("not a JWT with valid claims ({e})"))
+                    }
+                    _ => TokenError::Invalid(e.to_string()),
+                }
+            })?;
         if !data.claims.grant.root.is_absolute() {
             return Err(TokenError::Invalid(
                 "workspace root in the token is not an absolute path".to_owned(),

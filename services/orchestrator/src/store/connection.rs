@@ -462,6 +462,34 @@ mod tests {
         std::fs::metadata(path).expect("exists").mode() & 0o777
     }
 
+    /// The bundled SQLite keeps a statement's plan whatever is bound to it
+    /// (`.cargo/config.toml`): a `LIMIT ?` no longer makes every cached
+    /// statement be compiled again at each call.
+    #[test]
+    fn sqlite_is_built_with_the_query_planner_stability_guarantee() {
+        use diesel::RunQueryDsl as _;
+        let base = tempfile::tempdir().expect("dir");
+        let pool = open_pools(Target::Sqlite(
+            base.path().join("q.db").display().to_string(),
+        ))
+        .expect("open")
+        .main;
+        let mut session = pool.get().expect("connection");
+        let AnyConnection::Sqlite(conn) = &mut session.conn else {
+            panic!("a SQLite connection");
+        };
+        let on: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+            "(SELECT count(*) FROM pragma_compile_options WHERE compile_options = 'ENABLE_QPSG')",
+        ))
+        .get_result(conn)
+        .expect("the compile options");
+        assert_eq!(
+            on, 1,
+            "SQLite was built without SQLITE_ENABLE_QPSG: build from the workspace, whose \
+             .cargo/config.toml sets LIBSQLITE3_FLAGS"
+        );
+    }
+
     #[test]
     fn a_new_sqlite_database_is_owner_only_with_its_wal() {
         let base = tempfile::tempdir().expect("dir");
