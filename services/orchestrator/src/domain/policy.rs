@@ -775,7 +775,8 @@ pub fn queue_run(
             "limit": limit,
             "waiting": waiting,
             "reason": format!(
-                "this replica drives {limit} runs at once (--max-running-runs): the run starts when one of them ends; its time limit counts from then"
+                "this replica drives at most {limit} {} at once (--max-running-runs): the run starts when one ends; its time limit counts from then",
+                if limit == 1 { "run" } else { "runs" }
             ),
         }),
     ))
