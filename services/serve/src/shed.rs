@@ -447,8 +447,8 @@ impl Shared {
             status: self.refusal(pool.limit, pool.what, pool.flag, ""),
             reason: "calls",
         })?;
-        let share = match caller.holder() {
-            Some(holder) if !holder.reserved && matches!(caller, Caller::Key(..)) => {
+        let share = match caller {
+            Caller::Key(..) if !caller.reserved() => {
                 let shared = if stream {
                     &self.unreserved.streams
                 } else {

@@ -220,17 +220,22 @@ impl Caller {
     /// Whose connection a call of this caller proves: the credential, and
     /// whether it has reserved room (admins' keys, tool-exec's, agents).
     pub(super) fn holder(&self) -> Option<crate::connections::Holder> {
-        let reserved = match self {
+        Some(crate::connections::Holder {
+            name: self.who()?,
+            reserved: self.reserved(),
+        })
+    }
+
+    /// Whether the caller has reserved room: admins' keys, tool-exec's,
+    /// agents (see [`crate::unreserved_share`]).
+    pub(super) fn reserved(&self) -> bool {
+        match self {
             Self::Agent(_) => true,
             Self::Key(_, role) => {
                 matches!(role, chorus_auth::Role::Admin | chorus_auth::Role::ToolExec)
             }
-            Self::Anonymous => return None,
-        };
-        Some(crate::connections::Holder {
-            name: self.who()?,
-            reserved,
-        })
+            Self::Anonymous => false,
+        }
     }
 
     /// The kind, and the key's id, for the refusal metric.
