@@ -418,8 +418,12 @@ async fn a_script_gets_json_lines_and_an_exit_code_that_says_how_the_task_ended(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_key_or_address_says_what_to_fix() {
     let stage = Stage::new(Vec::new()).await;
-    let (code, _, stderr) = stage.run(&["status"]).await;
+    let (code, stdout, stderr) = stage.run(&["status"]).await;
     assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("LIVE RUNS") && stdout.contains("QUEUED RUNS"),
+        "status says how many runs go and how many wait for a place: {stdout}"
+    );
 
     let wrong = stage.dir.path().join("wrong.key");
     std::fs::write(&wrong, "chorus_wrong_key\n").expect("write");
