@@ -42,6 +42,7 @@ fn domain_code(e: &DomainError) -> Code {
         DomainError::Transition(_) | DomainError::RunNotActive(_) => Code::FailedPrecondition,
         DomainError::AlreadyDone(_) => Code::AlreadyExists,
         DomainError::NotAllowed(_) => Code::PermissionDenied,
+        DomainError::NotItsToken(_) => Code::Unauthenticated,
     }
 }
 

@@ -7,7 +7,7 @@ use chorus_run_token::{RunGrant, VerifiedToken};
 use tracing::warn;
 
 use crate::domain::policy::Reporter;
-use crate::domain::{DomainError, Run, RunId, TokenBinding, now_ms};
+use crate::domain::{DomainError, Run, RunId, TaskId, TokenBinding, now_ms};
 use crate::error::ServiceError;
 use crate::state::AppState;
 use crate::store::StoreError;
@@ -74,9 +74,7 @@ pub async fn run_and_reporter(
     state: &AppState,
     token: &VerifiedToken,
 ) -> Result<(Run, Reporter), ServiceError> {
-    let grant = &token.grant;
-    let run_id = RunId::parse(&grant.run_id)
-        .map_err(|_| DomainError::RunNotActive(format!("run {} is unknown", grant.run_id)))?;
+    let (run_id, _) = ids_of(token)?;
     let run = match state.store.get_run(run_id).await {
         Ok(run) => run,
         Err(StoreError::NotFound { .. }) => {
@@ -84,17 +82,35 @@ pub async fn run_and_reporter(
         }
         Err(e) => return Err(e.into()),
     };
-    match standing(&run, token) {
-        Standing::Current => Ok((run, Reporter::Driver)),
-        Standing::Superseded => Ok((run, Reporter::LostDriver)),
+    let by = reporter(&run, token)?;
+    Ok((run, by))
+}
+
+/// Who holds `token` for `run`, read as [`run_and_reporter`] says; a token
+/// whose claims are not the run's is refused ([`DomainError::NotItsToken`],
+/// UNAUTHENTICATED) and logged.
+pub fn reporter(run: &Run, token: &VerifiedToken) -> Result<Reporter, DomainError> {
+    match standing(run, token) {
+        Standing::Current => Ok(Reporter::Driver),
+        Standing::Superseded => Ok(Reporter::LostDriver),
         Standing::Mismatch(claim) => {
             warn!(run_id = %run.id, claim, kid = %token.kid, "a run token whose claims are not its run's was refused");
-            Err(ServiceError::BadCredential(format!(
+            Err(DomainError::NotItsToken(format!(
                 "run token refused: its {claim} is not run {}'s; it was not minted for this run",
                 run.id
             )))
         }
     }
+}
+
+/// The run and task a verified token names, as ids; a token naming ids
+/// that do not parse names no run there is ("not active", as an unknown run).
+pub fn ids_of(token: &VerifiedToken) -> Result<(RunId, TaskId), DomainError> {
+    let grant = &token.grant;
+    let unknown = || DomainError::RunNotActive(format!("run {} is unknown", grant.run_id));
+    let run = RunId::parse(&grant.run_id).map_err(|_| unknown())?;
+    let task = TaskId::parse(&grant.task_id).map_err(|_| unknown())?;
+    Ok((run, task))
 }
 
 /// How a verified token stands to the run it names.

@@ -19,13 +19,14 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::{info, warn};
 
-use crate::auth::runs::{run_and_reporter, run_of_token};
+use crate::auth::runs::{self, run_of_token};
 use crate::domain::policy::{self, Reporter};
 use crate::domain::{
     AgentKind, DomainError, Run, RunId, RunState, Task, TaskId, TaskStatus, now_ms,
 };
 use crate::error::ServiceError;
 use crate::state::AppState;
+use crate::store::StoreError;
 
 /// A call of an orchestration tool that ran: its output and how long it took.
 #[derive(Debug, Clone, PartialEq)]
@@ -292,16 +293,6 @@ pub async fn handoff_follower(
     }
 }
 
-/// The run a call is reported for and who reports it (tool-exec passes the
-/// token the call was made with; see [`run_and_reporter`]).
-pub(crate) async fn reporter_of_token_text(
-    state: &AppState,
-    token: &str,
-) -> Result<(Run, Reporter), ServiceError> {
-    let verified = state.verifier.verify_token(token)?;
-    run_and_reporter(state, &verified).await
-}
-
 /// Records one finished tool call of `run` as `tool_executed`, bounded by the
 /// history's rule whoever reported it.
 pub(crate) async fn record(
@@ -312,34 +303,6 @@ pub(crate) async fn record(
     state
         .store
         .append_events(run.task_id, vec![policy::tool_executed(run, call)])
-        .await?;
-    Ok(())
-}
-
-/// Records a call tool-exec reports for `run`, unless it began after the
-/// run's end or the run never held the tool (see
-/// [`policy::check_recordable`]); a call reported
-/// by a driver that lost the run is recorded as interrupted. Checked under
-/// the task's lock, so that no call is recorded after the event that ends
-/// its run.
-pub(crate) async fn record_reported(
-    state: &AppState,
-    run: &Run,
-    call: ToolCallRecord,
-    by: Reporter,
-) -> Result<(), ServiceError> {
-    policy::check_recordable(run, &call, now_ms())?;
-    if by == Reporter::LostDriver {
-        info!(run_id = %run.id, tool = %call.tool, status = %call.status, "a call of a driver that lost the run is recorded as interrupted");
-    }
-    let checked = call.clone();
-    let draft = policy::reported_call(run, call, by);
-    state
-        .store
-        .change_run(run.id, move |run, _| {
-            policy::check_recordable(run, &checked, now_ms())?;
-            Ok(vec![draft])
-        })
         .await?;
     Ok(())
 }
@@ -379,18 +342,41 @@ pub(crate) async fn authorize_reported(
 }
 
 /// tool-exec's report of a finished call: no longer in flight (its
-/// processes are gone), and recorded as [`record_reported`] says.
+/// processes are gone), and recorded in the run's task history, in one
+/// transaction that reads the run under its task's lock — unless the call
+/// began after the run's end or the run never held the tool
+/// ([`policy::check_recordable`]). A call reported by a driver that lost the
+/// run to a takeover is recorded as interrupted; a token whose claims are
+/// not its run's records nothing (UNAUTHENTICATED).
 pub(crate) async fn report(
     state: &AppState,
     token: &str,
     call: ToolCallRecord,
     call_id: Option<String>,
 ) -> Result<(), ServiceError> {
-    let (run, by) = reporter_of_token_text(state, token).await?;
+    let verified = state.verifier.verify_token(token)?;
+    let (run_id, task_id) = runs::ids_of(&verified)?;
     if let Some(id) = call_id {
         state.store.call_ended(id).await?;
     }
-    record_reported(state, &run, call, by).await
+    let recorded = state
+        .store
+        .change_task_run(task_id, run_id, move |run, _| {
+            let by = runs::reporter(run, &verified)?;
+            policy::check_recordable(run, &call, now_ms())?;
+            if by == Reporter::LostDriver {
+                info!(run_id = %run.id, tool = %call.tool, status = %call.status, "a call of a driver that lost the run is recorded as interrupted");
+            }
+            Ok(vec![policy::reported_call(run, call, by)])
+        })
+        .await;
+    match recorded {
+        Ok(_) => Ok(()),
+        Err(StoreError::NotFound { .. }) => {
+            Err(DomainError::RunNotActive(format!("run {run_id} is unknown")).into())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// For how long the processes of a call of `run` may run without another

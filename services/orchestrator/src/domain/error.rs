@@ -17,6 +17,10 @@ pub enum DomainError {
     /// (FAILED_PRECONDITION).
     #[error("{0}")]
     RunNotActive(String),
+    /// A run token whose claims are not its run's: it was not minted for the
+    /// run it names (UNAUTHENTICATED).
+    #[error("{0}")]
+    NotItsToken(String),
 }
 
 impl DomainError {

@@ -138,17 +138,26 @@ impl Store {
     {
         self.write_events(move |conn| {
             let task_id = load_run(conn, run_id)?.task_id;
-            let before_task = lock_task(conn, task_id)?;
             // Read again under the task's lock: every run change holds it.
-            let before_run = load_run(conn, run_id)?;
-            let mut run = before_run.clone();
-            let mut task = before_task.clone();
-            let drafts = f(&mut run, &mut task)?;
-            let run = save_run(conn, &before_run, &run)?;
-            let events = save_task(conn, &before_task, &mut task, drafts)?;
-            Ok((run, task, events))
+            change_locked(conn, task_id, run_id, f)
         })
         .await
+    }
+
+    /// [`Self::change_run`] for a caller that knows the run's task (a run
+    /// token names it): the run is read once, under the task's lock. A run
+    /// that is not of `task_id` is not found, and nothing is written.
+    pub async fn change_task_run<F>(
+        &self,
+        task_id: TaskId,
+        run_id: RunId,
+        f: F,
+    ) -> Result<(Run, Task, Vec<Event>), StoreError>
+    where
+        F: FnOnce(&mut Run, &mut Task) -> Result<Vec<EventDraft>, DomainError> + Send + 'static,
+    {
+        self.write_events(move |conn| change_locked(conn, task_id, run_id, f))
+            .await
     }
 
     /// The task's runs, in the order they started.
@@ -413,6 +422,33 @@ pub(super) fn load_unfinished(
         .into_iter()
         .map(RunRow::into_domain)
         .collect()
+}
+
+/// Locks task `task_id`, reads run `run_id` of it, lets `f` change both and
+/// saves them with its events (see [`Store::change_run`]).
+fn change_locked<F>(
+    conn: &mut AnyConnection,
+    task_id: TaskId,
+    run_id: RunId,
+    f: F,
+) -> Result<(Run, Task, Vec<Event>), StoreError>
+where
+    F: FnOnce(&mut Run, &mut Task) -> Result<Vec<EventDraft>, DomainError>,
+{
+    let before_task = lock_task(conn, task_id)?;
+    let before_run = load_run(conn, run_id)?;
+    if before_run.task_id != task_id {
+        return Err(StoreError::not_found(
+            "run",
+            format!("{run_id} of task {task_id}"),
+        ));
+    }
+    let mut run = before_run.clone();
+    let mut task = before_task.clone();
+    let drafts = f(&mut run, &mut task)?;
+    let run = save_run(conn, &before_run, &run)?;
+    let events = save_task(conn, &before_task, &mut task, drafts)?;
+    Ok((run, task, events))
 }
 
 pub(super) fn load_run(conn: &mut AnyConnection, id: RunId) -> Result<Run, StoreError> {
