@@ -8,7 +8,8 @@
 //! ([`Store::change_task`], [`Store::change_run`]).
 //!
 //! Files: `connection` (backends, pool, migrations, transactions), `schema` and
-//! `rows` (tables and row ↔ domain conversions), `task_cache`, then one file per
+//! `rows` (tables and row ↔ domain conversions), `kept` (statements kept prepared),
+//! `task_cache`, then one file per
 //! concept.
 
 mod agents;
@@ -16,6 +17,7 @@ mod api_keys;
 mod calls;
 mod connection;
 mod feed;
+mod kept;
 mod lease_thread;
 mod provider_keys;
 mod providers;
@@ -461,6 +463,30 @@ impl Store {
         })
         .await;
         self.noted(result)
+    }
+
+    /// Runs `f`, a read of one row by its key, on the calling thread when a
+    /// place and a connection are free at once and the database is SQLite:
+    /// there such a read takes microseconds and waits for no writer (WAL
+    /// readers take no lock), so the hop to the blocking pool and back (two
+    /// thread wake-ups) would cost more than the read. Otherwise as
+    /// [`Self::with_conn`]. Only for reads of one row by key: anything that
+    /// may scan or write goes through the blocking pool.
+    async fn point_read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
+    {
+        if self.backend == Backend::Sqlite
+            && let Ok(place) = Arc::clone(&self.places).try_acquire_owned()
+            && let Some(mut session) = self.pool.try_get()
+        {
+            let result = session.run(f);
+            drop(session);
+            drop(place);
+            return self.noted(result);
+        }
+        self.with_conn(f).await
     }
 
     /// `result`, a database failure noted (see [`Store::failures`]).

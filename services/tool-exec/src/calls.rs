@@ -13,7 +13,7 @@ use chorus_run_token::{RunGrant, RunTokenVerifier};
 use chorus_sandbox::fence::Fences;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument as _, error, info, info_span, warn};
+use tracing::{Instrument as _, debug, error, info_span, warn};
 
 use crate::context::ToolOutcome;
 use crate::error::ToolError;
@@ -190,7 +190,9 @@ impl ToolCalls {
         chorus_telemetry::metrics().tool_call(&tool, &status, elapsed.as_secs_f64());
         match &result {
             Ok(_) => {
-                info!(run_id = %run_id, agent = %agent, tool = %tool, status = %status, duration_ms, "tool executed")
+                // The task's history records every call: a log line of its
+                // own would be a second copy, paid on every call.
+                debug!(run_id = %run_id, agent = %agent, tool = %tool, status = %status, duration_ms, "tool executed")
             }
             Err(err) => {
                 warn!(run_id = %run_id, agent = %agent, tool = %tool, code = ?err.code(), error = %err, "tool failed")

@@ -118,7 +118,7 @@ impl Store {
     }
 
     pub async fn get_run(&self, id: RunId) -> Result<Run, StoreError> {
-        self.with_conn(move |conn| load_run(conn, id)).await
+        self.point_read(move |conn| load_run(conn, id)).await
     }
 
     /// Changes a run and its task in one transaction: locks the task, lets `f`

@@ -569,12 +569,34 @@ fn write_task(
     }
     task.updated_ms = now;
     task_cache::touched(task.id);
-    diesel::update(tasks::table.find(task.id.to_string()))
-        .set(TaskRow::from_domain(task)?)
-        .execute(conn)
+    if only_counters_changed(before, task) {
+        super::kept::TaskCounters {
+            id: task.id.to_string(),
+            updated_ms: task.updated_ms,
+            last_sequence: super::rows::db_sequence(task.last_sequence)?,
+            budget: super::rows::to_json(&task.budget)?,
+        }
+        .run(conn)
         .db()?;
+    } else {
+        diesel::update(tasks::table.find(task.id.to_string()))
+            .set(TaskRow::from_domain(task)?)
+            .execute(conn)
+            .db()?;
+    }
     notify_task(conn, task.id, task.last_sequence)?;
     Ok(events)
+}
+
+/// Whether `task` differs from `before` in its history's end, its time and
+/// its budget only (what a recorded tool call changes): then those three
+/// columns are all its row needs.
+fn only_counters_changed(before: &Task, task: &Task) -> bool {
+    let mut same = before.clone();
+    same.updated_ms = task.updated_ms;
+    same.last_sequence = task.last_sequence;
+    same.budget.clone_from(&task.budget);
+    same == *task
 }
 
 /// What the task spent in this transaction — model calls in its usage, tool

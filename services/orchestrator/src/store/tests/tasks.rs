@@ -510,6 +510,56 @@ async fn a_task_read_again_after_a_change_or_a_delete_is_what_the_database_holds
     }
 }
 
+/// A recorded tool call changes only its task's history end, time and
+/// count of calls (written by a statement kept prepared); the row holds them
+/// after each call, and a change of anything else after it is written whole.
+#[tokio::test]
+async fn a_recorded_call_saves_the_tasks_count_sequence_and_time() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let (_, task) = t.workspace_with_task("docs").await;
+        let call = || {
+            vec![(
+                EventKind::ToolExecuted,
+                json!({"tool": "file.read", "status": "ok"}),
+            )]
+        };
+        for n in 1..=3_u64 {
+            t.store.append_events(task.id, call()).await.expect(b);
+            let row = row_of(&t, task.id).await.expect(b);
+            assert_eq!(row.budget.tool_calls, n, "{b}: the count of calls");
+            assert_eq!(
+                row.last_sequence,
+                task.last_sequence + n,
+                "{b}: the history's end"
+            );
+            assert!(row.updated_ms >= task.updated_ms, "{b}: its time");
+            assert_eq!(row.description, task.description, "{b}");
+            assert_eq!(row.status, task.status, "{b}");
+            assert_eq!(
+                Some(t.store.get_task(task.id).await.expect(b)),
+                Some(row),
+                "{b}"
+            );
+        }
+        // A call and another change in one transaction: all of it is saved.
+        t.store
+            .change_task(task.id, |task| {
+                task.description = "changed with a call".into();
+                Ok(vec![(
+                    EventKind::ToolExecuted,
+                    json!({"tool": "file.read"}),
+                )])
+            })
+            .await
+            .expect(b);
+        let row = row_of(&t, task.id).await.expect(b);
+        assert_eq!(row.description, "changed with a call", "{b}");
+        assert_eq!(row.budget.tool_calls, 4, "{b}");
+        assert_eq!(row.last_sequence, task.last_sequence + 4, "{b}");
+    }
+}
+
 #[tokio::test]
 async fn a_read_that_raced_a_write_does_not_keep_the_older_task() {
     for t in test_stores().await {
