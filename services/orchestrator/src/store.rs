@@ -2,15 +2,16 @@
 //!
 //! Callers see domain types and [`StoreError`]; no diesel type leaves this module.
 //! Every call runs its queries on the blocking pool (`spawn_blocking`) — on SQLite
-//! a task read before is answered from memory (`task_cache`) —, every write
+//! a task read before is answered from memory (`task_cache`), and a run read by
+//! its id runs on the calling thread when a connection is idle
+//! (`Store::point_read`) —, every write
 //! is one transaction, and every change to a task writes its history events in the
 //! same transaction, numbered 1, 2, 3, ... per task without gaps
 //! ([`Store::change_task`], [`Store::change_run`]).
 //!
 //! Files: `connection` (backends, pool, migrations, transactions), `schema` and
-//! `rows` (tables and row ↔ domain conversions), `kept` (statements kept prepared),
-//! `task_cache`, then one file per
-//! concept.
+//! `rows` (tables and row ↔ domain conversions), `kept` (statements kept
+//! prepared), `task_cache`, then one file per concept.
 
 mod agents;
 mod api_keys;
