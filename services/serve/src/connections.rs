@@ -24,6 +24,12 @@
 //!   one more closes the oldest of them: one address cannot hold every
 //!   connection with sockets that say nothing, and a caller that makes its
 //!   call at once is never turned away;
+//! - at most `unproven` such connections of all addresses together
+//!   (`--max-unproven-connections`); one more closes the oldest of all of
+//!   them: many addresses (a botnet, an IPv6 prefix) cannot together keep
+//!   thousands of silent connections standing, each costing the server its
+//!   socket, its timer and its close, while a caller that makes its call at
+//!   once is proven long before it is the oldest;
 //! - a connection that has not sent the HTTP/2 preface and a frame header
 //!   within `handshake` (`--handshake-timeout-secs`) is closed;
 //! - a connection without a call for `idle` (`--connection-idle-secs`) is
@@ -89,6 +95,9 @@ pub struct ConnectionLimits {
     /// Connections per peer address that have carried no call with a
     /// credential yet.
     pub per_peer: usize,
+    /// Connections of all addresses together that have carried no call with
+    /// a credential yet.
+    pub unproven: usize,
     /// Connections that carried a call with one credential.
     pub per_credential: usize,
     /// Time to send the HTTP/2 preface and a frame header.
@@ -104,6 +113,7 @@ impl Default for ConnectionLimits {
         Self {
             max: None,
             per_peer: 1024,
+            unproven: 2048,
             per_credential: 64,
             handshake: Duration::from_secs(10),
             idle: Duration::from_secs(300),
@@ -389,11 +399,12 @@ impl Registry {
     }
 
     /// Counts a new connection among the unproven ones. When that makes one
-    /// too many for its address — or, `full`, for the server — the oldest
-    /// unproven connection (of the address, else of all) is closed: an
-    /// address that opens connections and says nothing cycles through its own
-    /// share, and a caller that makes its call at once is never turned away.
-    /// False when the server is full of connections that all carried calls.
+    /// too many for its address — or for all addresses together, or, `full`,
+    /// for the server — the oldest unproven connection (of the address, else
+    /// of all) is closed: addresses that open connections and say nothing
+    /// cycle through their own share, and a caller that makes its call at
+    /// once is never turned away. False when the server is full of
+    /// connections that all carried calls.
     fn count_unproven(&self, state: &Arc<ConnState>, full: bool) -> bool {
         let why = |flag: &str| {
             format!(
@@ -411,13 +422,24 @@ impl Registry {
             }
             if evicted.is_some() {
                 book.all.remove_unproven();
-            } else if full {
-                evicted = book.all.evict_oldest(&why("--max-connections"));
-                reason = "connections";
-                if let Some(oldest) = &evicted
-                    && let Some(theirs) = book.by_ip.get_mut(&oldest.peer.ip())
-                {
-                    theirs.remove_unproven();
+            } else {
+                // Of all addresses: the server is full, or they hold their
+                // share together.
+                let over = if full {
+                    Some(("--max-connections", "connections"))
+                } else if book.all.count >= self.limits.unproven {
+                    Some(("--max-unproven-connections", "unproven-connections"))
+                } else {
+                    None
+                };
+                if let Some((flag, over_reason)) = over {
+                    evicted = book.all.evict_oldest(&why(flag));
+                    reason = over_reason;
+                    if let Some(oldest) = &evicted
+                        && let Some(theirs) = book.by_ip.get_mut(&oldest.peer.ip())
+                    {
+                        theirs.remove_unproven();
+                    }
                 }
             }
             if full && evicted.is_none() {

@@ -76,6 +76,10 @@ pub struct ServeArgs {
     /// credential yet; one more closes the oldest of them.
     #[arg(long, env = "CHORUS_MAX_UNPROVEN_CONNECTIONS_PER_PEER", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_unproven_connections_per_peer: u32,
+    /// Connections of all peer addresses together that have carried no call
+    /// with a credential yet; one more closes the oldest of them.
+    #[arg(long, env = "CHORUS_MAX_UNPROVEN_CONNECTIONS", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_unproven_connections: u32,
     /// Connections that carried a call with one API key or one run; one more
     /// closes that credential's oldest idle connection. Keys other than
     /// admins' hold at most seven eighths of --max-connections together.
@@ -141,6 +145,7 @@ impl ServeArgs {
             connections: ConnectionLimits {
                 max: (self.max_connections > 0).then(|| bytes(self.max_connections)),
                 per_peer: places(self.max_unproven_connections_per_peer),
+                unproven: places(self.max_unproven_connections),
                 per_credential: places(self.max_connections_per_credential),
                 handshake: Duration::from_secs(self.handshake_timeout_secs.max(1)),
                 idle: Duration::from_secs(self.connection_idle_secs.max(1)),
@@ -279,6 +284,11 @@ impl ServeConfig {
                 "--max-unproven-connections-per-peer",
                 l.per_peer.to_string(),
                 "connections of one address that carried no call with a credential",
+            ),
+            limit(
+                "--max-unproven-connections",
+                l.unproven.to_string(),
+                "connections of all addresses together that carried no call with a credential",
             ),
             limit(
                 "--max-connections-per-credential",

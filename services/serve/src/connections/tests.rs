@@ -9,6 +9,7 @@ use super::*;
 const LIMITS: ConnectionLimits = ConnectionLimits {
     max: Some(8),
     per_peer: 2,
+    unproven: 1_000,
     per_credential: 64,
     handshake: Duration::from_secs(10),
     idle: Duration::from_secs(60),
@@ -197,6 +198,64 @@ async fn one_address_holds_few_connections_without_a_credential_the_oldest_goes_
         "a proven connection is never evicted"
     );
     second.abort();
+}
+
+/// Many addresses, each within its share, cannot together keep more than
+/// `unproven` silent connections: one more closes the oldest of all of them
+/// (whatever its address), never a proven one, and the newcomer is admitted.
+#[tokio::test]
+async fn many_addresses_together_hold_few_silent_connections_the_oldest_goes_first() {
+    let (connections, mut incoming, addr) = listening(ConnectionLimits {
+        unproven: 3,
+        ..LIMITS
+    })
+    .await;
+    let mut clients = Vec::new();
+    let mut accepted = Vec::new();
+    for last in 1..=3 {
+        clients.push(client(addr, Ipv4Addr::new(127, 0, 0, last)).await);
+        let conn = incoming.next().await.expect("accepted").expect("admitted");
+        accepted.push(conn);
+    }
+    // The second carries a call with a credential: it no longer counts.
+    accepted[1].state.take_call(Some(&admin()));
+    let mut tasks: Vec<_> = accepted
+        .into_iter()
+        .map(|c| tokio::spawn(served(c)))
+        .collect();
+    // Five more addresses, each within its own share of 2: from the third
+    // on, each closes the oldest silent connection of all.
+    for last in 4..=8 {
+        clients.push(client(addr, Ipv4Addr::new(127, 0, 0, last)).await);
+        let conn = incoming.next().await.expect("accepted").expect("admitted");
+        tasks.push(tokio::spawn(served(conn)));
+    }
+    // Closed, oldest first: the first, the third, the fourth, the fifth.
+    for closed_one in [0, 2, 3, 4] {
+        // Bounded, so a connection never closed fails here instead of hanging.
+        let error = tokio::time::timeout(Duration::from_secs(30), &mut tasks[closed_one])
+            .await
+            .unwrap_or_else(|_| panic!("connection {} was never closed", closed_one + 1))
+            .expect("served");
+        assert!(
+            error.to_string().contains("--max-unproven-connections)"),
+            "connection {}: {error}",
+            closed_one + 1
+        );
+        assert!(closed(&mut clients[closed_one]).await);
+    }
+    assert_eq!(
+        connections.open(),
+        4,
+        "the proven one and the three newest silent ones"
+    );
+    assert!(
+        !tasks[1].is_finished(),
+        "a proven connection is never evicted"
+    );
+    for task in tasks {
+        task.abort();
+    }
 }
 
 #[tokio::test]
