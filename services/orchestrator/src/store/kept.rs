@@ -14,10 +14,13 @@ use diesel::sqlite::Sqlite;
 use diesel::{QueryResult, RunQueryDsl};
 
 use super::connection::AnyConnection;
+use super::tasks::TASK_CHANNEL;
 
 /// `UPDATE tasks SET updated_ms, last_sequence, budget WHERE id`: a task of
 /// which nothing else changed (a tool call recorded: its history's end, its
-/// time and the budget's count of calls).
+/// time and the budget's count of calls). On PostgreSQL the same statement
+/// announces the change on [`TASK_CHANNEL`] (what `notify_task` sends), in the
+/// one round trip.
 #[derive(Debug)]
 pub(super) struct TaskCounters {
     pub id: String,
@@ -28,28 +31,20 @@ pub(super) struct TaskCounters {
 }
 
 impl TaskCounters {
-    /// Runs it; returns how many rows it changed.
+    /// Runs it (and on PostgreSQL announces the change).
     pub fn run(self, conn: &mut AnyConnection) -> QueryResult<usize> {
         match conn {
             AnyConnection::Sqlite(c) => RunQueryDsl::execute(self, c),
-            AnyConnection::Pg(c) => RunQueryDsl::execute(self, c),
+            AnyConnection::Pg(c) => RunQueryDsl::execute(Announced(self), c),
         }
     }
-}
 
-impl QueryId for TaskCounters {
-    type QueryId = Self;
-    // One text whatever the values: safe to keep prepared.
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl<DB> QueryFragment<DB> for TaskCounters
-where
-    DB: Backend + HasSqlType<BigInt> + HasSqlType<Text>,
-    i64: ToSql<BigInt, DB>,
-    String: ToSql<Text, DB>,
-{
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+    fn walk_update<'b, DB>(&'b self, out: &mut AstPass<'_, 'b, DB>) -> QueryResult<()>
+    where
+        DB: Backend + HasSqlType<BigInt> + HasSqlType<Text>,
+        i64: ToSql<BigInt, DB>,
+        String: ToSql<Text, DB>,
+    {
         out.push_sql("UPDATE tasks SET updated_ms = ");
         out.push_bind_param::<BigInt, _>(&self.updated_ms)?;
         out.push_sql(", last_sequence = ");
@@ -62,11 +57,36 @@ where
     }
 }
 
-impl RunQueryDsl<diesel::SqliteConnection> for TaskCounters {}
-impl RunQueryDsl<diesel::PgConnection> for TaskCounters {}
+/// [`TaskCounters`] with the `NOTIFY` of the task's change, on PostgreSQL.
+struct Announced(TaskCounters);
 
-/// Both backends take it (checked when built).
-const _: fn() = || {
-    fn takes<Q: QueryFragment<Sqlite> + QueryFragment<Pg>>() {}
-    takes::<TaskCounters>();
-};
+impl QueryId for TaskCounters {
+    type QueryId = Self;
+    // One text whatever the values: safe to keep prepared.
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl QueryFragment<Sqlite> for TaskCounters {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+        self.walk_update(&mut out)
+    }
+}
+
+impl QueryId for Announced {
+    type QueryId = Self;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl QueryFragment<Pg> for Announced {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.push_sql("WITH changed AS (");
+        self.0.walk_update(&mut out)?;
+        out.push_sql(" RETURNING id, last_sequence) SELECT pg_notify('");
+        out.push_sql(TASK_CHANNEL);
+        out.push_sql("', id || ' ' || last_sequence) FROM changed");
+        Ok(())
+    }
+}
+
+impl RunQueryDsl<diesel::SqliteConnection> for TaskCounters {}
+impl RunQueryDsl<diesel::PgConnection> for Announced {}

@@ -583,8 +583,8 @@ fn write_task(
             .set(TaskRow::from_domain(task)?)
             .execute(conn)
             .db()?;
+        notify_task(conn, task.id, task.last_sequence)?;
     }
-    notify_task(conn, task.id, task.last_sequence)?;
     Ok(events)
 }
 

@@ -560,6 +560,51 @@ async fn a_recorded_call_saves_the_tasks_count_sequence_and_time() {
     }
 }
 
+/// On PostgreSQL a recorded call announces its task's change to the other
+/// replicas (`<task> <sequence>` on the task channel), as every task write
+/// does: their watchers follow the call.
+#[tokio::test]
+async fn a_recorded_call_is_announced_to_the_other_replicas() {
+    use diesel::connection::SimpleConnection as _;
+    use diesel::{Connection as _, PgConnection};
+    for t in test_stores().await {
+        if t.backend != "postgres" {
+            continue;
+        }
+        let b = t.backend;
+        let (_, task) = t.workspace_with_task("docs").await;
+        let mut listener = PgConnection::establish(&t.url).expect("a listening connection");
+        listener
+            .batch_execute(&format!("LISTEN {}", crate::store::TASK_CHANNEL))
+            .expect("listen");
+        let events = t
+            .store
+            .append_events(
+                task.id,
+                vec![(EventKind::ToolExecuted, json!({"tool": "file.read"}))],
+            )
+            .await
+            .expect(b);
+        let want = format!("{} {}", task.id, events[0].sequence);
+        let mut heard = Vec::new();
+        // Each query reads what the server has sent the listener since.
+        for _ in 0..1000 {
+            listener.batch_execute("SELECT 1").expect("a query");
+            heard.extend(
+                listener
+                    .notifications_iter()
+                    .filter_map(Result::ok)
+                    .filter(|n| n.channel == crate::store::TASK_CHANNEL)
+                    .map(|n| n.payload),
+            );
+            if heard.contains(&want) {
+                break;
+            }
+        }
+        assert!(heard.contains(&want), "{b}: heard {heard:?}, not {want}");
+    }
+}
+
 #[tokio::test]
 async fn a_read_that_raced_a_write_does_not_keep_the_older_task() {
     for t in test_stores().await {
