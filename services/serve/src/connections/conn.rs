@@ -136,8 +136,7 @@ impl Conn {
     /// calls were taken (all it opened, or none when `taken` is false), then
     /// ends the server's side of it. The client's bytes not yet read are read
     /// and dropped first: the socket then closes without a reset that could
-    /// come before the goodbye. A client that has sent no byte at all is
-    /// reset instead (it has nothing to be told).
+    /// come before the goodbye.
     fn goodbye(&mut self, taken: bool, why: &str) {
         if std::mem::replace(&mut self.said_goodbye, true) {
             return;
@@ -145,25 +144,11 @@ impl Conn {
         // Streams the server has not read were not taken, whatever `taken`.
         let last = if taken { self.http2.last_stream() } else { 0 };
         let mut unread = [0_u8; 4096];
-        let mut said = self.read;
         for _ in 0..16 {
             match self.io.try_read(&mut unread) {
                 Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    said += n;
-                    self.http2.read(&unread[..n]);
-                }
+                Ok(n) => self.http2.read(&unread[..n]),
             }
-        }
-        if said == 0 {
-            // A client that has sent nothing has no call to be told about.
-            // Reset rather than said goodbye to, its socket needs no
-            // lingering and leaves no TIME_WAIT behind: a flood of silent
-            // sockets from many addresses costs the server an accept and a
-            // close each, not a goodbye, a lingering task and a kernel entry
-            // for a minute.
-            let _ = socket2::SockRef::from(&self.io).set_linger(Some(std::time::Duration::ZERO));
-            return;
         }
         let Some(bytes) = self.http2.goodbye(last, why) else {
             return;
