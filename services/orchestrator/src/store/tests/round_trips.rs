@@ -1,5 +1,6 @@
-//! Round trips to PostgreSQL: a read is one, and a connection the server
-//! ended is dropped after the one call that found it so. Counted by a proxy
+//! Round trips to PostgreSQL: a read is one, a recorded tool call five, and
+//! a connection the server ended is dropped after the one call that found it
+//! so. Counted by a proxy
 //! between the store and the server that reads the client's side of the
 //! protocol: every simple query (`Q`) and every extended-protocol `Sync`
 //! (`S`) is one exchange the client waits for.
@@ -86,6 +87,30 @@ async fn a_read_on_postgresql_is_one_round_trip() {
         (syncs, queries),
         (20, 0),
         "20 reads of a task: one exchange each, and no other query on the connections they used"
+    );
+
+    // A recorded tool call: BEGIN, the task locked, its event, the task's
+    // count with the announcement of its change (one statement), COMMIT.
+    let call = || {
+        vec![(
+            crate::domain::EventKind::ToolExecuted,
+            serde_json::json!({"tool": "file.read", "status": "ok"}),
+        )]
+    };
+    store.append_events(task.id, call()).await.expect("a call");
+    let before = proxy.counts();
+    for _ in 0..10 {
+        store.append_events(task.id, call()).await.expect("a call");
+    }
+    let after = proxy.counts();
+    let exchanges: u64 = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| (a.0 - b.0) + (a.1 - b.1))
+        .sum();
+    assert_eq!(
+        exchanges, 50,
+        "10 recorded calls: five exchanges each (BEGIN, the task locked, the event, the task with its NOTIFY, COMMIT)"
     );
 
     // The server ends every session of the store (a restart, an idle
