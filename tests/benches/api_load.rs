@@ -665,18 +665,35 @@ async fn confined_attacks(o: &OrchestratorProcess, legit: &Legit, stranger: &str
             ["flood", &tool_exec, stranger, "300"],
         ),
     ];
+    let mut notes = Vec::new();
     for (what, args) in attacks {
         let mut command =
             std::process::Command::new(chorus_tests::built_bin("attacker", "chorus-tests"));
         command.args(args);
         let attacker = chorus_tests::confined::Confined::start(command, 0.5, "attacker");
+        let (softirq, all) = chorus_tests::stats::machine_ticks();
+        let server = chorus_tests::stats::cpu_seconds_of(u32::try_from(o.pid()).unwrap_or(0));
         let (get, read) = legit.p99(n).await;
+        let (softirq_after, all_after) = chorus_tests::stats::machine_ticks();
+        let server =
+            chorus_tests::stats::cpu_seconds_of(u32::try_from(o.pid()).unwrap_or(0)) - server;
         println!(
             "| {what} (the attacker confined to half a core) | {} | {} |",
             ms(get),
             ms(read)
         );
+        // Where the machine's time went meanwhile: the kernel's softirq work
+        // (TCP handshakes and closes) is charged to no cgroup of the attacker.
+        let share = |part: u64| 100.0 * part as f64 / (all_after - all).max(1) as f64;
+        notes.push(format!(
+            "- during {what}: softirq {:.0} % of the machine's time, the orchestrator {:.2} s of CPU",
+            share(softirq_after - softirq),
+            server
+        ));
         attacker.stop();
+    }
+    for note in notes {
+        println!("{note}");
     }
 }
 
