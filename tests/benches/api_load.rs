@@ -666,17 +666,17 @@ async fn confined_attacks(o: &OrchestratorProcess, legit: &Legit, stranger: &str
         ),
     ];
     let mut notes = Vec::new();
+    let pid = u32::try_from(o.pid()).expect("a pid");
     for (what, args) in attacks {
         let mut command =
             std::process::Command::new(chorus_tests::built_bin("attacker", "chorus-tests"));
         command.args(args);
         let attacker = chorus_tests::confined::Confined::start(command, 0.5, "attacker");
         let (softirq, all) = chorus_tests::stats::machine_ticks();
-        let server = chorus_tests::stats::cpu_seconds_of(u32::try_from(o.pid()).unwrap_or(0));
+        let server = chorus_tests::stats::cpu_seconds_of(pid);
         let (get, read) = legit.p99(n).await;
         let (softirq_after, all_after) = chorus_tests::stats::machine_ticks();
-        let server =
-            chorus_tests::stats::cpu_seconds_of(u32::try_from(o.pid()).unwrap_or(0)) - server;
+        let server = chorus_tests::stats::cpu_seconds_of(pid) - server;
         println!(
             "| {what} (the attacker confined to half a core) | {} | {} |",
             ms(get),

@@ -62,9 +62,9 @@ pub fn cpu_seconds() -> f64 {
     cpu_seconds_in("/proc/self/stat")
 }
 
-/// User + system CPU seconds of process `pid` (all its threads) so far.
 /// The machine's CPU time so far, in ticks: (softirq, all), from the first
-/// line of `/proc/stat`.
+/// line of `/proc/stat` (user, nice, system, idle, iowait, irq, softirq,
+/// steal; guest time is already counted in user and nice).
 pub fn machine_ticks() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let fields: Vec<u64> = stat
@@ -73,11 +73,13 @@ pub fn machine_ticks() -> (u64, u64) {
         .unwrap_or_default()
         .split_whitespace()
         .skip(1)
+        .take(8)
         .filter_map(|f| f.parse().ok())
         .collect();
     (fields.get(6).copied().unwrap_or(0), fields.iter().sum())
 }
 
+/// User + system CPU seconds of process `pid` (all its threads) so far.
 pub fn cpu_seconds_of(pid: u32) -> f64 {
     cpu_seconds_in(&format!("/proc/{pid}/stat"))
 }
