@@ -90,3 +90,61 @@ impl QueryFragment<Pg> for Announced {
 
 impl RunQueryDsl<diesel::SqliteConnection> for TaskCounters {}
 impl RunQueryDsl<diesel::PgConnection> for Announced {}
+
+/// A recorded tool call in one statement, on PostgreSQL: the task's counters
+/// ([`TaskCounters`]) updated only if its history's end, budget and usage are
+/// still those the caller read, its event inserted with the next sequence,
+/// and the change announced on [`TASK_CHANNEL`] — one round trip and, as one
+/// statement, one transaction. Executed, it returns 1 when it was written
+/// and 0 when the task had changed meanwhile (nothing written).
+#[derive(Debug)]
+pub(super) struct RecordCall {
+    pub counters: TaskCounters,
+    /// What the caller read, the update's condition.
+    pub read_sequence: i64,
+    pub read_budget: Option<String>,
+    pub read_usage: Option<String>,
+    /// The event: its kind and data (its sequence is `counters.last_sequence`,
+    /// its time `counters.updated_ms`).
+    pub kind: String,
+    pub data: String,
+}
+
+impl RecordCall {
+    pub fn run(self, conn: &mut diesel::PgConnection) -> QueryResult<usize> {
+        RunQueryDsl::execute(self, conn)
+    }
+}
+
+impl QueryId for RecordCall {
+    type QueryId = Self;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl QueryFragment<Pg> for RecordCall {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        use diesel::sql_types::Nullable;
+        out.push_sql("WITH changed AS (");
+        self.counters.walk_update(&mut out)?;
+        out.push_sql(" AND last_sequence = ");
+        out.push_bind_param::<BigInt, _>(&self.read_sequence)?;
+        out.push_sql(" AND budget IS NOT DISTINCT FROM ");
+        out.push_bind_param::<Nullable<Text>, _>(&self.read_budget)?;
+        out.push_sql(" AND usage IS NOT DISTINCT FROM ");
+        out.push_bind_param::<Nullable<Text>, _>(&self.read_usage)?;
+        out.push_sql(
+            " RETURNING id, last_sequence, updated_ms), added AS (\
+             INSERT INTO task_events (task_id, sequence, kind, data, at_ms) \
+             SELECT id, last_sequence, ",
+        );
+        out.push_bind_param::<Text, _>(&self.kind)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&self.data)?;
+        out.push_sql(", updated_ms FROM changed) SELECT pg_notify('");
+        out.push_sql(TASK_CHANNEL);
+        out.push_sql("', id || ' ' || last_sequence) FROM changed");
+        Ok(())
+    }
+}
+
+impl RunQueryDsl<diesel::PgConnection> for RecordCall {}

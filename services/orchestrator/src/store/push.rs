@@ -132,7 +132,7 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<PushDelivery>, StoreError> {
         let secrets = self.secrets.clone();
-        self.with_conn(move |conn| {
+        self.write(move |conn| {
             let now = now_ms();
             // A config's notifications go in order: only its oldest waiting
             // one may be sent, once due (a later one waits behind its retries).
@@ -193,7 +193,7 @@ impl Store {
 
     /// A notification delivered (or given up on): gone from the outbox.
     pub async fn push_done(&self, outbox_id: i64) -> Result<(), StoreError> {
-        self.with_conn(move |conn| {
+        self.write(move |conn| {
             diesel::delete(push_outbox::table.find(outbox_id))
                 .execute(conn)
                 .db()?;
@@ -210,7 +210,7 @@ impl Store {
         due_ms: i64,
         error: String,
     ) -> Result<(), StoreError> {
-        self.with_conn(move |conn| {
+        self.write(move |conn| {
             diesel::update(push_outbox::table.find(outbox_id))
                 .set((
                     push_outbox::attempts.eq(attempts),

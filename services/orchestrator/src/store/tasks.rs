@@ -395,9 +395,32 @@ impl Store {
         id: TaskId,
         events: Vec<EventDraft>,
     ) -> Result<Vec<Event>, StoreError> {
-        self.change_task(id, move |_| Ok(events))
-            .await
-            .map(|(_, events)| events)
+        // One tool call on PostgreSQL: one statement when it can be
+        // (`call_record`), else the general path.
+        let events = if self.backend == super::Backend::Postgres
+            && super::call_record::is_one_call(&events)
+        {
+            let recorded = self
+                .with_conn(move |conn| super::call_record::record_at_once(conn, id, events))
+                .await?;
+            match recorded {
+                Ok(written) => {
+                    self.announce(&written, &[]);
+                    return Ok(written);
+                }
+                Err(events) => events,
+            }
+        } else {
+            events
+        };
+        // One call on SQLite: a short transaction, on this thread when it can.
+        let here = super::call_record::is_one_call(&events);
+        self.write_events_at(here, move |conn| {
+            let before = lock_task(conn, id)?;
+            let mut task = before.clone();
+            save_task(conn, &before, &mut task, events)
+        })
+        .await
     }
 
     /// The task's events after `after_sequence` (0 for all), in order: at most
@@ -591,7 +614,7 @@ fn write_task(
 /// Whether `task` differs from `before` in its history's end, its time and
 /// its budget only (what a recorded tool call changes): then those three
 /// columns are all its row needs.
-fn only_counters_changed(before: &Task, task: &Task) -> bool {
+pub(super) fn only_counters_changed(before: &Task, task: &Task) -> bool {
     let mut same = before.clone();
     same.updated_ms = task.updated_ms;
     same.last_sequence = task.last_sequence;
@@ -608,11 +631,7 @@ fn spend(
     task: &mut Task,
     drafts: &[EventDraft],
 ) -> Result<Vec<EventDraft>, StoreError> {
-    let tool_calls = drafts
-        .iter()
-        .filter(|(kind, _)| *kind == EventKind::ToolExecuted)
-        .count() as u64;
-    task.budget.tool_calls = task.budget.tool_calls.saturating_add(tool_calls);
+    let tool_calls = count_calls(task, drafts);
     if task.usage == before.usage && tool_calls == 0 {
         return Ok(Vec::new());
     }
@@ -626,16 +645,8 @@ fn spend(
             true,
         )?)
     };
-    let workspace_reached =
-        workspace.is_some_and(|w| w.limits.reached(w.today, w.this_month).is_some());
-    if task.budget.reached(&task.usage, now_ms()).is_none() && !workspace_reached {
-        // Within, or a warning: no run changes.
-        return Ok(crate::domain::policy::spend(
-            task,
-            &mut [],
-            workspace,
-            now_ms(),
-        )?);
+    if let Some(events) = spend_within(task, workspace)? {
+        return Ok(events);
     }
     let before_runs = super::runs::load_unfinished(conn, Some(task.id))?;
     let mut runs = before_runs.clone();
@@ -644,6 +655,36 @@ fn spend(
         super::runs::save_run(conn, before, run)?;
     }
     Ok(events)
+}
+
+/// Counts the tool calls among `drafts` in `task`'s budget; how many.
+pub(super) fn count_calls(task: &mut Task, drafts: &[EventDraft]) -> u64 {
+    let tool_calls = drafts
+        .iter()
+        .filter(|(kind, _)| *kind == EventKind::ToolExecuted)
+        .count() as u64;
+    task.budget.tool_calls = task.budget.tool_calls.saturating_add(tool_calls);
+    tool_calls
+}
+
+/// What `task`'s spending, counted, adds to its history when neither its
+/// budget nor `workspace`'s limits are reached (warnings, or nothing): no run
+/// changes. None when one is reached: its unfinished runs stop ([`spend`]).
+pub(super) fn spend_within(
+    task: &mut Task,
+    workspace: Option<crate::domain::policy::WorkspaceSpend>,
+) -> Result<Option<Vec<EventDraft>>, StoreError> {
+    let workspace_reached =
+        workspace.is_some_and(|w| w.limits.reached(w.today, w.this_month).is_some());
+    if task.budget.reached(&task.usage, now_ms()).is_some() || workspace_reached {
+        return Ok(None);
+    }
+    Ok(Some(crate::domain::policy::spend(
+        task,
+        &mut [],
+        workspace,
+        now_ms(),
+    )?))
 }
 
 /// The PostgreSQL channel on which every commit that changes a task is

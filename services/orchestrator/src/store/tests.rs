@@ -3,6 +3,7 @@
 //! fresh schema that is dropped afterwards.
 
 mod agents;
+mod call_record;
 mod provider_keys;
 mod providers;
 mod round_trips;

@@ -3,7 +3,7 @@
 
 use diesel::prelude::*;
 
-use super::connection::{AnyConnection, first_locked, write_transaction};
+use super::connection::{AnyConnection, first_locked};
 use super::rows::{AgentRow, WorkspaceRow};
 use super::schema::{agents, providers, tasks, workspaces};
 use super::{Db, Store, StoreError, or_exists};
@@ -16,65 +16,63 @@ impl Store {
     /// once the workspace has providers.
     pub async fn create_workspace(&self, name: Name, root: &str) -> Result<Workspace, StoreError> {
         let root = root.to_owned();
-        self.with_conn(move |conn| {
-            // The file system is asked before the write lock is taken.
-            let root = Workspace::check_root(&root)?;
-            let root_text = root
-                .to_str()
-                .ok_or_else(|| {
-                    DomainError::invalid(
-                        "workspace root",
-                        format!("'{}' is not valid UTF-8", root.display()),
-                    )
-                })?
-                .to_owned();
-            write_transaction(conn, move |conn| {
-                let now = now_ms();
-                let workspace = Workspace {
-                    id: WorkspaceId::new(),
-                    name,
-                    root,
-                    system_provider: None,
-                    limits: crate::domain::WorkspaceLimits::default(),
+        // The file system is asked before the write lock is taken.
+        let root = super::blocking(move || Ok(Workspace::check_root(&root)?)).await?;
+        let root_text = root
+            .to_str()
+            .ok_or_else(|| {
+                DomainError::invalid(
+                    "workspace root",
+                    format!("'{}' is not valid UTF-8", root.display()),
+                )
+            })?
+            .to_owned();
+        self.write(move |conn| {
+            let now = now_ms();
+            let workspace = Workspace {
+                id: WorkspaceId::new(),
+                name,
+                root,
+                system_provider: None,
+                limits: crate::domain::WorkspaceLimits::default(),
+                created_ms: now,
+                updated_ms: now,
+            };
+            let row = WorkspaceRow {
+                id: workspace.id.to_string(),
+                name: workspace.name.to_string(),
+                root: root_text,
+                system_provider: None,
+                created_ms: now,
+                updated_ms: now,
+                limits: None,
+            };
+            or_exists(
+                diesel::insert_into(workspaces::table)
+                    .values(&row)
+                    .execute(conn),
+                "workspace",
+                &workspace.name,
+            )?;
+            for (name, kind, tools, instructions) in default_agents() {
+                let agent = Agent {
+                    name: Name::parse("agent name", name)?,
+                    kind,
+                    instructions: instructions.to_owned(),
+                    allowed_tools: tools.into_iter().map(str::to_owned).collect(),
+                    provider: None,
+                    model: None,
+                    egress: Vec::new(),
+                    budget: crate::domain::Budget::default(),
                     created_ms: now,
                     updated_ms: now,
                 };
-                let row = WorkspaceRow {
-                    id: workspace.id.to_string(),
-                    name: workspace.name.to_string(),
-                    root: root_text,
-                    system_provider: None,
-                    created_ms: now,
-                    updated_ms: now,
-                    limits: None,
-                };
-                or_exists(
-                    diesel::insert_into(workspaces::table)
-                        .values(&row)
-                        .execute(conn),
-                    "workspace",
-                    &workspace.name,
-                )?;
-                for (name, kind, tools, instructions) in default_agents() {
-                    let agent = Agent {
-                        name: Name::parse("agent name", name)?,
-                        kind,
-                        instructions: instructions.to_owned(),
-                        allowed_tools: tools.into_iter().map(str::to_owned).collect(),
-                        provider: None,
-                        model: None,
-                        egress: Vec::new(),
-                        budget: crate::domain::Budget::default(),
-                        created_ms: now,
-                        updated_ms: now,
-                    };
-                    diesel::insert_into(agents::table)
-                        .values(AgentRow::from_domain(workspace.id, &agent)?)
-                        .execute(conn)
-                        .db()?;
-                }
-                Ok(workspace)
-            })
+                diesel::insert_into(agents::table)
+                    .values(AgentRow::from_domain(workspace.id, &agent)?)
+                    .execute(conn)
+                    .db()?;
+            }
+            Ok(workspace)
         })
         .await
     }

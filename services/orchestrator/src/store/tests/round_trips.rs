@@ -1,4 +1,4 @@
-//! Round trips to PostgreSQL: a read is one, a recorded tool call five, and
+//! Round trips to PostgreSQL: a read is one, a recorded tool call two, and
 //! a connection the server ended is dropped after the one call that found it
 //! so. Counted by a proxy
 //! between the store and the server that reads the client's side of the
@@ -89,8 +89,8 @@ async fn a_read_on_postgresql_is_one_round_trip() {
         "20 reads of a task: one exchange each, and no other query on the connections they used"
     );
 
-    // A recorded tool call: BEGIN, the task locked, its event, the task's
-    // count with the announcement of its change (one statement), COMMIT.
+    // A recorded tool call: the task read, then its counters, its event and
+    // the announcement of its change in one statement (`call_record`).
     let call = || {
         vec![(
             crate::domain::EventKind::ToolExecuted,
@@ -109,8 +109,8 @@ async fn a_read_on_postgresql_is_one_round_trip() {
         .map(|(b, a)| (a.0 - b.0) + (a.1 - b.1))
         .sum();
     assert_eq!(
-        exchanges, 50,
-        "10 recorded calls: five exchanges each (BEGIN, the task locked, the event, the task with its NOTIFY, COMMIT)"
+        exchanges, 20,
+        "10 recorded calls: two exchanges each (the task read; its counters, event and NOTIFY in one statement)"
     );
 
     // The server ends every session of the store (a restart, an idle
