@@ -692,9 +692,62 @@ async fn confined_attacks(o: &OrchestratorProcess, legit: &Legit, stranger: &str
         ));
         attacker.stop();
     }
+    guarded_attack(o, legit, n).await;
     for note in notes {
         println!("{note}");
     }
+}
+
+/// The silent connections of 20 addresses again, with the host's firewall
+/// loaded from `deploy/nftables/chorus-guard.nft` for the orchestrator's
+/// and tool-exec's ports (root and `nft` needed: otherwise the row says it
+/// was not measured). The table is removed afterwards.
+async fn guarded_attack(o: &OrchestratorProcess, legit: &Legit, n: usize) {
+    const WHAT: &str =
+        "19,000 silent connections from 20 addresses, behind deploy/nftables/chorus-guard.nft";
+    let recipe = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the repository")
+        .join("deploy/nftables/chorus-guard.nft");
+    let loaded = std::process::Command::new("nft")
+        .arg("-D")
+        .arg(format!("ORCHESTRATOR_PORT={}", o.addr.port()))
+        .arg("-D")
+        .arg(format!("TOOL_EXEC_PORT={}", o.tool_exec_addr.port()))
+        .arg("-f")
+        .arg(&recipe)
+        .output();
+    match loaded {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            println!(
+                "| {WHAT} | not measured: nft refused the recipe ({}) | |",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return;
+        }
+        Err(e) => {
+            println!(
+                "| {WHAT} | not measured: nft cannot run ({e}; run as root with nftables) | |"
+            );
+            return;
+        }
+    }
+    let orchestrator = o.addr.to_string();
+    let mut command =
+        std::process::Command::new(chorus_tests::built_bin("attacker", "chorus-tests"));
+    command.args(["silent", &orchestrator, "19000", "20"]);
+    let attacker = chorus_tests::confined::Confined::start(command, 0.5, "attacker");
+    let (get, read) = legit.p99(n).await;
+    println!(
+        "| {WHAT} (the attacker confined to half a core) | {} | {} |",
+        ms(get),
+        ms(read)
+    );
+    attacker.stop();
+    let _ = std::process::Command::new("nft")
+        .args(["delete", "table", "inet", "chorus_guard"])
+        .status();
 }
 
 async fn many_runs(data: &Path) {

@@ -5,7 +5,9 @@
 //! - `attacker silent <addr> <connections> <addresses>`: keeps that many
 //!   connections to `addr` open that never send a byte, from 127.0.0.2 and
 //!   the next `<addresses>` - 1 loopback addresses; each one the server
-//!   closes is opened again at once.
+//!   closes is opened again at once. A connection not established within
+//!   [`CONNECT_WAIT`] (a firewall dropped its SYN) is given up and tried
+//!   again.
 //! - `attacker flood <addr> <token> <callers>`: `callers` ToolExec calls at a
 //!   time, each presenting `token` (one signed by a key the service does not
 //!   know), one after another.
@@ -59,8 +61,13 @@ fn parse<T: std::str::FromStr>(text: &str, what: &str) -> T {
         .unwrap_or_else(|_| panic!("{what}: '{text}' does not parse"))
 }
 
+/// How long a connection attempt waits to be established before it is tried
+/// again: a SYN a firewall drops would otherwise wait minutes.
+const CONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Opens the silent connections, each in a task that opens it again when the
-/// server closes it; returns once all are open.
+/// server closes it; returns once each has been tried (open, or given up
+/// after [`CONNECT_WAIT`]).
 async fn silent(addr: SocketAddr, connections: usize, addresses: u8) {
     let (opened, mut all_open) = tokio::sync::mpsc::channel::<()>(connections.max(1));
     for i in 0..connections {
@@ -75,12 +82,13 @@ async fn silent(addr: SocketAddr, connections: usize, addresses: u8) {
                 if socket.bind((from, 0).into()).is_err() {
                     continue;
                 }
-                let Ok(mut stream) = socket.connect(addr).await else {
-                    continue;
-                };
+                let attempt = tokio::time::timeout(CONNECT_WAIT, socket.connect(addr)).await;
                 if let Some(opened) = first.take() {
                     let _ = opened.send(()).await;
                 }
+                let Ok(Ok(mut stream)) = attempt else {
+                    continue;
+                };
                 let mut sink = [0u8; 1024];
                 while !matches!(stream.read(&mut sink).await, Ok(0) | Err(_)) {}
             }
