@@ -668,41 +668,48 @@ async fn confined_attacks(o: &OrchestratorProcess, legit: &Legit, stranger: &str
     let mut notes = Vec::new();
     let pid = u32::try_from(o.pid()).expect("a pid");
     for (what, args) in attacks {
-        let mut command =
-            std::process::Command::new(chorus_tests::built_bin("attacker", "chorus-tests"));
-        command.args(args);
-        let attacker = chorus_tests::confined::Confined::start(command, 0.5, "attacker");
-        let (softirq, all) = chorus_tests::stats::machine_ticks();
-        let server = chorus_tests::stats::cpu_seconds_of(pid);
-        let (get, read) = legit.p99(n).await;
-        let (softirq_after, all_after) = chorus_tests::stats::machine_ticks();
-        let server = chorus_tests::stats::cpu_seconds_of(pid) - server;
-        println!(
-            "| {what} (the attacker confined to half a core) | {} | {} |",
-            ms(get),
-            ms(read)
-        );
-        // Where the machine's time went meanwhile: the kernel's softirq work
-        // (TCP handshakes and closes) is charged to no cgroup of the attacker.
-        let share = |part: u64| 100.0 * part as f64 / (all_after - all).max(1) as f64;
-        notes.push(format!(
-            "- during {what}: softirq {:.0} % of the machine's time, the orchestrator {:.2} s of CPU",
-            share(softirq_after - softirq),
-            server
-        ));
-        attacker.stop();
+        notes.push(confined_attack(pid, legit, n, what, &args).await);
     }
-    guarded_attack(o, legit, n).await;
+    notes.extend(guarded_attack(o, legit, n).await);
     for note in notes {
         println!("{note}");
     }
 }
 
+/// Runs the attacker with `args`, confined to half a core, while the
+/// legitimate callers take their p99 (printed as a row); returns a note of
+/// where the machine's time went meanwhile: the kernel's softirq work (TCP
+/// handshakes and closes) is charged to no cgroup of the attacker.
+async fn confined_attack(pid: u32, legit: &Legit, n: usize, what: &str, args: &[&str]) -> String {
+    let mut command =
+        std::process::Command::new(chorus_tests::built_bin("attacker", "chorus-tests"));
+    command.args(args);
+    let attacker = chorus_tests::confined::Confined::start(command, 0.5, "attacker");
+    let (softirq, all) = chorus_tests::stats::machine_ticks();
+    let server = chorus_tests::stats::cpu_seconds_of(pid);
+    let (get, read) = legit.p99(n).await;
+    let (softirq_after, all_after) = chorus_tests::stats::machine_ticks();
+    let server = chorus_tests::stats::cpu_seconds_of(pid) - server;
+    println!(
+        "| {what} (the attacker confined to half a core) | {} | {} |",
+        ms(get),
+        ms(read)
+    );
+    attacker.stop();
+    let share = |part: u64| 100.0 * part as f64 / (all_after - all).max(1) as f64;
+    format!(
+        "- during {what}: softirq {:.0} % of the machine's time, the orchestrator {:.2} s of CPU",
+        share(softirq_after - softirq),
+        server
+    )
+}
+
 /// The silent connections of 20 addresses again, with the host's firewall
 /// loaded from `deploy/nftables/chorus-guard.nft` for the orchestrator's
 /// and tool-exec's ports (root and `nft` needed: otherwise the row says it
-/// was not measured). The table is removed afterwards.
-async fn guarded_attack(o: &OrchestratorProcess, legit: &Legit, n: usize) {
+/// was not measured). The table is removed afterwards. Returns the attack's
+/// note (see [`confined_attack`]).
+async fn guarded_attack(o: &OrchestratorProcess, legit: &Legit, n: usize) -> Option<String> {
     const WHAT: &str =
         "19,000 silent connections from 20 addresses, behind deploy/nftables/chorus-guard.nft";
     let recipe = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -724,30 +731,29 @@ async fn guarded_attack(o: &OrchestratorProcess, legit: &Legit, n: usize) {
                 "| {WHAT} | not measured: nft refused the recipe ({}) | |",
                 String::from_utf8_lossy(&out.stderr).trim()
             );
-            return;
+            return None;
         }
         Err(e) => {
             println!(
                 "| {WHAT} | not measured: nft cannot run ({e}; run as root with nftables) | |"
             );
-            return;
+            return None;
         }
     }
     let orchestrator = o.addr.to_string();
-    let mut command =
-        std::process::Command::new(chorus_tests::built_bin("attacker", "chorus-tests"));
-    command.args(["silent", &orchestrator, "19000", "20"]);
-    let attacker = chorus_tests::confined::Confined::start(command, 0.5, "attacker");
-    let (get, read) = legit.p99(n).await;
-    println!(
-        "| {WHAT} (the attacker confined to half a core) | {} | {} |",
-        ms(get),
-        ms(read)
-    );
-    attacker.stop();
+    let pid = u32::try_from(o.pid()).expect("a pid");
+    let note = confined_attack(
+        pid,
+        legit,
+        n,
+        WHAT,
+        &["silent", &orchestrator, "19000", "20"],
+    )
+    .await;
     let _ = std::process::Command::new("nft")
         .args(["delete", "table", "inet", "chorus_guard"])
         .status();
+    Some(note)
 }
 
 async fn many_runs(data: &Path) {
