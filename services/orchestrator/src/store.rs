@@ -257,8 +257,8 @@ pub struct Store {
     /// pool, so the blocking pool stays free for everything else.
     places: Arc<tokio::sync::Semaphore>,
     /// On SQLite, held by each write transaction of `pool` for as long as it
-    /// runs: writers wait for it here, woken in turn, rather than in
-    /// SQLite's busy handler (which polls), and a write that finds it free
+    /// runs: writers wait for it here, woken when it is released, rather than
+    /// in SQLite's busy handler (which polls), and a write that finds it free
     /// takes SQLite's write lock at once ([`Self::point_write`]). The lease
     /// thread's writes do not take it: the heartbeat never queues behind the
     /// pool's writers.

@@ -47,12 +47,12 @@ pub(super) fn record_at_once(
         return Ok(Err(drafts));
     }
     let key = id.to_string();
-    let read: Option<TaskRow> = tasks::table
+    let read: Option<TaskRow> = super::connection::direct!(&mut *conn, |c| tasks::table
         .find(&key)
         .select(TaskRow::as_select())
-        .first(conn)
-        .optional()
-        .db()?;
+        .first(c)
+        .optional())
+    .db()?;
     let read = read.ok_or_else(|| StoreError::not_found("task", id))?;
     record_from(conn, read, drafts)
 }

@@ -396,6 +396,22 @@ pub(super) fn write_transaction<T>(
     }
 }
 
+/// Runs `$body` with `$c` bound to the backend's own connection. Through the
+/// `MultiConnection` a query's SQL text is built again on every call (its
+/// `SerializedQuery` writes the text on each walk); on the backend's own
+/// connection a query of a static type finds its prepared statement by its
+/// type alone. For the hottest queries (a call's run read and record, a task
+/// read).
+macro_rules! direct {
+    ($conn:expr, |$c:ident| $body:expr) => {{
+        match $conn {
+            $crate::store::connection::AnyConnection::Sqlite($c) => $body,
+            $crate::store::connection::AnyConnection::Pg($c) => $body,
+        }
+    }};
+}
+pub(super) use direct;
+
 /// Reads the first row of a query, locking it until the transaction ends:
 /// `SELECT ... FOR UPDATE` on PostgreSQL; on SQLite the write transaction already
 /// holds the database's write lock.

@@ -454,13 +454,14 @@ where
 }
 
 pub(super) fn load_run(conn: &mut AnyConnection, id: RunId) -> Result<Run, StoreError> {
-    runs::table
-        .find(id.to_string())
+    let key = id.to_string();
+    let row: Option<RunRow> = super::connection::direct!(conn, |c| runs::table
+        .find(&key)
         .select(RunRow::as_select())
-        .first(conn)
-        .optional()
-        .db()?
-        .ok_or_else(|| StoreError::not_found("run", id))?
+        .first(c)
+        .optional())
+    .db()?;
+    row.ok_or_else(|| StoreError::not_found("run", id))?
         .into_domain()
 }
 

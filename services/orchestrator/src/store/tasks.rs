@@ -197,13 +197,14 @@ impl Store {
         };
         let cache = Arc::clone(&self.tasks);
         self.with_conn(move |conn| {
-            let row = tasks::table
-                .find(id.to_string())
+            let key = id.to_string();
+            let row: Option<TaskRow> = super::connection::direct!(conn, |c| tasks::table
+                .find(&key)
                 .select(TaskRow::as_select())
-                .first(conn)
-                .optional()
-                .db()?
-                .ok_or_else(|| StoreError::not_found("task", id))?;
+                .first(c)
+                .optional())
+            .db()?;
+            let row = row.ok_or_else(|| StoreError::not_found("task", id))?;
             let bytes = row.bytes();
             let task = row.into_domain()?;
             cache.store(seen, &task, bytes);
@@ -584,10 +585,11 @@ fn write_task(
             data,
             at_ms: now,
         };
-        diesel::insert_into(task_events::table)
-            .values(EventRow::from_domain(&event)?)
-            .execute(conn)
-            .db()?;
+        let row = EventRow::from_domain(&event)?;
+        super::connection::direct!(&mut *conn, |c| diesel::insert_into(task_events::table)
+            .values(&row)
+            .execute(c))
+        .db()?;
         events.push(event);
     }
     task.updated_ms = now;
