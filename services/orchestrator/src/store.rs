@@ -3,9 +3,8 @@
 //! Callers see domain types and [`StoreError`]; no diesel type leaves this module.
 //! Every call runs its queries on the blocking pool (`spawn_blocking`) — on SQLite
 //! a task read before is answered from memory (`task_cache`), and a run read by
-//! its id and a tool call's record run on the calling thread when a connection
-//! (and, to write, the writer's turn) is free (`Store::point_read`,
-//! `Store::point_write`) —, every write
+//! its id runs on the calling thread when a connection is idle
+//! (`Store::point_read`) —, every write
 //! is one transaction, and every change to a task writes its history events in the
 //! same transaction, numbered 1, 2, 3, ... per task without gaps
 //! ([`Store::change_task`], [`Store::change_run`]).
@@ -256,13 +255,6 @@ pub struct Store {
     /// a busy replica queues wait as tasks, not as threads parked on the
     /// pool, so the blocking pool stays free for everything else.
     places: Arc<tokio::sync::Semaphore>,
-    /// On SQLite, held by each write transaction of `pool` for as long as it
-    /// runs: writers wait for it here, woken when it is released, rather than
-    /// in SQLite's busy handler (which polls), and a write that finds it free
-    /// takes SQLite's write lock at once ([`Self::point_write`]). The lease
-    /// thread's writes do not take it: the heartbeat never queues behind the
-    /// pool's writers.
-    writer: Arc<std::sync::Mutex<()>>,
     backend: Backend,
     /// Seals and opens provider API keys.
     secrets: SecretBox,
@@ -343,7 +335,6 @@ impl Store {
             pool,
             leases: Arc::new(leases),
             places,
-            writer: Arc::new(std::sync::Mutex::new(())),
             backend,
             secrets,
             sqlite_file,
@@ -509,50 +500,14 @@ impl Store {
         result
     }
 
-    /// Runs `f` in one write transaction (see `connection::write_transaction`),
-    /// on SQLite in the writer's turn (see `writer`).
+    /// Runs `f` in one write transaction (see `connection::write_transaction`).
     async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
     {
-        let writer = (self.backend == Backend::Sqlite).then(|| Arc::clone(&self.writer));
-        self.with_conn(move |conn| {
-            let _turn = writer
-                .as_deref()
-                .map(|w| w.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-            connection::write_transaction(conn, f)
-        })
-        .await
-    }
-
-    /// [`Self::write`] of a short transaction (a tool call's record: a few
-    /// rows by key), run on the calling thread when the database is SQLite
-    /// and a place, the writer's turn and a connection are all free at once:
-    /// then SQLite's write lock is free too (but for a heartbeat's moment), the
-    /// transaction takes tens of microseconds, and the hop to the blocking
-    /// pool and back (two thread wake-ups) would cost more than it.
-    /// Otherwise as [`Self::write`].
-    async fn point_write<T, F>(&self, f: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
-    {
-        if self.backend == Backend::Sqlite
-            && let Ok(place) = Arc::clone(&self.places).try_acquire_owned()
-            && let Ok(turn) = self.writer.try_lock()
-            && let Some(mut session) = self.pool.try_get()
-        {
-            let result = ended(
-                &self.tasks,
-                session.run(move |conn| connection::write_transaction(conn, f)),
-            );
-            drop(session);
-            drop(turn);
-            drop(place);
-            return self.noted(result);
-        }
-        self.write(f).await
+        self.with_conn(move |conn| connection::write_transaction(conn, f))
+            .await
     }
 
     /// [`Self::write`] for a write that commits events: once committed, they
@@ -562,27 +517,15 @@ impl Store {
         T: Committed + Send + 'static,
         F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
     {
-        self.write_events_at(false, f).await
-    }
-
-    /// [`Self::write_events`], through [`Self::point_write`] when `here`.
-    async fn write_events_at<T, F>(&self, here: bool, f: F) -> Result<T, StoreError>
-    where
-        T: Committed + Send + 'static,
-        F: FnOnce(&mut AnyConnection) -> Result<T, StoreError> + Send + 'static,
-    {
-        let f = move |conn: &mut AnyConnection| {
-            let written = f(conn)?;
-            push::enqueue(conn, written.committed())?;
-            // Last: the feed's head stays locked until the commit.
-            let changes = feed::record(conn, written.committed())?;
-            Ok((written, changes))
-        };
-        let (written, changes) = if here {
-            self.point_write(f).await?
-        } else {
-            self.write(f).await?
-        };
+        let (written, changes) = self
+            .write(move |conn| {
+                let written = f(conn)?;
+                push::enqueue(conn, written.committed())?;
+                // Last: the feed's head stays locked until the commit.
+                let changes = feed::record(conn, written.committed())?;
+                Ok((written, changes))
+            })
+            .await?;
         self.announce(written.committed(), &changes);
         Ok(written)
     }

@@ -146,9 +146,7 @@ impl Store {
 
     /// [`Self::change_run`] for a caller that knows the run's task (a run
     /// token names it): the run is read once, under the task's lock. A run
-    /// that is not of `task_id` is not found, and nothing is written. A short
-    /// transaction (a tool call's report): on SQLite it runs on the calling
-    /// thread when it can (`Store::point_write`).
+    /// that is not of `task_id` is not found, and nothing is written.
     pub async fn change_task_run<F>(
         &self,
         task_id: TaskId,
@@ -158,7 +156,7 @@ impl Store {
     where
         F: FnOnce(&mut Run, &mut Task) -> Result<Vec<EventDraft>, DomainError> + Send + 'static,
     {
-        self.write_events_at(true, move |conn| change_locked(conn, task_id, run_id, f))
+        self.write_events(move |conn| change_locked(conn, task_id, run_id, f))
             .await
     }
 

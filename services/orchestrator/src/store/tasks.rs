@@ -414,14 +414,9 @@ impl Store {
         } else {
             events
         };
-        // One call on SQLite: a short transaction, on this thread when it can.
-        let here = super::call_record::is_one_call(&events);
-        self.write_events_at(here, move |conn| {
-            let before = lock_task(conn, id)?;
-            let mut task = before.clone();
-            save_task(conn, &before, &mut task, events)
-        })
-        .await
+        self.change_task(id, move |_| Ok(events))
+            .await
+            .map(|(_, events)| events)
     }
 
     /// The task's events after `after_sequence` (0 for all), in order: at most
