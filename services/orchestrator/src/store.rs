@@ -30,6 +30,7 @@ mod rows;
 mod run_token_keys;
 mod runs;
 mod schema;
+mod spend;
 mod task_cache;
 mod tasks;
 mod usage;
