@@ -12,14 +12,11 @@
 //! or a task changed in between, is written by the general path instead:
 //! that is where the rules that need more than the row run.
 
-use diesel::prelude::*;
-
 use super::connection::AnyConnection;
 use super::kept::{RecordCall, TaskCounters};
 use super::rows::{EventRow, TaskRow, db_sequence, to_json};
-use super::schema::tasks;
 use super::spend::{count_calls, spend_within};
-use super::tasks::{EventDraft, only_counters_changed};
+use super::tasks::{EventDraft, only_counters_changed, read_task_row};
 use super::{Db, StoreError, task_cache};
 use crate::domain::feed::in_feed;
 use crate::domain::{Event, EventKind, TaskId, now_ms};
@@ -47,14 +44,7 @@ pub(super) fn record_at_once(
     if !matches!(conn, AnyConnection::Pg(_)) || !is_one_call(&drafts) {
         return Ok(Err(drafts));
     }
-    let key = id.to_string();
-    let read: Option<TaskRow> = super::connection::direct!(&mut *conn, |c| tasks::table
-        .find(&key)
-        .select(TaskRow::as_select())
-        .first(c)
-        .optional())
-    .db()?;
-    let read = read.ok_or_else(|| StoreError::not_found("task", id))?;
+    let read = read_task_row(conn, id)?;
     record_from(conn, read, drafts)
 }
 

@@ -197,14 +197,7 @@ impl Store {
         };
         let cache = Arc::clone(&self.tasks);
         self.with_conn(move |conn| {
-            let key = id.to_string();
-            let row: Option<TaskRow> = super::connection::direct!(conn, |c| tasks::table
-                .find(&key)
-                .select(TaskRow::as_select())
-                .first(c)
-                .optional())
-            .db()?;
-            let row = row.ok_or_else(|| StoreError::not_found("task", id))?;
+            let row = read_task_row(conn, id)?;
             let bytes = row.bytes();
             let task = row.into_domain()?;
             cache.store(seen, &task, bytes);
@@ -519,6 +512,18 @@ impl Store {
         self.hub.publish_changes(&changes);
         Ok(())
     }
+}
+
+/// The task's row as it is now, unlocked.
+pub(super) fn read_task_row(conn: &mut AnyConnection, id: TaskId) -> Result<TaskRow, StoreError> {
+    let key = id.to_string();
+    let row: Option<TaskRow> = super::connection::direct!(conn, |c| tasks::table
+        .find(&key)
+        .select(TaskRow::as_select())
+        .first(c)
+        .optional())
+    .db()?;
+    row.ok_or_else(|| StoreError::not_found("task", id))
 }
 
 pub(super) fn lock_task(conn: &mut AnyConnection, id: TaskId) -> Result<Task, StoreError> {

@@ -9,7 +9,8 @@ use super::test_stores;
 use crate::domain::{EventKind, TaskId, TaskStatus};
 use crate::store::call_record::{Recorded, record_from};
 use crate::store::rows::TaskRow;
-use crate::store::schema::{task_events, tasks};
+use crate::store::schema::task_events;
+use crate::store::tasks::read_task_row;
 use crate::store::{Db, EventDraft};
 
 fn call() -> Vec<EventDraft> {
@@ -21,13 +22,7 @@ fn call() -> Vec<EventDraft> {
 
 async fn raw_row(t: &super::TestStore, id: TaskId) -> TaskRow {
     t.store
-        .with_conn(move |conn| {
-            tasks::table
-                .find(id.to_string())
-                .select(TaskRow::as_select())
-                .first(conn)
-                .db()
-        })
+        .with_conn(move |conn| read_task_row(conn, id))
         .await
         .expect("the task's row")
 }
