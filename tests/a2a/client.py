@@ -1,9 +1,12 @@
 """The A2A tests' client: the official Python SDK (a2a-sdk[grpc]) driving a
-Chorus orchestrator over gRPC, as any A2A caller would.
+Chorus orchestrator, as any A2A caller would, over the binding the plan
+names: "default" (the SDK's default client factory and configuration, which
+choose JSON-RPC from the card), "JSONRPC", "HTTP+JSON" or "GRPC" (the
+factory told which binding the client supports).
 
 Reads a plan (JSON) on its standard input:
-  {"card_url": "http://console/a2a/<workspace>", "keys": {"operator": "...", ...},
-   "ops": [{"op": "...", ...}, ...]}
+  {"card_url": "http://console/a2a/<workspace>/", "binding": "GRPC",
+   "keys": {"operator": "...", ...}, "ops": [{"op": "...", ...}, ...]}
 runs its operations in order and prints one JSON document: a result per
 operation. An operation that fails records {"error": {"type", "code", "message"}}
 instead of stopping the plan. "$task" in an operation stands for the last task
@@ -51,8 +54,18 @@ class Headers:
 
         self.interceptors = [Unary(), Streaming()]
 
+        # The answers of the HTTP bindings, for their headers.
+        self.http_answers = []
+
+        async def keep(response):
+            self.http_answers.append(response)
+
+        self.http_hooks = {"response": [keep]}
+
     async def last(self, name):
         """The header `name` of the last call's answer, or None."""
+        if self.http_answers:
+            return self.http_answers[-1].headers.get(name)
         if not self.calls:
             return None
         metadata = await self.calls[-1].initial_metadata()
@@ -74,12 +87,16 @@ def to_dict(message):
 
 
 def error_of(e):
-    cause = e.__cause__ if isinstance(e.__cause__, grpc.aio.AioRpcError) else None
-    return {
-        "type": type(e).__name__,
-        "code": cause.code().name if cause else None,
-        "message": str(e),
-    }
+    """What failed: the SDK's error type, the gRPC code or the HTTP status
+    the binding refused with (none for an A2A error in a JSON-RPC answer),
+    and the message."""
+    cause = e.__cause__
+    code = None
+    if isinstance(cause, grpc.aio.AioRpcError):
+        code = cause.code().name
+    elif isinstance(cause, httpx.HTTPStatusError):
+        code = str(cause.response.status_code)
+    return {"type": type(e).__name__, "code": code, "message": str(e)}
 
 
 class Runner:
@@ -108,16 +125,28 @@ class Runner:
 
     async def client(self, key_name, streaming=True):
         if (key_name, streaming) not in self.clients:
-            if self.card is None:
-                self.card = await self.public_card()
-            config = ClientConfig(
-                streaming=streaming,
-                supported_protocol_bindings=["GRPC"],
-                grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url, interceptors=self.headers.interceptors),
-            )
+            binding = self.plan.get("binding", "GRPC")
             key = self.plan["keys"].get(key_name)
             interceptors = [AuthInterceptor(Key(key))] if key else []
-            self.clients[(key_name, streaming)] = ClientFactory(config).create(self.card, interceptors)
+            if binding == "GRPC":
+                if self.card is None:
+                    self.card = await self.public_card()
+                config = ClientConfig(
+                    streaming=streaming,
+                    supported_protocol_bindings=["GRPC"],
+                    grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url, interceptors=self.headers.interceptors),
+                )
+                client = ClientFactory(config).create(self.card, interceptors)
+            else:
+                # The factory resolves the card from the base URL itself.
+                config = ClientConfig(
+                    streaming=streaming,
+                    httpx_client=httpx.AsyncClient(timeout=60, event_hooks=self.headers.http_hooks),
+                )
+                if binding != "default":
+                    config.supported_protocol_bindings = [binding]
+                client = await ClientFactory(config).create_from_url(self.plan["card_url"], interceptors)
+            self.clients[(key_name, streaming)] = client
         return self.clients[(key_name, streaming)]
 
     def seen(self, response):
@@ -198,7 +227,14 @@ class Runner:
                 events.append(self.seen(response))
                 if stop_after and len(events) >= stop_after:
                     break
-            result = {"events": events, "task": self.task, "sequence": self.sequence}
+            result = {
+                "events": events,
+                "task": self.task,
+                "sequence": self.sequence,
+                # Which of the SDK's transports the factory chose (under the
+                # decorator that adds an interface's tenant).
+                "transport": type(getattr(client._transport, "_base", client._transport)).__name__,
+            }
             if op.get("push"):
                 result["push_secret"] = await self.headers.last("chorus-push-secret")
             if canceler:

@@ -138,15 +138,22 @@ impl A2aSetup {
         }
     }
 
-    /// The base URL of the workspace's agent card.
+    /// The base URL of the workspace's agent card (with the trailing slash
+    /// a client resolving `.well-known/agent-card.json` against it needs).
     pub fn card_url(&self) -> String {
         let console = self.orchestrator.console_addr.expect("the console serves");
-        format!("http://{console}/a2a/{}", self.workspace.name)
+        format!("http://{console}/a2a/{}/", self.workspace.name)
     }
 
-    /// A plan of `ops` for [`run_client`].
+    /// A plan of `ops` for [`run_client`], over gRPC.
     pub fn plan(&self, ops: Value) -> Value {
-        json!({ "card_url": self.card_url(), "keys": self.keys, "ops": ops })
+        self.plan_on("GRPC", ops)
+    }
+
+    /// A plan of `ops` for [`run_client`] over `binding` (one of
+    /// [`BINDINGS`]).
+    pub fn plan_on(&self, binding: &str, ops: Value) -> Value {
+        json!({ "card_url": self.card_url(), "binding": binding, "keys": self.keys, "ops": ops })
     }
 }
 
@@ -284,7 +291,42 @@ pub fn events(result: &Value) -> &Vec<Value> {
         .unwrap_or_else(|| panic!("no events: {result}"))
 }
 
-/// The SDK's error type and gRPC code of a failed operation.
+/// The bindings an A2A scenario runs on: "default" is the Python SDK's
+/// default client factory and configuration (which choose JSON-RPC from
+/// the card); the others are the client told the one binding it supports.
+pub const BINDINGS: [&str; 3] = ["default", "HTTP+JSON", "GRPC"];
+
+/// The SDK transport a client of `binding` uses.
+pub fn transport(binding: &str) -> &'static str {
+    match binding {
+        "GRPC" => "GrpcTransport",
+        "HTTP+JSON" => "RestTransport",
+        _ => "JsonRpcTransport",
+    }
+}
+
+/// What a client of `binding` sees of a refusal the gRPC face answers with
+/// `grpc_code`: that code over gRPC; the HTTP status over HTTP+JSON; over
+/// JSON-RPC, the HTTP status of a refusal of who calls or of their rate,
+/// and nothing (an error in a 200 answer) for one of what they asked.
+pub fn refusal(binding: &str, grpc_code: &str) -> String {
+    let http = match grpc_code {
+        "UNAUTHENTICATED" => "401",
+        "PERMISSION_DENIED" => "403",
+        "RESOURCE_EXHAUSTED" => "429",
+        "NOT_FOUND" => "404",
+        "INVALID_ARGUMENT" | "FAILED_PRECONDITION" => "400",
+        other => panic!("no HTTP status for {other} here"),
+    };
+    match binding {
+        "GRPC" => grpc_code.to_owned(),
+        "HTTP+JSON" => http.to_owned(),
+        _ if matches!(http, "401" | "403" | "429") => http.to_owned(),
+        _ => String::new(),
+    }
+}
+
+/// The SDK's error type and gRPC code (or HTTP status) of a failed operation.
 pub fn error(result: &Value) -> (&str, &str) {
     let e = &result["error"];
     assert!(e.is_object(), "the operation succeeded: {result}");

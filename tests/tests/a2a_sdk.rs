@@ -10,9 +10,11 @@
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_sandbox::testing::{eventually, survivors};
+use std::path::Path;
+
 use chorus_tests::a2a::{
-    A2aSetup, TOOLS, create, error, events, payload, plan, python_or_skip, report, run_client,
-    run_script, sequences, state,
+    A2aSetup, BINDINGS, TOOLS, create, error, events, payload, plan, python_or_skip, refusal,
+    report, run_client, run_script, sequences, state, transport,
 };
 use chorus_tests::db::databases;
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
@@ -58,28 +60,59 @@ async fn the_card_then_a_message_streamed_to_completed_with_the_report_and_files
         return;
     };
     let dbs = tempfile::tempdir().expect("databases");
-    for db in databases(dbs.path()) {
-        let b = db.backend;
+    // A database of their own for each binding's run.
+    let runs = BINDINGS.iter().enumerate().flat_map(|(i, binding)| {
+        let dir = dbs.path().join(i.to_string());
+        std::fs::create_dir(&dir).expect("a directory");
+        databases(&dir).into_iter().map(move |db| (db, *binding))
+    });
+    for (db, binding) in runs {
+        let b = format!("{} over {binding}", db.backend);
         let model =
             FakeOpenAi::start(vec![plan(), create("hello.txt"), report("wrote hello.txt")]).await;
         let mut setup = A2aSetup::start(&model, TOOLS, Some(&db.url)).await;
-        let plan = setup.plan(json!([
-            { "op": "card" },
-            { "op": "card", "auth": true, "key": "viewer" },
-            { "op": "extended_card", "key": "viewer" },
-            { "op": "send", "text": "Greet the world in hello.txt" },
-            { "op": "get", "task_id": "$task", "history_length": 2, "key": "viewer" },
-            { "op": "list", "context_id": "$context", "key": "viewer" },
-        ]));
+        let plan = setup.plan_on(
+            binding,
+            json!([
+                { "op": "card" },
+                { "op": "card", "auth": true, "key": "viewer" },
+                { "op": "extended_card", "key": "viewer" },
+                { "op": "send", "text": "Greet the world in hello.txt" },
+                { "op": "get", "task_id": "$task", "history_length": 2, "key": "viewer" },
+                { "op": "list", "context_id": "$context", "key": "viewer" },
+            ]),
+        );
         let results = run_client(&python, &plan).await;
+        assert_eq!(results[3]["transport"], transport(binding), "{b}");
 
-        // The public card: where and how to call, no agent named.
+        // The public card: where and how to call each binding (JSON-RPC
+        // first, which A2A's SDKs choose by default), no agent named.
         let card = &results[0]["card"];
-        let interface = &card["supportedInterfaces"][0];
-        assert_eq!(interface["protocolBinding"], "GRPC", "{b}: {card}");
-        assert_eq!(interface["tenant"], setup.workspace.name.as_str(), "{b}");
-        assert_eq!(interface["url"], setup.orchestrator.addr.to_string(), "{b}");
-        assert_eq!(interface["protocolVersion"], "1.0", "{b}");
+        let interfaces: Vec<(&str, &str, &str)> = card["supportedInterfaces"]
+            .as_array()
+            .expect("interfaces")
+            .iter()
+            .map(|i| {
+                assert_eq!(i["protocolVersion"], "1.0", "{b}: {i}");
+                let text = |f: &str| i[f].as_str().unwrap_or_default();
+                (text("protocolBinding"), text("url"), text("tenant"))
+            })
+            .collect();
+        let console = format!(
+            "http://{}/a2a/{}",
+            setup.orchestrator.console_addr.expect("console"),
+            setup.workspace.name
+        );
+        let grpc = setup.orchestrator.addr.to_string();
+        assert_eq!(
+            interfaces,
+            [
+                ("JSONRPC", console.as_str(), ""),
+                ("HTTP+JSON", console.as_str(), ""),
+                ("GRPC", grpc.as_str(), setup.workspace.name.as_str()),
+            ],
+            "{b}"
+        );
         assert_eq!(
             card["securitySchemes"]["chorusApiKey"]["httpAuthSecurityScheme"]["scheme"], "bearer",
             "{b}"
@@ -160,6 +193,13 @@ async fn the_card_then_a_message_streamed_to_completed_with_the_report_and_files
 
         // GetTask with a history length; ListTasks by the context.
         let task = &results[4]["task"];
+        // The stream carried every event GetTask shows, the tail after the
+        // final status too.
+        let last_seen = task["history"]
+            .as_array()
+            .and_then(|h| h.last())
+            .and_then(|m| chorus_tests::a2a::number(&m["metadata"]["chorus"]["sequence"]));
+        assert_eq!(seqs.last().copied(), last_seen, "{b}: {task}");
         assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{b}");
         assert_eq!(
             task["history"].as_array().map(Vec::len),
@@ -190,6 +230,12 @@ async fn the_planners_questions_are_input_required_and_the_next_message_answers_
     let Some(python) = python_or_skip() else {
         return;
     };
+    for binding in BINDINGS {
+        questions_answered_on(&python, binding).await;
+    }
+}
+
+async fn questions_answered_on(python: &Path, binding: &str) {
     let model = FakeOpenAi::start(vec![
         Step::tool_call(
             "planner-output",
@@ -214,13 +260,16 @@ async fn the_planners_questions_are_input_required_and_the_next_message_answers_
         json!({ "op": "push_list", "task_id": "$task" }),
         json!({ "op": "send", "text": "Bonjour, in French", "task_id": "$task" }),
     ]);
-    let mut results = run_client(&python, &setup.plan(Value::Array(ops))).await;
+    let mut results = run_client(python, &setup.plan_on(binding, Value::Array(ops))).await;
     for created in &results[1..=8] {
         assert!(created["config"]["id"].is_string(), "{created}");
     }
     assert_eq!(
         error(&results[9]),
-        ("InvalidParamsError", "INVALID_ARGUMENT"),
+        (
+            "InvalidParamsError",
+            refusal(binding, "INVALID_ARGUMENT").as_str()
+        ),
         "{}",
         results[9]
     );
@@ -275,6 +324,12 @@ async fn canceling_a_running_task_ends_its_stream_canceled_and_leaves_no_process
     let Some(python) = python_or_skip() else {
         return;
     };
+    for binding in BINDINGS {
+        cancel_on(&python, binding).await;
+    }
+}
+
+async fn cancel_on(python: &Path, binding: &str) {
     let marker = format!("a2a-cancel-{}", std::process::id());
     let model = FakeOpenAi::start(vec![
         plan(),
@@ -286,10 +341,13 @@ async fn canceling_a_running_task_ends_its_stream_canceled_and_leaves_no_process
     .await;
     let setup = A2aSetup::start(&model, TOOLS, None).await;
     let started = setup.root.path().join("started");
-    let plan = setup.plan(json!([
-        { "op": "send", "text": "Wait a minute", "cancel_when_file": started },
-    ]));
-    let results = run_client(&python, &plan).await;
+    let plan = setup.plan_on(
+        binding,
+        json!([
+            { "op": "send", "text": "Wait a minute", "cancel_when_file": started },
+        ]),
+    );
+    let results = run_client(python, &plan).await;
 
     let canceled = &results[0]["canceled"];
     assert_eq!(
@@ -316,6 +374,12 @@ async fn a_client_that_disconnects_resubscribes_and_misses_nothing_and_gets_noth
     let Some(python) = python_or_skip() else {
         return;
     };
+    for binding in BINDINGS {
+        resubscribe_on(&python, binding).await;
+    }
+}
+
+async fn resubscribe_on(python: &Path, binding: &str) {
     let model = FakeOpenAi::start(vec![
         plan(),
         create("a.txt"),
@@ -325,12 +389,15 @@ async fn a_client_that_disconnects_resubscribes_and_misses_nothing_and_gets_noth
     ])
     .await;
     let setup = A2aSetup::start(&model, TOOLS, None).await;
-    let plan = setup.plan(json!([
-        { "op": "send", "text": "Write a.txt, b.txt and c.txt", "stop_after": 3 },
-        { "op": "subscribe", "task_id": "$task", "after": "$sequence", "key": "viewer" },
-        { "op": "subscribe", "task_id": "$task", "key": "viewer" },
-    ]));
-    let results = run_client(&python, &plan).await;
+    let plan = setup.plan_on(
+        binding,
+        json!([
+            { "op": "send", "text": "Write a.txt, b.txt and c.txt", "stop_after": 3 },
+            { "op": "subscribe", "task_id": "$task", "after": "$sequence", "key": "viewer" },
+            { "op": "subscribe", "task_id": "$task", "key": "viewer" },
+        ]),
+    );
+    let results = run_client(python, &plan).await;
 
     let first: Vec<u64> = events(&results[0]).iter().flat_map(sequences).collect();
     let second: Vec<u64> = events(&results[1]).iter().flat_map(sequences).collect();
@@ -348,7 +415,10 @@ async fn a_client_that_disconnects_resubscribes_and_misses_nothing_and_gets_noth
     // A finished task without a place to replay from: nothing more to stream.
     assert_eq!(
         error(&results[2]),
-        ("UnsupportedOperationError", "FAILED_PRECONDITION")
+        (
+            "UnsupportedOperationError",
+            refusal(binding, "FAILED_PRECONDITION").as_str()
+        )
     );
 }
 
@@ -357,42 +427,59 @@ async fn no_key_a_viewers_key_and_bad_input_are_refused_precisely_and_change_not
     let Some(python) = python_or_skip() else {
         return;
     };
+    for binding in BINDINGS {
+        refusals_on(&python, binding).await;
+    }
+}
+
+async fn refusals_on(python: &Path, binding: &str) {
     let model = FakeOpenAi::start(vec![plan(), create("x.txt"), report("wrote x.txt")]).await;
     let mut setup = A2aSetup::start(&model, TOOLS, None).await;
     // Over the description's limit; over the port's 16 MiB message limit.
     let huge = "x".repeat(5 * 1024 * 1024);
     let huger = "z".repeat(17 * 1024 * 1024);
     let long = "y".repeat(70 * 1024);
-    let plan = setup.plan(json!([
-        { "op": "send", "text": "no key", "key": "none" },
-        { "op": "send", "text": "a viewer", "key": "viewer" },
-        { "op": "get", "task_id": "7d3c9a4e-0000-4000-8000-000000000001", "key": "viewer" },
-        { "op": "send", "text": "a reply", "task_id": "7d3c9a4e-0000-4000-8000-000000000002" },
-        { "op": "send", "text": "a reply", "task_id": "not-a-task" },
-        { "op": "send", "text": "with a file", "raw": "bytes" },
-        { "op": "send", "text": long },
-        { "op": "send", "text": huge },
-        { "op": "send", "text": huger },
-        { "op": "send", "text": "an unknown skill", "skill": "nobody" },
-        { "op": "send", "data": { "answers": [1, 2] } },
-        { "op": "list", "key": "viewer" },
-    ]));
-    let results = run_client(&python, &plan).await;
+    let plan = setup.plan_on(
+        binding,
+        json!([
+            { "op": "send", "text": "no key", "key": "none" },
+            { "op": "send", "text": "a viewer", "key": "viewer" },
+            { "op": "get", "task_id": "7d3c9a4e-0000-4000-8000-000000000001", "key": "viewer" },
+            { "op": "send", "text": "a reply", "task_id": "7d3c9a4e-0000-4000-8000-000000000002" },
+            { "op": "send", "text": "a reply", "task_id": "not-a-task" },
+            { "op": "send", "text": "with a file", "raw": "bytes" },
+            { "op": "send", "text": long },
+            { "op": "send", "text": huge },
+            { "op": "send", "text": huger },
+            { "op": "send", "text": "an unknown skill", "skill": "nobody" },
+            { "op": "send", "data": { "answers": [1, 2] } },
+            { "op": "list", "key": "viewer" },
+        ]),
+    );
+    let results = run_client(python, &plan).await;
+    // The same refusals on every binding: A2A's error types, and the code
+    // each binding refuses with.
     let expect = [
         ("A2AClientError", "UNAUTHENTICATED"),
         ("A2AClientError", "PERMISSION_DENIED"),
         ("TaskNotFoundError", "NOT_FOUND"),
         ("TaskNotFoundError", "NOT_FOUND"),
-        ("InvalidParamsError", "INVALID_ARGUMENT"),
+        // A2A's ids are opaque: one that is not a task's names no task.
+        ("TaskNotFoundError", "NOT_FOUND"),
         ("ContentTypeNotSupportedError", "INVALID_ARGUMENT"),
         ("InvalidParamsError", "INVALID_ARGUMENT"),
         ("InvalidParamsError", "INVALID_ARGUMENT"),
         ("A2AClientError", "RESOURCE_EXHAUSTED"),
-        ("InvalidParamsError", "NOT_FOUND"),
+        ("InvalidParamsError", "INVALID_ARGUMENT"),
         ("InvalidParamsError", "INVALID_ARGUMENT"),
     ];
-    for (i, want) in expect.iter().enumerate() {
-        assert_eq!(error(&results[i]), *want, "operation {i}: {}", results[i]);
+    for (i, (kind, code)) in expect.iter().enumerate() {
+        assert_eq!(
+            error(&results[i]),
+            (*kind, refusal(binding, code).as_str()),
+            "{binding}: operation {i}: {}",
+            results[i]
+        );
     }
     let message = |i: usize| {
         results[i]["error"]["message"]
@@ -400,12 +487,20 @@ async fn no_key_a_viewers_key_and_bad_input_are_refused_precisely_and_change_not
             .unwrap_or_default()
             .to_owned()
     };
-    assert!(message(1).contains("operator"), "{}", message(1));
+    // Over HTTP the SDK shows the status alone; the body says it too
+    // (tests/tests/a2a_http.rs).
+    if binding == "GRPC" {
+        assert!(message(1).contains("operator"), "{}", message(1));
+        assert!(message(8).contains("16 MiB"), "{}", message(8));
+    }
     assert!(message(5).contains("text or data parts"), "{}", message(5));
     assert!(message(6).contains("65536"), "{}", message(6));
     assert!(message(7).contains("5242880 bytes"), "{}", message(7));
-    assert!(message(8).contains("16 MiB"), "{}", message(8));
-    assert!(message(9).contains("nobody"), "{}", message(9));
+    assert!(
+        message(9).contains("metadata.skill") && message(9).contains("nobody"),
+        "{}",
+        message(9)
+    );
     assert_eq!(
         results[11]["list"]["tasks"].as_array().map_or(0, Vec::len),
         0
@@ -416,20 +511,23 @@ async fn no_key_a_viewers_key_and_bad_input_are_refused_precisely_and_change_not
     );
 
     // A finished task takes no reply and cannot be canceled.
-    let plan = setup.plan(json!([
+    let plan = setup.plan_on(binding, json!([
         { "op": "send", "text": "Write x.txt" },
         { "op": "send", "text": "more", "task_id": "$task", "push": { "url": "http://192.0.2.1:9/hook" } },
         { "op": "cancel", "task_id": "$task" },
         { "op": "push_list", "task_id": "$task" },
     ]));
-    let results = run_client(&python, &plan).await;
+    let results = run_client(python, &plan).await;
     assert_eq!(
         state(events(&results[0]).last().expect("events")),
         "TASK_STATE_COMPLETED"
     );
     assert_eq!(
         error(&results[1]),
-        ("UnsupportedOperationError", "FAILED_PRECONDITION")
+        (
+            "UnsupportedOperationError",
+            refusal(binding, "FAILED_PRECONDITION").as_str()
+        )
     );
     assert!(
         results[1]["error"]["message"]
@@ -439,7 +537,10 @@ async fn no_key_a_viewers_key_and_bad_input_are_refused_precisely_and_change_not
     );
     assert_eq!(
         error(&results[2]),
-        ("TaskNotCancelableError", "FAILED_PRECONDITION")
+        (
+            "TaskNotCancelableError",
+            refusal(binding, "FAILED_PRECONDITION").as_str()
+        )
     );
     assert!(
         results[3]["list"].get("configs").is_none(),
@@ -506,17 +607,33 @@ async fn a_blocking_send_answers_the_task_once_it_completes() {
     let Some(python) = python_or_skip() else {
         return;
     };
+    for binding in BINDINGS {
+        blocking_send_on(&python, binding).await;
+    }
+}
+
+async fn blocking_send_on(python: &Path, binding: &str) {
     let model = FakeOpenAi::start(vec![
         plan(),
         create("blocking.txt"),
         report("wrote blocking.txt"),
     ])
     .await;
-    let setup = A2aSetup::start(&model, TOOLS, None).await;
-    let plan = setup.plan(json!([
-        { "op": "send", "text": "Write blocking.txt", "blocking": true },
+    let mut setup = A2aSetup::start(&model, TOOLS, None).await;
+    // The same message sent again (a client retrying: a second client, even)
+    // makes no second task and answers the first one's.
+    let plan = setup.plan_on(binding, json!([
+        { "op": "send", "text": "Write blocking.txt", "blocking": true, "message_id": "retried-1" },
     ]));
-    let results = run_client(&python, &plan).await;
+    let results = run_client(python, &plan).await;
+    let again = run_client(python, &plan).await;
+    assert_eq!(results[0]["task"], again[0]["task"], "{binding}: {again:?}");
+    assert_eq!(tasks(&mut setup).await.len(), 1, "{binding}: one task");
+    assert_eq!(
+        state(&events(&again[0])[0]),
+        "TASK_STATE_COMPLETED",
+        "{binding}: the first one's task, as it stands: {again:?}"
+    );
     let answers = events(&results[0]);
     assert_eq!(
         answers.len(),

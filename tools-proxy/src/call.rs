@@ -279,13 +279,18 @@ impl Retries {
         }
     }
 
-    /// Waits before the next attempt (at least `after`, the service's hint),
-    /// or gives up with `failure` when no attempt is left.
+    /// Waits before the next attempt (at least `after`, the service's hint,
+    /// but no later than the end of the retries: the last attempt is made
+    /// when their time is up, not given up a wait early), or gives up with
+    /// `failure` when no attempt or no time is left.
     async fn wait(&mut self, after: Option<Duration>, mut failure: Failure) -> Result<(), Failure> {
         self.attempt += 1;
         let wait = jittered(after.unwrap_or(self.backoff).max(self.backoff));
         self.backoff = (self.backoff * 2).min(MOST_BACKOFF);
-        if self.attempt >= ATTEMPTS || tokio::time::Instant::now() + wait > self.give_up {
+        let left = self
+            .give_up
+            .saturating_duration_since(tokio::time::Instant::now());
+        if self.attempt >= ATTEMPTS || left.is_zero() {
             if self.attempt > 1 {
                 let spent = tokio::time::Instant::now() + self.budget - self.give_up;
                 failure.message = format!(
@@ -298,7 +303,7 @@ impl Retries {
             return Err(failure);
         }
         // stderr carries only the final JSON error: retries are silent.
-        tokio::time::sleep(wait).await;
+        tokio::time::sleep(wait.min(left)).await;
         Ok(())
     }
 }

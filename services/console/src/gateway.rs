@@ -22,17 +22,19 @@ pub const SERVICE: &str = "chorus.orchestrator.v1.Orchestrator";
 const A2A_SERVICE: &str = "lf.a2a.v1.A2AService";
 
 /// The public agent card of a workspace (encoded `lf.a2a.v1.AgentCard`),
-/// which needs no key: given by the orchestrator.
+/// which needs no key: given by the orchestrator, for the workspace and the
+/// host the client reached the console by.
 pub type PublicCard = std::sync::Arc<
     dyn Fn(
             String,
+            Option<String>,
         )
             -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u8>, Status>> + Send>>
         + Send
         + Sync,
 >;
 /// How long a unary call may take before the gateway gives up.
-const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// An answer: its status, and a JSON body or a stream of JSON lines.
 pub enum Answer {
@@ -71,6 +73,41 @@ impl Gateway {
         })
     }
 
+    /// The contract's descriptors.
+    pub(crate) fn pool(&self) -> &DescriptorPool {
+        &self.pool
+    }
+
+    /// Calls the unary method at `path` with an encoded message: the
+    /// answer's metadata and encoded message.
+    pub(crate) async fn unary_raw(
+        &self,
+        request: tonic::Request<Vec<u8>>,
+        path: http::uri::PathAndQuery,
+    ) -> Result<(tonic::metadata::MetadataMap, Vec<u8>), Status> {
+        let (metadata, reply, _) = unary(self.service.clone(), request, path)
+            .await?
+            .into_parts();
+        Ok((metadata, reply))
+    }
+
+    /// Calls the server-streaming method at `path` with an encoded message.
+    pub(crate) async fn stream_raw(
+        &self,
+        request: tonic::Request<Vec<u8>>,
+        path: http::uri::PathAndQuery,
+    ) -> Result<(tonic::metadata::MetadataMap, tonic::Streaming<Vec<u8>>), Status> {
+        let (metadata, replies, _) = streaming(self.service.clone(), request, path)
+            .await?
+            .into_parts();
+        Ok((metadata, replies))
+    }
+
+    /// How long a streamed answer may wait for its reader.
+    pub(crate) fn unread(&self) -> std::time::Duration {
+        self.unread
+    }
+
     fn method(&self, service: &str, name: &str) -> Option<MethodDescriptor> {
         self.pool
             .get_service_by_name(service)?
@@ -86,6 +123,7 @@ impl Gateway {
         &self,
         workspace: &str,
         headers: &HeaderMap,
+        seen_host: Option<String>,
         public: Option<&PublicCard>,
     ) -> Answer {
         let Some(card) = self.pool.get_message_by_name("lf.a2a.v1.AgentCard") else {
@@ -97,7 +135,7 @@ impl Gateway {
         };
         if headers.contains_key(http::header::AUTHORIZATION) {
             let body = json!({ "tenant": workspace }).to_string();
-            let (method, request, path) = match self.request(
+            let (method, mut request, path) = match self.request(
                 A2A_SERVICE,
                 "GetExtendedAgentCard",
                 false,
@@ -107,8 +145,14 @@ impl Gateway {
                 Ok(parts) => parts,
                 Err(answer) => return answer,
             };
+            if let Some(host) = seen_host
+                .as_deref()
+                .and_then(|h| tonic::metadata::MetadataValue::try_from(h).ok())
+            {
+                request.metadata_mut().insert(crate::SEEN_HOST_HEADER, host);
+            }
             return match unary(self.service.clone(), request, path).await {
-                Ok(reply) => match to_json(&method.output(), &reply) {
+                Ok(reply) => match to_json(&method.output(), reply.get_ref()) {
                     Ok(json) => Answer::Json(StatusCode::OK, json),
                     Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e),
                 },
@@ -122,7 +166,7 @@ impl Gateway {
                 "no agent cards are served here".to_owned(),
             );
         };
-        match public(workspace.to_owned()).await {
+        match public(workspace.to_owned(), seen_host).await {
             Ok(bytes) => match to_json(&card, &bytes) {
                 Ok(json) => Answer::Json(StatusCode::OK, json),
                 Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e),
@@ -149,7 +193,7 @@ impl Gateway {
         let output = method.output();
         if !stream {
             return match unary(self.service.clone(), request, path).await {
-                Ok(reply) => match to_json(&output, &reply) {
+                Ok(reply) => match to_json(&output, reply.get_ref()) {
                     Ok(json) => (Answer::Json(StatusCode::OK, json), true),
                     Err(e) => (
                         error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e),
@@ -161,7 +205,7 @@ impl Gateway {
         }
         match streaming(self.service.clone(), request, path).await {
             Ok(replies) => (
-                Answer::Lines(lines(replies, output, self.unread, connection)),
+                Answer::Lines(lines(replies.into_inner(), output, self.unread, connection)),
                 true,
             ),
             Err(status) => (failed(&status), credential_accepted(&status)),
@@ -241,26 +285,46 @@ impl Gateway {
 /// page that leaves a line unread for `unread` loses the call and its
 /// `connection`.
 fn lines(
-    mut replies: tonic::Streaming<Vec<u8>>,
+    replies: tonic::Streaming<Vec<u8>>,
     output: prost_reflect::MessageDescriptor,
     unread: std::time::Duration,
     connection: Option<Standing>,
 ) -> mpsc::Receiver<Bytes> {
+    pump(replies, unread, connection, move |reply| {
+        let line = match reply {
+            Ok(bytes) => match to_json(&output, &bytes) {
+                Ok(json) => json,
+                Err(e) => json!({ "error": { "code": "INTERNAL", "message": e } }),
+            },
+            Err(status) => json!({ "error": status_json(&status) }),
+        };
+        let last = line.get("error").is_some();
+        let mut text = line.to_string().into_bytes();
+        text.push(b'\n');
+        (Bytes::from(text), last)
+    })
+}
+
+/// Sends a stream's replies, each as `format` makes it (its bytes, and
+/// whether it is the last), until the stream ends or a reply is the last.
+/// When the reader goes away the receiver is dropped, and with it the call;
+/// a reader that leaves a reply unread for `unread` loses the call and its
+/// `connection`.
+pub(crate) fn pump(
+    mut replies: tonic::Streaming<Vec<u8>>,
+    unread: std::time::Duration,
+    connection: Option<Standing>,
+    format: impl Fn(Result<Vec<u8>, Status>) -> (Bytes, bool) + Send + 'static,
+) -> mpsc::Receiver<Bytes> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
-            let line = match replies.message().await {
-                Ok(Some(bytes)) => match to_json(&output, &bytes) {
-                    Ok(json) => json,
-                    Err(e) => json!({ "error": { "code": "INTERNAL", "message": e } }),
-                },
+            let (bytes, last) = match replies.message().await {
+                Ok(Some(bytes)) => format(Ok(bytes)),
                 Ok(None) => return,
-                Err(status) => json!({ "error": status_json(&status) }),
+                Err(status) => format(Err(status)),
             };
-            let last = line.get("error").is_some();
-            let mut text = line.to_string().into_bytes();
-            text.push(b'\n');
-            match tokio::time::timeout(unread, tx.send(Bytes::from(text))).await {
+            match tokio::time::timeout(unread, tx.send(bytes)).await {
                 Ok(Ok(())) if !last => {}
                 Ok(_) => return,
                 Err(_) => {
@@ -284,27 +348,24 @@ async fn unary(
     service: LocalService,
     request: tonic::Request<Vec<u8>>,
     path: http::uri::PathAndQuery,
-) -> Result<Vec<u8>, Status> {
+) -> Result<tonic::Response<Vec<u8>>, Status> {
     let mut grpc = client(service);
     grpc.ready()
         .await
         .map_err(|e| Status::unavailable(e.to_string()))?;
-    Ok(grpc.unary(request, path, Raw).await?.into_inner())
+    grpc.unary(request, path, Raw).await
 }
 
 async fn streaming(
     service: LocalService,
     request: tonic::Request<Vec<u8>>,
     path: http::uri::PathAndQuery,
-) -> Result<tonic::Streaming<Vec<u8>>, Status> {
+) -> Result<tonic::Response<tonic::Streaming<Vec<u8>>>, Status> {
     let mut grpc = client(service);
     grpc.ready()
         .await
         .map_err(|e| Status::unavailable(e.to_string()))?;
-    Ok(grpc
-        .server_streaming(request, path, Raw)
-        .await?
-        .into_inner())
+    grpc.server_streaming(request, path, Raw).await
 }
 
 fn to_json(
@@ -320,7 +381,7 @@ fn to_json(
 
 /// Whether a call refused with `status` had its credential accepted: refused
 /// for what it asked, not for who asked or how busy the API is.
-fn credential_accepted(status: &Status) -> bool {
+pub(crate) fn credential_accepted(status: &Status) -> bool {
     !matches!(
         status.code(),
         Code::Unauthenticated | Code::ResourceExhausted | Code::Unavailable

@@ -4,6 +4,7 @@
 //! typed in (session storage) and sends it as the bearer of every call; the
 //! gateway passes it to the API, whose roles decide.
 
+mod a2a;
 pub mod gateway;
 
 use std::convert::Infallible;
@@ -27,13 +28,17 @@ pub use gateway::{Gateway, PublicCard};
 /// (`/a2a/<workspace>`).
 pub const AGENT_CARD_PATH: &str = "/.well-known/agent-card.json";
 
+/// The request header the console names the host a client reached it by
+/// with, when it asks the orchestrator for a card.
+pub const SEEN_HOST_HEADER: &str = "chorus-card-host";
+
 /// The largest request body the gateway reads.
-const MAX_BODY: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_BODY: usize = 4 * 1024 * 1024;
 
 /// What the page may load and where it may connect: itself only.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-type Body = UnsyncBoxBody<Bytes, Infallible>;
+pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// The files of the page, compiled in.
 const FILES: &[(&str, &str, &str)] = &[
@@ -82,16 +87,8 @@ pub async fn handle(
     cards: Option<&PublicCard>,
 ) -> Response<Body> {
     let path = request.uri().path().to_owned();
-    if request.method() == Method::GET
-        && let Some(workspace) = path
-            .strip_prefix("/a2a/")
-            .and_then(|rest| rest.strip_suffix(AGENT_CARD_PATH))
-            .filter(|w| !w.is_empty() && !w.contains('/'))
-    {
-        let answer = gateway
-            .agent_card(workspace, request.headers(), cards)
-            .await;
-        return answer_response(answer);
+    if let Some(under) = path.strip_prefix("/a2a/") {
+        return a2a_request(gateway, under, request, cards).await;
     }
     if request.method() == Method::GET && path == AGENT_CARD_PATH {
         return plain(
@@ -148,6 +145,52 @@ pub async fn handle(
     answer_response(answer)
 }
 
+/// A request under `/a2a/`: a workspace's card, or its A2A interface
+/// (JSON-RPC and HTTP+JSON). Empty segments (`a2a/ws//x`, as a base URL
+/// with a trailing slash gives) count for nothing.
+async fn a2a_request(
+    gateway: &Gateway,
+    under: &str,
+    request: Request<Incoming>,
+    cards: Option<&PublicCard>,
+) -> Response<Body> {
+    let segments: Vec<&str> = under.split('/').filter(|s| !s.is_empty()).collect();
+    let Some((workspace, rest)) = segments.split_first() else {
+        return plain(
+            StatusCode::NOT_FOUND,
+            "a workspace's A2A interface is /a2a/<workspace>",
+        );
+    };
+    let rest = rest.join("/");
+    if workspace.starts_with('.') {
+        // `/a2a/.well-known/agent-card.json`: a base URL of
+        // `/a2a/<workspace>` without its trailing slash, resolved as a URL.
+        return plain(
+            StatusCode::NOT_FOUND,
+            "no workspace named here: a workspace's A2A base URL is /a2a/<workspace>/ (with the trailing slash when a client resolves .well-known/agent-card.json against it)",
+        );
+    }
+    let Ok(workspace) = percent_encoding::percent_decode_str(workspace).decode_utf8() else {
+        return plain(StatusCode::BAD_REQUEST, "the workspace's name is not UTF-8");
+    };
+    if format!("/{rest}") == AGENT_CARD_PATH {
+        if request.method() != Method::GET {
+            return plain(StatusCode::METHOD_NOT_ALLOWED, "GET the agent card");
+        }
+        let seen_host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| request.uri().authority().map(http::uri::Authority::as_str))
+            .map(str::to_owned);
+        let answer = gateway
+            .agent_card(&workspace, request.headers(), seen_host, cards)
+            .await;
+        return answer_response(answer);
+    }
+    a2a::handle(gateway, &workspace, &format!("/{rest}"), request).await
+}
+
 fn answer_response(answer: gateway::Answer) -> Response<Body> {
     match answer {
         gateway::Answer::Json(status, json) => with_headers(
@@ -172,7 +215,7 @@ fn answer_response(answer: gateway::Answer) -> Response<Body> {
     }
 }
 
-fn with_headers(builder: http::response::Builder) -> http::response::Builder {
+pub(crate) fn with_headers(builder: http::response::Builder) -> http::response::Builder {
     builder
         .header(header::CONTENT_SECURITY_POLICY, CSP)
         .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
@@ -181,7 +224,7 @@ fn with_headers(builder: http::response::Builder) -> http::response::Builder {
         .header(header::CACHE_CONTROL, "no-store")
 }
 
-fn full(bytes: Bytes) -> Body {
+pub(crate) fn full(bytes: Bytes) -> Body {
     UnsyncBoxBody::new(Full::new(bytes))
 }
 

@@ -12,17 +12,22 @@ mod follow;
 pub mod push;
 mod service;
 
+pub use errors::check_version;
 pub use service::{A2aFace, AFTER_SEQUENCE_HEADER};
+
+pub use card::SEEN_HOST_HEADER;
 
 /// The public agent card of the workspace `tenant` names (its name or id),
 /// which anyone may read: the console serves it at
-/// `/a2a/<workspace>/.well-known/agent-card.json`.
+/// `/a2a/<workspace>/.well-known/agent-card.json`. `seen_host` is the host
+/// the client reached the console by.
 pub async fn public_card(
     state: &crate::state::AppState,
     tenant: &str,
+    seen_host: Option<&str>,
 ) -> Result<chorus_proto::a2a::v1::AgentCard, tonic::Status> {
     let workspace = service::workspace(state, tenant).await?;
-    Ok(card::public_card(state, &workspace))
+    Ok(card::public_card(state, &workspace, seen_host))
 }
 
 /// The A2A protocol version served.

@@ -314,10 +314,10 @@ fn serve_console(
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let state = state.clone();
-    let cards: chorus_console::PublicCard = std::sync::Arc::new(move |workspace: String| {
+    let cards: chorus_console::PublicCard = std::sync::Arc::new(move |workspace, seen_host| {
         let state = state.clone();
         Box::pin(async move {
-            let card = crate::a2a::public_card(&state, &workspace).await?;
+            let card = crate::a2a::public_card(&state, &workspace, seen_host.as_deref()).await?;
             Ok(prost::Message::encode_to_vec(&card))
         })
     });
@@ -375,12 +375,13 @@ fn routes(
         AgentToolsServer::new(AgentToolsService::new(state.clone()))
             .max_decoding_message_size(message_bytes),
     )
-    .add_service(
+    .add_service(tonic::service::interceptor::InterceptedService::new(
         chorus_proto::a2a::v1::a2a_service_server::A2aServiceServer::new(crate::a2a::A2aFace::new(
             state.clone(),
         ))
         .max_decoding_message_size(message_bytes),
-    )
+        crate::a2a::check_version,
+    ))
 }
 
 /// Replicas sign with one key set, kept in the database (sealed); the first
@@ -487,6 +488,12 @@ fn addresses(
         Some(_) if !addr.contains("://") && !addr.is_empty() => format!("https://{addr}"),
         _ => addr,
     };
+    if addr.ip().is_unspecified() && config.advertise_addr.is_none() {
+        warn!(
+            %addr,
+            "the orchestrator listens on every address and no --advertise-addr is set: agent cards name it by the host each client reached the card by (or this machine's name), and agents on other machines cannot be told where it is; set --advertise-addr"
+        );
+    }
     Ok(crate::state::Addresses {
         orchestrator: scheme(
             config
@@ -506,7 +513,39 @@ fn addresses(
             Some(_) => String::new(),
             None => config.tool_exec_mcp_url.clone().unwrap_or_default(),
         },
+        console: match &config.console {
+            Some(console) => console_url(config, console.local_addr()?),
+            None => String::new(),
+        },
     })
+}
+
+/// The console's URL for clients: the advertised host with the console's
+/// port when there is one, else the address it listens on. One listening
+/// on every address is named in agent cards by the host each client
+/// reached it by (`a2a::card::reachable`); that is said at start.
+fn console_url(config: &OrchestratorConfig, listening: std::net::SocketAddr) -> String {
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let advertised = config.advertise_addr.as_deref().and_then(|addr| {
+        let addr = addr.split_once("://").map_or(addr, |(_, rest)| rest);
+        addr.rsplit_once(':').map(|(host, _)| host.to_owned())
+    });
+    match advertised {
+        Some(host) => format!("{scheme}://{host}:{}", listening.port()),
+        None => {
+            if listening.ip().is_unspecified() {
+                warn!(
+                    addr = %listening,
+                    "the console listens on every address and no --advertise-addr is set: agent cards name the console and the orchestrator by the host each client reached the card by (or this machine's name); set --advertise-addr to name them yourself"
+                );
+            }
+            format!("{scheme}://{listening}")
+        }
+    }
 }
 
 /// Relays the other replicas' events to this one's watchers until the

@@ -25,6 +25,9 @@ pub struct Addresses {
     /// The MCP endpoint of the run's tools (Streamable HTTP); empty when
     /// none is served or known.
     pub mcp_url: String,
+    /// The web console (`http(s)://host:port`), where the A2A face's
+    /// JSON-RPC and HTTP+JSON bindings are; empty when none is served.
+    pub console: String,
 }
 
 #[derive(Debug, Clone)]
@@ -150,7 +153,8 @@ impl EventSource for Store {
 
     async fn needs_you(&self, task: TaskId) -> Result<Option<u64>, StoreError> {
         let task = self.get_task(task).await?;
-        if task.status.needs_you().is_none() || self.has_unfinished_runs(task.id).await? {
+        // A planned task that starts by itself waits for no one.
+        if task.needs_you().is_none() || self.has_unfinished_runs(task.id).await? {
             return Ok(None);
         }
         Ok(Some(task.last_sequence))

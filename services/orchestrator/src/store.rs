@@ -89,7 +89,8 @@ pub use run_token_keys::KEYS_CHANNEL;
 pub use runs::NewRun;
 pub use tasks::{
     ChangedFile, DEFAULT_PAGE_SIZE, EVENT_PAGE_BYTES, EventDraft, FOLLOW_PAGE_BYTES, MAX_EVENTS,
-    MAX_PAGE_SIZE, NewTask, TASK_CHANNEL, TASK_PAGE_BYTES, TaskQuery, parse_task_notice,
+    MAX_PAGE_SIZE, NewTask, TASK_CHANNEL, TASK_PAGE_BYTES, TASK_REQUEST, TaskQuery,
+    parse_task_notice,
 };
 pub use usage::CallId;
 

@@ -379,9 +379,12 @@ pub struct Incoming {
     pub skill: Option<Name>,
     pub task: Option<TaskId>,
     pub context: Option<String>,
+    /// The message's id: the same one again (a client retrying) makes no
+    /// second task.
+    pub message_id: String,
 }
 
-/// Largest context id taken.
+/// Largest context id, and message id, taken.
 const MAX_CONTEXT_BYTES: usize = 256;
 
 /// Reads a request's message: from the user, with an id, with at least one
@@ -451,7 +454,13 @@ pub fn incoming(
         .transpose()?;
     let task = match message.task_id.trim() {
         "" => None,
-        id => Some(TaskId::parse(id).map_err(|e| invalid(format!("message.task_id: {e}")))?),
+        // A2A's ids are opaque: one that is not a Chorus task's names no task.
+        id => Some(TaskId::parse(id).map_err(|_| {
+            super::errors::a2a(
+                super::errors::Reason::TaskNotFound,
+                format!("message.task_id: task '{id}' not found"),
+            )
+        })?),
     };
     let context = match message.context_id.trim() {
         "" => None,
@@ -468,12 +477,20 @@ pub fn incoming(
             "message.parts: no text (every part is empty)".to_owned(),
         ));
     }
+    let message_id = message.message_id.trim();
+    if message_id.len() > MAX_CONTEXT_BYTES {
+        return Err(invalid(format!(
+            "message.message_id: {} bytes, at most {MAX_CONTEXT_BYTES}",
+            message_id.len()
+        )));
+    }
     Ok(Incoming {
         text,
         answers,
         skill,
         task,
         context,
+        message_id: message_id.to_owned(),
     })
 }
 
@@ -668,8 +685,15 @@ mod tests {
                 "CONTENT_TYPE_NOT_SUPPORTED".to_owned()
             )
         );
+        // A2A's ids are opaque: one that is not a Chorus task's names none.
         let mut bad_task = message(vec![text_part("x".to_owned())]);
         bad_task.task_id = "nope".to_owned();
-        assert_eq!(refused(Some(bad_task)), invalid);
+        assert_eq!(
+            refused(Some(bad_task)),
+            (tonic::Code::NotFound, "TASK_NOT_FOUND".to_owned())
+        );
+        let mut long_id = message(vec![text_part("x".to_owned())]);
+        long_id.message_id = "m".repeat(257);
+        assert_eq!(refused(Some(long_id)), invalid);
     }
 }

@@ -1,7 +1,10 @@
 //! A task as A2A streams it: a snapshot (the task, its latest events as
 //! messages, its artifacts), then its events after it as updates, from the
 //! task's own watch (nothing missed, nothing twice, in order) until it ends
-//! or needs the client.
+//! or needs the client. The watch says when: once the task is final and its
+//! runs have ended, or waits for a person after the events that say so —
+//! so a stream carries every event GetTask shows, the tail after the final
+//! status too.
 
 use std::pin::Pin;
 use std::str::FromStr as _;
@@ -112,7 +115,6 @@ pub(super) async fn follow(
     after: u64,
     until: Until,
 ) -> Result<Responses, Status> {
-    let initial_state = convert::state(&task);
     let (mut follower, mut events) = Follower::start_after(state, task, after, until).await?;
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     tokio::spawn(async move {
@@ -125,9 +127,6 @@ pub(super) async fn follow(
         {
             return;
         }
-        if follower.done_at(initial_state) && after == follower.task.last_sequence {
-            return;
-        }
         while let Some(event) = events.next().await {
             let event = match event {
                 Ok(event) => event,
@@ -137,14 +136,11 @@ pub(super) async fn follow(
                 }
             };
             match follower.on(event).await {
-                Ok((responses, more)) => {
+                Ok(responses) => {
                     for response in responses {
                         if tx.send(Ok(response)).await.is_err() {
                             return;
                         }
-                    }
-                    if !more {
-                        return;
                     }
                 }
                 Err(status) => {
@@ -161,7 +157,6 @@ pub(super) async fn follow(
 pub(super) struct Follower {
     state: AppState,
     task: Task,
-    until: Until,
     /// An agent worked on it (it went active): a failure is no refusal.
     worked: bool,
 }
@@ -182,30 +177,19 @@ impl Follower {
         after: u64,
         until: Until,
     ) -> Result<(Self, crate::core::watch::TaskWatch), Status> {
-        let events = crate::core::watch::watch(state, task.id, after, false, false)
+        let events = crate::core::watch::watch(state, task.id, after, false, until == Until::Pause)
             .await
             .map_err(|e| from_core(e, false))?;
         let follower = Self {
             state: state.clone(),
             worked: !task.never_started(),
             task,
-            until,
         };
         Ok((follower, events))
     }
 
-    fn done_at(&self, state: pb::TaskState) -> bool {
-        match self.until {
-            Until::Pause => convert::pauses(state),
-            Until::End => convert::terminal(state),
-        }
-    }
-
-    /// The updates for `event`, and whether the stream goes on after them.
-    pub(super) async fn on(
-        &mut self,
-        event: Event,
-    ) -> Result<(Vec<pb::StreamResponse>, bool), Status> {
+    /// The updates for `event`.
+    pub(super) async fn on(&mut self, event: Event) -> Result<Vec<pb::StreamResponse>, Status> {
         let mut out = Vec::new();
         match event.kind {
             EventKind::StatusChanged => {
@@ -248,7 +232,7 @@ impl Follower {
                 }
                 out.push(update);
                 self.task.last_sequence = event.sequence;
-                return Ok((out, !self.done_at(state)));
+                return Ok(out);
             }
             EventKind::CompletionReportSubmitted => {
                 if let Some(artifact) = self.report(&event).await? {
@@ -256,14 +240,14 @@ impl Follower {
                         &self.task, &event, artifact, false,
                     ));
                     self.task.last_sequence = event.sequence;
-                    return Ok((out, true));
+                    return Ok(out);
                 }
             }
             _ => {}
         }
         out.push(convert::status_update(&self.task, &event, self.current()));
         self.task.last_sequence = event.sequence;
-        Ok((out, true))
+        Ok(out)
     }
 
     fn current(&self) -> pb::TaskState {

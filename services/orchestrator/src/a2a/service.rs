@@ -54,12 +54,10 @@ impl A2aService for A2aFace {
             let id = task.id;
             let (mut follower, mut events) =
                 Follower::start(&self.state, task, Until::Pause).await?;
+            // The watch ends once the task ends or needs the client.
             let until_paused = async {
                 while let Some(event) = events.next().await {
-                    let (_, more) = follower.on(event.map_err(|e| from_core(e, false))?).await?;
-                    if !more {
-                        break;
-                    }
+                    follower.on(event.map_err(|e| from_core(e, false))?).await?;
                 }
                 Ok::<(), Status>(())
             };
@@ -301,6 +299,11 @@ impl A2aService for A2aFace {
         &self,
         request: Request<pb::GetExtendedAgentCardRequest>,
     ) -> Result<Response<pb::AgentCard>, Status> {
+        let seen_host = request
+            .metadata()
+            .get(super::card::SEEN_HOST_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let req = request.into_inner();
         let workspace = workspace(&self.state, &req.tenant).await?;
         let agents = self
@@ -313,6 +316,7 @@ impl A2aService for A2aFace {
             &self.state,
             &workspace,
             &agents,
+            seen_host.as_deref(),
         )))
     }
 
@@ -370,6 +374,7 @@ impl A2aFace {
             skill,
             task,
             context,
+            message_id,
         } = convert::incoming(req.message, req.metadata.as_ref())?;
         let task = match task {
             Some(id) => {
@@ -411,6 +416,7 @@ impl A2aFace {
                     conversation_id: Some(
                         context.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
                     ),
+                    request_id: Some(message_id),
                 };
                 core::submit(
                     &self.state,
@@ -424,7 +430,16 @@ impl A2aFace {
                     },
                 )
                 .await
-                .map_err(|e| from_core(e, false))?
+                .map_err(|e| match &e {
+                    crate::error::ServiceError::Store(crate::store::StoreError::NotFound {
+                        what: "agent",
+                        ..
+                    }) => a2a(
+                        Reason::InvalidParams,
+                        format!("metadata.skill: {e} (the skills of the workspace's extended card name its agents)"),
+                    ),
+                    _ => from_core(e, false),
+                })?
             }
         };
         Ok((task, config, secret))
@@ -468,7 +483,9 @@ impl A2aFace {
 
     /// The task `id` names, in the tenant's workspace when one is named.
     async fn task_of(&self, tenant: &str, id: &str) -> Result<Task, Status> {
-        let id = TaskId::parse(id).map_err(|e| a2a(Reason::InvalidParams, format!("id: {e}")))?;
+        // A2A's ids are opaque: one that is not a Chorus task's names no task.
+        let id = TaskId::parse(id)
+            .map_err(|_| a2a(Reason::TaskNotFound, format!("task '{id}' not found")))?;
         match tenant.trim() {
             "" => self
                 .state
@@ -510,12 +527,19 @@ pub(super) async fn workspace(state: &AppState, tenant: &str) -> Result<Workspac
             "tenant: name the workspace (the tenant of the agent card's interface: fetch /a2a/<workspace>/.well-known/agent-card.json)",
         ));
     }
+    let unknown = || {
+        a2a(
+            Reason::InvalidParams,
+            format!(
+                "tenant: no workspace '{tenant}' (the tenant of the agent card's interface, or the workspace of the URL: /a2a/<workspace>)"
+            ),
+        )
+    };
     if let Ok(id) = crate::domain::WorkspaceId::parse(tenant) {
-        return state
-            .store
-            .get_workspace(id)
-            .await
-            .map_err(|e| from_core(e.into(), false));
+        return match state.store.get_workspace(id).await {
+            Err(crate::store::StoreError::NotFound { .. }) => Err(unknown()),
+            found => found.map_err(|e| from_core(e.into(), false)),
+        };
     }
     let all = state
         .store
@@ -524,17 +548,7 @@ pub(super) async fn workspace(state: &AppState, tenant: &str) -> Result<Workspac
         .map_err(|e| from_core(e.into(), false))?;
     all.into_iter()
         .find(|w| w.name.as_str() == tenant)
-        .ok_or_else(|| {
-            let status = from_core(
-                crate::store::StoreError::not_found("workspace", tenant).into(),
-                false,
-            );
-            Status::with_details(
-                status.code(),
-                format!("{}: the tenant names no workspace", status.message()),
-                status.details().to_vec().into(),
-            )
-        })
+        .ok_or_else(unknown)
 }
 
 /// Longest a blocking SendMessage waits for its task before answering it as

@@ -312,11 +312,24 @@ pub struct Submit {
 /// provider for it, a workspace over its spending limit), the task is
 /// refused: it fails with the reason, no agent having worked on it, and is
 /// answered as it stands.
+///
+/// A request made again (its source's `request_key`: the same id from the
+/// same caller) makes no second task: the first one's task is answered, as
+/// it stands, and nothing of the second is applied.
 pub async fn submit(state: &AppState, req: Submit) -> Result<Task, ServiceError> {
+    let request = req.source.request_key();
+    if let Some(key) = &request
+        && let Some(task) = state
+            .store
+            .task_of_request(req.workspace, key.clone())
+            .await?
+    {
+        return Ok(task);
+    }
     if let Some(agent) = &req.agent {
         super::runs::user_defined_agent(state, req.workspace, agent, "start").await?;
     }
-    let task = create(
+    let created = create(
         state,
         req.workspace,
         req.description,
@@ -324,7 +337,24 @@ pub async fn submit(state: &AppState, req: Submit) -> Result<Task, ServiceError>
         req.budget,
         Some(AutoStart { agent: req.agent }),
     )
-    .await?;
+    .await;
+    let task = match (created, request) {
+        // The same request, made at the same time: one of them made it.
+        (
+            Err(ServiceError::Store(StoreError::AlreadyExists {
+                what: crate::store::TASK_REQUEST,
+                ..
+            })),
+            Some(key),
+        ) => {
+            return state
+                .store
+                .task_of_request(req.workspace, key.clone())
+                .await?
+                .ok_or_else(|| StoreError::not_found(crate::store::TASK_REQUEST, key).into());
+        }
+        (created, _) => created?,
+    };
     if let Some(mut push) = req.push {
         push.task_id = task.id;
         state.store.create_push_config(push).await?;

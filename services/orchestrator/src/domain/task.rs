@@ -38,6 +38,28 @@ pub struct TaskSource {
     pub kind: String,
     pub user_id: Option<String>,
     pub conversation_id: Option<String>,
+    /// The caller's id for the request that made the task (an A2A message's
+    /// `messageId`): the same caller sending it again gets the same task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+impl TaskSource {
+    /// What makes a request the same one again: its id, from the same kind
+    /// of source and the same caller. None when the request had no id.
+    pub fn request_key(&self) -> Option<String> {
+        let id = self.request_id.as_deref()?;
+        Some(json_key(
+            &self.kind,
+            self.user_id.as_deref().unwrap_or(""),
+            id,
+        ))
+    }
+}
+
+/// Three strings as one key no other three make (a JSON array).
+fn json_key(kind: &str, user: &str, id: &str) -> String {
+    serde_json::Value::from(vec![kind, user, id]).to_string()
 }
 
 /// What starts a task once its plan is made, so that nobody has to: set by

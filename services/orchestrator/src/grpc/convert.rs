@@ -261,6 +261,7 @@ pub fn source_from(s: Option<pb::TaskSource>) -> TaskSource {
         kind: non_empty(s.kind).unwrap_or_else(|| "grpc".to_owned()),
         user_id: non_empty(s.user_id),
         conversation_id: non_empty(s.conversation_id),
+        request_id: None,
     }
 }
 

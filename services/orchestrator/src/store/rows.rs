@@ -233,6 +233,7 @@ pub(super) struct TaskRow {
     pub conversation_id: Option<String>,
     /// JSON of `AutoStart`.
     pub auto_start: Option<String>,
+    pub request_key: Option<String>,
 }
 
 impl TaskRow {
@@ -273,6 +274,7 @@ impl TaskRow {
             budget: Some(to_json(&task.budget)?),
             conversation_id: task.source.conversation_id.clone(),
             auto_start: task.auto_start.as_ref().map(to_json).transpose()?,
+            request_key: task.source.request_key(),
         })
     }
 

@@ -77,6 +77,8 @@ diesel::table! {
         conversation_id -> Nullable<Text>,
         /// JSON of `AutoStart`.
         auto_start -> Nullable<Text>,
+        /// `TaskSource::request_key`: one task per workspace for each.
+        request_key -> Nullable<Text>,
     }
 }
 

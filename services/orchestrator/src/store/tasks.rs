@@ -22,6 +22,10 @@ use crate::domain::{
 pub type EventDraft = (EventKind, serde_json::Value);
 
 /// Page size of `list_tasks` when the caller asks for 0.
+/// What a task made by a request made before is (`StoreError::AlreadyExists`
+/// of a new task whose `TaskSource::request_key` a task has already).
+pub const TASK_REQUEST: &str = "task request";
+
 pub const DEFAULT_PAGE_SIZE: u32 = 100;
 /// Largest page of `list_tasks`.
 pub const MAX_PAGE_SIZE: u32 = 500;
@@ -157,21 +161,52 @@ impl Store {
                 data: json!({ "description": task.description }),
                 at_ms: now,
             };
-            or_missing(
-                diesel::insert_into(tasks::table)
-                    .values((
-                        TaskRow::from_domain(&task)?,
-                        tasks::trace_context.eq(trace_context),
-                    ))
-                    .execute(conn),
-                "workspace",
-                workspace,
-            )?;
+            let inserted = diesel::insert_into(tasks::table)
+                .values((
+                    TaskRow::from_domain(&task)?,
+                    tasks::trace_context.eq(trace_context),
+                ))
+                .execute(conn);
+            if let (
+                Some(key),
+                Err(diesel::result::Error::DatabaseError(
+                    diesel::result::DatabaseErrorKind::UniqueViolation,
+                    _,
+                )),
+            ) = (task.source.request_key(), &inserted)
+            {
+                return Err(StoreError::AlreadyExists {
+                    what: TASK_REQUEST,
+                    key,
+                });
+            }
+            or_missing(inserted, "workspace", workspace)?;
             diesel::insert_into(task_events::table)
                 .values(EventRow::from_domain(&event)?)
                 .execute(conn)
                 .db()?;
             Ok((task, vec![event]))
+        })
+        .await
+    }
+
+    /// The task of `workspace` a request with `key`
+    /// (`TaskSource::request_key`) made, if one did.
+    pub async fn task_of_request(
+        &self,
+        workspace: WorkspaceId,
+        key: String,
+    ) -> Result<Option<Task>, StoreError> {
+        self.with_conn(move |conn| {
+            tasks::table
+                .filter(tasks::workspace_id.eq(workspace.to_string()))
+                .filter(tasks::request_key.eq(key))
+                .select(TaskRow::as_select())
+                .first(conn)
+                .optional()
+                .db()?
+                .map(TaskRow::into_domain)
+                .transpose()
         })
         .await
     }

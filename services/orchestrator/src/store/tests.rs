@@ -150,5 +150,6 @@ pub(crate) fn source() -> TaskSource {
         kind: "test".into(),
         user_id: Some("u1".into()),
         conversation_id: None,
+        request_id: None,
     }
 }

@@ -75,6 +75,64 @@ async fn creating_a_task_writes_its_first_event() {
     }
 }
 
+/// A request made again — the same id, the same kind of source, the same
+/// caller — makes no second task: the store refuses it (AlreadyExists, of a
+/// task request) and finds the first. Another caller's, or another
+/// workspace's, same id is another request.
+#[tokio::test]
+async fn a_request_made_again_makes_no_second_task() {
+    for t in test_stores().await {
+        let b = t.backend;
+        let ws = t.workspace("docs").await;
+        let other = t.workspace("code").await;
+        let sent = |user: &str| crate::domain::TaskSource {
+            kind: "a2a".into(),
+            user_id: Some(user.into()),
+            conversation_id: Some("c1".into()),
+            request_id: Some("m1".into()),
+        };
+        let (first, _) = t
+            .store
+            .create_task(ws.id, "write the README".into(), sent("ops"))
+            .await
+            .expect(b);
+        let again = t
+            .store
+            .create_task(ws.id, "write the README".into(), sent("ops"))
+            .await;
+        assert!(
+            matches!(
+                &again,
+                Err(StoreError::AlreadyExists { what, .. }) if *what == crate::store::TASK_REQUEST
+            ),
+            "{b}: {again:?}"
+        );
+        let key = sent("ops").request_key().expect("a key");
+        let found = t.store.task_of_request(ws.id, key.clone()).await.expect(b);
+        assert_eq!(found.map(|t| t.id), Some(first.id), "{b}");
+        assert_eq!(
+            t.store.task_of_request(other.id, key).await.expect(b),
+            None,
+            "{b}"
+        );
+        // Another caller's, another workspace's, and requests without an id.
+        t.store
+            .create_task(ws.id, "write the README".into(), sent("dev"))
+            .await
+            .expect(b);
+        t.store
+            .create_task(other.id, "write the README".into(), sent("ops"))
+            .await
+            .expect(b);
+        for _ in 0..2 {
+            t.store
+                .create_task(ws.id, "no id".into(), source())
+                .await
+                .expect(b);
+        }
+    }
+}
+
 #[tokio::test]
 async fn an_allowed_change_is_saved_with_its_event_and_a_refused_one_writes_nothing() {
     for t in test_stores().await {

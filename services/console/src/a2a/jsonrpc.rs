@@ -1,0 +1,205 @@
+//! A2A's JSON-RPC 2.0 binding: a request object POSTed to the interface's
+//! URL names a method of A2A 1.0 (`SendMessage`, `GetTask` ...) and gives
+//! its request message as `params`; the answer is a response object, or for
+//! the streaming methods (`SendStreamingMessage`, `SubscribeToTask`) a
+//! stream of server-sent events, each a response object whose `result` is
+//! a `StreamResponse`.
+
+use http::Response;
+use serde_json::{Value, json};
+
+use super::call::{Reply, answered_headers, to_json};
+use super::errors::{Failure, INVALID_PARAMS, INVALID_REQUEST};
+use super::{Call, failure_headers, json_response, sse_frame, sse_response};
+use crate::Body;
+use crate::gateway::pump;
+
+/// A2A 0.3's method names and the 1.0 methods that replaced them: a 0.3
+/// client is told which version this agent serves rather than that its
+/// method does not exist.
+const VERSION_0_3: &[(&str, &str)] = &[
+    ("message/send", "SendMessage"),
+    ("message/stream", "SendStreamingMessage"),
+    ("tasks/get", "GetTask"),
+    ("tasks/list", "ListTasks"),
+    ("tasks/cancel", "CancelTask"),
+    ("tasks/resubscribe", "SubscribeToTask"),
+    (
+        "tasks/pushNotificationConfig/set",
+        "CreateTaskPushNotificationConfig",
+    ),
+    (
+        "tasks/pushNotificationConfig/get",
+        "GetTaskPushNotificationConfig",
+    ),
+    (
+        "tasks/pushNotificationConfig/list",
+        "ListTaskPushNotificationConfigs",
+    ),
+    (
+        "tasks/pushNotificationConfig/delete",
+        "DeleteTaskPushNotificationConfig",
+    ),
+    ("agent/getAuthenticatedExtendedCard", "GetExtendedAgentCard"),
+];
+
+/// Answers one JSON-RPC request.
+pub(super) async fn handle(call: &Call<'_>, body: &[u8]) -> Response<Body> {
+    let request: Value = match serde_json::from_slice(body) {
+        Ok(request) => request,
+        Err(e) => {
+            return answer_error(
+                &Value::Null,
+                &Failure::parse(format!("the request is not JSON: {e}")),
+            );
+        }
+    };
+    let (id, method, params) = match read(request) {
+        Ok(parts) => parts,
+        Err((id, failure)) => return answer_error(&id, &failure),
+    };
+    let reply = match call.make(&method, params).await {
+        Ok(reply) => reply,
+        Err(failure) => return answer_error(&id, &failure),
+    };
+    match reply {
+        Reply::Unary(result, metadata) => json_response(
+            http::StatusCode::OK,
+            &json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+            &answered_headers(&metadata),
+        ),
+        Reply::Stream(replies, output, metadata) => {
+            let frames = pump(
+                replies,
+                call.gateway.unread(),
+                call.standing.cloned(),
+                move |reply| {
+                    let (body, last) = match reply.and_then(|bytes| to_json(&output, &bytes)) {
+                        Ok(result) => (
+                            json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+                            false,
+                        ),
+                        Err(status) => (
+                            json!({
+                                "jsonrpc": "2.0",
+                                "id": id,
+                                "error": Failure::from_status(&status).jsonrpc_error(),
+                            }),
+                            true,
+                        ),
+                    };
+                    (sse_frame(None, &body), last)
+                },
+            );
+            sse_response(frames, &answered_headers(&metadata))
+        }
+    }
+}
+
+/// A request object's id, method and params; or the id to answer with and
+/// why the request is refused.
+fn read(request: Value) -> Result<(Value, String, Value), (Value, Failure)> {
+    let Value::Object(mut request) = request else {
+        return Err((
+            Value::Null,
+            Failure {
+                jsonrpc: INVALID_REQUEST,
+                ..Failure::a2a(
+                    "INVALID_REQUEST",
+                    "a JSON-RPC request is an object (batches are not served)",
+                )
+            },
+        ));
+    };
+    let id = request.remove("id").unwrap_or(Value::Null);
+    let invalid = |message: String| Failure {
+        jsonrpc: INVALID_REQUEST,
+        ..Failure::a2a("INVALID_REQUEST", message)
+    };
+    if !matches!(id, Value::String(_) | Value::Number(_)) {
+        return Err((
+            Value::Null,
+            invalid("id: an A2A request has an id, a string or a number".to_owned()),
+        ));
+    }
+    if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err((id, invalid("jsonrpc: must be \"2.0\"".to_owned())));
+    }
+    let Some(method) = request
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    else {
+        return Err((
+            id,
+            invalid("method: a string naming an A2A method".to_owned()),
+        ));
+    };
+    if let Some((_, now)) = VERSION_0_3.iter().find(|(old, _)| *old == method) {
+        return Err((
+            id,
+            Failure::a2a(
+                "VERSION_NOT_SUPPORTED",
+                format!("{method} is A2A 0.3's; this agent serves A2A 1.0, whose method is {now}"),
+            ),
+        ));
+    }
+    let params = match request.remove("params") {
+        None | Some(Value::Null) => Value::Object(Default::default()),
+        Some(params @ Value::Object(_)) => params,
+        Some(_) => {
+            return Err((
+                id,
+                Failure {
+                    jsonrpc: INVALID_PARAMS,
+                    ..Failure::a2a("INVALID_PARAMS", "params: an object, the method's request")
+                },
+            ));
+        }
+    };
+    Ok((id, method, params))
+}
+
+fn answer_error(id: &Value, failure: &Failure) -> Response<Body> {
+    json_response(
+        failure.jsonrpc_http(),
+        &json!({ "jsonrpc": "2.0", "id": id, "error": failure.jsonrpc_error() }),
+        &failure_headers(failure),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_without_the_parts_of_one_is_an_invalid_request() {
+        for request in [
+            json!([{ "jsonrpc": "2.0", "id": 1, "method": "GetTask" }]),
+            json!({ "jsonrpc": "2.0", "method": "GetTask" }),
+            json!({ "jsonrpc": "1.0", "id": 1, "method": "GetTask" }),
+            json!({ "jsonrpc": "2.0", "id": 1 }),
+        ] {
+            let (_, failure) = read(request.clone()).expect_err("refused");
+            assert_eq!(failure.jsonrpc, INVALID_REQUEST, "{request}");
+        }
+        let (_, failure) =
+            read(json!({ "jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": [1] }))
+                .expect_err("refused");
+        assert_eq!(failure.jsonrpc, INVALID_PARAMS);
+    }
+
+    #[test]
+    fn a_method_of_a2a_0_3_is_told_the_version_served() {
+        let (id, failure) =
+            read(json!({ "jsonrpc": "2.0", "id": "7", "method": "message/send", "params": {} }))
+                .expect_err("refused");
+        assert_eq!(id, json!("7"));
+        assert_eq!(failure.jsonrpc, -32009);
+        assert!(
+            failure.message.contains("SendMessage"),
+            "{}",
+            failure.message
+        );
+    }
+}
