@@ -7,11 +7,13 @@
 
 mod card;
 mod convert;
+mod decode;
 mod errors;
 mod follow;
 pub mod push;
 mod service;
 
+pub use decode::ExplainDecodeErrors;
 pub use errors::check_version;
 pub use service::{A2aFace, AFTER_SEQUENCE_HEADER};
 

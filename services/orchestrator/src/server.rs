@@ -375,12 +375,14 @@ fn routes(
         AgentToolsServer::new(AgentToolsService::new(state.clone()))
             .max_decoding_message_size(message_bytes),
     )
-    .add_service(tonic::service::interceptor::InterceptedService::new(
-        chorus_proto::a2a::v1::a2a_service_server::A2aServiceServer::new(crate::a2a::A2aFace::new(
-            state.clone(),
-        ))
-        .max_decoding_message_size(message_bytes),
-        crate::a2a::check_version,
+    .add_service(crate::a2a::ExplainDecodeErrors(
+        tonic::service::interceptor::InterceptedService::new(
+            chorus_proto::a2a::v1::a2a_service_server::A2aServiceServer::new(
+                crate::a2a::A2aFace::new(state.clone()),
+            )
+            .max_decoding_message_size(message_bytes),
+            crate::a2a::check_version,
+        ),
     ))
 }
 

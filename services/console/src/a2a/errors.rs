@@ -50,7 +50,7 @@ pub struct Failure {
     pub jsonrpc: i64,
     pub message: String,
     /// The status's `ErrorInfo` (reason, domain, metadata), if it had one.
-    pub info: Option<Value>,
+    pub info: Option<Box<Value>>,
     /// The service asked the caller to come back after this many ms.
     pub retry_after_ms: Option<u64>,
 }
@@ -74,7 +74,9 @@ impl Failure {
             code,
             jsonrpc,
             message: message.into(),
-            info: Some(json!({ "@type": ERROR_INFO, "reason": reason, "domain": DOMAIN })),
+            info: Some(Box::new(
+                json!({ "@type": ERROR_INFO, "reason": reason, "domain": DOMAIN }),
+            )),
             retry_after_ms: None,
         }
     }
@@ -91,12 +93,12 @@ impl Failure {
     pub fn from_status(status: &Status) -> Self {
         let details = status.get_error_details();
         let info = details.error_info().map(|info| {
-            json!({
+            Box::new(json!({
                 "@type": ERROR_INFO,
                 "reason": info.reason,
                 "domain": info.domain,
                 "metadata": info.metadata,
-            })
+            }))
         });
         let a2a_reason = details
             .error_info()

@@ -54,9 +54,10 @@ pub(super) async fn handle(call: &Call<'_>, body: &[u8]) -> Response<Body> {
             );
         }
     };
-    let (id, method, params) = match read(request) {
+    let (id, read) = read(request);
+    let (method, params) = match read {
         Ok(parts) => parts,
-        Err((id, failure)) => return answer_error(&id, &failure),
+        Err(failure) => return answer_error(&id, &failure),
     };
     let reply = match call.make(&method, params).await {
         Ok(reply) => reply,
@@ -96,68 +97,61 @@ pub(super) async fn handle(call: &Call<'_>, body: &[u8]) -> Response<Body> {
     }
 }
 
-/// A request object's id, method and params; or the id to answer with and
-/// why the request is refused.
-fn read(request: Value) -> Result<(Value, String, Value), (Value, Failure)> {
-    let Value::Object(mut request) = request else {
-        return Err((
-            Value::Null,
-            Failure {
-                jsonrpc: INVALID_REQUEST,
-                ..Failure::a2a(
-                    "INVALID_REQUEST",
-                    "a JSON-RPC request is an object (batches are not served)",
-                )
-            },
-        ));
-    };
-    let id = request.remove("id").unwrap_or(Value::Null);
-    let invalid = |message: String| Failure {
+/// A request object's id (null when it has none that may be answered),
+/// and its method and params or why the request is refused.
+fn read(request: Value) -> (Value, Result<(String, Value), Failure>) {
+    let invalid = |message: &str| Failure {
         jsonrpc: INVALID_REQUEST,
         ..Failure::a2a("INVALID_REQUEST", message)
     };
-    if !matches!(id, Value::String(_) | Value::Number(_)) {
-        return Err((
+    let Value::Object(mut request) = request else {
+        return (
             Value::Null,
-            invalid("id: an A2A request has an id, a string or a number".to_owned()),
-        ));
+            Err(invalid(
+                "a JSON-RPC request is an object (batches are not served)",
+            )),
+        );
+    };
+    let id = request.remove("id").unwrap_or(Value::Null);
+    if !matches!(id, Value::String(_) | Value::Number(_)) {
+        return (
+            Value::Null,
+            Err(invalid(
+                "id: an A2A request has an id, a string or a number",
+            )),
+        );
     }
+    (id, method_and_params(request, invalid))
+}
+
+fn method_and_params(
+    mut request: serde_json::Map<String, Value>,
+    invalid: impl Fn(&str) -> Failure,
+) -> Result<(String, Value), Failure> {
     if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err((id, invalid("jsonrpc: must be \"2.0\"".to_owned())));
+        return Err(invalid("jsonrpc: must be \"2.0\""));
     }
     let Some(method) = request
         .get("method")
         .and_then(Value::as_str)
         .map(str::to_owned)
     else {
-        return Err((
-            id,
-            invalid("method: a string naming an A2A method".to_owned()),
-        ));
+        return Err(invalid("method: a string naming an A2A method"));
     };
     if let Some((_, now)) = VERSION_0_3.iter().find(|(old, _)| *old == method) {
-        return Err((
-            id,
-            Failure::a2a(
-                "VERSION_NOT_SUPPORTED",
-                format!("{method} is A2A 0.3's; this agent serves A2A 1.0, whose method is {now}"),
-            ),
+        return Err(Failure::a2a(
+            "VERSION_NOT_SUPPORTED",
+            format!("{method} is A2A 0.3's; this agent serves A2A 1.0, whose method is {now}"),
         ));
     }
-    let params = match request.remove("params") {
-        None | Some(Value::Null) => Value::Object(Default::default()),
-        Some(params @ Value::Object(_)) => params,
-        Some(_) => {
-            return Err((
-                id,
-                Failure {
-                    jsonrpc: INVALID_PARAMS,
-                    ..Failure::a2a("INVALID_PARAMS", "params: an object, the method's request")
-                },
-            ));
-        }
-    };
-    Ok((id, method, params))
+    match request.remove("params") {
+        None | Some(Value::Null) => Ok((method, Value::Object(Default::default()))),
+        Some(params @ Value::Object(_)) => Ok((method, params)),
+        Some(_) => Err(Failure {
+            jsonrpc: INVALID_PARAMS,
+            ..Failure::a2a("INVALID_PARAMS", "params: an object, the method's request")
+        }),
+    }
 }
 
 fn answer_error(id: &Value, failure: &Failure) -> Response<Body> {
@@ -180,20 +174,21 @@ mod tests {
             json!({ "jsonrpc": "1.0", "id": 1, "method": "GetTask" }),
             json!({ "jsonrpc": "2.0", "id": 1 }),
         ] {
-            let (_, failure) = read(request.clone()).expect_err("refused");
+            let failure = read(request.clone()).1.expect_err("refused");
             assert_eq!(failure.jsonrpc, INVALID_REQUEST, "{request}");
         }
-        let (_, failure) =
+        let failure =
             read(json!({ "jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": [1] }))
+                .1
                 .expect_err("refused");
         assert_eq!(failure.jsonrpc, INVALID_PARAMS);
     }
 
     #[test]
     fn a_method_of_a2a_0_3_is_told_the_version_served() {
-        let (id, failure) =
-            read(json!({ "jsonrpc": "2.0", "id": "7", "method": "message/send", "params": {} }))
-                .expect_err("refused");
+        let (id, read) =
+            read(json!({ "jsonrpc": "2.0", "id": "7", "method": "message/send", "params": {} }));
+        let failure = read.expect_err("refused");
         assert_eq!(id, json!("7"));
         assert_eq!(failure.jsonrpc, -32009);
         assert!(

@@ -29,6 +29,14 @@ const CARD_PATH: &str = "/.well-known/agent-card.json";
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most bytes of a card taken.
 const MAX_CARD_BYTES: usize = 1024 * 1024;
+/// Most updates of a remote task recorded as the run's progress (each one
+/// an event of the task's history): a remote agent cannot make Chorus store
+/// without end. The ones after are counted and said once, at the end.
+pub const MAX_REMOTE_UPDATES: u32 = 200;
+/// Most artifacts of a remote task kept, and most bytes of them, as the
+/// run's output; the rest is cut, and the output says so.
+pub const MAX_REMOTE_ARTIFACTS: usize = 64;
+pub const MAX_REMOTE_OUTPUT_BYTES: usize = 256 * 1024;
 
 /// What Chorus needs of a remote agent's card.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +139,12 @@ struct Followed {
     artifacts: Vec<(String, String)>,
     /// A direct answer (a Message instead of a task).
     answer: Option<String>,
+    /// Updates recorded as progress, and those past the most recorded.
+    recorded: u32,
+    unrecorded: u32,
+    /// Artifacts were cut at [`MAX_REMOTE_ARTIFACTS`] or
+    /// [`MAX_REMOTE_OUTPUT_BYTES`].
+    cut: bool,
 }
 
 fn text_of(parts: &[pb::Part]) -> String {
@@ -181,8 +195,57 @@ fn request<T>(message: T, key: Option<&str>) -> tonic::Request<T> {
 }
 
 impl Followed {
-    /// Takes one stream response; its progress, if any.
+    /// Takes one stream response; its progress, if any: text progress only
+    /// up to [`MAX_REMOTE_UPDATES`] (the rest counted).
     fn take(&mut self, response: pb::StreamResponse) -> Option<Progress> {
+        match self.read(response)? {
+            Progress::Text(_) if self.recorded >= MAX_REMOTE_UPDATES => {
+                self.unrecorded += 1;
+                None
+            }
+            Progress::Text(text) => {
+                self.recorded += 1;
+                Some(Progress::Text(text))
+            }
+            other => Some(other),
+        }
+    }
+
+    /// What the updates past the most recorded were, once they end.
+    fn unrecorded(&self) -> Option<Progress> {
+        (self.unrecorded > 0).then(|| {
+            Progress::Text(format!(
+                "[remote] {} more updates not recorded: a remote task's first {MAX_REMOTE_UPDATES} are",
+                self.unrecorded
+            ))
+        })
+    }
+
+    /// Keeps an artifact's text (appended to the one of its name when
+    /// `append`), within [`MAX_REMOTE_ARTIFACTS`] and
+    /// [`MAX_REMOTE_OUTPUT_BYTES`].
+    fn keep(&mut self, name: String, text: &str, append: bool) {
+        let kept: usize = self.artifacts.iter().map(|(_, t)| t.len()).sum();
+        let room = MAX_REMOTE_OUTPUT_BYTES.saturating_sub(kept);
+        let text = if text.len() > room {
+            self.cut = true;
+            // The cut's mark (…) is within the room too.
+            match room.checked_sub('…'.len_utf8()) {
+                Some(room) if room > 0 => crate::providers::cut(text, room),
+                _ => return,
+            }
+        } else {
+            text.to_owned()
+        };
+        let full = self.artifacts.len() >= MAX_REMOTE_ARTIFACTS;
+        match self.artifacts.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, existing)) if append => existing.push_str(&text),
+            _ if full => self.cut = true,
+            _ => self.artifacts.push((name, text)),
+        }
+    }
+
+    fn read(&mut self, response: pb::StreamResponse) -> Option<Progress> {
         match response.payload? {
             Payload::Task(task) => {
                 let session = (self.task.is_none()).then(|| Progress::Session(task.id.clone()));
@@ -191,7 +254,7 @@ impl Followed {
                     self.state = pb::TaskState::try_from(status.state).ok();
                 }
                 for a in task.artifacts {
-                    self.artifacts.push((a.name, text_of(&a.parts)));
+                    self.keep(a.name, &text_of(&a.parts), false);
                 }
                 session
             }
@@ -213,15 +276,11 @@ impl Followed {
             }
             Payload::ArtifactUpdate(update) => {
                 let artifact = update.artifact?;
-                let text = text_of(&artifact.parts);
-                match self
-                    .artifacts
-                    .iter_mut()
-                    .find(|(name, _)| *name == artifact.name)
-                {
-                    Some((_, existing)) if update.append => existing.push_str(&text),
-                    _ => self.artifacts.push((artifact.name.clone(), text)),
-                }
+                self.keep(
+                    artifact.name.clone(),
+                    &text_of(&artifact.parts),
+                    update.append,
+                );
                 Some(Progress::Text(format!(
                     "[remote artifact] {}",
                     artifact.name
@@ -267,6 +326,9 @@ impl Followed {
                         format!("## {name}\n{text}")
                     }
                 })
+                .chain(self.cut.then(|| format!(
+                    "[cut: a remote task's first {MAX_REMOTE_ARTIFACTS} artifacts and {MAX_REMOTE_OUTPUT_BYTES} bytes are kept]"
+                )))
                 .collect::<Vec<_>>()
                 .join("\n\n"),
         };
@@ -438,6 +500,9 @@ pub async fn attempt(
             }
         }
     }
+    if let Some(unrecorded) = followed.unrecorded() {
+        let _ = env.progress.send(unrecorded);
+    }
     let report = followed.report(&card.name);
     end.output = report["output"].as_str().map(str::to_owned);
     let config = env.facilities.config();
@@ -496,5 +561,86 @@ async fn cancel_remote(
     ));
     if let Ok(Err(status)) = tokio::time::timeout(CALL_TIMEOUT, cancel).await {
         tracing::info!(remote = %card.name, task, error = %status, "the remote agent did not cancel its task");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn working(n: usize) -> pb::StreamResponse {
+        pb::StreamResponse {
+            payload: Some(Payload::StatusUpdate(pb::TaskStatusUpdateEvent {
+                task_id: "r1".into(),
+                status: Some(pb::TaskStatus {
+                    state: pb::TaskState::Working.into(),
+                    message: Some(pb::Message {
+                        parts: vec![pb::Part {
+                            content: Some(pb::part::Content::Text(format!("step {n}"))),
+                            ..pb::Part::default()
+                        }],
+                        ..pb::Message::default()
+                    }),
+                    ..pb::TaskStatus::default()
+                }),
+                ..pb::TaskStatusUpdateEvent::default()
+            })),
+        }
+    }
+
+    fn artifact(name: &str, bytes: usize, append: bool) -> pb::StreamResponse {
+        pb::StreamResponse {
+            payload: Some(Payload::ArtifactUpdate(pb::TaskArtifactUpdateEvent {
+                task_id: "r1".into(),
+                artifact: Some(pb::Artifact {
+                    name: name.into(),
+                    parts: vec![pb::Part {
+                        content: Some(pb::part::Content::Text("a".repeat(bytes))),
+                        ..pb::Part::default()
+                    }],
+                    ..pb::Artifact::default()
+                }),
+                append,
+                ..pb::TaskArtifactUpdateEvent::default()
+            })),
+        }
+    }
+
+    #[test]
+    fn a_remote_agent_cannot_make_chorus_record_its_updates_without_end() {
+        let mut followed = Followed::default();
+        let recorded = (0..5000).filter_map(|n| followed.take(working(n))).count();
+        assert_eq!(recorded, MAX_REMOTE_UPDATES as usize);
+        let Some(Progress::Text(said)) = followed.unrecorded() else {
+            panic!("the updates not recorded are said");
+        };
+        assert!(said.contains("4800 more updates"), "{said}");
+        // The last status is still known, recorded or not.
+        assert_eq!(followed.said, "step 4999");
+    }
+
+    #[test]
+    fn a_remote_tasks_artifacts_are_kept_within_their_bounds_and_the_cut_is_said() {
+        let mut followed = Followed::default();
+        for n in 0..100 {
+            followed.take(artifact(&format!("a{n}"), 10, false));
+        }
+        assert_eq!(followed.artifacts.len(), MAX_REMOTE_ARTIFACTS);
+        let mut big = Followed::default();
+        for _ in 0..100 {
+            big.take(artifact("log", 64 * 1024, true));
+        }
+        let kept: usize = big.artifacts.iter().map(|(_, t)| t.len()).sum();
+        assert!(kept <= MAX_REMOTE_OUTPUT_BYTES, "{kept}");
+        big.state = Some(pb::TaskState::Completed);
+        let output = big.report("remote")["output"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            output.contains("[cut:"),
+            "{}",
+            &output[output.len() - 200..]
+        );
     }
 }
