@@ -28,6 +28,65 @@ pub fn python_or_skip() -> Option<PathBuf> {
     python
 }
 
+/// The `node_modules` holding the official A2A JavaScript SDK
+/// (`@a2a-js/sdk`, in `CHORUS_TEST_NODE_MODULES`), or None (with a notice) to
+/// skip a test that needs it — which fails instead under
+/// `CHORUS_TEST_REQUIRE_A2A=1`.
+pub fn js_sdk_or_skip() -> Option<PathBuf> {
+    let modules = std::env::var_os("CHORUS_TEST_NODE_MODULES")
+        .map(PathBuf::from)
+        .filter(|m| m.join("@a2a-js/sdk/package.json").exists());
+    if modules.is_none() {
+        assert!(
+            !std::env::var("CHORUS_TEST_REQUIRE_A2A").is_ok_and(|v| v == "1"),
+            "CHORUS_TEST_REQUIRE_A2A=1 but CHORUS_TEST_NODE_MODULES names no node_modules holding \
+             @a2a-js/sdk (.ci/run installs it: npm install --prefix DIR @a2a-js/sdk@1.3.0, then \
+             CHORUS_TEST_NODE_MODULES=DIR/node_modules)"
+        );
+        eprintln!(
+            "skipped: set CHORUS_TEST_NODE_MODULES to a node_modules holding @a2a-js/sdk 1.3.0"
+        );
+    }
+    modules
+}
+
+/// Runs the JavaScript SDK's client (`tests/a2a/client.mjs`) with `plan`
+/// (the format of [`run_client`]'s): one result per operation.
+pub async fn run_js_client(modules: &Path, plan: &Value) -> Vec<Value> {
+    use tokio::io::AsyncWriteExt as _;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("a2a/client.mjs");
+    let mut child = tokio::process::Command::new("node")
+        .arg(&script)
+        .env("CHORUS_TEST_NODE_MODULES", modules)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs (apt install nodejs)");
+    // On its input: the keys stay out of process listings.
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(plan.to_string().as_bytes())
+        .await
+        .expect("write the plan");
+    drop(stdin);
+    let output = child.wait_with_output().await.expect("client.mjs ran");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "client.mjs failed: {}\nstdout: {stdout}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "client.mjs printed no JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
 /// Runs the SDK client with `plan` (see `tests/a2a/client.py`): one result
 /// per operation.
 pub async fn run_client(python: &Path, plan: &Value) -> Vec<Value> {
