@@ -142,6 +142,20 @@ pub fn to_json(descriptor: &MessageDescriptor, bytes: &[u8]) -> Result<Value, to
         .map_err(|e| tonic::Status::internal(format!("an answer of the face: {e}")))
 }
 
+/// [`to_json`] written straight into `out`, with no tree of values between.
+pub fn write_json(
+    descriptor: &MessageDescriptor,
+    bytes: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), tonic::Status> {
+    let message = DynamicMessage::decode(descriptor.clone(), bytes)
+        .map_err(|e| tonic::Status::internal(format!("an answer of the face: {e}")))?;
+    let mut serializer = serde_json::Serializer::new(out);
+    message
+        .serialize_with_options(&mut serializer, &SerializeOptions::new())
+        .map_err(|e| tonic::Status::internal(format!("an answer of the face: {e}")))
+}
+
 /// The answer headers an HTTP binding gives back.
 pub fn answered_headers(metadata: &MetadataMap) -> Vec<(&'static str, Bytes)> {
     ANSWERED

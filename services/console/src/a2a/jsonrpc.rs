@@ -5,10 +5,11 @@
 //! stream of server-sent events, each a response object whose `result` is
 //! a `StreamResponse`.
 
+use bytes::Bytes;
 use http::Response;
 use serde_json::{Value, json};
 
-use super::call::{Reply, answered_headers, to_json};
+use super::call::{Reply, answered_headers, write_json};
 use super::errors::{Failure, INVALID_PARAMS, INVALID_REQUEST};
 use super::{Call, failure_headers, json_response, sse_frame, sse_response};
 use crate::Body;
@@ -75,21 +76,24 @@ pub(super) async fn handle(call: &Call<'_>, body: &[u8]) -> Response<Body> {
                 call.gateway.unread(),
                 call.standing.cloned(),
                 move |reply| {
-                    let (body, last) = match reply.and_then(|bytes| to_json(&output, &bytes)) {
-                        Ok(result) => (
-                            json!({ "jsonrpc": "2.0", "id": id, "result": result }),
-                            false,
-                        ),
-                        Err(status) => (
-                            json!({
+                    // The response object written around the result as it is
+                    // serialized: no tree of values for each event.
+                    let mut frame =
+                        format!("data: {{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":").into_bytes();
+                    match reply.and_then(|bytes| write_json(&output, &bytes, &mut frame)) {
+                        Ok(()) => {
+                            frame.extend_from_slice(b"}\n\n");
+                            (Bytes::from(frame), false)
+                        }
+                        Err(status) => {
+                            let body = json!({
                                 "jsonrpc": "2.0",
                                 "id": id,
                                 "error": Failure::from_status(&status).jsonrpc_error(),
-                            }),
-                            true,
-                        ),
-                    };
-                    (sse_frame(None, &body), last)
+                            });
+                            (sse_frame(None, &body), true)
+                        }
+                    }
                 },
             );
             sse_response(frames, &answered_headers(&metadata))

@@ -9,7 +9,7 @@ use http::{Method, Response};
 use prost_reflect::{Kind, MessageDescriptor};
 use serde_json::{Map, Value};
 
-use super::call::{self, Reply, answered_headers, to_json};
+use super::call::{self, Reply, answered_headers, write_json};
 use super::errors::Failure;
 use super::{Call, failure_headers, json_response, sse_frame, sse_response};
 use crate::Body;
@@ -56,12 +56,18 @@ pub(super) async fn handle(
                 replies,
                 call.gateway.unread(),
                 call.standing.cloned(),
-                move |reply| match reply.and_then(|bytes| to_json(&output, &bytes)) {
-                    Ok(event) => (sse_frame(None, &event), false),
-                    Err(status) => (
-                        sse_frame(Some("error"), &Failure::from_status(&status).rest_body()),
-                        true,
-                    ),
+                move |reply| {
+                    let mut frame = b"data: ".to_vec();
+                    match reply.and_then(|bytes| write_json(&output, &bytes, &mut frame)) {
+                        Ok(()) => {
+                            frame.extend_from_slice(b"\n\n");
+                            (bytes::Bytes::from(frame), false)
+                        }
+                        Err(status) => (
+                            sse_frame(Some("error"), &Failure::from_status(&status).rest_body()),
+                            true,
+                        ),
+                    }
                 },
             );
             sse_response(frames, &answered_headers(&metadata))
