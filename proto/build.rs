@@ -18,15 +18,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     let descriptors = protox::compile(PROTOS, ["."])?;
     let descriptor_path = out.join("chorus_descriptor.bin");
-    std::fs::write(
-        &descriptor_path,
-        prost::Message::encode_to_vec(&descriptors),
-    )?;
-
+    let encoded = prost::Message::encode_to_vec(&descriptors);
+    std::fs::write(&descriptor_path, &encoded)?;
     tonic_prost_build::configure()
         .client_mod_attribute(".", r#"#[cfg(feature = "client")]"#)
         .server_mod_attribute(".", r#"#[cfg(feature = "server")]"#)
+        // The well-known types with serde's proto3 JSON, for the generated
+        // JSON of the A2A types below.
+        .compile_well_known_types(true)
+        // Timestamps written Z-normalized, as proto3 JSON says (src/timestamp.rs).
+        .extern_path(".google.protobuf.Timestamp", "crate::timestamp::Timestamp")
+        .extern_path(".google.protobuf", "::pbjson_types")
         .compile_fds(descriptors)?;
+    // proto3 JSON (serde) of the A2A types: how the A2A face's HTTP bindings
+    // write a stream's events.
+    pbjson_build::Builder::new()
+        .register_descriptors(&encoded)?
+        .extern_path(".google.protobuf.Timestamp", "crate::timestamp::Timestamp")
+        .out_dir(&out)
+        .build(&[".lf.a2a.v1"])?;
 
     for proto in PROTOS {
         println!("cargo:rerun-if-changed={proto}");

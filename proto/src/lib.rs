@@ -12,6 +12,7 @@ pub mod json;
 pub mod limits;
 #[cfg(feature = "server")]
 pub mod reflection;
+pub mod timestamp;
 
 /// A gRPC status code's name in lower snake case ("permission_denied"), as tool
 /// results, history events and chorus-tools' JSON errors spell it.
@@ -47,8 +48,16 @@ pub mod a2a {
     pub mod v1 {
         #![allow(clippy::all, missing_docs)]
         tonic::include_proto!("lf.a2a.v1");
+        // serde's proto3 JSON of these types (pbjson), as A2A's JSON-RPC and
+        // HTTP+JSON bindings carry them.
+        include!(concat!(env!("OUT_DIR"), "/lf.a2a.v1.serde.rs"));
     }
 }
+
+/// The protobuf well-known types of the generated code (`google.protobuf`:
+/// Struct, Value, Empty; Timestamp is [`timestamp::Timestamp`]), with
+/// serde's proto3 JSON.
+pub use pbjson_types as wkt;
 
 pub mod orchestrator {
     pub mod v1 {

@@ -20,10 +20,8 @@ use std::time::{Duration, Instant};
 use chorus_proto::a2a::v1 as a2a;
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{api_team, data, wait_for};
-use chorus_tests::fake_openai::{FakeOpenAi, Step};
 use chorus_tests::orchestrator::OrchestratorProcess;
 use chorus_tests::stats::{PeakSampler, Samples, env_number, ms};
-use serde_json::json;
 use tonic::metadata::MetadataValue;
 
 fn main() {
@@ -144,23 +142,7 @@ async fn run() {
     let dir = tempfile::tempdir().expect("dir");
     let root = dir.path().join("root");
     std::fs::create_dir_all(&root).expect("root");
-    let model = FakeOpenAi::start_answering(vec![
-        (
-            "planner-output",
-            Step::tool_call(
-                "planner-output",
-                json!({"type": "plan", "summary": "report", "requirements": [], "acceptanceCriteria": [], "plan": ["report"], "assignedAgent": "worker"}),
-            ),
-        ),
-        (
-            "completion-report",
-            Step::tool_call(
-                "completion-report",
-                json!({"status": "complete", "summary": "done", "output": "done"}),
-            ),
-        ),
-    ])
-    .await;
+    let model = chorus_tests::a2a::answering_at_once().await;
     let db = dir.path().join("chorus.db").display().to_string();
     let orchestrator = OrchestratorProcess::spawn(&dir.path().join("data"), &db, &[]).await;
     let mut client = orchestrator.client().await;

@@ -252,23 +252,7 @@ async fn run() {
     let root = dir.path().join("root");
     std::fs::create_dir_all(&root).expect("root");
     // Plans for every task, and a report at once for the worker's.
-    let model = FakeOpenAi::start_answering(vec![
-        (
-            "planner-output",
-            Step::tool_call(
-                "planner-output",
-                json!({"type": "plan", "summary": "report", "requirements": [], "acceptanceCriteria": [], "plan": ["report"], "assignedAgent": "worker"}),
-            ),
-        ),
-        (
-            "completion-report",
-            Step::tool_call(
-                "completion-report",
-                json!({"status": "complete", "summary": "done", "output": "done"}),
-            ),
-        ),
-    ])
-    .await;
+    let model = chorus_tests::a2a::answering_at_once().await;
     // One long task's agent: 100 files written, 10 a turn, then its report.
     let mut long = (0..10)
         .map(|turn| {

@@ -53,38 +53,12 @@ pub fn js_sdk_or_skip() -> Option<PathBuf> {
 /// Runs the JavaScript SDK's client (`tests/a2a/client.mjs`) with `plan`
 /// (the format of [`run_client`]'s): one result per operation.
 pub async fn run_js_client(modules: &Path, plan: &Value) -> Vec<Value> {
-    use tokio::io::AsyncWriteExt as _;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("a2a/client.mjs");
-    let mut child = tokio::process::Command::new("node")
-        .arg(&script)
-        .env("CHORUS_TEST_NODE_MODULES", modules)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node runs (apt install nodejs)");
+    let mut node = tokio::process::Command::new("node");
+    node.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("a2a/client.mjs"))
+        .env("CHORUS_TEST_NODE_MODULES", modules);
     // On its input: the keys stay out of process listings.
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin
-        .write_all(plan.to_string().as_bytes())
-        .await
-        .expect("write the plan");
-    drop(stdin);
-    let output = child.wait_with_output().await.expect("client.mjs ran");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "client.mjs failed: {}\nstdout: {stdout}\nstderr: {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "client.mjs printed no JSON ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
+    let results = printed_json(node, "client.mjs (node)", plan.to_string().as_bytes()).await;
+    serde_json::from_value(results).expect("one result per operation")
 }
 
 /// Runs the SDK client with `plan` (see `tests/a2a/client.py`): one result
@@ -99,32 +73,40 @@ pub async fn run_client(python: &Path, plan: &Value) -> Vec<Value> {
 /// Runs `tests/a2a/<script>` with `input` on its standard input; what it
 /// printed, as JSON.
 pub async fn run_script(python: &Path, script: &str, input: &[u8]) -> Value {
+    let mut command = tokio::process::Command::new(python);
+    command.arg(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("a2a")
+            .join(script),
+    );
+    printed_json(command, script, input).await
+}
+
+/// Runs `command` (`what`, for messages) with `input` on its standard
+/// input; what it printed, as JSON.
+async fn printed_json(mut command: tokio::process::Command, what: &str, input: &[u8]) -> Value {
     use tokio::io::AsyncWriteExt as _;
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("a2a")
-        .join(script);
-    let mut child = tokio::process::Command::new(python)
-        .arg(&path)
+    let mut child = command
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("the A2A SDK's Python runs");
+        .unwrap_or_else(|e| panic!("{what} runs: {e}"));
     let mut stdin = child.stdin.take().expect("stdin");
     stdin.write_all(input).await.expect("the input is written");
     drop(stdin);
-    let output = child.wait_with_output().await.expect("the script ends");
+    let output = child.wait_with_output().await.expect("it ends");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "{script} failed: {}\nstdout: {stdout}\nstderr: {}",
+        "{what} failed: {}\nstdout: {stdout}\nstderr: {}",
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
         panic!(
-            "{script} printed no JSON ({e}): {stdout}\nstderr: {}",
+            "{what} printed no JSON ({e}): {stdout}\nstderr: {}",
             String::from_utf8_lossy(&output.stderr)
         )
     })
@@ -348,6 +330,42 @@ pub fn events(result: &Value) -> &Vec<Value> {
     result["events"]
         .as_array()
         .unwrap_or_else(|| panic!("no events: {result}"))
+}
+
+/// A planner that asks "Which greeting?", then plans when answered, and an
+/// agent that writes greeting.txt and reports.
+pub fn questions_then_greeting() -> Vec<Step> {
+    vec![
+        Step::tool_call(
+            "planner-output",
+            json!({"type": "questions", "questions": ["Which greeting?"]}),
+        ),
+        plan(),
+        create("greeting.txt"),
+        report("greeted"),
+    ]
+}
+
+/// A model answering every planner with a plan for `worker` and every agent
+/// with its report, at once, as many times as asked (for many tasks).
+pub async fn answering_at_once() -> FakeOpenAi {
+    FakeOpenAi::start_answering(vec![
+        (
+            "planner-output",
+            Step::tool_call(
+                "planner-output",
+                json!({"type": "plan", "summary": "report", "requirements": [], "acceptanceCriteria": [], "plan": ["report"], "assignedAgent": "worker"}),
+            ),
+        ),
+        (
+            "completion-report",
+            Step::tool_call(
+                "completion-report",
+                json!({"status": "complete", "summary": "done", "output": "done"}),
+            ),
+        ),
+    ])
+    .await
 }
 
 /// The bindings an A2A scenario runs on: "default" is the Python SDK's

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use chorus_sandbox::testing::{eventually, survivors};
 use chorus_tests::a2a::{
-    A2aSetup, TOOLS, create, events, js_sdk_or_skip, number, payload, plan, report, run_js_client,
-    sequences, state,
+    A2aSetup, TOOLS, create, events, js_sdk_or_skip, number, payload, plan,
+    questions_then_greeting, report, run_js_client, sequences, state,
 };
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
 use serde_json::{Value, json};
@@ -37,16 +37,7 @@ async fn a_task_through_input_required_to_completed_with_the_default_factory_on_
 }
 
 async fn through_input_required(modules: &Path, b: &str) {
-    let model = FakeOpenAi::start(vec![
-        Step::tool_call(
-            "planner-output",
-            json!({"type": "questions", "questions": ["Which greeting?"]}),
-        ),
-        plan(),
-        create("greeting.txt"),
-        report("greeted"),
-    ])
-    .await;
+    let model = FakeOpenAi::start(questions_then_greeting()).await;
     let setup = A2aSetup::start(&model, TOOLS, None).await;
     let mut plan = setup.plan_on(
         b,

@@ -13,8 +13,8 @@ use chorus_sandbox::testing::{eventually, survivors};
 use std::path::Path;
 
 use chorus_tests::a2a::{
-    A2aSetup, BINDINGS, TOOLS, create, error, events, payload, plan, python_or_skip, refusal,
-    report, run_client, run_script, sequences, state, transport,
+    A2aSetup, BINDINGS, TOOLS, create, error, events, payload, plan, python_or_skip,
+    questions_then_greeting, refusal, report, run_client, run_script, sequences, state, transport,
 };
 use chorus_tests::db::databases;
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
@@ -236,16 +236,7 @@ async fn the_planners_questions_are_input_required_and_the_next_message_answers_
 }
 
 async fn questions_answered_on(python: &Path, binding: &str) {
-    let model = FakeOpenAi::start(vec![
-        Step::tool_call(
-            "planner-output",
-            json!({"type": "questions", "questions": ["Which greeting?"]}),
-        ),
-        plan(),
-        create("greeting.txt"),
-        report("greeted"),
-    ])
-    .await;
+    let model = FakeOpenAi::start(questions_then_greeting()).await;
     let setup = A2aSetup::start(&model, TOOLS, None).await;
     // 192.0.2.0/24 is for documentation: a public address nothing answers.
     let hook = |n: usize| json!({ "op": "push_create", "task_id": "$task", "url": format!("http://192.0.2.1:9/hook{n}") });

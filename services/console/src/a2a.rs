@@ -15,17 +15,13 @@ mod errors;
 mod jsonrpc;
 mod rest;
 
-use std::convert::Infallible;
-
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt as _, Limited, StreamBody};
-use hyper::body::{Frame, Incoming};
+use http_body_util::{BodyExt as _, Limited};
+use hyper::body::Incoming;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio_stream::StreamExt as _;
-use tokio_stream::wrappers::ReceiverStream;
 
 use crate::gateway::Gateway;
 use crate::{Body, full, with_headers};
@@ -140,7 +136,6 @@ fn failure_headers(failure: &Failure) -> Vec<(&'static str, Bytes)> {
 
 /// A stream of server-sent events, each frame made already.
 fn sse_response(frames: mpsc::Receiver<Bytes>, extra: &[(&'static str, Bytes)]) -> Response<Body> {
-    let frames = ReceiverStream::new(frames).map(|frame| Ok::<_, Infallible>(Frame::data(frame)));
     let mut builder = with_headers(
         Response::builder()
             .header(header::CONTENT_TYPE, "text/event-stream")
@@ -153,7 +148,7 @@ fn sse_response(frames: mpsc::Receiver<Bytes>, extra: &[(&'static str, Bytes)]) 
         }
     }
     builder
-        .body(UnsyncBoxBody::new(StreamBody::new(frames)))
+        .body(UnsyncBoxBody::new(crate::Pieces(frames)))
         .unwrap_or_else(|_| Response::new(full(Bytes::new())))
 }
 

@@ -305,15 +305,11 @@ fn lines(
     })
 }
 
-/// Most bytes of replies ready at once that go to the reader as one piece.
-const PIECE_BYTES: usize = 64 * 1024;
-
 /// Sends a stream's replies, each as `format` makes it (its bytes, and
-/// whether it is the last), until the stream ends or a reply is the last:
-/// the replies ready at once go together, in one piece (one write), as
-/// HTTP/2 sends a gRPC stream's. When the reader goes away the receiver is
-/// dropped, and with it the call; a reader that leaves a piece unread for
-/// `unread` loses the call and its `connection`.
+/// whether it is the last), until the stream ends or a reply is the last.
+/// When the reader goes away the receiver is dropped, and with it the call;
+/// a reader that leaves a reply unread for `unread` (the replies before it
+/// filling the buffer) loses the call and its `connection`.
 pub(crate) fn pump(
     mut replies: tonic::Streaming<Vec<u8>>,
     unread: std::time::Duration,
@@ -322,40 +318,15 @@ pub(crate) fn pump(
 ) -> mpsc::Receiver<Bytes> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
-        let mut ended = false;
-        while !ended {
-            let mut piece = bytes::BytesMut::new();
-            let mut next = replies.message().await;
-            loop {
-                let (bytes, last) = match next {
-                    Ok(Some(bytes)) => format(Ok(bytes)),
-                    Ok(None) => {
-                        ended = true;
-                        break;
-                    }
-                    Err(status) => format(Err(status)),
-                };
-                piece.extend_from_slice(&bytes);
-                if last {
-                    ended = true;
-                    break;
-                }
-                if piece.len() >= PIECE_BYTES {
-                    break;
-                }
-                // The next reply if it is ready now (polled once: `message`
-                // keeps its place in the stream when dropped).
-                match tokio::time::timeout(std::time::Duration::ZERO, replies.message()).await {
-                    Ok(ready) => next = ready,
-                    Err(_) => break,
-                }
-            }
-            if piece.is_empty() {
-                return;
-            }
-            match tokio::time::timeout(unread, tx.send(piece.freeze())).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return,
+        loop {
+            let (bytes, last) = match replies.message().await {
+                Ok(Some(bytes)) => format(Ok(bytes)),
+                Ok(None) => return,
+                Err(status) => format(Err(status)),
+            };
+            match tokio::time::timeout(unread, tx.send(bytes)).await {
+                Ok(Ok(())) if !last => {}
+                Ok(_) => return,
                 Err(_) => {
                     if let Some(connection) = &connection {
                         connection.close();

@@ -15,11 +15,9 @@ use chorus_serve::grpc::LocalService;
 use chorus_serve::http::Standing;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt as _, Full, Limited, StreamBody};
+use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::{Frame, Incoming};
 use tokio::net::TcpListener;
-use tokio_stream::StreamExt as _;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 pub use gateway::{Gateway, PublicCard};
@@ -201,17 +199,54 @@ fn answer_response(answer: gateway::Answer) -> Response<Body> {
         .body(full(Bytes::from(json.to_string())))
         .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "")),
         gateway::Answer::Lines(lines) => {
-            let frames =
-                ReceiverStream::new(lines).map(|line| Ok::<_, Infallible>(Frame::data(line)));
+            let frames = Pieces(lines);
             with_headers(
                 Response::builder()
                     .header(header::CONTENT_TYPE, "application/x-ndjson")
                     // No proxy may hold the lines back.
                     .header("x-accel-buffering", "no"),
             )
-            .body(UnsyncBoxBody::new(StreamBody::new(frames)))
+            .body(UnsyncBoxBody::new(frames))
             .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, ""))
         }
+    }
+}
+
+/// Most bytes of a streamed answer's waiting pieces written together.
+const PIECE_BYTES: usize = 64 * 1024;
+
+/// A streamed answer (JSON lines, server-sent events): the pieces waiting
+/// when the connection can take more go out together, in one write — as
+/// HTTP/2 sends a gRPC stream's messages. What waits is bounded by the
+/// channel the pieces come through, piece by piece, as before.
+pub(crate) struct Pieces(pub tokio::sync::mpsc::Receiver<Bytes>);
+
+impl http_body::Body for Pieces {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let first = match self.0.poll_recv(cx) {
+            std::task::Poll::Ready(Some(first)) => first,
+            std::task::Poll::Ready(None) => return std::task::Poll::Ready(None),
+            std::task::Poll::Pending => return std::task::Poll::Pending,
+        };
+        let Ok(next) = self.0.try_recv() else {
+            return std::task::Poll::Ready(Some(Ok(Frame::data(first))));
+        };
+        let mut piece = bytes::BytesMut::with_capacity(first.len() + next.len());
+        piece.extend_from_slice(&first);
+        piece.extend_from_slice(&next);
+        while piece.len() < PIECE_BYTES {
+            match self.0.try_recv() {
+                Ok(more) => piece.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        std::task::Poll::Ready(Some(Ok(Frame::data(piece.freeze()))))
     }
 }
 

@@ -207,7 +207,7 @@ fn check_workspace_root(metadata: &MetadataMap, root: &Path) -> Result<(), ToolE
     })
 }
 
-fn object_struct(schema: Value) -> Option<prost_types::Struct> {
+fn object_struct(schema: Value) -> Option<chorus_proto::wkt::Struct> {
     match schema {
         Value::Object(map) => Some(json::to_struct(map)),
         _ => None,

@@ -81,15 +81,15 @@ pub fn statuses_of(state: pb::TaskState) -> Vec<TaskStatus> {
 }
 
 /// Milliseconds since the epoch as a protobuf timestamp.
-pub fn timestamp(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
+pub fn timestamp(ms: i64) -> chorus_proto::timestamp::Timestamp {
+    chorus_proto::timestamp::Timestamp {
         seconds: ms.div_euclid(1000),
         nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
     }
 }
 
 /// What Chorus adds to an A2A object: where it is in the task's history.
-fn chorus_metadata(event: &Event) -> prost_types::Struct {
+fn chorus_metadata(event: &Event) -> chorus_proto::wkt::Struct {
     let mut map = Map::new();
     map.insert(
         "chorus".to_owned(),
@@ -100,7 +100,7 @@ fn chorus_metadata(event: &Event) -> prost_types::Struct {
 
 /// [`chorus_metadata`] of an update derived from an event whose own update
 /// follows it (the files changed, before the status change to completed).
-fn derived_metadata(event: &Event) -> prost_types::Struct {
+fn derived_metadata(event: &Event) -> chorus_proto::wkt::Struct {
     let mut map = Map::new();
     map.insert(
         "chorus".to_owned(),
@@ -393,7 +393,7 @@ const MAX_CONTEXT_BYTES: usize = 256;
 /// on uploads); anything else malformed with INVALID_PARAMS naming the field.
 pub fn incoming(
     message: Option<pb::Message>,
-    request_metadata: Option<&prost_types::Struct>,
+    request_metadata: Option<&chorus_proto::wkt::Struct>,
 ) -> Result<Incoming, Status> {
     let invalid = |m: String| a2a(Reason::InvalidParams, m);
     let message = message.ok_or_else(|| invalid("message: required".to_owned()))?;
@@ -443,7 +443,7 @@ pub fn incoming(
         .flatten()
         .find_map(|m| m.fields.get("skill"))
         .map(|v| match &v.kind {
-            Some(prost_types::value::Kind::StringValue(s)) => {
+            Some(chorus_proto::wkt::value::Kind::StringValue(s)) => {
                 Name::parse("skill", s).map_err(|e| invalid(format!("metadata.skill: {e}")))
             }
             _ => Err(invalid(

@@ -323,7 +323,7 @@ impl A2aService for A2aFace {
     async fn delete_task_push_notification_config(
         &self,
         request: Request<pb::DeleteTaskPushNotificationConfigRequest>,
-    ) -> Result<Response<()>, Status> {
+    ) -> Result<Response<chorus_proto::wkt::Empty>, Status> {
         let req = request.into_inner();
         let task = self.task_of(&req.tenant, &req.task_id).await?;
         self.state
@@ -331,7 +331,7 @@ impl A2aService for A2aFace {
             .delete_push_config(task.id, req.id)
             .await
             .map_err(|e| from_core(e.into(), false))?;
-        Ok(Response::new(()))
+        Ok(Response::new(chorus_proto::wkt::Empty {}))
     }
 }
 
