@@ -26,15 +26,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The well-known types with serde's proto3 JSON, for the generated
         // JSON of the A2A types below.
         .compile_well_known_types(true)
-        // Timestamps written Z-normalized, as proto3 JSON says (src/timestamp.rs).
-        .extern_path(".google.protobuf.Timestamp", "crate::timestamp::Timestamp")
-        .extern_path(".google.protobuf", "::pbjson_types")
+        // The well-known types with serde's proto3 JSON (src/wkt.rs).
+        .extern_path(".google.protobuf", "crate::wkt")
         .compile_fds(descriptors)?;
     // proto3 JSON (serde) of the A2A types: how the A2A face's HTTP bindings
     // write a stream's events.
     pbjson_build::Builder::new()
         .register_descriptors(&encoded)?
-        .extern_path(".google.protobuf.Timestamp", "crate::timestamp::Timestamp")
+        .extern_path(".google.protobuf", "crate::wkt")
         .out_dir(&out)
         .build(&[".lf.a2a.v1"])?;
 

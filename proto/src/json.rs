@@ -5,8 +5,8 @@
 //! i64 converts back to a JSON integer, so `{"offset": 10}` survives the round trip
 //! as an integer and deserializes into integer fields.
 
-use pbjson_types::value::Kind;
-use pbjson_types::{ListValue, Struct, Value};
+use crate::wkt::value::Kind;
+use crate::wkt::{ListValue, Struct, Value};
 use serde_json::{Map, Number, Value as Json};
 
 /// Converts a JSON value into a protobuf `Value`.

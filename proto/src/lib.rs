@@ -54,10 +54,7 @@ pub mod a2a {
     }
 }
 
-/// The protobuf well-known types of the generated code (`google.protobuf`:
-/// Struct, Value, Empty; Timestamp is [`timestamp::Timestamp`]), with
-/// serde's proto3 JSON.
-pub use pbjson_types as wkt;
+pub mod wkt;
 
 pub mod orchestrator {
     pub mod v1 {

@@ -237,7 +237,7 @@ mod tests {
         pb::TaskStatus {
             state: state.into(),
             message: Some(message()),
-            timestamp: Some(chorus_proto::timestamp::Timestamp {
+            timestamp: Some(chorus_proto::wkt::Timestamp {
                 seconds: 1_796_609_796,
                 nanos: 341_000_000,
             }),

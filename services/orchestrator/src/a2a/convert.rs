@@ -81,8 +81,8 @@ pub fn statuses_of(state: pb::TaskState) -> Vec<TaskStatus> {
 }
 
 /// Milliseconds since the epoch as a protobuf timestamp.
-pub fn timestamp(ms: i64) -> chorus_proto::timestamp::Timestamp {
-    chorus_proto::timestamp::Timestamp {
+pub fn timestamp(ms: i64) -> chorus_proto::wkt::Timestamp {
+    chorus_proto::wkt::Timestamp {
         seconds: ms.div_euclid(1000),
         nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
     }
