@@ -31,7 +31,7 @@ pub const AGENT_CARD_PATH: &str = "/.well-known/agent-card.json";
 pub const SEEN_HOST_HEADER: &str = "chorus-card-host";
 
 /// The largest request body the gateway reads.
-pub(crate) const MAX_BODY: usize = 4 * 1024 * 1024;
+const MAX_BODY: usize = 4 * 1024 * 1024;
 
 /// What the page may load and where it may connect: itself only.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
