@@ -200,6 +200,7 @@ async fn throughput(database: &str, url: &str, data: &Path, total: usize) {
                     workspace_id: ws.id.clone(),
                     description: format!("task {i}: a description of ordinary length"),
                     source: None,
+                    ..Default::default()
                 })
                 .await
                 .expect("task")
@@ -289,6 +290,7 @@ async fn throughput(database: &str, url: &str, data: &Path, total: usize) {
                         workspace_id,
                         description: "a new task".into(),
                         source: None,
+                        ..Default::default()
                     })
                     .await
                     .expect("CreateTask");
@@ -431,6 +433,7 @@ async fn attacks(data: &Path, n: usize) {
                 workspace_id: ws.id.clone(),
                 description: format!("{i} {}", "x".repeat(60 * 1024)),
                 source: None,
+                ..Default::default()
             })
             .await
             .expect("large task");

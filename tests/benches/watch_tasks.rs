@@ -98,6 +98,7 @@ async fn create(client: &Client, ws: &pb::Workspace, n: usize) -> Vec<String> {
                         workspace_id: ws.clone(),
                         description: format!("task {i}"),
                         source: None,
+                        ..Default::default()
                     })
                     .await
                     .expect("create")
@@ -180,6 +181,7 @@ async fn baseline(client: &Client, ws: &pb::Workspace) -> Vec<Duration> {
             workspace_id: ws.id.clone(),
             description: "changed again and again".into(),
             source: None,
+            ..Default::default()
         })
         .await
         .expect("task")

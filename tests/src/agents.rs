@@ -162,6 +162,7 @@ pub async fn planned_task(
             workspace_id: workspace.id.clone(),
             description: description.into(),
             source: None,
+            ..Default::default()
         })
         .await
         .expect("task")

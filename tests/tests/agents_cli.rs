@@ -668,6 +668,7 @@ async fn start_task_refuses_what_cannot_run_and_changes_nothing() {
             workspace_id: team.workspace.id.clone(),
             description: "d".into(),
             source: None,
+            ..Default::default()
         })
         .await
         .expect("task")
@@ -768,6 +769,7 @@ async fn an_agent_without_a_provider_runs_on_the_workspaces_system_provider() {
             id: ws.id.clone(),
             name: None,
             system_provider: Some("house".into()),
+            ..Default::default()
         })
         .await
         .expect("system provider");

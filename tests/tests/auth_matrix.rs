@@ -355,6 +355,7 @@ async fn refused_calls_that_would_change_something_change_nothing() {
                     workspace_id: task.workspace_id.clone(),
                     description: "injected".into(),
                     source: None,
+                    ..Default::default()
                 })
                 .await
                 .map(|_| ()),

@@ -202,6 +202,7 @@ async fn a_tool_call_limit_set_at_creation_stops_the_run_at_its_last_call() {
                     tool_calls: Some(2),
                     ..Default::default()
                 }),
+                ..Default::default()
             })
             .await
             .expect("a task with a budget")

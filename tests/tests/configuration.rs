@@ -318,6 +318,7 @@ async fn a_read_only_data_directory_works_when_everything_written_is_placed_apar
             workspace_id: ws.id,
             description: "works without a writable data directory".into(),
             source: None,
+            ..Default::default()
         })
         .await
         .expect("task");

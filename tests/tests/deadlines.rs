@@ -56,6 +56,7 @@ fn new_task(workspace_id: &str, description: &str) -> pb::CreateTaskRequest {
         workspace_id: workspace_id.to_owned(),
         description: description.into(),
         source: None,
+        ..Default::default()
     }
 }
 

@@ -39,6 +39,7 @@ async fn the_orchestrator_drains_serving_calls_and_a_second_sigterm_exits_at_onc
             workspace_id: ws.id.clone(),
             description: "watched through the drain".into(),
             source: None,
+            ..Default::default()
         })
         .await
         .expect("task")

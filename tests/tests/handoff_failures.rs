@@ -285,6 +285,7 @@ async fn handoff_refusals_are_precise_and_change_nothing() {
             workspace_id: ws.id.clone(),
             description: "not planned yet".into(),
             source: None,
+            ..Default::default()
         })
         .await
         .expect("task")

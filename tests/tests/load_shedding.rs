@@ -179,6 +179,7 @@ async fn orchestrator_streams_beyond_their_limit_are_refused_and_unary_calls_go_
             workspace_id: ws.id.clone(),
             description: "watched".into(),
             source: None,
+            ..Default::default()
         })
         .await
         .expect("task")

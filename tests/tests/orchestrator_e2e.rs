@@ -35,6 +35,7 @@ async fn workspace_with_task(
             workspace_id: workspace.id.clone(),
             description: description.into(),
             source: None,
+            ..Default::default()
         })
         .await
         .expect("task")

@@ -54,6 +54,7 @@ async fn workspace(client: &mut Client, root: &Path, base_url: &str) -> pb::Work
             id: workspace.id.clone(),
             name: None,
             system_provider: Some("system".into()),
+            ..Default::default()
         })
         .await
         .expect("system provider")
@@ -71,6 +72,7 @@ async fn create_task(
             workspace_id: workspace.id.clone(),
             description: description.into(),
             source: None,
+            ..Default::default()
         })
         .await
         .expect("task")

@@ -564,6 +564,7 @@ async fn watch_tasks_on_one_replica_sees_every_change_committed_on_another() {
                 workspace_id: ws.id.clone(),
                 description: format!("task {n}"),
                 source: None,
+                ..Default::default()
             })
             .await
             .expect("task")

@@ -101,6 +101,7 @@ async fn with_certificates_everything_speaks_tls_and_client_certificates_act_wit
             workspace_id: ws.id.clone(),
             description: "made with a certificate".into(),
             source: None,
+            ..Default::default()
         })
         .await
         .expect("an operator's certificate creates a task")

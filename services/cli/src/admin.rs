@@ -49,6 +49,23 @@ pub enum WorkspaceCommand {
         #[arg(long)]
         task_tool_calls: Option<u64>,
     },
+    /// Sets how the workspace's tasks make and land their changes (a git
+    /// repository): each on its own worktree and branch or not, how a
+    /// change lands, and how long an unlanded worktree stays. Replaces all
+    /// of them: a setting left out is its default.
+    Changes {
+        workspace: String,
+        /// Each task in its own worktree on its own branch (default on).
+        #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
+        task_worktrees: Option<bool>,
+        /// How `task land` lands unless it says (default merge).
+        #[arg(long)]
+        land_mode: Option<crate::task_change::Mode>,
+        /// Remove a task's unlanded worktree this many days after it ended,
+        /// keeping its branch (default 0: kept until landed or discarded).
+        #[arg(long, default_value_t = 0)]
+        keep_unlanded_days: u32,
+    },
     Delete {
         workspace: String,
     },
@@ -190,6 +207,7 @@ const WORKSPACE_FIELDS: &[(&str, &str)] = &[
     ("NAME", "name"),
     ("ROOT", "root"),
     ("SYSTEM PROVIDER", "systemProvider"),
+    ("CHANGES", "changesText"),
     ("WARNINGS", "warnings"),
 ];
 
@@ -248,10 +266,9 @@ pub async fn workspace(
             let id = workspace_id(c, &workspace).await?;
             let w = c
                 .update_workspace(pb::UpdateWorkspaceRequest {
-                    limits: None,
                     id,
-                    name: None,
                     system_provider: Some(provider),
+                    ..Default::default()
                 })
                 .await
                 .map_err(|s| Fail::call("update the workspace", &s))?
@@ -288,6 +305,30 @@ pub async fn workspace(
             let mut fields = WORKSPACE_FIELDS.to_vec();
             fields.push(("LIMITS", "limitsText"));
             out.value(&output::workspace(&w), &fields);
+        }
+        WorkspaceCommand::Changes {
+            workspace,
+            task_worktrees,
+            land_mode,
+            keep_unlanded_days,
+        } => {
+            let id = workspace_id(c, &workspace).await?;
+            let w = c
+                .update_workspace(pb::UpdateWorkspaceRequest {
+                    id,
+                    changes: Some(pb::WorkspaceChanges {
+                        task_worktrees,
+                        land_mode: land_mode
+                            .map_or(pb::LandMode::Unspecified, pb::LandMode::from)
+                            .into(),
+                        keep_unlanded_days,
+                    }),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|s| Fail::call("set how the workspace's tasks make changes", &s))?
+                .into_inner();
+            out.value(&output::workspace(&w), WORKSPACE_FIELDS);
         }
         WorkspaceCommand::Delete { workspace } => {
             let id = workspace_id(c, &workspace).await?;

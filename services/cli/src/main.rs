@@ -13,6 +13,7 @@ mod prompt;
 mod providers;
 mod reconnect;
 mod task;
+mod task_change;
 mod task_list;
 
 use std::path::PathBuf;

@@ -229,6 +229,18 @@ pub fn task(t: &pb::Task) -> Value {
             "limits": budget(t.budget.as_ref().and_then(|b| b.limits.as_ref())),
             "toolCalls": t.budget.as_ref().map_or(0, |b| b.tool_calls),
         },
+        "branch": t.branch.as_ref().map(|b| json!({
+            "name": b.name,
+            "base": b.base,
+            "state": b.state,
+            "startCommit": b.start_commit,
+            "worktree": b.worktree,
+            "landedCommit": b.landed_commit,
+            "landedBy": b.landed_by,
+            "discardedBy": b.discarded_by,
+            "continuesTaskId": b.continues_task_id,
+        })),
+        "branchNote": t.branch_note,
         "planning": {
             "summary": planning.summary,
             "requirements": planning.requirements,
@@ -276,7 +288,42 @@ pub fn workspace(w: &pb::Workspace) -> Value {
             "taskBudget": budget(Some(&task)),
         },
         "limitsText": if named.is_empty() { "none".to_owned() } else { named.join(" · ") },
+        "repository": w.repository,
+        "changes": w.changes.map(|c| json!({
+            "taskWorktrees": c.task_worktrees.unwrap_or(true),
+            "landMode": land_mode(c.land_mode),
+            "keepUnlandedDays": c.keep_unlanded_days,
+        })),
+        "changesText": changes_text(w),
     })
+}
+
+/// A land mode's name, as the CLI takes it.
+pub fn land_mode(mode: i32) -> &'static str {
+    match pb::LandMode::try_from(mode) {
+        Ok(pb::LandMode::FastForward) => "fast-forward",
+        Ok(pb::LandMode::Squash) => "squash",
+        _ => "merge",
+    }
+}
+
+/// How a workspace's tasks make their changes, in one line.
+fn changes_text(w: &pb::Workspace) -> String {
+    let c = w.changes.unwrap_or_default();
+    if !w.repository {
+        return "in the workspace's directory (not a git repository)".to_owned();
+    }
+    if !c.task_worktrees.unwrap_or(true) {
+        return "in the workspace's directory (task worktrees off)".to_owned();
+    }
+    let kept = match c.keep_unlanded_days {
+        0 => "kept until landed or discarded".to_owned(),
+        n => format!("unlanded worktrees removed {n} day(s) after their task ended"),
+    };
+    format!(
+        "each task on its own branch, landed by {}; {kept}",
+        land_mode(c.land_mode)
+    )
 }
 
 pub fn provider(p: &pb::Provider) -> Value {

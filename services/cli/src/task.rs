@@ -39,7 +39,43 @@ pub enum TaskCommand {
         /// The workspace (name or id).
         #[arg(long, short)]
         workspace: String,
+        /// Its branch (default chorus/<first 8 characters of its id>).
+        #[arg(long)]
+        branch: Option<String>,
+        /// What its branch starts from and lands into (default: the
+        /// branch checked out in the workspace).
+        #[arg(long)]
+        base: Option<String>,
+        /// Continue that task's work on its branch (review comments, or
+        /// bringing a moved base in).
+        #[arg(long = "continue", value_name = "TASK", conflicts_with_all = ["branch", "base"])]
+        continues: Option<String>,
     },
+    /// Shows a task's change: its commits and files, and the patches (a
+    /// page of files at a time; --path for some).
+    Diff {
+        id: String,
+        /// Only these files' patches.
+        #[arg(long = "path")]
+        paths: Vec<String>,
+        /// Only the list of files and commits, no patches.
+        #[arg(long)]
+        stat: bool,
+    },
+    /// Lands a task's change into its base (operator).
+    Land {
+        id: String,
+        /// fast-forward, merge or squash (default: the workspace's).
+        #[arg(long)]
+        mode: Option<crate::task_change::Mode>,
+        /// The merge or squash commit's message (default: the task's
+        /// description).
+        #[arg(long, short)]
+        message: Option<String>,
+    },
+    /// Discards a task's change: its worktree and branch are removed
+    /// (operator).
+    Discard { id: String },
     /// Has the planner plan a task (it may ask questions first).
     Plan {
         id: String,
@@ -142,12 +178,31 @@ pub async fn run(command: TaskCommand, mut client: Client, out: &Out) -> Result<
         TaskCommand::Create {
             description,
             workspace,
+            branch,
+            base,
+            continues,
         } => {
             let workspace = workspace_id(c, &workspace).await?;
-            let task = create(c, &workspace, description).await?;
+            let task = c
+                .create_task(pb::CreateTaskRequest {
+                    branch: branch.unwrap_or_default(),
+                    base_ref: base.unwrap_or_default(),
+                    continue_task_id: continues.unwrap_or_default(),
+                    ..creation(&workspace, description)
+                })
+                .await
+                .map_err(|s| Fail::call("create the task", &s))?
+                .into_inner();
             show_task(out, &task);
             Ok(Exit::Ok)
         }
+        TaskCommand::Diff { id, paths, stat } => {
+            crate::task_change::diff(c, out, &id, paths, stat).await
+        }
+        TaskCommand::Land { id, mode, message } => {
+            crate::task_change::land(c, out, &id, mode, message).await
+        }
+        TaskCommand::Discard { id } => crate::task_change::discard(c, out, &id).await,
         TaskCommand::Plan { id, follow } => Flow::new(c, out, &id).take(Step::Plan, follow).await,
         TaskCommand::Answer {
             id,
@@ -286,18 +341,23 @@ async fn create(
     description: String,
 ) -> Result<pb::Task, Fail> {
     Ok(client
-        .create_task(pb::CreateTaskRequest {
-            budget: None,
-            workspace_id: workspace.to_owned(),
-            description,
-            source: Some(pb::TaskSource {
-                kind: "terminal".into(),
-                ..Default::default()
-            }),
-        })
+        .create_task(creation(workspace, description))
         .await
         .map_err(|s| Fail::call("create the task", &s))?
         .into_inner())
+}
+
+/// A task made from the terminal.
+fn creation(workspace: &str, description: String) -> pb::CreateTaskRequest {
+    pb::CreateTaskRequest {
+        workspace_id: workspace.to_owned(),
+        description,
+        source: Some(pb::TaskSource {
+            kind: "terminal".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 /// One task's steps, each as its own call.
@@ -530,6 +590,7 @@ fn show_task(out: &Out, task: &pb::Task) {
         ));
     }
     value["spent"] = json!(spent);
+    value["branchText"] = json!(crate::task_change::branch_line(task));
     let limits = task.budget.and_then(|b| b.limits).unwrap_or_default();
     let mut named = Vec::new();
     if let Some(cost) = limits.cost_usd {
@@ -557,6 +618,7 @@ fn show_task(out: &Out, task: &pb::Task) {
             ("REASON", "statusReason"),
             ("DESCRIPTION", "description"),
             ("AGENT", "currentAgent"),
+            ("BRANCH", "branchText"),
             ("SPENT", "spent"),
             ("LIMITS", "limitsText"),
             ("UPDATED", "updated"),

@@ -80,6 +80,7 @@ impl Stage {
                 id: workspace.id.clone(),
                 name: None,
                 system_provider: Some("model".into()),
+                ..Default::default()
             })
             .await
             .expect("system provider");

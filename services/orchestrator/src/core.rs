@@ -17,6 +17,7 @@
 
 pub mod agent_tools;
 pub mod agents;
+pub mod branches;
 pub mod keys;
 pub mod providers;
 pub mod runs;

@@ -3,6 +3,7 @@
 
 mod agent;
 mod api_key;
+mod branch;
 mod budget;
 mod error;
 mod event;
@@ -25,6 +26,9 @@ pub use agent::{
     Agent, AgentKind, MAX_INSTRUCTIONS_BYTES, PLANNER_TOOL, TASK_VALIDATOR, default_agents,
 };
 pub use api_key::ApiKeyRecord;
+pub use branch::{
+    BranchState, Discarding, LandMode, Landing, MAX_KEEP_DAYS, TaskBranch, WorkspaceChanges,
+};
 pub use budget::{
     Budget, Limit, TaskBudget, Verdict, WorkspaceLimits, check_budget, exceeded_reason,
 };

@@ -232,6 +232,11 @@ pub async fn run(
         state.shutdown.clone(),
         draining.clone(),
     ));
+    // Every task worktree accounted for at start, then hourly.
+    let sweeps = tokio::spawn(crate::core::branches::keep_sweeping(
+        state.clone(),
+        state.shutdown.clone(),
+    ));
     let leases = tokio::spawn(
         crate::runner::lease::Leases::new(state.clone(), port.health.clone()).keep(
             state.shutdown.clone(),
@@ -274,7 +279,17 @@ pub async fn run(
         return Ok(());
     }
     stop.cancel();
-    stop_replica(&state, [Some(leases), relay, Some(pushes), Some(starts)]).await;
+    stop_replica(
+        &state,
+        [
+            Some(leases),
+            relay,
+            Some(pushes),
+            Some(starts),
+            Some(sweeps),
+        ],
+    )
+    .await;
     serving.finish().await?;
     if let Some(tool_exec) = tool_exec {
         match tool_exec.await {

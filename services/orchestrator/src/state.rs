@@ -58,6 +58,8 @@ pub struct AppState {
     /// Plans just recorded of tasks that start by themselves: the runner
     /// sends them, `core::tasks::keep_starting` starts them.
     pub planned: PlannedQueue,
+    /// One task's branch work at a time, one landing per workspace.
+    pub branch_locks: Arc<crate::core::branches::BranchLocks>,
 }
 
 /// A queue of task ids from whoever records a plan to whoever starts the
@@ -117,6 +119,7 @@ impl AppState {
             prices: Arc::default(),
             push_networks: crate::domain::push::PushNetworks::default(),
             planned: PlannedQueue::default(),
+            branch_locks: Arc::default(),
         }
     }
 }

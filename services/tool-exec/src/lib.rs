@@ -24,3 +24,6 @@ pub use config::{Limits, ToolExecConfig};
 pub use error::ToolError;
 pub use runner::ToolRunner;
 pub use server::run;
+/// A task's worktree: made, read and landed by the service (see
+/// [`tools::git::repository`]).
+pub use tools::git::{layout as worktree_layout, repository as worktree};

@@ -198,7 +198,7 @@ async fn dispatch(
     }
 }
 
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 

@@ -45,6 +45,8 @@ pub async fn open(
     let workspace = state.store.get_workspace(task.workspace_id).await?;
     let agent = user_defined_agent(state, workspace.id, &agent_name, "open a run of").await?;
     let tools = agent.granted_tools()?;
+    super::branches::check_startable(&task)?;
+    let (_task, root) = super::branches::open(state, task, &workspace).await?;
 
     let new = crate::store::NewRun {
         task_id,
@@ -52,11 +54,7 @@ pub async fn open(
         parent: None,
         tools,
         handoff_prompt: None,
-        token: Some(crate::auth::runs::binding(
-            &workspace.root,
-            &agent.egress,
-            ttl,
-        )),
+        token: Some(crate::auth::runs::binding(&root, &agent.egress, ttl)),
         // Its caller drives it: no replica does.
         drive: None,
     };

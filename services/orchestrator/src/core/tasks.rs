@@ -28,7 +28,10 @@ pub async fn create(
     source: TaskSource,
     budget: crate::domain::Budget,
     auto_start: Option<AutoStart>,
+    branch: super::branches::BranchRequest,
 ) -> Result<Task, ServiceError> {
+    let place = state.store.get_workspace(workspace).await?;
+    let (branch, branch_note) = super::branches::plan(state, &place, branch).await?;
     let span = tracing::info_span!(
         "task",
         otel.name = "task",
@@ -45,6 +48,8 @@ pub async fn create(
             trace_context: trace,
             budget,
             auto_start,
+            branch,
+            branch_note,
         })
         .instrument(span.clone())
         .await?;
@@ -100,6 +105,15 @@ pub async fn change_planning(
     Ok(task)
 }
 
+/// Deletes a task that is over with its history and runs; its worktree and
+/// the branch it made go with it.
+pub async fn delete(state: &AppState, id: TaskId) -> Result<(), ServiceError> {
+    let task = state.store.get_task(id).await?;
+    state.store.delete_task(id).await?;
+    super::branches::forget(state, &task).await;
+    Ok(())
+}
+
 /// What StartTask asks.
 #[derive(Debug, Clone)]
 pub struct Start {
@@ -120,6 +134,7 @@ pub async fn start(state: &AppState, req: Start) -> Result<(Task, Run), ServiceE
     let task = state.store.get_task(task_id).await?;
     task.status.check_transition(TaskStatus::Active)?;
     let workspace = state.store.get_workspace(task.workspace_id).await?;
+    super::branches::check_startable(&task)?;
     let agent_name = match req.agent {
         Some(name) => name,
         None => task.planning.assigned_agent.clone().ok_or_else(|| {
@@ -139,7 +154,10 @@ pub async fn start(state: &AppState, req: Start) -> Result<(Task, Run), ServiceE
     // The limits it starts with: its own, else the agent's, else the workspace's.
     let defaults = agent.budget.or(workspace.limits.task_budget);
     policy::start_within_spending(state.store.spend_of(workspace.id).await?)?;
-    let launch = Launch::prepare_agent(state, workspace, agent, timeout).await?;
+    let launch = Launch::prepare_agent(state, workspace.clone(), agent, timeout).await?;
+    // Everything else checked: its worktree is made (its first start).
+    let (task, root) = super::branches::open(state, task, &workspace).await?;
+    let launch = launch.in_root(root);
     let message = task_message(&task, req.prompt.trim());
     let new = launch.new_run(task_id, None);
     let (run, task, events) = state
@@ -218,6 +236,8 @@ pub async fn cancel(
         .collect();
     wait_released(state, task_id, None).await?;
     wait_calls_stopped(state, task_id, ended, now).await?;
+    // No process of it is left: its worktree goes, its work kept on its branch.
+    super::branches::keep(state, task_id, "the task was canceled").await;
     info!(task_id = %task_id, "task canceled");
     Ok(task)
 }
@@ -268,7 +288,10 @@ async fn launch_planner(
         state.runner.config().run_timeout,
         MAX_RUN_TIMEOUT,
     )?;
-    let launch = Launch::prepare(state, workspace, &planner, timeout).await?;
+    let launch = Launch::prepare(state, workspace.clone(), &planner, timeout).await?;
+    super::branches::check_startable(&task)?;
+    let (task, root) = super::branches::open(state, task, &workspace).await?;
+    let launch = launch.in_root(root);
     let new = launch.new_run(task.id, None);
     let (run, task, events) = state
         .store
@@ -336,6 +359,7 @@ pub async fn submit(state: &AppState, req: Submit) -> Result<Task, ServiceError>
         req.source,
         req.budget,
         Some(AutoStart { agent: req.agent }),
+        super::branches::BranchRequest::default(),
     )
     .await;
     let task = match (created, request) {

@@ -41,10 +41,19 @@ pub enum EventKind {
     BudgetExceeded,
     /// The task's budget was set.
     BudgetChanged,
+    /// The task's worktree was made on its branch.
+    BranchOpened,
+    /// The task's worktree was removed and its branch kept (canceled, or
+    /// past the workspace's keep_unlanded_days).
+    BranchKept,
+    /// The task's branch was landed into its base.
+    TaskLanded,
+    /// The task's worktree and branch were discarded.
+    TaskDiscarded,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 28] = [
+    pub const ALL: [EventKind; 32] = [
         Self::TaskCreated,
         Self::StatusChanged,
         Self::StageChanged,
@@ -73,6 +82,10 @@ impl EventKind {
         Self::BudgetWarning,
         Self::BudgetExceeded,
         Self::BudgetChanged,
+        Self::BranchOpened,
+        Self::BranchKept,
+        Self::TaskLanded,
+        Self::TaskDiscarded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -105,6 +118,10 @@ impl EventKind {
             Self::BudgetWarning => "budget_warning",
             Self::BudgetExceeded => "budget_exceeded",
             Self::BudgetChanged => "budget_changed",
+            Self::BranchOpened => "branch_opened",
+            Self::BranchKept => "branch_kept",
+            Self::TaskLanded => "task_landed",
+            Self::TaskDiscarded => "task_discarded",
         }
     }
 

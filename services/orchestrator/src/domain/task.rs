@@ -3,7 +3,9 @@
 use super::{DomainError, Name, Stage, TaskStatus, WorkspaceId};
 
 /// Identifies a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(transparent)]
 pub struct TaskId(pub uuid::Uuid);
 
@@ -145,6 +147,11 @@ pub struct Task {
     pub budget: super::TaskBudget,
     /// Started by itself once planned, when set.
     pub auto_start: Option<AutoStart>,
+    /// Its own branch and worktree (a workspace that is a git repository
+    /// with task worktrees on).
+    pub branch: Option<super::TaskBranch>,
+    /// Why it has no branch of its own, when it has none.
+    pub branch_note: Option<String>,
 }
 
 impl Task {

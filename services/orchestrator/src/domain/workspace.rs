@@ -44,6 +44,8 @@ pub struct Workspace {
     pub system_provider: Option<Name>,
     /// Its spending limits and its tasks' default budget.
     pub limits: super::WorkspaceLimits,
+    /// How its tasks make and land their changes.
+    pub changes: super::WorkspaceChanges,
     pub created_ms: i64,
     pub updated_ms: i64,
 }

@@ -31,6 +31,8 @@ pub fn workspace(w: &Workspace, warnings: Vec<String>) -> pb::Workspace {
         created_ms: w.created_ms,
         updated_ms: w.updated_ms,
         limits: Some(workspace_limits(&w.limits)),
+        changes: Some(super::orchestrator::branches::workspace_changes(&w.changes)),
+        repository: chorus_tool_exec::worktree::Repository::is_repository(&w.root),
     }
 }
 
@@ -207,6 +209,8 @@ pub fn task(t: &Task) -> pb::Task {
         auto_start: t.auto_start.as_ref().map(|a| pb::AutoStart {
             agent: a.agent.as_ref().map(Name::to_string).unwrap_or_default(),
         }),
+        branch: t.branch.as_ref().map(super::orchestrator::branches::branch),
+        branch_note: t.branch_note.clone().unwrap_or_default(),
     }
 }
 

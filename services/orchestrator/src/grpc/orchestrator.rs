@@ -7,6 +7,7 @@
 //! this file only wires them to the generated trait.
 
 mod agents;
+pub(crate) mod branches;
 mod keys;
 mod providers;
 mod runs;
@@ -237,6 +238,35 @@ impl Orchestrator for OrchestratorService {
         request: Request<pb::DeleteTaskRequest>,
     ) -> Result<Response<pb::DeleteTaskResponse>, Status> {
         reply(tasks::delete(&self.state, request.into_inner()).await)
+    }
+
+    async fn get_task_change(
+        &self,
+        request: Request<pb::GetTaskChangeRequest>,
+    ) -> Result<Response<pb::GetTaskChangeResponse>, Status> {
+        reply(branches::change(&self.state, request.into_inner()).await)
+    }
+
+    async fn land_task(
+        &self,
+        request: Request<pb::LandTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        let principal = request
+            .extensions()
+            .get::<chorus_auth::Principal>()
+            .cloned();
+        reply(branches::land(&self.state, request.into_inner(), principal.as_ref()).await)
+    }
+
+    async fn discard_task(
+        &self,
+        request: Request<pb::DiscardTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        let principal = request
+            .extensions()
+            .get::<chorus_auth::Principal>()
+            .cloned();
+        reply(branches::discard(&self.state, request.into_inner(), principal.as_ref()).await)
     }
 
     async fn get_history(

@@ -189,6 +189,8 @@ async fn target(
     agent_name: &Name,
     timeout: std::time::Duration,
 ) -> Result<Result<Launch, (HandoffFailure, String)>, ServiceError> {
+    // A helper works where its parent does: the task's worktree.
+    let root = crate::core::branches::root_of(task, &workspace);
     Ok(
         match state
             .store
@@ -203,6 +205,7 @@ async fn target(
             )),
             Ok(agent) => Launch::prepare_agent(state, workspace, agent, timeout)
                 .await
+                .map(|launch| launch.in_root(root))
                 .map_err(|e| {
                     (
                         HandoffFailure::Internal,

@@ -24,6 +24,8 @@ const TOKEN_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 pub struct Launch {
     pub agent: Agent,
     pub workspace: Workspace,
+    /// Where its tools act: its task's worktree, else the workspace's root.
+    root: std::path::PathBuf,
     provider: ProviderSettings,
     model: Option<String>,
     pub tools: Vec<String>,
@@ -37,6 +39,13 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// Acts in `root` (its task's worktree) instead of the workspace's root.
+    #[must_use]
+    pub fn in_root(mut self, root: std::path::PathBuf) -> Self {
+        self.root = root;
+        self
+    }
+
     /// What the agent is told when work is handed to it (its provider decides).
     pub fn handoff_message(&self, composed: String, prompt: &str) -> String {
         self.provider.provider().handoff_message(composed, prompt)
@@ -96,6 +105,7 @@ impl Launch {
             invocation,
         );
         Ok(Self {
+            root: workspace.root.clone(),
             model: agent.model.clone().or_else(|| provider.model.clone()),
             provider: ProviderSettings {
                 name: provider.name.clone(),
@@ -138,11 +148,11 @@ impl Launch {
     }
 
     /// What the token of a run opened for this launch is minted for: the
-    /// workspace root, and a lifetime beyond the run's timeout (its clock stops
+    /// root it acts in, and a lifetime beyond the run's timeout (its clock stops
     /// during handoffs; an ended run is refused by its state anyway).
     pub fn token_binding(&self) -> TokenBinding {
         crate::auth::runs::binding(
-            &self.workspace.root,
+            &self.root,
             &self.agent.egress,
             TOKEN_TTL.max(self.timeout * 2),
         )
@@ -212,7 +222,7 @@ impl Launch {
             token,
             tools_addr: state.addresses.tool_exec.clone(),
             orchestrator_addr: state.addresses.orchestrator.clone(),
-            workspace_root: self.workspace.root.clone(),
+            workspace_root: self.root.clone(),
             run_dir: runner.config().runs_dir.join(run.id.to_string()),
             identity: self.identity,
             clock: RunClock::start(self.timeout),

@@ -234,10 +234,17 @@ async fn resumable(state: &AppState, run: &Run) -> Option<Resume> {
         .get_agent(workspace.id, run.agent.clone())
         .await
         .ok()?;
+    // Where it acted: the root its token was minted for (its task's
+    // worktree, on storage the replicas share).
+    let root = run.token.as_ref().map_or_else(
+        || crate::core::branches::root_of(&task, &workspace),
+        |t| t.root.clone(),
+    );
     let mut launch = Launch::prepare_agent(state, workspace, agent, timeout)
         .await
         .map_err(|e| info!(run_id = %run.id, reason = %e, "a run of a replica that is gone cannot be resumed here"))
-        .ok()?;
+        .ok()?
+        .in_root(root);
     // The grant the run was opened with, not the agent's current one.
     launch.tools.clone_from(&run.tools);
     let session = launch.provider().resumable(state, run).await?;

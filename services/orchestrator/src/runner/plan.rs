@@ -98,6 +98,8 @@ mod tests {
             usage: crate::domain::Usage::default(),
             budget: crate::domain::TaskBudget::default(),
             auto_start: None,
+            branch: None,
+            branch_note: None,
         };
         let agents = [
             agent(

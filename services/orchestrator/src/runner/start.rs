@@ -211,6 +211,8 @@ mod tests {
             usage: crate::domain::Usage::default(),
             budget: crate::domain::TaskBudget::default(),
             auto_start: None,
+            branch: None,
+            branch_note: None,
         };
         task.planning = Planning {
             summary: Some("A crash on start".to_owned()),

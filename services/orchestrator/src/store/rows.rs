@@ -82,6 +82,8 @@ pub(super) struct WorkspaceRow {
     pub updated_ms: i64,
     /// JSON of `WorkspaceLimits`.
     pub limits: Option<String>,
+    /// JSON of `WorkspaceChanges`.
+    pub changes: Option<String>,
 }
 
 impl WorkspaceRow {
@@ -99,6 +101,12 @@ impl WorkspaceRow {
                 .limits
                 .as_deref()
                 .map(|l| r.json("limits", l))
+                .transpose()?
+                .unwrap_or_default(),
+            changes: self
+                .changes
+                .as_deref()
+                .map(|c| r.json("changes", c))
                 .transpose()?
                 .unwrap_or_default(),
             created_ms: self.created_ms,
@@ -234,6 +242,17 @@ pub(super) struct TaskRow {
     /// JSON of `AutoStart`.
     pub auto_start: Option<String>,
     pub request_key: Option<String>,
+    /// JSON of [`BranchColumn`].
+    pub branch: Option<String>,
+}
+
+/// A task's `branch` column: its own branch, or why it has none.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct BranchColumn {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    branch: Option<crate::domain::TaskBranch>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
 }
 
 impl TaskRow {
@@ -275,6 +294,10 @@ impl TaskRow {
             conversation_id: task.source.conversation_id.clone(),
             auto_start: task.auto_start.as_ref().map(to_json).transpose()?,
             request_key: task.source.request_key(),
+            branch: Some(to_json(&BranchColumn {
+                branch: task.branch.clone(),
+                note: task.branch_note.clone(),
+            })?),
         })
     }
 
@@ -283,6 +306,12 @@ impl TaskRow {
             what: "task",
             key: &self.id,
         };
+        let branch: BranchColumn = self
+            .branch
+            .as_deref()
+            .map(|b| r.json("branch", b))
+            .transpose()?
+            .unwrap_or_default();
         Ok(Task {
             id: r.check(TaskId::parse(&self.id))?,
             workspace_id: r.check(WorkspaceId::parse(&self.workspace_id))?,
@@ -313,6 +342,8 @@ impl TaskRow {
                 .as_deref()
                 .map(|a| r.json("auto_start", a))
                 .transpose()?,
+            branch: branch.branch,
+            branch_note: branch.note,
         })
     }
 }

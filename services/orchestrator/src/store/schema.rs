@@ -12,6 +12,8 @@ diesel::table! {
         updated_ms -> BigInt,
         /// JSON of `WorkspaceLimits`.
         limits -> Nullable<Text>,
+        /// JSON of `WorkspaceChanges`; NULL: the defaults.
+        changes -> Nullable<Text>,
     }
 }
 
@@ -79,6 +81,8 @@ diesel::table! {
         auto_start -> Nullable<Text>,
         /// `TaskSource::request_key`: one task per workspace for each.
         request_key -> Nullable<Text>,
+        /// JSON of `BranchColumn`: its own branch, or why it has none.
+        branch -> Nullable<Text>,
     }
 }
 

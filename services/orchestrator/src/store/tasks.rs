@@ -96,6 +96,10 @@ pub struct NewTask {
     pub trace_context: Option<String>,
     pub budget: Budget,
     pub auto_start: Option<crate::domain::AutoStart>,
+    /// Its own branch (named after it when the name is empty), or why it
+    /// has none.
+    pub branch: Option<crate::domain::TaskBranch>,
+    pub branch_note: Option<String>,
 }
 
 impl Store {
@@ -114,6 +118,8 @@ impl Store {
             trace_context: None,
             budget: Budget::default(),
             auto_start: None,
+            branch: None,
+            branch_note: None,
         })
         .await
     }
@@ -129,6 +135,8 @@ impl Store {
             trace_context,
             budget,
             auto_start,
+            branch,
+            branch_note,
         } = new;
         Task::check_description(&description)?;
         check_budget(&budget)?;
@@ -151,8 +159,15 @@ impl Store {
                 usage: crate::domain::Usage::default(),
                 budget: crate::domain::TaskBudget::default(),
                 auto_start,
+                branch,
+                branch_note,
             };
             let mut task = task;
+            if let Some(branch) = task.branch.as_mut()
+                && branch.name.is_empty()
+            {
+                branch.name = crate::domain::TaskBranch::default_name(task.id);
+            }
             task.budget.set(budget, Budget::default());
             let event = Event {
                 task_id: task.id,

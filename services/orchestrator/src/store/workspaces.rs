@@ -35,6 +35,7 @@ impl Store {
                 root,
                 system_provider: None,
                 limits: crate::domain::WorkspaceLimits::default(),
+                changes: crate::domain::WorkspaceChanges::default(),
                 created_ms: now,
                 updated_ms: now,
             };
@@ -46,6 +47,7 @@ impl Store {
                 created_ms: now,
                 updated_ms: now,
                 limits: None,
+                changes: None,
             };
             or_exists(
                 diesel::insert_into(workspaces::table)
@@ -97,13 +99,15 @@ impl Store {
     }
 
     /// Renames a workspace and/or sets (`Some(Some(p))`) or clears (`Some(None)`) its
-    /// system provider, which must be a provider of the workspace.
+    /// system provider, which must be a provider of the workspace, and/or
+    /// replaces its limits or how its tasks make their changes.
     pub async fn update_workspace(
         &self,
         id: WorkspaceId,
         name: Option<Name>,
         system_provider: Option<Option<Name>>,
         limits: Option<crate::domain::WorkspaceLimits>,
+        changes: Option<crate::domain::WorkspaceChanges>,
     ) -> Result<Workspace, StoreError> {
         self.write(move |conn| {
             let current = load_workspace(conn, id)?;
@@ -131,6 +135,12 @@ impl Store {
             if let Some(limits) = &limits {
                 diesel::update(target)
                     .set(workspaces::limits.eq(super::rows::to_json(limits)?))
+                    .execute(conn)
+                    .db()?;
+            }
+            if let Some(changes) = &changes {
+                diesel::update(target)
+                    .set(workspaces::changes.eq(super::rows::to_json(changes)?))
                     .execute(conn)
                     .db()?;
             }

@@ -5,6 +5,11 @@
 //! `GIT_DIR=<root>/.git` and `GIT_WORK_TREE=<root>`, and the tools refuse when
 //! `<root>/.git` is not a directory (a workspace below a repository's top
 //! level, a `.git` file, a symlink). No system or global configuration is read.
+//! A task's own worktree (see [`layout`]) is known by its place, never by its
+//! `.git` file: git gets the worktree's own directory and the repository's,
+//! sees only those (not the other tasks' worktrees), and a revision the
+//! tools take must be in the task's history or its base's, so the shared
+//! object store shows no other task's work.
 //!
 //! A repository's configuration must never run a program or reach anything:
 //! the tools are granted to agents that may not run commands at all, and a
@@ -38,7 +43,9 @@
 //! `FailedPrecondition` too, carrying git's summary of why.
 
 mod config;
+pub mod layout;
 mod porcelain;
+pub mod repository;
 mod shadow;
 
 use std::ffi::{OsStr, OsString};
@@ -52,6 +59,7 @@ use crate::error::ToolError;
 use crate::process::{self, CommandEnd, Finished, RunLimits};
 use crate::sandbox::WorkspacePath;
 use crate::stop::StopReason;
+use layout::Layout;
 
 /// Options before every git subcommand: nothing in a repository's
 /// configuration may start a program.
@@ -100,6 +108,8 @@ const GLOBAL_ARGS: &[&str] = &[
 const ALLOWED_PROTOCOLS: &str = "https:http:ssh:git";
 
 const NO_CONFIG: &str = "the repository has no .git/config file (or it is not a regular file): git tools read the repository's configuration from there; recreate it with bash (git init keeps existing history)";
+
+const NO_WORKTREE: &str = "this task's worktree is no longer registered with its repository (its git directory is gone); start the task again, which makes it anew from the task's branch";
 
 const NOT_A_REPOSITORY: &str = "the workspace root has no .git directory: git tools work on a repository whose top level is the workspace root (run git init with bash); a .git file or symlink (worktrees, submodules) is not used";
 
@@ -257,14 +267,26 @@ pub async fn push(ctx: &ToolContext, args: args::GitPush) -> Result<ToolOutcome,
             },
         ));
     }
+    let current = git.current_branch().await?;
     let branch = match &args.branch {
         Some(branch) => git.local_branch(branch).await?,
-        None => git.current_branch().await?.ok_or_else(|| {
+        None => current.clone().ok_or_else(|| {
             ToolError::FailedPrecondition(
                 "HEAD is detached, so there is no current branch to push; pass branch".to_owned(),
             )
         })?,
     };
+    // A task in its own worktree publishes its own work, never another
+    // task's branch (which it cannot read either).
+    if git.layout.worktree.is_some() && current.as_deref() != Some(branch.as_str()) {
+        return Err(invalid(
+            "git.push",
+            &format!(
+                "this task works on branch '{}' in its own worktree and pushes only that branch; leave branch out",
+                current.as_deref().unwrap_or("(detached)")
+            ),
+        ));
+    }
 
     let mut cmd = git.command();
     cmd.network = true;
@@ -333,6 +355,9 @@ impl GitCommand {
 struct Git<'a> {
     ctx: &'a ToolContext,
     root: PathBuf,
+    /// Where git finds the repository (the root's `.git`, or a task
+    /// worktree's own directories).
+    layout: Layout,
     identity: Identity,
     /// The configuration git is shown in place of the repository's (None
     /// while it is being read).
@@ -353,11 +378,15 @@ impl<'a> Git<'a> {
     /// git runs as, and reads the repository's configuration as data.
     async fn open(ctx: &'a ToolContext, _tool: &'static str) -> Result<Self, ToolError> {
         let root = ctx.sandbox.canonical_root().to_path_buf();
-        match std::fs::symlink_metadata(root.join(".git")) {
+        let layout = Layout::of(&root);
+        match std::fs::symlink_metadata(&layout.git_dir) {
             Ok(meta) if meta.is_dir() => {}
+            _ if layout.worktree.is_some() => {
+                return Err(ToolError::FailedPrecondition(NO_WORKTREE.to_owned()));
+            }
             _ => return Err(ToolError::FailedPrecondition(NOT_A_REPOSITORY.to_owned())),
         }
-        let config_file = root.join(".git/config");
+        let config_file = layout.common_dir.join("config");
         match std::fs::symlink_metadata(&config_file) {
             Ok(meta) if meta.is_file() => {}
             _ => return Err(ToolError::FailedPrecondition(NO_CONFIG.to_owned())),
@@ -369,6 +398,7 @@ impl<'a> Git<'a> {
         let mut git = Self {
             ctx,
             root,
+            layout,
             identity,
             config: None,
         };
@@ -390,9 +420,10 @@ impl<'a> Git<'a> {
                 .iter()
                 .any(|e| e.key == key && !e.value.trim().is_empty())
         };
-        {
+        if git.layout.worktree.is_none() {
             // Where git keeps ref logs, made now as the workspace's user:
             // git could not make it in the common directory it is shown.
+            // (A task's worktree was made by git, which made them.)
             let _acting = ctx.sandbox.act()?;
             match ctx.sandbox.dir().create_dir(".git/logs") {
                 Ok(()) => {}
@@ -405,7 +436,7 @@ impl<'a> Git<'a> {
             }
         }
         git.config = Some(Shown {
-            common_dir: shadow::common_dir(&git.root.join(".git"), &text)?,
+            common_dir: shadow::common_dir(&git.layout.common_dir, &text)?,
             has_identity: named("user.name") && named("user.email"),
         });
         Ok(git)
@@ -417,6 +448,12 @@ impl<'a> Git<'a> {
         cmd.args(GLOBAL_ARGS)
             .arg("-c")
             .arg(format!("safe.directory={}", self.root.display()));
+        if self.layout.worktree.is_some() {
+            cmd.arg("-c").arg(format!(
+                "safe.directory={}",
+                self.layout.common_dir.display()
+            ));
+        }
         cmd
     }
 
@@ -433,22 +470,33 @@ impl<'a> Git<'a> {
         self.through_proxy(&network, &mut env, &mut read_only);
         // git reads the allowed configuration, from a common directory of
         // the call's own (see [`shadow`]); while it is being read, none.
-        if let Some(shown) = &self.config {
-            env.push(("GIT_COMMON_DIR".into(), shown.common_dir.path().into()));
-            read_only.push(shown.common_dir.path().to_path_buf());
+        match &self.config {
+            Some(shown) => {
+                env.push(("GIT_COMMON_DIR".into(), shown.common_dir.path().into()));
+                read_only.push(shown.common_dir.path().to_path_buf());
+            }
+            // A worktree's configuration is outside its root: read as data.
+            None if self.layout.worktree.is_some() => {
+                read_only.push(self.layout.common_dir.join("config"));
+            }
+            None => {}
         }
         let spec = ProcessSpec {
             program: "git".into(),
             args: cmd.args,
             env,
             cwd: self.root.clone(),
-            read_write: vec![self.root.clone()],
+            read_write: std::iter::once(self.root.clone())
+                .chain(self.layout.repository_paths())
+                .collect(),
             read_only,
             network,
             identity: self.identity,
             address_space_limit: true,
             covers: Vec::new(),
-            run: Some(self.ctx.grant.run_id.clone()),
+            // The service's own git commands (a task's worktree made or
+            // landed) belong to no run.
+            run: Some(self.ctx.grant.run_id.clone()).filter(|r| !r.is_empty()),
             fence: self.ctx.fence.clone(),
         };
         let limits = RunLimits {
@@ -476,9 +524,9 @@ impl<'a> Git<'a> {
         let mut env = process::base_env(network);
         for (key, value) in [
             ("LC_ALL", OsStr::new("C")),
-            ("GIT_DIR", self.root.join(".git").as_os_str()),
+            ("GIT_DIR", self.layout.git_dir.as_os_str()),
             ("GIT_WORK_TREE", self.root.as_os_str()),
-            ("GIT_COMMON_DIR", self.root.join(".git").as_os_str()),
+            ("GIT_COMMON_DIR", self.layout.common_dir.as_os_str()),
             ("GIT_ALLOW_PROTOCOL", OsStr::new(ALLOWED_PROTOCOLS)),
             ("GIT_CONFIG_NOSYSTEM", OsStr::new("1")),
             ("GIT_CONFIG_GLOBAL", OsStr::new("/dev/null")),
@@ -585,15 +633,47 @@ impl<'a> Git<'a> {
             .arg(format!("{revision}^{{commit}}"));
         let out = self.run("rev-parse", cmd).await?;
         let id = out.stdout.text().trim().to_owned();
-        if !out.success() || id.is_empty() {
+        // In a task's worktree, a commit out of its reach is not there.
+        if !out.success() || id.is_empty() || !self.in_reach(&id).await? {
+            let seen = if self.layout.worktree.is_some() {
+                " of this task's branch or its base (a task in its own worktree sees only those)"
+            } else {
+                ""
+            };
             return Err(invalid(
                 "git.diff",
                 &format!(
-                    "unknown revision '{revision}'; give a commit, branch or tag (e.g. HEAD~1, main)"
+                    "unknown revision '{revision}'; give a commit, branch or tag{seen} (e.g. HEAD~1, main)"
                 ),
             ));
         }
         Ok(id)
+    }
+
+    /// Whether a run may read commit `id`: anything in its workspace's own
+    /// repository; in a task's worktree, only the task's history (HEAD's)
+    /// and its base's, never another task's branch through the shared
+    /// object store.
+    async fn in_reach(&self, id: &str) -> Result<bool, ToolError> {
+        if self.layout.worktree.is_none() {
+            return Ok(true);
+        }
+        let mut tips = vec!["HEAD".to_owned()];
+        // Written by the service when it made the worktree.
+        if let Ok(base) = std::fs::read_to_string(self.layout.git_dir.join(layout::BASE_FILE)) {
+            let base = base.trim();
+            if !base.is_empty() && !base.starts_with('-') {
+                tips.push(base.to_owned());
+            }
+        }
+        for tip in tips {
+            let mut cmd = self.command();
+            cmd.args(["merge-base", "--is-ancestor", id, &tip]);
+            if self.run("merge-base", cmd).await?.success() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// True when the index differs from HEAD.
@@ -632,6 +712,22 @@ impl<'a> Git<'a> {
         let out = self.run("symbolic-ref", cmd).await?;
         let name = out.stdout.text().trim().to_owned();
         Ok((out.success() && !name.is_empty()).then_some(name))
+    }
+
+    /// Checks `name` is a valid branch name; returns it as git expands it.
+    async fn branch_name(&self, name: &str) -> Result<String, ToolError> {
+        check_revision_syntax("worktree", "branch", name)?;
+        let mut cmd = self.command();
+        cmd.args(["check-ref-format", "--branch", name]);
+        let out = self.run("check-ref-format", cmd).await?;
+        let branch = out.stdout.text().trim().to_owned();
+        if !out.success() || branch.is_empty() || branch.starts_with('-') {
+            return Err(invalid(
+                "worktree",
+                &format!("'{name}' is not a valid branch name"),
+            ));
+        }
+        Ok(branch)
     }
 
     /// Checks `name` is a valid name of an existing local branch; returns it as

@@ -44,6 +44,8 @@ fn task(status: TaskStatus) -> Task {
         usage: crate::domain::Usage::default(),
         budget: crate::domain::TaskBudget::default(),
         auto_start: None,
+        branch: None,
+        branch_note: None,
     }
 }
 

@@ -29,7 +29,23 @@ pub(super) async fn create(
     let workspace = convert::workspace_id("workspace_id", &req.workspace_id)?;
     let source = convert::source_from(req.source);
     let budget = convert::budget_from(req.budget)?;
-    let task = core::create(state, workspace, req.description, source, budget, None).await?;
+    let branch = crate::core::branches::BranchRequest {
+        name: convert::non_empty(req.branch),
+        base: convert::non_empty(req.base_ref),
+        continues: convert::non_empty(req.continue_task_id)
+            .map(|id| convert::task_id("continue_task_id", &id))
+            .transpose()?,
+    };
+    let task = core::create(
+        state,
+        workspace,
+        req.description,
+        source,
+        budget,
+        None,
+        branch,
+    )
+    .await?;
     Ok(convert::task(&task))
 }
 
@@ -99,7 +115,7 @@ pub(super) async fn delete(
     req: pb::DeleteTaskRequest,
 ) -> Result<pb::DeleteTaskResponse, ServiceError> {
     let id = convert::task_of(&req.id, &req.task_id)?;
-    state.store.delete_task(id).await?;
+    core::delete(state, id).await?;
     Ok(pb::DeleteTaskResponse {})
 }
 

@@ -53,6 +53,7 @@ impl Fixture {
                 workspace_id: workspace.id.clone(),
                 description: description.into(),
                 source: None,
+                ..Default::default()
             }))
             .await
             .unwrap_or_else(|e| panic!("{}: create task: {e}", self.backend()))

@@ -57,9 +57,13 @@ pub(super) async fn update(
     if let Some(limits) = &limits {
         limits.check()?;
     }
+    let changes = req
+        .changes
+        .map(super::branches::workspace_changes_from)
+        .transpose()?;
     let workspace = state
         .store
-        .update_workspace(id, name, system_provider, limits)
+        .update_workspace(id, name, system_provider, limits, changes)
         .await?;
     Ok(on_wire(state, &workspace))
 }

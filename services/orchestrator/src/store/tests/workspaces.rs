@@ -114,7 +114,7 @@ async fn workspace_names_are_unique() {
         let code = t.workspace("code").await;
         let err = t
             .store
-            .update_workspace(code.id, Some(name_of("docs")), None, None)
+            .update_workspace(code.id, Some(name_of("docs")), None, None, None)
             .await
             .expect_err(b);
         assert!(
@@ -159,7 +159,7 @@ async fn the_system_provider_must_be_a_provider_of_the_workspace() {
         let ws = t.workspace("docs").await;
         let err = t
             .store
-            .update_workspace(ws.id, None, Some(Some(name_of("claude"))), None)
+            .update_workspace(ws.id, None, Some(Some(name_of("claude"))), None, None)
             .await
             .expect_err(b);
         assert_eq!(err, StoreError::not_found("provider", "claude"), "{b}");
@@ -172,16 +172,33 @@ async fn the_system_provider_must_be_a_provider_of_the_workspace() {
                 Some(name_of("notes")),
                 Some(Some(name_of("claude"))),
                 None,
+                Some(crate::domain::WorkspaceChanges {
+                    task_worktrees: false,
+                    land_mode: crate::domain::LandMode::Squash,
+                    keep_unlanded_days: 7,
+                }),
             )
             .await
             .expect(b);
         assert_eq!(renamed.name.as_str(), "notes", "{b}");
+        assert!(!renamed.changes.task_worktrees, "{b}");
+        assert_eq!(
+            renamed.changes.land_mode,
+            crate::domain::LandMode::Squash,
+            "{b}"
+        );
+        assert_eq!(
+            t.store.get_workspace(ws.id).await.expect(b).changes,
+            renamed.changes,
+            "{b}: read back as written"
+        );
+        assert!(ws.changes.task_worktrees, "{b}: on by default");
         assert_eq!(renamed.system_provider, Some(name_of("claude")), "{b}");
         assert!(renamed.updated_ms >= ws.updated_ms, "{b}");
 
         let cleared = t
             .store
-            .update_workspace(ws.id, None, Some(None), None)
+            .update_workspace(ws.id, None, Some(None), None, None)
             .await
             .expect(b);
         assert_eq!(cleared.system_provider, None, "{b}");
@@ -190,7 +207,7 @@ async fn the_system_provider_must_be_a_provider_of_the_workspace() {
         let missing = WorkspaceId::new();
         let err = t
             .store
-            .update_workspace(missing, None, None, None)
+            .update_workspace(missing, None, None, None, None)
             .await
             .expect_err(b);
         assert_eq!(err, StoreError::not_found("workspace", missing), "{b}");
@@ -204,7 +221,7 @@ async fn deleting_a_workspace_deletes_its_providers_and_agents_but_not_tasks() {
         let ws = t.workspace("docs").await;
         t.store.create_provider(ws.id, claude()).await.expect(b);
         t.store
-            .update_workspace(ws.id, None, Some(Some(name_of("claude"))), None)
+            .update_workspace(ws.id, None, Some(Some(name_of("claude"))), None, None)
             .await
             .expect(b);
         t.store.delete_workspace(ws.id).await.expect(b);

@@ -16,6 +16,7 @@ async fn tasks_are_created_read_and_listed_by_status_page_by_page() {
                 workspace_id: docs.id.clone(),
                 description: "  ".into(),
                 source: None,
+                ..Default::default()
             }))
             .await;
         assert_status(err, Code::InvalidArgument, "description", b);

@@ -87,6 +87,7 @@ async fn workspaces_are_created_read_listed_renamed_and_deleted() {
                 id: docs.id.clone(),
                 name: name.map(str::to_owned),
                 system_provider: system_provider.map(str::to_owned),
+                ..Default::default()
             })
         };
         let renamed = f

@@ -1,0 +1,2 @@
+ALTER TABLE workspaces DROP COLUMN changes;
+ALTER TABLE tasks DROP COLUMN branch;

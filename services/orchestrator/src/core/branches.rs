@@ -1,0 +1,913 @@
+//! Each task's own branch: planned when the task is made, its worktree made
+//! when it first starts, read as a change, landed into its base or
+//! discarded, and removed by every ending that does not keep it.
+//!
+//! The git work is [`chorus_tool_exec::worktree::Repository`]'s, in the run
+//! sandbox as the workspace's owner; the rules (what may land, when) are the
+//! domain's ([`crate::domain::TaskBranch`]); this module joins them with the
+//! store, one task at a time.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use chorus_tool_exec::ToolError;
+use chorus_tool_exec::worktree::{self, Refused, Repository};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::domain::{
+    BranchState, Discarding, EventKind, LandMode, Landing, Task, TaskBranch, TaskId, Workspace,
+    now_ms, policy,
+};
+use crate::error::ServiceError;
+use crate::state::AppState;
+
+/// What CreateTask asks of a task's branch.
+#[derive(Debug, Clone, Default)]
+pub struct BranchRequest {
+    pub name: Option<String>,
+    pub base: Option<String>,
+    /// The task whose branch it takes over.
+    pub continues: Option<TaskId>,
+}
+
+impl BranchRequest {
+    fn is_empty(&self) -> bool {
+        self.name.is_none() && self.base.is_none() && self.continues.is_none()
+    }
+}
+
+const NOT_A_REPOSITORY: &str = "the workspace's root is not the top level of a git repository, so the task works in the workspace's directory itself";
+const WORKTREES_OFF: &str = "the workspace's task_worktrees setting is off, so the task works in the workspace's directory itself";
+
+/// The repository of `workspace`, for the service's own git work.
+pub fn repository(state: &AppState, workspace: &Workspace) -> Repository {
+    Repository::new(
+        &workspace.root,
+        state.runner.processes().clone(),
+        chorus_tool_exec::Limits::default(),
+        state.shutdown.clone(),
+    )
+}
+
+/// The branch a new task of `workspace` gets, or why it gets none.
+///
+/// # Errors
+/// INVALID_ARGUMENT for a bad branch name; FAILED_PRECONDITION when a
+/// branch is asked of a workspace whose tasks get none, or the task to
+/// continue cannot be continued; NOT_FOUND for an unknown such task.
+pub async fn plan(
+    state: &AppState,
+    workspace: &Workspace,
+    req: BranchRequest,
+) -> Result<(Option<TaskBranch>, Option<String>), ServiceError> {
+    let why_none = if !workspace.changes.task_worktrees {
+        Some(WORKTREES_OFF)
+    } else if !Repository::is_repository(&workspace.root) {
+        Some(NOT_A_REPOSITORY)
+    } else {
+        None
+    };
+    if let Some(why) = why_none {
+        if !req.is_empty() {
+            return Err(ServiceError::Precondition(format!(
+                "branch, base_ref and continue_task_id need a task of its own branch, and {why}"
+            )));
+        }
+        return Ok((None, Some(why.to_owned())));
+    }
+    if let Some(name) = &req.name {
+        TaskBranch::check_name(name)?;
+    }
+    if let Some(base) = &req.base {
+        TaskBranch::check_name(base).map_err(|e| {
+            ServiceError::Invalid(e.to_string().replace("invalid branch", "invalid base_ref"))
+        })?;
+    }
+    if let Some(earlier) = req.continues {
+        if req.name.is_some() || req.base.is_some() {
+            return Err(ServiceError::Invalid(
+                "continue_task_id: the task takes that task's branch and base; leave branch and base_ref out".to_owned(),
+            ));
+        }
+        let earlier = state.store.get_task(earlier).await?;
+        if earlier.workspace_id != workspace.id {
+            return Err(ServiceError::Invalid(format!(
+                "continue_task_id: task {} is of another workspace",
+                earlier.id
+            )));
+        }
+        let branch = continuable(&earlier)?;
+        return Ok((
+            Some(TaskBranch::planned(
+                branch.name.clone(),
+                branch.base.clone(),
+                Some(earlier.id),
+            )),
+            None,
+        ));
+    }
+    // Named when it is made (the default name needs the task's id), from
+    // the workspace's HEAD unless a base was given.
+    Ok((
+        Some(TaskBranch::planned(
+            req.name.unwrap_or_default(),
+            req.base.unwrap_or_default(),
+            None,
+        )),
+        None,
+    ))
+}
+
+/// The branch of `earlier` a follow-up may take over: a task that is over,
+/// whose branch was made and is neither landed, discarded nor continued.
+fn continuable(earlier: &Task) -> Result<&TaskBranch, ServiceError> {
+    let Some(branch) = &earlier.branch else {
+        return Err(ServiceError::Precondition(format!(
+            "continue_task_id: task {} has no branch of its own",
+            earlier.id
+        )));
+    };
+    if !earlier.status.is_terminal() {
+        return Err(ServiceError::Precondition(format!(
+            "continue_task_id: task {} is {}; continue it once it is over (completed, failed or canceled)",
+            earlier.id,
+            earlier.status.as_str()
+        )));
+    }
+    if let Some(by) = branch.continued_by {
+        return Err(ServiceError::Precondition(format!(
+            "continue_task_id: task {by} continues task {} already; continue that one",
+            earlier.id
+        )));
+    }
+    match branch.state {
+        BranchState::Open | BranchState::Kept => Ok(branch),
+        BranchState::Planned => Err(ServiceError::Precondition(format!(
+            "continue_task_id: task {} never started, so its branch was never made",
+            earlier.id
+        ))),
+        BranchState::Landed | BranchState::Discarded => Err(ServiceError::Precondition(format!(
+            "continue_task_id: task {}'s branch was {} already; create a new task from its base",
+            earlier.id,
+            branch.state.as_str()
+        ))),
+    }
+}
+
+/// Checks a run of `task` may start as far as its branch goes.
+///
+/// # Errors
+/// FAILED_PRECONDITION for a task whose change was landed or discarded, or
+/// that another task continues.
+pub fn check_startable(task: &Task) -> Result<(), ServiceError> {
+    match &task.branch {
+        Some(branch) => Ok(branch.check_start()?),
+        None => Ok(()),
+    }
+}
+
+/// Where the runs of `task` act: its worktree while it has one, else the
+/// workspace's root.
+pub fn root_of(task: &Task, workspace: &Workspace) -> PathBuf {
+    task.branch
+        .as_ref()
+        .filter(|b| b.state == BranchState::Open)
+        .and_then(|b| b.worktree.clone())
+        .unwrap_or_else(|| workspace.root.clone())
+}
+
+/// One task's branch work at a time in this process (a worktree made while
+/// it lands, say), and one landing per workspace (they move its base).
+#[derive(Debug, Default)]
+pub struct BranchLocks {
+    held: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl BranchLocks {
+    async fn lock(&self, key: String) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut held = self
+                .held
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            Arc::clone(held.entry(key).or_default())
+        };
+        lock.lock_owned().await
+    }
+}
+
+/// Makes `task`'s worktree if it should have one and has none (its first
+/// start, a start after it was kept, a worktree that was removed by hand),
+/// and returns the task as it stands and the root its runs act in. A task
+/// whose change was landed or discarded does not start again.
+/// (StartTask and PlanTask check that first: [`check_startable`].)
+///
+/// # Errors
+/// FAILED_PRECONDITION for a landed or discarded task, or with git's
+/// message when the worktree cannot be made.
+pub async fn open(
+    state: &AppState,
+    task: Task,
+    workspace: &Workspace,
+) -> Result<(Task, PathBuf), ServiceError> {
+    let Some(branch) = task.branch.clone() else {
+        return Ok((task, workspace.root.clone()));
+    };
+    branch.check_start()?;
+    if branch.state == BranchState::Open && branch.worktree.as_ref().is_some_and(|p| p.is_dir()) {
+        let root = root_of(&task, workspace);
+        return Ok((task, root));
+    }
+    let _held = state.branch_locks.lock(task.id.to_string()).await;
+    let repo = repository(state, workspace);
+    let name = if branch.name.is_empty() {
+        TaskBranch::default_name(task.id)
+    } else {
+        branch.name.clone()
+    };
+    let base = if branch.base.is_empty() {
+        match repo.current_branch().await.map_err(tool_error)? {
+            Some(current) => current,
+            None => repo.commit_of("HEAD").await.map_err(tool_error)?,
+        }
+    } else {
+        branch.base.clone()
+    };
+    if let Some(earlier) = branch.continues
+        && branch.state == BranchState::Planned
+    {
+        take_over(state, &repo, earlier, task.id).await?;
+    }
+    // A branch made before (kept, or taken over) is checked out as it is.
+    let new_branch = branch.state == BranchState::Planned && branch.made;
+    let start = if new_branch {
+        base.clone()
+    } else {
+        name.clone()
+    };
+    let reach = if is_commit_id(&base) {
+        base.clone()
+    } else {
+        format!("refs/heads/{base}")
+    };
+    let made = repo
+        .add_worktree(
+            &TaskBranch::worktree_name(task.id),
+            &name,
+            &start,
+            new_branch,
+            &reach,
+        )
+        .await
+        .map_err(tool_error)?;
+    let path = made.path.clone();
+    let (task, _) = state
+        .store
+        .change_task(task.id, move |task| {
+            let Some(branch) = task.branch.as_mut() else {
+                return Ok(Vec::new());
+            };
+            branch.name.clone_from(&name);
+            branch.base.clone_from(&base);
+            branch.start_commit.get_or_insert(made.start_commit.clone());
+            branch.worktree = Some(made.path.clone());
+            branch.state = BranchState::Open;
+            Ok(vec![(
+                EventKind::BranchOpened,
+                json!({
+                    "branch": name,
+                    "base": base,
+                    "start_commit": made.start_commit,
+                    "worktree": made.path,
+                }),
+            )])
+        })
+        .await?;
+    info!(task_id = %task.id, worktree = %path.display(), "task worktree made");
+    Ok((task, path))
+}
+
+/// A follow-up takes `earlier`'s branch: its worktree (if any) is removed
+/// with what it held uncommitted committed on the branch, and it records
+/// who continues it.
+async fn take_over(
+    state: &AppState,
+    repo: &Repository,
+    earlier: TaskId,
+    by: TaskId,
+) -> Result<(), ServiceError> {
+    let task = state.store.get_task(earlier).await?;
+    continuable(&task)?;
+    let snapshot = repo
+        .remove_worktree(
+            &TaskBranch::worktree_name(earlier),
+            Some(&format!(
+                "Uncommitted work of task {earlier}, continued by task {by}"
+            )),
+        )
+        .await
+        .map_err(tool_error)?;
+    state
+        .store
+        .change_task(earlier, move |task| {
+            let Some(branch) = task.branch.as_mut() else {
+                return Ok(Vec::new());
+            };
+            branch.worktree = None;
+            branch.state = BranchState::Kept;
+            branch.continued_by = Some(by);
+            Ok(vec![(
+                EventKind::BranchKept,
+                json!({
+                    "branch": branch.name,
+                    "why": format!("task {by} continues its work on the branch"),
+                    "snapshot_commit": snapshot,
+                    "continued_by": by.to_string(),
+                }),
+            )])
+        })
+        .await?;
+    Ok(())
+}
+
+/// Removes the worktree of a task that ended without its change being kept
+/// there (canceled): what it held uncommitted is committed on its branch,
+/// which stays until the change is landed or discarded. Failures are logged:
+/// the ending stands, and a restart removes what is left.
+pub async fn keep(state: &AppState, task_id: TaskId, why: &str) {
+    if let Err(e) = try_keep(state, task_id, why).await {
+        warn!(task_id = %task_id, error = %e, "the task's worktree could not be removed; the next start of the service removes it");
+    }
+}
+
+async fn try_keep(state: &AppState, task_id: TaskId, why: &str) -> Result<(), ServiceError> {
+    let _held = state.branch_locks.lock(task_id.to_string()).await;
+    let task = state.store.get_task(task_id).await?;
+    let Some(branch) = task.branch.clone() else {
+        return Ok(());
+    };
+    if branch.state != BranchState::Open {
+        return Ok(());
+    }
+    let workspace = state.store.get_workspace(task.workspace_id).await?;
+    let snapshot = repository(state, &workspace)
+        .remove_worktree(
+            &TaskBranch::worktree_name(task_id),
+            Some(&format!("Uncommitted work of task {task_id}, kept: {why}")),
+        )
+        .await
+        .map_err(tool_error)?;
+    let why = why.to_owned();
+    let ended = now_ms();
+    state
+        .store
+        .change_task(task_id, move |task| {
+            let Some(branch) = task.branch.as_mut() else {
+                return Ok(Vec::new());
+            };
+            branch.worktree = None;
+            branch.state = BranchState::Kept;
+            branch.ended_ms = Some(ended);
+            Ok(vec![(
+                EventKind::BranchKept,
+                json!({
+                    "branch": branch.name,
+                    "why": why,
+                    "snapshot_commit": snapshot,
+                }),
+            )])
+        })
+        .await?;
+    Ok(())
+}
+
+/// Lands `task_id`'s change into its base: all of its work (its branch and
+/// what its worktree holds uncommitted) as `mode` says (the workspace's
+/// land_mode when None), with `message` (the task's description when None)
+/// for a merge or squash commit. Its worktree and branch are removed after.
+///
+/// # Errors
+/// FAILED_PRECONDITION when a run of it is going, its branch cannot land
+/// (never made, landed or discarded already), on a conflict (naming the
+/// files) or a base that cannot move, nothing changed.
+pub async fn land(
+    state: &AppState,
+    task_id: TaskId,
+    mode: Option<LandMode>,
+    message: Option<String>,
+    by: String,
+) -> Result<Task, ServiceError> {
+    let task = state.store.get_task(task_id).await?;
+    let workspace = state.store.get_workspace(task.workspace_id).await?;
+    let _held = state.branch_locks.lock(workspace.id.to_string()).await;
+    let _task_held = state.branch_locks.lock(task_id.to_string()).await;
+    let (task, branch) = settleable(state, task_id, "land").await?;
+    let mode = mode.unwrap_or(workspace.changes.land_mode);
+    let repo = repository(state, &workspace);
+    let worktree = TaskBranch::worktree_name(task_id);
+    let tip = if branch.state == BranchState::Open {
+        repo.whole_commit(
+            &worktree,
+            &format!("Uncommitted work of task {task_id}, landed with it"),
+        )
+        .await
+        .map_err(tool_error)?
+    } else {
+        branch.name.clone()
+    };
+    let message = message
+        .filter(|m| !m.trim().is_empty())
+        .unwrap_or_else(|| land_message(&task));
+    let landed = repo
+        .land(&tip, &branch.base, mode.into(), &message, ("Chorus", "chorus@chorus.invalid"))
+        .await
+        .map_err(|refused| match refused {
+            Ok(Refused::Conflict(files)) => ServiceError::Precondition(format!(
+                "task {task_id}'s change conflicts with '{}' in {}; nothing was changed: continue the task with a follow-up (continue_task_id) that brings '{}' in, then land that",
+                branch.base,
+                files.join(", "),
+                branch.base
+            )),
+            Ok(Refused::Other(why)) => ServiceError::Precondition(format!(
+                "task {task_id}'s change was not landed: {why}; nothing was changed"
+            )),
+            Err(e) => tool_error(e),
+        })?;
+    // Landed: what follows tidies up, and the landing is recorded whatever.
+    if let Err(e) = repo.remove_worktree(&worktree, None).await {
+        warn!(task_id = %task_id, error = %e, "the landed task's worktree could not be removed; the next start of the service removes it");
+    }
+    if branch.made
+        && let Err(e) = repo.delete_branch(&branch.name).await
+    {
+        warn!(task_id = %task_id, error = %e, "the landed task's branch could not be deleted");
+    }
+    let landing = Landing {
+        commit: landed.commit.clone(),
+        by,
+        at_ms: now_ms(),
+        mode,
+    };
+    let (task, _) = state
+        .store
+        .change_task(task_id, move |task| {
+            let Some(branch) = task.branch.as_mut() else {
+                return Ok(Vec::new());
+            };
+            branch.worktree = None;
+            branch.state = BranchState::Landed;
+            branch.landed = Some(landing.clone());
+            Ok(vec![(
+                EventKind::TaskLanded,
+                json!({
+                    "branch": branch.name,
+                    "base": branch.base,
+                    "commit": landing.commit,
+                    "by": landing.by,
+                    "mode": landing.mode.as_str(),
+                    "fast_forward": landed.fast_forward,
+                }),
+            )])
+        })
+        .await?;
+    info!(task_id = %task_id, commit = %task.branch.as_ref().and_then(|b| b.landed.as_ref()).map_or("", |l| l.commit.as_str()), "task landed");
+    Ok(task)
+}
+
+/// Discards `task_id`'s change: its worktree and (when the task made it)
+/// its branch are removed.
+///
+/// # Errors
+/// FAILED_PRECONDITION when a run of it is going, or its branch was landed
+/// or discarded already.
+pub async fn discard(state: &AppState, task_id: TaskId, by: String) -> Result<Task, ServiceError> {
+    let _held = state.branch_locks.lock(task_id.to_string()).await;
+    let (task, branch) = settleable(state, task_id, "discard").await?;
+    let workspace = state.store.get_workspace(task.workspace_id).await?;
+    remove(state, &workspace, task_id, &branch).await?;
+    let discarding = Discarding {
+        by,
+        at_ms: now_ms(),
+    };
+    let (task, _) = state
+        .store
+        .change_task(task_id, move |task| {
+            let Some(branch) = task.branch.as_mut() else {
+                return Ok(Vec::new());
+            };
+            branch.worktree = None;
+            branch.state = BranchState::Discarded;
+            branch.discarded = Some(discarding.clone());
+            Ok(vec![(
+                EventKind::TaskDiscarded,
+                json!({ "branch": branch.name, "by": discarding.by }),
+            )])
+        })
+        .await?;
+    Ok(task)
+}
+
+/// Removes what a task deleted leaves: its worktree, and its branch when it
+/// made it and did not land it. Errors are logged: the task is gone.
+pub async fn forget(state: &AppState, task: &Task) {
+    let Some(branch) = &task.branch else {
+        return;
+    };
+    if !branch.is_live() || branch.state == BranchState::Planned {
+        return;
+    }
+    let workspace = match state.store.get_workspace(task.workspace_id).await {
+        Ok(workspace) => workspace,
+        Err(e) => {
+            warn!(task_id = %task.id, error = %e, "the deleted task's worktree could not be removed");
+            return;
+        }
+    };
+    if let Err(e) = remove(state, &workspace, task.id, branch).await {
+        warn!(task_id = %task.id, error = %e, "the deleted task's worktree could not be removed; the next start of the service removes it");
+    }
+}
+
+/// Removes a task's worktree and the branch it made.
+async fn remove(
+    state: &AppState,
+    workspace: &Workspace,
+    task_id: TaskId,
+    branch: &TaskBranch,
+) -> Result<(), ServiceError> {
+    let repo = repository(state, workspace);
+    if !Repository::is_repository(&workspace.root) {
+        return Ok(());
+    }
+    repo.remove_worktree(&TaskBranch::worktree_name(task_id), None)
+        .await
+        .map_err(tool_error)?;
+    if branch.made && branch.state != BranchState::Planned && branch.continued_by.is_none() {
+        repo.delete_branch(&branch.name).await.map_err(tool_error)?;
+    }
+    Ok(())
+}
+
+/// The task and its branch, checked to be landable or discardable now:
+/// no run of it going, and the branch live.
+async fn settleable(
+    state: &AppState,
+    task_id: TaskId,
+    what: &str,
+) -> Result<(Task, TaskBranch), ServiceError> {
+    let task = state.store.get_task(task_id).await?;
+    let Some(branch) = task.branch.clone() else {
+        return Err(ServiceError::Precondition(format!(
+            "task {task_id} has no branch of its own ({}); there is nothing to {what}",
+            task.branch_note
+                .as_deref()
+                .unwrap_or("it was made before tasks had branches")
+        )));
+    };
+    branch.check_settle(task.status, what)?;
+    let runs = state.store.list_runs(task_id).await?;
+    let live: Vec<_> = runs
+        .into_iter()
+        .filter(|r| r.finished_ms.is_none())
+        .collect();
+    policy::check_no_live_runs(&task, &live)?;
+    Ok((task, branch))
+}
+
+/// The message of a merge or squash commit: the task's description's first
+/// line and its id.
+fn land_message(task: &Task) -> String {
+    let first = task
+        .description
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("A task's change")
+        .trim();
+    let first: String = first.chars().take(100).collect();
+    format!("{first}\n\nLanded by Chorus from task {}.\n", task.id)
+}
+
+/// Whether `s` is a full commit id (a base given as one).
+fn is_commit_id(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+/// A git failure as the service's error.
+pub fn tool_error(e: ToolError) -> ServiceError {
+    match e {
+        ToolError::InvalidArguments { message, .. } => ServiceError::Invalid(message),
+        ToolError::ShuttingDown => ServiceError::Unavailable(
+            "the service is shutting down; try again on another replica".to_owned(),
+        ),
+        other => ServiceError::Precondition(other.to_string()),
+    }
+}
+
+impl From<LandMode> for worktree::LandMode {
+    fn from(mode: LandMode) -> Self {
+        match mode {
+            LandMode::FastForward => Self::FastForward,
+            LandMode::Merge => Self::Merge,
+            LandMode::Squash => Self::Squash,
+        }
+    }
+}
+
+/// Which patches of a change GetTaskChange answers with.
+#[derive(Debug, Clone, Default)]
+pub struct ChangePage {
+    /// Only these files' (empty: every file's, a page at a time).
+    pub paths: Vec<String>,
+    /// Files per page (0: [`DEFAULT_PAGE_FILES`]).
+    pub page_size: u32,
+    /// Files of the listing before this page.
+    pub offset: usize,
+}
+
+/// Files whose patches a page holds when the request says 0.
+pub const DEFAULT_PAGE_FILES: u32 = 20;
+/// The most files a page holds.
+pub const MAX_PAGE_FILES: u32 = 200;
+/// Most bytes of one file's patch.
+pub const MAX_PATCH_BYTES: usize = 1024 * 1024;
+
+/// One file's patch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilePatch {
+    pub path: String,
+    pub patch: String,
+    /// Cut at [`MAX_PATCH_BYTES`].
+    pub truncated: bool,
+}
+
+/// A task's change as GetTaskChange answers it.
+#[derive(Debug, Clone)]
+pub struct ChangeView {
+    pub branch: TaskBranch,
+    pub change: worktree::Change,
+    pub patches: Vec<FilePatch>,
+    /// The offset of the next page, if there is one.
+    pub next: Option<usize>,
+}
+
+/// `task_id`'s change: its commits and files against its base (what its
+/// worktree holds uncommitted included), and one page of patches.
+///
+/// # Errors
+/// FAILED_PRECONDITION for a task without a branch, or one never made,
+/// landed or discarded (its change is in its base, or gone); INVALID_ARGUMENT
+/// for a page size over the bound or a path the change does not list.
+pub async fn change(
+    state: &AppState,
+    task_id: TaskId,
+    page: ChangePage,
+) -> Result<ChangeView, ServiceError> {
+    let size = match page.page_size {
+        0 => DEFAULT_PAGE_FILES,
+        n if n > MAX_PAGE_FILES => {
+            return Err(ServiceError::Invalid(format!(
+                "page_size: at most {MAX_PAGE_FILES} files"
+            )));
+        }
+        n => n,
+    } as usize;
+    let task = state.store.get_task(task_id).await?;
+    let Some(branch) = task.branch.clone() else {
+        return Err(ServiceError::Precondition(format!(
+            "task {task_id} has no branch of its own ({}), so it has no change to show; see the files it changed in its history",
+            task.branch_note
+                .as_deref()
+                .unwrap_or("it was made before tasks had branches")
+        )));
+    };
+    match branch.state {
+        BranchState::Planned => {
+            return Err(ServiceError::Precondition(format!(
+                "task {task_id} has not started, so its branch '{}' was not made yet",
+                branch.name
+            )));
+        }
+        BranchState::Landed | BranchState::Discarded => {
+            return Err(ServiceError::Precondition(format!(
+                "task {task_id}'s change was {}{}; its branch is gone",
+                branch.state.as_str(),
+                branch
+                    .landed
+                    .as_ref()
+                    .map(|l| format!(" as commit {}", l.commit))
+                    .unwrap_or_default()
+            )));
+        }
+        BranchState::Open | BranchState::Kept => {}
+    }
+    let workspace = state.store.get_workspace(task.workspace_id).await?;
+    let repo = repository(state, &workspace);
+    let name = TaskBranch::worktree_name(task_id);
+    let open = (branch.state == BranchState::Open).then_some(name.as_str());
+    let base = if is_commit_id(&branch.base) {
+        branch.base.clone()
+    } else {
+        format!("refs/heads/{}", branch.base)
+    };
+    // A base deleted since: measured from where the branch started.
+    let base = match (repo.commit_of(&base).await, &branch.start_commit) {
+        (Ok(_), _) => base,
+        (Err(_), Some(start)) => start.clone(),
+        (Err(e), None) => return Err(tool_error(e)),
+    };
+    let change = repo
+        .change(&branch.name, &base, open)
+        .await
+        .map_err(tool_error)?;
+    let listed: Vec<&str> = change.files.iter().map(|f| f.path.as_str()).collect();
+    let (wanted, next): (Vec<String>, Option<usize>) = if page.paths.is_empty() {
+        let end = (page.offset + size).min(listed.len());
+        let wanted = listed
+            .get(page.offset.min(end)..end)
+            .unwrap_or_default()
+            .iter()
+            .map(|p| (*p).to_owned())
+            .collect();
+        (wanted, (end < listed.len()).then_some(end))
+    } else {
+        if let Some(unknown) = page.paths.iter().find(|p| !listed.contains(&p.as_str())) {
+            return Err(ServiceError::Invalid(format!(
+                "paths: '{unknown}' is not a file of this change; give paths as its files list them"
+            )));
+        }
+        if page.paths.len() > MAX_PAGE_FILES as usize {
+            return Err(ServiceError::Invalid(format!(
+                "paths: at most {MAX_PAGE_FILES} at once"
+            )));
+        }
+        (page.paths, None)
+    };
+    let mut patches = Vec::with_capacity(wanted.len());
+    for path in wanted {
+        // A rename's patch needs both of its paths.
+        let mut paths = vec![path.clone()];
+        if let Some(old) = change
+            .files
+            .iter()
+            .find(|f| f.path == path)
+            .and_then(|f| f.old_path.clone())
+        {
+            paths.push(old);
+        }
+        let (patch, truncated) = repo
+            .patch(
+                &change.base_commit,
+                &branch.name,
+                open,
+                &paths,
+                MAX_PATCH_BYTES,
+            )
+            .await
+            .map_err(tool_error)?;
+        patches.push(FilePatch {
+            path,
+            patch,
+            truncated,
+        });
+    }
+    Ok(ChangeView {
+        branch,
+        change,
+        patches,
+        next,
+    })
+}
+
+/// What a sweep of the task worktrees found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sweep {
+    /// Worktrees of tasks whose branch is open: kept where they are.
+    pub open: usize,
+    /// Worktrees removed: of tasks deleted, landed, discarded, canceled
+    /// while no replica could remove them, or past keep_unlanded_days.
+    pub removed: usize,
+    /// Worktrees being made (their task's record not written yet), or that
+    /// could not be removed: left for the next sweep.
+    pub left: usize,
+}
+
+/// How often the worktrees are swept after the first sweep at start.
+pub const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Sweeps at start and then every [`SWEEP_EVERY`] until `stop`.
+pub async fn keep_sweeping(state: AppState, stop: tokio_util::sync::CancellationToken) {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => match sweep(&state).await {
+                Ok(found) => info!(open = found.open, removed = found.removed, left = found.left, "task worktrees accounted for"),
+                Err(e) => warn!(error = %e, "the task worktrees could not be swept; the next sweep tries again"),
+            },
+        }
+    }
+}
+
+/// Accounts for every task worktree of every workspace that is a
+/// repository: each is a task's whose branch is open, or it is removed
+/// (what it held uncommitted kept on its branch when the task may still
+/// land); the repository's records of worktrees gone are pruned. Open
+/// worktrees of tasks that ended longer ago than their workspace's
+/// keep_unlanded_days are removed too, their branches kept, and their
+/// histories say so.
+///
+/// # Errors
+/// A store that fails.
+pub async fn sweep(state: &AppState) -> Result<Sweep, ServiceError> {
+    let mut found = Sweep::default();
+    let now = now_ms();
+    for workspace in state.store.list_workspaces().await? {
+        if !Repository::is_repository(&workspace.root) {
+            continue;
+        }
+        let repo = repository(state, &workspace);
+        for name in repo.worktree_names() {
+            match sweep_one(state, &workspace, &repo, &name, now).await {
+                Ok(true) => found.removed += 1,
+                Ok(false) => found.open += 1,
+                Err(e) => {
+                    warn!(workspace = %workspace.name, worktree = %name, error = %e, "a task worktree could not be accounted for");
+                    found.left += 1;
+                }
+            }
+        }
+        if let Err(e) = repo.prune().await {
+            warn!(workspace = %workspace.name, error = %e, "the repository's worktree records could not be pruned");
+        }
+    }
+    Ok(found)
+}
+
+/// Keeps or removes one worktree: true when removed.
+async fn sweep_one(
+    state: &AppState,
+    workspace: &Workspace,
+    repo: &Repository,
+    name: &str,
+    now: i64,
+) -> Result<bool, ServiceError> {
+    let task = match TaskId::parse(name) {
+        Ok(id) => match state.store.get_task(id).await {
+            Ok(task) if task.workspace_id == workspace.id => Some(task),
+            Ok(_) | Err(crate::store::StoreError::NotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
+        },
+        Err(_) => None,
+    };
+    let Some(task) = task else {
+        // No task of this workspace has it: a deleted task's, say.
+        repo.remove_worktree(name, None).await.map_err(tool_error)?;
+        info!(workspace = %workspace.name, worktree = %name, "a worktree of no task was removed");
+        return Ok(true);
+    };
+    let Some(branch) = &task.branch else {
+        repo.remove_worktree(name, None).await.map_err(tool_error)?;
+        return Ok(true);
+    };
+    match branch.state {
+        // Being made by a start (here or on another replica).
+        BranchState::Planned => Err(ServiceError::Precondition(
+            "its task's start is making it".to_owned(),
+        )),
+        BranchState::Open if task.status == crate::domain::TaskStatus::Canceled => {
+            try_keep(state, task.id, "the task was canceled").await?;
+            Ok(true)
+        }
+        BranchState::Open => {
+            let days = workspace.changes.keep_unlanded_days;
+            let ended = branch.ended_ms.unwrap_or(task.updated_ms);
+            let past = days > 0
+                && task.status.is_terminal()
+                && now.saturating_sub(ended) > i64::from(days) * 24 * 3600 * 1000;
+            if past {
+                try_keep(
+                    state,
+                    task.id,
+                    &format!("over for more than {days} day(s), the workspace's keep_unlanded_days, neither landed nor discarded"),
+                )
+                .await?;
+                return Ok(true);
+            }
+            Ok(false)
+        }
+        BranchState::Kept => {
+            // Left over from a removal that stopped half-way.
+            repo.remove_worktree(name, Some(&format!("Uncommitted work of task {}", task.id)))
+                .await
+                .map_err(tool_error)?;
+            Ok(true)
+        }
+        BranchState::Landed | BranchState::Discarded => {
+            repo.remove_worktree(name, None).await.map_err(tool_error)?;
+            Ok(true)
+        }
+    }
+}
