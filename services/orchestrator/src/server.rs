@@ -225,6 +225,8 @@ pub async fn run(
     let port = Port::open(&serve, port_spec(message_bytes)).await?;
     // Set when the drain starts: a draining replica takes no more runs.
     let draining = CancellationToken::new();
+    // Every task worktree accounted for before the service answers.
+    crate::core::branches::sweep_logged(&state).await;
     let pushes = crate::a2a::push::spawn(state.clone());
     let starts = tokio::spawn(crate::core::tasks::keep_starting(
         state.clone(),
@@ -232,7 +234,7 @@ pub async fn run(
         state.shutdown.clone(),
         draining.clone(),
     ));
-    // Every task worktree accounted for at start, then hourly.
+    // And again hourly (keep_unlanded_days).
     let sweeps = tokio::spawn(crate::core::branches::keep_sweeping(
         state.clone(),
         state.shutdown.clone(),

@@ -211,14 +211,23 @@ pub async fn open(
     state: &AppState,
     task: Task,
     workspace: &Workspace,
-) -> Result<(Task, PathBuf), ServiceError> {
+) -> Result<Opened, ServiceError> {
     let Some(branch) = task.branch.clone() else {
-        return Ok((task, workspace.root.clone()));
+        let root = workspace.root.clone();
+        return Ok(Opened {
+            task,
+            root,
+            note: None,
+        });
     };
     branch.check_start()?;
     if branch.state == BranchState::Open && branch.worktree.as_ref().is_some_and(|p| p.is_dir()) {
         let root = root_of(&task, workspace);
-        return Ok((task, root));
+        return Ok(Opened {
+            task,
+            root,
+            note: None,
+        });
     }
     let _held = state.branch_locks.lock(task.id.to_string()).await;
     let repo = repository(state, workspace);
@@ -263,6 +272,14 @@ pub async fn open(
         .await
         .map_err(tool_error)?;
     let path = made.path.clone();
+    // A follow-up starts with its base's new commits brought in.
+    let note = match branch.continues {
+        Some(earlier) if branch.state == BranchState::Planned => {
+            bring_in(&repo, task.id, earlier, &name, &base).await?
+        }
+        _ => None,
+    };
+    let told = note.clone();
     let (task, _) = state
         .store
         .change_task(task.id, move |task| {
@@ -281,12 +298,58 @@ pub async fn open(
                     "base": base,
                     "start_commit": made.start_commit,
                     "worktree": made.path,
+                    "note": told,
                 }),
             )])
         })
         .await?;
     info!(task_id = %task.id, worktree = %path.display(), "task worktree made");
-    Ok((task, path))
+    Ok(Opened {
+        task,
+        root: path,
+        note,
+    })
+}
+
+/// A task ready to run: as it stands, the root its runs act in, and what
+/// its agent is told of its branch (a follow-up's base brought in).
+#[derive(Debug)]
+pub struct Opened {
+    pub task: Task,
+    pub root: PathBuf,
+    pub note: Option<String>,
+}
+
+/// Brings `base` into a follow-up's worktree; what its agent is told.
+async fn bring_in(
+    repo: &Repository,
+    task: TaskId,
+    earlier: TaskId,
+    branch: &str,
+    base: &str,
+) -> Result<Option<String>, ServiceError> {
+    let reach = if is_commit_id(base) {
+        base.to_owned()
+    } else {
+        format!("refs/heads/{base}")
+    };
+    let message = format!("Bring {base} into {branch} (task {task}, continuing task {earlier})");
+    Ok(
+        match repo
+            .bring_in(&TaskBranch::worktree_name(task), &reach, &message)
+            .await
+            .map_err(tool_error)?
+        {
+            worktree::BroughtIn::UpToDate => None,
+            worktree::BroughtIn::Merged(commit) => Some(format!(
+                "This task continues task {earlier} on branch {branch}. {base} had moved on since; its new commits were merged into the branch (commit {commit})."
+            )),
+            worktree::BroughtIn::Conflicts(files) => Some(format!(
+                "This task continues task {earlier} on branch {branch}. {base} had moved on since; merging its new commits into the branch conflicts in {}: those files hold git's conflict markers (<<<<<<<, =======, >>>>>>>). Resolve each conflict in the files; the merge is concluded with the task's change when it lands.",
+                files.join(", ")
+            )),
+        },
+    )
 }
 
 /// A follow-up takes `earlier`'s branch: its worktree (if any) is removed
@@ -796,17 +859,31 @@ pub struct Sweep {
 /// How often the worktrees are swept after the first sweep at start.
 pub const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// Sweeps at start and then every [`SWEEP_EVERY`] until `stop`.
+/// Sweeps every [`SWEEP_EVERY`] until `stop` (the first sweep is the
+/// start's: [`sweep_logged`] before the service answers).
 pub async fn keep_sweeping(state: AppState, stop: tokio_util::sync::CancellationToken) {
-    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    let first = tokio::time::Instant::now() + SWEEP_EVERY;
+    let mut tick = tokio::time::interval_at(first, SWEEP_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
-            _ = tick.tick() => match sweep(&state).await {
-                Ok(found) => info!(open = found.open, removed = found.removed, left = found.left, "task worktrees accounted for"),
-                Err(e) => warn!(error = %e, "the task worktrees could not be swept; the next sweep tries again"),
-            },
+            _ = tick.tick() => sweep_logged(&state).await,
+        }
+    }
+}
+
+/// [`sweep`], its findings or its failure logged.
+pub async fn sweep_logged(state: &AppState) {
+    match sweep(state).await {
+        Ok(found) => info!(
+            open = found.open,
+            removed = found.removed,
+            left = found.left,
+            "task worktrees accounted for"
+        ),
+        Err(e) => {
+            warn!(error = %e, "the task worktrees could not be swept; the next sweep tries again")
         }
     }
 }

@@ -46,7 +46,7 @@ pub async fn open(
     let agent = user_defined_agent(state, workspace.id, &agent_name, "open a run of").await?;
     let tools = agent.granted_tools()?;
     super::branches::check_startable(&task)?;
-    let (_task, root) = super::branches::open(state, task, &workspace).await?;
+    let root = super::branches::open(state, task, &workspace).await?.root;
 
     let new = crate::store::NewRun {
         task_id,

@@ -156,9 +156,14 @@ pub async fn start(state: &AppState, req: Start) -> Result<(Task, Run), ServiceE
     policy::start_within_spending(state.store.spend_of(workspace.id).await?)?;
     let launch = Launch::prepare_agent(state, workspace.clone(), agent, timeout).await?;
     // Everything else checked: its worktree is made (its first start).
-    let (task, root) = super::branches::open(state, task, &workspace).await?;
-    let launch = launch.in_root(root);
-    let message = task_message(&task, req.prompt.trim());
+    let opened = super::branches::open(state, task, &workspace).await?;
+    let launch = launch.in_root(opened.root);
+    let task = opened.task;
+    let extra = match opened.note {
+        Some(note) => format!("{note}\n\n{}", req.prompt.trim()),
+        None => req.prompt.trim().to_owned(),
+    };
+    let message = task_message(&task, extra.trim());
     let new = launch.new_run(task_id, None);
     let (run, task, events) = state
         .store
@@ -290,8 +295,8 @@ async fn launch_planner(
     )?;
     let launch = Launch::prepare(state, workspace.clone(), &planner, timeout).await?;
     super::branches::check_startable(&task)?;
-    let (task, root) = super::branches::open(state, task, &workspace).await?;
-    let launch = launch.in_root(root);
+    let opened = super::branches::open(state, task, &workspace).await?;
+    let (task, launch) = (opened.task, launch.in_root(opened.root));
     let new = launch.new_run(task.id, None);
     let (run, task, events) = state
         .store

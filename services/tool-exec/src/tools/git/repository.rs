@@ -435,8 +435,24 @@ impl Repository {
         let branch = git.branch_name(branch).await?;
         let head_commit = self.resolve(&git, &format!("refs/heads/{branch}")).await?;
         let base_tip = self.resolve(&git, base).await?;
+        // A merge of the base going on in the worktree counts as done.
+        let merging = worktree
+            .map(|name| {
+                Layout::worktree(&self.root, name)
+                    .git_dir
+                    .join("MERGE_HEAD")
+            })
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .map(|id| id.trim().to_owned())
+            .filter(|id| is_hex(id));
+        let mut args = vec![
+            "merge-base".to_owned(),
+            base_tip.clone(),
+            head_commit.clone(),
+        ];
+        args.extend(merging);
         let base_commit = git
-            .stdout_line("merge-base", ["merge-base", &base_tip, &head_commit])
+            .stdout_line("merge-base", &args)
             .await
             .unwrap_or(base_tip);
         let range = format!("{base_commit}..{head_commit}");
@@ -536,6 +552,74 @@ impl Repository {
         Ok((out.stdout.text(), out.stdout.truncated))
     }
 
+    /// Brings `base` (a branch, or a commit) into the worktree `name`'s
+    /// branch when the base has commits the branch lacks: a merge commit
+    /// when it merges cleanly; else the merge is left going, with git's
+    /// conflict markers in the files it names (the worktree's whole work —
+    /// see [`Repository::whole_commit`] — concludes it).
+    ///
+    /// # Errors
+    /// `FailedPrecondition` with git's message when the merge could not
+    /// even start (it is undone).
+    pub async fn bring_in(
+        &self,
+        name: &str,
+        base: &str,
+        message: &str,
+    ) -> Result<BroughtIn, ToolError> {
+        check_revision_syntax("worktree", "base", base)?;
+        let target = Layout::worktree(&self.root, name);
+        let ctx = self.context(&target.work_tree, "worktree")?;
+        let git = Git::open(&ctx, "worktree").await?;
+        let base_tip = self.resolve(&git, base).await?;
+        if is_ancestor(&git, &base_tip, "HEAD").await? {
+            return Ok(BroughtIn::UpToDate);
+        }
+        let mut cmd = git.command();
+        cmd.env("GIT_AUTHOR_NAME", "Chorus")
+            .env("GIT_AUTHOR_EMAIL", "chorus@chorus.invalid")
+            .env("GIT_COMMITTER_NAME", "Chorus")
+            .env("GIT_COMMITTER_EMAIL", "chorus@chorus.invalid")
+            .args([
+                "merge",
+                "--no-ff",
+                "--no-edit",
+                "--no-verify",
+                "--quiet",
+                "-m",
+                message,
+            ])
+            .arg(&base_tip);
+        let out = git.run("merge", cmd).await?;
+        if out.success() {
+            return Ok(BroughtIn::Merged(
+                git.stdout_line("rev-parse", ["rev-parse", "HEAD"]).await?,
+            ));
+        }
+        let conflicted = git
+            .stdout_text(
+                "diff",
+                ["diff", "--name-only", "--diff-filter=U", "-z", "--no-color"],
+            )
+            .await?;
+        let mut files: Vec<String> = conflicted
+            .split('\0')
+            .filter(|f| !f.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if files.is_empty() {
+            let mut abort = git.command();
+            abort.args(["merge", "--abort"]);
+            let _ = git.run("merge", abort).await;
+            return Err(ToolError::FailedPrecondition(format!(
+                "git merge of '{base}' failed: {}",
+                super::quote(&out.stderr.text())
+            )));
+        }
+        files.sort();
+        Ok(BroughtIn::Conflicts(files))
+    }
+
     /// One commit holding all of the worktree `name`'s work: its branch's
     /// tip when nothing is uncommitted, else a commit on top of it with the
     /// rest (made as an object only: no ref moves, nothing the agent staged
@@ -561,7 +645,13 @@ impl Repository {
         let head_tree = git
             .stdout_line("rev-parse", ["rev-parse", "HEAD^{tree}"])
             .await?;
-        if tree == head_tree {
+        // A merge going on (the base brought in, its conflicts resolved in
+        // the files) is concluded by this commit.
+        let merging = std::fs::read_to_string(target.git_dir.join("MERGE_HEAD"))
+            .ok()
+            .map(|id| id.trim().to_owned())
+            .filter(|id| is_hex(id));
+        if tree == head_tree && merging.is_none() {
             return Ok(head);
         }
         let mut cmd = git.command();
@@ -569,7 +659,19 @@ impl Repository {
             .env("GIT_AUTHOR_EMAIL", "chorus@chorus.invalid")
             .env("GIT_COMMITTER_NAME", "Chorus")
             .env("GIT_COMMITTER_EMAIL", "chorus@chorus.invalid")
-            .args(["commit-tree", &tree, "-p", &head, "-m", message]);
+            .args(["commit-tree", &tree, "-p", &head]);
+        let mut message = message.to_owned();
+        if let Some(other) = &merging {
+            cmd.args(["-p", other]);
+            // The merge's own message (what git would conclude it with).
+            if let Ok(text) = std::fs::read_to_string(target.git_dir.join("MERGE_MSG")) {
+                let kept: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+                if !kept.join("").trim().is_empty() {
+                    message = kept.join("\n").trim().to_owned();
+                }
+            }
+        }
+        cmd.args(["-m", &message]);
         Ok(git
             .check("commit-tree", cmd)
             .await?
@@ -695,6 +797,22 @@ impl Repository {
             )
         })))
     }
+}
+
+/// What bringing a base into a worktree did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BroughtIn {
+    /// The branch has every commit of the base already.
+    UpToDate,
+    /// Merged cleanly: the merge commit.
+    Merged(String),
+    /// The merge is going on, these files holding conflict markers.
+    Conflicts(Vec<String>),
+}
+
+/// Whether `s` is a commit id as git writes one.
+fn is_hex(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.chars().all(|c| c.is_ascii_hexdigit())
 }
 
 /// The arguments of every diff a change is read with.

@@ -1,0 +1,596 @@
+//! Each task on its own branch, through the orchestrator as users drive it:
+//! agents work in their task's worktree, people read the change and land or
+//! discard it, and every ending leaves no stray worktree.
+
+use std::path::Path;
+use std::process::Command;
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_tests::agents::{
+    Client, data, ends, history, opened_run, planned_task, settled, start, task_of, team, wait_for,
+};
+use chorus_tests::fake_openai::{FakeOpenAi, Step};
+use chorus_tests::orchestrator::Orchestrator;
+use serde_json::json;
+
+/// The test's own git on the workspace's repository (owned by the test
+/// user), reading no configuration but the repository's.
+fn git(root: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(root)
+        .args(["-c", "safe.directory=*"])
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A repository on main with a.txt committed.
+fn repository(root: &Path) {
+    git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["config", "user.name", "Ana"]);
+    git(root, &["config", "user.email", "ana@example.com"]);
+    std::fs::write(root.join("a.txt"), "one\ntwo\nthree\n").expect("a.txt");
+    git(root, &["add", "."]);
+    git(root, &["commit", "-q", "-m", "first"]);
+}
+
+fn write(path: &str, content: &str) -> Step {
+    Step::tool_call("file_write", json!({"path": path, "content": content}))
+}
+
+fn read(path: &str) -> Step {
+    Step::tool_call("file_read", json!({"path": path}))
+}
+
+fn done(summary: &str) -> Step {
+    Step::tool_call(
+        "completion-report",
+        json!({"status": "complete", "summary": summary, "output": summary}),
+    )
+}
+
+/// Starts the worker on a new task and waits until its run ends.
+async fn worked(client: &mut Client, ws: &pb::Workspace, description: &str) -> pb::Task {
+    let task = planned_task(client, ws, description).await;
+    let run = start(client, &task, "worker", 0).await.run.expect("run").id;
+    wait_for(client, &task.id, |e| ends(e, &run)).await;
+    settled(client, &task.id).await
+}
+
+/// The tool results the model was last sent, in order (a file.read's
+/// content among them).
+fn tool_results(model: &FakeOpenAi) -> Vec<String> {
+    model
+        .requests()
+        .last()
+        .and_then(|r| r["messages"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn branch(task: &pb::Task) -> pb::TaskBranch {
+    task.branch
+        .clone()
+        .unwrap_or_else(|| panic!("task {} has no branch: {}", task.id, task.branch_note))
+}
+
+async fn change(client: &mut Client, task: &str) -> pb::GetTaskChangeResponse {
+    client
+        .get_task_change(pb::GetTaskChangeRequest {
+            task_id: task.to_owned(),
+            ..Default::default()
+        })
+        .await
+        .expect("change")
+        .into_inner()
+}
+
+async fn land(client: &mut Client, task: &str) -> Result<pb::Task, tonic::Status> {
+    client
+        .land_task(pb::LandTaskRequest {
+            task_id: task.to_owned(),
+            ..Default::default()
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tasks_on_one_file_land_one_after_the_other_through_a_follow_up() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let root = root.path().canonicalize().expect("canonical");
+    repository(&root);
+    let model = FakeOpenAi::start(vec![
+        // Task one.
+        write("a.txt", "one\nTWO\nthree\n"),
+        done("one"),
+        // Task two: it reads a.txt as the repository has it, not as one left it.
+        read("a.txt"),
+        write("a.txt", "one\ntwo!\nthree\n"),
+        done("two"),
+        // The follow-up of two: main was merged into its branch, with a
+        // conflict in a.txt, which it resolves.
+        read("a.txt"),
+        write("a.txt", "one\nTWO!\nthree\n"),
+        done("follow-up"),
+    ])
+    .await;
+    let orchestrator = Orchestrator::for_api_agents(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let team = team(
+        &mut client,
+        &root,
+        pb::ProviderKind::OpenaiCompatible,
+        &model.base_url(),
+        "sk-test",
+        "fake-model",
+        &["file.read", "file.write"],
+        "You edit files.",
+    )
+    .await;
+    assert!(team.workspace.repository);
+
+    let one = worked(&mut client, &team.workspace, "Capitalise two.").await;
+    let two = worked(&mut client, &team.workspace, "Exclaim two.").await;
+    assert_eq!(two.status, "completed");
+    let (b1, b2) = (branch(&one), branch(&two));
+    assert_eq!(b1.state, "open");
+    assert_eq!(b1.base, "main");
+    assert_eq!(b1.name, format!("chorus/{}", &one.id[..8]));
+    assert_ne!(b1.worktree, b2.worktree);
+    let reads = tool_results(&model);
+    assert!(
+        reads.iter().any(|r| r.contains("2\\ttwo\\n")) && !reads.iter().any(|r| r.contains("TWO")),
+        "task two read a.txt as the repository has it: {reads:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("a.txt")).expect("top"),
+        "one\ntwo\nthree\n",
+        "no task wrote into the workspace's own files"
+    );
+    for (task, line) in [(&one, "+TWO"), (&two, "+two!")] {
+        let change = change(&mut client, &task.id).await;
+        assert_eq!(change.files.len(), 1, "{change:?}");
+        assert_eq!(change.files[0].path, "a.txt");
+        assert!(change.files[0].uncommitted);
+        assert_eq!(change.files[0].additions, Some(1));
+        let patch = &change.patches[0].patch;
+        assert!(patch.contains(line), "{patch}");
+    }
+
+    // One lands first: main fast-forwards to its work.
+    let landed = land(&mut client, &one.id).await.expect("one lands");
+    let b1 = branch(&landed);
+    assert_eq!(b1.state, "landed");
+    assert_eq!(b1.landed_commit, git(&root, &["rev-parse", "main"]));
+    assert!(!b1.landed_by.is_empty());
+    assert_eq!(
+        std::fs::read_to_string(root.join("a.txt")).expect("top"),
+        "one\nTWO\nthree\n"
+    );
+    assert!(
+        !Path::new(&branch(&one).worktree).exists(),
+        "its worktree went"
+    );
+    assert!(git(&root, &["branch", "--list", &branch(&one).name]).is_empty());
+    let kinds: Vec<String> = history(&mut client, &one.id)
+        .await
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(kinds.contains(&"task_landed".to_owned()), "{kinds:?}");
+
+    // Two conflicts: refused, naming the file, nothing changed.
+    let main_before = git(&root, &["rev-parse", "main"]);
+    let refused = land(&mut client, &two.id).await.expect_err("two conflicts");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        refused.message().contains("conflicts"),
+        "{}",
+        refused.message()
+    );
+    assert!(refused.message().contains("a.txt"), "{}", refused.message());
+    assert_eq!(git(&root, &["rev-parse", "main"]), main_before);
+    assert_eq!(branch(&task_of(&mut client, &two.id).await).state, "open");
+    assert!(
+        Path::new(&b2.worktree).is_dir(),
+        "two's worktree is as it was"
+    );
+    assert_eq!(git(&root, &["status", "--porcelain"]), "");
+
+    // A follow-up takes two's branch, agrees with main, and lands.
+    let follow_up = client
+        .create_task(pb::CreateTaskRequest {
+            workspace_id: team.workspace.id.clone(),
+            description: "Bring main into two.".into(),
+            continue_task_id: two.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("a follow-up")
+        .into_inner();
+    assert_eq!(branch(&follow_up).name, b2.name);
+    assert_eq!(branch(&follow_up).continues_task_id, two.id);
+    chorus_tests::agents::mark_planned(&mut client, &follow_up.id).await;
+    let run = start(&mut client, &follow_up, "worker", 0)
+        .await
+        .run
+        .expect("run")
+        .id;
+    wait_for(&mut client, &follow_up.id, |e| ends(e, &run)).await;
+    let follow_up = settled(&mut client, &follow_up.id).await;
+    let reads = tool_results(&model);
+    let conflict = reads.first().cloned().unwrap_or_default();
+    for side in ["<<<<<<<", "two!", "=======", "TWO", ">>>>>>>"] {
+        assert!(
+            conflict.contains(side),
+            "the follow-up starts from two's work with main's in conflict: {conflict}"
+        );
+    }
+    let told = model.requests()[model.requests().len() - 3]["messages"].to_string();
+    assert!(
+        told.contains("conflicts in a.txt"),
+        "the agent is told: {told}"
+    );
+    let two_now = task_of(&mut client, &two.id).await;
+    assert_eq!(
+        branch(&two_now).state,
+        "kept",
+        "two's worktree went to the follow-up"
+    );
+    let refused = land(&mut client, &two.id)
+        .await
+        .expect_err("two is continued");
+    assert!(
+        refused.message().contains("continues"),
+        "{}",
+        refused.message()
+    );
+
+    let landed = land(&mut client, &follow_up.id)
+        .await
+        .expect("the follow-up lands");
+    assert_eq!(branch(&landed).state, "landed");
+    assert_eq!(
+        std::fs::read_to_string(root.join("a.txt")).expect("top"),
+        "one\nTWO!\nthree\n"
+    );
+    // main took the follow-up's work as it was: the branch holds main.
+    assert_eq!(
+        branch(&landed).landed_commit,
+        git(&root, &["rev-parse", "main"])
+    );
+    let merges = git(&root, &["log", "--merges", "--format=%s", "main"]);
+    assert!(merges.contains("Bring main into"), "{merges}");
+    assert_eq!(
+        git(&root, &["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        1
+    );
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canceled_task_leaves_no_worktree_and_keeps_its_work_on_its_branch() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let root = root.path().canonicalize().expect("canonical");
+    repository(&root);
+    // The second request is held: the run is going when canceled.
+    let model = FakeOpenAi::start(vec![
+        Step::tool_call(
+            "file_create",
+            json!({"path": "draft.txt", "content": "half done\n"}),
+        ),
+        Step::Hold,
+    ])
+    .await;
+    let orchestrator = Orchestrator::for_api_agents(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let team = team(
+        &mut client,
+        &root,
+        pb::ProviderKind::OpenaiCompatible,
+        &model.base_url(),
+        "sk-test",
+        "fake-model",
+        &["file.create"],
+        "You draft.",
+    )
+    .await;
+    let task = planned_task(&mut client, &team.workspace, "Draft.").await;
+    start(&mut client, &task, "worker", 0).await;
+    model.holding().await;
+    let events = wait_for(&mut client, &task.id, |e| {
+        e.kind == "tool_executed" && data(e)["tool"] == "file.create"
+    })
+    .await;
+    let opened = events
+        .iter()
+        .find(|e| e.kind == "branch_opened")
+        .map(data)
+        .expect("branch_opened");
+    let worktree = opened["worktree"].as_str().expect("worktree").to_owned();
+    assert!(Path::new(&worktree).join("draft.txt").is_file());
+
+    chorus_tests::agents::cancel(&mut client, &task.id, "not needed").await;
+    let task = task_of(&mut client, &task.id).await;
+    let b = branch(&task);
+    assert_eq!(b.state, "kept");
+    assert!(b.worktree.is_empty());
+    assert!(!Path::new(&worktree).exists(), "no worktree is left");
+    assert_eq!(
+        git(&root, &["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        1
+    );
+    let kept = git(&root, &["show", "--name-only", "--format=%s", &b.name]);
+    assert!(
+        kept.contains("draft.txt"),
+        "its work is on its branch: {kept}"
+    );
+    let change = change(&mut client, &task.id).await;
+    assert_eq!(change.files.len(), 1);
+    assert!(!change.files[0].uncommitted);
+
+    // Discarded: the branch goes too.
+    let discarded = client
+        .discard_task(pb::DiscardTaskRequest {
+            task_id: task.id.clone(),
+        })
+        .await
+        .expect("discard")
+        .into_inner();
+    assert_eq!(branch(&discarded).state, "discarded");
+    assert!(git(&root, &["branch", "--list", &b.name]).is_empty());
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_helper_writes_into_its_parents_worktree() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let root = root.path().canonicalize().expect("canonical");
+    repository(&root);
+    let child_script = [
+        chorus_tests::agents::call(
+            &json!({"tool": "file.create", "path": "part.txt", "content": "done by the helper"}),
+        ),
+        chorus_tests::agents::report("complete", "part written"),
+        "fake: say Part written.".to_owned(),
+    ]
+    .join("\n");
+    let model = FakeOpenAi::start(vec![
+        Step::tool_call(
+            "handoff",
+            json!({"agent": "helper", "prompt": child_script}),
+        ),
+        done("delegated"),
+    ])
+    .await;
+    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key pair");
+    let orchestrator = Orchestrator::start_configured(
+        &data_dir.path().join("chorus.db").display().to_string(),
+        signer,
+        true,
+        |config| config.runner.claude_bin = chorus_tests::agents::fake_cli(),
+    )
+    .await;
+    let mut client = orchestrator.client().await;
+    let team = team(
+        &mut client,
+        &root,
+        pb::ProviderKind::OpenaiCompatible,
+        &model.base_url(),
+        "",
+        "fake-model",
+        &["handoff"],
+        "You delegate.",
+    )
+    .await;
+    client
+        .create_provider(pb::CreateProviderRequest {
+            workspace_id: team.workspace.id.clone(),
+            name: "cli".into(),
+            kind: pb::ProviderKind::ClaudeCode.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("cli provider");
+    chorus_tests::agents::add_agent(
+        &mut client,
+        &team.workspace,
+        "helper",
+        &["file.create"],
+        "cli",
+    )
+    .await;
+    let task = worked(&mut client, &team.workspace, "Get the part written.").await;
+    assert_eq!(task.status, "completed");
+    let worktree = branch(&task).worktree;
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&worktree).join("part.txt")).expect("in the worktree"),
+        "done by the helper"
+    );
+    assert!(
+        !root.join("part.txt").exists(),
+        "not in the workspace's own files"
+    );
+    let runs = client
+        .list_runs(pb::ListRunsRequest {
+            task_id: task.id.clone(),
+        })
+        .await
+        .expect("runs")
+        .into_inner()
+        .runs;
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_accounts_for_every_one_of_fifty_worktrees() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let root = root.path().canonicalize().expect("canonical");
+    repository(&root);
+    let database = data_dir.path().join("chorus.db").display().to_string();
+    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key set");
+    let orchestrator = Orchestrator::start_configured(&database, signer, true, |_| {}).await;
+    let mut client = orchestrator.client().await;
+    let model = FakeOpenAi::start(Vec::new()).await;
+    let team =
+        chorus_tests::agents::api_team(&mut client, &root, &model, &["file.read"], "You read.")
+            .await;
+
+    // 30 tasks whose worktrees stay: each opened by a run its caller drives.
+    let mut open = Vec::new();
+    for i in 0..30 {
+        let opened = opened_run(&mut client, &team.workspace, "worker", &format!("task {i}")).await;
+        let run = opened.run.expect("run");
+        client
+            .finish_run(pb::FinishRunRequest {
+                id: run.id.clone(),
+                reason: "paused".into(),
+            })
+            .await
+            .expect("finish");
+        open.push(run.task_id);
+    }
+    // 10 canceled tasks whose worktree a crash left behind (made again by
+    // hand where the cancel removed it), and 10 of no task at all.
+    let mut kept = Vec::new();
+    for i in 0..10 {
+        let opened = opened_run(&mut client, &team.workspace, "worker", &format!("gone {i}")).await;
+        let task = opened.run.expect("run").task_id;
+        chorus_tests::agents::cancel(&mut client, &task, "gone").await;
+        let b = branch(&task_of(&mut client, &task).await);
+        let path = root.join(".git/chorus/worktrees").join(&task);
+        git(
+            &root,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                &path.display().to_string(),
+                &b.name,
+            ],
+        );
+        kept.push(task);
+    }
+    for i in 0..10 {
+        let name = uuid_like(i);
+        let path = root.join(".git/chorus/worktrees").join(&name);
+        git(
+            &root,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "--detach",
+                &path.display().to_string(),
+                "main",
+            ],
+        );
+    }
+    chorus_sandbox::testing::give_to_test_user(&root);
+    let on_disk = |root: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(root.join(".git/chorus/worktrees"))
+            .expect("worktrees")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(on_disk(&root).len(), 50);
+
+    orchestrator.stop().await;
+    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key set");
+    let orchestrator = Orchestrator::start_configured(&database, signer, true, |_| {}).await;
+    let mut client = orchestrator.client().await;
+    // Every worktree is accounted for before the service answers.
+    let mut want = open.clone();
+    want.sort();
+    assert_eq!(
+        on_disk(&root),
+        want,
+        "only the open tasks' worktrees are left"
+    );
+    assert_eq!(
+        git(&root, &["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        31,
+        "the repository records the top level and the open ones"
+    );
+    for task in &kept {
+        let t = task_of(&mut client, task).await;
+        assert_eq!(branch(&t).state, "kept");
+        assert!(git(&root, &["rev-parse", "--verify", &branch(&t).name]).len() == 40);
+    }
+    for task in &open {
+        let t = task_of(&mut client, task).await;
+        assert_eq!(branch(&t).state, "open");
+        assert!(Path::new(&branch(&t).worktree).is_dir());
+    }
+    orchestrator.stop().await;
+}
+
+fn uuid_like(i: usize) -> String {
+    format!("00000000-0000-4000-8000-{i:012}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspace_that_is_not_a_repository_says_so_and_works_as_before() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let orchestrator = Orchestrator::for_api_agents(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let ws = chorus_tests::agents::workspace(&mut client, "plain", root.path()).await;
+    assert!(!ws.repository);
+    let task = planned_task(&mut client, &ws, "Anything.").await;
+    assert!(task.branch.is_none());
+    assert!(
+        task.branch_note
+            .contains("not the top level of a git repository"),
+        "{}",
+        task.branch_note
+    );
+    let refused = client
+        .create_task(pb::CreateTaskRequest {
+            workspace_id: ws.id.clone(),
+            description: "On a branch.".into(),
+            branch: "feature".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no branches here");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    let refused = client
+        .get_task_change(pb::GetTaskChangeRequest {
+            task_id: task.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no change to show");
+    assert!(
+        refused.message().contains("no branch of its own"),
+        "{}",
+        refused.message()
+    );
+    orchestrator.stop().await;
+}
