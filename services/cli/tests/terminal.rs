@@ -768,3 +768,124 @@ async fn a_providers_tool_transport_is_shown_and_set_from_the_command_line() {
         "{stdout}"
     );
 }
+
+/// The test's own git on the workspace's repository (owned by the test
+/// user).
+fn git(root: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .current_dir(root)
+        .args(["-c", "safe.directory=*"])
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reviewer_reads_a_tasks_change_and_lands_it_from_the_terminal() {
+    let stage = Stage::new(vec![
+        Step::tool_call(
+            "file_write",
+            json!({"path": "greeting.txt", "content": "hello, world\n"}),
+        ),
+        Step::tool_call(
+            "file_create",
+            json!({"path": "notes/new.txt", "content": "fresh\n"}),
+        ),
+        report("complete", "Changed the greeting"),
+    ])
+    .await;
+    let root = stage.root.path();
+    git(root, &["init", "-q", "-b", "main"]);
+    std::fs::write(root.join("greeting.txt"), "hello\n").expect("seed");
+    git(root, &["add", "."]);
+    git(
+        root,
+        &[
+            "-c",
+            "user.name=Ana",
+            "-c",
+            "user.email=ana@example.com",
+            "commit",
+            "-q",
+            "-m",
+            "first",
+        ],
+    );
+    chorus_sandbox::testing::give_to_test_user(root);
+    let (code, stdout, stderr) = stage
+        .run(&[
+            "task",
+            "run",
+            "Greet the world",
+            "-w",
+            "demo",
+            "--agent",
+            "writer",
+            "--no-plan",
+            "--follow",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let end = json_lines(&stdout).pop().expect("a last line");
+    let id = end["taskId"].as_str().expect("task id").to_owned();
+    assert_eq!(
+        std::fs::read_to_string(root.join("greeting.txt")).expect("top"),
+        "hello\n",
+        "the task worked on its own branch"
+    );
+
+    let env: String = stage
+        .env()
+        .iter()
+        .map(|(k, v)| format!("{k}={} ", shell_quote(v)))
+        .collect();
+    let command = format!(
+        "env {env} {CHORUS} task show {id}; env {env} {CHORUS} task diff {id}; env {env} {CHORUS} task land {id} --mode squash -m 'Greet the world'; echo EXIT=$?; exec cat"
+    );
+    let Some(tmux) = Tmux::start(&command, stage.dir.path()) else {
+        return;
+    };
+    let screen = tmux.wait_for("EXIT=").await;
+    let short = &id[..8];
+    for expected in [
+        format!("chorus/{short} from main (open)"),
+        format!("branch chorus/{short} from main (open), 0 commit(s), 2 file(s)"),
+        "modified  greeting.txt  +1 -1 uncommitted".to_owned(),
+        "added     notes/new.txt  +1 -0 uncommitted".to_owned(),
+        "-hello".to_owned(),
+        "+hello, world".to_owned(),
+        "+fresh".to_owned(),
+        format!("task {id} landed into main as "),
+        "EXIT=0".to_owned(),
+    ] {
+        assert!(screen.contains(&expected), "no '{expected}' in:\n{screen}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join("greeting.txt")).expect("top"),
+        "hello, world\n"
+    );
+    assert_eq!(
+        git(root, &["log", "-1", "--format=%s", "main"]),
+        "Greet the world"
+    );
+    assert_eq!(
+        git(root, &["rev-list", "--count", "main"]),
+        "2",
+        "squashed: one commit"
+    );
+
+    // Landed once: a second land says so and changes nothing.
+    let (code, _, stderr) = stage.run(&["task", "land", &id]).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("landed already"), "{stderr}");
+}
