@@ -152,6 +152,18 @@ try {
   if (!spent.includes('unpriced') || !spent.includes('limits: none')) throw new Error(`the task's spending shows: ${spent}`);
   await shot('04-completed');
 
+  step = 'read the task\'s change and land it';
+  await page.waitForSelector('#branch[data-state=open]');
+  await page.waitForSelector('#change-files details[data-path="hello.txt"] .patch .add');
+  const diff = await page.textContent('#change-files');
+  if (!diff.includes('+hello') || !diff.includes('uncommitted')) throw new Error(`the change shows: ${diff}`);
+  await shot('04b-change');
+  await page.selectOption('#land select[name=mode]', 'LAND_MODE_SQUASH');
+  await page.click('#land button');
+  await page.waitForSelector('#branch[data-state=landed]');
+  await page.waitForSelector('#timeline li[data-kind=task_landed]');
+  if (await page.$('#land')) throw new Error('a landed task is offered landing again');
+
   step = 'cancel another task';
   await page.click('a[data-nav=tasks]');
   await page.fill('#new-task textarea[name=description]', 'Something to cancel');

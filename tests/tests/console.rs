@@ -93,6 +93,24 @@ async fn a_person_drives_a_task_from_the_console_and_a_viewer_can_only_look() {
         step("completion-report", json!({"status": "complete", "summary": "Wrote and checked hello.txt", "output": "done"})),
     ])
     .await;
+    // A repository: the task works on its own branch, which the person lands.
+    git(root.path(), &["init", "-q", "-b", "main"]);
+    std::fs::write(root.path().join("README"), "demo\n").expect("seed");
+    git(root.path(), &["add", "."]);
+    git(
+        root.path(),
+        &[
+            "-c",
+            "user.name=Ana",
+            "-c",
+            "user.email=ana@example.com",
+            "commit",
+            "-q",
+            "-m",
+            "first",
+        ],
+    );
+    chorus_sandbox::testing::give_to_test_user(root.path());
     let artifacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
     let _ = std::fs::remove_dir_all(&artifacts);
     std::fs::create_dir_all(&artifacts).expect("artifacts dir");
@@ -121,10 +139,15 @@ async fn a_person_drives_a_task_from_the_console_and_a_viewer_can_only_look() {
         artifacts.display()
     );
     assert_eq!(
-        std::fs::read_to_string(root.path().join("hello.txt")).expect("the agent's file"),
+        std::fs::read_to_string(root.path().join("hello.txt")).expect("the agent's file, landed"),
         "hello\n"
     );
-    for shot in ["01-wrong-key", "04-completed", "06-viewer"] {
+    assert_eq!(
+        git(root.path(), &["log", "-1", "--format=%s", "main"]),
+        "Greet the world in hello.txt",
+        "squashed into one commit named after the task"
+    );
+    for shot in ["01-wrong-key", "04-completed", "04b-change", "06-viewer"] {
         assert!(
             artifacts.join(format!("{shot}.png")).exists(),
             "no screenshot {shot}"
@@ -305,6 +328,24 @@ async fn the_console_reconnects_after_a_restart_and_misses_nothing() {
     let task = chorus_tests::agents::planned_task(&mut client, &ws, "Wait for a restart.").await;
     drop(client);
 
+    // A repository: the task works on its own branch, which the person lands.
+    git(root.path(), &["init", "-q", "-b", "main"]);
+    std::fs::write(root.path().join("README"), "demo\n").expect("seed");
+    git(root.path(), &["add", "."]);
+    git(
+        root.path(),
+        &[
+            "-c",
+            "user.name=Ana",
+            "-c",
+            "user.email=ana@example.com",
+            "commit",
+            "-q",
+            "-m",
+            "first",
+        ],
+    );
+    chorus_sandbox::testing::give_to_test_user(root.path());
     let artifacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
     std::fs::create_dir_all(&artifacts).expect("artifacts dir");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("console/reconnect.mjs");
@@ -366,4 +407,23 @@ async fn the_console_reconnects_after_a_restart_and_misses_nothing() {
         String::from_utf8_lossy(&output.stderr)
     );
     second.stop().await;
+}
+
+/// The test's own git on the workspace's repository (owned by the test
+/// user).
+fn git(root: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .current_dir(root)
+        .args(["-c", "safe.directory=*"])
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }

@@ -342,6 +342,35 @@ impl<'a> View<'a> {
                 ),
             ),
             "budget_changed" => "$ budget set".to_owned(),
+            "branch_opened" => {
+                let note = text(data, "note");
+                format!(
+                    "» worktree on {} from {}{}",
+                    text(data, "branch"),
+                    text(data, "base"),
+                    if note.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {note}")
+                    }
+                )
+            }
+            "branch_kept" => format!(
+                "« worktree removed, branch {} kept: {}",
+                text(data, "branch"),
+                text(data, "why")
+            ),
+            "task_landed" => paint(
+                Colour::Green,
+                &format!(
+                    "✔ landed into {} as {} by {} ({})",
+                    text(data, "base"),
+                    text(data, "commit").get(..12).unwrap_or_default(),
+                    text(data, "by"),
+                    text(data, "mode")
+                ),
+            ),
+            "task_discarded" => format!("✗ change discarded by {}", text(data, "by")),
             "completion_report_submitted" => {
                 let report = if data.get("report").is_some() {
                     &data["report"]

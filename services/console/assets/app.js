@@ -4,6 +4,8 @@
 // person signed in with as the bearer. What a key's role may not do is not
 // shown; the API refuses it anyway.
 
+import { branchText, changeView } from '/change.js';
+
 const KEY = 'chorus.key';
 const main = document.getElementById('main');
 let me = null;            // { name, role } of the signed-in key
@@ -389,6 +391,10 @@ function describe(event, runs) {
     case 'budget_warning': return ['⚠', `budget: ${d.percent}% of its ${d.limit} limit (${d.spent} of ${d.limit_value})`, 'failed'];
     case 'budget_exceeded': return ['⛔', d.reason || `budget: its ${d.limit} limit was reached`, 'denied'];
     case 'budget_changed': return ['$', 'budget set'];
+    case 'branch_opened': return ['»', `worktree on ${d.branch} from ${d.base}${d.note ? ` — ${d.note}` : ''}`];
+    case 'branch_kept': return ['«', `worktree removed, branch ${d.branch} kept: ${d.why || ''}`];
+    case 'task_landed': return ['✔', `landed into ${d.base} as ${String(d.commit || '').slice(0, 12)} by ${d.by} (${d.mode})`, 'report'];
+    case 'task_discarded': return ['✗', `change discarded by ${d.by}`, 'failed'];
     default: return ['·', event.kind, 'muted'];
   }
 }
@@ -458,13 +464,16 @@ async function taskPage(id, signal) {
   function renderHead(task) {
     const planning = task.planning || {};
     const actions = el('div', { class: 'inline', id: 'actions' });
-    const act = (label, method, body, cls) => el('button', {
+    const act = (label, method, body, cls, after) => el('button', {
       type: 'button', class: cls || '', 'data-action': method,
       onclick: async (event) => {
         event.target.disabled = true;
-        try { await api(method, body()); } catch (error) { showError(head, error); } finally { event.target.disabled = false; }
+        try { await api(method, body()); if (after) await after(); } catch (error) { showError(head, error); } finally { event.target.disabled = false; }
       },
     }, label);
+    // A landing or discarding comes after the task ended, its history's
+    // stream with it: what it recorded is read, and the head again.
+    const afterward = async () => { renderHead(await api('GetTask', { taskId: id })); await catchUp(); };
     if (can.operate()) {
       if (task.status === 'pending' || task.status === 'planned') actions.append(act('Plan', 'PlanTask', () => ({ taskId: id })));
       if (task.status === 'planned' || task.status === 'waiting') {
@@ -476,6 +485,18 @@ async function taskPage(id, signal) {
       if (!['completed', 'failed', 'canceled'].includes(task.status)) {
         actions.append(act('Cancel', 'CancelTask', () => ({ taskId: id, reason: 'canceled from the console' }), 'danger'));
       }
+    }
+    const branch = task.branch;
+    if (can.operate() && branch && ['open', 'kept'].includes(branch.state) && !branch.landedCommit
+      && !['active', 'planning'].includes(task.status)) {
+      actions.append(form({ id: 'land' }, [field('Land as', el('select', { name: 'mode' },
+        [['LAND_MODE_UNSPECIFIED', 'the workspace\'s way'], ['LAND_MODE_FAST_FORWARD', 'fast-forward'],
+          ['LAND_MODE_MERGE', 'merge'], ['LAND_MODE_SQUASH', 'squash']].map(([value, label]) => el('option', { value }, label))))],
+      'Land', async (data) => {
+        await api('LandTask', { taskId: id, mode: data.get('mode') });
+        await afterward();
+      }));
+      actions.append(act('Discard', 'DiscardTask', () => ({ taskId: id }), 'danger', afterward));
     }
     if (can.admin() && ['completed', 'failed', 'canceled'].includes(task.status)) {
       actions.append(el('button', { type: 'button', class: 'danger', 'data-action': 'DeleteTask', onclick: async () => {
@@ -500,13 +521,31 @@ async function taskPage(id, signal) {
       el('p', { class: 'muted mono' }, `${task.id} · updated ${time(task.updatedMs)}${task.currentAgent ? ` · agent ${task.currentAgent}` : ''}`),
       task.statusReason ? el('p', {}, task.statusReason) : null,
       el('p', { class: 'muted', id: 'spent' }, spentText(task)),
+      branchText(task) ? el('p', { class: 'muted', id: 'branch', 'data-state': task.branch ? task.branch.state : 'none' }, branchText(task)) : null,
       NEXT[task.status] ? el('div', { class: 'needs', id: 'needs-you' }, el('strong', {}, 'Needs you: '), NEXT[task.status]) : null,
       actions,
       planning.summary ? el('div', {}, el('h2', {}, 'Plan'), el('p', {}, planning.summary),
         el('ol', {}, (planning.plan || []).map((s) => el('li', {}, s))),
         (planning.acceptanceCriteria || []).length ? el('p', { class: 'muted' }, `Done when: ${planning.acceptanceCriteria.join('; ')}`) : null,
         planning.assignedAgent ? el('p', { class: 'muted' }, `Agent: ${planning.assignedAgent}`) : null) : null,
-      (planning.questions || []).length ? el('div', {}, el('h2', {}, 'Questions'), questions) : null);
+      (planning.questions || []).length ? el('div', {}, el('h2', {}, 'Questions'), questions) : null,
+      changeSection);
+    // The change is read again when the task settles or a person asks.
+    const b = task.branch;
+    if (b && ['open', 'kept'].includes(b.state)) {
+      const settledNow = !['active', 'planning'].includes(task.status);
+      if (settledNow && changeFor !== task.updatedMs) { changeFor = task.updatedMs; loadChange(); }
+      if (!settledNow && !changeSection.firstChild) {
+        show(changeSection, el('h2', {}, 'Change'), el('button', { type: 'button', id: 'load-change', onclick: loadChange }, 'Show the change so far'));
+      }
+    } else {
+      show(changeSection);
+    }
+  }
+  const changeSection = el('section', { id: 'change-section' });
+  let changeFor = null;
+  async function loadChange() {
+    try { show(changeSection, el('h2', {}, 'Change'), await changeView({ el, show, api, showError }, id)); } catch (error) { show(changeSection); showError(changeSection, error); }
   }
 
   renderHead(task);
@@ -558,7 +597,18 @@ async function taskPage(id, signal) {
     api('GetTask', { taskId: id }).then(renderHead).catch((e) => showError(head, e));
     refreshRuns().catch((e) => showError(tree, e));
   };
+  // Events recorded after the stream ended (a landing), read once.
+  async function catchUp() {
+    const { events } = await api('GetHistory', { taskId: id, afterSequence: lastSequence, limit: 200 });
+    for (const event of events || []) {
+      if (Number(event.sequence) <= lastSequence) continue;
+      lastSequence = Number(event.sequence);
+      queue.push(event);
+    }
+    if (!scheduled) { scheduled = true; requestAnimationFrame(flush); }
+  }
   follow('WatchTask', () => ({ taskId: id, afterSequence: lastSequence }), (event) => {
+    if (Number(event.sequence) <= lastSequence) return;
     lastSequence = Math.max(lastSequence, Number(event.sequence));
     queue.push(event);
     // Model calls change what it spent with no event of their own: any

@@ -51,6 +51,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../assets/app.js"),
     ),
     (
+        "/change.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/change.js"),
+    ),
+    (
         "/style.css",
         "text/css; charset=utf-8",
         include_str!("../assets/style.css"),
