@@ -170,6 +170,44 @@ async fn two_tasks_on_one_file_land_one_after_the_other_through_a_follow_up() {
         assert!(patch.contains(line), "{patch}");
     }
 
+    // An A2A client gets two's change as a patch artifact.
+    let channel = orchestrator
+        .client_tls
+        .endpoint(&orchestrator.addr.to_string())
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut a2a = chorus_proto::a2a::v1::a2a_service_client::A2aServiceClient::with_interceptor(
+        channel,
+        chorus_tests::credentials::Bearer::new(&orchestrator.admin_key),
+    );
+    let seen = a2a
+        .get_task(chorus_proto::a2a::v1::GetTaskRequest {
+            tenant: team.workspace.name.clone(),
+            id: two.id.clone(),
+            history_length: Some(0),
+        })
+        .await
+        .expect("A2A GetTask")
+        .into_inner();
+    let artifact = seen
+        .artifacts
+        .iter()
+        .find(|a| a.name == "change")
+        .unwrap_or_else(|| panic!("no change artifact in {:?}", seen.artifacts));
+    let patch = artifact
+        .parts
+        .iter()
+        .find(|p| p.media_type == "text/x-diff")
+        .expect("a patch part");
+    match &patch.content {
+        Some(chorus_proto::a2a::v1::part::Content::Text(text)) => {
+            assert!(text.contains("+two!") && text.contains("a/a.txt"), "{text}");
+        }
+        other => panic!("the patch is text: {other:?}"),
+    }
+
     // One lands first: main fast-forwards to its work.
     let landed = land(&mut client, &one.id).await.expect("one lands");
     let b1 = branch(&landed);

@@ -368,6 +368,37 @@ pub fn files_artifact(task: &Task, files: &[crate::store::ChangedFile]) -> pb::A
     }
 }
 
+/// A task's change on its own branch as one patch (a unified diff of every
+/// file against where the branch left its base), with its branch and
+/// commits as data.
+pub fn change_artifact(task: &Task, change: &crate::core::branches::WholeChange) -> pb::Artifact {
+    let mut patch = text_part(change.patch.clone());
+    patch.media_type = "text/x-diff".to_owned();
+    patch.filename = format!("{}.patch", change.branch.replace('/', "-"));
+    pb::Artifact {
+        artifact_id: format!("change.{}", task.id),
+        name: "change".to_owned(),
+        description: format!(
+            "The task's change on branch {} against {}, as a patch{}",
+            change.branch,
+            change.base,
+            if change.truncated { " (cut at its size limit: GetTaskChange pages the rest)" } else { "" }
+        ),
+        parts: vec![
+            patch,
+            data_part(json!({
+                "branch": change.branch,
+                "base": change.base,
+                "baseCommit": change.base_commit,
+                "headCommit": change.head_commit,
+                "files": change.files,
+                "truncated": change.truncated,
+            })),
+        ],
+        ..pb::Artifact::default()
+    }
+}
+
 /// What an A2A message asks of the core.
 #[derive(Debug)]
 pub struct Incoming {

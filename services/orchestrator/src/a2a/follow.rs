@@ -93,6 +93,9 @@ async fn artifacts(state: &AppState, task: &Task) -> Result<Vec<pb::Artifact>, S
     if !files.is_empty() {
         out.push(convert::files_artifact(task, &files));
     }
+    if let Some(change) = crate::core::branches::whole_change(state, task).await {
+        out.push(convert::change_artifact(task, &change));
+    }
     Ok(out)
 }
 
@@ -213,6 +216,24 @@ impl Follower {
                                 &self.task,
                                 &event,
                                 convert::files_artifact(&self.task, &files),
+                                true,
+                            ));
+                        }
+                        // The branch as it stands now (the task is read
+                        // again: the stream's copy has no branch news).
+                        let now = self
+                            .state
+                            .store
+                            .get_task(self.task.id)
+                            .await
+                            .map_err(|e| from_core(e.into(), false))?;
+                        if let Some(change) =
+                            crate::core::branches::whole_change(&self.state, &now).await
+                        {
+                            out.push(convert::artifact_update(
+                                &self.task,
+                                &event,
+                                convert::change_artifact(&self.task, &change),
                                 true,
                             ));
                         }

@@ -786,7 +786,7 @@ pub async fn change(
         .map_err(tool_error)?;
     let listed: Vec<&str> = change.files.iter().map(|f| f.path.as_str()).collect();
     let (wanted, next): (Vec<String>, Option<usize>) = if page.paths.is_empty() {
-        let end = (page.offset + size).min(listed.len());
+        let end = page.offset.saturating_add(size).min(listed.len());
         let wanted = listed
             .get(page.offset.min(end)..end)
             .unwrap_or_default()
@@ -987,4 +987,83 @@ async fn sweep_one(
             Ok(true)
         }
     }
+}
+
+/// Most bytes of a whole change's patch in one answer (an A2A artifact).
+pub const MAX_WHOLE_PATCH_BYTES: usize = 4 * 1024 * 1024;
+
+/// A task's whole change as one patch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WholeChange {
+    pub branch: String,
+    pub base: String,
+    pub base_commit: String,
+    pub head_commit: String,
+    /// The paths it changes.
+    pub files: Vec<String>,
+    pub patch: String,
+    /// Cut at [`MAX_WHOLE_PATCH_BYTES`].
+    pub truncated: bool,
+}
+
+/// `task`'s whole change as one patch, when it has a branch with a change
+/// to show (made, and neither landed nor discarded) and changed anything;
+/// None, logged, when it cannot be read (it is an extra of an answer,
+/// which does not fail for it).
+pub async fn whole_change(state: &AppState, task: &Task) -> Option<WholeChange> {
+    match read_whole_change(state, task).await {
+        Ok(change) => change,
+        Err(e) => {
+            warn!(task_id = %task.id, error = %e, "the task's change could not be read for its artifact");
+            None
+        }
+    }
+}
+
+async fn read_whole_change(
+    state: &AppState,
+    task: &Task,
+) -> Result<Option<WholeChange>, ServiceError> {
+    let Some(branch) = task
+        .branch
+        .as_ref()
+        .filter(|b| matches!(b.state, BranchState::Open | BranchState::Kept))
+    else {
+        return Ok(None);
+    };
+    let view = change(
+        state,
+        task.id,
+        ChangePage {
+            paths: Vec::new(),
+            page_size: 1,
+            offset: usize::MAX,
+        },
+    )
+    .await?;
+    if view.change.files.is_empty() {
+        return Ok(None);
+    }
+    let workspace = state.store.get_workspace(task.workspace_id).await?;
+    let name = TaskBranch::worktree_name(task.id);
+    let open = (branch.state == BranchState::Open).then_some(name.as_str());
+    let (patch, truncated) = repository(state, &workspace)
+        .patch(
+            &view.change.base_commit,
+            &branch.name,
+            open,
+            &[],
+            MAX_WHOLE_PATCH_BYTES,
+        )
+        .await
+        .map_err(tool_error)?;
+    Ok(Some(WholeChange {
+        branch: branch.name.clone(),
+        base: branch.base.clone(),
+        base_commit: view.change.base_commit,
+        head_commit: view.change.head_commit,
+        files: view.change.files.into_iter().map(|f| f.path).collect(),
+        patch,
+        truncated,
+    }))
 }
