@@ -160,6 +160,23 @@ async fn two_tasks_on_one_file_land_one_after_the_other_through_a_follow_up() {
         "one\ntwo\nthree\n",
         "no task wrote into the workspace's own files"
     );
+    // The report carries the change as it stood.
+    let reported = history(&mut client, &one.id)
+        .await
+        .into_iter()
+        .find(|e| e.kind == "completion_report_submitted")
+        .map(|e| data(&e))
+        .expect("a report");
+    assert_eq!(reported["change"]["branch"], b1.name, "{reported}");
+    assert_eq!(
+        reported["change"]["files"][0]["path"], "a.txt",
+        "{reported}"
+    );
+    assert_eq!(
+        reported["change"]["files"][0]["uncommitted"], true,
+        "{reported}"
+    );
+    assert_eq!(reported["change"]["files"][0]["additions"], 1, "{reported}");
     for (task, line) in [(&one, "+TWO"), (&two, "+two!")] {
         let change = change(&mut client, &task.id).await;
         assert_eq!(change.files.len(), 1, "{change:?}");

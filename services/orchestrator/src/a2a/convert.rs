@@ -382,7 +382,11 @@ pub fn change_artifact(task: &Task, change: &crate::core::branches::WholeChange)
             "The task's change on branch {} against {}, as a patch{}",
             change.branch,
             change.base,
-            if change.truncated { " (cut at its size limit: GetTaskChange pages the rest)" } else { "" }
+            if change.truncated {
+                " (cut at its size limit: GetTaskChange pages the rest)"
+            } else {
+                ""
+            }
         ),
         parts: vec![
             patch,

@@ -175,10 +175,15 @@ impl AgentTools {
         report: args::CompletionReport,
     ) -> Result<Value, ServiceError> {
         let status = report.status;
+        // A task's report carries its change as it stands (its own branch).
+        let change = match run.parent {
+            None => super::branches::summary(&self.state, run.task_id).await,
+            Some(_) => None,
+        };
         self.state
             .store
             .change_run(run.id, move |run, task| {
-                policy::apply_completion_report(run, task, report)
+                policy::apply_completion_report(run, task, report, change)
             })
             .await?;
         Ok(to_json(&outputs::CompletionReportAccepted { status }))

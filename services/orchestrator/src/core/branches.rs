@@ -1067,3 +1067,56 @@ async fn read_whole_change(
         truncated,
     }))
 }
+
+/// Most files listed in a report's change (the rest are counted).
+pub const MAX_SUMMARY_FILES: usize = 200;
+
+/// `task_id`'s change as a completion report records it: its branch, its
+/// commits and its files with their counts, which of them uncommitted.
+/// None when it has no branch with a change to show, or it cannot be read
+/// (logged: the report stands without it).
+pub async fn summary(state: &AppState, task_id: TaskId) -> Option<serde_json::Value> {
+    let task = state.store.get_task(task_id).await.ok()?;
+    task.branch
+        .as_ref()
+        .filter(|b| matches!(b.state, BranchState::Open | BranchState::Kept))?;
+    let page = ChangePage {
+        paths: Vec::new(),
+        page_size: 1,
+        offset: usize::MAX,
+    };
+    let view = match change(state, task_id, page).await {
+        Ok(view) => view,
+        Err(e) => {
+            warn!(task_id = %task_id, error = %e, "the task's change could not be read for its report");
+            return None;
+        }
+    };
+    let c = &view.change;
+    let files: Vec<serde_json::Value> = c
+        .files
+        .iter()
+        .take(MAX_SUMMARY_FILES)
+        .map(|f| {
+            json!({
+                "path": f.path,
+                "old_path": f.old_path,
+                "status": f.status,
+                "additions": f.additions,
+                "deletions": f.deletions,
+                "uncommitted": c.uncommitted.contains(&f.path),
+            })
+        })
+        .collect();
+    Some(json!({
+        "branch": view.branch.name,
+        "base": view.branch.base,
+        "base_commit": c.base_commit,
+        "head_commit": c.head_commit,
+        "commits": c.commits.iter().map(|k| json!({"id": k.id, "summary": k.summary})).collect::<Vec<_>>(),
+        "more_commits": c.more_commits,
+        "files": files,
+        "more_files": c.files.len().saturating_sub(MAX_SUMMARY_FILES),
+        "uncommitted": c.uncommitted.len(),
+    }))
+}

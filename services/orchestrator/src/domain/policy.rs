@@ -224,11 +224,13 @@ pub fn denied_events(run: &Run, tool: &str, reason: &str) -> Events {
 /// Applies a completion report. Exactly once per run. A root run's report decides
 /// the task's status (complete → completed, blocked → waiting with the reason,
 /// failed → failed); a handoff child's report is kept on the child run for its
-/// parent and leaves the task alone.
+/// parent and leaves the task alone. `change` (the task's change on its own
+/// branch, as it stood) is recorded with it.
 pub fn apply_completion_report(
     run: &mut Run,
     task: &mut Task,
     report: CompletionReport,
+    change: Option<serde_json::Value>,
 ) -> Result<Events, DomainError> {
     if run.completion_report.is_some() {
         return Err(DomainError::AlreadyDone(format!(
@@ -248,6 +250,9 @@ pub fn apply_completion_report(
             "blocked_reason": report.blocked_reason.as_deref().map(kept),
         }),
     )];
+    if let (Some(change), Some((_, data))) = (change, events.first_mut()) {
+        data["change"] = change;
+    }
     if run.parent.is_none() {
         let (to, reason) = match report.status {
             ReportStatus::Complete => (TaskStatus::Completed, None),

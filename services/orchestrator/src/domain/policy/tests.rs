@@ -104,7 +104,8 @@ fn a_root_report_settles_the_task() {
         (ReportStatus::Failed, TaskStatus::Failed),
     ] {
         let (mut r, mut t) = (run(RunState::Active, &[], None), task(TaskStatus::Active));
-        let events = apply_completion_report(&mut r, &mut t, report(status)).expect("applies");
+        let events =
+            apply_completion_report(&mut r, &mut t, report(status), None).expect("applies");
         assert_eq!(t.status, expected);
         let kinds: Vec<EventKind> = events.iter().map(|(k, _)| *k).collect();
         assert_eq!(
@@ -125,16 +126,16 @@ fn blocked_keeps_the_reason_on_the_task() {
         blocked_reason: Some("needs the API key".into()),
         ..report(ReportStatus::Blocked)
     };
-    apply_completion_report(&mut r, &mut t, blocked).expect("applies");
+    apply_completion_report(&mut r, &mut t, blocked, None).expect("applies");
     assert_eq!(t.status_reason.as_deref(), Some("needs the API key"));
 }
 
 #[test]
 fn a_second_report_is_refused_and_changes_nothing() {
     let (mut r, mut t) = (run(RunState::Active, &[], None), task(TaskStatus::Active));
-    apply_completion_report(&mut r, &mut t, report(ReportStatus::Blocked)).expect("first");
+    apply_completion_report(&mut r, &mut t, report(ReportStatus::Blocked), None).expect("first");
     let before = (r.clone(), t.clone());
-    let err = apply_completion_report(&mut r, &mut t, report(ReportStatus::Complete))
+    let err = apply_completion_report(&mut r, &mut t, report(ReportStatus::Complete), None)
         .expect_err("second");
     assert!(matches!(err, DomainError::AlreadyDone(_)), "{err}");
     assert_eq!((r, t), before);
@@ -146,7 +147,7 @@ fn a_child_report_is_kept_for_the_parent_and_leaves_the_task_alone() {
         run(RunState::Active, &[], Some(RunId::new())),
         task(TaskStatus::Active),
     );
-    let events = apply_completion_report(&mut child, &mut t, report(ReportStatus::Complete))
+    let events = apply_completion_report(&mut child, &mut t, report(ReportStatus::Complete), None)
         .expect("applies");
     assert_eq!(t.status, TaskStatus::Active);
     assert_eq!(events.len(), 1);
@@ -159,7 +160,7 @@ fn a_child_report_is_kept_for_the_parent_and_leaves_the_task_alone() {
 #[test]
 fn a_report_the_status_table_refuses_changes_nothing() {
     let (mut r, mut t) = (run(RunState::Active, &[], None), task(TaskStatus::Planned));
-    let err = apply_completion_report(&mut r, &mut t, report(ReportStatus::Complete))
+    let err = apply_completion_report(&mut r, &mut t, report(ReportStatus::Complete), None)
         .expect_err("planned -> completed");
     assert!(matches!(err, DomainError::Transition(_)), "{err}");
     assert!(r.completion_report.is_none());
@@ -270,7 +271,8 @@ fn a_handoff_parks_the_parent_and_its_end_wakes_it() {
 
     // The child reports complete: recorded for the parent, the task stays active.
     child.state = RunState::Active;
-    apply_completion_report(&mut child, &mut task, report(ReportStatus::Complete)).expect("report");
+    apply_completion_report(&mut child, &mut task, report(ReportStatus::Complete), None)
+        .expect("report");
     assert_eq!(
         task.status,
         TaskStatus::Active,
@@ -589,7 +591,7 @@ fn long_comments_and_reports_are_cut_in_history_and_the_run_keeps_the_report() {
         summary: big.clone(),
         ..report(ReportStatus::Failed)
     };
-    let events = apply_completion_report(&mut r, &mut t, failed).expect("applies");
+    let events = apply_completion_report(&mut r, &mut t, failed, None).expect("applies");
     let summary = events[0].1["summary"].as_str().expect("summary");
     assert!(
         summary.len() <= 2048 && summary.ends_with("bytes]"),
