@@ -406,3 +406,44 @@ async fn a_removed_worktree_keeps_its_work_on_its_branch_and_leaves_no_trace() {
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn a_tasks_bash_sees_neither_the_other_worktrees_nor_the_repository() {
+    let (h, repository) = repo().await;
+    let one = worktree(&repository, "one").await;
+    let two = worktree(&repository, "two").await;
+    write(&two, "secret.txt", "two's secret\n");
+    give_to_test_user(&h.root);
+    let tries = [
+        // A sibling worktree, by its path and by walking up.
+        format!("cat {}", two.join("secret.txt").display()),
+        "cat ../two/secret.txt".to_owned(),
+        // The repository's own files, objects, refs and configuration.
+        "cat ../../../../a.txt".to_owned(),
+        format!("cat {}", h.root.join("a.txt").display()),
+        format!("ls {}", h.root.join(".git/objects").display()),
+        format!("cat {}", h.root.join(".git/config").display()),
+        format!("cat {}", h.root.join(".git/worktrees/two/HEAD").display()),
+        // git itself, following the worktree's .git file.
+        "git --no-pager log --all --oneline".to_owned(),
+        "git --no-pager show chorus/two:secret.txt".to_owned(),
+    ];
+    for command in tries {
+        let out = call_at(&h, &one, "bash", json!({"command": command}))
+            .await
+            .unwrap_or_else(|e| panic!("{command}: {e}"));
+        let out: outputs::Bash = serde_json::from_value(out).expect("bash output");
+        assert_ne!(out.exit_code, Some(0), "{command} worked: {}", out.stdout);
+        assert!(
+            !out.stdout.contains("two's secret") && !out.stdout.contains("one\ntwo"),
+            "{command}: {}",
+            out.stdout
+        );
+    }
+    // Its own files are there.
+    let out = call_at(&h, &one, "bash", json!({"command": "cat a.txt"}))
+        .await
+        .expect("own file");
+    let out: outputs::Bash = serde_json::from_value(out).expect("bash output");
+    assert_eq!(out.stdout, "one\ntwo\nthree\n");
+}

@@ -67,7 +67,8 @@ impl Layout {
     /// The paths a git process of this layout reads and writes besides the
     /// working tree: a worktree's own git directory and the common
     /// directory's entries, but not the other worktrees (`chorus`,
-    /// `worktrees`) nor the configuration (git reads a copy of its own).
+    /// `worktrees`), the configuration (git reads a copy of its own), the
+    /// top level's index nor the hooks (which git never runs).
     pub fn repository_paths(&self) -> Vec<PathBuf> {
         if self.worktree.is_none() {
             return Vec::new();
@@ -76,7 +77,7 @@ impl Layout {
         if let Ok(entries) = std::fs::read_dir(&self.common_dir) {
             for entry in entries.flatten() {
                 let name = entry.file_name();
-                if ["chorus", "worktrees", "config", "commondir"]
+                if ["chorus", "worktrees", "config", "commondir", "index", "hooks"]
                     .iter()
                     .any(|n| name == *n)
                 {
