@@ -649,3 +649,55 @@ async fn a_workspace_that_is_not_a_repository_says_so_and_works_as_before() {
     );
     orchestrator.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_task_takes_its_worktree_and_branch_with_it() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let root = root.path().canonicalize().expect("canonical");
+    repository(&root);
+    let model = FakeOpenAi::start(vec![write("a.txt", "changed\n"), done("changed")]).await;
+    let orchestrator = Orchestrator::for_api_agents(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let team = team(
+        &mut client,
+        &root,
+        pb::ProviderKind::OpenaiCompatible,
+        &model.base_url(),
+        "sk-test",
+        "fake-model",
+        &["file.write"],
+        "You edit.",
+    )
+    .await;
+    let task = worked(&mut client, &team.workspace, "Change a.txt.").await;
+    let b = branch(&task);
+    assert_eq!(
+        (task.status.as_str(), b.state.as_str()),
+        ("completed", "open")
+    );
+    assert!(Path::new(&b.worktree).is_dir());
+    client
+        .delete_task(pb::DeleteTaskRequest {
+            task_id: task.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("delete");
+    assert!(!Path::new(&b.worktree).exists(), "its worktree went");
+    assert!(
+        git(&root, &["branch", "--list", &b.name]).is_empty(),
+        "its branch went"
+    );
+    assert_eq!(
+        git(&root, &["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        1
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("a.txt")).expect("top"),
+        "one\ntwo\nthree\n"
+    );
+    orchestrator.stop().await;
+}

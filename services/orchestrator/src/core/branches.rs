@@ -960,11 +960,7 @@ async fn sweep_one(
         }
         BranchState::Open => {
             let days = workspace.changes.keep_unlanded_days;
-            let ended = branch.ended_ms.unwrap_or(task.updated_ms);
-            let past = days > 0
-                && task.status.is_terminal()
-                && now.saturating_sub(ended) > i64::from(days) * 24 * 3600 * 1000;
-            if past {
+            if branch.past_keeping(task.status, task.updated_ms, days, now) {
                 try_keep(
                     state,
                     task.id,

@@ -52,6 +52,8 @@ impl Default for WorkspaceChanges {
     }
 }
 
+const DAY_MS: i64 = 24 * 3600 * 1000;
+
 /// The most days `keep_unlanded_days` may say (ten years).
 pub const MAX_KEEP_DAYS: u32 = 3650;
 
@@ -212,6 +214,24 @@ impl TaskBranch {
         Ok(())
     }
 
+    /// Whether its worktree has been kept past `keep_days` (0: forever)
+    /// at `now_ms`: its task over (`status`), ended at `ended_ms` (its
+    /// last change when it was not recorded), and neither landed nor
+    /// discarded.
+    pub fn past_keeping(
+        &self,
+        status: TaskStatus,
+        updated_ms: i64,
+        keep_days: u32,
+        now_ms: i64,
+    ) -> bool {
+        let ended = self.ended_ms.unwrap_or(updated_ms);
+        keep_days > 0
+            && self.state == BranchState::Open
+            && status.is_terminal()
+            && now_ms.saturating_sub(ended) > i64::from(keep_days) * DAY_MS
+    }
+
     /// Checks a run of its task may start: not once its change was landed
     /// or discarded, nor once another task continues it.
     pub fn check_start(&self) -> Result<(), DomainError> {
@@ -316,6 +336,34 @@ mod tests {
             branch
                 .check_settle(TaskStatus::Completed, "discard")
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn an_unlanded_worktree_is_kept_as_long_as_its_workspace_says() {
+        let mut branch = TaskBranch::planned("chorus/x".into(), "main".into(), None);
+        branch.state = BranchState::Open;
+        let ended = 1_000_000;
+        let later = |days: i64| ended + days * DAY_MS + 1;
+        assert!(branch.past_keeping(TaskStatus::Completed, ended, 7, later(7)));
+        assert!(!branch.past_keeping(TaskStatus::Completed, ended, 7, later(6)));
+        assert!(
+            !branch.past_keeping(TaskStatus::Completed, ended, 0, later(3650)),
+            "0 keeps it"
+        );
+        assert!(
+            !branch.past_keeping(TaskStatus::Waiting, ended, 7, later(30)),
+            "not over"
+        );
+        branch.ended_ms = Some(later(5));
+        assert!(
+            !branch.past_keeping(TaskStatus::Completed, ended, 7, later(7)),
+            "its end counts"
+        );
+        branch.state = BranchState::Kept;
+        assert!(
+            !branch.past_keeping(TaskStatus::Completed, ended, 1, later(30)),
+            "no worktree"
         );
     }
 

@@ -77,9 +77,16 @@ impl Layout {
         if let Ok(entries) = std::fs::read_dir(&self.common_dir) {
             for entry in entries.flatten() {
                 let name = entry.file_name();
-                if ["chorus", "worktrees", "config", "commondir", "index", "hooks"]
-                    .iter()
-                    .any(|n| name == *n)
+                if [
+                    "chorus",
+                    "worktrees",
+                    "config",
+                    "commondir",
+                    "index",
+                    "hooks",
+                ]
+                .iter()
+                .any(|n| name == *n)
                 {
                     continue;
                 }
