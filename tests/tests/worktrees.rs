@@ -701,3 +701,72 @@ async fn deleting_a_task_takes_its_worktree_and_branch_with_it() {
     );
     orchestrator.stop().await;
 }
+
+/// The real Claude Code CLI (over MCP, the default) as a task's agent in a
+/// repository: it reads, writes and commits through Chorus's tools in its
+/// task's worktree, and its change lands. Skipped (with a notice) without
+/// `CHORUS_TEST_CLAUDE_BIN`, unless `CHORUS_TEST_REQUIRE_REAL_CLIS=1` (CI).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_claude_code_cli_works_in_its_tasks_worktree() {
+    use chorus_tests::fake_anthropic::{FakeAnthropic, Reply, claude_cli_or_skip};
+    let Some(claude) = claude_cli_or_skip() else {
+        return;
+    };
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let root = root.path().canonicalize().expect("canonical");
+    repository(&root);
+    let tool = |name: &str, input: serde_json::Value| Reply::tool(format!("mcp__chorus__{name}"), input);
+    let model = FakeAnthropic::start(vec![
+        tool("file_read", json!({"path": "a.txt"})),
+        tool("file_create", json!({"path": "notes/claude.txt", "content": "written by claude\n"})),
+        tool("git_commit", json!({"message": "Add Claude's note", "all": true})),
+        tool("git_status", json!({})),
+        tool(
+            "completion-report",
+            json!({"status": "complete", "summary": "Added a note.", "output": "notes/claude.txt"}),
+        ),
+        Reply::text("Done."),
+    ])
+    .await;
+    let orchestrator =
+        Orchestrator::with_clis(data_dir.path(), claude, chorus_tests::agents::fake_cli()).await;
+    let mut client = orchestrator.client().await;
+    let team = team(
+        &mut client,
+        &root,
+        pb::ProviderKind::ClaudeCode,
+        &model.base_url(),
+        "dummy-key",
+        "claude-test-model",
+        &["file.read", "file.create", "git.commit", "git.status"],
+        "You add notes.",
+    )
+    .await;
+    let task = worked(&mut client, &team.workspace, "Add a note.").await;
+    assert_eq!(task.status, "completed", "{}", task.status_reason);
+    let b = branch(&task);
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&b.worktree).join("notes/claude.txt")).expect("in the worktree"),
+        "written by claude\n"
+    );
+    assert!(!root.join("notes").exists(), "not in the workspace's own files");
+    // Its tools answered from the worktree: a.txt as committed, its commit
+    // on its branch, a clean status after it.
+    let results = model.tool_results();
+    let said: Vec<&str> = results.iter().map(|(text, _)| text.as_str()).collect();
+    assert!(said.iter().any(|t| t.contains("2\\ttwo")), "{said:?}");
+    assert!(said.iter().any(|t| t.contains(&b.name)), "the commit names its branch: {said:?}");
+    assert_eq!(git(&root, &["log", "-1", "--format=%s", &b.name]), "Add Claude's note");
+    let change = change(&mut client, &task.id).await;
+    assert_eq!(change.commits.len(), 1);
+    assert_eq!(change.files.len(), 1);
+    assert!(!change.files[0].uncommitted);
+
+    land(&mut client, &task.id).await.expect("it lands");
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes/claude.txt")).expect("landed"),
+        "written by claude\n"
+    );
+    orchestrator.stop().await;
+}
