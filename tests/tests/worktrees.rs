@@ -716,11 +716,18 @@ async fn the_real_claude_code_cli_works_in_its_tasks_worktree() {
     let root = tempfile::tempdir().expect("root");
     let root = root.path().canonicalize().expect("canonical");
     repository(&root);
-    let tool = |name: &str, input: serde_json::Value| Reply::tool(format!("mcp__chorus__{name}"), input);
+    let tool =
+        |name: &str, input: serde_json::Value| Reply::tool(format!("mcp__chorus__{name}"), input);
     let model = FakeAnthropic::start(vec![
         tool("file_read", json!({"path": "a.txt"})),
-        tool("file_create", json!({"path": "notes/claude.txt", "content": "written by claude\n"})),
-        tool("git_commit", json!({"message": "Add Claude's note", "all": true})),
+        tool(
+            "file_create",
+            json!({"path": "notes/claude.txt", "content": "written by claude\n"}),
+        ),
+        tool(
+            "git_commit",
+            json!({"message": "Add Claude's note", "all": true}),
+        ),
         tool("git_status", json!({})),
         tool(
             "completion-report",
@@ -747,17 +754,27 @@ async fn the_real_claude_code_cli_works_in_its_tasks_worktree() {
     assert_eq!(task.status, "completed", "{}", task.status_reason);
     let b = branch(&task);
     assert_eq!(
-        std::fs::read_to_string(Path::new(&b.worktree).join("notes/claude.txt")).expect("in the worktree"),
+        std::fs::read_to_string(Path::new(&b.worktree).join("notes/claude.txt"))
+            .expect("in the worktree"),
         "written by claude\n"
     );
-    assert!(!root.join("notes").exists(), "not in the workspace's own files");
+    assert!(
+        !root.join("notes").exists(),
+        "not in the workspace's own files"
+    );
     // Its tools answered from the worktree: a.txt as committed, its commit
     // on its branch, a clean status after it.
     let results = model.tool_results();
     let said: Vec<&str> = results.iter().map(|(text, _)| text.as_str()).collect();
     assert!(said.iter().any(|t| t.contains("2\\ttwo")), "{said:?}");
-    assert!(said.iter().any(|t| t.contains(&b.name)), "the commit names its branch: {said:?}");
-    assert_eq!(git(&root, &["log", "-1", "--format=%s", &b.name]), "Add Claude's note");
+    assert!(
+        said.iter().any(|t| t.contains(&b.name)),
+        "the commit names its branch: {said:?}"
+    );
+    assert_eq!(
+        git(&root, &["log", "-1", "--format=%s", &b.name]),
+        "Add Claude's note"
+    );
     let change = change(&mut client, &task.id).await;
     assert_eq!(change.commits.len(), 1);
     assert_eq!(change.files.len(), 1);
@@ -767,6 +784,96 @@ async fn the_real_claude_code_cli_works_in_its_tasks_worktree() {
     assert_eq!(
         std::fs::read_to_string(root.join("notes/claude.txt")).expect("landed"),
         "written by claude\n"
+    );
+    orchestrator.stop().await;
+}
+
+/// A second provider `name` on the fake at `model`, and an agent of the
+/// same name on it with `tools`.
+async fn agent_on(
+    client: &mut Client,
+    ws: &pb::Workspace,
+    name: &str,
+    model: &FakeOpenAi,
+    tools: &[&str],
+) {
+    client
+        .create_provider(pb::CreateProviderRequest {
+            workspace_id: ws.id.clone(),
+            name: name.into(),
+            kind: pb::ProviderKind::OpenaiCompatible.into(),
+            base_url: model.base_url(),
+            model: "fake-model".into(),
+            api_key: "sk-test".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("provider");
+    chorus_tests::agents::add_agent(client, ws, name, tools, name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tasks_editing_one_file_at_once_each_see_only_their_own() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let root = root.path().canonicalize().expect("canonical");
+    repository(&root);
+    // Each agent's model holds every request at its gate until both runs
+    // are in flight, then writes, reads back and reports.
+    let script = |line: &str| {
+        vec![
+            write("a.txt", &format!("one\n{line}\nthree\n")),
+            read("a.txt"),
+            done(line),
+        ]
+    };
+    let first = FakeOpenAi::start_gated_by_turn(script("first's")).await;
+    let second = FakeOpenAi::start_gated_by_turn(script("second's")).await;
+    let orchestrator = Orchestrator::for_api_agents(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let ws = chorus_tests::agents::workspace(&mut client, "both", &root).await;
+    let tools = ["file.read", "file.write"];
+    agent_on(&mut client, &ws, "first", &first, &tools).await;
+    agent_on(&mut client, &ws, "second", &second, &tools).await;
+    let mut tasks = Vec::new();
+    for agent in ["first", "second"] {
+        let task = planned_task(&mut client, &ws, &format!("{agent} edits a.txt")).await;
+        start(&mut client, &task, agent, 0).await;
+        tasks.push(task);
+    }
+    first.at_gate(1).await;
+    second.at_gate(1).await;
+    first.open_gate();
+    second.open_gate();
+    for task in &tasks {
+        assert_eq!(settled(&mut client, &task.id).await.status, "completed");
+    }
+    for (model, mine, theirs) in [
+        (&first, "first's", "second's"),
+        (&second, "second's", "first's"),
+    ] {
+        let read = tool_results(model)
+            .into_iter()
+            .find(|r| r.contains("\"content\""))
+            .expect("the read's result");
+        assert!(read.contains(mine) && !read.contains(theirs), "{read}");
+    }
+    let (a, b) = (
+        branch(&task_of(&mut client, &tasks[0].id).await),
+        branch(&task_of(&mut client, &tasks[1].id).await),
+    );
+    assert_ne!(a.worktree, b.worktree);
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&a.worktree).join("a.txt")).expect("first's"),
+        "one\nfirst's\nthree\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&b.worktree).join("a.txt")).expect("second's"),
+        "one\nsecond's\nthree\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("a.txt")).expect("top"),
+        "one\ntwo\nthree\n"
     );
     orchestrator.stop().await;
 }
