@@ -24,37 +24,12 @@ use std::time::{Duration, Instant};
 use chorus_run_token::RunGrant;
 use chorus_sandbox::testing::{built_launcher, give_to_test_user};
 use chorus_sandbox::{Sandbox, SandboxConfig};
+use chorus_tests::git::git;
 use chorus_tests::stats::{Samples, env_number, ms};
 use chorus_tool_exec::worktree::{LandMode, Repository};
 use chorus_tool_exec::{Limits, ToolRunner};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-
-/// The test's own git, as the workspace's owner would run it (no
-/// configuration but the repository's).
-fn git(root: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(root)
-        .args([
-            "-c",
-            "safe.directory=*",
-            "-c",
-            "user.name=Bench",
-            "-c",
-            "user.email=b@b",
-        ])
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 /// Bytes a directory's files and directories take on disk (blocks).
 fn disk(path: &Path) -> u64 {
@@ -85,6 +60,8 @@ fn mib(bytes: u64) -> String {
 /// and packed, owned by the test user.
 fn repository(root: &Path, files: usize) {
     git(root, &["init", "-q", "-b", "main"]);
+    git(root, &["config", "user.name", "Bench"]);
+    git(root, &["config", "user.email", "bench@example.com"]);
     for i in 0..files {
         let dir = root.join(format!("src/d{:05}", i / 100));
         if i % 100 == 0 {

@@ -394,6 +394,22 @@ pub async fn add_agent(
         .expect("agent");
 }
 
+/// A Claude Code provider `cli` with no base URL, key or model (the
+/// orchestrator runs the fake CLI as Claude Code in tests) and an agent
+/// `helper` on it with `tools`: a handoff's target.
+pub async fn cli_helper(client: &mut Client, workspace: &pb::Workspace, tools: &[&str]) {
+    client
+        .create_provider(pb::CreateProviderRequest {
+            workspace_id: workspace.id.clone(),
+            name: "cli".into(),
+            kind: pb::ProviderKind::ClaudeCode.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("cli provider");
+    add_agent(client, workspace, "helper", tools, "cli").await;
+}
+
 /// Sets how the team's provider's CLI agents reach the tools
 /// (UNSPECIFIED keeps the default, MCP).
 pub async fn use_transport(client: &mut Client, team: &Team, transport: pb::ToolTransport) {

@@ -21,6 +21,7 @@ pub mod fake_http;
 pub mod fake_openai;
 pub mod faults;
 pub mod flows;
+pub mod git;
 pub mod mcp;
 pub mod mcp_http;
 pub mod orchestrator;

@@ -290,23 +290,7 @@ async fn an_api_agent_hands_off_to_a_cli_agent_and_gets_its_report_in_the_tool_r
         "You delegate.",
     )
     .await;
-    client
-        .create_provider(pb::CreateProviderRequest {
-            workspace_id: team.workspace.id.clone(),
-            name: "cli".into(),
-            kind: pb::ProviderKind::ClaudeCode.into(),
-            ..Default::default()
-        })
-        .await
-        .expect("cli provider");
-    chorus_tests::agents::add_agent(
-        &mut client,
-        &team.workspace,
-        "helper",
-        &["file.create"],
-        "cli",
-    )
-    .await;
+    chorus_tests::agents::cli_helper(&mut client, &team.workspace, &["file.create"]).await;
     let task = planned_task(&mut client, &team.workspace, "Get the part written.").await;
     let run = start(&mut client, &task, &team.agent, 0)
         .await

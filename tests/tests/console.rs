@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
+use chorus_tests::git::git;
 use chorus_tests::orchestrator::Orchestrator;
 use serde_json::json;
 
@@ -94,23 +95,7 @@ async fn a_person_drives_a_task_from_the_console_and_a_viewer_can_only_look() {
     ])
     .await;
     // A repository: the task works on its own branch, which the person lands.
-    git(root.path(), &["init", "-q", "-b", "main"]);
-    std::fs::write(root.path().join("README"), "demo\n").expect("seed");
-    git(root.path(), &["add", "."]);
-    git(
-        root.path(),
-        &[
-            "-c",
-            "user.name=Ana",
-            "-c",
-            "user.email=ana@example.com",
-            "commit",
-            "-q",
-            "-m",
-            "first",
-        ],
-    );
-    chorus_sandbox::testing::give_to_test_user(root.path());
+    chorus_tests::git::repository(root.path(), &[("README", "demo\n")]);
     let artifacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
     let _ = std::fs::remove_dir_all(&artifacts);
     std::fs::create_dir_all(&artifacts).expect("artifacts dir");
@@ -407,23 +392,4 @@ async fn the_console_reconnects_after_a_restart_and_misses_nothing() {
         String::from_utf8_lossy(&output.stderr)
     );
     second.stop().await;
-}
-
-/// The test's own git on the workspace's repository (owned by the test
-/// user).
-fn git(root: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .current_dir(root)
-        .args(["-c", "safe.directory=*"])
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }

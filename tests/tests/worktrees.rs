@@ -3,43 +3,20 @@
 //! discard it, and every ending leaves no stray worktree.
 
 use std::path::Path;
-use std::process::Command;
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
-    Client, data, ends, history, opened_run, planned_task, settled, start, task_of, team, wait_for,
+    Client, api_team, data, ends, history, opened_run, planned_task, settled, start, task_of, team,
+    wait_for,
 };
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
+use chorus_tests::git::git;
 use chorus_tests::orchestrator::Orchestrator;
 use serde_json::json;
 
-/// The test's own git on the workspace's repository (owned by the test
-/// user), reading no configuration but the repository's.
-fn git(root: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(root)
-        .args(["-c", "safe.directory=*"])
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// A repository on main with a.txt committed.
 fn repository(root: &Path) {
-    git(root, &["init", "-q", "-b", "main"]);
-    git(root, &["config", "user.name", "Ana"]);
-    git(root, &["config", "user.email", "ana@example.com"]);
-    std::fs::write(root.join("a.txt"), "one\ntwo\nthree\n").expect("a.txt");
-    git(root, &["add", "."]);
-    git(root, &["commit", "-q", "-m", "first"]);
+    chorus_tests::git::repository(root, &[("a.txt", "one\ntwo\nthree\n")]);
 }
 
 fn write(path: &str, content: &str) -> Step {
@@ -129,13 +106,10 @@ async fn two_tasks_on_one_file_land_one_after_the_other_through_a_follow_up() {
     .await;
     let orchestrator = Orchestrator::for_api_agents(data_dir.path()).await;
     let mut client = orchestrator.client().await;
-    let team = team(
+    let team = api_team(
         &mut client,
         &root,
-        pb::ProviderKind::OpenaiCompatible,
-        &model.base_url(),
-        "sk-test",
-        "fake-model",
+        &model,
         &["file.read", "file.write"],
         "You edit files.",
     )
@@ -355,17 +329,7 @@ async fn a_canceled_task_leaves_no_worktree_and_keeps_its_work_on_its_branch() {
     .await;
     let orchestrator = Orchestrator::for_api_agents(data_dir.path()).await;
     let mut client = orchestrator.client().await;
-    let team = team(
-        &mut client,
-        &root,
-        pb::ProviderKind::OpenaiCompatible,
-        &model.base_url(),
-        "sk-test",
-        "fake-model",
-        &["file.create"],
-        "You draft.",
-    )
-    .await;
+    let team = api_team(&mut client, &root, &model, &["file.create"], "You draft.").await;
     let task = planned_task(&mut client, &team.workspace, "Draft.").await;
     start(&mut client, &task, "worker", 0).await;
     model.holding().await;
@@ -457,23 +421,7 @@ async fn a_handoff_helper_writes_into_its_parents_worktree() {
         "You delegate.",
     )
     .await;
-    client
-        .create_provider(pb::CreateProviderRequest {
-            workspace_id: team.workspace.id.clone(),
-            name: "cli".into(),
-            kind: pb::ProviderKind::ClaudeCode.into(),
-            ..Default::default()
-        })
-        .await
-        .expect("cli provider");
-    chorus_tests::agents::add_agent(
-        &mut client,
-        &team.workspace,
-        "helper",
-        &["file.create"],
-        "cli",
-    )
-    .await;
+    chorus_tests::agents::cli_helper(&mut client, &team.workspace, &["file.create"]).await;
     let task = worked(&mut client, &team.workspace, "Get the part written.").await;
     assert_eq!(task.status, "completed");
     let worktree = branch(&task).worktree;
@@ -659,17 +607,7 @@ async fn deleting_a_task_takes_its_worktree_and_branch_with_it() {
     let model = FakeOpenAi::start(vec![write("a.txt", "changed\n"), done("changed")]).await;
     let orchestrator = Orchestrator::for_api_agents(data_dir.path()).await;
     let mut client = orchestrator.client().await;
-    let team = team(
-        &mut client,
-        &root,
-        pb::ProviderKind::OpenaiCompatible,
-        &model.base_url(),
-        "sk-test",
-        "fake-model",
-        &["file.write"],
-        "You edit.",
-    )
-    .await;
+    let team = api_team(&mut client, &root, &model, &["file.write"], "You edit.").await;
     let task = worked(&mut client, &team.workspace, "Change a.txt.").await;
     let b = branch(&task);
     assert_eq!(

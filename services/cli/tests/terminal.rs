@@ -12,6 +12,7 @@ use std::time::Duration;
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::Client;
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
+use chorus_tests::git::git;
 use chorus_tests::orchestrator::Orchestrator;
 use serde_json::{Value, json};
 
@@ -769,25 +770,6 @@ async fn a_providers_tool_transport_is_shown_and_set_from_the_command_line() {
     );
 }
 
-/// The test's own git on the workspace's repository (owned by the test
-/// user).
-fn git(root: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .current_dir(root)
-        .args(["-c", "safe.directory=*"])
-        .args(args)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reviewer_reads_a_tasks_change_and_lands_it_from_the_terminal() {
     let stage = Stage::new(vec![
@@ -803,23 +785,7 @@ async fn a_reviewer_reads_a_tasks_change_and_lands_it_from_the_terminal() {
     ])
     .await;
     let root = stage.root.path();
-    git(root, &["init", "-q", "-b", "main"]);
-    std::fs::write(root.join("greeting.txt"), "hello\n").expect("seed");
-    git(root, &["add", "."]);
-    git(
-        root,
-        &[
-            "-c",
-            "user.name=Ana",
-            "-c",
-            "user.email=ana@example.com",
-            "commit",
-            "-q",
-            "-m",
-            "first",
-        ],
-    );
-    chorus_sandbox::testing::give_to_test_user(root);
+    chorus_tests::git::repository(root, &[("greeting.txt", "hello\n")]);
     let (code, stdout, stderr) = stage
         .run(&[
             "task",

@@ -23,6 +23,15 @@ use crate::domain::{
 use crate::error::ServiceError;
 use crate::state::AppState;
 
+mod change;
+mod sweep;
+
+pub use change::{
+    ChangePage, ChangeView, DEFAULT_PAGE_FILES, FilePatch, MAX_PAGE_FILES, MAX_PATCH_BYTES,
+    MAX_SUMMARY_FILES, MAX_WHOLE_PATCH_BYTES, WholeChange, change, summary, whole_change,
+};
+pub use sweep::{SWEEP_EVERY, Sweep, keep_sweeping, sweep, sweep_logged};
+
 /// What CreateTask asks of a task's branch.
 #[derive(Debug, Clone, Default)]
 pub struct BranchRequest {
@@ -178,6 +187,21 @@ pub fn root_of(task: &Task, workspace: &Workspace) -> PathBuf {
         .unwrap_or_else(|| workspace.root.clone())
 }
 
+/// Changes `task_id`'s branch as `f` says and records the event `f` names,
+/// in one transaction (nothing, for a task without a branch).
+async fn change_branch<F>(state: &AppState, task_id: TaskId, f: F) -> Result<Task, ServiceError>
+where
+    F: FnOnce(&mut TaskBranch) -> (EventKind, serde_json::Value) + Send + 'static,
+{
+    let (task, _) = state
+        .store
+        .change_task(task_id, move |task| {
+            Ok(task.branch.as_mut().map(f).into_iter().collect())
+        })
+        .await?;
+    Ok(task)
+}
+
 /// One task's branch work at a time in this process (a worktree made while
 /// it lands, say), and one landing per workspace (they move its base).
 #[derive(Debug, Default)]
@@ -280,29 +304,24 @@ pub async fn open(
         _ => None,
     };
     let told = note.clone();
-    let (task, _) = state
-        .store
-        .change_task(task.id, move |task| {
-            let Some(branch) = task.branch.as_mut() else {
-                return Ok(Vec::new());
-            };
-            branch.name.clone_from(&name);
-            branch.base.clone_from(&base);
-            branch.start_commit.get_or_insert(made.start_commit.clone());
-            branch.worktree = Some(made.path.clone());
-            branch.state = BranchState::Open;
-            Ok(vec![(
-                EventKind::BranchOpened,
-                json!({
-                    "branch": name,
-                    "base": base,
-                    "start_commit": made.start_commit,
-                    "worktree": made.path,
-                    "note": told,
-                }),
-            )])
-        })
-        .await?;
+    let task = change_branch(state, task.id, move |branch| {
+        branch.name.clone_from(&name);
+        branch.base.clone_from(&base);
+        branch.start_commit.get_or_insert(made.start_commit.clone());
+        branch.worktree = Some(made.path.clone());
+        branch.state = BranchState::Open;
+        (
+            EventKind::BranchOpened,
+            json!({
+                "branch": name,
+                "base": base,
+                "start_commit": made.start_commit,
+                "worktree": made.path,
+                "note": told,
+            }),
+        )
+    })
+    .await?;
     info!(task_id = %task.id, worktree = %path.display(), "task worktree made");
     Ok(Opened {
         task,
@@ -372,27 +391,32 @@ async fn take_over(
         )
         .await
         .map_err(tool_error)?;
-    state
-        .store
-        .change_task(earlier, move |task| {
-            let Some(branch) = task.branch.as_mut() else {
-                return Ok(Vec::new());
-            };
-            branch.worktree = None;
-            branch.state = BranchState::Kept;
-            branch.continued_by = Some(by);
-            Ok(vec![(
-                EventKind::BranchKept,
-                json!({
-                    "branch": branch.name,
-                    "why": format!("task {by} continues its work on the branch"),
-                    "snapshot_commit": snapshot,
-                    "continued_by": by.to_string(),
-                }),
-            )])
-        })
-        .await?;
+    let why = format!("task {by} continues its work on the branch");
+    change_branch(state, earlier, move |branch| {
+        branch.continued_by = Some(by);
+        kept(branch, why, snapshot)
+    })
+    .await?;
     Ok(())
+}
+
+/// `branch` without its worktree, kept, and the event saying `why`.
+fn kept(
+    branch: &mut TaskBranch,
+    why: String,
+    snapshot: Option<String>,
+) -> (EventKind, serde_json::Value) {
+    branch.worktree = None;
+    branch.state = BranchState::Kept;
+    (
+        EventKind::BranchKept,
+        json!({
+            "branch": branch.name,
+            "why": why,
+            "snapshot_commit": snapshot,
+            "continued_by": branch.continued_by.map(|t| t.to_string()),
+        }),
+    )
 }
 
 /// Removes the worktree of a task that ended without its change being kept
@@ -424,25 +448,11 @@ async fn try_keep(state: &AppState, task_id: TaskId, why: &str) -> Result<(), Se
         .map_err(tool_error)?;
     let why = why.to_owned();
     let ended = now_ms();
-    state
-        .store
-        .change_task(task_id, move |task| {
-            let Some(branch) = task.branch.as_mut() else {
-                return Ok(Vec::new());
-            };
-            branch.worktree = None;
-            branch.state = BranchState::Kept;
-            branch.ended_ms = Some(ended);
-            Ok(vec![(
-                EventKind::BranchKept,
-                json!({
-                    "branch": branch.name,
-                    "why": why,
-                    "snapshot_commit": snapshot,
-                }),
-            )])
-        })
-        .await?;
+    change_branch(state, task_id, move |branch| {
+        branch.ended_ms = Some(ended);
+        kept(branch, why, snapshot)
+    })
+    .await?;
     Ok(())
 }
 
@@ -513,28 +523,23 @@ pub async fn land(
         at_ms: now_ms(),
         mode,
     };
-    let (task, _) = state
-        .store
-        .change_task(task_id, move |task| {
-            let Some(branch) = task.branch.as_mut() else {
-                return Ok(Vec::new());
-            };
-            branch.worktree = None;
-            branch.state = BranchState::Landed;
-            branch.landed = Some(landing.clone());
-            Ok(vec![(
-                EventKind::TaskLanded,
-                json!({
-                    "branch": branch.name,
-                    "base": branch.base,
-                    "commit": landing.commit,
-                    "by": landing.by,
-                    "mode": landing.mode.as_str(),
-                    "fast_forward": landed.fast_forward,
-                }),
-            )])
-        })
-        .await?;
+    let task = change_branch(state, task_id, move |branch| {
+        branch.worktree = None;
+        branch.state = BranchState::Landed;
+        branch.landed = Some(landing.clone());
+        (
+            EventKind::TaskLanded,
+            json!({
+                "branch": branch.name,
+                "base": branch.base,
+                "commit": landing.commit,
+                "by": landing.by,
+                "mode": landing.mode.as_str(),
+                "fast_forward": landed.fast_forward,
+            }),
+        )
+    })
+    .await?;
     info!(task_id = %task_id, commit = %task.branch.as_ref().and_then(|b| b.landed.as_ref()).map_or("", |l| l.commit.as_str()), "task landed");
     Ok(task)
 }
@@ -554,22 +559,16 @@ pub async fn discard(state: &AppState, task_id: TaskId, by: String) -> Result<Ta
         by,
         at_ms: now_ms(),
     };
-    let (task, _) = state
-        .store
-        .change_task(task_id, move |task| {
-            let Some(branch) = task.branch.as_mut() else {
-                return Ok(Vec::new());
-            };
-            branch.worktree = None;
-            branch.state = BranchState::Discarded;
-            branch.discarded = Some(discarding.clone());
-            Ok(vec![(
-                EventKind::TaskDiscarded,
-                json!({ "branch": branch.name, "by": discarding.by }),
-            )])
-        })
-        .await?;
-    Ok(task)
+    change_branch(state, task_id, move |branch| {
+        branch.worktree = None;
+        branch.state = BranchState::Discarded;
+        branch.discarded = Some(discarding.clone());
+        (
+            EventKind::TaskDiscarded,
+            json!({ "branch": branch.name, "by": discarding.by }),
+        )
+    })
+    .await
 }
 
 /// Removes what a task deleted leaves: its worktree, and its branch when it
@@ -676,443 +675,4 @@ impl From<LandMode> for worktree::LandMode {
             LandMode::Squash => Self::Squash,
         }
     }
-}
-
-/// Which patches of a change GetTaskChange answers with.
-#[derive(Debug, Clone, Default)]
-pub struct ChangePage {
-    /// Only these files' (empty: every file's, a page at a time).
-    pub paths: Vec<String>,
-    /// Files per page (0: [`DEFAULT_PAGE_FILES`]).
-    pub page_size: u32,
-    /// Files of the listing before this page.
-    pub offset: usize,
-}
-
-/// Files whose patches a page holds when the request says 0.
-pub const DEFAULT_PAGE_FILES: u32 = 20;
-/// The most files a page holds.
-pub const MAX_PAGE_FILES: u32 = 200;
-/// Most bytes of one file's patch.
-pub const MAX_PATCH_BYTES: usize = 1024 * 1024;
-
-/// One file's patch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FilePatch {
-    pub path: String,
-    pub patch: String,
-    /// Cut at [`MAX_PATCH_BYTES`].
-    pub truncated: bool,
-}
-
-/// A task's change as GetTaskChange answers it.
-#[derive(Debug, Clone)]
-pub struct ChangeView {
-    pub branch: TaskBranch,
-    pub change: worktree::Change,
-    pub patches: Vec<FilePatch>,
-    /// The offset of the next page, if there is one.
-    pub next: Option<usize>,
-}
-
-/// `task_id`'s change: its commits and files against its base (what its
-/// worktree holds uncommitted included), and one page of patches.
-///
-/// # Errors
-/// FAILED_PRECONDITION for a task without a branch, or one never made,
-/// landed or discarded (its change is in its base, or gone); INVALID_ARGUMENT
-/// for a page size over the bound or a path the change does not list.
-pub async fn change(
-    state: &AppState,
-    task_id: TaskId,
-    page: ChangePage,
-) -> Result<ChangeView, ServiceError> {
-    let size = match page.page_size {
-        0 => DEFAULT_PAGE_FILES,
-        n if n > MAX_PAGE_FILES => {
-            return Err(ServiceError::Invalid(format!(
-                "page_size: at most {MAX_PAGE_FILES} files"
-            )));
-        }
-        n => n,
-    } as usize;
-    let task = state.store.get_task(task_id).await?;
-    let Some(branch) = task.branch.clone() else {
-        return Err(ServiceError::Precondition(format!(
-            "task {task_id} has no branch of its own ({}), so it has no change to show; see the files it changed in its history",
-            task.branch_note
-                .as_deref()
-                .unwrap_or("it was made before tasks had branches")
-        )));
-    };
-    match branch.state {
-        BranchState::Planned => {
-            return Err(ServiceError::Precondition(format!(
-                "task {task_id} has not started, so its branch '{}' was not made yet",
-                branch.name
-            )));
-        }
-        BranchState::Landed | BranchState::Discarded => {
-            return Err(ServiceError::Precondition(format!(
-                "task {task_id}'s change was {}{}; its branch is gone",
-                branch.state.as_str(),
-                branch
-                    .landed
-                    .as_ref()
-                    .map(|l| format!(" as commit {}", l.commit))
-                    .unwrap_or_default()
-            )));
-        }
-        BranchState::Open | BranchState::Kept => {}
-    }
-    let workspace = state.store.get_workspace(task.workspace_id).await?;
-    let repo = repository(state, &workspace);
-    let name = TaskBranch::worktree_name(task_id);
-    let open = (branch.state == BranchState::Open).then_some(name.as_str());
-    let base = if is_commit_id(&branch.base) {
-        branch.base.clone()
-    } else {
-        format!("refs/heads/{}", branch.base)
-    };
-    // A base deleted since: measured from where the branch started.
-    let base = match (repo.commit_of(&base).await, &branch.start_commit) {
-        (Ok(_), _) => base,
-        (Err(_), Some(start)) => start.clone(),
-        (Err(e), None) => return Err(tool_error(e)),
-    };
-    let change = repo
-        .change(&branch.name, &base, open)
-        .await
-        .map_err(tool_error)?;
-    let listed: Vec<&str> = change.files.iter().map(|f| f.path.as_str()).collect();
-    let (wanted, next): (Vec<String>, Option<usize>) = if page.paths.is_empty() {
-        let end = page.offset.saturating_add(size).min(listed.len());
-        let wanted = listed
-            .get(page.offset.min(end)..end)
-            .unwrap_or_default()
-            .iter()
-            .map(|p| (*p).to_owned())
-            .collect();
-        (wanted, (end < listed.len()).then_some(end))
-    } else {
-        if let Some(unknown) = page.paths.iter().find(|p| !listed.contains(&p.as_str())) {
-            return Err(ServiceError::Invalid(format!(
-                "paths: '{unknown}' is not a file of this change; give paths as its files list them"
-            )));
-        }
-        if page.paths.len() > MAX_PAGE_FILES as usize {
-            return Err(ServiceError::Invalid(format!(
-                "paths: at most {MAX_PAGE_FILES} at once"
-            )));
-        }
-        (page.paths, None)
-    };
-    let mut patches = Vec::with_capacity(wanted.len());
-    for path in wanted {
-        // A rename's patch needs both of its paths.
-        let mut paths = vec![path.clone()];
-        if let Some(old) = change
-            .files
-            .iter()
-            .find(|f| f.path == path)
-            .and_then(|f| f.old_path.clone())
-        {
-            paths.push(old);
-        }
-        let (patch, truncated) = repo
-            .patch(
-                &change.base_commit,
-                &branch.name,
-                open,
-                &paths,
-                MAX_PATCH_BYTES,
-            )
-            .await
-            .map_err(tool_error)?;
-        patches.push(FilePatch {
-            path,
-            patch,
-            truncated,
-        });
-    }
-    Ok(ChangeView {
-        branch,
-        change,
-        patches,
-        next,
-    })
-}
-
-/// What a sweep of the task worktrees found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Sweep {
-    /// Worktrees of tasks whose branch is open: kept where they are.
-    pub open: usize,
-    /// Worktrees removed: of tasks deleted, landed, discarded, canceled
-    /// while no replica could remove them, or past keep_unlanded_days.
-    pub removed: usize,
-    /// Worktrees being made (their task's record not written yet), or that
-    /// could not be removed: left for the next sweep.
-    pub left: usize,
-}
-
-/// How often the worktrees are swept after the first sweep at start.
-pub const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
-
-/// Sweeps every [`SWEEP_EVERY`] until `stop` (the first sweep is the
-/// start's: [`sweep_logged`] before the service answers).
-pub async fn keep_sweeping(state: AppState, stop: tokio_util::sync::CancellationToken) {
-    let first = tokio::time::Instant::now() + SWEEP_EVERY;
-    let mut tick = tokio::time::interval_at(first, SWEEP_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            _ = tick.tick() => sweep_logged(&state).await,
-        }
-    }
-}
-
-/// [`sweep`], its findings or its failure logged.
-pub async fn sweep_logged(state: &AppState) {
-    match sweep(state).await {
-        Ok(found) => info!(
-            open = found.open,
-            removed = found.removed,
-            left = found.left,
-            "task worktrees accounted for"
-        ),
-        Err(e) => {
-            warn!(error = %e, "the task worktrees could not be swept; the next sweep tries again")
-        }
-    }
-}
-
-/// Accounts for every task worktree of every workspace that is a
-/// repository: each is a task's whose branch is open, or it is removed
-/// (what it held uncommitted kept on its branch when the task may still
-/// land); the repository's records of worktrees gone are pruned. Open
-/// worktrees of tasks that ended longer ago than their workspace's
-/// keep_unlanded_days are removed too, their branches kept, and their
-/// histories say so.
-///
-/// # Errors
-/// A store that fails.
-pub async fn sweep(state: &AppState) -> Result<Sweep, ServiceError> {
-    let mut found = Sweep::default();
-    let now = now_ms();
-    for workspace in state.store.list_workspaces().await? {
-        if !Repository::is_repository(&workspace.root) {
-            continue;
-        }
-        let repo = repository(state, &workspace);
-        for name in repo.worktree_names() {
-            match sweep_one(state, &workspace, &repo, &name, now).await {
-                Ok(true) => found.removed += 1,
-                Ok(false) => found.open += 1,
-                Err(e) => {
-                    warn!(workspace = %workspace.name, worktree = %name, error = %e, "a task worktree could not be accounted for");
-                    found.left += 1;
-                }
-            }
-        }
-        if let Err(e) = repo.prune().await {
-            warn!(workspace = %workspace.name, error = %e, "the repository's worktree records could not be pruned");
-        }
-    }
-    Ok(found)
-}
-
-/// Keeps or removes one worktree: true when removed.
-async fn sweep_one(
-    state: &AppState,
-    workspace: &Workspace,
-    repo: &Repository,
-    name: &str,
-    now: i64,
-) -> Result<bool, ServiceError> {
-    let task = match TaskId::parse(name) {
-        Ok(id) => match state.store.get_task(id).await {
-            Ok(task) if task.workspace_id == workspace.id => Some(task),
-            Ok(_) | Err(crate::store::StoreError::NotFound { .. }) => None,
-            Err(e) => return Err(e.into()),
-        },
-        Err(_) => None,
-    };
-    let Some(task) = task else {
-        // No task of this workspace has it: a deleted task's, say.
-        repo.remove_worktree(name, None).await.map_err(tool_error)?;
-        info!(workspace = %workspace.name, worktree = %name, "a worktree of no task was removed");
-        return Ok(true);
-    };
-    let Some(branch) = &task.branch else {
-        repo.remove_worktree(name, None).await.map_err(tool_error)?;
-        return Ok(true);
-    };
-    match branch.state {
-        // Being made by a start (here or on another replica).
-        BranchState::Planned => Err(ServiceError::Precondition(
-            "its task's start is making it".to_owned(),
-        )),
-        BranchState::Open if task.status == crate::domain::TaskStatus::Canceled => {
-            try_keep(state, task.id, "the task was canceled").await?;
-            Ok(true)
-        }
-        BranchState::Open => {
-            let days = workspace.changes.keep_unlanded_days;
-            if branch.past_keeping(task.status, task.updated_ms, days, now) {
-                try_keep(
-                    state,
-                    task.id,
-                    &format!("over for more than {days} day(s), the workspace's keep_unlanded_days, neither landed nor discarded"),
-                )
-                .await?;
-                return Ok(true);
-            }
-            Ok(false)
-        }
-        BranchState::Kept => {
-            // Left over from a removal that stopped half-way.
-            repo.remove_worktree(name, Some(&format!("Uncommitted work of task {}", task.id)))
-                .await
-                .map_err(tool_error)?;
-            Ok(true)
-        }
-        BranchState::Landed | BranchState::Discarded => {
-            repo.remove_worktree(name, None).await.map_err(tool_error)?;
-            Ok(true)
-        }
-    }
-}
-
-/// Most bytes of a whole change's patch in one answer (an A2A artifact).
-pub const MAX_WHOLE_PATCH_BYTES: usize = 4 * 1024 * 1024;
-
-/// A task's whole change as one patch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WholeChange {
-    pub branch: String,
-    pub base: String,
-    pub base_commit: String,
-    pub head_commit: String,
-    /// The paths it changes.
-    pub files: Vec<String>,
-    pub patch: String,
-    /// Cut at [`MAX_WHOLE_PATCH_BYTES`].
-    pub truncated: bool,
-}
-
-/// `task`'s whole change as one patch, when it has a branch with a change
-/// to show (made, and neither landed nor discarded) and changed anything;
-/// None, logged, when it cannot be read (it is an extra of an answer,
-/// which does not fail for it).
-pub async fn whole_change(state: &AppState, task: &Task) -> Option<WholeChange> {
-    match read_whole_change(state, task).await {
-        Ok(change) => change,
-        Err(e) => {
-            warn!(task_id = %task.id, error = %e, "the task's change could not be read for its artifact");
-            None
-        }
-    }
-}
-
-async fn read_whole_change(
-    state: &AppState,
-    task: &Task,
-) -> Result<Option<WholeChange>, ServiceError> {
-    let Some(branch) = task
-        .branch
-        .as_ref()
-        .filter(|b| matches!(b.state, BranchState::Open | BranchState::Kept))
-    else {
-        return Ok(None);
-    };
-    let view = change(
-        state,
-        task.id,
-        ChangePage {
-            paths: Vec::new(),
-            page_size: 1,
-            offset: usize::MAX,
-        },
-    )
-    .await?;
-    if view.change.files.is_empty() {
-        return Ok(None);
-    }
-    let workspace = state.store.get_workspace(task.workspace_id).await?;
-    let name = TaskBranch::worktree_name(task.id);
-    let open = (branch.state == BranchState::Open).then_some(name.as_str());
-    let (patch, truncated) = repository(state, &workspace)
-        .patch(
-            &view.change.base_commit,
-            &branch.name,
-            open,
-            &[],
-            MAX_WHOLE_PATCH_BYTES,
-        )
-        .await
-        .map_err(tool_error)?;
-    Ok(Some(WholeChange {
-        branch: branch.name.clone(),
-        base: branch.base.clone(),
-        base_commit: view.change.base_commit,
-        head_commit: view.change.head_commit,
-        files: view.change.files.into_iter().map(|f| f.path).collect(),
-        patch,
-        truncated,
-    }))
-}
-
-/// Most files listed in a report's change (the rest are counted).
-pub const MAX_SUMMARY_FILES: usize = 200;
-
-/// `task_id`'s change as a completion report records it: its branch, its
-/// commits and its files with their counts, which of them uncommitted.
-/// None when it has no branch with a change to show, or it cannot be read
-/// (logged: the report stands without it).
-pub async fn summary(state: &AppState, task_id: TaskId) -> Option<serde_json::Value> {
-    let task = state.store.get_task(task_id).await.ok()?;
-    task.branch
-        .as_ref()
-        .filter(|b| matches!(b.state, BranchState::Open | BranchState::Kept))?;
-    let page = ChangePage {
-        paths: Vec::new(),
-        page_size: 1,
-        offset: usize::MAX,
-    };
-    let view = match change(state, task_id, page).await {
-        Ok(view) => view,
-        Err(e) => {
-            warn!(task_id = %task_id, error = %e, "the task's change could not be read for its report");
-            return None;
-        }
-    };
-    let c = &view.change;
-    let files: Vec<serde_json::Value> = c
-        .files
-        .iter()
-        .take(MAX_SUMMARY_FILES)
-        .map(|f| {
-            json!({
-                "path": f.path,
-                "old_path": f.old_path,
-                "status": f.status,
-                "additions": f.additions,
-                "deletions": f.deletions,
-                "uncommitted": c.uncommitted.contains(&f.path),
-            })
-        })
-        .collect();
-    Some(json!({
-        "branch": view.branch.name,
-        "base": view.branch.base,
-        "base_commit": c.base_commit,
-        "head_commit": c.head_commit,
-        "commits": c.commits.iter().map(|k| json!({"id": k.id, "summary": k.summary})).collect::<Vec<_>>(),
-        "more_commits": c.more_commits,
-        "files": files,
-        "more_files": c.files.len().saturating_sub(MAX_SUMMARY_FILES),
-        "uncommitted": c.uncommitted.len(),
-    }))
 }

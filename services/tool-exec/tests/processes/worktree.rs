@@ -53,6 +53,32 @@ async fn call_at(h: &Harness, root: &Path, tool: &str, args: Value) -> Result<Va
     Ok(outcome.output)
 }
 
+/// Worktrees `one` and `two`, each with one file written and committed by
+/// its run's git.commit.
+async fn two_committed(
+    h: &Harness,
+    repository: &Repository,
+    one_writes: (&str, &str),
+    two_writes: (&str, &str),
+) -> (PathBuf, PathBuf) {
+    let one = worktree(repository, "one").await;
+    let two = worktree(repository, "two").await;
+    write(&one, one_writes.0, one_writes.1);
+    write(&two, two_writes.0, two_writes.1);
+    give_to_test_user(&h.root);
+    for root in [&one, &two] {
+        call_at(
+            h,
+            root,
+            "git.commit",
+            json!({"message": "a change", "all": true}),
+        )
+        .await
+        .expect("commit");
+    }
+    (one, two)
+}
+
 fn head(dir: &Path, rev: &str) -> String {
     git(dir, &["rev-parse", rev]).trim().to_owned()
 }
@@ -232,21 +258,13 @@ async fn a_change_holds_commits_and_the_uncommitted_rest_without_touching_the_in
 #[tokio::test]
 async fn landing_fast_forwards_and_a_conflict_changes_nothing() {
     let (h, repository) = repo().await;
-    let one = worktree(&repository, "one").await;
-    let two = worktree(&repository, "two").await;
-    write(&one, "a.txt", "one\nTWO\nthree\n");
-    write(&two, "a.txt", "one\ntwo!\nthree\n");
-    give_to_test_user(&h.root);
-    for root in [&one, &two] {
-        call_at(
-            &h,
-            root,
-            "git.commit",
-            json!({"message": "edit a", "all": true}),
-        )
-        .await
-        .expect("commit");
-    }
+    two_committed(
+        &h,
+        &repository,
+        ("a.txt", "one\nTWO\nthree\n"),
+        ("a.txt", "one\ntwo!\nthree\n"),
+    )
+    .await;
     let landed = repository
         .land(
             "chorus/one",
@@ -311,21 +329,7 @@ async fn landing_fast_forwards_and_a_conflict_changes_nothing() {
 #[tokio::test]
 async fn a_moved_base_lands_by_merge_or_squash() {
     let (h, repository) = repo().await;
-    let one = worktree(&repository, "one").await;
-    let two = worktree(&repository, "two").await;
-    write(&one, "one.txt", "1\n");
-    write(&two, "two.txt", "2\n");
-    give_to_test_user(&h.root);
-    for root in [&one, &two] {
-        call_at(
-            &h,
-            root,
-            "git.commit",
-            json!({"message": "add a file", "all": true}),
-        )
-        .await
-        .expect("commit");
-    }
+    two_committed(&h, &repository, ("one.txt", "1\n"), ("two.txt", "2\n")).await;
     repository
         .land(
             "chorus/one",
