@@ -12,7 +12,8 @@
 //!    calls interleaved: file.read, and git.status (which in a worktree
 //!    reads its own git directory and the repository's).
 //!
-//! `cargo bench -p chorus-tests --bench worktrees` (CHORUS_BENCH_FILES: files
+//! `cargo build --release -p chorus-sandbox && cargo bench -p chorus-tests --bench worktrees`
+//! (CHORUS_BENCH_FILES: files
 //! of the repository, default 100000; CHORUS_BENCH_MAKES: worktrees made
 //! per way, default 3; CHORUS_BENCH_CALLS: tool calls per place, default
 //! 300).
@@ -62,6 +63,8 @@ fn repository(root: &Path, files: usize) {
     git(root, &["init", "-q", "-b", "main"]);
     git(root, &["config", "user.name", "Bench"]);
     git(root, &["config", "user.email", "bench@example.com"]);
+    // No gc in the background while the repository is measured.
+    git(root, &["config", "gc.auto", "0"]);
     for i in 0..files {
         let dir = root.join(format!("src/d{:05}", i / 100));
         if i % 100 == 0 {
@@ -180,72 +183,67 @@ async fn making(repo: &Repository, root: &Path, scratch: &Path, makes: usize) {
     );
 }
 
-async fn landing(repo: &Repository, root: &Path, rounds: usize) {
-    let (mut ff, mut merge, mut squash, mut plain) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+/// A branch `chorus/<name>` of one commit on `main` changing `file`, made
+/// with git's plumbing (no checkout of the repository's files).
+fn branch_changing(root: &Path, scratch: &Path, name: &str, file: &str) {
+    let index = scratch.join(format!("{name}.index"));
+    let with_index = |args: &[&str]| {
+        let out = Command::new("git")
+            .current_dir(root)
+            .args(["-c", "safe.directory=*"])
+            .args(args)
+            .env("GIT_INDEX_FILE", &index)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let content = scratch.join(format!("{name}.txt"));
+    std::fs::write(&content, format!("changed by {name}\n")).expect("content");
+    let blob = git(root, &["hash-object", "-w", &content.display().to_string()]);
+    with_index(&["read-tree", "main"]);
+    with_index(&["update-index", "--add", "--cacheinfo", &format!("100644,{blob},{file}")]);
+    let tree = with_index(&["write-tree"]);
+    let commit = git(root, &["commit-tree", &tree, "-p", "main", "-m", "a change"]);
+    git(root, &["branch", &format!("chorus/{name}"), &commit]);
+    let _ = std::fs::remove_file(&index);
+}
+
+async fn landing(repo: &Repository, root: &Path, scratch: &Path, rounds: usize) {
+    let (mut ff, mut merge, mut squash, mut plain) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..rounds {
-        // A task's branch with one file changed, committed.
-        let change = |name: &str, file: &str| {
-            let path = root.join(".git/chorus/worktrees").join(name);
-            git(
-                root,
-                &[
-                    "worktree",
-                    "add",
-                    "-q",
-                    "-b",
-                    &format!("chorus/{name}"),
-                    &path.display().to_string(),
-                    "main",
-                ],
-            );
-            std::fs::write(path.join(file), format!("changed {name}\n")).expect("write");
-            git(&path, &["commit", "-q", "-am", "a change"]);
-            give_to_test_user(root);
-        };
         for (mode, samples) in [
             (LandMode::FastForward, &mut ff),
             (LandMode::Merge, &mut merge),
             (LandMode::Squash, &mut squash),
         ] {
             let name = format!("land-{i}-{mode:?}").to_lowercase();
-            let other = format!("{name}-other");
-            change(&name, &format!("src/d00000/f{:03}.txt", 2 * i));
+            branch_changing(root, scratch, &name, &format!("src/d00000/f{:03}.txt", 3 * i + mode as usize));
             if mode != LandMode::FastForward {
                 // The base moves first: a merge or squash has work to do.
-                change(&other, &format!("src/d00001/f{:03}.txt", i));
-                repo.land(
-                    &format!("chorus/{other}"),
-                    "main",
-                    LandMode::FastForward,
-                    "x",
-                    ("B", "b@b"),
-                )
-                .await
-                .expect("the base moves");
+                let other = format!("{name}-other");
+                branch_changing(root, scratch, &other, &format!("src/d00001/f{:03}.txt", 3 * i + mode as usize));
+                repo.land(&format!("chorus/{other}"), "main", LandMode::FastForward, "x", ("B", "b@b"))
+                    .await
+                    .expect("the base moves");
             }
+            give_to_test_user(&root.join(".git"));
             let started = Instant::now();
-            repo.land(
-                &format!("chorus/{name}"),
-                "main",
-                mode,
-                "land",
-                ("B", "b@b"),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{mode:?}: {e:?}"));
+            repo.land(&format!("chorus/{name}"), "main", mode, "land", ("B", "b@b"))
+                .await
+                .unwrap_or_else(|e| panic!("{mode:?}: {e:?}"));
             samples.push(started.elapsed());
         }
         // Plain git fast-forwarding the checked-out base.
         let name = format!("plain-{i}");
-        change(&name, &format!("src/d00002/f{:03}.txt", i));
+        branch_changing(root, scratch, &name, &format!("src/d00002/f{:03}.txt", i));
         plain.push(timed(|| {
-            git(
-                root,
-                &["merge", "-q", "--ff-only", &format!("chorus/{name}")],
-            );
+            git(root, &["merge", "-q", "--ff-only", &format!("chorus/{name}")]);
         }));
-        give_to_test_user(root);
+        give_to_test_user(&root.join(".git"));
+        give_to_test_user(&root.join("src/d00002"));
     }
     let rows = [ff, merge, squash, plain].map(Samples::new);
     table(
@@ -337,7 +335,7 @@ async fn main() {
         CancellationToken::new(),
     );
     making(&repo, &root, &scratch, makes).await;
-    landing(&repo, &root, makes).await;
+    landing(&repo, &root, &scratch, makes).await;
     let kept = repo
         .add_worktree("calls", "chorus/calls", "main", true, "refs/heads/main")
         .await

@@ -254,20 +254,23 @@ pub async fn open(
         });
     }
     let _held = state.branch_locks.lock(task.id.to_string()).await;
+    // As it stands now: another start may have made it meanwhile.
+    let task = state.store.get_task(task.id).await?;
+    let Some(branch) = task.branch.clone() else {
+        let root = workspace.root.clone();
+        return Ok(Opened { task, root, note: None });
+    };
+    if branch.state == BranchState::Open && branch.worktree.as_ref().is_some_and(|p| p.is_dir()) {
+        let root = root_of(&task, workspace);
+        return Ok(Opened { task, root, note: None });
+    }
     let repo = repository(state, workspace);
     let name = if branch.name.is_empty() {
         TaskBranch::default_name(task.id)
     } else {
         branch.name.clone()
     };
-    let base = if branch.base.is_empty() {
-        match repo.current_branch().await.map_err(tool_error)? {
-            Some(current) => current,
-            None => repo.commit_of("HEAD").await.map_err(tool_error)?,
-        }
-    } else {
-        branch.base.clone()
-    };
+    let base = base_of(&repo, &branch.base).await?;
     if let Some(earlier) = branch.continues
         && branch.state == BranchState::Planned
     {
@@ -327,6 +330,26 @@ pub async fn open(
         task,
         root: path,
         note,
+    })
+}
+
+/// What a branch starts from and lands into, as `given` (empty: the
+/// workspace's HEAD) names it: a branch by its name, anything else (a tag,
+/// a commit) as its commit.
+async fn base_of(repo: &Repository, given: &str) -> Result<String, ServiceError> {
+    if given.is_empty() {
+        return Ok(match repo.current_branch().await.map_err(tool_error)? {
+            Some(current) => current,
+            None => repo.commit_of("HEAD").await.map_err(tool_error)?,
+        });
+    }
+    if is_commit_id(given) || repo.commit_of(&format!("refs/heads/{given}")).await.is_ok() {
+        return Ok(given.to_owned());
+    }
+    repo.commit_of(given).await.map_err(|_| {
+        ServiceError::Invalid(format!(
+            "base_ref: '{given}' names no branch, tag or commit of the workspace's repository"
+        ))
     })
 }
 
@@ -512,9 +535,9 @@ pub async fn land(
     if let Err(e) = repo.remove_worktree(&worktree, None).await {
         warn!(task_id = %task_id, error = %e, "the landed task's worktree could not be removed; the next start of the service removes it");
     }
-    if branch.made
-        && let Err(e) = repo.delete_branch(&branch.name).await
-    {
+    // The branch is this task's (made by it, or taken over from the task it
+    // continues): landed, it goes.
+    if let Err(e) = repo.delete_branch(&branch.name).await {
         warn!(task_id = %task_id, error = %e, "the landed task's branch could not be deleted");
     }
     let landing = Landing {
@@ -606,7 +629,8 @@ async fn remove(
     repo.remove_worktree(&TaskBranch::worktree_name(task_id), None)
         .await
         .map_err(tool_error)?;
-    if branch.made && branch.state != BranchState::Planned && branch.continued_by.is_none() {
+    // A task continued by another hands it its branch.
+    if branch.state != BranchState::Planned && branch.continued_by.is_none() {
         repo.delete_branch(&branch.name).await.map_err(tool_error)?;
     }
     Ok(())

@@ -141,8 +141,8 @@ pub struct TaskBranch {
     /// The task that took this branch over (it lands or discards it now).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continued_by: Option<TaskId>,
-    /// Whether the branch was this task's own making (deleted when landed
-    /// or discarded), not one it was given.
+    /// Whether the task makes its branch (a new one from its base), not
+    /// takes over the branch of the task it continues.
     #[serde(default = "yes")]
     pub made: bool,
 }
