@@ -61,6 +61,8 @@ const OPERATOR: &[&str] = &[
     "StartTask",
     "CancelTask",
     "UpdateTaskBudget",
+    "LandTask",
+    "DiscardTask",
     "Handoff",
 ];
 const VIEWER: &[&str] = &[
@@ -79,6 +81,7 @@ const VIEWER: &[&str] = &[
     "GetRun",
     "ListRuns",
     "GetStatus",
+    "GetTaskChange",
 ];
 
 /// Whether `caller` may call `method` (`Service/Method`).
