@@ -197,22 +197,35 @@ fn branch_changing(root: &Path, scratch: &Path, name: &str, file: &str) {
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .output()
             .expect("git runs");
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };
     let content = scratch.join(format!("{name}.txt"));
     std::fs::write(&content, format!("changed by {name}\n")).expect("content");
     let blob = git(root, &["hash-object", "-w", &content.display().to_string()]);
     with_index(&["read-tree", "main"]);
-    with_index(&["update-index", "--add", "--cacheinfo", &format!("100644,{blob},{file}")]);
+    with_index(&[
+        "update-index",
+        "--add",
+        "--cacheinfo",
+        &format!("100644,{blob},{file}"),
+    ]);
     let tree = with_index(&["write-tree"]);
-    let commit = git(root, &["commit-tree", &tree, "-p", "main", "-m", "a change"]);
+    let commit = git(
+        root,
+        &["commit-tree", &tree, "-p", "main", "-m", "a change"],
+    );
     git(root, &["branch", &format!("chorus/{name}"), &commit]);
     let _ = std::fs::remove_file(&index);
 }
 
 async fn landing(repo: &Repository, root: &Path, scratch: &Path, rounds: usize) {
-    let (mut ff, mut merge, mut squash, mut plain) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ff, mut merge, mut squash, mut plain) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..rounds {
         for (mode, samples) in [
             (LandMode::FastForward, &mut ff),
@@ -220,27 +233,52 @@ async fn landing(repo: &Repository, root: &Path, scratch: &Path, rounds: usize) 
             (LandMode::Squash, &mut squash),
         ] {
             let name = format!("land-{i}-{mode:?}").to_lowercase();
-            branch_changing(root, scratch, &name, &format!("src/d00000/f{:03}.txt", 3 * i + mode as usize));
+            branch_changing(
+                root,
+                scratch,
+                &name,
+                &format!("src/d00000/f{:03}.txt", 3 * i + mode as usize),
+            );
             if mode != LandMode::FastForward {
                 // The base moves first: a merge or squash has work to do.
                 let other = format!("{name}-other");
-                branch_changing(root, scratch, &other, &format!("src/d00001/f{:03}.txt", 3 * i + mode as usize));
-                repo.land(&format!("chorus/{other}"), "main", LandMode::FastForward, "x", ("B", "b@b"))
-                    .await
-                    .expect("the base moves");
+                branch_changing(
+                    root,
+                    scratch,
+                    &other,
+                    &format!("src/d00001/f{:03}.txt", 3 * i + mode as usize),
+                );
+                repo.land(
+                    &format!("chorus/{other}"),
+                    "main",
+                    LandMode::FastForward,
+                    "x",
+                    ("B", "b@b"),
+                )
+                .await
+                .expect("the base moves");
             }
             give_to_test_user(&root.join(".git"));
             let started = Instant::now();
-            repo.land(&format!("chorus/{name}"), "main", mode, "land", ("B", "b@b"))
-                .await
-                .unwrap_or_else(|e| panic!("{mode:?}: {e:?}"));
+            repo.land(
+                &format!("chorus/{name}"),
+                "main",
+                mode,
+                "land",
+                ("B", "b@b"),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{mode:?}: {e:?}"));
             samples.push(started.elapsed());
         }
         // Plain git fast-forwarding the checked-out base.
         let name = format!("plain-{i}");
         branch_changing(root, scratch, &name, &format!("src/d00002/f{:03}.txt", i));
         plain.push(timed(|| {
-            git(root, &["merge", "-q", "--ff-only", &format!("chorus/{name}")]);
+            git(
+                root,
+                &["merge", "-q", "--ff-only", &format!("chorus/{name}")],
+            );
         }));
         give_to_test_user(&root.join(".git"));
         give_to_test_user(&root.join("src/d00002"));

@@ -258,11 +258,19 @@ pub async fn open(
     let task = state.store.get_task(task.id).await?;
     let Some(branch) = task.branch.clone() else {
         let root = workspace.root.clone();
-        return Ok(Opened { task, root, note: None });
+        return Ok(Opened {
+            task,
+            root,
+            note: None,
+        });
     };
     if branch.state == BranchState::Open && branch.worktree.as_ref().is_some_and(|p| p.is_dir()) {
         let root = root_of(&task, workspace);
-        return Ok(Opened { task, root, note: None });
+        return Ok(Opened {
+            task,
+            root,
+            note: None,
+        });
     }
     let repo = repository(state, workspace);
     let name = if branch.name.is_empty() {
