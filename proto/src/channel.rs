@@ -22,6 +22,9 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// AuthorizeToolCall, RecordToolCall, AuthenticateKey, GetRunTokenKeys; an
 /// agent's CallTool), sent as `grpc-timeout` so the server stops too.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Deadline of a call that may wait for a person's answer to an approval
+/// rule: the longest an `ask` waits (a day), and a minute more.
+pub const APPROVAL_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60 + 60);
 
 /// `endpoint` with the connect timeout and keepalive of every Chorus client.
 pub fn tune(endpoint: Endpoint) -> Endpoint {

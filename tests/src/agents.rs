@@ -58,6 +58,7 @@ pub async fn team(
             provider: "model".into(),
             model: String::new(),
             egress: Vec::new(),
+            approval_rules: Vec::new(),
         })
         .await
         .expect("agent");
@@ -389,6 +390,7 @@ pub async fn add_agent(
             provider: provider.into(),
             model: String::new(),
             egress: Vec::new(),
+            approval_rules: Vec::new(),
         })
         .await
         .expect("agent");

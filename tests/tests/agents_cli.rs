@@ -711,6 +711,7 @@ async fn start_task_refuses_what_cannot_run_and_changes_nothing() {
             provider: String::new(),
             model: String::new(),
             egress: Vec::new(),
+            approval_rules: Vec::new(),
         })
         .await
         .expect("agent");

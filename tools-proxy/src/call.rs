@@ -424,10 +424,12 @@ async fn call_orchestrator(
     if request.tool == "handoff" {
         return handoff(channel, request, progress).await;
     }
-    let mut grpc = chorus_proto::channel::short(tonic::Request::new(CallToolRequest {
+    let mut grpc = tonic::Request::new(CallToolRequest {
         tool: request.tool.clone(),
         arguments: Some(json::to_struct(request.arguments.clone())),
-    }));
+    });
+    // An approval rule may hold the call until a person answers.
+    grpc.set_timeout(chorus_proto::channel::APPROVAL_TIMEOUT);
     grpc.metadata_mut()
         .insert("authorization", bearer(&request.token)?);
     let response = AgentToolsClient::new(channel)

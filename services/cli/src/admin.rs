@@ -106,6 +106,10 @@ pub enum AgentCommand {
         /// `host:port` rules the agent may connect to with the network grant.
         #[arg(long, value_delimiter = ',')]
         egress: Vec<String>,
+        /// An approval rule, once per rule: `DECISION TOOL [command=..|path=..|remote=..] [deadline=SECONDS]`,
+        /// e.g. 'ask git.push', 'allow bash command=cargo test', 'deny file.* path=deploy/**'.
+        #[arg(long = "rule")]
+        rules: Vec<String>,
     },
     /// Changes an agent: only what is given changes ("" clears the
     /// provider or the model).
@@ -144,6 +148,12 @@ pub enum AgentCommand {
         /// Clears its default task budget.
         #[arg(long, conflicts_with_all = ["budget_cost_usd", "budget_tokens", "budget_tool_calls"])]
         no_budget: bool,
+        /// Replaces its approval rules, once per rule (see `agent create --rule`).
+        #[arg(long = "rule")]
+        rules: Vec<String>,
+        /// Removes every approval rule of the agent.
+        #[arg(long, conflicts_with = "rules")]
+        no_rules: bool,
     },
     Delete {
         name: String,
@@ -349,6 +359,7 @@ const AGENT_FIELDS: &[(&str, &str)] = &[
     ("ALLOWED", "allowedTools"),
     ("GRANTED", "grantedTools"),
     ("EGRESS", "egress"),
+    ("RULES", "approvalRules"),
 ];
 
 pub async fn agent(command: AgentCommand, mut client: Client, out: &Out) -> Result<Exit, Fail> {
@@ -392,7 +403,9 @@ pub async fn agent(command: AgentCommand, mut client: Client, out: &Out) -> Resu
             model,
             instructions_file,
             egress,
+            rules,
         } => {
+            let approval_rules = crate::approvals::parse_rules(&rules)?;
             let workspace_id = workspace_id(c, &workspace).await?;
             let instructions = match instructions_file {
                 Some(path) => std::fs::read_to_string(&path)
@@ -409,6 +422,7 @@ pub async fn agent(command: AgentCommand, mut client: Client, out: &Out) -> Resu
                     provider: provider.unwrap_or_default(),
                     model: model.unwrap_or_default(),
                     egress,
+                    approval_rules,
                 })
                 .await
                 .map_err(|s| Fail::call("create the agent", &s))?
@@ -428,7 +442,11 @@ pub async fn agent(command: AgentCommand, mut client: Client, out: &Out) -> Resu
             budget_tokens,
             budget_tool_calls,
             no_budget,
+            rules,
+            no_rules,
         } => {
+            let set_approval_rules = no_rules || !rules.is_empty();
+            let approval_rules = crate::approvals::parse_rules(&rules)?;
             // Any limit given replaces the agent's default budget.
             let given =
                 budget_cost_usd.is_some() || budget_tokens.is_some() || budget_tool_calls.is_some();
@@ -469,6 +487,8 @@ pub async fn agent(command: AgentCommand, mut client: Client, out: &Out) -> Resu
                     reset_instructions,
                     egress,
                     set_egress,
+                    approval_rules,
+                    set_approval_rules,
                 })
                 .await
                 .map_err(|s| Fail::call("update the agent", &s))?

@@ -168,6 +168,7 @@ impl<'a> View<'a> {
                 status: status.to_owned(),
                 reason: self.reason.clone(),
                 action: String::new(),
+                approval_id: String::new(),
             })),
         }
     }

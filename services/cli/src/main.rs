@@ -4,6 +4,7 @@
 //! never from the command line (see `chorus profile --help`).
 
 mod admin;
+mod approvals;
 mod client;
 mod fail;
 mod follow;
@@ -62,6 +63,9 @@ enum Command {
     /// API keys: create (the secret is shown once), list, revoke.
     #[command(subcommand)]
     Key(admin::KeyCommand),
+    /// Answers a call that waits for approval: approve it (with --for-task,
+    /// its rule for the rest of the task), or deny it with a reason.
+    Approve(approvals::Approve),
     /// The orchestrator: version, sandbox tier, replicas and their leases.
     Status,
     /// What model calls cost over UTC days, summed by workspace, agent,
@@ -163,6 +167,10 @@ async fn run(cli: Cli) -> Result<Exit, Fail> {
         Command::Provider(command) => providers::run(command, connect()?, &out).await,
         Command::Agent(command) => admin::agent(command, connect()?, &out).await,
         Command::Key(command) => admin::key(command, connect()?, &out).await,
+        Command::Approve(a) => {
+            let mut client = connect()?;
+            approvals::approve(&mut client, &out, a).await
+        }
         Command::Status => admin::status(connect()?, &out).await,
         Command::Usage {
             workspace,

@@ -241,6 +241,8 @@ pub fn task(t: &pb::Task) -> Value {
             "continuesTaskId": b.continues_task_id,
         })),
         "branchNote": t.branch_note,
+        "waitingApprovals": t.waiting_approvals.iter().map(crate::approvals::approval).collect::<Vec<_>>(),
+        "taskRules": t.task_rules.iter().map(crate::approvals::rule_text).collect::<Vec<_>>(),
         "planning": {
             "summary": planning.summary,
             "requirements": planning.requirements,
@@ -355,6 +357,7 @@ pub fn agent(a: &pb::Agent) -> Value {
         "model": a.model,
         "egress": a.egress,
         "budget": budget(a.budget.as_ref()),
+        "approvalRules": a.approval_rules.iter().map(crate::approvals::rule_text).collect::<Vec<_>>(),
     })
 }
 

@@ -660,6 +660,18 @@ async fn show(client: &mut Client, out: &Out, id: &str) -> Result<Exit, Fail> {
             say!("  agent: {}", planning.assigned_agent);
         }
     }
+    if !task.waiting_approvals.is_empty() {
+        say!("\nWAITING FOR YOU");
+        for a in &task.waiting_approvals {
+            say!("  {}", crate::approvals::waiting_line(a));
+        }
+    }
+    if !task.task_rules.is_empty() {
+        say!("\nAPPROVED FOR THIS TASK");
+        for r in &task.task_rules {
+            say!("  {}", crate::approvals::rule_text(r));
+        }
+    }
     if !planning.questions.is_empty() {
         say!("\nQUESTIONS");
         for (i, q) in planning.questions.iter().enumerate() {

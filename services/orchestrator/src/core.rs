@@ -16,6 +16,7 @@
 //! - [`workspaces`]: workspaces within the roots the deployment allows.
 
 pub mod agent_tools;
+pub mod approvals;
 pub mod agents;
 pub mod branches;
 pub mod keys;

@@ -3,6 +3,7 @@
 
 mod agent;
 mod api_key;
+pub mod approval;
 mod branch;
 mod budget;
 mod error;

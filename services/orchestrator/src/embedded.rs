@@ -90,11 +90,22 @@ impl RunGate for InProcessGate {
         &self,
         token: &str,
         tool: &str,
-        call_id: Option<&str>,
+        question: chorus_tool_exec::gate::Question<'_>,
     ) -> Result<Authorized, ToolError> {
-        let fence = core::authorize_reported(&self.state, token, tool, call_id.map(str::to_owned))
-            .await
-            .map_err(refused)?;
+        let call = question.call.map(|c| crate::core::approvals::ToolCall {
+            arguments: c.arguments.clone(),
+            call_key: c.key.clone(),
+            resolved_path: c.resolved_path.clone(),
+        });
+        let fence = core::authorize_reported(
+            &self.state,
+            token,
+            tool,
+            question.call_id.map(str::to_owned),
+            call.as_ref(),
+        )
+        .await
+        .map_err(refused)?;
         Ok(Authorized {
             fence: Some(std::time::Duration::from_millis(
                 u64::try_from(fence).unwrap_or(0),

@@ -372,7 +372,12 @@ fn port_spec(message_bytes: usize) -> PortSpec {
         name: "the orchestrator",
         log: "orchestrator",
         services: &SERVICES,
-        own_deadline: &[],
+        // A first question about a call, and an orchestration tool, may wait
+        // for a person's answer to an approval rule, up to its deadline.
+        own_deadline: &[
+            "/chorus.orchestrator.v1.AgentTools/AuthorizeToolCall",
+            "/chorus.orchestrator.v1.AgentTools/CallTool",
+        ],
         message_bytes,
         message_hint: "send less: orchestration calls carry text, never whole files".to_owned(),
     }

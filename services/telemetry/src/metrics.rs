@@ -61,6 +61,9 @@ pub struct Metrics {
     /// (`warning`, `exceeded`) and the limit (`cost_usd`, `tokens`,
     /// `tool_calls`, `workspace_daily_cost_usd`, `workspace_monthly_cost_usd`).
     pub budget_events: Counter<u64>,
+    /// `chorus.approval.wait`: how long calls waited for approval, by
+    /// outcome (approved, approved_for_task, denied, expired, canceled, error).
+    pub approval_wait: Histogram<f64>,
     /// `chorus.watchers`: WatchTask streams open.
     pub watchers: UpDownCounter<i64>,
     /// `chorus.refusals`: calls and connections refused or cut for a limit or
@@ -126,6 +129,12 @@ impl Metrics {
                 .u64_counter("chorus.budget.events")
                 .with_description("Budget warnings (80 % of a limit) and stops (a limit reached)")
                 .build(),
+            approval_wait: meter
+                .f64_histogram("chorus.approval.wait")
+                .with_unit(SECONDS)
+                .with_description("How long calls waited for approval, by outcome")
+                .with_boundaries(DURATION_BOUNDS.to_vec())
+                .build(),
             watchers: meter
                 .i64_up_down_counter("chorus.watchers")
                 .with_description("WatchTask streams open")
@@ -190,6 +199,14 @@ impl Metrics {
         ];
         self.tool_calls.add(1, &attributes);
         self.tool_duration.record(seconds, &attributes);
+    }
+
+    /// A call's wait for approval ended with `outcome` after `seconds`.
+    pub fn approval(&self, outcome: &str, seconds: f64) {
+        self.approval_wait.record(
+            seconds,
+            &[KeyValue::new("chorus.outcome", outcome.to_owned())],
+        );
     }
 }
 

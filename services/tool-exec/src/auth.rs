@@ -186,7 +186,7 @@ mod refresh_tests {
             &self,
             _: &str,
             _: &str,
-            _: Option<&str>,
+            _: crate::gate::Question<'_>,
         ) -> Result<Authorized, ToolError> {
             Err(ToolError::Internal("not asked here".into()))
         }

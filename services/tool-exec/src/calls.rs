@@ -17,7 +17,7 @@ use tracing::{Instrument as _, debug, error, info_span, warn};
 
 use crate::context::ToolOutcome;
 use crate::error::ToolError;
-use crate::gate::{RunGate, ToolCallRecord};
+use crate::gate::{CallAsked, Question, RunGate, ToolCallRecord};
 use crate::runner::ToolRunner;
 use crate::watch::CallWatch;
 
@@ -66,7 +66,10 @@ impl ToolCalls {
     /// yes.
     pub async fn still_active(&self, token: &str) -> Result<(), ToolError> {
         match &self.gate {
-            Some(gate) => gate.authorize(token, "help", None).await.map(drop),
+            Some(gate) => gate
+                .authorize(token, "help", Question::default())
+                .await
+                .map(drop),
             None => Ok(()),
         }
     }
@@ -88,9 +91,18 @@ impl ToolCalls {
         // until its record.
         let call_id =
             starts_processes(&tool).then(|| format!("call-{}", uuid::Uuid::new_v4().simple()));
+        let asked_about = CallAsked {
+            resolved_path: resolved_path(&grant.root, &tool, &arguments),
+            arguments: arguments.clone(),
+            key: format!("key-{}", uuid::Uuid::new_v4().simple()),
+        };
+        let question = Question {
+            call_id: call_id.as_deref(),
+            call: Some(&asked_about),
+        };
         let authorized = match &self.gate {
             Some(gate) => match gate
-                .authorize(&token, &tool, call_id.as_deref())
+                .authorize(&token, &tool, question)
                 .instrument(info_span!("authorize", chorus.tool = %tool))
                 .await
             {
@@ -217,4 +229,33 @@ impl ToolCalls {
 fn starts_processes(tool: &str) -> bool {
     chorus_catalog::get(tool)
         .is_some_and(|spec| spec.name == "bash" || spec.category == Category::Git)
+}
+
+/// For a file tool: the workspace-relative path its `path` argument leads
+/// to once symbolic links are followed (for a path that does not exist yet,
+/// its directory's), so that approval rules on paths see where a call
+/// really acts. None for other tools, or a path that leads nowhere readable
+/// (the sandbox refuses it when the call runs).
+fn resolved_path(root: &std::path::Path, tool: &str, arguments: &Value) -> Option<String> {
+    if !tool.starts_with("file.") {
+        return None;
+    }
+    let given = arguments.get("path").and_then(Value::as_str).unwrap_or(".");
+    let path = if given.is_empty() { "." } else { given };
+    let real_root = std::fs::canonicalize(root).ok()?;
+    let joined = real_root.join(path.trim_start_matches('/'));
+    let joined = if std::path::Path::new(path).is_absolute() {
+        std::path::PathBuf::from(path)
+    } else {
+        joined
+    };
+    let real = match std::fs::canonicalize(&joined) {
+        Ok(real) => real,
+        Err(_) => {
+            let parent = std::fs::canonicalize(joined.parent()?).ok()?;
+            parent.join(joined.file_name()?)
+        }
+    };
+    let relative = real.strip_prefix(&real_root).ok()?;
+    relative.to_str().map(str::to_owned)
 }

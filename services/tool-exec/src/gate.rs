@@ -48,17 +48,40 @@ pub struct Authorized {
     pub fence: Option<std::time::Duration>,
 }
 
+/// What tool-exec says of a call when it asks about it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Question<'a> {
+    /// Set the first time a call that starts processes is asked about: the
+    /// run's end waits for it until its record.
+    pub call_id: Option<&'a str>,
+    /// The call itself, the first time it is asked about (approval rules
+    /// read it); None when asked again while it runs.
+    pub call: Option<&'a CallAsked>,
+}
+
+/// A call as approval rules read it.
+#[derive(Debug, Clone, Default)]
+pub struct CallAsked {
+    pub arguments: Value,
+    /// Unique to the call, the same each time it is asked about: a call
+    /// asked again after a lost answer finds its approval.
+    pub key: String,
+    /// For a file tool: the workspace-relative path its `path` leads to
+    /// once symbolic links are followed.
+    pub resolved_path: Option<String>,
+}
+
 /// Asks whether a run may call a tool, and records what it called.
 #[tonic::async_trait]
 pub trait RunGate: Send + Sync + Debug {
-    /// Ok when the run holding `token` is active and may call `tool` now.
-    /// `call_id` names a call that starts processes, the first time it is
-    /// asked about: the run's end waits for it until its record.
+    /// Ok when the run holding `token` is active and may call `tool` now
+    /// (see [`Question`]); a call an approval rule asks about waits for a
+    /// person's answer first.
     async fn authorize(
         &self,
         token: &str,
         tool: &str,
-        call_id: Option<&str>,
+        question: Question<'_>,
     ) -> Result<Authorized, ToolError>;
     /// Records a finished call in the run's task history (`call_id`: as it
     /// was authorized).
@@ -287,13 +310,25 @@ impl RunGate for OrchestratorGate {
         &self,
         token: &str,
         tool: &str,
-        call_id: Option<&str>,
+        question: Question<'_>,
     ) -> Result<Authorized, ToolError> {
-        let request = self.request(AuthorizeToolCallRequest {
+        let call = question.call;
+        let mut request = self.request(AuthorizeToolCallRequest {
             tool: tool.to_owned(),
             run_token: token.to_owned(),
-            call_id: call_id.unwrap_or_default().to_owned(),
+            call_id: question.call_id.unwrap_or_default().to_owned(),
+            arguments: call.and_then(|c| match &c.arguments {
+                Value::Object(map) => Some(json::to_struct(map.clone())),
+                _ => None,
+            }),
+            call_key: call.map(|c| c.key.clone()).unwrap_or_default(),
+            resolved_path: call.and_then(|c| c.resolved_path.clone()).unwrap_or_default(),
         })?;
+        // A first question may wait for a person's answer (an approval
+        // rule's deadline is at most a day).
+        if call.is_some() {
+            request.set_timeout(channel::APPROVAL_TIMEOUT);
+        }
         let answer = self
             .client()
             .await

@@ -98,7 +98,7 @@ async fn keep(
         let asked = Instant::now();
         let answer = tokio::select! {
             () = stop.cancelled() => return,
-            answer = gate.authorize(&token, &tool, None) => answer,
+            answer = gate.authorize(&token, &tool, crate::gate::Question::default()) => answer,
         };
         match answer {
             Ok(Authorized { fence: Some(fence) }) => hold(&fences, &name, asked, fence),

@@ -180,6 +180,7 @@ mod tests {
             parent: None,
             state: RunState::Active,
             tools: vec!["file.read".into(), "bash".into()],
+            rules: Default::default(),
             started_ms: 0,
             finished_ms: None,
             end_reason: None,

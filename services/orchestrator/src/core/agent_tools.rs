@@ -19,7 +19,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::{info, warn};
 
+use super::approvals;
 use crate::auth::runs::{self, run_of_token};
+use crate::domain::approval::Decision;
 use crate::domain::policy::{self, Reporter};
 use crate::domain::{
     AgentKind, DomainError, Run, RunId, RunState, Task, TaskId, TaskStatus, now_ms,
@@ -67,6 +69,19 @@ impl AgentTools {
             )));
         }
         authorize(&self.state, run, tool).await?;
+        let call = approvals::ToolCall {
+            arguments: arguments.clone(),
+            ..approvals::ToolCall::default()
+        };
+        match approvals::ruling(&self.state, run, tool, &call).await? {
+            Some((ruling, _)) if ruling.decision == Decision::Deny => {
+                approvals::deny(&self.state, run, tool, &ruling).await?;
+            }
+            Some((ruling, _)) if ruling.decision == Decision::Ask => {
+                approvals::ask(&self.state, run, tool, &call, ruling).await?;
+            }
+            _ => {}
+        }
         let started = Instant::now();
         let result = self.execute(run, tool, arguments.clone()).await;
         let elapsed = started.elapsed();
@@ -313,35 +328,84 @@ pub(crate) async fn record(
 }
 
 /// tool-exec's question before, and while, a workspace tool call runs: the
-/// run of `token` is active and may call `tool`. The answer is the call's
-/// fence (see [`fence_of`]). A call with processes, asked about the first
-/// time (`call_id`), is noted in flight until its record — noted before the
-/// run is read, so that an end committed meanwhile either sees the note and
-/// waits for the call, or is seen here and refuses it.
+/// run of `token` is active and may call `tool` with `call`'s arguments
+/// (the allow-list, then the approval rules: an `ask` waits here for its
+/// answer). The answer is the call's fence (see [`fence_of`]). A call with
+/// processes, asked about the first time (`call_id`), is noted in flight
+/// until its record — noted before the run is read, so that an end committed
+/// meanwhile either sees the note and waits for the call, or is seen here
+/// and refuses it. A call that waits for approval is not in flight while it
+/// waits: noted again, and its run read again, once approved.
 pub(crate) async fn authorize_reported(
     state: &AppState,
     token: &str,
     tool: &str,
     call_id: Option<String>,
+    call: Option<&approvals::ToolCall>,
 ) -> Result<i64, ServiceError> {
     let verified = state.verifier.verify_token(token)?;
-    let noted = match (&call_id, RunId::parse(&verified.grant.run_id)) {
-        (Some(id), Ok(run)) => {
-            state.store.call_started(id.clone(), run).await?;
-            Some(id.clone())
+    let note = || async {
+        match (&call_id, RunId::parse(&verified.grant.run_id)) {
+            (Some(id), Ok(run)) => {
+                state.store.call_started(id.clone(), run).await?;
+                Ok::<_, ServiceError>(Some(id.clone()))
+            }
+            _ => Ok(None),
         }
-        _ => None,
     };
-    let answer = async {
+    let forget = |noted: Option<String>| async move {
+        if let Some(id) = noted
+            && let Err(e) = state.store.call_ended(id).await
+        {
+            warn!(error = %e, "cannot forget a call that was refused; it is forgotten a lease after its run ends");
+        }
+    };
+    let noted = note().await?;
+    let decided = async {
         let run = run_of_token(state, &verified).await?;
         authorize(state, &run, tool).await?;
-        fence_of(state, &run)
+        // Asked again while the call runs: it was decided.
+        let ruling = match call {
+            Some(call) => approvals::ruling(state, &run, tool, call).await?,
+            None => None,
+        };
+        Ok::<_, ServiceError>((run, ruling))
     }
     .await;
-    if let (Err(_), Some(id)) = (&answer, noted)
-        && let Err(e) = state.store.call_ended(id).await
-    {
-        warn!(error = %e, "cannot forget a call that was refused; it is forgotten a lease after its run ends");
+    let (run, ruling) = match decided {
+        Ok(decided) => decided,
+        Err(e) => {
+            forget(noted).await;
+            return Err(e);
+        }
+    };
+    match ruling {
+        None => {}
+        Some((ruling, _)) if ruling.decision == Decision::Allow => {}
+        Some((ruling, _)) if ruling.decision == Decision::Deny => {
+            forget(noted).await;
+            return approvals::deny(state, &run, tool, &ruling).await.map(|()| 0);
+        }
+        Some((ruling, _)) => {
+            forget(noted).await;
+            let call = call.cloned().unwrap_or_default();
+            approvals::ask(state, &run, tool, &call, ruling).await?;
+            let noted = note().await?;
+            let answer = async {
+                let run = run_of_token(state, &verified).await?;
+                policy::check_tool_call(&run, tool)?;
+                fence_of(state, &run)
+            }
+            .await;
+            if answer.is_err() {
+                forget(noted).await;
+            }
+            return answer;
+        }
+    }
+    let answer = fence_of(state, &run);
+    if answer.is_err() {
+        forget(noted).await;
     }
     answer
 }

@@ -48,11 +48,17 @@ pub async fn open(
     super::branches::check_startable(&task)?;
     let root = super::branches::open(state, task, &workspace).await?.root;
 
+    let rules = crate::domain::approval::RunRules::own(
+        agent_name.as_str(),
+        agent.approval_rules.clone(),
+        workspace.approval_rules.clone(),
+    );
     let new = crate::store::NewRun {
         task_id,
         agent: agent_name,
         parent: None,
         tools,
+        rules,
         handoff_prompt: None,
         token: Some(crate::auth::runs::binding(&root, &agent.egress, ttl)),
         // Its caller drives it: no replica does.

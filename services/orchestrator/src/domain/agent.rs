@@ -57,6 +57,8 @@ pub struct Agent {
     pub egress: Vec<String>,
     /// The budget of a task started with it, for each limit the task leaves out.
     pub budget: super::Budget,
+    /// What its calls need before they run (see [`super::approval`]).
+    pub approval_rules: Vec<super::approval::Rule>,
     pub created_ms: i64,
     pub updated_ms: i64,
 }
@@ -300,6 +302,7 @@ mod tests {
             provider: None,
             model: None,
             egress: vec![],
+            approval_rules: vec![],
             created_ms: 0,
             updated_ms: 0,
         };

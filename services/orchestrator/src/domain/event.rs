@@ -50,10 +50,15 @@ pub enum EventKind {
     TaskLanded,
     /// The task's worktree and branch were discarded.
     TaskDiscarded,
+    /// A call waits for a person's answer (an `ask` approval rule).
+    ApprovalRequested,
+    /// A waiting call was answered: approved, denied, or ended by its
+    /// deadline or its run's end.
+    ApprovalAnswered,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 32] = [
+    pub const ALL: [EventKind; 34] = [
         Self::TaskCreated,
         Self::StatusChanged,
         Self::StageChanged,
@@ -86,6 +91,8 @@ impl EventKind {
         Self::BranchKept,
         Self::TaskLanded,
         Self::TaskDiscarded,
+        Self::ApprovalRequested,
+        Self::ApprovalAnswered,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -122,6 +129,8 @@ impl EventKind {
             Self::BranchKept => "branch_kept",
             Self::TaskLanded => "task_landed",
             Self::TaskDiscarded => "task_discarded",
+            Self::ApprovalRequested => "approval_requested",
+            Self::ApprovalAnswered => "approval_answered",
         }
     }
 
@@ -145,14 +154,21 @@ pub struct Event {
     pub at_ms: i64,
 }
 
-/// A status change that leaves a task waiting for a person: the status it
-/// entered, why (the change's reason, when it gave one), and what to do.
+/// An event that leaves a task waiting for a person: a status change (the
+/// status it entered, why, and what to do), or a call that asks for approval
+/// (`approval`, the approval's id).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NeedsYou {
-    pub status: TaskStatus,
+    /// The status entered (awaiting_input, planned, waiting), or `approval`.
+    pub status: &'static str,
     pub reason: Option<String>,
-    pub action: &'static str,
+    pub action: String,
+    /// For an approval: its id.
+    pub approval_id: Option<String>,
 }
+
+/// What to do about a call that asks for approval.
+pub const APPROVAL_ACTION: &str = "approve or deny the call: AnswerApproval with the task and approval ids (chorus approve TASK APPROVAL [--for-task | --deny REASON])";
 
 impl Event {
     /// The status this event moved its task to, for a status change.
@@ -164,17 +180,33 @@ impl Event {
     }
 
     /// Whether this event leaves the task waiting for a person (see
-    /// [`TaskStatus::needs_you`]).
+    /// [`TaskStatus::needs_you`]), or asks for a call's approval.
     pub fn needs_you(&self) -> Option<NeedsYou> {
+        let text = |name: &str| {
+            self.data
+                .get(name)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        if self.kind == EventKind::ApprovalRequested {
+            return Some(NeedsYou {
+                status: "approval",
+                reason: Some(format!(
+                    "{} asks to run {} (rule '{}')",
+                    text("agent").unwrap_or_default(),
+                    text("tool").unwrap_or_default(),
+                    text("rule").unwrap_or_default()
+                )),
+                action: APPROVAL_ACTION.to_owned(),
+                approval_id: text("approval_id"),
+            });
+        }
         let status = self.status_entered()?;
         Some(NeedsYou {
-            status,
-            action: status.needs_you()?,
-            reason: self
-                .data
-                .get("reason")
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_owned),
+            status: status.as_str(),
+            action: status.needs_you()?.to_owned(),
+            reason: text("reason"),
+            approval_id: None,
         })
     }
 }

@@ -75,7 +75,11 @@ impl TaskChange {
 pub fn in_feed(kind: EventKind) -> bool {
     matches!(
         kind,
-        EventKind::TaskCreated | EventKind::StatusChanged | EventKind::CompletionReportSubmitted
+        EventKind::TaskCreated
+            | EventKind::StatusChanged
+            | EventKind::CompletionReportSubmitted
+            | EventKind::ApprovalRequested
+            | EventKind::ApprovalAnswered
     )
 }
 

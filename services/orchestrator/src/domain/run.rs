@@ -105,6 +105,8 @@ pub struct Run {
     pub state: RunState,
     /// Tool names granted to the run (profiles expanded).
     pub tools: Vec<String>,
+    /// Its approval rules, and its handoff ancestors'.
+    pub rules: super::approval::RunRules,
     pub started_ms: i64,
     pub finished_ms: Option<i64>,
     /// Why the run ended (finished normally, failed: ..., canceled, interrupted).

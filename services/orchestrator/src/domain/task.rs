@@ -152,6 +152,9 @@ pub struct Task {
     pub branch: Option<super::TaskBranch>,
     /// Why it has no branch of its own, when it has none.
     pub branch_note: Option<String>,
+    /// Its calls that wait for approval (and the last answered), and the
+    /// rules approved for the rest of it.
+    pub approvals: super::approval::Approvals,
 }
 
 impl Task {

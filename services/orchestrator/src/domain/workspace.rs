@@ -46,6 +46,8 @@ pub struct Workspace {
     pub limits: super::WorkspaceLimits,
     /// How its tasks make and land their changes.
     pub changes: super::WorkspaceChanges,
+    /// Every agent's approval rules after its own.
+    pub approval_rules: Vec<super::approval::Rule>,
     pub created_ms: i64,
     pub updated_ms: i64,
 }

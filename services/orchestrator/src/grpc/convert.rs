@@ -33,6 +33,7 @@ pub fn workspace(w: &Workspace, warnings: Vec<String>) -> pb::Workspace {
         limits: Some(workspace_limits(&w.limits)),
         changes: Some(super::orchestrator::branches::workspace_changes(&w.changes)),
         repository: chorus_tool_exec::worktree::Repository::is_repository(&w.root),
+        approval_rules: super::orchestrator::approvals::rules(&w.approval_rules),
     }
 }
 
@@ -175,6 +176,7 @@ pub fn agent(workspace_id: &str, a: &Agent) -> pb::Agent {
         updated_ms: a.updated_ms,
         egress: a.egress.clone(),
         budget: Some(budget(a.budget)),
+        approval_rules: super::orchestrator::approvals::rules(&a.approval_rules),
     }
 }
 
@@ -211,6 +213,8 @@ pub fn task(t: &Task) -> pb::Task {
         }),
         branch: t.branch.as_ref().map(super::orchestrator::branches::branch),
         branch_note: t.branch_note.clone().unwrap_or_default(),
+        waiting_approvals: super::orchestrator::approvals::waiting(t),
+        task_rules: super::orchestrator::approvals::rules(&t.approvals.task_rules),
     }
 }
 
@@ -305,9 +309,10 @@ pub fn event(e: &Event) -> pb::TaskEvent {
         },
         at_ms: e.at_ms,
         needs_you: e.needs_you().map(|n| pb::NeedsYou {
-            status: n.status.as_str().to_owned(),
+            status: n.status.to_owned(),
             reason: n.reason.unwrap_or_default(),
-            action: n.action.to_owned(),
+            action: n.action,
+            approval_id: n.approval_id.unwrap_or_default(),
         }),
     }
 }

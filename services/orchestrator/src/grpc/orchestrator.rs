@@ -7,6 +7,7 @@
 //! this file only wires them to the generated trait.
 
 mod agents;
+pub(crate) mod approvals;
 pub(crate) mod branches;
 mod keys;
 mod providers;
@@ -256,6 +257,20 @@ impl Orchestrator for OrchestratorService {
             .get::<chorus_auth::Principal>()
             .cloned();
         reply(branches::land(&self.state, request.into_inner(), principal.as_ref()).await)
+    }
+
+    async fn answer_approval(
+        &self,
+        request: Request<pb::AnswerApprovalRequest>,
+    ) -> Result<Response<pb::Approval>, Status> {
+        let by = branches::caller(
+            request
+                .extensions()
+                .get::<chorus_auth::Principal>()
+                .cloned()
+                .as_ref(),
+        );
+        reply(approvals::answer(&self.state, request.into_inner(), by).await)
     }
 
     async fn discard_task(

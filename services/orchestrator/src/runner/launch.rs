@@ -141,10 +141,21 @@ impl Launch {
             agent: self.agent.name.clone(),
             parent,
             tools: self.tools.clone(),
+            rules: self.rules(),
             handoff_prompt,
             token: Some(self.token_binding()),
             drive: Some(self.timeout),
         }
+    }
+
+    /// The approval rules of a run opened for this launch: its agent's, then
+    /// its workspace's.
+    pub fn rules(&self) -> crate::domain::approval::RunRules {
+        crate::domain::approval::RunRules::own(
+            self.agent.name.as_str(),
+            self.agent.approval_rules.clone(),
+            self.workspace.approval_rules.clone(),
+        )
     }
 
     /// What the token of a run opened for this launch is minted for: the

@@ -61,6 +61,7 @@ mod tests {
             provider: None,
             model: None,
             egress: Vec::new(),
+            approval_rules: Vec::new(),
             created_ms: 0,
             updated_ms: 0,
         }
@@ -100,6 +101,7 @@ mod tests {
             auto_start: None,
             branch: None,
             branch_note: None,
+            approvals: Default::default(),
         };
         let agents = [
             agent(

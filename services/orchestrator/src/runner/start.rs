@@ -213,6 +213,7 @@ mod tests {
             auto_start: None,
             branch: None,
             branch_note: None,
+            approvals: Default::default(),
         };
         task.planning = Planning {
             summary: Some("A crash on start".to_owned()),

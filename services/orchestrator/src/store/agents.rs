@@ -24,6 +24,8 @@ pub struct NewAgent {
     pub egress: Vec<String>,
     /// The default budget of a task started with it.
     pub budget: crate::domain::Budget,
+    /// What its calls need before they run.
+    pub approval_rules: Vec<crate::domain::approval::Rule>,
 }
 
 /// Changes to an agent: `None` keeps a field, `Some(None)` clears it,
@@ -36,6 +38,7 @@ pub struct AgentChanges {
     pub model: Option<Option<String>>,
     pub egress: Option<Vec<String>>,
     pub budget: Option<crate::domain::Budget>,
+    pub approval_rules: Option<Vec<crate::domain::approval::Rule>>,
 }
 
 impl Store {
@@ -50,6 +53,7 @@ impl Store {
         Agent::check_instructions(&new.instructions)?;
         let egress = Agent::check_egress(&new.egress)?;
         crate::domain::check_budget(&new.budget)?;
+        crate::domain::approval::check_rules(&new.approval_rules)?;
         self.write(move |conn| {
             ensure_workspace(conn, workspace)?;
             let now = now_ms();
@@ -62,6 +66,7 @@ impl Store {
                 model: new.model,
                 egress,
                 budget: new.budget,
+                approval_rules: new.approval_rules,
                 created_ms: now,
                 updated_ms: now,
             };
@@ -168,6 +173,7 @@ impl Store {
                     agents::model.eq(&row.model),
                     agents::egress.eq(&row.egress),
                     agents::budget.eq(&row.budget),
+                    agents::approval_rules.eq(&row.approval_rules),
                     agents::updated_ms.eq(row.updated_ms),
                 ))
                 .execute(conn);
@@ -267,6 +273,9 @@ impl AgentChanges {
         if self.allowed_tools.is_some() || self.provider.is_some() || self.egress.is_some() {
             agent.check_user_defined("its tools, provider and egress are fixed")?;
         }
+        if let Some(rules) = &self.approval_rules {
+            crate::domain::approval::check_rules(rules)?;
+        }
         Ok(())
     }
 
@@ -289,6 +298,9 @@ impl AgentChanges {
         }
         if let Some(budget) = self.budget {
             agent.budget = budget;
+        }
+        if let Some(rules) = self.approval_rules {
+            agent.approval_rules = rules;
         }
     }
 }

@@ -47,6 +47,17 @@ impl Reader<'_> {
             .map_err(|e| corrupt(self.what, self.key, format!("{column} is not valid: {e}")))
     }
 
+    /// A nullable JSON column: its default when NULL.
+    fn opt_json<T: DeserializeOwned + Default>(
+        &self,
+        column: &str,
+        text: Option<&str>,
+    ) -> Result<T, StoreError> {
+        text.map(|t| self.json(column, t))
+            .transpose()
+            .map(Option::unwrap_or_default)
+    }
+
     fn name(&self, field: &'static str, value: &str) -> Result<Name, StoreError> {
         self.check(Name::parse(field, value))
     }
@@ -84,6 +95,8 @@ pub(super) struct WorkspaceRow {
     pub limits: Option<String>,
     /// JSON of `WorkspaceChanges`.
     pub changes: Option<String>,
+    /// JSON array of approval rules.
+    pub approval_rules: Option<String>,
 }
 
 impl WorkspaceRow {
@@ -109,6 +122,7 @@ impl WorkspaceRow {
                 .map(|c| r.json("changes", c))
                 .transpose()?
                 .unwrap_or_default(),
+            approval_rules: r.opt_json("approval_rules", self.approval_rules.as_deref())?,
             created_ms: self.created_ms,
             updated_ms: self.updated_ms,
         })
@@ -174,6 +188,8 @@ pub(super) struct AgentRow {
     pub egress: String,
     /// JSON of `Budget`.
     pub budget: Option<String>,
+    /// JSON array of approval rules.
+    pub approval_rules: Option<String>,
 }
 
 impl AgentRow {
@@ -190,6 +206,7 @@ impl AgentRow {
             updated_ms: agent.updated_ms,
             egress: to_json(&agent.egress)?,
             budget: Some(to_json(&agent.budget)?),
+            approval_rules: Some(to_json(&agent.approval_rules)?),
         })
     }
 
@@ -213,6 +230,7 @@ impl AgentRow {
                 .map(|b| r.json("budget", b))
                 .transpose()?
                 .unwrap_or_default(),
+            approval_rules: r.opt_json("approval_rules", self.approval_rules.as_deref())?,
             created_ms: self.created_ms,
             updated_ms: self.updated_ms,
         })
@@ -244,6 +262,8 @@ pub(super) struct TaskRow {
     pub request_key: Option<String>,
     /// JSON of [`BranchColumn`].
     pub branch: Option<String>,
+    /// JSON of `Approvals` (NULL: none).
+    pub approvals: Option<String>,
 }
 
 /// A task's `branch` column: its own branch, or why it has none.
@@ -298,6 +318,9 @@ impl TaskRow {
                 branch: task.branch.clone(),
                 note: task.branch_note.clone(),
             })?),
+            approvals: (!task.approvals.is_empty())
+                .then(|| to_json(&task.approvals))
+                .transpose()?,
         })
     }
 
@@ -344,6 +367,7 @@ impl TaskRow {
                 .transpose()?,
             branch: branch.branch,
             branch_note: branch.note,
+            approvals: r.opt_json("approvals", self.approvals.as_deref())?,
         })
     }
 }
@@ -413,6 +437,8 @@ pub(super) struct RunRow {
     pub lease_expires_ms: Option<i64>,
     pub epoch: i64,
     pub timeout_ms: Option<i64>,
+    /// JSON of `RunRules` (NULL: none).
+    pub rules: Option<String>,
 }
 
 impl RunRow {
@@ -455,6 +481,9 @@ impl RunRow {
             lease_expires_ms: None,
             epoch: i64::from(run.epoch),
             timeout_ms: run.timeout_ms,
+            rules: (!run.rules.is_empty())
+                .then(|| to_json(&run.rules))
+                .transpose()?,
         })
     }
 
@@ -474,6 +503,7 @@ impl RunRow {
                 .transpose()?,
             state: r.check(RunState::parse(&self.state))?,
             tools: r.json("tools", &self.tools)?,
+            rules: r.opt_json("rules", self.rules.as_deref())?,
             started_ms: self.started_ms,
             finished_ms: self.finished_ms,
             end_reason: self.end_reason.clone(),

@@ -22,6 +22,9 @@ pub struct NewRun {
     /// The run that hands off to this one.
     pub parent: Option<RunId>,
     pub tools: Vec<String>,
+    /// Its agent's approval rules and its workspace's (its parent's come
+    /// with it when it opens).
+    pub rules: crate::domain::approval::RunRules,
     /// Set for a run started by Handoff: the prompt it is given.
     pub handoff_prompt: Option<String>,
     /// What its token will be minted for (None: a run that gets no token).
@@ -47,6 +50,7 @@ impl Store {
             agent,
             parent,
             tools,
+            rules: crate::domain::approval::RunRules::default(),
             handoff_prompt: None,
             token: None,
             drive: None,
@@ -93,7 +97,7 @@ impl Store {
             let mut task = before.clone();
             let parent_before = parent_of(conn, &new)?;
             let handoff_index = next_handoff_index(conn, &new)?;
-            let mut run = new.run(handoff_index, replica, lease_end);
+            let mut run = new.run(handoff_index, replica, lease_end, parent_before.as_ref());
             let mut parent = parent_before.clone();
             let opened = json!({
                 "run_id": run.id,
@@ -508,8 +512,15 @@ fn next_handoff_index(conn: &mut AnyConnection, new: &NewRun) -> Result<Option<u
 impl NewRun {
     /// The run it opens: spawning, driven by `replica` until `lease_end` when
     /// a replica drives it.
-    fn run(self, handoff_index: Option<u32>, replica: String, lease_end: i64) -> Run {
+    fn run(
+        self,
+        handoff_index: Option<u32>,
+        replica: String,
+        lease_end: i64,
+        parent: Option<&Run>,
+    ) -> Run {
         Run {
+            rules: self.rules.under(parent.map(|p| &p.rules)),
             id: RunId::new(),
             task_id: self.task_id,
             agent: self.agent,

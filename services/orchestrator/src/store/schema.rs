@@ -14,6 +14,8 @@ diesel::table! {
         limits -> Nullable<Text>,
         /// JSON of `WorkspaceChanges`; NULL: the defaults.
         changes -> Nullable<Text>,
+        /// JSON array of `approval::Rule`: every agent's, after its own.
+        approval_rules -> Nullable<Text>,
     }
 }
 
@@ -50,6 +52,8 @@ diesel::table! {
         egress -> Text,
         /// JSON of `Budget`: the default of a task started with it.
         budget -> Nullable<Text>,
+        /// JSON array of `approval::Rule`.
+        approval_rules -> Nullable<Text>,
     }
 }
 
@@ -83,6 +87,8 @@ diesel::table! {
         request_key -> Nullable<Text>,
         /// JSON of `BranchColumn`: its own branch, or why it has none.
         branch -> Nullable<Text>,
+        /// JSON of `approval::Approvals`.
+        approvals -> Nullable<Text>,
     }
 }
 
@@ -129,6 +135,8 @@ diesel::table! {
         /// Bumped each time the run is taken over.
         epoch -> BigInt,
         timeout_ms -> Nullable<BigInt>,
+        /// JSON of `approval::RunRules`.
+        rules -> Nullable<Text>,
     }
 }
 

@@ -161,6 +161,7 @@ impl Store {
                 auto_start,
                 branch,
                 branch_note,
+                approvals: crate::domain::approval::Approvals::default(),
             };
             let mut task = task;
             if let Some(branch) = task.branch.as_mut()

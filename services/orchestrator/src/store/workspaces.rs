@@ -36,6 +36,7 @@ impl Store {
                 system_provider: None,
                 limits: crate::domain::WorkspaceLimits::default(),
                 changes: crate::domain::WorkspaceChanges::default(),
+                approval_rules: Vec::new(),
                 created_ms: now,
                 updated_ms: now,
             };
@@ -48,6 +49,7 @@ impl Store {
                 updated_ms: now,
                 limits: None,
                 changes: None,
+                approval_rules: None,
             };
             or_exists(
                 diesel::insert_into(workspaces::table)
@@ -66,6 +68,7 @@ impl Store {
                     model: None,
                     egress: Vec::new(),
                     budget: crate::domain::Budget::default(),
+                    approval_rules: Vec::new(),
                     created_ms: now,
                     updated_ms: now,
                 };
@@ -108,7 +111,11 @@ impl Store {
         system_provider: Option<Option<Name>>,
         limits: Option<crate::domain::WorkspaceLimits>,
         changes: Option<crate::domain::WorkspaceChanges>,
+        approval_rules: Option<Vec<crate::domain::approval::Rule>>,
     ) -> Result<Workspace, StoreError> {
+        if let Some(rules) = &approval_rules {
+            crate::domain::approval::check_rules(rules)?;
+        }
         self.write(move |conn| {
             let current = load_workspace(conn, id)?;
             let key = id.to_string();
@@ -141,6 +148,12 @@ impl Store {
             if let Some(changes) = &changes {
                 diesel::update(target)
                     .set(workspaces::changes.eq(super::rows::to_json(changes)?))
+                    .execute(conn)
+                    .db()?;
+            }
+            if let Some(rules) = &approval_rules {
+                diesel::update(target)
+                    .set(workspaces::approval_rules.eq(super::rows::to_json(rules)?))
                     .execute(conn)
                     .db()?;
             }

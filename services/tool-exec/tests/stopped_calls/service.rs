@@ -60,7 +60,7 @@ impl RunGate for RecordingGate {
         &self,
         _token: &str,
         tool: &str,
-        _call_id: Option<&str>,
+        _question: chorus_tool_exec::gate::Question<'_>,
     ) -> Result<chorus_tool_exec::gate::Authorized, ToolError> {
         let _ = self.events.send(GateEvent::Authorized(tool.to_owned()));
         Ok(chorus_tool_exec::gate::Authorized::default())

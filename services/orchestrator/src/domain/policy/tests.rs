@@ -9,6 +9,7 @@ fn run(state: RunState, tools: &[&str], parent: Option<RunId>) -> Run {
         parent,
         state,
         tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+        rules: Default::default(),
         started_ms: 0,
         finished_ms: None,
         end_reason: None,
@@ -46,6 +47,7 @@ fn task(status: TaskStatus) -> Task {
         auto_start: None,
         branch: None,
         branch_note: None,
+        approvals: Default::default(),
     }
 }
 

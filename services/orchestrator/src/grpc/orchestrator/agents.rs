@@ -31,6 +31,7 @@ pub(super) async fn create(
         model: convert::non_empty(req.model),
         egress: req.egress,
         budget: convert::budget_from(req.budget)?,
+        approval_rules: super::approvals::rules_from(req.approval_rules)?,
     };
     let agent = state.store.create_agent(workspace, new).await?;
     Ok(convert::agent(&workspace.to_string(), &agent))
@@ -85,7 +86,16 @@ pub(super) async fn update(
         (Some(text), false) => Instructions::Set(text),
         (None, false) => Instructions::Keep,
     };
+    if !req.set_approval_rules && !req.approval_rules.is_empty() {
+        return Err(ServiceError::Invalid(
+            "invalid approval_rules: set set_approval_rules to replace the rules".to_owned(),
+        ));
+    }
     let changes = AgentChanges {
+        approval_rules: req
+            .set_approval_rules
+            .then(|| super::approvals::rules_from(req.approval_rules))
+            .transpose()?,
         instructions: None,
         allowed_tools: req.set_allowed_tools.then_some(req.allowed_tools),
         // Absent keeps it, "" clears it, anything else sets it.

@@ -87,7 +87,7 @@ pub fn workspace_changes_from(c: pb::WorkspaceChanges) -> Result<WorkspaceChange
 }
 
 /// The name a landing or discarding records: the caller's key.
-fn caller(principal: Option<&chorus_auth::Principal>) -> String {
+pub(super) fn caller(principal: Option<&chorus_auth::Principal>) -> String {
     principal.map_or_else(|| "anonymous".to_owned(), chorus_auth::Principal::describe)
 }
 

@@ -61,9 +61,18 @@ pub(super) async fn update(
         .changes
         .map(super::branches::workspace_changes_from)
         .transpose()?;
+    if !req.set_approval_rules && !req.approval_rules.is_empty() {
+        return Err(ServiceError::Invalid(
+            "invalid approval_rules: set set_approval_rules to replace the rules".to_owned(),
+        ));
+    }
+    let approval_rules = req
+        .set_approval_rules
+        .then(|| super::approvals::rules_from(req.approval_rules))
+        .transpose()?;
     let workspace = state
         .store
-        .update_workspace(id, name, system_provider, limits, changes)
+        .update_workspace(id, name, system_provider, limits, changes, approval_rules)
         .await?;
     Ok(on_wire(state, &workspace))
 }

@@ -12,6 +12,7 @@ fn reviewer() -> NewAgent {
         provider: Some(name_of("claude")),
         model: Some("opus".into()),
         egress: vec!["github.com:443".into()],
+        approval_rules: Vec::new(),
     }
 }
 
@@ -79,6 +80,7 @@ async fn agents_are_updated_and_deleted_but_internal_agents_keep_their_tools() {
                     provider: Some(Some(name_of("claude"))),
                     model: Some(Some("haiku".into())),
                     egress: Some(vec!["*.npmjs.org:443".into()]),
+                    approval_rules: None,
                 },
             )
             .await

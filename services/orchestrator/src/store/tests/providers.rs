@@ -247,7 +247,7 @@ async fn a_provider_in_use_cannot_be_deleted() {
                 .expect(b);
         }
         t.store
-            .update_workspace(ws.id, None, Some(Some(name_of("claude"))), None, None)
+            .update_workspace(ws.id, None, Some(Some(name_of("claude"))), None, None, None)
             .await
             .expect(b);
 
@@ -294,7 +294,7 @@ async fn a_provider_in_use_cannot_be_deleted() {
         );
 
         t.store
-            .update_workspace(ws.id, None, Some(None), None, None)
+            .update_workspace(ws.id, None, Some(None), None, None, None)
             .await
             .expect(b);
         t.store

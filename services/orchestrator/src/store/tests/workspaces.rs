@@ -114,7 +114,7 @@ async fn workspace_names_are_unique() {
         let code = t.workspace("code").await;
         let err = t
             .store
-            .update_workspace(code.id, Some(name_of("docs")), None, None, None)
+            .update_workspace(code.id, Some(name_of("docs")), None, None, None, None)
             .await
             .expect_err(b);
         assert!(
@@ -159,7 +159,7 @@ async fn the_system_provider_must_be_a_provider_of_the_workspace() {
         let ws = t.workspace("docs").await;
         let err = t
             .store
-            .update_workspace(ws.id, None, Some(Some(name_of("claude"))), None, None)
+            .update_workspace(ws.id, None, Some(Some(name_of("claude"))), None, None, None)
             .await
             .expect_err(b);
         assert_eq!(err, StoreError::not_found("provider", "claude"), "{b}");
@@ -177,6 +177,7 @@ async fn the_system_provider_must_be_a_provider_of_the_workspace() {
                     land_mode: crate::domain::LandMode::Squash,
                     keep_unlanded_days: 7,
                 }),
+                None,
             )
             .await
             .expect(b);
@@ -198,7 +199,7 @@ async fn the_system_provider_must_be_a_provider_of_the_workspace() {
 
         let cleared = t
             .store
-            .update_workspace(ws.id, None, Some(None), None, None)
+            .update_workspace(ws.id, None, Some(None), None, None, None)
             .await
             .expect(b);
         assert_eq!(cleared.system_provider, None, "{b}");
@@ -207,7 +208,7 @@ async fn the_system_provider_must_be_a_provider_of_the_workspace() {
         let missing = WorkspaceId::new();
         let err = t
             .store
-            .update_workspace(missing, None, None, None, None)
+            .update_workspace(missing, None, None, None, None, None)
             .await
             .expect_err(b);
         assert_eq!(err, StoreError::not_found("workspace", missing), "{b}");
@@ -221,7 +222,7 @@ async fn deleting_a_workspace_deletes_its_providers_and_agents_but_not_tasks() {
         let ws = t.workspace("docs").await;
         t.store.create_provider(ws.id, claude()).await.expect(b);
         t.store
-            .update_workspace(ws.id, None, Some(Some(name_of("claude"))), None, None)
+            .update_workspace(ws.id, None, Some(Some(name_of("claude"))), None, None, None)
             .await
             .expect(b);
         t.store.delete_workspace(ws.id).await.expect(b);

@@ -1,0 +1,165 @@
+//! Approvals at the terminal: approval rules as people write them
+//! (`ask git.push`, `allow bash command=cargo test`), and `chorus approve`,
+//! which answers a call that waits for a person.
+
+use chorus_proto::orchestrator::v1 as pb;
+use serde_json::{Value, json};
+
+use crate::client::Client;
+use crate::fail::{Exit, Fail};
+use crate::output::{Format, Out};
+
+/// `chorus approve TASK APPROVAL`: approves a waiting call (or denies it).
+#[derive(Debug, clap::Args)]
+pub struct Approve {
+    /// The task whose call waits.
+    pub task: String,
+    /// The approval's id (`chorus task show` lists the calls that wait).
+    pub approval: String,
+    /// Approve its rule too, for the rest of the task.
+    #[arg(long, conflicts_with = "deny")]
+    pub for_task: bool,
+    /// Deny the call instead, saying why (the agent reads it).
+    #[arg(long, value_name = "REASON")]
+    pub deny: Option<String>,
+}
+
+/// Parses rules written `DECISION TOOL [FIELD=VALUE] [deadline=SECONDS]`,
+/// where FIELD is command, path or remote and VALUE runs to the end (or to
+/// ` deadline=`). The server checks what they say.
+pub fn parse_rules(texts: &[String]) -> Result<Vec<pb::ApprovalRule>, Fail> {
+    texts.iter().map(|t| parse_rule(t)).collect()
+}
+
+fn parse_rule(text: &str) -> Result<pb::ApprovalRule, Fail> {
+    let bad = |why: &str| {
+        Fail::usage(format!(
+            "approval rule '{text}': {why}; write DECISION TOOL [command=..|path=..|remote=..] [deadline=SECONDS], e.g. 'ask git.push'"
+        ))
+    };
+    let text = text.trim();
+    let (decision, rest) = text.split_once(char::is_whitespace).ok_or_else(|| bad("no tool"))?;
+    let rest = rest.trim_start();
+    let (tool, mut rest) = rest
+        .split_once(char::is_whitespace)
+        .map_or((rest, ""), |(t, r)| (t, r.trim()));
+    let mut rule = pb::ApprovalRule {
+        tool: tool.to_owned(),
+        decision: decision.to_owned(),
+        ..pb::ApprovalRule::default()
+    };
+    if let Some((before, seconds)) = rest.rsplit_once("deadline=")
+        && (before.is_empty() || before.ends_with(char::is_whitespace))
+    {
+        rule.deadline_seconds = seconds
+            .trim()
+            .parse()
+            .map_err(|_| bad("deadline= takes whole seconds"))?;
+        rest = before.trim_end();
+    }
+    if !rest.is_empty() {
+        let (field, value) = rest.split_once('=').ok_or_else(|| bad("a condition is FIELD=VALUE"))?;
+        let value = value.trim().to_owned();
+        match field.trim() {
+            "command" => rule.command = value,
+            "path" => rule.path = value,
+            "remote" => rule.remote = value,
+            other => return Err(bad(&format!("unknown field '{other}' (command, path or remote)"))),
+        }
+    }
+    Ok(rule)
+}
+
+/// A rule as written (the inverse of [`parse_rule`]).
+pub fn rule_text(r: &pb::ApprovalRule) -> String {
+    let mut text = format!("{} {}", r.decision, r.tool);
+    for (name, value) in [("command", &r.command), ("path", &r.path), ("remote", &r.remote)] {
+        if !value.is_empty() {
+            text.push_str(&format!(" {name}={value}"));
+        }
+    }
+    if r.deadline_seconds > 0 {
+        text.push_str(&format!(" deadline={}", r.deadline_seconds));
+    }
+    text
+}
+
+/// An approval as the CLI shows it.
+pub fn approval(a: &pb::Approval) -> Value {
+    json!({
+        "id": a.id,
+        "taskId": a.task_id,
+        "runId": a.run_id,
+        "agent": a.agent,
+        "tool": a.tool,
+        "arguments": a.arguments.clone().map_or(Value::Null, |s| Value::Object(chorus_proto::json::from_struct(s))),
+        "rule": a.rule,
+        "ruleAgent": a.rule_agent,
+        "state": a.state,
+        "deadline": crate::output::time(a.deadline_ms),
+        "answeredBy": a.answered_by,
+        "reason": a.reason,
+    })
+}
+
+/// One line about a waiting call: what it would do and how to answer.
+pub fn waiting_line(a: &pb::Approval) -> String {
+    let arguments = a
+        .arguments
+        .clone()
+        .map_or(Value::Null, |s| Value::Object(chorus_proto::json::from_struct(s)));
+    format!(
+        "{} waits: {} wants {} {} (rule '{}'; until {}) — chorus approve {} {} [--for-task | --deny REASON]",
+        a.id,
+        a.agent,
+        a.tool,
+        arguments,
+        a.rule,
+        crate::output::time(a.deadline_ms),
+        a.task_id,
+        a.id
+    )
+}
+
+pub async fn approve(c: &mut Client, out: &Out, a: Approve) -> Result<Exit, Fail> {
+    let answered = c
+        .answer_approval(pb::AnswerApprovalRequest {
+            task_id: a.task,
+            approval_id: a.approval,
+            approve: a.deny.is_none(),
+            for_task: a.for_task,
+            reason: a.deny.unwrap_or_default(),
+        })
+        .await
+        .map_err(|s| Fail::call("answer the approval", &s))?
+        .into_inner();
+    if out.format == Format::Json {
+        out.json_line(&approval(&answered));
+    } else {
+        out.note(&format!(
+            "approval {} of task {}: {} ({} {})",
+            answered.id, answered.task_id, answered.state, answered.tool, answered.rule
+        ));
+    }
+    Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_read_as_people_write_them() {
+        let rule = parse_rule("allow bash command=cargo test --all").expect("parses");
+        assert_eq!((rule.decision.as_str(), rule.tool.as_str(), rule.command.as_str()), ("allow", "bash", "cargo test --all"));
+        let rule = parse_rule("ask git.push remote=origin deadline=30").expect("parses");
+        assert_eq!((rule.remote.as_str(), rule.deadline_seconds), ("origin", 30));
+        let rule = parse_rule("deny file.* path=deploy/**").expect("parses");
+        assert_eq!(rule.path, "deploy/**");
+        assert_eq!(rule_text(&rule), "deny file.* path=deploy/**");
+        assert_eq!(parse_rule("ask bash").expect("parses").command, "");
+        for bad in ["ask", "ask bash host=x", "ask bash deadline=soon", "ask bash command"] {
+            assert!(parse_rule(bad).is_err(), "{bad}");
+        }
+    }
+}
