@@ -63,6 +63,7 @@ const OPERATOR: &[&str] = &[
     "UpdateTaskBudget",
     "LandTask",
     "DiscardTask",
+    "AnswerApproval",
     "Handoff",
 ];
 const VIEWER: &[&str] = &[

@@ -38,7 +38,9 @@ fn parse_rule(text: &str) -> Result<pb::ApprovalRule, Fail> {
         ))
     };
     let text = text.trim();
-    let (decision, rest) = text.split_once(char::is_whitespace).ok_or_else(|| bad("no tool"))?;
+    let (decision, rest) = text
+        .split_once(char::is_whitespace)
+        .ok_or_else(|| bad("no tool"))?;
     let rest = rest.trim_start();
     let (tool, mut rest) = rest
         .split_once(char::is_whitespace)
@@ -58,13 +60,19 @@ fn parse_rule(text: &str) -> Result<pb::ApprovalRule, Fail> {
         rest = before.trim_end();
     }
     if !rest.is_empty() {
-        let (field, value) = rest.split_once('=').ok_or_else(|| bad("a condition is FIELD=VALUE"))?;
+        let (field, value) = rest
+            .split_once('=')
+            .ok_or_else(|| bad("a condition is FIELD=VALUE"))?;
         let value = value.trim().to_owned();
         match field.trim() {
             "command" => rule.command = value,
             "path" => rule.path = value,
             "remote" => rule.remote = value,
-            other => return Err(bad(&format!("unknown field '{other}' (command, path or remote)"))),
+            other => {
+                return Err(bad(&format!(
+                    "unknown field '{other}' (command, path or remote)"
+                )));
+            }
         }
     }
     Ok(rule)
@@ -73,7 +81,11 @@ fn parse_rule(text: &str) -> Result<pb::ApprovalRule, Fail> {
 /// A rule as written (the inverse of [`parse_rule`]).
 pub fn rule_text(r: &pb::ApprovalRule) -> String {
     let mut text = format!("{} {}", r.decision, r.tool);
-    for (name, value) in [("command", &r.command), ("path", &r.path), ("remote", &r.remote)] {
+    for (name, value) in [
+        ("command", &r.command),
+        ("path", &r.path),
+        ("remote", &r.remote),
+    ] {
         if !value.is_empty() {
             text.push_str(&format!(" {name}={value}"));
         }
@@ -104,10 +116,9 @@ pub fn approval(a: &pb::Approval) -> Value {
 
 /// One line about a waiting call: what it would do and how to answer.
 pub fn waiting_line(a: &pb::Approval) -> String {
-    let arguments = a
-        .arguments
-        .clone()
-        .map_or(Value::Null, |s| Value::Object(chorus_proto::json::from_struct(s)));
+    let arguments = a.arguments.clone().map_or(Value::Null, |s| {
+        Value::Object(chorus_proto::json::from_struct(s))
+    });
     format!(
         "{} waits: {} wants {} {} (rule '{}'; until {}) — chorus approve {} {} [--for-task | --deny REASON]",
         a.id,
@@ -151,14 +162,29 @@ mod tests {
     #[test]
     fn rules_read_as_people_write_them() {
         let rule = parse_rule("allow bash command=cargo test --all").expect("parses");
-        assert_eq!((rule.decision.as_str(), rule.tool.as_str(), rule.command.as_str()), ("allow", "bash", "cargo test --all"));
+        assert_eq!(
+            (
+                rule.decision.as_str(),
+                rule.tool.as_str(),
+                rule.command.as_str()
+            ),
+            ("allow", "bash", "cargo test --all")
+        );
         let rule = parse_rule("ask git.push remote=origin deadline=30").expect("parses");
-        assert_eq!((rule.remote.as_str(), rule.deadline_seconds), ("origin", 30));
+        assert_eq!(
+            (rule.remote.as_str(), rule.deadline_seconds),
+            ("origin", 30)
+        );
         let rule = parse_rule("deny file.* path=deploy/**").expect("parses");
         assert_eq!(rule.path, "deploy/**");
         assert_eq!(rule_text(&rule), "deny file.* path=deploy/**");
         assert_eq!(parse_rule("ask bash").expect("parses").command, "");
-        for bad in ["ask", "ask bash host=x", "ask bash deadline=soon", "ask bash command"] {
+        for bad in [
+            "ask",
+            "ask bash host=x",
+            "ask bash deadline=soon",
+            "ask bash command",
+        ] {
             assert!(parse_rule(bad).is_err(), "{bad}");
         }
     }

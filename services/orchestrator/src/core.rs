@@ -16,8 +16,8 @@
 //! - [`workspaces`]: workspaces within the roots the deployment allows.
 
 pub mod agent_tools;
-pub mod approvals;
 pub mod agents;
+pub mod approvals;
 pub mod branches;
 pub mod keys;
 pub mod providers;

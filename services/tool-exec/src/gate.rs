@@ -322,7 +322,9 @@ impl RunGate for OrchestratorGate {
                 _ => None,
             }),
             call_key: call.map(|c| c.key.clone()).unwrap_or_default(),
-            resolved_path: call.and_then(|c| c.resolved_path.clone()).unwrap_or_default(),
+            resolved_path: call
+                .and_then(|c| c.resolved_path.clone())
+                .unwrap_or_default(),
         })?;
         // A first question may wait for a person's answer (an approval
         // rule's deadline is at most a day).

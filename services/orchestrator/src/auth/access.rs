@@ -29,9 +29,8 @@ fn orchestrator(method: &str) -> Option<Access> {
         | "OpenRun" | "FinishRun" | "DeleteTask" | "CreateApiKey" | "ListApiKeys"
         | "RevokeApiKey" | "RotateRunTokenKey" => Access::role(Role::Admin),
         "CreateTask" | "UpdateTaskStatus" | "UpdatePlanning" | "PlanTask" | "SubmitAnswers"
-        | "StartTask" | "CancelTask" | "UpdateTaskBudget" | "LandTask" | "DiscardTask" => {
-            Access::role(Role::Operator)
-        }
+        | "StartTask" | "CancelTask" | "UpdateTaskBudget" | "LandTask" | "DiscardTask"
+        | "AnswerApproval" => Access::role(Role::Operator),
         // An agent hands off with its own run token; people need an operator key.
         "Handoff" => Access::run_or(Role::Operator),
         "GetWorkspace" | "ListWorkspaces" | "GetProvider" | "ListProviders" | "GetAgent"

@@ -384,7 +384,9 @@ pub(crate) async fn authorize_reported(
         Some((ruling, _)) if ruling.decision == Decision::Allow => {}
         Some((ruling, _)) if ruling.decision == Decision::Deny => {
             forget(noted).await;
-            return approvals::deny(state, &run, tool, &ruling).await.map(|()| 0);
+            return approvals::deny(state, &run, tool, &ruling)
+                .await
+                .map(|()| 0);
         }
         Some((ruling, _)) => {
             forget(noted).await;

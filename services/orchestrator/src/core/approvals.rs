@@ -37,8 +37,16 @@ pub(crate) async fn ruling(
     if run.rules.is_empty() || chorus_catalog::get(tool).is_some_and(|t| t.always_granted) {
         return Ok(None);
     }
-    let root = run.token.as_ref().and_then(|t| t.root.to_str().map(str::to_owned));
-    let facts = CallFacts::new(tool, &call.arguments, root.as_deref(), call.resolved_path.as_deref());
+    let root = run
+        .token
+        .as_ref()
+        .and_then(|t| t.root.to_str().map(str::to_owned));
+    let facts = CallFacts::new(
+        tool,
+        &call.arguments,
+        root.as_deref(),
+        call.resolved_path.as_deref(),
+    );
     let mut ruling = run.rules.decide(&facts, &[])?;
     if ruling.decision == Decision::Ask {
         let task = state.store.get_task(run.task_id).await?;
@@ -54,7 +62,11 @@ pub(crate) async fn deny(
     tool: &str,
     ruling: &Ruling,
 ) -> Result<(), ServiceError> {
-    let rule = ruling.rule.as_ref().map(ToString::to_string).unwrap_or_default();
+    let rule = ruling
+        .rule
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
     let reason = format!(
         "{tool} is denied by the approval rule '{rule}' of agent {}",
         ruling.agent.as_deref().unwrap_or("?")
@@ -110,24 +122,40 @@ pub(crate) async fn ask(
     let asked = std::time::Instant::now();
     let outcome = wait(state, &mut changes, task_id, run_id, &call_key).await;
     chorus_telemetry::metrics().approval(
-        outcome.as_ref().map_or("error", |a| a.answer.as_ref().map_or("pending", |x| x.outcome.as_str())),
+        outcome.as_ref().map_or("error", |a| {
+            a.answer.as_ref().map_or("pending", |x| x.outcome.as_str())
+        }),
         asked.elapsed().as_secs_f64(),
     );
     let approval = outcome?;
     match approval.refusal() {
         None => Ok(()),
-        Some(reason) if approval.answer.as_ref().is_some_and(|a| a.outcome == ApprovalOutcome::Canceled) => {
+        Some(reason)
+            if approval
+                .answer
+                .as_ref()
+                .is_some_and(|a| a.outcome == ApprovalOutcome::Canceled) =>
+        {
             Err(DomainError::RunNotActive(reason).into())
         }
         Some(reason) => Err(DomainError::NotAllowed(reason).into()),
     }
 }
 
-fn approval_of(task: &Task, run: crate::domain::RunId, call_key: &str) -> Result<Approval, ServiceError> {
+fn approval_of(
+    task: &Task,
+    run: crate::domain::RunId,
+    call_key: &str,
+) -> Result<Approval, ServiceError> {
     task.approvals
         .of_call(run, call_key)
         .cloned()
-        .ok_or_else(|| ServiceError::Internal(format!("the approval of call {call_key} is gone from task {}", task.id)))
+        .ok_or_else(|| {
+            ServiceError::Internal(format!(
+                "the approval of call {call_key} is gone from task {}",
+                task.id
+            ))
+        })
 }
 
 /// Waits until the call's approval is answered, its deadline passes (it is
@@ -158,11 +186,15 @@ async fn wait(
             let id = approval.id.clone();
             state
                 .store
-                .change_task(task_id, move |task| Ok(task.approvals.end(&id, outcome, now_ms())))
+                .change_task(task_id, move |task| {
+                    Ok(task.approvals.end(&id, outcome, now_ms()))
+                })
                 .await?;
             continue;
         }
-        let left = std::time::Duration::from_millis(u64::try_from(approval.deadline_ms - now).unwrap_or(0));
+        let left = std::time::Duration::from_millis(
+            u64::try_from(approval.deadline_ms - now).unwrap_or(0),
+        );
         tokio::select! {
             () = changes.changed() => {}
             () = tokio::time::sleep(left) => {}
@@ -196,7 +228,11 @@ pub async fn answer(state: &AppState, a: Answering) -> Result<Approval, ServiceE
         (true, true) => ApprovalOutcome::ApprovedForTask,
         (false, false) => ApprovalOutcome::Denied,
         (false, true) => {
-            return Err(DomainError::invalid("for_task", "only an approval is for the task; a denial is for this call").into());
+            return Err(DomainError::invalid(
+                "for_task",
+                "only an approval is for the task; a denial is for this call",
+            )
+            .into());
         }
     };
     if let Some(reason) = &a.reason
@@ -206,7 +242,11 @@ pub async fn answer(state: &AppState, a: Answering) -> Result<Approval, ServiceE
     }
     let id = a.approval_id.trim().to_owned();
     if id.is_empty() {
-        return Err(DomainError::invalid("approval_id", "name the approval (chorus task show lists the ones that wait)").into());
+        return Err(DomainError::invalid(
+            "approval_id",
+            "name the approval (chorus task show lists the ones that wait)",
+        )
+        .into());
     }
     let answer = Answer {
         outcome,
@@ -220,7 +260,10 @@ pub async fn answer(state: &AppState, a: Answering) -> Result<Approval, ServiceE
         .change_task(a.task, move |task| task.approvals.answer(&key, answer))
         .await?;
     let approval = task.approvals.get(&id).cloned().ok_or_else(|| {
-        ServiceError::Internal(format!("approval {id} is gone from task {} once answered", a.task))
+        ServiceError::Internal(format!(
+            "approval {id} is gone from task {} once answered",
+            a.task
+        ))
     })?;
     info!(task_id = %a.task, approval_id = %id, outcome = outcome.as_str(), "approval answered");
     Ok(approval)

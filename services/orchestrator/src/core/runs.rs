@@ -106,7 +106,7 @@ pub async fn finish(
                 "run {} was finished by its caller ({reason}) without a completion report; start the task again or cancel it",
                 run.id
             );
-            let mut events = vec![policy::finish_run(run, task, reason, now)?];
+            let mut events = policy::finish_run(run, task, reason, now)?;
             if others.is_empty() {
                 events.extend(policy::settle_task_without_report(
                     run,

@@ -179,7 +179,10 @@ impl Rule {
             _ => {}
         }
         Ok(Compiled {
-            specificity: (tool.specificity(), condition.as_ref().map_or(0, Condition::specificity)),
+            specificity: (
+                tool.specificity(),
+                condition.as_ref().map_or(0, Condition::specificity),
+            ),
             tool,
             condition,
         })
@@ -246,10 +249,15 @@ impl ToolPattern {
             return Ok(Self::Any);
         }
         if let Some(family) = tool.strip_suffix(".*") {
-            if chorus_catalog::TOOLS.iter().any(|t| t.name.split_once('.').is_some_and(|(f, _)| f == family)) {
+            if chorus_catalog::TOOLS
+                .iter()
+                .any(|t| t.name.split_once('.').is_some_and(|(f, _)| f == family))
+            {
                 return Ok(Self::Family(family.to_owned()));
             }
-            return Err(format!("no tool family '{family}': families are file, git, task and web"));
+            return Err(format!(
+                "no tool family '{family}': families are file, git, task and web"
+            ));
         }
         if chorus_catalog::get(tool).is_some() || tool == chorus_catalog::NETWORK {
             return Ok(Self::Exact(tool.to_owned()));
@@ -317,7 +325,9 @@ impl Condition {
                 );
             }
             if pattern.split('/').any(|part| part == "..") {
-                return Err("a path with '..' leaves the workspace, so it can never match".to_owned());
+                return Err(
+                    "a path with '..' leaves the workspace, so it can never match".to_owned(),
+                );
             }
         }
         let literal = pattern.chars().filter(|c| !"*?[]".contains(*c)).count();
@@ -339,7 +349,10 @@ impl Condition {
                 .collect();
             fixed.join("/")
         } else {
-            pattern.trim_start_matches("./").trim_end_matches('/').to_owned()
+            pattern
+                .trim_start_matches("./")
+                .trim_end_matches('/')
+                .to_owned()
         };
         Ok(Self {
             field,
@@ -449,7 +462,12 @@ impl Layer {
                 if !compiled.applies(call, rule.decision) {
                     continue;
                 }
-                let key = (compiled.specificity.0, compiled.specificity.1, own, rule.decision);
+                let key = (
+                    compiled.specificity.0,
+                    compiled.specificity.1,
+                    own,
+                    rule.decision,
+                );
                 if best.as_ref().is_none_or(|(k, _)| key > *k) {
                     best = Some((key, rule));
                 }
@@ -512,7 +530,10 @@ impl RunRules {
         for layer in &self.layers {
             let mut theirs = layer.decide(call)?;
             if theirs.decision == Decision::Ask
-                && theirs.rule.as_ref().is_some_and(|r| approved.iter().any(|a| a == &r.deciding(Decision::Allow)))
+                && theirs
+                    .rule
+                    .as_ref()
+                    .is_some_and(|r| approved.iter().any(|a| a == &r.deciding(Decision::Allow)))
             {
                 theirs.decision = Decision::Allow;
             }

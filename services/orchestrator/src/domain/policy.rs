@@ -365,14 +365,14 @@ pub fn activate_run(run: &mut Run, task: &mut Task) -> Result<(EventKind, Value)
 }
 
 /// Ends a run with `reason` at `now_ms`; the task's current agent is cleared when it
-/// was this run's agent. Returns the `agent_completed` event. A finished run cannot
-/// finish again.
+/// was this run's agent. Returns the `agent_completed` event (and the end of
+/// any approval its calls waited for). A finished run cannot finish again.
 pub fn finish_run(
     run: &mut Run,
     task: &mut Task,
     reason: String,
     now_ms: i64,
-) -> Result<(EventKind, Value), DomainError> {
+) -> Result<Events, DomainError> {
     end_run(
         run,
         task,
@@ -385,7 +385,9 @@ pub fn finish_run(
 
 /// Ends a run and returns the event saying how: `kind` (agent_completed,
 /// run_failed, run_canceled, run_interrupted) with the run, agent, reason and
-/// the fields of `details` (an object: usage, session id, output...).
+/// the fields of `details` (an object: usage, session id, output...); then
+/// the end of each approval its calls still waited for (canceled: whoever
+/// waited for it is gone with the run).
 pub fn end_run(
     run: &mut Run,
     task: &mut Task,
@@ -393,7 +395,7 @@ pub fn end_run(
     reason: String,
     details: Value,
     now_ms: i64,
-) -> Result<(EventKind, Value), DomainError> {
+) -> Result<Events, DomainError> {
     if run.state == RunState::Finished {
         return Err(DomainError::RunNotActive(format!(
             "run {} has already finished ({})",
@@ -413,7 +415,9 @@ pub fn end_run(
     if let (Some(data), Value::Object(details)) = (data.as_object_mut(), details) {
         data.extend(details);
     }
-    Ok((kind, data))
+    let mut events = vec![(kind, data)];
+    events.extend(task.approvals.end_run(run.id, now_ms));
+    Ok(events)
 }
 
 /// What becomes of a root run's task when the run ends without a report: the

@@ -67,21 +67,17 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         // A question asked again while the call runs carries no call.
         let call = (r.arguments.is_some() || !r.call_key.is_empty()).then(|| {
             crate::core::approvals::ToolCall {
-                arguments: r
-                    .arguments
-                    .map_or_else(|| serde_json::json!({}), |a| serde_json::Value::Object(json::from_struct(a))),
+                arguments: r.arguments.map_or_else(
+                    || serde_json::json!({}),
+                    |a| serde_json::Value::Object(json::from_struct(a)),
+                ),
                 call_key: r.call_key,
                 resolved_path: Some(r.resolved_path).filter(|p| !p.is_empty()),
             }
         });
-        let fence = core::authorize_reported(
-            &self.state,
-            &r.run_token,
-            &r.tool,
-            call_id,
-            call.as_ref(),
-        )
-        .await?;
+        let fence =
+            core::authorize_reported(&self.state, &r.run_token, &r.tool, call_id, call.as_ref())
+                .await?;
         Ok(Response::new(pb::AuthorizeToolCallResponse {
             fence_in_ms: Some(fence),
         }))

@@ -481,7 +481,7 @@ fn end_events(
             now_ms: now,
         },
     )?;
-    events.push(policy::end_run(
+    events.extend(policy::end_run(
         run,
         task,
         ending.kind,

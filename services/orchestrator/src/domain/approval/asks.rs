@@ -95,7 +95,11 @@ impl Approval {
                 "{} was denied by {}{} (rule '{rule}', approval {})",
                 self.tool,
                 answer.by,
-                answer.reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default(),
+                answer
+                    .reason
+                    .as_ref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default(),
                 self.id
             ),
             ApprovalOutcome::Expired => format!(
@@ -205,7 +209,9 @@ impl Approvals {
         let approval = self.asks.iter_mut().find(|a| a.id == id).ok_or_else(|| {
             DomainError::invalid(
                 "approval_id",
-                format!("this task has no approval '{id}'; chorus task show lists the ones that wait"),
+                format!(
+                    "this task has no approval '{id}'; chorus task show lists the ones that wait"
+                ),
             )
         })?;
         if let Some(done) = &approval.answer {

@@ -90,7 +90,12 @@ impl CallFacts {
             command: (tool == "bash").then(|| command_readings(text("command").unwrap_or(""))),
             path,
             remote: (tool == "git.push").then(|| Readings {
-                texts: vec![text("remote").filter(|r| !r.is_empty()).unwrap_or("origin").to_owned()],
+                texts: vec![
+                    text("remote")
+                        .filter(|r| !r.is_empty())
+                        .unwrap_or("origin")
+                        .to_owned(),
+                ],
                 complete: true,
                 directory: false,
             }),

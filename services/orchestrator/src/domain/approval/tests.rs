@@ -46,16 +46,40 @@ fn decided(rules: &RunRules, call: &CallFacts) -> Decision {
 fn no_rule_allows_and_the_most_specific_rule_decides() {
     let none = RunRules::default();
     assert_eq!(decided(&none, &bash("rm -rf x")), Decision::Allow);
-    let r = rules("dev", &["ask bash", "allow bash command=cargo test", "deny bash command=cargo test --release"]);
+    let r = rules(
+        "dev",
+        &[
+            "ask bash",
+            "allow bash command=cargo test",
+            "deny bash command=cargo test --release",
+        ],
+    );
     assert_eq!(decided(&r, &bash("ls")), Decision::Ask);
     assert_eq!(decided(&r, &bash("cargo test")), Decision::Allow);
-    assert_eq!(decided(&r, &bash("cargo  test -p x")), Decision::Allow, "extra spaces and arguments");
-    assert_eq!(decided(&r, &bash("cargo testing")), Decision::Ask, "a prefix ends at a word");
-    assert_eq!(decided(&r, &bash("cargo test --release -p x")), Decision::Deny);
+    assert_eq!(
+        decided(&r, &bash("cargo  test -p x")),
+        Decision::Allow,
+        "extra spaces and arguments"
+    );
+    assert_eq!(
+        decided(&r, &bash("cargo testing")),
+        Decision::Ask,
+        "a prefix ends at a word"
+    );
+    assert_eq!(
+        decided(&r, &bash("cargo test --release -p x")),
+        Decision::Deny
+    );
     // A family is less specific than a tool, `*` less than both.
     let r = rules("dev", &["deny *", "ask git.*", "allow git.status"]);
-    assert_eq!(decided(&r, &CallFacts::new("git.status", &json!({}), None, None)), Decision::Allow);
-    assert_eq!(decided(&r, &CallFacts::new("git.push", &json!({}), None, None)), Decision::Ask);
+    assert_eq!(
+        decided(&r, &CallFacts::new("git.status", &json!({}), None, None)),
+        Decision::Allow
+    );
+    assert_eq!(
+        decided(&r, &CallFacts::new("git.push", &json!({}), None, None)),
+        Decision::Ask
+    );
     assert_eq!(decided(&r, &file("file.read", "a")), Decision::Deny);
 }
 
@@ -66,10 +90,22 @@ fn at_equal_specificity_deny_beats_ask_beats_allow_and_the_agent_beats_its_works
     assert_eq!(decided(&r, &push), Decision::Deny);
     let r = rules("dev", &["allow git.push", "ask git.push"]);
     assert_eq!(decided(&r, &push), Decision::Ask);
-    let r = RunRules::own("dev", vec![rule("allow git.push")], vec![rule("ask git.push")]);
-    assert_eq!(decided(&r, &push), Decision::Allow, "the agent's own rule over the default");
+    let r = RunRules::own(
+        "dev",
+        vec![rule("allow git.push")],
+        vec![rule("ask git.push")],
+    );
+    assert_eq!(
+        decided(&r, &push),
+        Decision::Allow,
+        "the agent's own rule over the default"
+    );
     let r = RunRules::own("dev", vec![], vec![rule("ask git.push")]);
-    assert_eq!(decided(&r, &push), Decision::Ask, "the default applies when the agent says nothing");
+    assert_eq!(
+        decided(&r, &push),
+        Decision::Ask,
+        "the default applies when the agent says nothing"
+    );
 }
 
 #[test]
@@ -108,15 +144,46 @@ fn a_command_rule_never_allows_a_command_that_does_more_than_it_says() {
 
 #[test]
 fn a_path_rule_reads_the_path_every_way_the_tool_could() {
-    let r = rules("dev", &["deny file.write path=deploy/**", "ask file.* path=secrets/*"]);
-    for path in ["deploy/prod.yml", "./deploy/prod.yml", "src/../deploy/prod.yml", "deploy//a/b.yml", "/w/deploy/x"] {
-        assert_eq!(decided(&r, &file("file.write", path)), Decision::Deny, "{path}");
+    let r = rules(
+        "dev",
+        &[
+            "deny file.write path=deploy/**",
+            "ask file.* path=secrets/*",
+        ],
+    );
+    for path in [
+        "deploy/prod.yml",
+        "./deploy/prod.yml",
+        "src/../deploy/prod.yml",
+        "deploy//a/b.yml",
+        "/w/deploy/x",
+    ] {
+        assert_eq!(
+            decided(&r, &file("file.write", path)),
+            Decision::Deny,
+            "{path}"
+        );
     }
-    assert_eq!(decided(&r, &file("file.write", "src/deploy/x")), Decision::Allow);
-    assert_eq!(decided(&r, &file("file.read", "secrets/key")), Decision::Ask);
-    assert_eq!(decided(&r, &file("file.read", "secrets/sub/key")), Decision::Allow, "* stays within a directory");
+    assert_eq!(
+        decided(&r, &file("file.write", "src/deploy/x")),
+        Decision::Allow
+    );
+    assert_eq!(
+        decided(&r, &file("file.read", "secrets/key")),
+        Decision::Ask
+    );
+    assert_eq!(
+        decided(&r, &file("file.read", "secrets/sub/key")),
+        Decision::Allow,
+        "* stays within a directory"
+    );
     // Where a symbolic link leads counts as much as what the call says.
-    let through_link = CallFacts::new("file.write", &json!({ "path": "link/prod.yml" }), Some("/w"), Some("deploy/prod.yml"));
+    let through_link = CallFacts::new(
+        "file.write",
+        &json!({ "path": "link/prod.yml" }),
+        Some("/w"),
+        Some("deploy/prod.yml"),
+    );
     assert_eq!(decided(&r, &through_link), Decision::Deny);
     // Searching or listing a directory that holds what a rule refuses asks.
     assert_eq!(decided(&r, &file("file.search", ".")), Decision::Ask);
@@ -124,21 +191,44 @@ fn a_path_rule_reads_the_path_every_way_the_tool_could() {
     assert_eq!(decided(&r, &file("file.list", "src")), Decision::Allow);
     // An allowing path rule allows only what it wholly covers.
     let r = rules("dev", &["ask file.*", "allow file.* path=docs/**"]);
-    assert_eq!(decided(&r, &file("file.write", "docs/a.md")), Decision::Allow);
-    assert_eq!(decided(&r, &file("file.write", "docs/../src/main.rs")), Decision::Ask);
-    assert_eq!(decided(&r, &file("file.write", "../outside")), Decision::Ask);
-    let linked_out = CallFacts::new("file.write", &json!({ "path": "docs/link" }), Some("/w"), Some("src/main.rs"));
-    assert_eq!(decided(&r, &linked_out), Decision::Ask, "a link out of docs/ is not docs/");
+    assert_eq!(
+        decided(&r, &file("file.write", "docs/a.md")),
+        Decision::Allow
+    );
+    assert_eq!(
+        decided(&r, &file("file.write", "docs/../src/main.rs")),
+        Decision::Ask
+    );
+    assert_eq!(
+        decided(&r, &file("file.write", "../outside")),
+        Decision::Ask
+    );
+    let linked_out = CallFacts::new(
+        "file.write",
+        &json!({ "path": "docs/link" }),
+        Some("/w"),
+        Some("src/main.rs"),
+    );
+    assert_eq!(
+        decided(&r, &linked_out),
+        Decision::Ask,
+        "a link out of docs/ is not docs/"
+    );
     assert_eq!(decided(&r, &file("file.list", "docs")), Decision::Ask);
 }
 
 #[test]
 fn a_push_rule_reads_its_remote() {
     let r = rules("dev", &["ask git.push", "allow git.push remote=fork*"]);
-    let push = |remote: Option<&str>| CallFacts::new("git.push", &json!({ "remote": remote }), None, None);
+    let push =
+        |remote: Option<&str>| CallFacts::new("git.push", &json!({ "remote": remote }), None, None);
     assert_eq!(decided(&r, &push(Some("fork-me"))), Decision::Allow);
     assert_eq!(decided(&r, &push(Some("origin"))), Decision::Ask);
-    assert_eq!(decided(&r, &push(None)), Decision::Ask, "no remote is origin");
+    assert_eq!(
+        decided(&r, &push(None)),
+        Decision::Ask,
+        "no remote is origin"
+    );
 }
 
 #[test]
@@ -167,8 +257,17 @@ fn an_ask_approved_for_the_task_allows_and_nothing_else() {
     let r = rules("dev", &["ask git.push", "deny bash"]);
     let approved = vec![rule("ask git.push").deciding(Decision::Allow)];
     let push = CallFacts::new("git.push", &json!({}), None, None);
-    assert_eq!(r.decide(&push, &approved).expect("decides").decision, Decision::Allow);
-    assert_eq!(r.decide(&bash("ls"), &[rule("deny bash").deciding(Decision::Allow)]).expect("decides").decision, Decision::Deny, "a deny is never approved away");
+    assert_eq!(
+        r.decide(&push, &approved).expect("decides").decision,
+        Decision::Allow
+    );
+    assert_eq!(
+        r.decide(&bash("ls"), &[rule("deny bash").deciding(Decision::Allow)])
+            .expect("decides")
+            .decision,
+        Decision::Deny,
+        "a deny is never approved away"
+    );
 }
 
 #[test]
@@ -177,19 +276,84 @@ fn rules_that_cannot_work_are_refused_with_the_reason() {
         let err = r.check().expect_err(want).to_string();
         assert!(err.contains(want), "{err} should say {want}");
     };
-    let base = |tool: &str, decision| Rule { tool: tool.into(), decision, ..Rule::default() };
+    let base = |tool: &str, decision| Rule {
+        tool: tool.into(),
+        decision,
+        ..Rule::default()
+    };
     bad(base("Bash", Decision::Ask), "unknown tool 'Bash'");
     bad(base("net.*", Decision::Ask), "no tool family 'net'");
-    bad(Rule { path: Some("x".into()), ..base("bash", Decision::Ask) }, "bash has no path argument");
-    bad(Rule { command: Some("x".into()), ..base("git.push", Decision::Ask) }, "git.push has no command argument");
-    bad(Rule { command: Some("x".into()), path: Some("y".into()), ..base("bash", Decision::Ask) }, "at most one of");
-    bad(Rule { path: Some("/etc/**".into()), ..base("file.read", Decision::Deny) }, "can never match");
-    bad(Rule { path: Some("../x".into()), ..base("file.read", Decision::Deny) }, "leaves the workspace");
-    bad(Rule { path: Some("[abc".into()), ..base("file.read", Decision::Deny) }, "does not parse");
-    bad(Rule { command: Some("  ".into()), ..base("bash", Decision::Deny) }, "matches nothing");
-    bad(Rule { deadline_s: Some(5), ..base("bash", Decision::Allow) }, "only an ask rule");
-    bad(Rule { deadline_s: Some(0), ..base("bash", Decision::Ask) }, "1 second or more");
-    bad(Rule { deadline_s: Some(MAX_DEADLINE_S + 1), ..base("bash", Decision::Ask) }, "at most");
+    bad(
+        Rule {
+            path: Some("x".into()),
+            ..base("bash", Decision::Ask)
+        },
+        "bash has no path argument",
+    );
+    bad(
+        Rule {
+            command: Some("x".into()),
+            ..base("git.push", Decision::Ask)
+        },
+        "git.push has no command argument",
+    );
+    bad(
+        Rule {
+            command: Some("x".into()),
+            path: Some("y".into()),
+            ..base("bash", Decision::Ask)
+        },
+        "at most one of",
+    );
+    bad(
+        Rule {
+            path: Some("/etc/**".into()),
+            ..base("file.read", Decision::Deny)
+        },
+        "can never match",
+    );
+    bad(
+        Rule {
+            path: Some("../x".into()),
+            ..base("file.read", Decision::Deny)
+        },
+        "leaves the workspace",
+    );
+    bad(
+        Rule {
+            path: Some("[abc".into()),
+            ..base("file.read", Decision::Deny)
+        },
+        "does not parse",
+    );
+    bad(
+        Rule {
+            command: Some("  ".into()),
+            ..base("bash", Decision::Deny)
+        },
+        "matches nothing",
+    );
+    bad(
+        Rule {
+            deadline_s: Some(5),
+            ..base("bash", Decision::Allow)
+        },
+        "only an ask rule",
+    );
+    bad(
+        Rule {
+            deadline_s: Some(0),
+            ..base("bash", Decision::Ask)
+        },
+        "1 second or more",
+    );
+    bad(
+        Rule {
+            deadline_s: Some(MAX_DEADLINE_S + 1),
+            ..base("bash", Decision::Ask)
+        },
+        "at most",
+    );
     let many = vec![base("bash", Decision::Ask); MAX_RULES + 1];
     assert!(check_rules(&many).is_err());
 }
@@ -210,20 +374,46 @@ fn an_approval_is_asked_once_answered_once_and_ends_with_its_run() {
     };
     let (first, events) = approvals.ask(asking("k1"), 1_000).expect("asks");
     assert_eq!(events.len(), 1);
-    assert_eq!(first.deadline_ms, 1_000 + i64::from(DEFAULT_DEADLINE_S) * 1000);
+    assert_eq!(
+        first.deadline_ms,
+        1_000 + i64::from(DEFAULT_DEADLINE_S) * 1000
+    );
     // Asked again with the same key: the same approval, no new event.
     let (again, events) = approvals.ask(asking("k1"), 2_000).expect("finds");
     assert_eq!((again.id.as_str(), events.len()), ("ap-k1", 0));
-    let answer = |outcome| Answer { outcome, by: "ops".into(), at_ms: 3_000, reason: None };
-    approvals.answer("ap-k1", answer(ApprovalOutcome::ApprovedForTask)).expect("answers");
+    let answer = |outcome| Answer {
+        outcome,
+        by: "ops".into(),
+        at_ms: 3_000,
+        reason: None,
+    };
+    approvals
+        .answer("ap-k1", answer(ApprovalOutcome::ApprovedForTask))
+        .expect("answers");
     assert_eq!(approvals.task_rules, vec![rule("allow git.push")]);
-    let err = approvals.answer("ap-k1", answer(ApprovalOutcome::Denied)).expect_err("answered once");
-    assert!(err.to_string().contains("already answered: approved_for_task by ops"), "{err}");
-    let err = approvals.answer("ap-nope", answer(ApprovalOutcome::Denied)).expect_err("unknown");
+    let err = approvals
+        .answer("ap-k1", answer(ApprovalOutcome::Denied))
+        .expect_err("answered once");
+    assert!(
+        err.to_string()
+            .contains("already answered: approved_for_task by ops"),
+        "{err}"
+    );
+    let err = approvals
+        .answer("ap-nope", answer(ApprovalOutcome::Denied))
+        .expect_err("unknown");
     assert!(err.to_string().contains("no approval 'ap-nope'"), "{err}");
     approvals.ask(asking("k2"), 4_000).expect("asks");
     assert_eq!(approvals.end_run(run, 5_000).len(), 1);
     let ended = approvals.of_call(run, "k2").expect("kept");
-    assert!(ended.refusal().is_some_and(|r| r.contains("its run ended")), "{ended:?}");
-    assert!(approvals.end("ap-k2", ApprovalOutcome::Expired, 6_000).is_empty(), "ends once");
+    assert!(
+        ended.refusal().is_some_and(|r| r.contains("its run ended")),
+        "{ended:?}"
+    );
+    assert!(
+        approvals
+            .end("ap-k2", ApprovalOutcome::Expired, 6_000)
+            .is_empty(),
+        "ends once"
+    );
 }

@@ -122,7 +122,7 @@ pub fn interrupt_runs(
             },
         )?);
         let run = &mut runs[i];
-        events.push(end_run(
+        events.extend(end_run(
             run,
             task,
             EventKind::RunInterrupted,

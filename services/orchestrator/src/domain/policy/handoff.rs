@@ -180,14 +180,14 @@ fn end_run_and_handoff(
     ending: EndFromOutside<'_>,
 ) -> Result<Events, DomainError> {
     let reason = ending.reason.to_owned();
-    let mut events = vec![end_run(
+    let mut events = end_run(
         run,
         task,
         ending.kind,
         reason.clone(),
         Value::Null,
         ending.now_ms,
-    )?];
+    )?;
     if run.handoff_index.is_some() {
         events.push(handoff_completed(
             run,

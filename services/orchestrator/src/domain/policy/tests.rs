@@ -211,7 +211,11 @@ fn a_run_starts_as_the_current_agent_and_finishes_once() {
     assert_eq!(t.current_agent.as_ref(), Some(&r.agent));
     assert!(activate_run(&mut r, &mut t).is_err(), "already active");
 
-    let (kind, data) = finish_run(&mut r, &mut t, "done".into(), 42).expect("finish");
+    let events = finish_run(&mut r, &mut t, "done".into(), 42).expect("finish");
+    let [(kind, data)] = events.as_slice() else {
+        panic!("one event: {events:?}")
+    };
+    let (kind, data) = (*kind, data.clone());
     assert_eq!(kind, EventKind::AgentCompleted);
     assert_eq!(data["reason"], "done");
     assert_eq!((r.state, r.finished_ms), (RunState::Finished, Some(42)));

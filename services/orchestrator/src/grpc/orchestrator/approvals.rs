@@ -70,7 +70,10 @@ pub(crate) fn approval(task: &Task, a: &Approval) -> pb::Approval {
 
 /// The calls of `task` that wait for approval now.
 pub(crate) fn waiting(task: &Task) -> Vec<pb::Approval> {
-    task.approvals.pending().map(|a| approval(task, a)).collect()
+    task.approvals
+        .pending()
+        .map(|a| approval(task, a))
+        .collect()
 }
 
 pub(super) async fn answer(

@@ -524,14 +524,14 @@ async fn a_handoff_opens_its_child_and_parks_its_parent_in_one_transaction() {
             .store
             .change_run_family(child.id, |run, task, others| {
                 run.output = Some("a draft".into());
-                let mut events = vec![policy::end_run(
+                let mut events = policy::end_run(
                     run,
                     task,
                     EventKind::AgentCompleted,
                     "completed".into(),
                     serde_json::Value::Null,
                     10,
-                )?];
+                )?;
                 let parent = others.iter_mut().find(|o| Some(o.id) == run.parent);
                 events.extend(end_handoff(
                     run,

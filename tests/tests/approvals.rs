@@ -1,0 +1,540 @@
+//! Ask before acting: approval rules the server enforces on every call of a
+//! run, as users meet them — an API agent's call waits for a person, who
+//! approves it once, for the rest of the task, or denies it with a reason the
+//! agent reads; nobody answering denies it at the deadline; cancelling ends
+//! the wait; a handoff child asks under its parent's rules. Every request and
+//! answer is in the history.
+
+use std::cell::Cell;
+use std::path::Path;
+use std::time::Duration;
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_tests::agents::{
+    Client, add_agent, api_team, cancel, data, ends_run, planned_task, start, summary, wait_for,
+};
+use chorus_tests::db::databases;
+use chorus_tests::fake_openai::{FakeOpenAi, Step};
+use chorus_tests::orchestrator::Orchestrator;
+use serde_json::json;
+
+fn create(path: &str) -> Step {
+    Step::tool_call("file_create", json!({"path": path, "content": path}))
+}
+
+fn done() -> Step {
+    Step::tool_call(
+        "completion-report",
+        json!({"status": "complete", "summary": "done", "output": "done"}),
+    )
+}
+
+fn rule(tool: &str, decision: &str, path: &str, deadline_seconds: u32) -> pb::ApprovalRule {
+    pb::ApprovalRule {
+        tool: tool.into(),
+        decision: decision.into(),
+        path: path.into(),
+        deadline_seconds,
+        ..Default::default()
+    }
+}
+
+async fn set_rules(
+    client: &mut Client,
+    workspace: &pb::Workspace,
+    agent: &str,
+    rules: Vec<pb::ApprovalRule>,
+) {
+    client
+        .update_agent(pb::UpdateAgentRequest {
+            workspace_id: workspace.id.clone(),
+            name: agent.into(),
+            approval_rules: rules,
+            set_approval_rules: true,
+            ..Default::default()
+        })
+        .await
+        .expect("set the agent's approval rules");
+}
+
+/// The `n`th (from 1) approval_requested event of the task, once it is
+/// recorded.
+async fn asked(client: &mut Client, task: &str, n: usize) -> pb::TaskEvent {
+    let seen = Cell::new(0);
+    let events = wait_for(client, task, |e| {
+        if e.kind == "approval_requested" {
+            seen.set(seen.get() + 1);
+        }
+        seen.get() == n && e.kind == "approval_requested"
+    })
+    .await;
+    events.last().cloned().expect("the request")
+}
+
+async fn answer(
+    client: &mut Client,
+    task: &str,
+    approval: &str,
+    approve: bool,
+    for_task: bool,
+    reason: &str,
+) -> Result<pb::Approval, tonic::Status> {
+    client
+        .answer_approval(pb::AnswerApprovalRequest {
+            task_id: task.into(),
+            approval_id: approval.into(),
+            approve,
+            for_task,
+            reason: reason.into(),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+async fn get_task(client: &mut Client, task: &str) -> pb::Task {
+    client
+        .get_task(pb::GetTaskRequest {
+            task_id: task.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("task")
+        .into_inner()
+}
+
+/// The tool results the model was sent, in order.
+fn tool_results(model: &FakeOpenAi) -> Vec<String> {
+    model
+        .requests()
+        .last()
+        .and_then(|r| r["messages"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn exists(root: &Path, path: &str) -> bool {
+    root.join(path).exists()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_asks_waits_for_a_person_who_approves_once_for_the_task_or_denies() {
+    let data_dir = tempfile::tempdir().expect("data");
+    for db in databases(data_dir.path()) {
+        let b = db.backend;
+        let root = tempfile::tempdir().expect("root");
+        std::fs::create_dir(root.path().join("deploy")).expect("deploy/");
+        let model = FakeOpenAi::start(vec![
+            create("deploy/a.txt"),
+            create("deploy/b.txt"),
+            create("notes.txt"),
+            create("deploy/c.txt"),
+            create("deploy/d.txt"),
+            done(),
+        ])
+        .await;
+        let orchestrator = Orchestrator::with_fake_cli(data_dir.path(), &db.url, |config| {
+            config.runner.api.backoff = Duration::from_millis(10);
+        })
+        .await;
+        let mut client = orchestrator.client().await;
+        let team = api_team(
+            &mut client,
+            root.path(),
+            &model,
+            &["file.create"],
+            "You write.",
+        )
+        .await;
+        set_rules(
+            &mut client,
+            &team.workspace,
+            &team.agent,
+            vec![rule("file.*", "ask", "deploy/**", 0)],
+        )
+        .await;
+        let task = planned_task(&mut client, &team.workspace, "Write the deploy files.").await;
+        let other = planned_task(&mut client, &team.workspace, "Another task.").await;
+        start(&mut client, &task, &team.agent, 0).await;
+
+        // The first call waits: the task says so, and what it would do.
+        let first = asked(&mut client, &task.id, 1).await;
+        let needs = first.needs_you.clone().expect("an approval needs a person");
+        assert_eq!(needs.status, "approval", "{b}");
+        assert!(needs.action.contains("chorus approve"), "{b}: {needs:?}");
+        let id = needs.approval_id.clone();
+        assert!(!id.is_empty(), "{b}");
+        let waiting = get_task(&mut client, &task.id).await.waiting_approvals;
+        assert_eq!(waiting.len(), 1, "{b}: {waiting:?}");
+        let shown = &waiting[0];
+        assert_eq!(
+            (shown.id.as_str(), shown.tool.as_str(), shown.state.as_str()),
+            (id.as_str(), "file.create", "pending"),
+            "{b}"
+        );
+        assert_eq!(data(&first)["input"]["path"], "deploy/a.txt", "{b}");
+        assert_eq!(shown.rule, "ask file.* path=\"deploy/**\"", "{b}");
+        assert!(
+            !exists(root.path(), "deploy/a.txt"),
+            "{b}: the call waits, it has not run"
+        );
+
+        // Answers that cannot be taken change nothing.
+        let err = answer(&mut client, &task.id, "ap-nothing", true, false, "")
+            .await
+            .expect_err("unknown");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{b}: {err:?}");
+        assert!(
+            err.message().contains("no approval 'ap-nothing'"),
+            "{b}: {err:?}"
+        );
+        let err = answer(&mut client, &other.id, &id, true, false, "")
+            .await
+            .expect_err("another task's");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{b}: {err:?}");
+        let err = answer(&mut client, &task.id, &id, false, true, "")
+            .await
+            .expect_err("deny for the task");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{b}: {err:?}");
+        assert_eq!(
+            get_task(&mut client, &task.id)
+                .await
+                .waiting_approvals
+                .len(),
+            1,
+            "{b}"
+        );
+
+        // Approved once: it runs, and the next such call asks again.
+        let approved = answer(&mut client, &task.id, &id, true, false, "")
+            .await
+            .expect("approve");
+        assert_eq!(approved.state, "approved", "{b}");
+        assert!(
+            !approved.answered_by.is_empty() && approved.answered_by != "chorus",
+            "{b}: {approved:?}"
+        );
+        let err = answer(&mut client, &task.id, &id, false, false, "late")
+            .await
+            .expect_err("answered once");
+        assert_eq!(err.code(), tonic::Code::AlreadyExists, "{b}: {err:?}");
+        let second = asked(&mut client, &task.id, 2).await;
+        assert!(exists(root.path(), "deploy/a.txt"), "{b}");
+        assert_eq!(data(&second)["input"]["path"], "deploy/b.txt", "{b}");
+
+        // Denied with a reason: the agent reads it; notes.txt needs no one.
+        let second_id = second.needs_you.expect("needs you").approval_id;
+        answer(
+            &mut client,
+            &task.id,
+            &second_id,
+            false,
+            false,
+            "not on a Friday",
+        )
+        .await
+        .expect("deny");
+        let third = asked(&mut client, &task.id, 3).await;
+        assert!(!exists(root.path(), "deploy/b.txt"), "{b}");
+        assert!(exists(root.path(), "notes.txt"), "{b}");
+
+        // Approved for the task: the next call under the rule runs at once.
+        let third_id = third.needs_you.expect("needs you").approval_id;
+        let for_task = answer(&mut client, &task.id, &third_id, true, true, "")
+            .await
+            .expect("approve for the task");
+        assert_eq!(for_task.state, "approved_for_task", "{b}");
+        let events = wait_for(&mut client, &task.id, ends_run).await;
+        for file in ["deploy/c.txt", "deploy/d.txt"] {
+            assert!(exists(root.path(), file), "{b}: {file}");
+        }
+        let kinds = summary(&events);
+        assert_eq!(
+            kinds
+                .iter()
+                .filter(|k| k.starts_with("approval_requested"))
+                .count(),
+            3,
+            "{b}: {kinds:#?}"
+        );
+        let outcomes: Vec<String> = events
+            .iter()
+            .filter(|e| e.kind == "approval_answered")
+            .map(|e| data(e)["outcome"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(outcomes, ["approved", "denied", "approved_for_task"], "{b}");
+        let denial = tool_results(&model)
+            .into_iter()
+            .find(|r| r.contains("not on a Friday"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{b}: the agent was not told why: {:#?}",
+                    tool_results(&model)
+                )
+            });
+        assert!(denial.contains("denied"), "{b}: {denial}");
+        let settled = get_task(&mut client, &task.id).await;
+        assert!(settled.waiting_approvals.is_empty(), "{b}");
+        assert_eq!(settled.task_rules.len(), 1, "{b}: {:?}", settled.task_rules);
+        assert_eq!(
+            (
+                settled.task_rules[0].decision.as_str(),
+                settled.task_rules[0].path.as_str()
+            ),
+            ("allow", "deploy/**"),
+            "{b}"
+        );
+        // Every answer is recorded with who gave it and how long the call waited.
+        for e in events.iter().filter(|e| e.kind == "approval_answered") {
+            let d = data(e);
+            assert!(
+                d["by"].as_str().is_some_and(|by| !by.is_empty()),
+                "{b}: {d}"
+            );
+            assert!(d["waited_ms"].as_i64().is_some(), "{b}: {d}");
+            assert_eq!(d["rule"], "ask file.* path=\"deploy/**\"", "{b}: {d}");
+        }
+        orchestrator.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nobody_answering_denies_at_the_deadline_and_cancel_ends_a_wait_at_once() {
+    let data_dir = tempfile::tempdir().expect("data");
+    for db in databases(data_dir.path()) {
+        let b = db.backend;
+        let root = tempfile::tempdir().expect("root");
+        let model = FakeOpenAi::start(vec![create("soon.txt"), create("later.txt"), done()]).await;
+        let orchestrator = Orchestrator::with_fake_cli(data_dir.path(), &db.url, |config| {
+            config.runner.api.backoff = Duration::from_millis(10);
+        })
+        .await;
+        let mut client = orchestrator.client().await;
+        let team = api_team(
+            &mut client,
+            root.path(),
+            &model,
+            &["file.create"],
+            "You write.",
+        )
+        .await;
+        set_rules(
+            &mut client,
+            &team.workspace,
+            &team.agent,
+            vec![
+                rule("file.create", "ask", "soon.txt", 1),
+                rule("file.create", "ask", "later.txt", 0),
+            ],
+        )
+        .await;
+        let task = planned_task(&mut client, &team.workspace, "Write two files.").await;
+        start(&mut client, &task, &team.agent, 0).await;
+        // The first waits a second, then is denied and the agent told why.
+        let expired = wait_for(&mut client, &task.id, |e| {
+            e.kind == "approval_answered" && data(e)["outcome"] == "expired"
+        })
+        .await;
+        let expired = data(expired.last().expect("expired"));
+        assert_eq!(expired["by"], "chorus", "{b}: {expired}");
+        assert!(
+            expired["waited_ms"].as_i64().is_some_and(|ms| ms >= 1000),
+            "{b}: {expired}"
+        );
+        // The second waits; cancelling the task ends the wait and the run.
+        let second = asked(&mut client, &task.id, 2).await;
+        assert!(
+            tool_results(&model)
+                .iter()
+                .any(|r| r.contains("nobody answered")),
+            "{b}: {:#?}",
+            tool_results(&model)
+        );
+        cancel(&mut client, &task.id, "changed my mind").await;
+        let events = wait_for(&mut client, &task.id, |e| {
+            e.kind == "approval_answered" && data(e)["outcome"] == "canceled"
+        })
+        .await;
+        assert_eq!(
+            data(events.last().expect("canceled"))["approval_id"],
+            second.needs_you.expect("needs you").approval_id,
+            "{b}"
+        );
+        assert!(
+            !exists(root.path(), "soon.txt") && !exists(root.path(), "later.txt"),
+            "{b}"
+        );
+        assert!(
+            get_task(&mut client, &task.id)
+                .await
+                .waiting_approvals
+                .is_empty(),
+            "{b}"
+        );
+        orchestrator.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_child_asks_under_its_parents_rules() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let db = databases(data_dir.path()).remove(0);
+    let root = tempfile::tempdir().expect("root");
+    let model = FakeOpenAi::start(vec![
+        Step::tool_call("handoff", json!({"agent": "helper", "prompt": "write it"})),
+        create("out.txt"),
+        done(),
+        done(),
+    ])
+    .await;
+    let orchestrator = Orchestrator::with_fake_cli(data_dir.path(), &db.url, |config| {
+        config.runner.api.backoff = Duration::from_millis(10);
+    })
+    .await;
+    let mut client = orchestrator.client().await;
+    let team = api_team(&mut client, root.path(), &model, &["handoff"], "You lead.").await;
+    add_agent(
+        &mut client,
+        &team.workspace,
+        "helper",
+        &["file.create"],
+        "model",
+    )
+    .await;
+    // The lead asks before any file is made; the helper's own rule allows it.
+    set_rules(
+        &mut client,
+        &team.workspace,
+        &team.agent,
+        vec![rule("file.*", "ask", "", 0)],
+    )
+    .await;
+    set_rules(
+        &mut client,
+        &team.workspace,
+        "helper",
+        vec![rule("file.*", "allow", "", 0)],
+    )
+    .await;
+    let task = planned_task(&mut client, &team.workspace, "Have the helper write.").await;
+    start(&mut client, &task, &team.agent, 0).await;
+    let request = asked(&mut client, &task.id, 1).await;
+    let d = data(&request);
+    assert_eq!(
+        (d["agent"].as_str(), d["rule_agent"].as_str()),
+        (Some("helper"), Some(team.agent.as_str())),
+        "{d}"
+    );
+    assert!(!exists(root.path(), "out.txt"));
+    answer(
+        &mut client,
+        &task.id,
+        request.needs_you.expect("needs you").approval_id.as_str(),
+        true,
+        false,
+        "",
+    )
+    .await
+    .expect("approve");
+    let events = wait_for(&mut client, &task.id, |e| {
+        e.kind == "status_changed" && data(e)["to"] == "completed"
+    })
+    .await;
+    assert!(exists(root.path(), "out.txt"), "{:#?}", summary(&events));
+    orchestrator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_that_cannot_work_are_refused_and_change_nothing() {
+    let data_dir = tempfile::tempdir().expect("data");
+    let db = databases(data_dir.path()).remove(0);
+    let root = tempfile::tempdir().expect("root");
+    let model = FakeOpenAi::start(vec![done()]).await;
+    let orchestrator = Orchestrator::with_fake_cli(data_dir.path(), &db.url, |_| {}).await;
+    let mut client = orchestrator.client().await;
+    let team = api_team(
+        &mut client,
+        root.path(),
+        &model,
+        &["file.create"],
+        "You write.",
+    )
+    .await;
+    set_rules(
+        &mut client,
+        &team.workspace,
+        &team.agent,
+        vec![rule("git.push", "ask", "", 0)],
+    )
+    .await;
+    let cases = [
+        (rule("Bash", "ask", "", 0), "unknown tool 'Bash'"),
+        (rule("bash", "maybe", "", 0), "unknown decision 'maybe'"),
+        (
+            rule("bash", "ask", "src/**", 0),
+            "bash has no path argument",
+        ),
+        (rule("file.read", "deny", "/etc/**", 0), "can never match"),
+        (rule("file.read", "deny", "[oops", 0), "does not parse"),
+        (
+            rule("file.read", "deny", "", 30),
+            "only an ask rule has a deadline",
+        ),
+        (
+            rule("file.read", "ask", "", 90_000),
+            "at most 86400 seconds",
+        ),
+    ];
+    for (bad, why) in cases {
+        let err = client
+            .update_agent(pb::UpdateAgentRequest {
+                workspace_id: team.workspace.id.clone(),
+                name: team.agent.clone(),
+                approval_rules: vec![bad.clone()],
+                set_approval_rules: true,
+                ..Default::default()
+            })
+            .await
+            .expect_err(why);
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{why}: {err:?}");
+        assert!(err.message().contains(why), "{why}: {}", err.message());
+        let err = client
+            .update_workspace(pb::UpdateWorkspaceRequest {
+                id: team.workspace.id.clone(),
+                approval_rules: vec![bad],
+                set_approval_rules: true,
+                ..Default::default()
+            })
+            .await
+            .expect_err(why);
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{why}: {err:?}");
+    }
+    let agent = client
+        .get_agent(pb::GetAgentRequest {
+            workspace_id: team.workspace.id.clone(),
+            name: team.agent.clone(),
+        })
+        .await
+        .expect("agent")
+        .into_inner();
+    assert_eq!(agent.approval_rules.len(), 1, "{:?}", agent.approval_rules);
+    assert_eq!(agent.approval_rules[0].tool, "git.push");
+    // Rules without set_approval_rules are a mistake, not a no-op.
+    let err = client
+        .update_agent(pb::UpdateAgentRequest {
+            workspace_id: team.workspace.id.clone(),
+            name: team.agent.clone(),
+            approval_rules: vec![rule("bash", "ask", "", 0)],
+            ..Default::default()
+        })
+        .await
+        .expect_err("not set");
+    assert!(
+        err.message().contains("set_approval_rules"),
+        "{}",
+        err.message()
+    );
+    orchestrator.stop().await;
+}
