@@ -255,3 +255,117 @@ async fn the_real_opencode_cli_uses_its_granted_tools_over_mcp_with_no_shell() {
     assert_completed(root.path(), &events);
     orchestrator.stop().await;
 }
+
+/// The real Claude Code CLI over MCP under an `ask` rule: its first write
+/// waits until a person approves it, its second is denied with a reason the
+/// model reads, and the task still completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_claude_code_cli_waits_for_a_persons_answer_over_mcp() {
+    let Some(claude) = claude_cli_or_skip() else {
+        return;
+    };
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let model = FakeAnthropic::start(vec![
+        Reply::tool(
+            "mcp__chorus__file_create",
+            json!({"path": "a.txt", "content": "approved"}),
+        ),
+        Reply::tool(
+            "mcp__chorus__file_create",
+            json!({"path": "b.txt", "content": "denied"}),
+        ),
+        Reply::tool(
+            "mcp__chorus__completion-report",
+            json!({"status": "complete", "summary": "Wrote what was approved.", "output": "a.txt"}),
+        ),
+        Reply::text("Reported."),
+    ])
+    .await;
+    let orchestrator = Orchestrator::with_clis(data_dir.path(), claude, fake_cli()).await;
+    let mut client = orchestrator.client().await;
+    let ws = workspace(&mut client, "asks", root.path()).await;
+    provider(
+        &mut client,
+        &ws,
+        "lead-model",
+        pb::ProviderKind::ClaudeCode,
+        &model.base_url(),
+        "claude-test-model",
+    )
+    .await;
+    add_agent(&mut client, &ws, "lead", &["file.create"], "lead-model").await;
+    client
+        .update_agent(pb::UpdateAgentRequest {
+            workspace_id: ws.id.clone(),
+            name: "lead".into(),
+            approval_rules: vec![pb::ApprovalRule {
+                tool: "file.create".into(),
+                decision: "ask".into(),
+                ..Default::default()
+            }],
+            set_approval_rules: true,
+            ..Default::default()
+        })
+        .await
+        .expect("rules");
+    let task = planned_task(&mut client, &ws, "Write two files, if allowed.").await;
+    let run = start(&mut client, &task, "lead", 120)
+        .await
+        .run
+        .expect("run")
+        .id;
+    for (n, approve) in [(1, true), (2, false)] {
+        let seen = std::cell::Cell::new(0);
+        let events = wait_for(&mut client, &task.id, |e| {
+            if e.kind == "approval_requested" {
+                seen.set(seen.get() + 1);
+            }
+            e.kind == "approval_requested" && seen.get() == n
+        })
+        .await;
+        let id = events
+            .last()
+            .and_then(|e| e.needs_you.clone())
+            .expect("needs you")
+            .approval_id;
+        assert!(
+            !root
+                .path()
+                .join(if n == 1 { "a.txt" } else { "b.txt" })
+                .exists(),
+            "call {n} waits"
+        );
+        client
+            .answer_approval(pb::AnswerApprovalRequest {
+                task_id: task.id.clone(),
+                approval_id: id,
+                approve,
+                for_task: false,
+                reason: if approve {
+                    String::new()
+                } else {
+                    "b.txt is not wanted".into()
+                },
+            })
+            .await
+            .expect("answer");
+    }
+    let events = wait_for(&mut client, &task.id, |e| {
+        ends_run(e) && chorus_tests::agents::data(e)["run_id"] == run
+    })
+    .await;
+    let results = model.tool_results();
+    assert!(!results[0].1, "approved: {results:?}");
+    assert!(
+        results[1].1 && results[1].0.contains("b.txt is not wanted"),
+        "denied, and why: {results:?}"
+    );
+    assert!(root.path().join("a.txt").exists() && !root.path().join("b.txt").exists());
+    let kinds = summary(&events);
+    assert!(
+        kinds.iter().any(|k| k == "status_changed completed"),
+        "{kinds:#?}"
+    );
+    orchestrator.stop().await;
+}
