@@ -175,7 +175,7 @@ async fn a_call_that_asks_waits_for_a_person_who_approves_once_for_the_task_or_d
             "{b}"
         );
         assert_eq!(data(&first)["input"]["path"], "deploy/a.txt", "{b}");
-        assert_eq!(shown.rule, "ask file.* path=\"deploy/**\"", "{b}");
+        assert_eq!(shown.rule, "ask file.* path=deploy/**", "{b}");
         assert!(
             !exists(root.path(), "deploy/a.txt"),
             "{b}: the call waits, it has not run"
@@ -294,7 +294,7 @@ async fn a_call_that_asks_waits_for_a_person_who_approves_once_for_the_task_or_d
                 "{b}: {d}"
             );
             assert!(d["waited_ms"].as_i64().is_some(), "{b}: {d}");
-            assert_eq!(d["rule"], "ask file.* path=\"deploy/**\"", "{b}: {d}");
+            assert_eq!(d["rule"], "ask file.* path=deploy/**", "{b}: {d}");
         }
         orchestrator.stop().await;
     }

@@ -253,7 +253,15 @@ impl<'a> View<'a> {
         if let Some(needs) = &event.needs_you
             && !self.acting.contains(&needs.status.as_str())
         {
-            let line = format!("⚑ needs you: {}", next_step(&needs.status, self.task));
+            let step = if needs.status == "approval" {
+                format!(
+                    "approve: chorus approve {} {} [--for-task], or deny: chorus approve {} {} --deny REASON",
+                    self.task, needs.approval_id, self.task, needs.approval_id
+                )
+            } else {
+                next_step(&needs.status, self.task)
+            };
+            let line = format!("⚑ needs you: {step}");
             self.print(None, self.out.paint(Colour::Yellow, &line));
         }
     }
@@ -303,6 +311,9 @@ impl<'a> View<'a> {
         }
         if kind.starts_with("tool_") || kind == "agent_progress" {
             return self.tool_line(kind, data);
+        }
+        if kind.starts_with("approval_") {
+            return Some(self.approval_line(kind, data));
         }
         let agent = self.agent_of(data);
         let paint = |c, t: &str| self.out.paint(c, t);
@@ -462,6 +473,40 @@ impl<'a> View<'a> {
     }
 
     /// A line of a tool call, a denial or an agent's progress.
+    /// A call that asks for approval, or its answer.
+    fn approval_line(&self, kind: &str, data: &Value) -> String {
+        let agent = self.agent_of(data);
+        let paint = |c, t: &str| self.out.paint(c, t);
+        let tool = text(data, "tool");
+        let input = summary(&data["input"]);
+        if kind == "approval_requested" {
+            return paint(
+                Colour::Yellow,
+                &format!(
+                    "? {agent} asks to run {tool} {input} (rule '{}', approval {})",
+                    text(data, "rule"),
+                    text(data, "approval_id")
+                ),
+            );
+        }
+        let outcome = text(data, "outcome");
+        let reason = text(data, "reason");
+        let line = format!(
+            "{outcome} by {}: {tool} {input}{}",
+            text(data, "by"),
+            if reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", cut(&reason, 160))
+            }
+        );
+        if outcome.starts_with("approved") {
+            paint(Colour::Green, &format!("✓ {line}"))
+        } else {
+            paint(Colour::Red, &format!("⛔ {line}"))
+        }
+    }
+
     fn tool_line(&self, kind: &str, data: &Value) -> Option<String> {
         let agent = self.agent_of(data);
         let paint = |c, t: &str| self.out.paint(c, t);

@@ -855,3 +855,81 @@ async fn a_reviewer_reads_a_tasks_change_and_lands_it_from_the_terminal() {
     assert_ne!(code, 0);
     assert!(stderr.contains("landed already"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_asks_shows_in_the_followed_run_and_is_approved_from_another_terminal() {
+    let stage = Stage::new(vec![
+        Step::tool_call(
+            "file_create",
+            json!({"path": "release.txt", "content": "v1\n"}),
+        ),
+        report("complete", "Wrote the release note"),
+    ])
+    .await;
+    // The rule is set as an operator would, from the command line.
+    let (code, stdout, stderr) = stage
+        .run(&[
+            "agent",
+            "update",
+            "writer",
+            "-w",
+            "demo",
+            "--rule",
+            "ask file.create deadline=600",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("ask file.create deadline=600"), "{stdout}");
+    let env: String = stage
+        .env()
+        .iter()
+        .map(|(k, v)| format!("{k}={} ", shell_quote(v)))
+        .collect();
+    let command = format!(
+        "env {env} {CHORUS} task run 'Write the release note' -w demo --agent writer --no-plan --follow; echo EXIT=$?; exec cat"
+    );
+    let Some(tmux) = Tmux::start(&command, stage.dir.path()) else {
+        return;
+    };
+    let screen = tmux.wait_for("⚑ needs you: approve: chorus approve").await;
+    assert!(
+        screen.contains("? writer asks to run file.create") && screen.contains("release.txt"),
+        "{screen}"
+    );
+    assert!(
+        !stage.root.path().join("release.txt").exists(),
+        "the call waits"
+    );
+    // The command to answer, as the screen gives it.
+    let line = screen
+        .lines()
+        .find(|l| l.contains("⚑ needs you: approve: chorus approve"))
+        .expect("the line");
+    let words: Vec<&str> = line
+        .split("chorus approve ")
+        .nth(1)
+        .expect("the command")
+        .split_whitespace()
+        .collect();
+    let (task, approval) = (words[0], words[1]);
+    let (code, stdout, stderr) = stage.run(&["approve", task, approval]).await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("approved") || stdout.contains("approved"),
+        "{stdout}\n{stderr}"
+    );
+    let screen = tmux.wait_for("EXIT=").await;
+    for expected in ["✓ approved by", "✓ file.create", "EXIT=0"] {
+        assert!(screen.contains(expected), "no '{expected}' in:\n{screen}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(stage.root.path().join("release.txt")).expect("written"),
+        "v1\n"
+    );
+    // Answered once: a second answer says so.
+    let (code, _, stderr) = stage
+        .run(&["approve", task, approval, "--deny", "too late"])
+        .await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("already answered"), "{stderr}");
+}

@@ -65,7 +65,8 @@ pub const MAX_RULES: usize = 500;
 /// Longest pattern of a rule.
 const MAX_PATTERN: usize = 1024;
 
-/// One rule, as a user writes it.
+/// One rule, as a user writes it (and as it reads: `ask file.* path=deploy/**
+/// deadline=600`, the form `chorus agent update --rule` takes).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub struct Rule {
     /// A catalog tool (`git.push`), every tool of a family (`file.*`,
@@ -213,11 +214,11 @@ impl std::fmt::Display for Rule {
             ("remote", &self.remote),
         ] {
             if let Some(value) = value {
-                write!(f, " {name}={value:?}")?;
+                write!(f, " {name}={value}")?;
             }
         }
         if let Some(s) = self.deadline_s {
-            write!(f, " deadline={s}s")?;
+            write!(f, " deadline={s}")?;
         }
         Ok(())
     }
