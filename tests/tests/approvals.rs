@@ -538,3 +538,100 @@ async fn rules_that_cannot_work_are_refused_and_change_nothing() {
     );
     orchestrator.stop().await;
 }
+
+/// A call waits when its orchestrator is killed: the restarted one takes the
+/// run over, ends the old wait (whoever asked is gone) and the resumed agent
+/// asks again; approved, the file is written once. Never lost, never twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_when_the_orchestrator_dies_is_asked_again_and_runs_once() {
+    use chorus_tests::orchestrator::OrchestratorProcess;
+    let data_dir = tempfile::tempdir().expect("data");
+    for db in databases(data_dir.path()) {
+        let b = db.backend;
+        let root = tempfile::tempdir().expect("root");
+        let model = FakeOpenAi::start(vec![
+            create("once.txt"),
+            // Resumed: the model sees its call interrupted and makes it again.
+            create("once.txt"),
+            done(),
+        ])
+        .await;
+        let first = OrchestratorProcess::spawn(data_dir.path(), &db.url, &[]).await;
+        let mut client = first.client().await;
+        let team = api_team(
+            &mut client,
+            root.path(),
+            &model,
+            &["file.create"],
+            "You write.",
+        )
+        .await;
+        set_rules(
+            &mut client,
+            &team.workspace,
+            &team.agent,
+            vec![rule("file.create", "ask", "", 0)],
+        )
+        .await;
+        let task = planned_task(&mut client, &team.workspace, "Write once.").await;
+        start(&mut client, &task, &team.agent, 0).await;
+        let before = asked(&mut client, &task.id, 1).await;
+        let old = before.needs_you.expect("needs you").approval_id;
+        drop(client);
+        first.kill().await;
+
+        let second = OrchestratorProcess::spawn(data_dir.path(), &db.url, &[]).await;
+        let mut client = second.client().await;
+        let again = asked(&mut client, &task.id, 2).await;
+        let events = history_of(&mut client, &task.id).await;
+        let ended = events
+            .iter()
+            .find(|e| e.kind == "approval_answered" && data(e)["approval_id"] == old.as_str())
+            .map(data)
+            .unwrap_or_else(|| panic!("{b}: the old wait was not ended: {:#?}", summary(&events)));
+        assert_eq!(ended["outcome"], "canceled", "{b}: {ended}");
+        assert!(
+            ended["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("taken over")),
+            "{b}: {ended}"
+        );
+        let waiting = get_task(&mut client, &task.id).await.waiting_approvals;
+        assert_eq!(waiting.len(), 1, "{b}: only the new wait: {waiting:?}");
+        // The old approval cannot be answered; the new one runs the call.
+        let err = answer(&mut client, &task.id, &old, true, false, "")
+            .await
+            .expect_err("ended");
+        assert_eq!(err.code(), tonic::Code::AlreadyExists, "{b}: {err:?}");
+        let new = again.needs_you.expect("needs you").approval_id;
+        answer(&mut client, &task.id, &new, true, false, "")
+            .await
+            .expect("approve");
+        wait_for(&mut client, &task.id, |e| {
+            e.kind == "status_changed" && data(e)["to"] == "completed"
+        })
+        .await;
+        let events = history_of(&mut client, &task.id).await;
+        let created = events
+            .iter()
+            .filter(|e| {
+                e.kind == "tool_executed"
+                    && data(e)["tool"] == "file.create"
+                    && data(e)["status"] == "ok"
+            })
+            .count();
+        assert_eq!(created, 1, "{b}: run once: {:#?}", summary(&events));
+        assert_eq!(
+            std::fs::read_to_string(root.path().join("once.txt")).expect("written"),
+            "once.txt",
+            "{b}"
+        );
+        drop(client);
+        let status = second.stop().await;
+        assert!(status.success(), "{b}: {status:?}");
+    }
+}
+
+async fn history_of(client: &mut Client, task: &str) -> Vec<pb::TaskEvent> {
+    chorus_tests::agents::history(client, task).await
+}

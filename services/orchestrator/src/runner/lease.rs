@@ -107,6 +107,13 @@ async fn claim_paced(state: &AppState, own: bool, pace: Duration) -> Result<usiz
                         binding,
                         RESUMED_REASON,
                     )?);
+                    // Whoever waited for an approval went with the old
+                    // replica: the resumed agent asks again if it must.
+                    events.extend(task.approvals.end_run_because(
+                        id,
+                        now,
+                        Some("its run was taken over by another replica; the agent asks again if it still needs the call"),
+                    ));
                 }
                 Ok(events)
             })

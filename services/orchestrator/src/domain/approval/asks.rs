@@ -233,6 +233,16 @@ impl Approvals {
     /// Ends approval `id` by the system (deadline passed, run ended) if it
     /// still waits; no events when it was answered meanwhile.
     pub fn end(&mut self, id: &str, outcome: ApprovalOutcome, now: i64) -> Events {
+        self.end_because(id, outcome, now, None)
+    }
+
+    fn end_because(
+        &mut self,
+        id: &str,
+        outcome: ApprovalOutcome,
+        now: i64,
+        reason: Option<&str>,
+    ) -> Events {
         if self.get(id).is_none_or(|a| !a.is_pending()) {
             return Vec::new();
         }
@@ -242,20 +252,27 @@ impl Approvals {
                 outcome,
                 by: "chorus".to_owned(),
                 at_ms: now,
-                reason: None,
+                reason: reason.map(str::to_owned),
             },
         )
     }
 
     /// Ends every approval of `run` that still waits (its run ended).
     pub fn end_run(&mut self, run: RunId, now: i64) -> Events {
+        self.end_run_because(run, now, None)
+    }
+
+    /// Ends every approval of `run` that still waits, saying why: its run
+    /// was taken over by another replica, and whoever asked went with the
+    /// old one (the agent asks again if it still wants the call).
+    pub fn end_run_because(&mut self, run: RunId, now: i64, reason: Option<&str>) -> Events {
         let ids: Vec<String> = self
             .pending()
             .filter(|a| a.run_id == run.to_string())
             .map(|a| a.id.clone())
             .collect();
         ids.iter()
-            .flat_map(|id| self.end(id, ApprovalOutcome::Canceled, now))
+            .flat_map(|id| self.end_because(id, ApprovalOutcome::Canceled, now, reason))
             .collect()
     }
 
