@@ -635,3 +635,67 @@ async fn a_call_waiting_when_the_orchestrator_dies_is_asked_again_and_runs_once(
 async fn history_of(client: &mut Client, task: &str) -> Vec<pb::TaskEvent> {
     chorus_tests::agents::history(client, task).await
 }
+
+/// Two replicas behind one address: a CLI agent's call waits on the replica
+/// its tool-exec asked, and a person's answer given to the other replica
+/// reaches it; the call runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_call_waiting_on_one_replica_runs_when_the_answer_reaches_the_other() {
+    let Some(cluster) = chorus_tests::cluster::Cluster::start(2, 10).await else {
+        return chorus_tests::faults::no_postgres();
+    };
+    let mut first = cluster.client(0).await;
+    let ws = cluster.team(&mut first).await;
+    add_agent(&mut first, &ws, "w", &["file.create"], "claude").await;
+    set_rules(
+        &mut first,
+        &ws,
+        "w",
+        vec![rule("file.create", "ask", "", 0)],
+    )
+    .await;
+    // Every question of tool-exec reaches r0.
+    cluster.only_in_rotation(0);
+    let script = [
+        r#"fake: call {"tool":"file.create","path":"both.txt","content":"from two replicas"}"#,
+        r#"fake: call {"tool":"completion-report","status":"complete","summary":"written","output":"both.txt"}"#,
+    ]
+    .join("\n");
+    let task = planned_task(&mut first, &ws, &script).await;
+    start(&mut first, &task, "w", 0).await;
+    let request = asked(&mut first, &task.id, 1).await;
+    assert!(
+        !cluster.root.path().join("both.txt").exists(),
+        "the call waits"
+    );
+    let mut second = cluster.client(1).await;
+    let approved = answer(
+        &mut second,
+        &task.id,
+        &request.needs_you.expect("needs you").approval_id,
+        true,
+        false,
+        "",
+    )
+    .await
+    .expect("approve on r1");
+    assert_eq!(approved.state, "approved");
+    let events = wait_for(&mut second, &task.id, |e| {
+        e.kind == "status_changed" && data(e)["to"] == "completed"
+    })
+    .await;
+    chorus_tests::cluster::check_history(&events);
+    assert_eq!(
+        std::fs::read_to_string(cluster.root.path().join("both.txt")).expect("written"),
+        "from two replicas"
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.kind == "tool_executed" && data(e)["tool"] == "file.create")
+            .count(),
+        1,
+        "{:#?}",
+        summary(&events)
+    );
+}
