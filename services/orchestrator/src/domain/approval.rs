@@ -417,6 +417,27 @@ impl Compiled {
     }
 }
 
+/// Rules compiled once per process: every call of a run reads its rules, and
+/// compiling a glob costs far more than matching it.
+fn compiled(rule: &Rule) -> Result<std::sync::Arc<Compiled>, DomainError> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+    /// Past this many rules the memo starts again (rules change rarely).
+    const MOST: usize = 4096;
+    static MEMO: OnceLock<Mutex<HashMap<Rule, Arc<Compiled>>>> = OnceLock::new();
+    let memo = MEMO.get_or_init(Mutex::default);
+    if let Some(known) = memo.lock().unwrap_or_else(PoisonError::into_inner).get(rule) {
+        return Ok(Arc::clone(known));
+    }
+    let made = Arc::new(rule.compile()?);
+    let mut memo = memo.lock().unwrap_or_else(PoisonError::into_inner);
+    if memo.len() >= MOST {
+        memo.clear();
+    }
+    memo.insert(rule.clone(), Arc::clone(&made));
+    Ok(made)
+}
+
 /// One layer of rules: an agent's own, before its workspace's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layer {
@@ -456,10 +477,15 @@ impl Layer {
         let mut best: Option<((u8, usize, u8, Decision), &Rule)> = None;
         for (own, rules) in [(1u8, &self.rules), (0u8, &self.defaults)] {
             for rule in rules {
-                if !ToolPattern::parse(&rule.tool).is_ok_and(|t| t.covers(&call.tool)) {
+                // Rules of other tools are passed over without a look-up.
+                let tool = rule.tool.trim();
+                let may_cover = tool == "*"
+                    || tool == call.tool
+                    || tool.strip_suffix('*').is_some_and(|family| call.tool.starts_with(family));
+                if !may_cover {
                     continue;
                 }
-                let compiled = rule.compile()?;
+                let compiled = compiled(rule)?;
                 if !compiled.applies(call, rule.decision) {
                     continue;
                 }
