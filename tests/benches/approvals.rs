@@ -141,7 +141,11 @@ async fn bench(database: &str, url: &str, calls: usize, asks: usize) {
             async move { read(&asked).await }
         });
         let approval = loop {
-            let event = history.next().await.expect("the history").expect("an event");
+            let event = history
+                .next()
+                .await
+                .expect("the history")
+                .expect("an event");
             if let Some(needs) = event.needs_you
                 && !needs.approval_id.is_empty()
             {
@@ -171,8 +175,14 @@ async fn bench(database: &str, url: &str, calls: usize, asks: usize) {
     println!("|---|---|---|---|---|");
     let base = cat.median().as_secs_f64();
     for (what, samples) in [
-        ("file.read, a run with no approval rules (HTTP /mcp)", &without),
-        ("file.read, a run with 100 approval rules on file tools (HTTP /mcp)", &with),
+        (
+            "file.read, a run with no approval rules (HTTP /mcp)",
+            &without,
+        ),
+        (
+            "file.read, a run with 100 approval rules on file tools (HTTP /mcp)",
+            &with,
+        ),
         ("cat of the same file (process start to exit)", &cat),
         (
             "approval round trip: AnswerApproval sent → the waiting call's answer at the agent",

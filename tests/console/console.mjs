@@ -80,12 +80,16 @@ try {
 
   step = 'create two agents';
   await page.click('a[data-nav=agents]');
-  for (const [name, tools] of [['lead', 'file.create,file.read,handoff'], ['helper', 'file.read']]) {
+  // The lead asks a person before it creates a file.
+  for (const [name, tools, rules] of [['lead', 'file.create,file.read,handoff', 'ask file.create'], ['helper', 'file.read', '']]) {
     await page.fill('#new-agent input[name=name]', name);
     await page.fill('#new-agent input[name=tools]', tools);
+    await page.fill('#new-agent textarea[name=rules]', rules);
     await page.click('#new-agent button');
     await page.waitForSelector(`tr[data-agent=${name}]`);
   }
+  const leadRules = await page.textContent('tr[data-agent=lead]');
+  if (!leadRules.includes('ask file.create')) throw new Error(`the lead's rules show: ${leadRules}`);
   step = 'the tools the agents form suggests are accepted';
   const suggested = await page.getAttribute('#new-agent input[name=tools]', 'placeholder');
   await page.fill('#new-agent input[name=name]', 'reader');
@@ -124,6 +128,18 @@ try {
   step = 'start it and see its tool calls live';
   await page.selectOption('#start select[name=agent]', 'lead');
   await page.click('#start button');
+
+  step = 'its file.create waits: approve it for the rest of the task from its card';
+  await page.waitForSelector('#approvals [data-approval]');
+  const card = await page.textContent('#approvals [data-approval]');
+  if (!card.includes('file.create') || !card.includes('hello.txt') || !card.includes("ask file.create")) {
+    throw new Error(`the approval card shows: ${card}`);
+  }
+  await page.waitForSelector('#timeline li[data-kind=approval_requested]');
+  await shot('03c-approval');
+  await page.click('#approvals [data-answer="Approve for the task"]');
+  await page.waitForSelector('#timeline li[data-kind=approval_answered]');
+  await page.waitForSelector('#task-rules');
   await page.waitForSelector('#timeline li[data-kind=tool_executed]');
   await page.waitForSelector('#timeline li[data-kind=agent_handoff_started]');
   await page.waitForSelector('#task-head [data-status=completed]');

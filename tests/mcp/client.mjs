@@ -5,12 +5,13 @@
 // plan: {
 //   "transport": {"stdio": {"command", "args", "env"}} | {"http": {"url", "headers"}},
 //   "steps": [{"list": true} | {"call": NAME, "arguments": {...}, "progress": bool,
-//              "abort_when_exists": PATH}]
+//              "abort_when_exists": PATH, "timeout_ms": N (default 120000),
+//              "progress_file": PATH (each progress message appended as a line)}]
 // }
 // output: {"results": [ {"tools": [...]} | {"result": CallToolResult, "progress": [...]}
 //                       | {"error": {"code", "message"}} ]}
 //         or {"connect_error": "..."} when the session could not begin.
-import { existsSync } from 'node:fs';
+import { appendFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
@@ -58,9 +59,14 @@ for (const step of plan.steps) {
       results.push({ tools });
     } else {
       const progress = [];
+      const timeout = step.timeout_ms ?? 120000;
+      const heard = (p) => {
+        progress.push(p.message ?? '');
+        if (step.progress_file) appendFileSync(step.progress_file, `${p.message ?? ''}\n`);
+      };
       const options = step.progress
-        ? { onprogress: (p) => progress.push(p.message ?? ''), resetTimeoutOnProgress: true, timeout: 120000 }
-        : { timeout: 120000 };
+        ? { onprogress: heard, resetTimeoutOnProgress: true, timeout }
+        : { timeout };
       // abort_when_exists: the client cancels the call once that file exists.
       let watch;
       if (step.abort_when_exists) {

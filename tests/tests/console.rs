@@ -132,7 +132,13 @@ async fn a_person_drives_a_task_from_the_console_and_a_viewer_can_only_look() {
         "Greet the world in hello.txt",
         "squashed into one commit named after the task"
     );
-    for shot in ["01-wrong-key", "04-completed", "04b-change", "06-viewer"] {
+    for shot in [
+        "01-wrong-key",
+        "03c-approval",
+        "04-completed",
+        "04b-change",
+        "06-viewer",
+    ] {
         assert!(
             artifacts.join(format!("{shot}.png")).exists(),
             "no screenshot {shot}"

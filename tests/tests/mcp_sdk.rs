@@ -47,6 +47,8 @@ over_both_transports! {
     a_call_its_client_cancels_is_stopped_and_recorded;
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     canceling_the_task_during_a_handoff_ends_the_call_and_everything_the_child_started;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_call_waiting_for_approval_keeps_the_clients_timeout_from_firing;
 }
 
 async fn orchestrator(data: &std::path::Path, transport: Transport) -> OrchestratorProcess {
@@ -528,4 +530,73 @@ async fn with_certificates_the_http_endpoint_speaks_tls_only() {
         got.get("connect_error").is_some(),
         "plaintext answered: {got}"
     );
+}
+
+/// A call that waits for a person's approval longer than the client's own
+/// timeout (12 s, reset on progress) is kept alive by the server's progress
+/// notifications; once approved it runs and its answer arrives.
+async fn a_call_waiting_for_approval_keeps_the_clients_timeout_from_firing(transport: Transport) {
+    let Some(modules) = sdk_or_skip() else { return };
+    let data = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    let orchestrator = orchestrator(data.path(), transport).await;
+    let mut admin = orchestrator.client().await;
+    let ws = workspace(&mut admin, "mcp-asks", root.path()).await;
+    add_agent(&mut admin, &ws, "asker", &["file.create"], "").await;
+    admin
+        .update_agent(pb::UpdateAgentRequest {
+            workspace_id: ws.id.clone(),
+            name: "asker".into(),
+            approval_rules: vec![pb::ApprovalRule {
+                tool: "file.create".into(),
+                decision: "ask".into(),
+                ..Default::default()
+            }],
+            set_approval_rules: true,
+            ..Default::default()
+        })
+        .await
+        .expect("rules");
+    let run = opened_run(&mut admin, &ws, "asker", "ask over mcp").await;
+    let task = run.run.clone().expect("run").task_id;
+    let heard = data.path().join("progress.txt");
+    let plan = json!({"transport": transport.to(&run), "steps": [
+        {"call": "file_create", "progress": true, "timeout_ms": 12000,
+         "progress_file": heard.display().to_string(),
+         "arguments": {"path": "asked.txt", "content": "approved"}},
+    ]});
+    let client = tokio::spawn(async move { run_client(&modules, &plan).await });
+    let events = wait_for(&mut admin, &task, |e| e.kind == "approval_requested").await;
+    let approval = events
+        .last()
+        .and_then(|e| e.needs_you.clone())
+        .expect("needs you")
+        .approval_id;
+    // Two heartbeats heard: the client has waited past its own timeout.
+    chorus_sandbox::testing::eventually("two progress notifications at the client", || {
+        std::fs::read_to_string(&heard).is_ok_and(|t| t.lines().count() >= 2)
+    })
+    .await;
+    admin
+        .answer_approval(pb::AnswerApprovalRequest {
+            task_id: task.clone(),
+            approval_id: approval,
+            approve: true,
+            ..Default::default()
+        })
+        .await
+        .expect("approve");
+    let got = client.await.expect("the client");
+    let answered = &got["results"][0];
+    assert!(
+        !is_error(answered) && answered.get("result").is_some(),
+        "{got}"
+    );
+    let progress = answered["progress"].to_string();
+    assert!(progress.contains("still runs"), "{progress}");
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("asked.txt")).expect("written"),
+        "approved"
+    );
+    orchestrator.kill().await;
 }

@@ -5,6 +5,7 @@
 // shown; the API refuses it anyway.
 
 import { branchText, changeView } from '/change.js';
+import { approvalCards, parseRules, ruleText } from '/approvals.js';
 
 const KEY = 'chorus.key';
 const main = document.getElementById('main');
@@ -391,6 +392,9 @@ function describe(event, runs) {
     case 'budget_warning': return ['⚠', `budget: ${d.percent}% of its ${d.limit} limit (${d.spent} of ${d.limit_value})`, 'failed'];
     case 'budget_exceeded': return ['⛔', d.reason || `budget: its ${d.limit} limit was reached`, 'denied'];
     case 'budget_changed': return ['$', 'budget set'];
+    case 'approval_requested': return ['?', `${agent} asks to run ${d.tool} ${input(d.input)} (rule '${d.rule}')`, 'denied', true];
+    case 'approval_answered': return [String(d.outcome).startsWith('approved') ? '✓' : '⛔',
+      `${d.tool} ${input(d.input)}: ${d.outcome} by ${d.by}${d.reason ? `: ${d.reason}` : ''}`, String(d.outcome).startsWith('approved') ? 'tool' : 'denied'];
     case 'branch_opened': return ['»', `worktree on ${d.branch} from ${d.base}${d.note ? ` — ${d.note}` : ''}`];
     case 'branch_kept': return ['«', `worktree removed, branch ${d.branch} kept: ${d.why || ''}`];
     case 'task_landed': return ['✔', `landed into ${d.base} as ${String(d.commit || '').slice(0, 12)} by ${d.by} (${d.mode})`, 'report'];
@@ -523,6 +527,7 @@ async function taskPage(id, signal) {
       el('p', { class: 'muted', id: 'spent' }, spentText(task)),
       branchText(task) ? el('p', { class: 'muted', id: 'branch', 'data-state': task.branch ? task.branch.state : 'none' }, branchText(task)) : null,
       NEXT[task.status] ? el('div', { class: 'needs', id: 'needs-you' }, el('strong', {}, 'Needs you: '), NEXT[task.status]) : null,
+      approvalCards({ el, api, showError }, task, can.operate(), afterward),
       actions,
       planning.summary ? el('div', {}, el('h2', {}, 'Plan'), el('p', {}, planning.summary),
         el('ol', {}, (planning.plan || []).map((s) => el('li', {}, s))),
@@ -669,19 +674,23 @@ async function agentsPage(id) {
     field('Allowed tools (comma-separated; @researcher, @developer, @reviewer too)', el('input', { name: 'tools', size: 40, placeholder: '@researcher,file.write' })),
     field('Provider', el('select', { name: 'provider' }, el('option', { value: '' }, `system (${ws.systemProvider || 'none'})`), providers.map((p) => el('option', { value: p.name }, p.name)))),
     field('Instructions', el('textarea', { name: 'instructions' })),
+    field('Approval rules, one a line (ask git.push · allow bash command=cargo test · deny file.* path=deploy/**)',
+      el('textarea', { name: 'rules', rows: 3 })),
   ], 'Create agent', async (data) => {
     await api('CreateAgent', {
       workspaceId: chosen, name: data.get('name'), provider: data.get('provider'), instructions: data.get('instructions'),
       allowedTools: data.get('tools').split(',').map((t) => t.trim()).filter(Boolean),
+      approvalRules: parseRules(data.get('rules') || ''),
     });
     route();
   }) : null;
   show(main, el('h1', {}, 'Agents'), picker, create, el('table', {},
-    el('thead', {}, el('tr', {}, ['Name', 'Kind', 'Provider', 'Allowed tools', 'Granted tools', 'Egress'].map((h) => el('th', {}, h)))),
+    el('thead', {}, el('tr', {}, ['Name', 'Kind', 'Provider', 'Allowed tools', 'Granted tools', 'Egress', 'Approval rules'].map((h) => el('th', {}, h)))),
     el('tbody', {}, agents.map((a) => el('tr', { 'data-agent': a.name },
       el('td', {}, a.name), el('td', {}, a.kind === 'AGENT_KIND_INTERNAL' ? 'internal' : 'user'), el('td', {}, a.provider || '(system)'),
       el('td', { class: 'mono' }, (a.allowedTools || []).join(', ')), el('td', { class: 'mono' }, (a.grantedTools || []).join(', ')),
-      el('td', { class: 'mono' }, (a.egress || []).join(', ')))))));
+      el('td', { class: 'mono' }, (a.egress || []).join(', ')),
+      el('td', { class: 'mono' }, (a.approvalRules || []).map(ruleText).join('; ')))))));
 }
 
 async function providersPage(id) {

@@ -56,6 +56,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../assets/change.js"),
     ),
     (
+        "/approvals.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/approvals.js"),
+    ),
+    (
         "/style.css",
         "text/css; charset=utf-8",
         include_str!("../assets/style.css"),

@@ -125,6 +125,10 @@ pub trait RunTools: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Ran, Refused>> + Send;
 }
 
+/// How often a call that still runs says so to a client that asked for
+/// progress.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Where a long call reports progress: the client's progress token, when it
 /// gave one.
 #[derive(Clone)]
@@ -330,14 +334,31 @@ impl<T: RunTools> ServerHandler for RunToolsServer<T> {
         };
         let arguments = request.arguments.unwrap_or_default();
         let caller = Caller::of(&context.extensions);
-        let call = self.tools.call(&caller, spec, arguments, progress);
-        let answer = tokio::select! {
-            answer = call => answer,
-            () = context.ct.cancelled() => Err(Refused {
-                why: Why::Unavailable,
-                code: "cancelled".to_owned(),
-                message: "the client cancelled the call".to_owned(),
-            }),
+        let call = self.tools.call(&caller, spec, arguments, progress.clone());
+        tokio::pin!(call);
+        // A call that takes long (one waiting for a person's approval, a
+        // long command) tells a client that asked for progress that it
+        // still runs, so that the client's own timeout does not end it.
+        let started = tokio::time::Instant::now();
+        let mut beat = tokio::time::interval_at(started + HEARTBEAT, HEARTBEAT);
+        let answer = loop {
+            tokio::select! {
+                answer = &mut call => break answer,
+                _ = beat.tick() => {
+                    progress
+                        .report(format!(
+                            "{} still runs after {} s (it may wait for a person's approval: chorus task show lists the calls that wait)",
+                            spec.name,
+                            started.elapsed().as_secs()
+                        ))
+                        .await;
+                }
+                () = context.ct.cancelled() => break Err(Refused {
+                    why: Why::Unavailable,
+                    code: "cancelled".to_owned(),
+                    message: "the client cancelled the call".to_owned(),
+                }),
+            }
         };
         result(spec, answer).map(CallToolResponse::from)
     }

@@ -426,7 +426,11 @@ fn compiled(rule: &Rule) -> Result<std::sync::Arc<Compiled>, DomainError> {
     const MOST: usize = 4096;
     static MEMO: OnceLock<Mutex<HashMap<Rule, Arc<Compiled>>>> = OnceLock::new();
     let memo = MEMO.get_or_init(Mutex::default);
-    if let Some(known) = memo.lock().unwrap_or_else(PoisonError::into_inner).get(rule) {
+    if let Some(known) = memo
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(rule)
+    {
         return Ok(Arc::clone(known));
     }
     let made = Arc::new(rule.compile()?);
@@ -481,7 +485,9 @@ impl Layer {
                 let tool = rule.tool.trim();
                 let may_cover = tool == "*"
                     || tool == call.tool
-                    || tool.strip_suffix('*').is_some_and(|family| call.tool.starts_with(family));
+                    || tool
+                        .strip_suffix('*')
+                        .is_some_and(|family| call.tool.starts_with(family));
                 if !may_cover {
                     continue;
                 }
