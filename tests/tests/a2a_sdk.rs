@@ -708,3 +708,108 @@ async fn a_task_that_starts_by_itself_left_planned_is_started_a_lease_later() {
     wait_for(&mut setup.client, &task.id, completed_by("worker")).await;
     assert!(setup.root.path().join("stranded.txt").exists());
 }
+
+/// A call that asks for approval is input-required over every binding, with
+/// the call as a data part; the client's reply approves it (a data part) or
+/// denies it (words), and the task goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_asks_is_input_required_and_the_clients_reply_answers_it() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    for binding in BINDINGS {
+        approval_answered_on(&python, binding).await;
+    }
+}
+
+async fn approval_answered_on(python: &Path, binding: &str) {
+    let model = FakeOpenAi::start(vec![
+        plan(),
+        create("approved.txt"),
+        create("denied.txt"),
+        report("wrote what was approved"),
+    ])
+    .await;
+    let mut setup = A2aSetup::start(&model, TOOLS, None).await;
+    setup
+        .client
+        .update_agent(pb::UpdateAgentRequest {
+            workspace_id: setup.workspace.id.clone(),
+            name: "worker".into(),
+            approval_rules: vec![pb::ApprovalRule {
+                tool: "file.create".into(),
+                decision: "ask".into(),
+                ..Default::default()
+            }],
+            set_approval_rules: true,
+            ..Default::default()
+        })
+        .await
+        .expect("rules");
+    let ops = json!([
+        { "op": "send", "text": "Write two files" },
+        { "op": "send", "task_id": "$task", "data": { "approve": true } },
+        { "op": "send", "task_id": "$task", "text": "deny: not this one" },
+    ]);
+    let results = run_client(python, &setup.plan_on(binding, ops)).await;
+    let asked = events(&results[0]);
+    let last = asked.last().expect("events");
+    assert_eq!(
+        state(last),
+        "TASK_STATE_INPUT_REQUIRED",
+        "{binding}: {last}"
+    );
+    let parts = &last["statusUpdate"]["status"]["message"]["parts"];
+    let text = parts[0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("asks to run file.create") && text.contains("approved.txt"),
+        "{binding}: {text}"
+    );
+    let call = &parts[1]["data"]["approvals"][0];
+    assert_eq!(call["tool"], "file.create", "{binding}: {parts}");
+    assert_eq!(
+        call["arguments"]["path"], "approved.txt",
+        "{binding}: {parts}"
+    );
+    assert!(
+        !setup.root.path().join("approved.txt").exists(),
+        "{binding}: it waits"
+    );
+    // Approved: the call runs, and the next one asks.
+    let second = events(&results[1]);
+    assert_eq!(
+        state(second.last().expect("events")),
+        "TASK_STATE_INPUT_REQUIRED",
+        "{binding}: {second:?}"
+    );
+    assert!(setup.root.path().join("approved.txt").exists(), "{binding}");
+    // Denied in words: the agent goes on and the task completes.
+    let third = events(&results[2]);
+    assert_eq!(
+        state(third.last().expect("events")),
+        "TASK_STATE_COMPLETED",
+        "{binding}: {third:?}"
+    );
+    assert!(!setup.root.path().join("denied.txt").exists(), "{binding}");
+    let task = tasks(&mut setup).await.pop().expect("the task");
+    let history = chorus_tests::agents::history(&mut setup.client, &task.id).await;
+    let outcomes: Vec<String> = history
+        .iter()
+        .filter(|e| e.kind == "approval_answered")
+        .map(|e| {
+            chorus_tests::agents::data(e)["outcome"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(outcomes, ["approved", "denied"], "{binding}");
+    let denied = history
+        .iter()
+        .find(|e| {
+            e.kind == "approval_answered" && chorus_tests::agents::data(e)["outcome"] == "denied"
+        })
+        .map(chorus_tests::agents::data)
+        .expect("denied");
+    assert_eq!(denied["reason"], "not this one", "{binding}: {denied}");
+}

@@ -21,7 +21,58 @@ pub const OUTPUT_MODES: [&str; 2] = ["text/plain", "application/json"];
 /// a task that waits for a person (its planner's questions, a stop, a plan
 /// to start) requires input.
 pub fn state(task: &Task) -> pb::TaskState {
-    state_of(task.status, task.auto_start.is_some(), task.never_started())
+    with_approvals(
+        state_of(task.status, task.auto_start.is_some(), task.never_started()),
+        task.approvals.pending().next().is_some(),
+    )
+}
+
+/// A working task one of whose calls waits for a person's approval
+/// requires input.
+pub fn with_approvals(state: pb::TaskState, waiting: bool) -> pb::TaskState {
+    if waiting && state == pb::TaskState::Working {
+        pb::TaskState::InputRequired
+    } else {
+        state
+    }
+}
+
+/// What a status says of the calls that wait for approval: a line each and
+/// how to reply, and the calls as data.
+pub fn approvals_message(task: &Task) -> Option<pb::Message> {
+    let waiting: Vec<_> = task.approvals.pending().collect();
+    if waiting.is_empty() {
+        return None;
+    }
+    let mut text = String::new();
+    for a in &waiting {
+        text.push_str(&format!(
+            "{} asks to run {} with {} (rule '{}', approval {}).\n",
+            a.agent, a.tool, a.arguments, a.rule, a.id
+        ));
+    }
+    text.push_str(&format!(
+        "To answer the first, {}.",
+        crate::core::approvals::REPLY_HELP
+    ));
+    let calls: Vec<Json> = waiting
+        .iter()
+        .map(|a| {
+            json!({
+                "approvalId": a.id, "runId": a.run_id, "agent": a.agent, "tool": a.tool,
+                "arguments": a.arguments, "rule": a.rule.to_string(), "ruleAgent": a.rule_agent,
+                "deadlineMs": a.deadline_ms,
+            })
+        })
+        .collect();
+    Some(pb::Message {
+        message_id: format!("{}.approval.{}", task.id, task.last_sequence),
+        context_id: task.conversation(),
+        task_id: task.id.to_string(),
+        role: pb::Role::Agent as i32,
+        parts: vec![text_part(text), data_part(json!({ "approvals": calls }))],
+        ..pb::Message::default()
+    })
 }
 
 /// [`state`] from a status and the two facts about the task it needs.
@@ -210,6 +261,15 @@ fn questions_text(questions: &[&str]) -> String {
 /// questions it waits on), and when it last changed.
 pub fn status(task: &Task) -> pb::TaskStatus {
     let state = state(task);
+    if let Some(message) = approvals_message(task)
+        .filter(|_| state == pb::TaskState::InputRequired && task.status == TaskStatus::Active)
+    {
+        return pb::TaskStatus {
+            state: state as i32,
+            message: Some(message),
+            timestamp: Some(timestamp(task.updated_ms)),
+        };
+    }
     let text = match task.status {
         TaskStatus::AwaitingInput => {
             let mut planning = task.planning.clone();
@@ -410,6 +470,9 @@ pub struct Incoming {
     pub text: String,
     /// A data part's `answers`, one per question.
     pub answers: Option<Vec<String>>,
+    /// A data part's answer to a call that waits for approval
+    /// (`{"approve": bool, "approvalId"?, "forTask"?, "reason"?}`).
+    pub approval: Option<crate::core::approvals::Reply>,
     /// The agent to run: the `skill` of its (or the request's) metadata.
     pub skill: Option<Name>,
     pub task: Option<TaskId>,
@@ -417,6 +480,32 @@ pub struct Incoming {
     /// The message's id: the same one again (a client retrying) makes no
     /// second task.
     pub message_id: String,
+}
+
+/// A data part answering a call that waits for approval.
+fn approval_of(i: usize, data: &Json) -> Result<crate::core::approvals::Reply, Status> {
+    let invalid = |m: String| a2a(Reason::InvalidParams, format!("message.parts[{i}]: {m}"));
+    let approve = data["approve"]
+        .as_bool()
+        .ok_or_else(|| invalid("approve: true or false".to_owned()))?;
+    let text = |key: &str| -> Result<Option<String>, Status> {
+        match &data[key] {
+            Json::Null => Ok(None),
+            Json::String(s) => Ok(Some(s.clone())),
+            _ => Err(invalid(format!("{key}: a string"))),
+        }
+    };
+    let for_task = match &data["forTask"] {
+        Json::Null => false,
+        Json::Bool(b) => *b,
+        _ => return Err(invalid("forTask: true or false".to_owned())),
+    };
+    Ok(crate::core::approvals::Reply {
+        approve: Some(approve),
+        approval_id: text("approvalId")?,
+        for_task,
+        reason: text("reason")?,
+    })
 }
 
 /// Largest context id, and message id, taken.
@@ -449,6 +538,7 @@ pub fn incoming(
     }
     let mut texts = Vec::new();
     let mut answers = None;
+    let mut approval = None;
     for (i, part) in message.parts.into_iter().enumerate() {
         match part.content {
             Some(Content::Text(text)) => texts.push(text),
@@ -456,6 +546,8 @@ pub fn incoming(
                 let data = chorus_proto::json::from_value(value);
                 if let Some(list) = data.get("answers") {
                     answers = Some(answers_of(i, list)?);
+                } else if data.get("approve").is_some() {
+                    approval = Some(approval_of(i, &data)?);
                 } else {
                     texts.push(data.to_string());
                 }
@@ -507,7 +599,7 @@ pub fn incoming(
         }
         c => Some(c.to_owned()),
     };
-    if text.trim().is_empty() && answers.is_none() {
+    if text.trim().is_empty() && answers.is_none() && approval.is_none() {
         return Err(invalid(
             "message.parts: no text (every part is empty)".to_owned(),
         ));
@@ -522,6 +614,7 @@ pub fn incoming(
     Ok(Incoming {
         text,
         answers,
+        approval,
         skill,
         task,
         context,

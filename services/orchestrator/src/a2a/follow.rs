@@ -145,6 +145,11 @@ pub(super) async fn follow(
                             return;
                         }
                     }
+                    // A call waits for the client's answer: the stream
+                    // pauses, as at any input-required.
+                    if until == Until::Pause && follower.waits_for_approval() {
+                        return;
+                    }
                 }
                 Err(status) => {
                     let _ = tx.send(Err(status)).await;
@@ -162,6 +167,8 @@ pub(super) struct Follower {
     task: Task,
     /// An agent worked on it (it went active): a failure is no refusal.
     worked: bool,
+    /// The approvals its calls wait for now.
+    waiting: std::collections::BTreeSet<String>,
 }
 
 impl Follower {
@@ -186,6 +193,7 @@ impl Follower {
         let follower = Self {
             state: state.clone(),
             worked: !task.never_started(),
+            waiting: task.approvals.pending().map(|a| a.id.clone()).collect(),
             task,
         };
         Ok((follower, events))
@@ -255,6 +263,33 @@ impl Follower {
                 self.task.last_sequence = event.sequence;
                 return Ok(out);
             }
+            EventKind::ApprovalRequested | EventKind::ApprovalAnswered => {
+                let id = event.data["approval_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                if event.kind == EventKind::ApprovalRequested {
+                    self.waiting.insert(id);
+                } else {
+                    self.waiting.remove(&id);
+                }
+                let mut update = convert::status_update(&self.task, &event, self.current());
+                if !self.waiting.is_empty() {
+                    // What it waits for: the calls, read as they stand now.
+                    let task = self
+                        .state
+                        .store
+                        .get_task(self.task.id)
+                        .await
+                        .map_err(|e| from_core(e.into(), false))?;
+                    if let Some(message) = convert::approvals_message(&task) {
+                        convert::lead_with(&mut update, Some(message));
+                    }
+                }
+                out.push(update);
+                self.task.last_sequence = event.sequence;
+                return Ok(out);
+            }
             EventKind::CompletionReportSubmitted => {
                 if let Some(artifact) = self.report(&event).await? {
                     out.push(convert::artifact_update(
@@ -272,11 +307,20 @@ impl Follower {
     }
 
     fn current(&self) -> pb::TaskState {
-        convert::state_of(
-            self.task.status,
-            self.task.auto_start.is_some(),
-            !self.worked,
+        convert::with_approvals(
+            convert::state_of(
+                self.task.status,
+                self.task.auto_start.is_some(),
+                !self.worked,
+            ),
+            !self.waiting.is_empty(),
         )
+    }
+
+    /// Whether a call of the task waits for the client's approval (the
+    /// task's own watch does not pause there: its status is active).
+    pub(super) fn waits_for_approval(&self) -> bool {
+        !self.waiting.is_empty() && self.current() == pb::TaskState::InputRequired
     }
 
     /// The report a top-level run submitted, as an artifact; None for a

@@ -58,6 +58,9 @@ impl A2aService for A2aFace {
             let until_paused = async {
                 while let Some(event) = events.next().await {
                     follower.on(event.map_err(|e| from_core(e, false))?).await?;
+                    if follower.waits_for_approval() {
+                        break;
+                    }
                 }
                 Ok::<(), Status>(())
             };
@@ -371,6 +374,7 @@ impl A2aFace {
         let Incoming {
             text,
             answers,
+            approval,
             skill,
             task,
             context,
@@ -395,7 +399,9 @@ impl A2aFace {
                     }
                     None => None,
                 };
-                match core::reply(&self.state, id, text, answers).await {
+                let by = caller.clone().unwrap_or_else(|| "an A2A client".to_owned());
+                let approval = Some((approval.unwrap_or_default(), by));
+                match core::reply(&self.state, id, text, answers, approval).await {
                     Ok(task) => task,
                     Err(e) => {
                         if let Some(config) = added {

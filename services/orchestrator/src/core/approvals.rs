@@ -268,3 +268,78 @@ pub async fn answer(state: &AppState, a: Answering) -> Result<Approval, ServiceE
     info!(task_id = %a.task, approval_id = %id, outcome = outcome.as_str(), "approval answered");
     Ok(approval)
 }
+
+/// A reply to a task that waits for an approval, as a message says it (an
+/// A2A reply): a data part `{"approve": bool, "approvalId"?, "forTask"?,
+/// "reason"?}`, or words.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reply {
+    pub approve: Option<bool>,
+    pub approval_id: Option<String>,
+    pub for_task: bool,
+    pub reason: Option<String>,
+}
+
+/// How to reply, for a person or a client that sent something else.
+pub const REPLY_HELP: &str = "reply with a data part {\"approve\": true} (or false, with \"reason\"; \"forTask\": true approves its rule for the rest of the task; \"approvalId\" names one of several), or the words \"approve\", \"approve for the task\" or \"deny: <why>\"";
+
+/// Answers the oldest waiting approval of `task` (or the one the reply
+/// names) from a reply's data, or failing that its words.
+pub async fn reply(
+    state: &AppState,
+    task: &Task,
+    text: &str,
+    reply: Reply,
+    by: String,
+) -> Result<Approval, ServiceError> {
+    let approval_id = match reply.approval_id.clone() {
+        Some(id) => id,
+        None => task
+            .approvals
+            .pending()
+            .next()
+            .map(|a| a.id.clone())
+            .ok_or_else(|| {
+                ServiceError::Precondition(format!(
+                    "task {} has no call waiting for approval",
+                    task.id
+                ))
+            })?,
+    };
+    let words = text.trim();
+    let lower = words.to_lowercase();
+    let (approve, for_task, reason) = match reply.approve {
+        Some(approve) => (approve, reply.for_task, reply.reason),
+        None if lower.starts_with("approve") || lower == "yes" || lower == "ok" => (
+            true,
+            lower.contains("for the task") || lower.contains("for task"),
+            None,
+        ),
+        None if lower.starts_with("deny") || lower.starts_with("no") => {
+            let why = words
+                .split_once(':')
+                .map_or(words, |(_, why)| why.trim())
+                .to_owned();
+            (false, false, Some(why))
+        }
+        None => {
+            return Err(DomainError::invalid(
+                "message",
+                format!("task {} waits for a call's approval: {REPLY_HELP}", task.id),
+            )
+            .into());
+        }
+    };
+    answer(
+        state,
+        Answering {
+            task: task.id,
+            approval_id,
+            approve,
+            for_task,
+            reason,
+            by,
+        },
+    )
+    .await
+}

@@ -497,8 +497,15 @@ pub async fn reply(
     task_id: TaskId,
     text: String,
     answers: Option<Vec<String>>,
+    approval: Option<(super::approvals::Reply, String)>,
 ) -> Result<Task, ServiceError> {
     let task = state.store.get_task(task_id).await?;
+    // A call that waits for a person is what a reply answers first.
+    if task.approvals.pending().next().is_some() {
+        let (reply, by) = approval.unwrap_or_default();
+        super::approvals::reply(state, &task, &text, reply, by).await?;
+        return Ok(state.store.get_task(task_id).await?);
+    }
     match task.status {
         TaskStatus::AwaitingInput => {
             let answers = answers.unwrap_or_else(|| vec![text]);
