@@ -98,6 +98,19 @@ pub async fn follow(
                     cursor = event.sequence;
                     backoff.reset();
                     view.event(&event);
+                    // A call that asks, when the caller answers it itself:
+                    // the follow stops here, to go on once it is answered.
+                    if let Some(needs) = event
+                        .needs_you
+                        .as_ref()
+                        .filter(|n| n.status == "approval" && acting.contains(&"approval"))
+                    {
+                        view.clear_spinner();
+                        return Ok(Followed {
+                            outcome: Outcome::NeedsYou(needs.clone()),
+                            last: cursor,
+                        });
+                    }
                 }
                 Ok(None) => {
                     view.clear_spinner();

@@ -161,8 +161,11 @@ impl Tmux {
             eprintln!("skipped: tmux is not installed (apt-get install tmux)");
             return None;
         }
+        // One server per test: tests run at once in this process.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmux = Self {
-            socket: format!("chorus-cli-test-{}", std::process::id()),
+            socket: format!("chorus-cli-test-{}-{n}", std::process::id()),
         };
         let started = std::process::Command::new("tmux")
             .args([
@@ -857,6 +860,8 @@ async fn a_reviewer_reads_a_tasks_change_and_lands_it_from_the_terminal() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Followed with no one at its input (a script, a log), a run that asks
+/// says how to answer, and the answer comes from another terminal.
 async fn a_call_that_asks_shows_in_the_followed_run_and_is_approved_from_another_terminal() {
     let stage = Stage::new(vec![
         Step::tool_call(
@@ -886,7 +891,7 @@ async fn a_call_that_asks_shows_in_the_followed_run_and_is_approved_from_another
         .map(|(k, v)| format!("{k}={} ", shell_quote(v)))
         .collect();
     let command = format!(
-        "env {env} {CHORUS} task run 'Write the release note' -w demo --agent writer --no-plan --follow; echo EXIT=$?; exec cat"
+        "env {env} {CHORUS} task run 'Write the release note' -w demo --agent writer --no-plan --follow < /dev/null; echo EXIT=$?; exec cat"
     );
     let Some(tmux) = Tmux::start(&command, stage.dir.path()) else {
         return;
@@ -932,4 +937,55 @@ async fn a_call_that_asks_shows_in_the_followed_run_and_is_approved_from_another
         .await;
     assert_ne!(code, 0);
     assert!(stderr.contains("already answered"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_following_a_run_answers_its_calls_at_the_prompt() {
+    let stage = Stage::new(vec![
+        Step::tool_call("file_create", json!({"path": "one.txt", "content": "1\n"})),
+        Step::tool_call("file_create", json!({"path": "two.txt", "content": "2\n"})),
+        report("complete", "Wrote one of two"),
+    ])
+    .await;
+    let (code, stdout, stderr) = stage
+        .run(&[
+            "agent",
+            "update",
+            "writer",
+            "-w",
+            "demo",
+            "--rule",
+            "ask file.create",
+        ])
+        .await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let env: String = stage
+        .env()
+        .iter()
+        .map(|(k, v)| format!("{k}={} ", shell_quote(v)))
+        .collect();
+    let command = format!(
+        "env {env} {CHORUS} task run 'Write two files' -w demo --agent writer --no-plan --follow; echo EXIT=$?; exec cat"
+    );
+    let Some(tmux) = Tmux::start(&command, stage.dir.path()) else {
+        return;
+    };
+    tmux.wait_for("approve it? [y]es").await;
+    assert!(
+        !stage.root.path().join("one.txt").exists(),
+        "the call waits"
+    );
+    tmux.send("maybe");
+    tmux.wait_for("say y, t, or n").await;
+    tmux.send("y");
+    // The second call asks again; it is denied with a reason.
+    let screen = tmux.wait_for("two.txt (rule").await;
+    assert!(screen.contains("✓ approved by"), "{screen}");
+    tmux.send("n not that one");
+    let screen = tmux.wait_for("EXIT=").await;
+    for expected in ["⛔ denied by", "not that one", "EXIT=0"] {
+        assert!(screen.contains(expected), "no '{expected}' in:\n{screen}");
+    }
+    assert!(stage.root.path().join("one.txt").exists());
+    assert!(!stage.root.path().join("two.txt").exists());
 }

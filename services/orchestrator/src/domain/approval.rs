@@ -442,6 +442,10 @@ fn compiled(rule: &Rule) -> Result<std::sync::Arc<Compiled>, DomainError> {
     Ok(made)
 }
 
+/// How a rule weighs against the others that apply: its tool's and its
+/// condition's specificity, whether it is the agent's own, its decision.
+type Weight = (u8, usize, u8, Decision);
+
 /// One layer of rules: an agent's own, before its workspace's defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layer {
@@ -478,7 +482,7 @@ impl Layer {
     /// (the agent's before the defaults, then deny before ask before allow);
     /// allow when none does.
     fn decide(&self, call: &CallFacts) -> Result<Ruling, DomainError> {
-        let mut best: Option<((u8, usize, u8, Decision), &Rule)> = None;
+        let mut best: Option<(Weight, &Rule)> = None;
         for (own, rules) in [(1u8, &self.rules), (0u8, &self.defaults)] {
             for rule in rules {
                 // Rules of other tools are passed over without a look-up.
