@@ -157,6 +157,16 @@ async fn a_call_that_asks_waits_for_a_person_who_approves_once_for_the_task_or_d
         .await;
         let task = planned_task(&mut client, &team.workspace, "Write the deploy files.").await;
         let other = planned_task(&mut client, &team.workspace, "Another task.").await;
+        // Someone watching every task that needs a person.
+        let mut needing = client
+            .watch_tasks(pb::WatchTasksRequest {
+                workspace_id: team.workspace.id.clone(),
+                needs_you_only: true,
+                ..Default::default()
+            })
+            .await
+            .expect("watch tasks")
+            .into_inner();
         start(&mut client, &task, &team.agent, 0).await;
 
         // The first call waits: the task says so, and what it would do.
@@ -179,6 +189,26 @@ async fn a_call_that_asks_waits_for_a_person_who_approves_once_for_the_task_or_d
         assert!(
             !exists(root.path(), "deploy/a.txt"),
             "{b}: the call waits, it has not run"
+        );
+        // WatchTasks with needsYouOnly shows the call that waits.
+        let seen = loop {
+            let change = tokio_stream::StreamExt::next(&mut needing)
+                .await
+                .expect("the feed goes on")
+                .expect("a change");
+            if let Some(pb::task_change::Change::Event(event)) = change.change {
+                break event;
+            }
+        };
+        assert_eq!(
+            (seen.kind.as_str(), seen.task_id.as_str()),
+            ("approval_requested", task.id.as_str()),
+            "{b}"
+        );
+        assert_eq!(
+            seen.needs_you.map(|n| n.approval_id),
+            Some(id.clone()),
+            "{b}"
         );
 
         // Answers that cannot be taken change nothing.
