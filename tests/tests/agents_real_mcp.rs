@@ -256,9 +256,11 @@ async fn the_real_opencode_cli_uses_its_granted_tools_over_mcp_with_no_shell() {
     orchestrator.stop().await;
 }
 
-/// The real Claude Code CLI over MCP under an `ask` rule: its first write
-/// waits until a person approves it, its second is denied with a reason the
-/// model reads, and the task still completes.
+/// The real Claude Code CLI over MCP under `ask` rules: a write approved
+/// once, one denied with a reason the model reads, one approved for the
+/// rest of the task (the next runs without asking), a read nobody answers
+/// (denied at its one-second deadline); then a second task cancelled while
+/// its call waits ends the wait, the run and its process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_claude_code_cli_waits_for_a_persons_answer_over_mcp() {
     let Some(claude) = claude_cli_or_skip() else {
@@ -266,20 +268,25 @@ async fn the_real_claude_code_cli_waits_for_a_persons_answer_over_mcp() {
     };
     let data_dir = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
+    let create = |path: &str| {
+        Reply::tool(
+            "mcp__chorus__file_create",
+            json!({"path": path, "content": path}),
+        )
+    };
     let model = FakeAnthropic::start(vec![
-        Reply::tool(
-            "mcp__chorus__file_create",
-            json!({"path": "a.txt", "content": "approved"}),
-        ),
-        Reply::tool(
-            "mcp__chorus__file_create",
-            json!({"path": "b.txt", "content": "denied"}),
-        ),
+        create("a.txt"),
+        create("b.txt"),
+        create("c.txt"),
+        create("d.txt"),
+        Reply::tool("mcp__chorus__file_read", json!({"path": "a.txt"})),
         Reply::tool(
             "mcp__chorus__completion-report",
-            json!({"status": "complete", "summary": "Wrote what was approved.", "output": "a.txt"}),
+            json!({"status": "complete", "summary": "Wrote what was approved.", "output": "a c d"}),
         ),
         Reply::text("Reported."),
+        // The second task's only call.
+        create("e.txt"),
     ])
     .await;
     let orchestrator = Orchestrator::with_clis(data_dir.path(), claude, fake_cli()).await;
@@ -294,59 +301,57 @@ async fn the_real_claude_code_cli_waits_for_a_persons_answer_over_mcp() {
         "claude-test-model",
     )
     .await;
-    add_agent(&mut client, &ws, "lead", &["file.create"], "lead-model").await;
+    add_agent(
+        &mut client,
+        &ws,
+        "lead",
+        &["file.create", "file.read"],
+        "lead-model",
+    )
+    .await;
     client
         .update_agent(pb::UpdateAgentRequest {
             workspace_id: ws.id.clone(),
             name: "lead".into(),
-            approval_rules: vec![pb::ApprovalRule {
-                tool: "file.create".into(),
-                decision: "ask".into(),
-                ..Default::default()
-            }],
+            approval_rules: vec![
+                pb::ApprovalRule {
+                    tool: "file.create".into(),
+                    decision: "ask".into(),
+                    ..Default::default()
+                },
+                pb::ApprovalRule {
+                    tool: "file.read".into(),
+                    decision: "ask".into(),
+                    deadline_seconds: 1,
+                    ..Default::default()
+                },
+            ],
             set_approval_rules: true,
             ..Default::default()
         })
         .await
         .expect("rules");
-    let task = planned_task(&mut client, &ws, "Write two files, if allowed.").await;
+    let task = planned_task(&mut client, &ws, "Write files, if allowed.").await;
     let run = start(&mut client, &task, "lead", 120)
         .await
         .run
         .expect("run")
         .id;
-    for (n, approve) in [(1, true), (2, false)] {
-        let seen = std::cell::Cell::new(0);
-        let events = wait_for(&mut client, &task.id, |e| {
-            if e.kind == "approval_requested" {
-                seen.set(seen.get() + 1);
-            }
-            e.kind == "approval_requested" && seen.get() == n
-        })
-        .await;
-        let id = events
-            .last()
-            .and_then(|e| e.needs_you.clone())
-            .expect("needs you")
-            .approval_id;
-        assert!(
-            !root
-                .path()
-                .join(if n == 1 { "a.txt" } else { "b.txt" })
-                .exists(),
-            "call {n} waits"
-        );
+    // (approve, for the rest of the task, reason)
+    let answers = [
+        (true, false, ""),
+        (false, false, "b.txt is not wanted"),
+        (true, true, ""),
+    ];
+    for (n, (approve, for_task, reason)) in answers.into_iter().enumerate() {
+        let id = asked(&mut client, &task.id, n + 1).await;
         client
             .answer_approval(pb::AnswerApprovalRequest {
                 task_id: task.id.clone(),
                 approval_id: id,
                 approve,
-                for_task: false,
-                reason: if approve {
-                    String::new()
-                } else {
-                    "b.txt is not wanted".into()
-                },
+                for_task,
+                reason: reason.into(),
             })
             .await
             .expect("answer");
@@ -361,11 +366,74 @@ async fn the_real_claude_code_cli_waits_for_a_persons_answer_over_mcp() {
         results[1].1 && results[1].0.contains("b.txt is not wanted"),
         "denied, and why: {results:?}"
     );
-    assert!(root.path().join("a.txt").exists() && !root.path().join("b.txt").exists());
+    assert!(
+        !results[2].1 && !results[3].1,
+        "approved for the task: {results:?}"
+    );
+    assert!(
+        results[4].1 && results[4].0.contains("nobody answered"),
+        "past its deadline: {results:?}"
+    );
+    for (file, made) in [
+        ("a.txt", true),
+        ("b.txt", false),
+        ("c.txt", true),
+        ("d.txt", true),
+    ] {
+        assert_eq!(root.path().join(file).exists(), made, "{file}");
+    }
     let kinds = summary(&events);
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| k.starts_with("approval_requested"))
+            .count(),
+        4,
+        "d.txt ran without asking: {kinds:#?}"
+    );
     assert!(
         kinds.iter().any(|k| k == "status_changed completed"),
         "{kinds:#?}"
     );
+
+    // Cancelled while its call waits.
+    let second = planned_task(&mut client, &ws, "Write one more.").await;
+    let run = start(&mut client, &second, "lead", 120)
+        .await
+        .run
+        .expect("run")
+        .id;
+    asked(&mut client, &second.id, 1).await;
+    chorus_tests::agents::cancel(&mut client, &second.id, "not now").await;
+    // The run's end, then (in the same transaction) the end of its wait.
+    let events = wait_for(&mut client, &second.id, |e| {
+        e.kind == "approval_answered" && chorus_tests::agents::data(e)["outcome"] == "canceled"
+    })
+    .await;
+    assert!(
+        events
+            .iter()
+            .any(|e| ends_run(e) && chorus_tests::agents::data(e)["run_id"] == run),
+        "{:#?}",
+        summary(&events)
+    );
+    assert!(!root.path().join("e.txt").exists());
     orchestrator.stop().await;
+}
+
+/// The id of the `n`th (from 1) call of `task` that asked for approval.
+async fn asked(client: &mut Client, task: &str, n: usize) -> String {
+    let seen = std::cell::Cell::new(0);
+    let events = wait_for(client, task, |e| {
+        if e.kind == "approval_requested" {
+            seen.set(seen.get() + 1);
+        }
+        e.kind == "approval_requested" && seen.get() == n
+    })
+    .await;
+    events
+        .last()
+        .and_then(|e| e.needs_you.clone())
+        .expect("needs you")
+        .approval_id
 }

@@ -177,7 +177,7 @@ mod tests {
             ChangeFilter::new(None, &["tool_executed".into()], false).expect_err("not in the feed");
         assert!(
             e.to_string().contains(
-                "task_created, status_changed, completion_report_submitted, task_deleted"
+                "task_created, status_changed, completion_report_submitted, approval_requested, approval_answered, task_deleted"
             ),
             "{e}"
         );
