@@ -21,38 +21,12 @@ use std::time::Instant;
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{add_agent, opened_run, workspace};
+use chorus_tests::approvals::{rule, set_rules};
 use chorus_tests::mcp_http::Session;
 use chorus_tests::orchestrator::OrchestratorProcess;
 use chorus_tests::stats::{Samples, env_number, ms, spawned};
 use tokio::sync::Mutex;
 use tokio_stream::StreamExt as _;
-
-fn rule(tool: &str, decision: &str, path: &str) -> pb::ApprovalRule {
-    pb::ApprovalRule {
-        tool: tool.into(),
-        decision: decision.into(),
-        path: path.into(),
-        ..Default::default()
-    }
-}
-
-async fn set_rules(
-    admin: &mut chorus_tests::agents::Client,
-    ws: &pb::Workspace,
-    agent: &str,
-    rules: Vec<pb::ApprovalRule>,
-) {
-    admin
-        .update_agent(pb::UpdateAgentRequest {
-            workspace_id: ws.id.clone(),
-            name: agent.into(),
-            approval_rules: rules,
-            set_approval_rules: true,
-            ..Default::default()
-        })
-        .await
-        .expect("rules");
-}
 
 async fn read(session: &Arc<Mutex<Session>>) {
     let answer = session
@@ -79,11 +53,17 @@ async fn bench(database: &str, url: &str, calls: usize, asks: usize) {
         add_agent(&mut admin, &ws, agent, &["file.read"], "").await;
     }
     let mut hundred: Vec<pb::ApprovalRule> = (0..99)
-        .map(|i| rule("file.*", "deny", &format!("secret-{i}/**")))
+        .map(|i| rule("file.*", "deny", &format!("secret-{i}/**"), 0))
         .collect();
-    hundred.push(rule("file.read", "allow", "*.txt"));
-    set_rules(&mut admin, &ws, "ruled", hundred).await;
-    set_rules(&mut admin, &ws, "asked", vec![rule("file.read", "ask", "")]).await;
+    hundred.push(rule("file.read", "allow", "*.txt", 0));
+    set_rules(&mut admin, &ws.id, "ruled", hundred).await;
+    set_rules(
+        &mut admin,
+        &ws.id,
+        "asked",
+        vec![rule("file.read", "ask", "", 0)],
+    )
+    .await;
 
     let open = |agent: &'static str| {
         let mut admin = admin.clone();

@@ -7,6 +7,7 @@
 
 pub mod a2a;
 pub mod agents;
+pub mod approvals;
 pub mod attacked;
 pub mod attacker;
 pub mod balancer;

@@ -731,21 +731,9 @@ async fn approval_answered_on(python: &Path, binding: &str) {
     ])
     .await;
     let mut setup = A2aSetup::start(&model, TOOLS, None).await;
-    setup
-        .client
-        .update_agent(pb::UpdateAgentRequest {
-            workspace_id: setup.workspace.id.clone(),
-            name: "worker".into(),
-            approval_rules: vec![pb::ApprovalRule {
-                tool: "file.create".into(),
-                decision: "ask".into(),
-                ..Default::default()
-            }],
-            set_approval_rules: true,
-            ..Default::default()
-        })
-        .await
-        .expect("rules");
+    let ask = chorus_tests::approvals::rule("file.create", "ask", "", 0);
+    let workspace = setup.workspace.id.clone();
+    chorus_tests::approvals::set_rules(&mut setup.client, &workspace, "worker", vec![ask]).await;
     let ops = json!([
         { "op": "send", "text": "Write two files" },
         { "op": "send", "task_id": "$task", "data": { "approve": true } },

@@ -14,6 +14,7 @@ use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
     Client, add_agent, ends_run, fake_cli, planned_task, start, summary, wait_for, workspace,
 };
+use chorus_tests::approvals;
 use chorus_tests::fake_anthropic::{FakeAnthropic, Reply, claude_cli_or_skip, real_cli_or_skip};
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
 use chorus_tests::orchestrator::Orchestrator;
@@ -309,28 +310,11 @@ async fn the_real_claude_code_cli_waits_for_a_persons_answer_over_mcp() {
         "lead-model",
     )
     .await;
-    client
-        .update_agent(pb::UpdateAgentRequest {
-            workspace_id: ws.id.clone(),
-            name: "lead".into(),
-            approval_rules: vec![
-                pb::ApprovalRule {
-                    tool: "file.create".into(),
-                    decision: "ask".into(),
-                    ..Default::default()
-                },
-                pb::ApprovalRule {
-                    tool: "file.read".into(),
-                    decision: "ask".into(),
-                    deadline_seconds: 1,
-                    ..Default::default()
-                },
-            ],
-            set_approval_rules: true,
-            ..Default::default()
-        })
-        .await
-        .expect("rules");
+    let rules = vec![
+        approvals::rule("file.create", "ask", "", 0),
+        approvals::rule("file.read", "ask", "", 1),
+    ];
+    approvals::set_rules(&mut client, &ws.id, "lead", rules).await;
     let task = planned_task(&mut client, &ws, "Write files, if allowed.").await;
     let run = start(&mut client, &task, "lead", 120)
         .await
@@ -344,15 +328,8 @@ async fn the_real_claude_code_cli_waits_for_a_persons_answer_over_mcp() {
         (true, true, ""),
     ];
     for (n, (approve, for_task, reason)) in answers.into_iter().enumerate() {
-        let id = asked(&mut client, &task.id, n + 1).await;
-        client
-            .answer_approval(pb::AnswerApprovalRequest {
-                task_id: task.id.clone(),
-                approval_id: id,
-                approve,
-                for_task,
-                reason: reason.into(),
-            })
+        let id = approvals::approval_id(&approvals::asked(&mut client, &task.id, n + 1).await);
+        approvals::answer(&mut client, &task.id, &id, approve, for_task, reason)
             .await
             .expect("answer");
     }
@@ -403,7 +380,7 @@ async fn the_real_claude_code_cli_waits_for_a_persons_answer_over_mcp() {
         .run
         .expect("run")
         .id;
-    asked(&mut client, &second.id, 1).await;
+    approvals::asked(&mut client, &second.id, 1).await;
     chorus_tests::agents::cancel(&mut client, &second.id, "not now").await;
     // The run's end, then (in the same transaction) the end of its wait.
     let events = wait_for(&mut client, &second.id, |e| {
@@ -419,21 +396,4 @@ async fn the_real_claude_code_cli_waits_for_a_persons_answer_over_mcp() {
     );
     assert!(!root.path().join("e.txt").exists());
     orchestrator.stop().await;
-}
-
-/// The id of the `n`th (from 1) call of `task` that asked for approval.
-async fn asked(client: &mut Client, task: &str, n: usize) -> String {
-    let seen = std::cell::Cell::new(0);
-    let events = wait_for(client, task, |e| {
-        if e.kind == "approval_requested" {
-            seen.set(seen.get() + 1);
-        }
-        e.kind == "approval_requested" && seen.get() == n
-    })
-    .await;
-    events
-        .last()
-        .and_then(|e| e.needs_you.clone())
-        .expect("needs you")
-        .approval_id
 }

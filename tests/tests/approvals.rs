@@ -5,14 +5,15 @@
 //! the wait; a handoff child asks under its parent's rules. Every request and
 //! answer is in the history.
 
-use std::cell::Cell;
 use std::path::Path;
 use std::time::Duration;
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
-    Client, add_agent, api_team, cancel, data, ends_run, planned_task, start, summary, wait_for,
+    Client, add_agent, api_team, cancel, data, ends_run, planned_task, start, summary, task_of,
+    wait_for,
 };
+use chorus_tests::approvals::{answer, approval_id, asked, rule, set_rules};
 use chorus_tests::db::databases;
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
 use chorus_tests::orchestrator::Orchestrator;
@@ -29,77 +30,35 @@ fn done() -> Step {
     )
 }
 
-fn rule(tool: &str, decision: &str, path: &str, deadline_seconds: u32) -> pb::ApprovalRule {
-    pb::ApprovalRule {
-        tool: tool.into(),
-        decision: decision.into(),
-        path: path.into(),
-        deadline_seconds,
-        ..Default::default()
-    }
-}
-
-async fn set_rules(
-    client: &mut Client,
-    workspace: &pb::Workspace,
-    agent: &str,
+/// An orchestrator on `database`, and a team whose worker (on the fake
+/// `model`, granted file.create) obeys `rules`.
+async fn writer(
+    data_dir: &Path,
+    database: &str,
+    root: &Path,
+    model: &FakeOpenAi,
     rules: Vec<pb::ApprovalRule>,
-) {
-    client
-        .update_agent(pb::UpdateAgentRequest {
-            workspace_id: workspace.id.clone(),
-            name: agent.into(),
-            approval_rules: rules,
-            set_approval_rules: true,
-            ..Default::default()
-        })
-        .await
-        .expect("set the agent's approval rules");
-}
-
-/// The `n`th (from 1) approval_requested event of the task, once it is
-/// recorded.
-async fn asked(client: &mut Client, task: &str, n: usize) -> pb::TaskEvent {
-    let seen = Cell::new(0);
-    let events = wait_for(client, task, |e| {
-        if e.kind == "approval_requested" {
-            seen.set(seen.get() + 1);
-        }
-        seen.get() == n && e.kind == "approval_requested"
+) -> (Orchestrator, Client, chorus_tests::agents::Team) {
+    let orchestrator = Orchestrator::with_fake_cli(data_dir, database, |config| {
+        config.runner.api.backoff = Duration::from_millis(10);
     })
     .await;
-    events.last().cloned().expect("the request")
+    let mut client = orchestrator.client().await;
+    let team = writing_team(&mut client, root, model, rules).await;
+    (orchestrator, client, team)
 }
 
-async fn answer(
+/// A team whose worker (on the fake `model`, granted file.create) obeys
+/// `rules`.
+async fn writing_team(
     client: &mut Client,
-    task: &str,
-    approval: &str,
-    approve: bool,
-    for_task: bool,
-    reason: &str,
-) -> Result<pb::Approval, tonic::Status> {
-    client
-        .answer_approval(pb::AnswerApprovalRequest {
-            task_id: task.into(),
-            approval_id: approval.into(),
-            approve,
-            for_task,
-            reason: reason.into(),
-        })
-        .await
-        .map(tonic::Response::into_inner)
-}
-
-async fn get_task(client: &mut Client, task: &str) -> pb::Task {
-    client
-        .get_task(pb::GetTaskRequest {
-            task_id: task.into(),
-            ..Default::default()
-        })
-        .await
-        .expect("task")
-        .into_inner()
+    root: &Path,
+    model: &FakeOpenAi,
+    rules: Vec<pb::ApprovalRule>,
+) -> chorus_tests::agents::Team {
+    let team = api_team(client, root, model, &["file.create"], "You write.").await;
+    set_rules(client, &team.workspace.id, &team.agent, rules).await;
+    team
 }
 
 /// The tool results the model was sent, in order.
@@ -135,23 +94,11 @@ async fn a_call_that_asks_waits_for_a_person_who_approves_once_for_the_task_or_d
             done(),
         ])
         .await;
-        let orchestrator = Orchestrator::with_fake_cli(data_dir.path(), &db.url, |config| {
-            config.runner.api.backoff = Duration::from_millis(10);
-        })
-        .await;
-        let mut client = orchestrator.client().await;
-        let team = api_team(
-            &mut client,
+        let (orchestrator, mut client, team) = writer(
+            data_dir.path(),
+            &db.url,
             root.path(),
             &model,
-            &["file.create"],
-            "You write.",
-        )
-        .await;
-        set_rules(
-            &mut client,
-            &team.workspace,
-            &team.agent,
             vec![rule("file.*", "ask", "deploy/**", 0)],
         )
         .await;
@@ -176,7 +123,7 @@ async fn a_call_that_asks_waits_for_a_person_who_approves_once_for_the_task_or_d
         assert!(needs.action.contains("chorus approve"), "{b}: {needs:?}");
         let id = needs.approval_id.clone();
         assert!(!id.is_empty(), "{b}");
-        let waiting = get_task(&mut client, &task.id).await.waiting_approvals;
+        let waiting = task_of(&mut client, &task.id).await.waiting_approvals;
         assert_eq!(waiting.len(), 1, "{b}: {waiting:?}");
         let shown = &waiting[0];
         assert_eq!(
@@ -229,10 +176,7 @@ async fn a_call_that_asks_waits_for_a_person_who_approves_once_for_the_task_or_d
             .expect_err("deny for the task");
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{b}: {err:?}");
         assert_eq!(
-            get_task(&mut client, &task.id)
-                .await
-                .waiting_approvals
-                .len(),
+            task_of(&mut client, &task.id).await.waiting_approvals.len(),
             1,
             "{b}"
         );
@@ -255,7 +199,7 @@ async fn a_call_that_asks_waits_for_a_person_who_approves_once_for_the_task_or_d
         assert_eq!(data(&second)["input"]["path"], "deploy/b.txt", "{b}");
 
         // Denied with a reason: the agent reads it; notes.txt needs no one.
-        let second_id = second.needs_you.expect("needs you").approval_id;
+        let second_id = approval_id(&second);
         answer(
             &mut client,
             &task.id,
@@ -271,7 +215,7 @@ async fn a_call_that_asks_waits_for_a_person_who_approves_once_for_the_task_or_d
         assert!(exists(root.path(), "notes.txt"), "{b}");
 
         // Approved for the task: the next call under the rule runs at once.
-        let third_id = third.needs_you.expect("needs you").approval_id;
+        let third_id = approval_id(&third);
         let for_task = answer(&mut client, &task.id, &third_id, true, true, "")
             .await
             .expect("approve for the task");
@@ -305,7 +249,7 @@ async fn a_call_that_asks_waits_for_a_person_who_approves_once_for_the_task_or_d
                 )
             });
         assert!(denial.contains("denied"), "{b}: {denial}");
-        let settled = get_task(&mut client, &task.id).await;
+        let settled = task_of(&mut client, &task.id).await;
         assert!(settled.waiting_approvals.is_empty(), "{b}");
         assert_eq!(settled.task_rules.len(), 1, "{b}: {:?}", settled.task_rules);
         assert_eq!(
@@ -337,23 +281,11 @@ async fn nobody_answering_denies_at_the_deadline_and_cancel_ends_a_wait_at_once(
         let b = db.backend;
         let root = tempfile::tempdir().expect("root");
         let model = FakeOpenAi::start(vec![create("soon.txt"), create("later.txt"), done()]).await;
-        let orchestrator = Orchestrator::with_fake_cli(data_dir.path(), &db.url, |config| {
-            config.runner.api.backoff = Duration::from_millis(10);
-        })
-        .await;
-        let mut client = orchestrator.client().await;
-        let team = api_team(
-            &mut client,
+        let (orchestrator, mut client, team) = writer(
+            data_dir.path(),
+            &db.url,
             root.path(),
             &model,
-            &["file.create"],
-            "You write.",
-        )
-        .await;
-        set_rules(
-            &mut client,
-            &team.workspace,
-            &team.agent,
             vec![
                 rule("file.create", "ask", "soon.txt", 1),
                 rule("file.create", "ask", "later.txt", 0),
@@ -389,7 +321,7 @@ async fn nobody_answering_denies_at_the_deadline_and_cancel_ends_a_wait_at_once(
         .await;
         assert_eq!(
             data(events.last().expect("canceled"))["approval_id"],
-            second.needs_you.expect("needs you").approval_id,
+            approval_id(&second),
             "{b}"
         );
         assert!(
@@ -397,7 +329,7 @@ async fn nobody_answering_denies_at_the_deadline_and_cancel_ends_a_wait_at_once(
             "{b}"
         );
         assert!(
-            get_task(&mut client, &task.id)
+            task_of(&mut client, &task.id)
                 .await
                 .waiting_approvals
                 .is_empty(),
@@ -436,14 +368,14 @@ async fn a_handoff_child_asks_under_its_parents_rules() {
     // The lead asks before any file is made; the helper's own rule allows it.
     set_rules(
         &mut client,
-        &team.workspace,
+        &team.workspace.id,
         &team.agent,
         vec![rule("file.*", "ask", "", 0)],
     )
     .await;
     set_rules(
         &mut client,
-        &team.workspace,
+        &team.workspace.id,
         "helper",
         vec![rule("file.*", "allow", "", 0)],
     )
@@ -461,7 +393,7 @@ async fn a_handoff_child_asks_under_its_parents_rules() {
     answer(
         &mut client,
         &task.id,
-        request.needs_you.expect("needs you").approval_id.as_str(),
+        approval_id(&request).as_str(),
         true,
         false,
         "",
@@ -484,18 +416,10 @@ async fn rules_that_cannot_work_are_refused_and_change_nothing() {
     let model = FakeOpenAi::start(vec![done()]).await;
     let orchestrator = Orchestrator::with_fake_cli(data_dir.path(), &db.url, |_| {}).await;
     let mut client = orchestrator.client().await;
-    let team = api_team(
+    let team = writing_team(
         &mut client,
         root.path(),
         &model,
-        &["file.create"],
-        "You write.",
-    )
-    .await;
-    set_rules(
-        &mut client,
-        &team.workspace,
-        &team.agent,
         vec![rule("git.push", "ask", "", 0)],
     )
     .await;
@@ -588,25 +512,17 @@ async fn a_call_waiting_when_the_orchestrator_dies_is_asked_again_and_runs_once(
         .await;
         let first = OrchestratorProcess::spawn(data_dir.path(), &db.url, &[]).await;
         let mut client = first.client().await;
-        let team = api_team(
+        let team = writing_team(
             &mut client,
             root.path(),
             &model,
-            &["file.create"],
-            "You write.",
-        )
-        .await;
-        set_rules(
-            &mut client,
-            &team.workspace,
-            &team.agent,
             vec![rule("file.create", "ask", "", 0)],
         )
         .await;
         let task = planned_task(&mut client, &team.workspace, "Write once.").await;
         start(&mut client, &task, &team.agent, 0).await;
         let before = asked(&mut client, &task.id, 1).await;
-        let old = before.needs_you.expect("needs you").approval_id;
+        let old = approval_id(&before);
         drop(client);
         first.kill().await;
 
@@ -626,14 +542,14 @@ async fn a_call_waiting_when_the_orchestrator_dies_is_asked_again_and_runs_once(
                 .is_some_and(|r| r.contains("taken over")),
             "{b}: {ended}"
         );
-        let waiting = get_task(&mut client, &task.id).await.waiting_approvals;
+        let waiting = task_of(&mut client, &task.id).await.waiting_approvals;
         assert_eq!(waiting.len(), 1, "{b}: only the new wait: {waiting:?}");
         // The old approval cannot be answered; the new one runs the call.
         let err = answer(&mut client, &task.id, &old, true, false, "")
             .await
             .expect_err("ended");
         assert_eq!(err.code(), tonic::Code::AlreadyExists, "{b}: {err:?}");
-        let new = again.needs_you.expect("needs you").approval_id;
+        let new = approval_id(&again);
         answer(&mut client, &task.id, &new, true, false, "")
             .await
             .expect("approve");
@@ -679,7 +595,7 @@ async fn a_call_waiting_on_one_replica_runs_when_the_answer_reaches_the_other() 
     add_agent(&mut first, &ws, "w", &["file.create"], "claude").await;
     set_rules(
         &mut first,
-        &ws,
+        &ws.id,
         "w",
         vec![rule("file.create", "ask", "", 0)],
     )
@@ -702,7 +618,7 @@ async fn a_call_waiting_on_one_replica_runs_when_the_answer_reaches_the_other() 
     let approved = answer(
         &mut second,
         &task.id,
-        &request.needs_you.expect("needs you").approval_id,
+        &approval_id(&request),
         true,
         false,
         "",

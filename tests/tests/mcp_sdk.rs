@@ -543,20 +543,8 @@ async fn a_call_waiting_for_approval_keeps_the_clients_timeout_from_firing(trans
     let mut admin = orchestrator.client().await;
     let ws = workspace(&mut admin, "mcp-asks", root.path()).await;
     add_agent(&mut admin, &ws, "asker", &["file.create"], "").await;
-    admin
-        .update_agent(pb::UpdateAgentRequest {
-            workspace_id: ws.id.clone(),
-            name: "asker".into(),
-            approval_rules: vec![pb::ApprovalRule {
-                tool: "file.create".into(),
-                decision: "ask".into(),
-                ..Default::default()
-            }],
-            set_approval_rules: true,
-            ..Default::default()
-        })
-        .await
-        .expect("rules");
+    let ask = chorus_tests::approvals::rule("file.create", "ask", "", 0);
+    chorus_tests::approvals::set_rules(&mut admin, &ws.id, "asker", vec![ask]).await;
     let run = opened_run(&mut admin, &ws, "asker", "ask over mcp").await;
     let task = run.run.clone().expect("run").task_id;
     let heard = data.path().join("progress.txt");
@@ -566,24 +554,15 @@ async fn a_call_waiting_for_approval_keeps_the_clients_timeout_from_firing(trans
          "arguments": {"path": "asked.txt", "content": "approved"}},
     ]});
     let client = tokio::spawn(async move { run_client(&modules, &plan).await });
-    let events = wait_for(&mut admin, &task, |e| e.kind == "approval_requested").await;
-    let approval = events
-        .last()
-        .and_then(|e| e.needs_you.clone())
-        .expect("needs you")
-        .approval_id;
+    let approval = chorus_tests::approvals::approval_id(
+        &chorus_tests::approvals::asked(&mut admin, &task, 1).await,
+    );
     // Two heartbeats heard: the client has waited past its own timeout.
     chorus_sandbox::testing::eventually("two progress notifications at the client", || {
         std::fs::read_to_string(&heard).is_ok_and(|t| t.lines().count() >= 2)
     })
     .await;
-    admin
-        .answer_approval(pb::AnswerApprovalRequest {
-            task_id: task.clone(),
-            approval_id: approval,
-            approve: true,
-            ..Default::default()
-        })
+    chorus_tests::approvals::answer(&mut admin, &task, &approval, true, false, "")
         .await
         .expect("approve");
     let got = client.await.expect("the client");

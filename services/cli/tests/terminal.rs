@@ -117,6 +117,14 @@ impl Stage {
         ]
     }
 
+    /// [`Self::env`] as `NAME=value` words for a shell (`env {words} chorus …`).
+    fn env_words(&self) -> String {
+        self.env()
+            .iter()
+            .map(|(k, v)| format!("{k}={} ", shell_quote(v)))
+            .collect()
+    }
+
     /// Runs `chorus args` with no terminal: its exit code and output.
     async fn run(&self, args: &[&str]) -> (i32, String, String) {
         self.run_with(args, &[]).await
@@ -268,11 +276,7 @@ async fn a_person_runs_a_task_answers_the_planner_at_the_prompt_and_sees_it_comp
         report("complete", "Wrote hello.txt"),
     ])
     .await;
-    let env: String = stage
-        .env()
-        .iter()
-        .map(|(k, v)| format!("{k}={} ", shell_quote(v)))
-        .collect();
+    let env = stage.env_words();
     let command = format!(
         "env {env} {CHORUS} task run 'Greet the world in hello.txt' --workspace demo --follow; echo EXIT=$?; exec cat"
     );
@@ -813,11 +817,7 @@ async fn a_reviewer_reads_a_tasks_change_and_lands_it_from_the_terminal() {
         "the task worked on its own branch"
     );
 
-    let env: String = stage
-        .env()
-        .iter()
-        .map(|(k, v)| format!("{k}={} ", shell_quote(v)))
-        .collect();
+    let env = stage.env_words();
     let command = format!(
         "env {env} {CHORUS} task show {id}; env {env} {CHORUS} task diff {id}; env {env} {CHORUS} task land {id} --mode squash -m 'Greet the world'; echo EXIT=$?; exec cat"
     );
@@ -885,11 +885,7 @@ async fn a_call_that_asks_shows_in_the_followed_run_and_is_approved_from_another
         .await;
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     assert!(stdout.contains("ask file.create deadline=600"), "{stdout}");
-    let env: String = stage
-        .env()
-        .iter()
-        .map(|(k, v)| format!("{k}={} ", shell_quote(v)))
-        .collect();
+    let env = stage.env_words();
     let command = format!(
         "env {env} {CHORUS} task run 'Write the release note' -w demo --agent writer --no-plan --follow < /dev/null; echo EXIT=$?; exec cat"
     );
@@ -959,11 +955,7 @@ async fn a_person_following_a_run_answers_its_calls_at_the_prompt() {
         ])
         .await;
     assert_eq!(code, 0, "{stdout}\n{stderr}");
-    let env: String = stage
-        .env()
-        .iter()
-        .map(|(k, v)| format!("{k}={} ", shell_quote(v)))
-        .collect();
+    let env = stage.env_words();
     let command = format!(
         "env {env} {CHORUS} task run 'Write two files' -w demo --agent writer --no-plan --follow; echo EXIT=$?; exec cat"
     );

@@ -229,12 +229,7 @@ impl Follower {
                         }
                         // The branch as it stands now (the task is read
                         // again: the stream's copy has no branch news).
-                        let now = self
-                            .state
-                            .store
-                            .get_task(self.task.id)
-                            .await
-                            .map_err(|e| from_core(e.into(), false))?;
+                        let now = self.now().await?;
                         if let Some(change) =
                             crate::core::branches::whole_change(&self.state, &now).await
                         {
@@ -251,12 +246,7 @@ impl Follower {
                 let mut update = convert::status_update(&self.task, &event, state);
                 if to == Some(TaskStatus::AwaitingInput) {
                     // What it waits for: the questions, read as they stand now.
-                    let task = self
-                        .state
-                        .store
-                        .get_task(self.task.id)
-                        .await
-                        .map_err(|e| from_core(e.into(), false))?;
+                    let task = self.now().await?;
                     convert::lead_with(&mut update, convert::status(&task).message);
                 }
                 out.push(update);
@@ -276,12 +266,7 @@ impl Follower {
                 let mut update = convert::status_update(&self.task, &event, self.current());
                 if !self.waiting.is_empty() {
                     // What it waits for: the calls, read as they stand now.
-                    let task = self
-                        .state
-                        .store
-                        .get_task(self.task.id)
-                        .await
-                        .map_err(|e| from_core(e.into(), false))?;
+                    let task = self.now().await?;
                     if let Some(message) = convert::approvals_message(&task) {
                         convert::lead_with(&mut update, Some(message));
                     }
@@ -315,6 +300,15 @@ impl Follower {
             ),
             !self.waiting.is_empty(),
         )
+    }
+
+    /// The task as it stands now (the stream's copy knows only its status).
+    async fn now(&self) -> Result<Task, Status> {
+        self.state
+            .store
+            .get_task(self.task.id)
+            .await
+            .map_err(|e| from_core(e.into(), false))
     }
 
     /// Whether a call of the task waits for the client's approval (the
