@@ -44,6 +44,10 @@ async fn every_status_change_is_pushed_to_the_webhook_once_signed_and_retried() 
         &["--a2a-push-allow-network", "10.200.0.0/16,0.0.0.0/0"],
     )
     .await;
+    // The worker asks before it writes: the wait is pushed too.
+    let mut admin = setup.orchestrator.client().await;
+    let ask = chorus_tests::approvals::rule("file.create", "ask", "", 0);
+    chorus_tests::approvals::set_rules(&mut admin, &setup.workspace.id, "worker", vec![ask]).await;
     let hook = format!("http://{ip}:{port}/hook");
     let own: Vec<String> = nix::ifaddrs::getifaddrs()
         .expect("getifaddrs")
@@ -70,9 +74,16 @@ async fn every_status_change_is_pushed_to_the_webhook_once_signed_and_retried() 
         own.iter()
             .map(|url| json!({ "op": "push_create", "task_id": "$task", "url": url })),
     );
-    let results = run_client(&python, &setup.plan(Value::Array(ops))).await;
+    ops.push(json!({ "op": "send", "task_id": "$task", "data": { "approve": true } }));
+    let mut results = run_client(&python, &setup.plan(Value::Array(ops))).await;
     assert_eq!(
         state(events(&results[0]).last().expect("events")),
+        "TASK_STATE_INPUT_REQUIRED",
+        "the write waits for approval"
+    );
+    let approved = results.pop().expect("the approval's answer");
+    assert_eq!(
+        state(events(&approved).last().expect("events")),
         "TASK_STATE_COMPLETED"
     );
     let secret = results[0]["push_secret"].as_str().unwrap_or_default();
@@ -108,9 +119,10 @@ async fn every_status_change_is_pushed_to_the_webhook_once_signed_and_retried() 
         assert!(message.contains("never this machine"), "{message}");
     }
 
-    // pending → planning → planned → active → completed: four changes, each
-    // delivered once (the first after a 503 and a retry), signed with the
-    // secret (not with the token every notification carries).
+    // pending → planning → planned → active, the call that waits, its
+    // approval, completed: each delivered once (the first after a 503 and a
+    // retry), signed with the secret (not with the token every notification
+    // carries).
     let delivered = |log: &std::path::Path| -> Vec<Value> {
         std::fs::read_to_string(log)
             .unwrap_or_default()
@@ -140,6 +152,8 @@ async fn every_status_change_is_pushed_to_the_webhook_once_signed_and_retried() 
         [
             "TASK_STATE_WORKING",
             "TASK_STATE_WORKING",
+            "TASK_STATE_WORKING",
+            "TASK_STATE_INPUT_REQUIRED",
             "TASK_STATE_WORKING",
             "TASK_STATE_COMPLETED"
         ],

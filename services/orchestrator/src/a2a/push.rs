@@ -23,7 +23,7 @@ use tracing::{info, warn};
 
 use super::convert;
 use crate::domain::push::{MAX_PUSH_ATTEMPTS, PushNetworks, push_retry_ms};
-use crate::domain::{TaskStatus, now_ms};
+use crate::domain::{EventKind, TaskStatus, now_ms};
 use crate::state::AppState;
 use crate::store::{EVENT_PAGE_BYTES, PushDelivery, StoreError};
 
@@ -147,7 +147,13 @@ async fn attempt_once(
         .as_str()
         .and_then(|s| TaskStatus::from_str(s).ok())
         .unwrap_or(task.status);
-    let a2a_state = convert::state_of(to, task.auto_start.is_some(), task.never_started());
+    // The state the event left the task in, whatever came after (its data
+    // says what the call is: tool, arguments, rule, approval id).
+    let a2a_state = match event.kind {
+        EventKind::ApprovalRequested => pb::TaskState::InputRequired,
+        EventKind::ApprovalAnswered => pb::TaskState::Working,
+        _ => convert::state_of(to, task.auto_start.is_some(), task.never_started()),
+    };
     let response = convert::status_update(&task, &event, a2a_state);
     let body = json_of(pool, &response).map_err(Attempt::Failed)?;
     let addrs = reachable(&state.push_networks, &config.url)

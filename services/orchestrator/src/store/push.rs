@@ -255,10 +255,16 @@ fn config_of(
     })
 }
 
-/// Puts each status change among `events` in the outbox once per config of
-/// its task, in the transaction that records it.
+/// Puts each status change among `events` — a call that starts or stops
+/// waiting for approval changes the A2A state too — in the outbox once per
+/// config of its task, in the transaction that records it.
 pub(super) fn enqueue(conn: &mut AnyConnection, events: &[Event]) -> Result<(), StoreError> {
-    for event in events.iter().filter(|e| e.kind == EventKind::StatusChanged) {
+    for event in events.iter().filter(|e| {
+        matches!(
+            e.kind,
+            EventKind::StatusChanged | EventKind::ApprovalRequested | EventKind::ApprovalAnswered
+        )
+    }) {
         let configs: Vec<String> = push_configs::table
             .filter(push_configs::task_id.eq(event.task_id.to_string()))
             .select(push_configs::id)
