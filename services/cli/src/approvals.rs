@@ -24,6 +24,93 @@ pub struct Approve {
     pub deny: Option<String>,
 }
 
+/// Asks the person at the terminal about a call that waits (`needs`) and
+/// answers it; an answer given elsewhere meanwhile (the console, another
+/// terminal) ends the question and says so. False when the input ended.
+pub async fn at_prompt(
+    client: &mut Client,
+    out: &Out,
+    task: &str,
+    needs: &pb::NeedsYou,
+    after: u64,
+) -> Result<bool, Fail> {
+    let id = needs.approval_id.clone();
+    let mut watcher = client.clone();
+    let elsewhere = answered_elsewhere(&mut watcher, task, &id, after);
+    tokio::pin!(elsewhere);
+    let (approve, for_task, reason) = loop {
+        let said = tokio::select! {
+            said = crate::prompt::next_line(
+                "approve it? [y]es / [t]ask (and its rule for the rest of the task) / [n]o REASON: ",
+            ) => said,
+            how = &mut elsewhere => {
+                eprintln!();
+                out.note(&format!("approval {id} was answered elsewhere: {how}"));
+                return Ok(true);
+            }
+        };
+        let Some(said) = said else {
+            return Ok(false);
+        };
+        let said = said.trim();
+        let (word, rest) = said.split_once(' ').unwrap_or((said, ""));
+        match word.to_lowercase().as_str() {
+            "y" | "yes" => break (true, false, String::new()),
+            "t" | "task" => break (true, true, String::new()),
+            "n" | "no" => break (false, false, rest.trim().to_owned()),
+            _ => eprintln!("say y, t, or n followed by why"),
+        }
+    };
+    let answered = client
+        .answer_approval(pb::AnswerApprovalRequest {
+            task_id: task.to_owned(),
+            approval_id: id.clone(),
+            approve,
+            for_task,
+            reason,
+        })
+        .await;
+    match answered {
+        Ok(_) => Ok(true),
+        // Answered elsewhere at the same moment: the history says how.
+        Err(status) if status.code() == tonic::Code::AlreadyExists => {
+            out.note(status.message());
+            Ok(true)
+        }
+        Err(status) => Err(Fail::call("answer the approval", &status)),
+    }
+}
+
+/// Resolves once approval `id` of `task` is answered (after event `after`):
+/// how, and by whom. Pending forever if the watch fails (the question
+/// stays the person's).
+async fn answered_elsewhere(client: &mut Client, task: &str, id: &str, after: u64) -> String {
+    let watched = client
+        .watch_task(pb::WatchTaskRequest {
+            task_id: task.to_owned(),
+            after_sequence: after,
+            follow: true,
+            until_needed: false,
+        })
+        .await;
+    if let Ok(stream) = watched {
+        let mut stream = stream.into_inner();
+        while let Ok(Some(event)) = stream.message().await {
+            let data = Value::Object(chorus_proto::json::from_struct(
+                event.data.clone().unwrap_or_default(),
+            ));
+            if event.kind == "approval_answered" && data["approval_id"] == id {
+                return format!(
+                    "{} by {}",
+                    data["outcome"].as_str().unwrap_or_default(),
+                    data["by"].as_str().unwrap_or_default()
+                );
+            }
+        }
+    }
+    std::future::pending().await
+}
+
 /// Parses rules written `DECISION TOOL [FIELD=VALUE] [deadline=SECONDS]`,
 /// where FIELD is command, path or remote and VALUE runs to the end (or to
 /// ` deadline=`). The server checks what they say.

@@ -27,6 +27,37 @@ pub fn line(question: &str) -> Result<Option<String>, Fail> {
     Ok(Some(answer.trim_end_matches(['\n', '\r']).to_owned()))
 }
 
+/// The next line a person types, for a question asked while something else
+/// may answer it first (an approval answered elsewhere): one thread reads
+/// standard input for the whole process, so that a question given up leaves
+/// no reader behind to take the next line. None at the end of input.
+pub async fn next_line(question: &str) -> Option<String> {
+    use std::sync::OnceLock;
+    use tokio::sync::{Mutex, mpsc};
+    static LINES: OnceLock<Mutex<mpsc::UnboundedReceiver<String>>> = OnceLock::new();
+    let lines = LINES.get_or_init(|| {
+        let (tx, rx) = mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Mutex::new(rx)
+    });
+    let mut lines = lines.lock().await;
+    // What was typed before the question answers nothing.
+    while lines.try_recv().is_ok() {}
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
+    lines
+        .recv()
+        .await
+        .map(|l| l.trim_end_matches('\r').to_owned())
+}
+
 /// A secret from standard input: at a terminal, after `question`, without
 /// echo; else the first line of what is piped in.
 pub fn secret(question: &str) -> Result<String, Fail> {

@@ -471,7 +471,7 @@ impl<'a> Flow<'a> {
     }
 
     /// After a step: follow, or say how to.
-    async fn after_step(mut self, after: u64, follow: bool, what: &str) -> Result<Exit, Fail> {
+    async fn after_step(self, after: u64, follow: bool, what: &str) -> Result<Exit, Fail> {
         if !follow {
             if self.out.format == Format::Json {
                 self.out
@@ -498,7 +498,8 @@ impl<'a> Flow<'a> {
             after = followed.last;
             if let Outcome::NeedsYou(needs) = &followed.outcome
                 && needs.status == "approval"
-                && self.approve_at_prompt(needs).await?
+                && crate::approvals::at_prompt(self.client, self.out, self.task, needs, after)
+                    .await?
             {
                 continue;
             }
@@ -506,46 +507,6 @@ impl<'a> Flow<'a> {
             follow::report_end(self.out, self.task, &followed, &totals);
             return Ok(followed.outcome.exit());
         }
-    }
-
-    /// Asks the person at the terminal about a call that waits, and answers
-    /// it; false when the input ended (nothing answered).
-    async fn approve_at_prompt(&mut self, needs: &pb::NeedsYou) -> Result<bool, Fail> {
-        let (approve, for_task, reason) = loop {
-            let Some(said) = prompt::line(
-                "approve it? [y]es / [t]ask (and its rule for the rest of the task) / [n]o REASON: ",
-            )?
-            else {
-                return Ok(false);
-            };
-            let said = said.trim();
-            let (word, rest) = said.split_once(' ').unwrap_or((said, ""));
-            match word.to_lowercase().as_str() {
-                "y" | "yes" => break (true, false, String::new()),
-                "t" | "task" => break (true, true, String::new()),
-                "n" | "no" => break (false, false, rest.trim().to_owned()),
-                _ => eprintln!("say y, t, or n followed by why"),
-            }
-        };
-        let answered = self
-            .client
-            .answer_approval(pb::AnswerApprovalRequest {
-                task_id: self.task.to_owned(),
-                approval_id: needs.approval_id.clone(),
-                approve,
-                for_task,
-                reason,
-            })
-            .await;
-        match answered {
-            Ok(_) => {}
-            // Answered elsewhere meanwhile: the history says how.
-            Err(status) if status.code() == tonic::Code::AlreadyExists => {
-                self.out.note(status.message());
-            }
-            Err(status) => return Err(Fail::call("answer the approval", &status)),
-        }
-        Ok(true)
     }
 
     async fn start(&mut self, agent: Option<String>, prompt: Option<String>) -> Result<(), Fail> {

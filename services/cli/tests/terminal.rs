@@ -218,6 +218,17 @@ impl Tmux {
         assert!(enter.success());
     }
 
+    /// Waits until the screen shows `text` `n` times.
+    async fn wait_for_count(&self, text: &str, n: usize) -> String {
+        loop {
+            let screen = self.wait_for(text).await;
+            if screen.matches(text).count() >= n {
+                return screen;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Waits until the screen shows `text` (a bound, not a timing: the
     /// screen is polled until then).
     async fn wait_for(&self, text: &str) -> String {
@@ -962,17 +973,34 @@ async fn a_person_following_a_run_answers_its_calls_at_the_prompt() {
     let Some(tmux) = Tmux::start(&command, stage.dir.path()) else {
         return;
     };
-    tmux.wait_for("approve it? [y]es").await;
+    let screen = tmux.wait_for("approve it? [y]es").await;
     assert!(
         !stage.root.path().join("one.txt").exists(),
         "the call waits"
     );
     tmux.send("maybe");
     tmux.wait_for("say y, t, or n").await;
-    tmux.send("y");
-    // The second call asks again; it is denied with a reason.
-    let screen = tmux.wait_for("two.txt (rule").await;
+    // Answered from another terminal while the prompt waits: the prompt
+    // gives way and the run goes on.
+    let task = screen
+        .lines()
+        .find_map(|l| l.strip_prefix("task ")?.strip_suffix(" created"))
+        .expect("the task's id")
+        .to_owned();
+    let approval = screen
+        .split("approval ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .expect("the approval's id")
+        .to_owned();
+    let (code, stdout, stderr) = stage.run(&["approve", &task, &approval]).await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let screen = tmux.wait_for("was answered elsewhere: approved by").await;
+    // The second call asks again; it is denied at the prompt with a reason.
     assert!(screen.contains("✓ approved by"), "{screen}");
+    // Asked, asked again after "maybe", then the second call.
+    let screen = tmux.wait_for_count("approve it? [y]es", 3).await;
+    assert!(screen.contains("two.txt (rule"), "{screen}");
     tmux.send("n not that one");
     let screen = tmux.wait_for("EXIT=").await;
     for expected in ["⛔ denied by", "not that one", "EXIT=0"] {
