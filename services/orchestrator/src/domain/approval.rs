@@ -260,7 +260,13 @@ impl ToolPattern {
                 "no tool family '{family}': families are file, git, task and web"
             ));
         }
-        if chorus_catalog::get(tool).is_some() || tool == chorus_catalog::NETWORK {
+        if tool == chorus_catalog::NETWORK {
+            return Err(
+                "rules on the network grant's destinations are not taken yet: narrow the agent's egress list instead (its host:port rules), or ask before bash and git"
+                    .to_owned(),
+            );
+        }
+        if chorus_catalog::get(tool).is_some() {
             return Ok(Self::Exact(tool.to_owned()));
         }
         Err(format!(
