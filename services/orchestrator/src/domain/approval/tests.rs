@@ -283,7 +283,10 @@ fn rules_that_cannot_work_are_refused_with_the_reason() {
     };
     bad(base("Bash", Decision::Ask), "unknown tool 'Bash'");
     bad(base("net.*", Decision::Ask), "no tool family 'net'");
-    bad(base("network", Decision::Deny), "narrow the agent's egress list");
+    bad(
+        base("network", Decision::Deny),
+        "narrow the agent's egress list",
+    );
     bad(
         Rule {
             path: Some("x".into()),
