@@ -365,12 +365,13 @@ async fn a_handoff_child_asks_under_its_parents_rules() {
         "model",
     )
     .await;
-    // The lead asks before any file is made; the helper's own rule allows it.
+    // The lead asks before it hands off and before any file is made; the
+    // helper's own rule allows files.
     set_rules(
         &mut client,
         &team.workspace.id,
         &team.agent,
-        vec![rule("file.*", "ask", "", 0)],
+        vec![rule("file.*", "ask", "", 0), rule("handoff", "ask", "", 0)],
     )
     .await;
     set_rules(
@@ -382,7 +383,25 @@ async fn a_handoff_child_asks_under_its_parents_rules() {
     .await;
     let task = planned_task(&mut client, &team.workspace, "Have the helper write.").await;
     start(&mut client, &task, &team.agent, 0).await;
-    let request = asked(&mut client, &task.id, 1).await;
+    // The handoff itself waits first, with what it would hand over.
+    let handing = asked(&mut client, &task.id, 1).await;
+    let d = data(&handing);
+    assert_eq!(
+        (d["tool"].as_str(), d["input"]["agent"].as_str()),
+        (Some("handoff"), Some("helper")),
+        "{d}"
+    );
+    answer(
+        &mut client,
+        &task.id,
+        &approval_id(&handing),
+        true,
+        false,
+        "",
+    )
+    .await
+    .expect("approve the handoff");
+    let request = asked(&mut client, &task.id, 2).await;
     let d = data(&request);
     assert_eq!(
         (d["agent"].as_str(), d["rule_agent"].as_str()),

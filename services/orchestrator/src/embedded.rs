@@ -41,7 +41,7 @@ impl InProcessGate {
             .verifier
             .verify_token(token)
             .map_err(|e| refused(e.into()))?;
-        let parent = core::handoff_parent(&self.state, &verified)
+        let parent = core::handoff_parent(&self.state, &verified, Value::Object(arguments.clone()))
             .await
             .map_err(refused)?;
         let request = chorus_proto::handoff::request(arguments);

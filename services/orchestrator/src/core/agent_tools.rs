@@ -276,13 +276,32 @@ impl AgentTools {
 }
 
 /// The parent of a handoff made with a run's token (`verified`): that run,
-/// which must be allowed to hand off now.
+/// which must be allowed to hand off now — its allow-list, then its
+/// approval rules on the handoff's `arguments` (an ask waits here).
 pub async fn handoff_parent(
     state: &AppState,
     verified: &VerifiedToken,
+    arguments: Value,
 ) -> Result<Run, ServiceError> {
     let parent = run_of_token(state, verified).await?;
     authorize(state, &parent, "handoff").await?;
+    let call = approvals::ToolCall {
+        arguments,
+        ..approvals::ToolCall::default()
+    };
+    match approvals::ruling(state, &parent, "handoff", &call).await? {
+        Some((ruling, _)) if ruling.decision == Decision::Deny => {
+            approvals::deny(state, &parent, "handoff", &ruling).await?;
+        }
+        Some((ruling, _)) if ruling.decision == Decision::Ask => {
+            approvals::ask(state, &parent, "handoff", &call, ruling).await?;
+            // Read again: it may have ended while it waited.
+            let parent = run_of_token(state, verified).await?;
+            policy::check_tool_call(&parent, "handoff")?;
+            return Ok(parent);
+        }
+        _ => {}
+    }
     Ok(parent)
 }
 

@@ -166,13 +166,17 @@ pub(crate) async fn run_of_caller<T>(
 
 /// The parent of a Handoff call: the run whose token was its credential (see
 /// [`core::handoff_parent`]), or none for a caller with a key.
-pub(crate) async fn parent_of<T>(
+pub(crate) async fn parent_of(
     state: &AppState,
-    request: &Request<T>,
+    request: &Request<pb::HandoffRequest>,
 ) -> Result<Option<Run>, ServiceError> {
     match request.extensions().get::<Principal>() {
         Some(Principal::Run { verified, .. }) => {
-            core::handoff_parent(state, verified).await.map(Some)
+            let r = request.get_ref();
+            let arguments = json!({ "agent": r.agent, "prompt": r.prompt });
+            core::handoff_parent(state, verified, arguments)
+                .await
+                .map(Some)
         }
         _ => Ok(None),
     }
