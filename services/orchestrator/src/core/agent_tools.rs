@@ -73,15 +73,7 @@ impl AgentTools {
             arguments: arguments.clone(),
             ..approvals::ToolCall::default()
         };
-        match approvals::ruling(&self.state, run, tool, &call).await? {
-            Some((ruling, _)) if ruling.decision == Decision::Deny => {
-                approvals::deny(&self.state, run, tool, &ruling).await?;
-            }
-            Some((ruling, _)) if ruling.decision == Decision::Ask => {
-                approvals::ask(&self.state, run, tool, &call, ruling).await?;
-            }
-            _ => {}
-        }
+        approvals::check(&self.state, run, tool, &call).await?;
         let started = Instant::now();
         let result = self.execute(run, tool, arguments.clone()).await;
         let elapsed = started.elapsed();
@@ -289,18 +281,11 @@ pub async fn handoff_parent(
         arguments,
         ..approvals::ToolCall::default()
     };
-    match approvals::ruling(state, &parent, "handoff", &call).await? {
-        Some((ruling, _)) if ruling.decision == Decision::Deny => {
-            approvals::deny(state, &parent, "handoff", &ruling).await?;
-        }
-        Some((ruling, _)) if ruling.decision == Decision::Ask => {
-            approvals::ask(state, &parent, "handoff", &call, ruling).await?;
-            // Read again: it may have ended while it waited.
-            let parent = run_of_token(state, verified).await?;
-            policy::check_tool_call(&parent, "handoff")?;
-            return Ok(parent);
-        }
-        _ => {}
+    if approvals::check(state, &parent, "handoff", &call).await? {
+        // Read again: it may have ended while it waited.
+        let parent = run_of_token(state, verified).await?;
+        policy::check_tool_call(&parent, "handoff")?;
+        return Ok(parent);
     }
     Ok(parent)
 }
@@ -400,14 +385,14 @@ pub(crate) async fn authorize_reported(
     };
     match ruling {
         None => {}
-        Some((ruling, _)) if ruling.decision == Decision::Allow => {}
-        Some((ruling, _)) if ruling.decision == Decision::Deny => {
+        Some(ruling) if ruling.decision == Decision::Allow => {}
+        Some(ruling) if ruling.decision == Decision::Deny => {
             forget(noted).await;
             return approvals::deny(state, &run, tool, &ruling)
                 .await
                 .map(|()| 0);
         }
-        Some((ruling, _)) => {
+        Some(ruling) => {
             forget(noted).await;
             let call = call.cloned().unwrap_or_default();
             approvals::ask(state, &run, tool, &call, ruling).await?;

@@ -33,7 +33,7 @@ pub(crate) async fn ruling(
     run: &Run,
     tool: &str,
     call: &ToolCall,
-) -> Result<Option<(Ruling, CallFacts)>, ServiceError> {
+) -> Result<Option<Ruling>, ServiceError> {
     if run.rules.is_empty() || chorus_catalog::get(tool).is_some_and(|t| t.always_granted) {
         return Ok(None);
     }
@@ -52,7 +52,28 @@ pub(crate) async fn ruling(
         let task = state.store.get_task(run.task_id).await?;
         ruling = run.rules.decide(&facts, &task.approvals.task_rules)?;
     }
-    Ok(Some((ruling, facts)))
+    Ok(Some(ruling))
+}
+
+/// Holds a call to its run's rules: Ok(false) when it may run at once,
+/// Ok(true) when it waited for a person who approved it (its run is to be
+/// read again: it may have changed meanwhile); a denial or a refusal is the
+/// error.
+pub(crate) async fn check(
+    state: &AppState,
+    run: &Run,
+    tool: &str,
+    call: &ToolCall,
+) -> Result<bool, ServiceError> {
+    match ruling(state, run, tool, call).await? {
+        Some(ruling) if ruling.decision == Decision::Deny => {
+            deny(state, run, tool, &ruling).await.map(|()| false)
+        }
+        Some(ruling) if ruling.decision == Decision::Ask => {
+            ask(state, run, tool, call, ruling).await.map(|()| true)
+        }
+        _ => Ok(false),
+    }
 }
 
 /// Refuses a call a deny rule decides, recording `tool_denied` with the rule.
