@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
-    Client, add_agent, api_team, cancel, data, ends_run, planned_task, start, summary, task_of,
-    wait_for,
+    Client, add_agent, api_team, cancel, data, ends_run, history, planned_task, start, summary,
+    task_of, wait_for,
 };
 use chorus_tests::approvals::{answer, approval_id, asked, rule, set_rules};
 use chorus_tests::db::databases;
@@ -548,7 +548,7 @@ async fn a_call_waiting_when_the_orchestrator_dies_is_asked_again_and_runs_once(
         let second = OrchestratorProcess::spawn(data_dir.path(), &db.url, &[]).await;
         let mut client = second.client().await;
         let again = asked(&mut client, &task.id, 2).await;
-        let events = history_of(&mut client, &task.id).await;
+        let events = history(&mut client, &task.id).await;
         let ended = events
             .iter()
             .find(|e| e.kind == "approval_answered" && data(e)["approval_id"] == old.as_str())
@@ -576,7 +576,7 @@ async fn a_call_waiting_when_the_orchestrator_dies_is_asked_again_and_runs_once(
             e.kind == "status_changed" && data(e)["to"] == "completed"
         })
         .await;
-        let events = history_of(&mut client, &task.id).await;
+        let events = history(&mut client, &task.id).await;
         let created = events
             .iter()
             .filter(|e| {
@@ -595,10 +595,6 @@ async fn a_call_waiting_when_the_orchestrator_dies_is_asked_again_and_runs_once(
         let status = second.stop().await;
         assert!(status.success(), "{b}: {status:?}");
     }
-}
-
-async fn history_of(client: &mut Client, task: &str) -> Vec<pb::TaskEvent> {
-    chorus_tests::agents::history(client, task).await
 }
 
 /// Two replicas behind one address: a CLI agent's call waits on the replica
