@@ -18,6 +18,7 @@ mod agents;
 mod api_keys;
 mod call_record;
 mod calls;
+mod changed_files;
 mod connection;
 mod feed;
 mod kept;
@@ -81,6 +82,7 @@ impl Committed for (Task, Vec<Run>, Vec<Event>) {
 }
 
 pub use agents::{AgentChanges, NewAgent};
+pub use changed_files::ChangedFile;
 pub use feed::{ChangesPage, FEED_CHANNEL};
 pub use providers::{NewProvider, ProviderChanges};
 pub use push::PushDelivery;
@@ -88,9 +90,8 @@ pub use replicas::{Claim, HANDED_ON_CHANNEL, Heartbeat, ReplicaIdentity, Replica
 pub use run_token_keys::KEYS_CHANNEL;
 pub use runs::NewRun;
 pub use tasks::{
-    ChangedFile, DEFAULT_PAGE_SIZE, EVENT_PAGE_BYTES, EventDraft, FOLLOW_PAGE_BYTES, MAX_EVENTS,
-    MAX_PAGE_SIZE, NewTask, TASK_CHANNEL, TASK_PAGE_BYTES, TASK_REQUEST, TaskQuery,
-    parse_task_notice,
+    DEFAULT_PAGE_SIZE, EVENT_PAGE_BYTES, EventDraft, FOLLOW_PAGE_BYTES, MAX_EVENTS, MAX_PAGE_SIZE,
+    NewTask, TASK_CHANNEL, TASK_PAGE_BYTES, TASK_REQUEST, TaskQuery, parse_task_notice,
 };
 pub use usage::CallId;
 
