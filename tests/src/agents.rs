@@ -125,6 +125,13 @@ pub async fn workspace(client: &mut Client, name: &str, root: &Path) -> pb::Work
         .into_inner()
 }
 
+/// The task's own branch; a failure naming why it has none.
+pub fn branch_of(task: &pb::Task) -> pb::TaskBranch {
+    task.branch
+        .clone()
+        .unwrap_or_else(|| panic!("task {} has no branch: {}", task.id, task.branch_note))
+}
+
 /// The task as it is now.
 pub async fn task_of(client: &mut Client, id: &str) -> pb::Task {
     client

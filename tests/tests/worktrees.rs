@@ -6,7 +6,7 @@ use std::path::Path;
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_tests::agents::{
-    Client, api_team, data, ends, history, opened_run, planned_task, settled, start, task_of, team,
+    Client, api_team, branch_of, data, ends, history, planned_task, settled, start, task_of, team,
     wait_for,
 };
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
@@ -54,12 +54,6 @@ fn tool_results(model: &FakeOpenAi) -> Vec<String> {
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
         .collect()
-}
-
-fn branch(task: &pb::Task) -> pb::TaskBranch {
-    task.branch
-        .clone()
-        .unwrap_or_else(|| panic!("task {} has no branch: {}", task.id, task.branch_note))
 }
 
 async fn change(client: &mut Client, task: &str) -> pb::GetTaskChangeResponse {
@@ -119,7 +113,7 @@ async fn two_tasks_on_one_file_land_one_after_the_other_through_a_follow_up() {
     let one = worked(&mut client, &team.workspace, "Capitalise two.").await;
     let two = worked(&mut client, &team.workspace, "Exclaim two.").await;
     assert_eq!(two.status, "completed");
-    let (b1, b2) = (branch(&one), branch(&two));
+    let (b1, b2) = (branch_of(&one), branch_of(&two));
     assert_eq!(b1.state, "open");
     assert_eq!(b1.base, "main");
     assert_eq!(b1.name, format!("chorus/{}", &one.id[..8]));
@@ -201,7 +195,7 @@ async fn two_tasks_on_one_file_land_one_after_the_other_through_a_follow_up() {
 
     // One lands first: main fast-forwards to its work.
     let landed = land(&mut client, &one.id).await.expect("one lands");
-    let b1 = branch(&landed);
+    let b1 = branch_of(&landed);
     assert_eq!(b1.state, "landed");
     assert_eq!(b1.landed_commit, git(&root, &["rev-parse", "main"]));
     assert!(!b1.landed_by.is_empty());
@@ -210,10 +204,10 @@ async fn two_tasks_on_one_file_land_one_after_the_other_through_a_follow_up() {
         "one\nTWO\nthree\n"
     );
     assert!(
-        !Path::new(&branch(&one).worktree).exists(),
+        !Path::new(&branch_of(&one).worktree).exists(),
         "its worktree went"
     );
-    assert!(git(&root, &["branch", "--list", &branch(&one).name]).is_empty());
+    assert!(git(&root, &["branch", "--list", &branch_of(&one).name]).is_empty());
     let kinds: Vec<String> = history(&mut client, &one.id)
         .await
         .into_iter()
@@ -232,7 +226,10 @@ async fn two_tasks_on_one_file_land_one_after_the_other_through_a_follow_up() {
     );
     assert!(refused.message().contains("a.txt"), "{}", refused.message());
     assert_eq!(git(&root, &["rev-parse", "main"]), main_before);
-    assert_eq!(branch(&task_of(&mut client, &two.id).await).state, "open");
+    assert_eq!(
+        branch_of(&task_of(&mut client, &two.id).await).state,
+        "open"
+    );
     assert!(
         Path::new(&b2.worktree).is_dir(),
         "two's worktree is as it was"
@@ -250,8 +247,8 @@ async fn two_tasks_on_one_file_land_one_after_the_other_through_a_follow_up() {
         .await
         .expect("a follow-up")
         .into_inner();
-    assert_eq!(branch(&follow_up).name, b2.name);
-    assert_eq!(branch(&follow_up).continues_task_id, two.id);
+    assert_eq!(branch_of(&follow_up).name, b2.name);
+    assert_eq!(branch_of(&follow_up).continues_task_id, two.id);
     chorus_tests::agents::mark_planned(&mut client, &follow_up.id).await;
     let run = start(&mut client, &follow_up, "worker", 0)
         .await
@@ -275,7 +272,7 @@ async fn two_tasks_on_one_file_land_one_after_the_other_through_a_follow_up() {
     );
     let two_now = task_of(&mut client, &two.id).await;
     assert_eq!(
-        branch(&two_now).state,
+        branch_of(&two_now).state,
         "kept",
         "two's worktree went to the follow-up"
     );
@@ -291,14 +288,14 @@ async fn two_tasks_on_one_file_land_one_after_the_other_through_a_follow_up() {
     let landed = land(&mut client, &follow_up.id)
         .await
         .expect("the follow-up lands");
-    assert_eq!(branch(&landed).state, "landed");
+    assert_eq!(branch_of(&landed).state, "landed");
     assert_eq!(
         std::fs::read_to_string(root.join("a.txt")).expect("top"),
         "one\nTWO!\nthree\n"
     );
     // main took the follow-up's work as it was: the branch holds main.
     assert_eq!(
-        branch(&landed).landed_commit,
+        branch_of(&landed).landed_commit,
         git(&root, &["rev-parse", "main"])
     );
     let merges = git(&root, &["log", "--merges", "--format=%s", "main"]);
@@ -347,7 +344,7 @@ async fn a_canceled_task_leaves_no_worktree_and_keeps_its_work_on_its_branch() {
 
     chorus_tests::agents::cancel(&mut client, &task.id, "not needed").await;
     let task = task_of(&mut client, &task.id).await;
-    let b = branch(&task);
+    let b = branch_of(&task);
     assert_eq!(b.state, "kept");
     assert!(b.worktree.is_empty());
     assert!(!Path::new(&worktree).exists(), "no worktree is left");
@@ -374,7 +371,7 @@ async fn a_canceled_task_leaves_no_worktree_and_keeps_its_work_on_its_branch() {
         .await
         .expect("discard")
         .into_inner();
-    assert_eq!(branch(&discarded).state, "discarded");
+    assert_eq!(branch_of(&discarded).state, "discarded");
     assert!(git(&root, &["branch", "--list", &b.name]).is_empty());
     orchestrator.stop().await;
 }
@@ -424,7 +421,7 @@ async fn a_handoff_helper_writes_into_its_parents_worktree() {
     chorus_tests::agents::cli_helper(&mut client, &team.workspace, &["file.create"]).await;
     let task = worked(&mut client, &team.workspace, "Get the part written.").await;
     assert_eq!(task.status, "completed");
-    let worktree = branch(&task).worktree;
+    let worktree = branch_of(&task).worktree;
     assert_eq!(
         std::fs::read_to_string(Path::new(&worktree).join("part.txt")).expect("in the worktree"),
         "done by the helper"
@@ -443,118 +440,6 @@ async fn a_handoff_helper_writes_into_its_parents_worktree() {
         .runs;
     assert_eq!(runs.len(), 2, "{runs:?}");
     orchestrator.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_accounts_for_every_one_of_fifty_worktrees() {
-    let data_dir = tempfile::tempdir().expect("data");
-    let root = tempfile::tempdir().expect("root");
-    let root = root.path().canonicalize().expect("canonical");
-    repository(&root);
-    let database = data_dir.path().join("chorus.db").display().to_string();
-    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key set");
-    let orchestrator = Orchestrator::start_configured(&database, signer, true, |_| {}).await;
-    let mut client = orchestrator.client().await;
-    let model = FakeOpenAi::start(Vec::new()).await;
-    let team =
-        chorus_tests::agents::api_team(&mut client, &root, &model, &["file.read"], "You read.")
-            .await;
-
-    // 30 tasks whose worktrees stay: each opened by a run its caller drives.
-    let mut open = Vec::new();
-    for i in 0..30 {
-        let opened = opened_run(&mut client, &team.workspace, "worker", &format!("task {i}")).await;
-        let run = opened.run.expect("run");
-        client
-            .finish_run(pb::FinishRunRequest {
-                id: run.id.clone(),
-                reason: "paused".into(),
-            })
-            .await
-            .expect("finish");
-        open.push(run.task_id);
-    }
-    // 10 canceled tasks whose worktree a crash left behind (made again by
-    // hand where the cancel removed it), and 10 of no task at all.
-    let mut kept = Vec::new();
-    for i in 0..10 {
-        let opened = opened_run(&mut client, &team.workspace, "worker", &format!("gone {i}")).await;
-        let task = opened.run.expect("run").task_id;
-        chorus_tests::agents::cancel(&mut client, &task, "gone").await;
-        let b = branch(&task_of(&mut client, &task).await);
-        let path = root.join(".git/chorus/worktrees").join(&task);
-        git(
-            &root,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                &path.display().to_string(),
-                &b.name,
-            ],
-        );
-        kept.push(task);
-    }
-    for i in 0..10 {
-        let name = uuid_like(i);
-        let path = root.join(".git/chorus/worktrees").join(&name);
-        git(
-            &root,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                "--detach",
-                &path.display().to_string(),
-                "main",
-            ],
-        );
-    }
-    chorus_sandbox::testing::give_to_test_user(&root);
-    let on_disk = |root: &Path| -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(root.join(".git/chorus/worktrees"))
-            .expect("worktrees")
-            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    };
-    assert_eq!(on_disk(&root).len(), 50);
-
-    orchestrator.stop().await;
-    let signer = chorus_run_token::load_or_create_signer(data_dir.path()).expect("key set");
-    let orchestrator = Orchestrator::start_configured(&database, signer, true, |_| {}).await;
-    let mut client = orchestrator.client().await;
-    // Every worktree is accounted for before the service answers.
-    let mut want = open.clone();
-    want.sort();
-    assert_eq!(
-        on_disk(&root),
-        want,
-        "only the open tasks' worktrees are left"
-    );
-    assert_eq!(
-        git(&root, &["worktree", "list", "--porcelain"])
-            .matches("worktree ")
-            .count(),
-        31,
-        "the repository records the top level and the open ones"
-    );
-    for task in &kept {
-        let t = task_of(&mut client, task).await;
-        assert_eq!(branch(&t).state, "kept");
-        assert!(git(&root, &["rev-parse", "--verify", &branch(&t).name]).len() == 40);
-    }
-    for task in &open {
-        let t = task_of(&mut client, task).await;
-        assert_eq!(branch(&t).state, "open");
-        assert!(Path::new(&branch(&t).worktree).is_dir());
-    }
-    orchestrator.stop().await;
-}
-
-fn uuid_like(i: usize) -> String {
-    format!("00000000-0000-4000-8000-{i:012}")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -609,7 +494,7 @@ async fn deleting_a_task_takes_its_worktree_and_branch_with_it() {
     let mut client = orchestrator.client().await;
     let team = api_team(&mut client, &root, &model, &["file.write"], "You edit.").await;
     let task = worked(&mut client, &team.workspace, "Change a.txt.").await;
-    let b = branch(&task);
+    let b = branch_of(&task);
     assert_eq!(
         (task.status.as_str(), b.state.as_str()),
         ("completed", "open")
@@ -690,7 +575,7 @@ async fn the_real_claude_code_cli_works_in_its_tasks_worktree() {
     .await;
     let task = worked(&mut client, &team.workspace, "Add a note.").await;
     assert_eq!(task.status, "completed", "{}", task.status_reason);
-    let b = branch(&task);
+    let b = branch_of(&task);
     assert_eq!(
         std::fs::read_to_string(Path::new(&b.worktree).join("notes/claude.txt"))
             .expect("in the worktree"),
@@ -797,8 +682,8 @@ async fn two_tasks_editing_one_file_at_once_each_see_only_their_own() {
         assert!(read.contains(mine) && !read.contains(theirs), "{read}");
     }
     let (a, b) = (
-        branch(&task_of(&mut client, &tasks[0].id).await),
-        branch(&task_of(&mut client, &tasks[1].id).await),
+        branch_of(&task_of(&mut client, &tasks[0].id).await),
+        branch_of(&task_of(&mut client, &tasks[1].id).await),
     );
     assert_ne!(a.worktree, b.worktree);
     assert_eq!(
