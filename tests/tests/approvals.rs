@@ -660,3 +660,96 @@ async fn a_call_waiting_on_one_replica_runs_when_the_answer_reaches_the_other() 
         summary(&events)
     );
 }
+
+/// The two-service shape, each credential allowed two calls at once: many
+/// more calls of tool-exec's key wait for people than that, and meanwhile
+/// another run's tool calls, an admin's calls and the answers are served;
+/// every waiting call runs once approved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn calls_waiting_for_people_hold_no_places_and_other_calls_are_served() {
+    let Some(cluster) = chorus_tests::cluster::Cluster::start_with(
+        1,
+        10,
+        &["--max-concurrent-requests-per-credential", "2"],
+    )
+    .await
+    else {
+        return chorus_tests::faults::no_postgres();
+    };
+    let mut client = cluster.client(0).await;
+    let ws = cluster.team(&mut client).await;
+    add_agent(&mut client, &ws, "w", &["file.create"], "claude").await;
+    add_agent(&mut client, &ws, "free", &["file.create"], "claude").await;
+    set_rules(
+        &mut client,
+        &ws.id,
+        "w",
+        vec![rule("file.create", "ask", "", 0)],
+    )
+    .await;
+    let script = |file: &str| {
+        [
+            format!(
+                r#"fake: call {{"tool":"file.create","path":"{file}","content":"{file}"}}"#
+            ),
+            format!(
+                r#"fake: call {{"tool":"completion-report","status":"complete","summary":"written","output":"{file}"}}"#
+            ),
+        ]
+        .join("\n")
+    };
+    let mut waiting = Vec::new();
+    for i in 0..4 {
+        let task = planned_task(&mut client, &ws, &script(&format!("asked-{i}.txt"))).await;
+        start(&mut client, &task, "w", 0).await;
+        let request = asked(&mut client, &task.id, 1).await;
+        waiting.push((task, approval_id(&request)));
+    }
+
+    // Four calls of tool-exec's key wait; its places are two.
+    let free = planned_task(&mut client, &ws, &script("free.txt")).await;
+    start(&mut client, &free, "free", 0).await;
+    let events = wait_for(&mut client, &free.id, |e| {
+        e.kind == "status_changed" && (data(e)["to"] == "completed" || data(e)["to"] == "failed")
+    })
+    .await;
+    assert_eq!(
+        data(events.last().expect("an ending"))["to"],
+        "completed",
+        "another run's tool call is served while four wait: {:#?}",
+        summary(&events)
+    );
+    assert!(cluster.root.path().join("free.txt").exists());
+    let listed = client
+        .list_tasks(pb::ListTasksRequest {
+            workspace_id: ws.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("an admin's call is served while calls wait")
+        .into_inner();
+    assert_eq!(listed.tasks.len(), 5);
+    for (i, (task, _)) in waiting.iter().enumerate() {
+        assert!(
+            !cluster.root.path().join(format!("asked-{i}.txt")).exists(),
+            "task {} still waits",
+            task.id
+        );
+    }
+
+    for (i, (task, approval)) in waiting.iter().enumerate() {
+        answer(&mut client, &task.id, approval, true, false, "")
+            .await
+            .expect("approve");
+        let events = wait_for(&mut client, &task.id, |e| {
+            e.kind == "status_changed" && data(e)["to"] == "completed"
+        })
+        .await;
+        chorus_tests::cluster::check_history(&events);
+        assert_eq!(
+            std::fs::read_to_string(cluster.root.path().join(format!("asked-{i}.txt")))
+                .expect("written once approved"),
+            format!("asked-{i}.txt")
+        );
+    }
+}

@@ -96,6 +96,7 @@ impl RunGate for InProcessGate {
             arguments: c.arguments.clone(),
             call_key: c.key.clone(),
             resolved_path: c.resolved_path.clone(),
+            while_waiting: crate::core::approvals::WhileWaiting::default(),
         });
         let fence = core::authorize_reported(
             &self.state,
@@ -158,7 +159,12 @@ impl RunGate for InProcessGate {
             .map_err(refused)?;
         let called = self
             .tools
-            .call(&run, tool, Value::Object(arguments))
+            .call(
+                &run,
+                tool,
+                Value::Object(arguments),
+                crate::core::approvals::WhileWaiting::default(),
+            )
             .await
             .map_err(refused)?;
         Ok(ToolOutcome {

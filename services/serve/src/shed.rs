@@ -40,7 +40,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -386,6 +386,9 @@ impl Shared {
         let lifetime = matches!(caller, Caller::Anonymous)
             .then_some(self.anonymous_stream)
             .filter(|_| kind == CallKind::Stream);
+        let held = HeldPlaces(Arc::new(Mutex::new(Some(places))));
+        let mut request = request;
+        request.extensions_mut().insert(held.clone());
         let response = inner.call(request).await?;
         // A unary answer waits to be read from when it is made: a client that
         // leaves its window shut never lets its first frame be asked for.
@@ -397,7 +400,7 @@ impl Shared {
         Ok(response.map(|body| {
             Body::new(Held {
                 body,
-                places: Some(places),
+                places: held.take(),
                 made,
                 on_conn,
                 answers: Some(Answers {
@@ -518,8 +521,6 @@ impl Shared {
     }
 }
 
-/// The places a call holds until its answer is read: its kind's and its
-/// credential's.
 /// What an admitted call holds until it ends: its place of its kind, of the
 /// unreserved share (keys without reserved room), of its credential.
 #[derive(Debug)]
@@ -527,6 +528,26 @@ struct Places {
     _kind: OwnedSemaphorePermit,
     _share: Option<OwnedSemaphorePermit>,
     _own: Option<CredentialPlace>,
+}
+
+/// An admitted call's places, given to its handler as a request extension:
+/// a call that is about to wait for a person, not for the service (an
+/// approval), gives them back, so that however many calls wait for people
+/// at once, no caller's or kind's places fill and other calls are served.
+/// What the call does after its wait holds no place; the places of the
+/// calls that caused it (an agent's call to tool-exec) still bound it.
+#[derive(Debug, Clone)]
+pub struct HeldPlaces(Arc<Mutex<Option<Places>>>);
+
+impl HeldPlaces {
+    /// Gives back the call's places now (once; later calls do nothing).
+    pub fn give_back(&self) {
+        drop(self.take());
+    }
+
+    fn take(&self) -> Option<Places> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
 }
 
 /// The bytes of an answer sent but not yet read, counted against its

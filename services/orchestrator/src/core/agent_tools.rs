@@ -49,13 +49,15 @@ impl AgentTools {
     }
 
     /// Calls `tool` for `run` (the run of the caller's token): checked
-    /// against the run's allow-list, executed, recorded in its history
-    /// whether it succeeded or not.
+    /// against the run's allow-list and its approval rules (`while_waiting`:
+    /// what the face does if it waits for a person), executed, recorded in
+    /// its history whether it succeeded or not.
     pub async fn call(
         &self,
         run: &Run,
         tool: &str,
         arguments: Value,
+        while_waiting: approvals::WhileWaiting,
     ) -> Result<Called, ServiceError> {
         let spec = chorus_catalog::get(tool).ok_or_else(|| {
             ServiceError::Invalid(format!(
@@ -71,6 +73,7 @@ impl AgentTools {
         authorize(&self.state, run, tool).await?;
         let call = approvals::ToolCall {
             arguments: arguments.clone(),
+            while_waiting,
             ..approvals::ToolCall::default()
         };
         approvals::check(&self.state, run, tool, &call).await?;

@@ -24,6 +24,37 @@ pub struct ToolCall {
     pub call_key: String,
     /// Where a file tool's path leads once links are followed.
     pub resolved_path: Option<String>,
+    /// What its face does once the call waits for a person.
+    pub while_waiting: WhileWaiting,
+}
+
+/// What a face does when a call starts to wait for a person: the gRPC
+/// server gives back the call's places, so that calls waiting for people,
+/// however many, never fill a caller's places (see
+/// `chorus_serve::shed::HeldPlaces`).
+#[derive(Clone, Default)]
+pub struct WhileWaiting(Option<std::sync::Arc<dyn Fn() + Send + Sync>>);
+
+impl WhileWaiting {
+    pub fn new(begin: impl Fn() + Send + Sync + 'static) -> Self {
+        Self(Some(std::sync::Arc::new(begin)))
+    }
+
+    fn begin(&self) {
+        if let Some(begin) = &self.0 {
+            begin();
+        }
+    }
+}
+
+impl std::fmt::Debug for WhileWaiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "WhileWaiting(..)"
+        } else {
+            "WhileWaiting(none)"
+        })
+    }
 }
 
 /// What the rules of `run` decide about `tool` with `call`'s arguments; the
@@ -141,6 +172,7 @@ pub(crate) async fn ask(
     let approval = approval_of(&task, run_id, &call_key)?;
     info!(task_id = %task_id, run_id = %run_id, approval_id = %approval.id, tool, "a call waits for approval");
     let asked = std::time::Instant::now();
+    call.while_waiting.begin();
     let outcome = wait(state, &mut changes, task_id, run_id, &call_key).await;
     chorus_telemetry::metrics().approval(
         outcome.as_ref().map_or("error", |a| {

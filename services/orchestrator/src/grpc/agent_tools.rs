@@ -43,11 +43,15 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         request: Request<pb::CallToolRequest>,
     ) -> Result<Response<pb::CallToolResponse>, Status> {
         let run = run_of_caller(&self.state, &request).await?;
+        let while_waiting = gives_back_places(&request);
         let pb::CallToolRequest { tool, arguments } = request.into_inner();
         let arguments = arguments.map_or(Value::Object(serde_json::Map::new()), |s| {
             Value::Object(json::from_struct(s))
         });
-        let called = self.tools.call(&run, &tool, arguments).await?;
+        let called = self
+            .tools
+            .call(&run, &tool, arguments, while_waiting)
+            .await?;
         let metadata = json::to_struct(serde_json::Map::from_iter([(
             "duration_ms".to_owned(),
             json!(called.duration_ms),
@@ -62,6 +66,7 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
         &self,
         request: Request<pb::AuthorizeToolCallRequest>,
     ) -> Result<Response<pb::AuthorizeToolCallResponse>, Status> {
+        let while_waiting = gives_back_places(&request);
         let r = request.into_inner();
         let call_id = call_id(r.call_id)?;
         // A question asked again while the call runs carries no call.
@@ -73,6 +78,7 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
                 ),
                 call_key: r.call_key,
                 resolved_path: Some(r.resolved_path).filter(|p| !p.is_empty()),
+                while_waiting,
             }
         });
         let fence =
@@ -161,6 +167,19 @@ pub(crate) async fn run_of_caller<T>(
     match request.extensions().get::<Principal>() {
         Some(Principal::Run { verified, .. }) => run_of_token(state, verified).await,
         _ => Err(TokenError::Missing.into()),
+    }
+}
+
+/// A call's places on this server, given back once it waits for a person:
+/// tool-exec's calls of every run share its key's places, and waits for
+/// people must not fill them.
+fn gives_back_places<T>(request: &Request<T>) -> crate::core::approvals::WhileWaiting {
+    match request.extensions().get::<chorus_serve::shed::HeldPlaces>() {
+        Some(places) => {
+            let places = places.clone();
+            crate::core::approvals::WhileWaiting::new(move || places.give_back())
+        }
+        None => crate::core::approvals::WhileWaiting::default(),
     }
 }
 

@@ -555,3 +555,93 @@ async fn quotas_of_roles_and_keys_replace_the_default_share() {
         call.await.expect("task").expect("answered");
     }
 }
+
+#[tokio::test]
+async fn calls_waiting_for_a_person_give_back_their_places_and_others_are_served() {
+    // Calls to Get wait for a person: they give back their places first.
+    let (calls, mut waiting) = tokio::sync::mpsc::unbounded_channel::<oneshot::Sender<()>>();
+    let inner = tower::service_fn(move |request: Request| {
+        let calls = calls.clone();
+        async move {
+            if request.uri().path() == "/demo.v1.Demo/Get" {
+                let places = request.extensions().get::<HeldPlaces>().cloned();
+                places
+                    .expect("the places are given to the handler")
+                    .give_back();
+                let (answer, answered) = oneshot::channel();
+                let _ = calls.send(answer);
+                let _ = answered.await;
+            }
+            Ok::<_, Infallible>(Status::ok("").into_http::<Body>())
+        }
+    });
+    let capacity = Capacity {
+        credential_unary: 2,
+        ..CAPACITY
+    };
+    let service = LoadShedLayer::new(crate::calls::demo(), capacity, Vec::new(), None, "the demo")
+        .layer(inner);
+
+    // Ten waits of one key: past its two places and the keys' two.
+    let mut calls = Vec::new();
+    let mut answers = Vec::new();
+    for _ in 0..10 {
+        calls.push(tokio::spawn(
+            service.clone().call(request("/demo.v1.Demo/Get")),
+        ));
+        answers.push(waiting.recv().await.expect("a wait is in"));
+    }
+    // Its other calls, and another key's, are served meanwhile.
+    for who in ["key-1", "key-2"] {
+        let answered = service
+            .clone()
+            .call(request_of("/demo.v1.Demo/Run", Some(key(who))))
+            .await
+            .expect("answered");
+        assert_eq!(
+            status(&answered).code(),
+            Code::Ok,
+            "{who}: {:?}",
+            status(&answered)
+        );
+    }
+    for answer in answers {
+        let _ = answer.send(());
+    }
+    for call in calls {
+        let answered = call.await.expect("task").expect("answered");
+        assert_eq!(status(&answered).code(), Code::Ok);
+    }
+}
+
+#[tokio::test]
+async fn a_call_that_keeps_its_places_still_counts() {
+    // Without giving back, two waits of one key fill its places.
+    let capacity = Capacity {
+        credential_unary: 2,
+        unary: 8,
+        ..CAPACITY
+    };
+    let (service, mut waiting) = held(capacity);
+    let first = tokio::spawn(service.clone().call(request("/demo.v1.Demo/Get")));
+    let second = tokio::spawn(service.clone().call(request("/demo.v1.Demo/Get")));
+    let answers = [
+        waiting.recv().await.expect("in"),
+        waiting.recv().await.expect("in"),
+    ];
+    let refused = service
+        .clone()
+        .call(request("/demo.v1.Demo/Run"))
+        .await
+        .expect("answered");
+    refused_with(
+        &refused,
+        Code::ResourceExhausted,
+        "2 calls for key key-1 at once (--max-concurrent-requests-per-credential)",
+    );
+    for answer in answers {
+        let _ = answer.send(());
+    }
+    first.await.expect("task").expect("answered");
+    second.await.expect("task").expect("answered");
+}
