@@ -106,7 +106,7 @@ pub enum AgentCommand {
         /// `host:port` rules the agent may connect to with the network grant.
         #[arg(long, value_delimiter = ',')]
         egress: Vec<String>,
-        /// An approval rule, once per rule: `DECISION TOOL [command=..|path=..|remote=..] [deadline=SECONDS]`,
+        /// An approval rule, once per rule: `DECISION TOOL [command=..|path=..|remote=..|host=..] [deadline=SECONDS]`,
         /// e.g. 'ask git.push', 'allow bash command=cargo test', 'deny file.* path=deploy/**'.
         #[arg(long = "rule")]
         rules: Vec<String>,

@@ -112,7 +112,7 @@ async fn answered_elsewhere(client: &mut Client, task: &str, id: &str, after: u6
 }
 
 /// Parses rules written `DECISION TOOL [FIELD=VALUE] [deadline=SECONDS]`,
-/// where FIELD is command, path or remote and VALUE runs to the end (or to
+/// where FIELD is command, path, remote or host and VALUE runs to the end (or to
 /// ` deadline=`). The server checks what they say.
 pub fn parse_rules(texts: &[String]) -> Result<Vec<pb::ApprovalRule>, Fail> {
     texts.iter().map(|t| parse_rule(t)).collect()
@@ -121,7 +121,7 @@ pub fn parse_rules(texts: &[String]) -> Result<Vec<pb::ApprovalRule>, Fail> {
 fn parse_rule(text: &str) -> Result<pb::ApprovalRule, Fail> {
     let bad = |why: &str| {
         Fail::usage(format!(
-            "approval rule '{text}': {why}; write DECISION TOOL [command=..|path=..|remote=..] [deadline=SECONDS], e.g. 'ask git.push'"
+            "approval rule '{text}': {why}; write DECISION TOOL [command=..|path=..|remote=..|host=..] [deadline=SECONDS], e.g. 'ask git.push'"
         ))
     };
     let text = text.trim();
@@ -155,9 +155,10 @@ fn parse_rule(text: &str) -> Result<pb::ApprovalRule, Fail> {
             "command" => rule.command = value,
             "path" => rule.path = value,
             "remote" => rule.remote = value,
+            "host" => rule.host = value,
             other => {
                 return Err(bad(&format!(
-                    "unknown field '{other}' (command, path or remote)"
+                    "unknown field '{other}' (command, path, remote or host)"
                 )));
             }
         }
@@ -172,6 +173,7 @@ pub fn rule_text(r: &pb::ApprovalRule) -> String {
         ("command", &r.command),
         ("path", &r.path),
         ("remote", &r.remote),
+        ("host", &r.host),
     ] {
         if !value.is_empty() {
             text.push_str(&format!(" {name}={value}"));
@@ -266,9 +268,15 @@ mod tests {
         assert_eq!(rule.path, "deploy/**");
         assert_eq!(rule_text(&rule), "deny file.* path=deploy/**");
         assert_eq!(parse_rule("ask bash").expect("parses").command, "");
+        let rule = parse_rule("ask network host=*.github.com:443 deadline=60").expect("parses");
+        assert_eq!(
+            (rule.host.as_str(), rule.deadline_seconds),
+            ("*.github.com:443", 60)
+        );
+        assert_eq!(rule_text(&rule), "ask network host=*.github.com:443 deadline=60");
         for bad in [
             "ask",
-            "ask bash host=x",
+            "ask bash user=x",
             "ask bash deadline=soon",
             "ask bash command",
         ] {

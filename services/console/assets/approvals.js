@@ -5,11 +5,11 @@
 
 // A rule as people write it: `ask git.push`, `deny file.* path=deploy/**`.
 export function ruleText(r) {
-  const cond = ['command', 'path', 'remote'].filter((k) => r[k]).map((k) => ` ${k}=${r[k]}`).join('');
+  const cond = ['command', 'path', 'remote', 'host'].filter((k) => r[k]).map((k) => ` ${k}=${r[k]}`).join('');
   return `${r.decision} ${r.tool}${cond}${r.deadlineSeconds ? ` deadline=${r.deadlineSeconds}` : ''}`;
 }
 
-// Rules written one a line, `DECISION TOOL [command=..|path=..|remote=..]
+// Rules written one a line, `DECISION TOOL [command=..|path=..|remote=..|host=..]
 // [deadline=SECONDS]`, as the CLI's --rule takes them; the server checks them.
 export function parseRules(text) {
   return text.split('\n').map((line) => line.trim()).filter(Boolean).map((line) => {

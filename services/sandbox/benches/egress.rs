@@ -98,6 +98,7 @@ fn spec(ws: &std::path::Path, network: Network, script: &str) -> ProcessSpec {
         covers: Vec::new(),
         run: None,
         fence: None,
+        network_questions: None,
     }
 }
 

@@ -167,7 +167,12 @@ impl Started {
         // The egress proxy (a proxied network) starts while this process is
         // still single-threaded and outside the new namespaces, before any
         // pipe init watches exists.
-        match egress::start(policy) {
+        let questions = policy
+            .questions_fd
+            .map(egress::questions_channel)
+            .transpose()
+            .unwrap_or_else(|e| started.unwind(&e));
+        match egress::start(policy, questions) {
             Ok(Some((proxy, channel))) => {
                 started.proxy = Some(proxy);
                 started.egress = Some(channel);
@@ -398,6 +403,7 @@ mod tests {
             ledger: None,
             tier: crate::policy::Tier::Namespaces,
             gate_signals: false,
+            questions_fd: None,
         })
         .expect("json")
     }

@@ -11,6 +11,7 @@
 //!
 //! - [`policy`]: what one sandbox allows, as the launcher reads it;
 //! - [`egress`]: where a proxied sandbox may connect, and what it never reaches;
+//! - [`questions`]: how its proxy asks the service before each connection;
 //! - [`launcher`]: the launcher itself (the `chorus-sandbox` binary);
 //! - [`service`]: how a service uses it: probing the host at start, building
 //!   the command of a sandboxed process, stopping it.
@@ -23,11 +24,13 @@ pub mod launcher;
 pub mod ledger;
 pub mod policy;
 mod procfs;
+pub mod questions;
 pub mod service;
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use egress::{EgressRule, Forward};
+pub use questions::NetworkQuestions;
 pub use policy::{Cgroups, Cover, Identity, Limits, NETWORK_ENV, Network, Policy, Tier};
 pub use service::{
     Mode, ProcessSpec, Sandbox, SandboxConfig, SandboxError, SandboxStatus, SandboxedChild,

@@ -57,6 +57,11 @@ pub struct Policy {
     /// scope signals (before ABI 6, Linux 6.12); true asks for it anyway.
     #[serde(default)]
     pub gate_signals: bool,
+    /// With a proxied network: the descriptor, inherited by the launcher, of
+    /// the channel its proxy asks the service on before each connection (see
+    /// [`crate::questions`]). None: the egress list alone decides.
+    #[serde(default)]
+    pub questions_fd: Option<i32>,
 }
 
 /// How a sandbox is built. Both give the same policy; what each guarantees
@@ -335,6 +340,7 @@ mod tests {
             ledger: None,
             tier: Tier::Landlock,
             gate_signals: false,
+            questions_fd: None,
         };
         let json = serde_json::to_string(&policy).expect("serialize");
         assert_eq!(

@@ -36,6 +36,8 @@ use tracing::{error, info, warn};
 pub use self::child::SandboxedChild;
 use crate::launcher::cgroup;
 use crate::policy::{Cgroups, Cover, Identity, Limits, Network, PROBE_PROGRAM, Policy, Tier};
+use crate::questions::NetworkQuestions;
+use std::os::fd::AsRawFd as _;
 
 /// The launcher's file name, looked for next to the service's executable and
 /// on PATH.
@@ -151,6 +153,9 @@ pub struct ProcessSpec {
     /// started are killed by the launcher once its time has passed. None:
     /// no fence.
     pub fence: Option<PathBuf>,
+    /// With a proxied network in an enforced sandbox: asked before each
+    /// connection the egress list allows (see [`crate::questions`]).
+    pub network_questions: Option<NetworkQuestions>,
 }
 
 /// The sandbox of a service (cheap to clone).
@@ -359,6 +364,16 @@ impl Sandbox {
                 "the process needs files shown with other content, which only the namespace tier of the sandbox can do; it is not started".to_owned(),
             ));
         }
+        // The channel of questions: ours is answered here, theirs is
+        // inherited by the launcher (for its proxy alone).
+        let questions = match (&spec.network_questions, &spec.network) {
+            (Some(asked), Network::Proxied { .. }) if enforced => {
+                let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+                    .map_err(SandboxError::Spawn)?;
+                Some((asked.clone(), ours, std::os::fd::OwnedFd::from(theirs)))
+            }
+            _ => None,
+        };
         let mut cmd = if enforced {
             let launcher = self.inner.launcher.as_ref().ok_or_else(|| {
                 SandboxError::Unavailable("the sandbox launcher was not found".to_owned())
@@ -381,11 +396,17 @@ impl Sandbox {
                 ledger: spec.run.as_deref().map(|run| self.inner.ledgers.of(run)),
                 tier: self.inner.tier,
                 gate_signals: false,
+                questions_fd: questions
+                    .as_ref()
+                    .map(|(_, _, theirs)| theirs.as_raw_fd()),
             };
             let policy = serde_json::to_string(&policy).map_err(|e| {
                 SandboxError::Spawn(io::Error::other(format!("cannot write the policy: {e}")))
             })?;
             let mut cmd = Command::new(launcher);
+            if let Some((_, _, theirs)) = &questions {
+                inherit(&mut cmd, theirs.as_raw_fd());
+            }
             cmd.arg("--policy")
                 .arg(policy)
                 .arg("--")
@@ -407,12 +428,35 @@ impl Sandbox {
             .process_group(0)
             .kill_on_drop(true);
         let child = cmd.spawn().map_err(SandboxError::Spawn)?;
+        if let Some((asked, ours, theirs)) = questions {
+            drop(theirs);
+            ours.set_nonblocking(true).map_err(SandboxError::Spawn)?;
+            let ours = tokio::net::UnixStream::from_std(ours).map_err(SandboxError::Spawn)?;
+            // Ends when the launcher's proxy, the channel's last holder, does.
+            tokio::spawn(asked.answer(ours));
+        }
         let pid = child
             .id()
             .and_then(|id| i32::try_from(id).ok())
             .map(Pid::from_raw)
             .ok_or_else(|| SandboxError::Spawn(io::Error::other("the process has no pid")))?;
         Ok(SandboxedChild::new(child, pid, enforced))
+    }
+}
+
+/// The launcher inherits descriptor `fd` (which, like every descriptor of
+/// the service, closes on exec).
+fn inherit(cmd: &mut Command, fd: std::os::fd::RawFd) {
+    // SAFETY: the closure runs in the child between fork and exec; it makes
+    // one async-signal-safe system call (fcntl) and allocates nothing.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+            nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))
+                .map(drop)
+                .map_err(io::Error::from)
+        });
     }
 }
 
@@ -483,6 +527,7 @@ async fn self_check(
         ledger: None,
         tier,
         gate_signals: false,
+        questions_fd: None,
     };
     let policy = serde_json::to_string(&policy).map_err(|e| e.to_string())?;
     let run = Command::new(launcher)

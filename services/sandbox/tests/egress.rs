@@ -60,6 +60,7 @@ fn proxied(ws: &Path, allow: &[&str], forwards: Vec<Forward>, script: &str) -> P
         covers: Vec::new(),
         run: None,
         fence: None,
+        network_questions: None,
     }
 }
 

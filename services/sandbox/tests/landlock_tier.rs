@@ -342,6 +342,7 @@ print("child_ended=" + str(child.returncode), flush=True)
         ledger: None,
         tier: Tier::Landlock,
         gate_signals: true,
+        questions_fd: None,
     };
     let launcher = env!("CARGO_BIN_EXE_chorus-sandbox");
     let run_with = |policy: &chorus_sandbox::Policy| {

@@ -106,6 +106,7 @@ fn spec(dirs: &Dirs, script: &str) -> ProcessSpec {
         covers: Vec::new(),
         run: None,
         fence: None,
+        network_questions: None,
     }
 }
 
@@ -351,6 +352,7 @@ async fn the_sandbox_dies_with_the_service(tier: Tier) {
         ledger: None,
         tier,
         gate_signals: false,
+        questions_fd: None,
     })
     .expect("policy");
     // A stand-in service: a shell that starts the launcher and waits.

@@ -163,11 +163,16 @@ impl ToolCalls {
             chorus.agent = %agent,
             chorus.outcome = tracing::field::Empty,
         );
-        let watched = watch
+        let mut watched = watch
             .as_ref()
             .map(CallWatch::watched)
             .cloned()
             .unwrap_or_default();
+        watched.network_questions = self
+            .gate
+            .as_ref()
+            .filter(|_| grant.allows(chorus_catalog::NETWORK))
+            .map(|gate| crate::gate::network_questions(Arc::clone(gate), token.clone()));
         let result = self
             .runner
             .execute_watched(grant, &tool, arguments.clone(), &caller_gone, &watched)

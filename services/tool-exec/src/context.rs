@@ -27,6 +27,9 @@ pub struct ToolContext {
     pub stop: CallStop,
     /// The call's fence, for the processes it starts (see [`crate::watch`]).
     pub fence: Option<std::path::PathBuf>,
+    /// Asked before each connection a process of the call makes with the
+    /// network grant (the run's approval rules on `network`).
+    pub network_questions: Option<chorus_sandbox::NetworkQuestions>,
 }
 
 impl ToolContext {

@@ -71,6 +71,35 @@ pub struct CallAsked {
     pub resolved_path: Option<String>,
 }
 
+/// For the processes of a call by the run holding `token`: asks `gate`,
+/// before each connection made with the network grant that the egress list
+/// allows, whether the run's approval rules let it reach that host and port
+/// now — a question about `network` with `{host, port}`, which may wait for
+/// a person. A refusal's message is what the program is told.
+pub fn network_questions(
+    gate: std::sync::Arc<dyn RunGate>,
+    token: String,
+) -> chorus_sandbox::NetworkQuestions {
+    chorus_sandbox::NetworkQuestions::new(move |host: String, port: u16| {
+        let (gate, token) = (std::sync::Arc::clone(&gate), token.clone());
+        async move {
+            let asked = CallAsked {
+                arguments: serde_json::json!({ "host": host, "port": port }),
+                key: format!("key-{}", uuid::Uuid::new_v4().simple()),
+                resolved_path: None,
+            };
+            let question = Question {
+                call_id: None,
+                call: Some(&asked),
+            };
+            gate.authorize(&token, chorus_catalog::NETWORK, question)
+                .await
+                .map(drop)
+                .map_err(|e| format!("egress to {host}:{port} is refused: {e}"))
+        }
+    })
+}
+
 /// Asks whether a run may call a tool, and records what it called.
 #[tonic::async_trait]
 pub trait RunGate: Send + Sync + Debug {

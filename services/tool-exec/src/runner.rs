@@ -121,6 +121,7 @@ impl ToolRunner {
             processes: self.processes.clone(),
             stop: stop.clone(),
             fence: watched.fence.clone(),
+            network_questions: watched.network_questions.clone(),
         };
 
         let started = Instant::now();
@@ -169,6 +170,8 @@ pub struct Watched {
     pub fence: Option<std::path::PathBuf>,
     /// Fires when the run is no longer active.
     pub run_ended: CancellationToken,
+    /// Asked before each connection made with the network grant.
+    pub network_questions: Option<chorus_sandbox::NetworkQuestions>,
 }
 
 /// Runs the implementation of the catalog tool `name` (called as `tool`).

@@ -50,6 +50,7 @@ impl CallWatch {
         let watched = Watched {
             fence,
             run_ended: CancellationToken::new(),
+            network_questions: None,
         };
         let stop = CancellationToken::new();
         tokio::spawn(keep(

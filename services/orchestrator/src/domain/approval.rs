@@ -1,7 +1,8 @@
 //! Approval rules: beside the allow-list, what a run's call needs before it
 //! runs — nothing (`allow`), a person's yes (`ask`), or it never runs
 //! (`deny`) — by tool and by the call's arguments (a bash command's prefix or
-//! glob, a file tool's path glob, git.push's remote). The most specific rule
+//! glob, a file tool's path glob, git.push's remote, the network grant's
+//! host and port). The most specific rule
 //! wins; at equal specificity an agent's rule beats its workspace's default,
 //! then deny beats ask beats allow. A run carries its own layer and each of
 //! its handoff ancestors' layers: a call's decision is the strictest of them,
@@ -70,7 +71,8 @@ const MAX_PATTERN: usize = 1024;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub struct Rule {
     /// A catalog tool (`git.push`), every tool of a family (`file.*`,
-    /// `git.*`, `task.*`), or every tool (`*`).
+    /// `git.*`, `task.*`), the network grant (`network`: each connection a
+    /// process makes with it), or every tool (`*`).
     pub tool: String,
     pub decision: Decision,
     /// bash only: a command prefix (`cargo test`), or a glob over the whole
@@ -84,6 +86,11 @@ pub struct Rule {
     /// git.push only: the remote's name, or a glob over it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<String>,
+    /// network only: a glob over the destination's host (case-insensitive,
+    /// `*` crosses dots; an IPv6 address in brackets), then `:PORT` or
+    /// `:*`, or no port (every port): `*.github.com:443`, `10.0.0.5`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// `ask` only: seconds to wait for an answer (default 10 minutes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_s: Option<u32>,
@@ -95,6 +102,7 @@ enum Field {
     Command,
     Path,
     Remote,
+    Host,
 }
 
 impl Field {
@@ -103,6 +111,7 @@ impl Field {
             Self::Command => "command",
             Self::Path => "path",
             Self::Remote => "remote",
+            Self::Host => "host",
         }
     }
 
@@ -112,6 +121,7 @@ impl Field {
         match tool {
             "bash" => Some(Self::Command),
             "git.push" => Some(Self::Remote),
+            chorus_catalog::NETWORK => Some(Self::Host),
             t if t.starts_with("file.") => Some(Self::Path),
             _ => None,
         }
@@ -125,6 +135,7 @@ impl Rule {
             (Field::Command, self.command.as_deref()),
             (Field::Path, self.path.as_deref()),
             (Field::Remote, self.remote.as_deref()),
+            (Field::Host, self.host.as_deref()),
         ]
         .into_iter()
         .filter_map(|(f, p)| p.map(|p| (f, p)))
@@ -132,7 +143,7 @@ impl Rule {
         match given.as_slice() {
             [] => Ok(None),
             [one] => Ok(Some(*one)),
-            _ => Err(self.invalid("give at most one of command, path and remote")),
+            _ => Err(self.invalid("give at most one of command, path, remote and host")),
         }
     }
 
@@ -159,7 +170,7 @@ impl Rule {
                 };
                 if takes != Some(field) {
                     return Err(self.invalid(format!(
-                        "{} has no {} argument: command goes with bash, path with file tools, remote with git.push",
+                        "{} has no {} argument: command goes with bash, path with file tools, remote with git.push, host with network",
                         self.tool,
                         field.name()
                     )));
@@ -212,6 +223,7 @@ impl std::fmt::Display for Rule {
             ("command", &self.command),
             ("path", &self.path),
             ("remote", &self.remote),
+            ("host", &self.host),
         ] {
             if let Some(value) = value {
                 write!(f, " {name}={value}")?;
@@ -260,17 +272,11 @@ impl ToolPattern {
                 "no tool family '{family}': families are file, git, task and web"
             ));
         }
-        if tool == chorus_catalog::NETWORK {
-            return Err(
-                "rules on the network grant's destinations are not taken yet: narrow the agent's egress list instead (its host:port rules), or ask before bash and git"
-                    .to_owned(),
-            );
-        }
-        if chorus_catalog::get(tool).is_some() {
+        if chorus_catalog::get(tool).is_some() || tool == chorus_catalog::NETWORK {
             return Ok(Self::Exact(tool.to_owned()));
         }
         Err(format!(
-            "unknown tool '{tool}': name a catalog tool (bash, file.write, git.push, ...), a family (file.*) or *"
+            "unknown tool '{tool}': name a catalog tool (bash, file.write, git.push, ...), a family (file.*), network or *"
         ))
     }
 
@@ -309,6 +315,8 @@ enum Matcher {
     /// A command starting with these words.
     Prefix(String),
     Glob(GlobMatcher),
+    /// A destination: its host, and its port unless any.
+    Destination(GlobMatcher, Option<u16>),
 }
 
 fn has_wildcard(pattern: &str) -> bool {
@@ -338,7 +346,9 @@ impl Condition {
             }
         }
         let literal = pattern.chars().filter(|c| !"*?[]".contains(*c)).count();
-        let matcher = if field == Field::Command && !has_wildcard(pattern) {
+        let matcher = if field == Field::Host {
+            destination_matcher(pattern)?
+        } else if field == Field::Command && !has_wildcard(pattern) {
             Matcher::Prefix(pattern.split_whitespace().collect::<Vec<_>>().join(" "))
         } else {
             let glob = GlobBuilder::new(pattern.strip_prefix("./").unwrap_or(pattern))
@@ -384,8 +394,63 @@ impl Condition {
                         .is_some_and(|rest| rest.starts_with(' '))
             }
             Matcher::Glob(glob) => glob.is_match(text),
+            Matcher::Destination(host, port) => split_destination(text).is_some_and(|(h, p)| {
+                host.is_match(h) && port.is_none_or(|port| port == p)
+            }),
         }
     }
+}
+
+/// `HOST`, `HOST:PORT` or `HOST:*`, HOST a glob (an IPv6 address in
+/// brackets: `[2001:db8::1]:443`).
+fn destination_matcher(pattern: &str) -> Result<Matcher, String> {
+    let (host, port) = match pattern.strip_prefix('[') {
+        Some(rest) => {
+            let (address, after) = rest
+                .split_once(']')
+                .ok_or("an IPv6 address ends with ']'")?;
+            let port = match after {
+                "" => None,
+                p => Some(p.strip_prefix(':').ok_or("write [IPv6]:PORT")?),
+            };
+            (address, port)
+        }
+        None => match pattern.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (pattern, None),
+        },
+    };
+    if host.is_empty() || host.contains(['/', ' ']) {
+        return Err(format!(
+            "'{pattern}' is not a host: write HOST, HOST:PORT or HOST:* (*.github.com:443)"
+        ));
+    }
+    let port = match port {
+        None | Some("*") => None,
+        Some(p) => Some(
+            p.parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| format!("'{p}' is not a port: write 1 to 65535, or *"))?,
+        ),
+    };
+    let glob = GlobBuilder::new(host)
+        .case_insensitive(true)
+        .literal_separator(false)
+        .build()
+        .map_err(|e| format!("the host glob does not parse: {}", e.kind()))?;
+    Ok(Matcher::Destination(glob.compile_matcher(), port))
+}
+
+/// A destination as [`CallFacts`] reads it, `host:port` (an IPv6 host in
+/// brackets), split.
+fn split_destination(text: &str) -> Option<(&str, u16)> {
+    let (host, port) = text.rsplit_once(':')?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    Some((host, port.parse().ok()?))
 }
 
 /// A rule, compiled.

@@ -42,13 +42,18 @@ pub fn check_tool_call(run: &Run, tool: &str) -> Result<(), DomainError> {
             )));
         }
     }
-    let spec = chorus_catalog::get(tool).ok_or_else(|| {
-        DomainError::invalid(
-            "tool",
-            format!("unknown tool '{tool}'; call help to list the tools"),
-        )
-    })?;
-    if spec.always_granted || run.tools.iter().any(|t| t == tool) {
+    // A grant (network) is asked about when it is used: the run must hold it.
+    let always_granted = match chorus_catalog::get(tool) {
+        Some(spec) => spec.always_granted,
+        None if chorus_catalog::get_grant(tool).is_some() => false,
+        None => {
+            return Err(DomainError::invalid(
+                "tool",
+                format!("unknown tool '{tool}'; call help to list the tools"),
+            ));
+        }
+    };
+    if always_granted || run.tools.iter().any(|t| t == tool) {
         Ok(())
     } else {
         Err(DomainError::NotAllowed(format!(

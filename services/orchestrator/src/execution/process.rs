@@ -65,6 +65,7 @@ impl CliCommand {
             covers: Vec::new(),
             run: Some(self.run.clone()),
             fence: self.fence.clone(),
+            network_questions: None,
         }
     }
 }

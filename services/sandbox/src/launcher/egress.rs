@@ -66,7 +66,10 @@ impl Proxy {
 ///
 /// # Errors
 /// The policy's forwards are not valid, or the process could not start.
-pub fn start(policy: &Policy) -> Result<Option<(Proxy, OwnedFd)>, String> {
+pub fn start(
+    policy: &Policy,
+    questions: Option<OwnedFd>,
+) -> Result<Option<(Proxy, OwnedFd)>, String> {
     let Network::Proxied { allow, forwards } = &policy.network else {
         return Ok(None);
     };
@@ -86,11 +89,46 @@ pub fn start(policy: &Policy) -> Result<Option<(Proxy, OwnedFd)>, String> {
     match forked {
         Ok(ForkResult::Child) => {
             drop(theirs);
-            serve(&ours, policy, allow, forwards, monitor)
+            serve(&ours, policy, allow, forwards, monitor, questions)
         }
-        Ok(ForkResult::Parent { child }) => Ok(Some((Proxy { pid: child }, theirs))),
+        // Only the proxy keeps the channel of questions: nothing forked
+        // from here (init, the program) ever holds it.
+        Ok(ForkResult::Parent { child }) => {
+            drop(questions);
+            Ok(Some((Proxy { pid: child }, theirs)))
+        }
         Err(e) => Err(format!("cannot start the egress proxy: {e}")),
     }
+}
+
+/// The channel of questions the service gave (descriptor `fd`, see
+/// [`crate::questions`]), owned from here on; it must be a stream socket.
+///
+/// # Errors
+/// `fd` is not an open stream socket past the standard streams.
+pub fn questions_channel(fd: RawFd) -> Result<OwnedFd, String> {
+    let bad = |why: String| format!("the policy's channel of questions (descriptor {fd}) {why}");
+    if fd < 3 {
+        return Err(bad("is a standard stream".to_owned()));
+    }
+    // SAFETY: the descriptor is only looked at here; it is owned below
+    // once it is known to be open.
+    #[allow(unsafe_code)]
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let kind = nix::sys::stat::fstat(borrowed).map_err(|e| bad(format!("is not open: {e}")))?;
+    if kind.st_mode & nix::libc::S_IFMT != nix::libc::S_IFSOCK {
+        return Err(bad("is not a socket".to_owned()));
+    }
+    // SAFETY: `fd` is open (fstat succeeded) and the launcher inherited it
+    // for this use alone: nothing else in this process refers to it.
+    #[allow(unsafe_code)]
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let kind: SockType = nix::sys::socket::getsockopt(&owned, nix::sys::socket::sockopt::SockType)
+        .map_err(|e| bad(format!("is not a socket: {e}")))?;
+    if kind != SockType::Stream {
+        return Err(bad("is not a stream socket".to_owned()));
+    }
+    Ok(owned)
 }
 
 /// Forwards listen on distinct loopback addresses, never the proxy's.
@@ -121,6 +159,7 @@ fn serve(
     allow: &[EgressRule],
     forwards: &[Forward],
     monitor: Pid,
+    questions: Option<OwnedFd>,
 ) -> ! {
     let fatal = |message: String| -> ! {
         eprintln!("{MESSAGE_PREFIX}the egress proxy stopped: {message}");
@@ -161,6 +200,7 @@ fn serve(
     let rules = proxy::Rules {
         allow: allow.to_vec(),
         local: local_addresses(),
+        questions,
     };
     match proxy::run(TcpListener::from(proxy_listener), forwards, rules) {
         Ok(()) => std::process::exit(0),

@@ -30,6 +30,7 @@ use tokio::sync::Semaphore;
 use tokio::time::{Instant, sleep_until, timeout};
 
 use crate::egress::{Destination, EgressRule, Host, canonical, refusal};
+use crate::questions::Asker;
 
 /// Most connections (proxied and forwarded) open at once per sandbox.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -48,12 +49,23 @@ pub struct Rules {
     pub allow: Vec<EgressRule>,
     /// The host's own addresses (treated as private).
     pub local: Vec<IpAddr>,
+    /// The channel the service is asked on before each connection the
+    /// egress list allows (see [`crate::questions`]).
+    pub questions: Option<std::os::fd::OwnedFd>,
+}
+
+/// The rules, and who is asked once they allow a connection.
+#[derive(Debug)]
+struct Checks {
+    allow: Vec<EgressRule>,
+    local: Vec<IpAddr>,
+    asker: Option<Asker>,
 }
 
 /// What a listener does with its connections.
 #[derive(Debug, Clone)]
 enum Role {
-    Proxy(Arc<Rules>),
+    Proxy(Arc<Checks>),
     Forward(Arc<str>),
 }
 
@@ -83,7 +95,20 @@ pub fn run(
         }
         proxy.set_nonblocking(true)?;
         let proxy = TcpListener::from_std(proxy)?;
-        accept(proxy, Role::Proxy(Arc::new(rules)), limit).await;
+        let asker = match rules.questions {
+            Some(channel) => {
+                let channel = std::os::unix::net::UnixStream::from(channel);
+                channel.set_nonblocking(true)?;
+                Some(Asker::start(tokio::net::UnixStream::from_std(channel)?))
+            }
+            None => None,
+        };
+        let checks = Checks {
+            allow: rules.allow,
+            local: rules.local,
+            asker,
+        };
+        accept(proxy, Role::Proxy(Arc::new(checks)), limit).await;
         Ok(())
     })
 }
@@ -107,7 +132,7 @@ async fn accept(listener: TcpListener, role: Role, limit: Arc<Semaphore>) {
         tokio::spawn(async move {
             let _permit = permit;
             match role {
-                Role::Proxy(rules) => proxy(stream, &rules).await,
+                Role::Proxy(checks) => proxy(stream, &checks).await,
                 Role::Forward(target) => forward(stream, &target).await,
             }
         });
@@ -115,7 +140,7 @@ async fn accept(listener: TcpListener, role: Role, limit: Arc<Semaphore>) {
 }
 
 /// One client of the HTTP proxy.
-async fn proxy(mut client: TcpStream, rules: &Rules) {
+async fn proxy(mut client: TcpStream, rules: &Checks) {
     let Ok(Ok((head, rest))) = timeout(HANDSHAKE, read_head(&mut client)).await else {
         respond(&mut client, 408, "no complete request head in time").await;
         return;
@@ -158,8 +183,9 @@ async fn forward(client: TcpStream, target: &str) {
 }
 
 /// Checks `destination` against the rules, resolves it, checks every
-/// address, and connects to one of them.
-async fn reach(destination: &Destination, rules: &Rules) -> Result<TcpStream, (u16, String)> {
+/// address, asks the service (when it is to be asked), and connects to one
+/// of them.
+async fn reach(destination: &Destination, rules: &Checks) -> Result<TcpStream, (u16, String)> {
     if !rules.allow.iter().any(|r| r.allows(destination)) {
         let allowed = if rules.allow.is_empty() {
             "the agent's egress list is empty, so nothing outside is reachable".to_owned()
@@ -211,6 +237,13 @@ async fn reach(destination: &Destination, rules: &Rules) -> Result<TcpStream, (u
             ));
         }
         checked.push(SocketAddr::new(ip, port));
+    }
+    if let Some(asker) = &rules.asker {
+        let host = match &destination.host {
+            Host::Name(name) => name.clone(),
+            Host::Ip(ip) => ip.to_string(),
+        };
+        asker.ask(host, port).await.map_err(|why| (403, why))?;
     }
     match timeout(CONNECT_TIMEOUT, TcpStream::connect(&checked[..])).await {
         Ok(Ok(stream)) => Ok(stream),

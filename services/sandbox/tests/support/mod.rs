@@ -117,6 +117,7 @@ pub fn bash(ws: &Workspace, script: &str) -> ProcessSpec {
         run: None,
         covers: Vec::new(),
         fence: None,
+        network_questions: None,
     }
 }
 

@@ -31,6 +31,7 @@ fn sh_in(script: &str, cwd: &Path) -> ProcessSpec {
         covers: Vec::new(),
         run: None,
         fence: None,
+        network_questions: None,
     }
 }
 

@@ -64,6 +64,7 @@ pub async fn run(ctx: &ToolContext, args: args::Bash) -> Result<ToolOutcome, Too
         // Every call of the run shares the run's limits.
         run: Some(ctx.grant.run_id.clone()),
         fence: ctx.fence.clone(),
+        network_questions: ctx.network_questions.clone(),
     };
     let limits = RunLimits {
         timeout,

@@ -55,6 +55,7 @@ impl Workspace {
             processes: chorus_sandbox::Sandbox::refusing("file tools start no process"),
             stop: CallStop::idle(),
             fence: None,
+            network_questions: None,
         };
         Self { dir, ctx }
     }

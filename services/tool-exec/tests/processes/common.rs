@@ -98,6 +98,26 @@ impl Harness {
         self.runner.execute(grant, tool, args).await
     }
 
+    /// [`Self::call_with_network`] whose proxy asks `questions` before each
+    /// connection the egress list allows.
+    pub async fn call_asking(
+        &self,
+        questions: chorus_sandbox::NetworkQuestions,
+        tool: &str,
+        args: Value,
+    ) -> Result<ToolOutcome, ToolError> {
+        let mut grant = self.grant();
+        grant.tools.push(chorus_catalog::NETWORK.to_owned());
+        grant.egress.clone_from(&self.egress);
+        let watched = chorus_tool_exec::runner::Watched {
+            network_questions: Some(questions),
+            ..Default::default()
+        };
+        self.runner
+            .execute_watched(grant, tool, args, &CancellationToken::new(), &watched)
+            .await
+    }
+
     pub async fn ok(&self, tool: &str, args: Value) -> ToolOutcome {
         self.call(tool, args)
             .await

@@ -6,6 +6,7 @@ mod bash;
 mod common;
 mod git;
 mod git_config;
+mod network;
 mod worktree;
 
 /// These tests again as a non-root service, and in the landlock tier, as

@@ -21,6 +21,7 @@ pub struct CallFacts {
     command: Option<Readings>,
     path: Option<Readings>,
     remote: Option<Readings>,
+    host: Option<Readings>,
 }
 
 /// The ways one argument can be read.
@@ -99,6 +100,7 @@ impl CallFacts {
                 complete: true,
                 directory: false,
             }),
+            host: (tool == chorus_catalog::NETWORK).then(|| destination_readings(arguments)),
         }
     }
 
@@ -107,6 +109,7 @@ impl CallFacts {
             Field::Command => self.command.clone(),
             Field::Path => self.path.clone(),
             Field::Remote => self.remote.clone(),
+            Field::Host => self.host.clone(),
         }
         .unwrap_or_default()
     }
@@ -144,6 +147,28 @@ fn command_readings(command: &str) -> Readings {
         texts,
         complete,
         directory: false,
+    }
+}
+
+/// A connection of the network grant, `{host, port}`, as `host:port` (the
+/// host in lower case; an IPv6 address in brackets); none without both.
+fn destination_readings(arguments: &Value) -> Readings {
+    let host = arguments
+        .get("host")
+        .and_then(Value::as_str)
+        .map(|h| h.trim_end_matches('.').to_ascii_lowercase());
+    let port = arguments.get("port").and_then(Value::as_u64);
+    match (host, port) {
+        (Some(host), Some(port)) if !host.is_empty() => Readings {
+            texts: vec![if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            }],
+            complete: true,
+            directory: false,
+        },
+        _ => Readings::default(),
     }
 }
 

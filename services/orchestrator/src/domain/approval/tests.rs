@@ -19,6 +19,7 @@ fn rule(text: &str) -> Rule {
             "command" => rule.command = value,
             "path" => rule.path = value,
             "remote" => rule.remote = value,
+            "host" => rule.host = value,
             other => panic!("field {other}"),
         }
     }
@@ -231,6 +232,46 @@ fn a_push_rule_reads_its_remote() {
     );
 }
 
+fn connection(host: &str, port: u16) -> CallFacts {
+    CallFacts::new(
+        chorus_catalog::NETWORK,
+        &json!({ "host": host, "port": port }),
+        Some("/w"),
+        None,
+    )
+}
+
+#[test]
+fn a_network_rule_reads_the_destinations_host_and_port() {
+    let r = rules(
+        "dev",
+        &[
+            "ask network",
+            "allow network host=*.github.com:443",
+            "deny network host=*:22",
+            "allow network host=[2001:db8::1]:443",
+            "deny network host=10.0.0.*",
+        ],
+    );
+    assert_eq!(decided(&r, &connection("api.github.com", 443)), Decision::Allow);
+    // Case and a trailing dot do not hide a name.
+    assert_eq!(decided(&r, &connection("API.GitHub.com.", 443)), Decision::Allow);
+    assert_eq!(decided(&r, &connection("api.github.com", 80)), Decision::Ask);
+    // Not a subdomain: a name that merely ends alike.
+    assert_eq!(decided(&r, &connection("evilgithub.com", 443)), Decision::Ask);
+    assert_eq!(decided(&r, &connection("api.github.com", 22)), Decision::Deny);
+    assert_eq!(decided(&r, &connection("2001:db8::1", 443)), Decision::Allow);
+    assert_eq!(decided(&r, &connection("10.0.0.7", 443)), Decision::Deny);
+    assert_eq!(decided(&r, &connection("pypi.org", 443)), Decision::Ask);
+    // Every tool's rule covers the grant too; a bash rule does not.
+    let all = rules("dev", &["deny *", "allow bash"]);
+    assert_eq!(decided(&all, &connection("pypi.org", 443)), Decision::Deny);
+    assert_eq!(
+        rule("ask network host=*.example.com:*").to_string(),
+        "ask network host=*.example.com:*"
+    );
+}
+
 #[test]
 fn a_child_never_gets_a_wider_rule_than_its_parent() {
     let parent = rules("lead", &["ask git.push", "deny bash command=rm"]);
@@ -283,9 +324,27 @@ fn rules_that_cannot_work_are_refused_with_the_reason() {
     };
     bad(base("Bash", Decision::Ask), "unknown tool 'Bash'");
     bad(base("net.*", Decision::Ask), "no tool family 'net'");
+    for (host, want) in [
+        ("github.com:http", "'http' is not a port"),
+        ("github.com:0", "'0' is not a port"),
+        ("[2001:db8::1", "an IPv6 address ends with ']'"),
+        (":443", "is not a host"),
+        ("a/b", "is not a host"),
+    ] {
+        bad(
+            Rule {
+                host: Some(host.into()),
+                ..base("network", Decision::Deny)
+            },
+            want,
+        );
+    }
     bad(
-        base("network", Decision::Deny),
-        "narrow the agent's egress list",
+        Rule {
+            host: Some("github.com".into()),
+            ..base("bash", Decision::Ask)
+        },
+        "bash has no host argument",
     );
     bad(
         Rule {

@@ -22,6 +22,7 @@ pub(crate) fn rules_from(rules: Vec<pb::ApprovalRule>) -> Result<Vec<Rule>, Serv
                 command: convert::non_empty(r.command),
                 path: convert::non_empty(r.path),
                 remote: convert::non_empty(r.remote),
+                host: convert::non_empty(r.host),
                 deadline_s: (r.deadline_seconds > 0).then_some(r.deadline_seconds),
             })
         })
@@ -37,6 +38,7 @@ pub(crate) fn rule(r: &Rule) -> pb::ApprovalRule {
         command: r.command.clone().unwrap_or_default(),
         path: r.path.clone().unwrap_or_default(),
         remote: r.remote.clone().unwrap_or_default(),
+        host: r.host.clone().unwrap_or_default(),
         deadline_seconds: r.deadline_s.unwrap_or(0),
     }
 }

@@ -169,6 +169,7 @@ impl Repository {
             processes: self.processes.clone(),
             stop: CallStop::new(&self.shutdown, what, limits.git_timeout * 4),
             fence: None,
+            network_questions: None,
         })
     }
 

@@ -183,6 +183,7 @@ impl<'a> Git<'a> {
             // landed) belong to no run.
             run: Some(self.ctx.grant.run_id.clone()).filter(|r| !r.is_empty()),
             fence: self.ctx.fence.clone(),
+            network_questions: self.ctx.network_questions.clone(),
         };
         let limits = RunLimits {
             timeout: self.ctx.limits.git_timeout,
