@@ -19,6 +19,9 @@ use chorus_tests::fake_openai::{FakeOpenAi, Step};
 use chorus_tests::orchestrator::Orchestrator;
 use serde_json::json;
 
+#[path = "approvals/network.rs"]
+mod network;
+
 fn create(path: &str) -> Step {
     Step::tool_call("file_create", json!({"path": path, "content": path}))
 }

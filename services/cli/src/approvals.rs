@@ -273,7 +273,10 @@ mod tests {
             (rule.host.as_str(), rule.deadline_seconds),
             ("*.github.com:443", 60)
         );
-        assert_eq!(rule_text(&rule), "ask network host=*.github.com:443 deadline=60");
+        assert_eq!(
+            rule_text(&rule),
+            "ask network host=*.github.com:443 deadline=60"
+        );
         for bad in [
             "ask",
             "ask bash user=x",

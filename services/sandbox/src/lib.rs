@@ -30,8 +30,8 @@ pub mod service;
 pub mod testing;
 
 pub use egress::{EgressRule, Forward};
-pub use questions::NetworkQuestions;
 pub use policy::{Cgroups, Cover, Identity, Limits, NETWORK_ENV, Network, Policy, Tier};
+pub use questions::NetworkQuestions;
 pub use service::{
     Mode, ProcessSpec, Sandbox, SandboxConfig, SandboxError, SandboxStatus, SandboxedChild,
 };

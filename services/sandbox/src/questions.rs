@@ -98,11 +98,15 @@ impl fmt::Debug for NetworkQuestions {
     }
 }
 
+/// The questions waiting for their answers, by id; None once the channel
+/// broke (nothing more is asked).
+type Waiting = Arc<Mutex<Option<HashMap<u64, oneshot::Sender<Answer>>>>>;
+
 /// The proxy's side: asks and waits for the answer.
 #[derive(Debug)]
 pub(crate) struct Asker {
     writer: tokio::sync::Mutex<OwnedWriteHalf>,
-    waiting: Arc<Mutex<Option<HashMap<u64, oneshot::Sender<Answer>>>>>,
+    waiting: Waiting,
     next: AtomicU64,
 }
 
@@ -111,8 +115,7 @@ impl Asker {
     /// refusing every question still waiting, when the channel breaks).
     pub(crate) fn start(stream: UnixStream) -> Self {
         let (reader, writer) = stream.into_split();
-        let waiting: Arc<Mutex<Option<HashMap<u64, oneshot::Sender<Answer>>>>> =
-            Arc::new(Mutex::new(Some(HashMap::new())));
+        let waiting: Waiting = Arc::new(Mutex::new(Some(HashMap::new())));
         let answers = Arc::clone(&waiting);
         tokio::spawn(async move {
             let mut lines = BufReader::new(reader);
@@ -131,7 +134,10 @@ impl Asker {
                 }
             }
             // Every question still waiting is refused; none is asked again.
-            answers.lock().unwrap_or_else(PoisonError::into_inner).take();
+            answers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
         });
         Self {
             writer: tokio::sync::Mutex::new(writer),

@@ -368,8 +368,8 @@ impl Sandbox {
         // inherited by the launcher (for its proxy alone).
         let questions = match (&spec.network_questions, &spec.network) {
             (Some(asked), Network::Proxied { .. }) if enforced => {
-                let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-                    .map_err(SandboxError::Spawn)?;
+                let (ours, theirs) =
+                    std::os::unix::net::UnixStream::pair().map_err(SandboxError::Spawn)?;
                 Some((asked.clone(), ours, std::os::fd::OwnedFd::from(theirs)))
             }
             _ => None,
@@ -396,9 +396,7 @@ impl Sandbox {
                 ledger: spec.run.as_deref().map(|run| self.inner.ledgers.of(run)),
                 tier: self.inner.tier,
                 gate_signals: false,
-                questions_fd: questions
-                    .as_ref()
-                    .map(|(_, _, theirs)| theirs.as_raw_fd()),
+                questions_fd: questions.as_ref().map(|(_, _, theirs)| theirs.as_raw_fd()),
             };
             let policy = serde_json::to_string(&policy).map_err(|e| {
                 SandboxError::Spawn(io::Error::other(format!("cannot write the policy: {e}")))
@@ -453,9 +451,12 @@ fn inherit(cmd: &mut Command, fd: std::os::fd::RawFd) {
     unsafe {
         cmd.pre_exec(move || {
             let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
-            nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))
-                .map(drop)
-                .map_err(io::Error::from)
+            nix::fcntl::fcntl(
+                fd,
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+            )
+            .map(drop)
+            .map_err(io::Error::from)
         });
     }
 }

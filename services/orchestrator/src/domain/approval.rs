@@ -394,9 +394,8 @@ impl Condition {
                         .is_some_and(|rest| rest.starts_with(' '))
             }
             Matcher::Glob(glob) => glob.is_match(text),
-            Matcher::Destination(host, port) => split_destination(text).is_some_and(|(h, p)| {
-                host.is_match(h) && port.is_none_or(|port| port == p)
-            }),
+            Matcher::Destination(host, port) => split_destination(text)
+                .is_some_and(|(h, p)| host.is_match(h) && port.is_none_or(|port| port == p)),
         }
     }
 }

@@ -83,7 +83,12 @@ async fn the_network_grant_asks_before_each_connection_and_waits_for_the_answer(
         .call_asking(questions.clone(), "bash", command.clone())
         .await
         .expect("bash");
-    assert_eq!(output(&allowed).stdout, "outside\n", "{:?}", output(&allowed));
+    assert_eq!(
+        output(&allowed).stdout,
+        "outside\n",
+        "{:?}",
+        output(&allowed)
+    );
     assert_eq!(asked.try_recv().ok(), Some((ip.to_string(), 8080)));
     assert!(asked.try_recv().is_err(), "one question a connection");
 
@@ -108,8 +113,7 @@ async fn the_network_grant_asks_before_each_connection_and_waits_for_the_answer(
         .expect("bash");
     let out = output(&refused);
     assert!(
-        out.stdout.contains("denied by the approval rule")
-            && !out.stdout.contains("outside"),
+        out.stdout.contains("denied by the approval rule") && !out.stdout.contains("outside"),
         "{out:?}"
     );
     assert_eq!(asked.try_recv().ok(), Some((ip.to_string(), 8080)));

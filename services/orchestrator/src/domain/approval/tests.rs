@@ -253,14 +253,32 @@ fn a_network_rule_reads_the_destinations_host_and_port() {
             "deny network host=10.0.0.*",
         ],
     );
-    assert_eq!(decided(&r, &connection("api.github.com", 443)), Decision::Allow);
+    assert_eq!(
+        decided(&r, &connection("api.github.com", 443)),
+        Decision::Allow
+    );
     // Case and a trailing dot do not hide a name.
-    assert_eq!(decided(&r, &connection("API.GitHub.com.", 443)), Decision::Allow);
-    assert_eq!(decided(&r, &connection("api.github.com", 80)), Decision::Ask);
+    assert_eq!(
+        decided(&r, &connection("API.GitHub.com.", 443)),
+        Decision::Allow
+    );
+    assert_eq!(
+        decided(&r, &connection("api.github.com", 80)),
+        Decision::Ask
+    );
     // Not a subdomain: a name that merely ends alike.
-    assert_eq!(decided(&r, &connection("evilgithub.com", 443)), Decision::Ask);
-    assert_eq!(decided(&r, &connection("api.github.com", 22)), Decision::Deny);
-    assert_eq!(decided(&r, &connection("2001:db8::1", 443)), Decision::Allow);
+    assert_eq!(
+        decided(&r, &connection("evilgithub.com", 443)),
+        Decision::Ask
+    );
+    assert_eq!(
+        decided(&r, &connection("api.github.com", 22)),
+        Decision::Deny
+    );
+    assert_eq!(
+        decided(&r, &connection("2001:db8::1", 443)),
+        Decision::Allow
+    );
     assert_eq!(decided(&r, &connection("10.0.0.7", 443)), Decision::Deny);
     assert_eq!(decided(&r, &connection("pypi.org", 443)), Decision::Ask);
     // Every tool's rule covers the grant too; a bash rule does not.

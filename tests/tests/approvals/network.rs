@@ -1,0 +1,141 @@
+//! Rules on the network grant, end to end: an API agent's bash call fetches
+//! from a host its egress list allows; `ask network host=...` holds the
+//! connection (not the call's start) until a person answers; the request
+//! shows the host and port; approved, the fetch goes through; denied, the
+//! program reads the reason and nothing is fetched.
+
+use chorus_proto::orchestrator::v1 as pb;
+use chorus_sandbox::testing::{TestNet, give_to_test_user, root_for};
+use chorus_tests::agents::{api_team, data, planned_task, start, wait_for};
+use chorus_tests::approvals::{answer, approval_id, asked, rule, set_rules};
+use chorus_tests::fake_openai::{FakeOpenAi, Step};
+use chorus_tests::orchestrator::Orchestrator;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_of_the_network_grant_asks_and_a_denial_reaches_the_program() {
+    if !root_for("a test network namespace") {
+        return;
+    }
+    let files = tempfile::tempdir().expect("files");
+    std::fs::write(files.path().join("f.txt"), "outside\n").expect("write");
+    give_to_test_user(files.path());
+    let mut net = TestNet::create();
+    let ip = net.ip;
+    let dir = files.path().display().to_string();
+    net.serve(
+        "python3",
+        &[
+            "-u",
+            "-m",
+            "http.server",
+            "8080",
+            "--bind",
+            &ip.to_string(),
+            "--directory",
+            &dir,
+        ],
+        "Serving HTTP",
+    )
+    .await;
+
+    let data_dir = tempfile::tempdir().expect("data");
+    let root = tempfile::tempdir().expect("root");
+    give_to_test_user(root.path());
+    let fetch = Step::tool_call(
+        "bash",
+        json!({ "command": format!("curl -sS http://{ip}:8080/f.txt") }),
+    );
+    let model = FakeOpenAi::start(vec![
+        fetch.clone(),
+        fetch,
+        Step::tool_call(
+            "completion-report",
+            json!({"status": "complete", "summary": "fetched", "output": "fetched"}),
+        ),
+    ])
+    .await;
+    let orchestrator = Orchestrator::for_api_agents(data_dir.path()).await;
+    let mut client = orchestrator.client().await;
+    let team = api_team(
+        &mut client,
+        root.path(),
+        &model,
+        &["bash", "network"],
+        "You fetch.",
+    )
+    .await;
+    client
+        .update_agent(pb::UpdateAgentRequest {
+            workspace_id: team.workspace.id.clone(),
+            name: team.agent.clone(),
+            egress: vec![format!("{ip}:8080")],
+            set_egress: true,
+            ..Default::default()
+        })
+        .await
+        .expect("the egress list");
+    let host_rule = format!("{ip}:8080");
+    set_rules(
+        &mut client,
+        &team.workspace.id,
+        &team.agent,
+        vec![pb::ApprovalRule {
+            host: host_rule.clone(),
+            ..rule("network", "ask", "", 0)
+        }],
+    )
+    .await;
+    let task = planned_task(&mut client, &team.workspace, "Fetch f.txt.").await;
+    start(&mut client, &task, &team.agent, 0).await;
+
+    // The bash call started; its connection waits, showing where it goes.
+    let first = asked(&mut client, &task.id, 1).await;
+    assert_eq!(data(&first)["tool"], "network", "{:?}", data(&first));
+    assert_eq!(
+        data(&first)["input"],
+        json!({ "host": ip.to_string(), "port": 8080 })
+    );
+    assert_eq!(
+        data(&first)["rule"],
+        format!("ask network host={host_rule}")
+    );
+    answer(&mut client, &task.id, &approval_id(&first), true, false, "")
+        .await
+        .expect("approve");
+
+    // Approved once: the next connection asks again; denied, the program
+    // reads why.
+    let second = asked(&mut client, &task.id, 2).await;
+    answer(
+        &mut client,
+        &task.id,
+        &approval_id(&second),
+        false,
+        false,
+        "not that host today",
+    )
+    .await
+    .expect("deny");
+    wait_for(&mut client, &task.id, |e| {
+        e.kind == "status_changed" && data(e)["to"] == "completed"
+    })
+    .await;
+    let results: Vec<String> = model
+        .requests()
+        .last()
+        .and_then(|r| r["messages"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results[0].contains("outside"), "approved: {}", results[0]);
+    assert!(
+        results[1].contains("not that host today") && !results[1].contains("outside"),
+        "denied: {}",
+        results[1]
+    );
+    orchestrator.stop().await;
+}
