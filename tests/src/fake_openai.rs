@@ -219,6 +219,18 @@ impl FakeOpenAi {
             .collect()
     }
 
+    /// The tool results the model was last sent, in order.
+    pub fn tool_results(&self) -> Vec<String> {
+        self.requests()
+            .last()
+            .and_then(|r| r["messages"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
     /// Waits until a request is held ([`Step::Hold`]).
     pub async fn holding(&self) {
         let mut rx = self.shared.holding.subscribe();

@@ -66,15 +66,7 @@ async fn writing_team(
 
 /// The tool results the model was sent, in order.
 fn tool_results(model: &FakeOpenAi) -> Vec<String> {
-    model
-        .requests()
-        .last()
-        .and_then(|r| r["messages"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
+    model.tool_results()
 }
 
 fn exists(root: &Path, path: &str) -> bool {

@@ -90,6 +90,7 @@ impl AgentTools for Shared {
         }
         Ok(Response::new(pb::AuthorizeToolCallResponse {
             fence_in_ms: None,
+            network_asks: false,
         }))
     }
 

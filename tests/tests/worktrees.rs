@@ -45,15 +45,7 @@ async fn worked(client: &mut Client, ws: &pb::Workspace, description: &str) -> p
 /// The tool results the model was last sent, in order (a file.read's
 /// content among them).
 fn tool_results(model: &FakeOpenAi) -> Vec<String> {
-    model
-        .requests()
-        .last()
-        .and_then(|r| r["messages"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
+    model.tool_results()
 }
 
 async fn change(client: &mut Client, task: &str) -> pb::GetTaskChangeResponse {

@@ -98,7 +98,7 @@ impl RunGate for InProcessGate {
             resolved_path: c.resolved_path.clone(),
             while_waiting: crate::core::approvals::WhileWaiting::default(),
         });
-        let fence = core::authorize_reported(
+        let authorized = core::authorize_reported(
             &self.state,
             token,
             tool,
@@ -109,8 +109,9 @@ impl RunGate for InProcessGate {
         .map_err(refused)?;
         Ok(Authorized {
             fence: Some(std::time::Duration::from_millis(
-                u64::try_from(fence).unwrap_or(0),
+                u64::try_from(authorized.fence_in_ms).unwrap_or(0),
             )),
+            network_asks: authorized.network_asks,
         })
     }
 

@@ -9,8 +9,11 @@
 //! 2. One TCP connection (connect, read one byte): to a server in a test
 //!    network namespace, directly from the host's network (what a sandbox
 //!    with the host's network had) and from inside a proxied sandbox through
-//!    the proxy (CONNECT); to a server on the host's loopback, directly and
-//!    through a forward. Timed by the same bash loop (`$EPOCHREALTIME`), a
+//!    the proxy (CONNECT), and through the proxy asking the service first
+//!    (a run whose approval rules decide the network grant's connections;
+//!    the service answers at once, in process — the orchestrator's own
+//!    answer is an AuthorizeToolCall, measured by tests/benches/approvals);
+//!    to a server on the host's loopback, directly and through a forward. Timed by the same bash loop (`$EPOCHREALTIME`), a
 //!    fresh connection each.
 //!
 //! `cargo bench -p chorus-sandbox --bench egress`
@@ -22,7 +25,9 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use chorus_sandbox::testing::{TEST_UID, TestNet, give_to_test_user};
-use chorus_sandbox::{EgressRule, Forward, Identity, Network, ProcessSpec, Sandbox, SandboxConfig};
+use chorus_sandbox::{
+    EgressRule, Forward, Identity, Network, NetworkQuestions, ProcessSpec, Sandbox, SandboxConfig,
+};
 use tokio::io::AsyncReadExt;
 
 /// Durations, sorted.
@@ -230,26 +235,43 @@ async fn connections(sandbox: &Sandbox, ws: &std::path::Path, count: usize) {
         ("outside host, directly from the host's network", Vec::new()),
         ("outside host, through the proxy (CONNECT)", Vec::new()),
         (
+            "outside host, through the proxy, asking the service first",
+            Vec::new(),
+        ),
+        (
             "host loopback, directly from the host's network",
             Vec::new(),
         ),
         ("host loopback service, through a forward", Vec::new()),
     ];
+    // The service's answer, at once: every connection may be made.
+    let answered = NetworkQuestions::new(|_host: String, _port: u16| async { Ok(()) });
     // Interleaved in chunks, so drift hits every path alike.
     let chunk = 50.min(count);
     for _ in 0..count.div_ceil(chunk) {
         // None: the same bash outside any sandbox, on the host's network (as
         // a sandbox with the host's network, which no longer exists, had it).
         let scripts = [
-            (None, &outside),
-            (Some(proxied(allow.clone(), Vec::new())), &tunnel),
-            (None, &loopback),
-            (Some(proxied(Vec::new(), forwards.clone())), &loopback),
+            (None, &outside, false),
+            (Some(proxied(allow.clone(), Vec::new())), &tunnel, false),
+            (Some(proxied(allow.clone(), Vec::new())), &tunnel, true),
+            (None, &loopback, false),
+            (
+                Some(proxied(Vec::new(), forwards.clone())),
+                &loopback,
+                false,
+            ),
         ];
-        for (i, (network, open)) in scripts.into_iter().enumerate() {
+        for (i, (network, open, asks)) in scripts.into_iter().enumerate() {
             let script = connect_loop(chunk, open);
             let out = match network {
-                Some(network) => run(sandbox, &spec(ws, network, &script)).await,
+                Some(network) => {
+                    let spec = ProcessSpec {
+                        network_questions: asks.then(|| answered.clone()),
+                        ..spec(ws, network, &script)
+                    };
+                    run(sandbox, &spec).await
+                }
                 None => unconfined(&script).await,
             };
             let got = parse_micros(&out);

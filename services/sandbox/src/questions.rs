@@ -69,6 +69,9 @@ impl NetworkQuestions {
         let writer = Arc::new(tokio::sync::Mutex::new(writer));
         let mut lines = BufReader::new(reader);
         let mut line = Vec::new();
+        // The questions being answered: once the sandbox has ended, nobody
+        // waits for their answers, and they are dropped with this set.
+        let mut asking = tokio::task::JoinSet::new();
         loop {
             line.clear();
             match read_line(&mut lines, &mut line).await {
@@ -78,9 +81,10 @@ impl NetworkQuestions {
             let Ok(question) = serde_json::from_slice::<Question>(&line) else {
                 return;
             };
+            while asking.try_join_next().is_some() {}
             let ask = Arc::clone(&self.0);
             let writer = Arc::clone(&writer);
-            tokio::spawn(async move {
+            asking.spawn(async move {
                 let refusal = ask(question.host, question.port).await.err();
                 let answer = Answer {
                     id: question.id,

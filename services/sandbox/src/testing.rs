@@ -378,6 +378,32 @@ impl TestNet {
         net
     }
 
+    /// Serves the files of `dir` (given to the test user) over HTTP at
+    /// `ip`:`port`, and waits until it serves.
+    pub async fn serve_files(&mut self, dir: &Path, port: u16) {
+        give_to_test_user(dir);
+        let (ip, port, dir) = (
+            self.ip.to_string(),
+            port.to_string(),
+            dir.display().to_string(),
+        );
+        self.serve(
+            "python3",
+            &[
+                "-u",
+                "-m",
+                "http.server",
+                &port,
+                "--bind",
+                &ip,
+                "--directory",
+                &dir,
+            ],
+            "Serving HTTP",
+        )
+        .await;
+    }
+
     /// Starts `program args` in the namespace as the test user, and waits
     /// until it writes a line containing `ready` (on stdout or stderr).
     pub async fn serve(&mut self, program: &str, args: &[&str], ready: &str) {

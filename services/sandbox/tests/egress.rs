@@ -180,24 +180,9 @@ async fn an_allowed_destination_is_reached_and_nothing_else(tier: Tier) {
     let (_top, ws) = workspace();
     let files = tempfile::tempdir().expect("tempdir");
     std::fs::write(files.path().join("hello.txt"), "hello from outside\n").expect("write");
-    chorus_sandbox::testing::give_to_test_user(files.path());
     let mut net = TestNet::create();
     let ip = net.ip;
-    net.serve(
-        "python3",
-        &[
-            "-u",
-            "-m",
-            "http.server",
-            "8080",
-            "--bind",
-            &ip.to_string(),
-            "--directory",
-            &files.path().display().to_string(),
-        ],
-        "Serving HTTP",
-    )
-    .await;
+    net.serve_files(files.path(), 8080).await;
     let rule = format!("{ip}:8080");
     let script = format!(
         "{TUNNEL}

@@ -114,6 +114,12 @@ impl ToolCalls {
             },
             None => None,
         };
+        // Its processes' connections are asked about when the run's rules
+        // decide the network grant's.
+        let questions = authorized
+            .as_ref()
+            .filter(|(_, a)| a.network_asks && grant.allows(chorus_catalog::NETWORK))
+            .map(|(gate, _)| crate::gate::network_questions(Arc::clone(gate), token.clone()));
         // A call that starts processes is watched while they run.
         let watch = match (authorized, &self.fences, &call_id) {
             (Some((gate, authorized)), Some(fences), Some(id)) => Some(CallWatch::start(
@@ -135,7 +141,14 @@ impl ToolCalls {
         let _stop_when_caller_leaves = caller_gone.clone().drop_guard();
         let call = tokio::spawn(
             self.clone()
-                .execute_and_record(token, grant, tool, arguments, caller_gone, (call_id, watch))
+                .execute_and_record(
+                    token,
+                    grant,
+                    tool,
+                    arguments,
+                    caller_gone,
+                    (call_id, watch, questions),
+                )
                 .instrument(tracing::Span::current()),
         );
         call.await
@@ -151,7 +164,11 @@ impl ToolCalls {
         tool: String,
         arguments: Value,
         caller_gone: CancellationToken,
-        (call_id, watch): (Option<String>, Option<CallWatch>),
+        (call_id, watch, questions): (
+            Option<String>,
+            Option<CallWatch>,
+            Option<chorus_sandbox::NetworkQuestions>,
+        ),
     ) -> Result<ToolOutcome, ToolError> {
         let (run_id, agent) = (grant.run_id.clone(), grant.agent.clone());
         let started = Instant::now();
@@ -168,11 +185,7 @@ impl ToolCalls {
             .map(CallWatch::watched)
             .cloned()
             .unwrap_or_default();
-        watched.network_questions = self
-            .gate
-            .as_ref()
-            .filter(|_| grant.allows(chorus_catalog::NETWORK))
-            .map(|gate| crate::gate::network_questions(Arc::clone(gate), token.clone()));
+        watched.network_questions = questions;
         let result = self
             .runner
             .execute_watched(grant, &tool, arguments.clone(), &caller_gone, &watched)

@@ -46,6 +46,9 @@ pub struct Authorized {
     /// another yes (the run's driver holds its lease until then); None: no
     /// such limit (the run's caller drives it, or there is no orchestrator).
     pub fence: Option<std::time::Duration>,
+    /// Whether the run's approval rules decide connections of the network
+    /// grant (see [`network_questions`]).
+    pub network_asks: bool,
 }
 
 /// What tool-exec says of a call when it asks about it.
@@ -371,6 +374,7 @@ impl RunGate for OrchestratorGate {
             fence: answer
                 .fence_in_ms
                 .map(|ms| std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+            network_asks: answer.network_asks,
         })
     }
 

@@ -102,8 +102,10 @@ async fn keep(
             answer = gate.authorize(&token, &tool, crate::gate::Question::default()) => answer,
         };
         match answer {
-            Ok(Authorized { fence: Some(fence) }) => hold(&fences, &name, asked, fence),
-            Ok(Authorized { fence: None }) => {}
+            Ok(Authorized {
+                fence: Some(fence), ..
+            }) => hold(&fences, &name, asked, fence),
+            Ok(Authorized { fence: None, .. }) => {}
             Err(e) if matches!(e.code(), Code::FailedPrecondition | Code::Unauthenticated) => {
                 info!(tool = %tool, reason = %e, "the run of a call in progress is no longer active: stopping the call");
                 fences.remove(&name);

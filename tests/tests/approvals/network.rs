@@ -19,25 +19,9 @@ async fn a_connection_of_the_network_grant_asks_and_a_denial_reaches_the_program
     }
     let files = tempfile::tempdir().expect("files");
     std::fs::write(files.path().join("f.txt"), "outside\n").expect("write");
-    give_to_test_user(files.path());
     let mut net = TestNet::create();
     let ip = net.ip;
-    let dir = files.path().display().to_string();
-    net.serve(
-        "python3",
-        &[
-            "-u",
-            "-m",
-            "http.server",
-            "8080",
-            "--bind",
-            &ip.to_string(),
-            "--directory",
-            &dir,
-        ],
-        "Serving HTTP",
-    )
-    .await;
+    net.serve_files(files.path(), 8080).await;
 
     let data_dir = tempfile::tempdir().expect("data");
     let root = tempfile::tempdir().expect("root");
@@ -121,15 +105,7 @@ async fn a_connection_of_the_network_grant_asks_and_a_denial_reaches_the_program
         e.kind == "status_changed" && data(e)["to"] == "completed"
     })
     .await;
-    let results: Vec<String> = model
-        .requests()
-        .last()
-        .and_then(|r| r["messages"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect();
+    let results = model.tool_results();
     assert_eq!(results.len(), 2, "{results:?}");
     assert!(results[0].contains("outside"), "approved: {}", results[0]);
     assert!(

@@ -349,7 +349,7 @@ pub(crate) async fn authorize_reported(
     tool: &str,
     call_id: Option<String>,
     call: Option<&approvals::ToolCall>,
-) -> Result<i64, ServiceError> {
+) -> Result<Authorization, ServiceError> {
     let verified = state.verifier.verify_token(token)?;
     let note = || async {
         match (&call_id, RunId::parse(&verified.grant.run_id)) {
@@ -386,6 +386,11 @@ pub(crate) async fn authorize_reported(
             return Err(e);
         }
     };
+    let network_asks = run.rules.mention(chorus_catalog::NETWORK);
+    let authorization = |fence_in_ms| Authorization {
+        fence_in_ms,
+        network_asks,
+    };
     match ruling {
         None => {}
         Some(ruling) if ruling.decision == Decision::Allow => {}
@@ -393,7 +398,7 @@ pub(crate) async fn authorize_reported(
             forget(noted).await;
             return approvals::deny(state, &run, tool, &ruling)
                 .await
-                .map(|()| 0);
+                .map(|()| authorization(0));
         }
         Some(ruling) => {
             forget(noted).await;
@@ -409,14 +414,23 @@ pub(crate) async fn authorize_reported(
             if answer.is_err() {
                 forget(noted).await;
             }
-            return answer;
+            return answer.map(authorization);
         }
     }
     let answer = fence_of(state, &run);
     if answer.is_err() {
         forget(noted).await;
     }
-    answer
+    answer.map(authorization)
+}
+
+/// The answer to tool-exec's question about a call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Authorization {
+    /// For how long its processes may run (see [`fence_of`]).
+    pub fence_in_ms: i64,
+    /// Whether the run's rules decide connections of the network grant.
+    pub network_asks: bool,
 }
 
 /// tool-exec's report of a finished call: no longer in flight (its

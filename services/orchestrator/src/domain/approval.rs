@@ -630,6 +630,18 @@ impl RunRules {
         self.layers.is_empty()
     }
 
+    /// Whether a rule of these could decide a call of `tool`, one with no
+    /// family (`network`): one naming it, or `*`.
+    pub fn mention(&self, tool: &str) -> bool {
+        self.layers
+            .iter()
+            .flat_map(|l| l.rules.iter().chain(&l.defaults))
+            .any(|r| {
+                let named = r.tool.trim();
+                named == "*" || named == tool
+            })
+    }
+
     /// The decision on `call`: the strictest of the layers' decisions, where
     /// an `ask` whose rule `approved` holds (the task's approvals) allows.
     pub fn decide(&self, call: &CallFacts, approved: &[Rule]) -> Result<Ruling, DomainError> {

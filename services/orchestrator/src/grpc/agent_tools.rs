@@ -81,11 +81,12 @@ impl pb::agent_tools_server::AgentTools for AgentToolsService {
                 while_waiting,
             }
         });
-        let fence =
+        let authorized =
             core::authorize_reported(&self.state, &r.run_token, &r.tool, call_id, call.as_ref())
                 .await?;
         Ok(Response::new(pb::AuthorizeToolCallResponse {
-            fence_in_ms: Some(fence),
+            fence_in_ms: Some(authorized.fence_in_ms),
+            network_asks: authorized.network_asks,
         }))
     }
 

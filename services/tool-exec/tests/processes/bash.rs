@@ -296,25 +296,9 @@ async fn the_network_grant_reaches_what_the_egress_list_names() {
     let mut h = Harness::new().await;
     let files = tempfile::tempdir().expect("files");
     std::fs::write(files.path().join("f.txt"), "outside\n").expect("write");
-    chorus_sandbox::testing::give_to_test_user(files.path());
     let mut net = chorus_sandbox::testing::TestNet::create();
     let ip = net.ip;
-    let dir = files.path().display().to_string();
-    net.serve(
-        "python3",
-        &[
-            "-u",
-            "-m",
-            "http.server",
-            "8080",
-            "--bind",
-            &ip.to_string(),
-            "--directory",
-            &dir,
-        ],
-        "Serving HTTP",
-    )
-    .await;
+    net.serve_files(files.path(), 8080).await;
     let command = format!("curl -sS http://{ip}:8080/f.txt");
     h.egress = vec![format!("{ip}:8080")];
     let with = output(

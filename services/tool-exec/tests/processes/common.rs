@@ -92,10 +92,15 @@ impl Harness {
         tool: &str,
         args: Value,
     ) -> Result<ToolOutcome, ToolError> {
+        self.runner.execute(self.network_grant(), tool, args).await
+    }
+
+    /// The harness's grant with the `network` grant and its egress list.
+    fn network_grant(&self) -> RunGrant {
         let mut grant = self.grant();
         grant.tools.push(chorus_catalog::NETWORK.to_owned());
         grant.egress.clone_from(&self.egress);
-        self.runner.execute(grant, tool, args).await
+        grant
     }
 
     /// [`Self::call_with_network`] whose proxy asks `questions` before each
@@ -106,9 +111,7 @@ impl Harness {
         tool: &str,
         args: Value,
     ) -> Result<ToolOutcome, ToolError> {
-        let mut grant = self.grant();
-        grant.tools.push(chorus_catalog::NETWORK.to_owned());
-        grant.egress.clone_from(&self.egress);
+        let grant = self.network_grant();
         let watched = chorus_tool_exec::runner::Watched {
             network_questions: Some(questions),
             ..Default::default()

@@ -32,25 +32,9 @@ async fn the_network_grant_asks_before_each_connection_and_waits_for_the_answer(
     let mut h = Harness::new().await;
     let files = tempfile::tempdir().expect("files");
     std::fs::write(files.path().join("f.txt"), "outside\n").expect("write");
-    chorus_sandbox::testing::give_to_test_user(files.path());
     let mut net = chorus_sandbox::testing::TestNet::create();
     let ip = net.ip;
-    let dir = files.path().display().to_string();
-    net.serve(
-        "python3",
-        &[
-            "-u",
-            "-m",
-            "http.server",
-            "8080",
-            "--bind",
-            &ip.to_string(),
-            "--directory",
-            &dir,
-        ],
-        "Serving HTTP",
-    )
-    .await;
+    net.serve_files(files.path(), 8080).await;
 
     let say = Arc::new(Mutex::new(Say::Yes));
     let (asked_tx, mut asked) = mpsc::unbounded_channel::<(String, u16)>();

@@ -284,6 +284,9 @@ fn a_network_rule_reads_the_destinations_host_and_port() {
     // Every tool's rule covers the grant too; a bash rule does not.
     let all = rules("dev", &["deny *", "allow bash"]);
     assert_eq!(decided(&all, &connection("pypi.org", 443)), Decision::Deny);
+    // Only runs whose rules could decide a connection have theirs asked about.
+    assert!(r.mention(chorus_catalog::NETWORK) && all.mention(chorus_catalog::NETWORK));
+    assert!(!rules("dev", &["ask bash", "deny file.*"]).mention(chorus_catalog::NETWORK));
     assert_eq!(
         rule("ask network host=*.example.com:*").to_string(),
         "ask network host=*.example.com:*"
