@@ -2,11 +2,13 @@
 //! from a host its egress list allows; `ask network host=...` holds the
 //! connection (not the call's start) until a person answers; the request
 //! shows the host and port; approved, the fetch goes through; denied, the
-//! program reads the reason and nothing is fetched.
+//! program reads the reason and nothing is fetched; a connection whose
+//! process ends while it waits (bash's own timeout) leaves no approval
+//! waiting.
 
 use chorus_proto::orchestrator::v1 as pb;
 use chorus_sandbox::testing::{TestNet, give_to_test_user, root_for};
-use chorus_tests::agents::{api_team, data, planned_task, start, wait_for};
+use chorus_tests::agents::{api_team, data, planned_task, start, task_of, wait_for};
 use chorus_tests::approvals::{answer, approval_id, asked, rule, set_rules};
 use chorus_tests::fake_openai::{FakeOpenAi, Step};
 use chorus_tests::orchestrator::Orchestrator;
@@ -30,9 +32,14 @@ async fn a_connection_of_the_network_grant_asks_and_a_denial_reaches_the_program
         "bash",
         json!({ "command": format!("curl -sS http://{ip}:8080/f.txt") }),
     );
+    let fetch_briefly = Step::tool_call(
+        "bash",
+        json!({ "command": format!("curl -sS http://{ip}:8080/f.txt"), "timeout_secs": 1 }),
+    );
     let model = FakeOpenAi::start(vec![
         fetch.clone(),
         fetch,
+        fetch_briefly,
         Step::tool_call(
             "completion-report",
             json!({"status": "complete", "summary": "fetched", "output": "fetched"}),
@@ -101,12 +108,36 @@ async fn a_connection_of_the_network_grant_asks_and_a_denial_reaches_the_program
     )
     .await
     .expect("deny");
+
+    // Nobody answers; bash's own timeout ends the process that asked: its
+    // approval is ended, not left on the task.
+    let third = asked(&mut client, &task.id, 3).await;
+    let id = approval_id(&third);
+    let ended = wait_for(&mut client, &task.id, |e| {
+        e.kind == "approval_answered" && data(e)["approval_id"] == id.as_str()
+    })
+    .await;
+    let ended = data(ended.last().expect("the answer"));
+    assert_eq!(ended["outcome"], "canceled", "{ended}");
+    assert!(
+        ended["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("went away")),
+        "{ended}"
+    );
+    assert!(
+        task_of(&mut client, &task.id)
+            .await
+            .waiting_approvals
+            .is_empty(),
+        "nothing waits"
+    );
     wait_for(&mut client, &task.id, |e| {
         e.kind == "status_changed" && data(e)["to"] == "completed"
     })
     .await;
     let results = model.tool_results();
-    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(results.len(), 3, "{results:?}");
     assert!(results[0].contains("outside"), "approved: {}", results[0]);
     assert!(
         results[1].contains("not that host today") && !results[1].contains("outside"),

@@ -173,6 +173,13 @@ pub(crate) async fn ask(
     info!(task_id = %task_id, run_id = %run_id, approval_id = %approval.id, tool, "a call waits for approval");
     let asked = std::time::Instant::now();
     call.while_waiting.begin();
+    // Dropped before the wait ends (whoever asked went away): the approval
+    // is ended then, so nobody is asked about a call that will not run.
+    let gone = AskerGone {
+        state: state.clone(),
+        task: task_id,
+        approval: Some(approval.id.clone()),
+    };
     let outcome = wait(state, &mut changes, task_id, run_id, &call_key).await;
     chorus_telemetry::metrics().approval(
         outcome.as_ref().map_or("error", |a| {
@@ -180,6 +187,7 @@ pub(crate) async fn ask(
         }),
         asked.elapsed().as_secs_f64(),
     );
+    gone.disarm();
     let approval = outcome?;
     match approval.refusal() {
         None => Ok(()),
@@ -192,6 +200,46 @@ pub(crate) async fn ask(
             Err(DomainError::RunNotActive(reason).into())
         }
         Some(reason) => Err(DomainError::NotAllowed(reason).into()),
+    }
+}
+
+/// Ends a waiting approval when the call that waits for it is dropped.
+struct AskerGone {
+    state: AppState,
+    task: TaskId,
+    approval: Option<String>,
+}
+
+impl AskerGone {
+    fn disarm(mut self) {
+        self.approval = None;
+    }
+}
+
+impl Drop for AskerGone {
+    fn drop(&mut self) {
+        let Some(id) = self.approval.take() else {
+            return;
+        };
+        let (state, task) = (self.state.clone(), self.task);
+        // Not while the service shuts down: the approval waits for the call
+        // asked again elsewhere.
+        if state.shutdown.is_cancelled() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let ended = state
+                    .store
+                    .change_task(task, move |task| {
+                        Ok(task.approvals.end_asker_gone(&id, now_ms()))
+                    })
+                    .await;
+                if let Err(e) = ended {
+                    warn!(task_id = %task, error = %e, "cannot end an approval whose asker went away; it ends with its run");
+                }
+            });
+        }
     }
 }
 

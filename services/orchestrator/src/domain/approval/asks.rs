@@ -108,10 +108,16 @@ impl Approval {
                 self.id,
                 rule.deadline_ms() / 1000
             ),
-            ApprovalOutcome::Canceled => format!(
-                "{} did not run: its run ended while approval {} waited",
-                self.tool, self.id
-            ),
+            ApprovalOutcome::Canceled => match &answer.reason {
+                Some(reason) => format!(
+                    "{} did not run: approval {} was ended: {reason}",
+                    self.tool, self.id
+                ),
+                None => format!(
+                    "{} did not run: its run ended while approval {} waited",
+                    self.tool, self.id
+                ),
+            },
         })
     }
 
@@ -254,6 +260,17 @@ impl Approvals {
                 at_ms: now,
                 reason: reason.map(str::to_owned),
             },
+        )
+    }
+
+    /// Ends approval `id` if it still waits: whoever asked went away (the
+    /// agent's call, or the sandbox whose connection asked, ended).
+    pub fn end_asker_gone(&mut self, id: &str, now: i64) -> Events {
+        self.end_because(
+            id,
+            ApprovalOutcome::Canceled,
+            now,
+            Some("the call that asked went away before it was answered (the agent stopped waiting, or the process that asked ended)"),
         )
     }
 
