@@ -9,7 +9,9 @@
 //! no process of the sandbox ever holds it). Each question is one line of
 //! JSON, [`Question`]; each answer one line, [`Answer`], with the question's
 //! id — many connections may wait at once, and are answered in any order. A
-//! broken channel is a refusal.
+//! broken channel is a refusal. A question whose client went away before its
+//! answer is withdrawn (the same id, `withdrawn`): the service stops asking
+//! it, so nobody is asked about a connection that will not be made.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -36,6 +38,9 @@ pub struct Question {
     /// address without brackets).
     pub host: String,
     pub port: u16,
+    /// The question `id` asked before no longer wants an answer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub withdrawn: bool,
 }
 
 /// The answer to question `id`: None allows it; else why not.
@@ -72,6 +77,7 @@ impl NetworkQuestions {
         // The questions being answered: once the sandbox has ended, nobody
         // waits for their answers, and they are dropped with this set.
         let mut asking = tokio::task::JoinSet::new();
+        let mut by_id: HashMap<u64, tokio::task::AbortHandle> = HashMap::new();
         loop {
             line.clear();
             match read_line(&mut lines, &mut line).await {
@@ -82,9 +88,17 @@ impl NetworkQuestions {
                 return;
             };
             while asking.try_join_next().is_some() {}
+            by_id.retain(|_, handle| !handle.is_finished());
+            if question.withdrawn {
+                if let Some(handle) = by_id.remove(&question.id) {
+                    handle.abort();
+                }
+                continue;
+            }
             let ask = Arc::clone(&self.0);
             let writer = Arc::clone(&writer);
-            asking.spawn(async move {
+            let id = question.id;
+            let handle = asking.spawn(async move {
                 let refusal = ask(question.host, question.port).await.err();
                 let answer = Answer {
                     id: question.id,
@@ -92,6 +106,7 @@ impl NetworkQuestions {
                 };
                 let _ = write_line(&mut *writer.lock().await, &answer).await;
             });
+            by_id.insert(id, handle);
         }
     }
 }
@@ -109,7 +124,7 @@ type Waiting = Arc<Mutex<Option<HashMap<u64, oneshot::Sender<Answer>>>>>;
 /// The proxy's side: asks and waits for the answer.
 #[derive(Debug)]
 pub(crate) struct Asker {
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    writer: Arc<tokio::sync::Mutex<OwnedWriteHalf>>,
     waiting: Waiting,
     next: AtomicU64,
 }
@@ -144,7 +159,7 @@ impl Asker {
                 .take();
         });
         Self {
-            writer: tokio::sync::Mutex::new(writer),
+            writer: Arc::new(tokio::sync::Mutex::new(writer)),
             waiting,
             next: AtomicU64::new(1),
         }
@@ -172,6 +187,14 @@ impl Asker {
             id,
             host: host.clone(),
             port,
+            withdrawn: false,
+        };
+        // Dropped before its answer (the client went away): withdrawn.
+        let pending = Withdraw {
+            id,
+            writer: Arc::clone(&self.writer),
+            waiting: Arc::clone(&self.waiting),
+            armed: true,
         };
         if write_line(&mut *self.writer.lock().await, &question)
             .await
@@ -179,12 +202,56 @@ impl Asker {
         {
             return Err(broken());
         }
-        match answered.await {
+        let answered = answered.await;
+        pending.disarm();
+        match answered {
             Ok(Answer { refusal: None, .. }) => Ok(()),
             Ok(Answer {
                 refusal: Some(why), ..
             }) => Err(why),
             Err(_) => Err(broken()),
+        }
+    }
+}
+
+/// Withdraws question `id` when dropped armed.
+struct Withdraw {
+    id: u64,
+    writer: Arc<tokio::sync::Mutex<OwnedWriteHalf>>,
+    waiting: Waiting,
+    armed: bool,
+}
+
+impl Withdraw {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Some(waiting) = self
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+        {
+            waiting.remove(&self.id);
+        }
+        let (writer, id) = (Arc::clone(&self.writer), self.id);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let withdrawn = Question {
+                    id,
+                    host: String::new(),
+                    port: 0,
+                    withdrawn: true,
+                };
+                let _ = write_line(&mut *writer.lock().await, &withdrawn).await;
+            });
         }
     }
 }

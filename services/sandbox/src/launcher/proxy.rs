@@ -153,7 +153,18 @@ async fn proxy(mut client: TcpStream, rules: &Checks) {
         Ok(target) => target,
         Err((status, why)) => return respond(&mut client, status, &why).await,
     };
-    let upstream = match reach(&destination, rules).await {
+    // Where connections are asked about, a client that goes away while its
+    // connection is decided (an ask waiting for a person) takes its question
+    // with it. (One that only shuts its sending side looks the same.)
+    let reached = if rules.asker.is_some() {
+        tokio::select! {
+            reached = reach(&destination, rules) => reached,
+            () = gone(&client) => return,
+        }
+    } else {
+        reach(&destination, rules).await
+    };
+    let upstream = match reached {
         Ok(upstream) => upstream,
         Err((status, why)) => return respond(&mut client, status, &why).await,
     };
@@ -172,6 +183,16 @@ async fn proxy(mut client: TcpStream, rules: &Checks) {
         return;
     }
     splice(client, upstream).await;
+}
+
+/// Resolves once `client` has closed its side; never when it sends more
+/// first (what it sent is left to be read).
+async fn gone(client: &TcpStream) {
+    let mut byte = [0u8; 1];
+    match client.peek(&mut byte).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending().await,
+    }
 }
 
 /// One connection to a forward: to its target, whatever it is.

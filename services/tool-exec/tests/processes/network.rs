@@ -24,6 +24,20 @@ enum Say {
     Later,
 }
 
+/// A question: host and port.
+type Asked = (String, u16);
+
+/// Sends its question on its channel when dropped still holding it.
+struct Unanswered(Option<(mpsc::UnboundedSender<Asked>, Asked)>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some((to, question)) = self.0.take() {
+            let _ = to.send(question);
+        }
+    }
+}
+
 #[tokio::test]
 async fn the_network_grant_asks_before_each_connection_and_waits_for_the_answer() {
     if !chorus_sandbox::testing::root_for("a test network namespace") {
@@ -39,14 +53,18 @@ async fn the_network_grant_asks_before_each_connection_and_waits_for_the_answer(
     let say = Arc::new(Mutex::new(Say::Yes));
     let (asked_tx, mut asked) = mpsc::unbounded_channel::<(String, u16)>();
     let (later_tx, later) = watch::channel(false);
+    let (withdrawn_tx, mut withdrawn) = mpsc::unbounded_channel::<(String, u16)>();
     let questions = {
         let say = Arc::clone(&say);
         chorus_sandbox::NetworkQuestions::new(move |host: String, port: u16| {
             let now = *say.lock().expect("say");
             let _ = asked_tx.send((host.clone(), port));
             let mut later = later.clone();
+            // Told when the question is dropped unanswered.
+            let unanswered = Unanswered(Some((withdrawn_tx.clone(), (host.clone(), port))));
             async move {
-                match now {
+                let mut unanswered = unanswered;
+                let said = match now {
                     Say::Yes => Ok(()),
                     Say::No => Err(format!(
                         "egress to {host}:{port} is refused: denied by the approval rule 'deny network host={host}'"
@@ -55,7 +73,9 @@ async fn the_network_grant_asks_before_each_connection_and_waits_for_the_answer(
                         let _ = later.wait_for(|answered| *answered).await;
                         Ok(())
                     }
-                }
+                };
+                unanswered.0 = None;
+                said
             }
         })
     };
@@ -101,6 +121,44 @@ async fn the_network_grant_asks_before_each_connection_and_waits_for_the_answer(
         "{out:?}"
     );
     assert_eq!(asked.try_recv().ok(), Some((ip.to_string(), 8080)));
+
+    // A client that goes away while its connection waits withdraws the
+    // question: the service stops asking it, while the program goes on.
+    // (The client closes once the test has seen the question, and the
+    // program ends once the test has seen it withdrawn: each waits for a
+    // line from a FIFO.)
+    *say.lock().expect("say") = Say::Later;
+    for fifo in ["close", "end"] {
+        let made = std::process::Command::new("mkfifo")
+            .args(["-m", "666"])
+            .arg(h.root.join(fifo))
+            .status()
+            .expect("mkfifo");
+        assert!(made.success(), "mkfifo");
+    }
+    let quitter = json!({ "command": format!(
+        "exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'CONNECT {ip}:8080 HTTP/1.1\\r\\n\\r\\n' >&3 && read -r _ < close && exec 3<&- && read -r _ < end && echo left"
+    ) });
+    let tell = |fifo: &str| {
+        let fifo = h.root.join(fifo);
+        async move {
+            tokio::task::spawn_blocking(move || std::fs::write(fifo, "go\n"))
+                .await
+                .expect("task")
+                .expect("the program is told");
+        }
+    };
+    let (left, ()) = tokio::join!(h.call_asking(questions.clone(), "bash", quitter), async {
+        assert_eq!(asked.recv().await, Some((ip.to_string(), 8080)));
+        tell("close").await;
+        // Bounded so that a question left waiting fails the test, not hangs it.
+        let gone = tokio::time::timeout(std::time::Duration::from_secs(60), withdrawn.recv())
+            .await
+            .expect("the question was left waiting after its client went away");
+        assert_eq!(gone, Some((ip.to_string(), 8080)));
+        tell("end").await;
+    });
+    assert_eq!(output(&left.expect("bash")).stdout, "left\n");
 
     // Waiting: the connection is held until the answer comes, then made.
     *say.lock().expect("say") = Say::Later;
