@@ -9,6 +9,16 @@ use chorus_tests::fake_openai::Step;
 use serde_json::json;
 use support::{CHORUS, Stage, Tmux, report};
 
+/// Gives the stage's agent `writer` the one approval `rule`, with the CLI,
+/// which shows it back.
+async fn set_rule(stage: &Stage, rule: &str) {
+    let (code, stdout, stderr) = stage
+        .run(&["agent", "update", "writer", "-w", "demo", "--rule", rule])
+        .await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains(rule), "{stdout}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 /// Followed with no one at its input (a script, a log), a run that asks
 /// says how to answer, and the answer comes from another terminal.
@@ -22,19 +32,7 @@ async fn a_call_that_asks_shows_in_the_followed_run_and_is_approved_from_another
     ])
     .await;
     // The rule is set as an operator would, from the command line.
-    let (code, stdout, stderr) = stage
-        .run(&[
-            "agent",
-            "update",
-            "writer",
-            "-w",
-            "demo",
-            "--rule",
-            "ask file.create deadline=600",
-        ])
-        .await;
-    assert_eq!(code, 0, "{stdout}\n{stderr}");
-    assert!(stdout.contains("ask file.create deadline=600"), "{stdout}");
+    set_rule(&stage, "ask file.create deadline=600").await;
     let env = stage.env_words();
     let command = format!(
         "env {env} {CHORUS} task run 'Write the release note' -w demo --agent writer --no-plan --follow < /dev/null; echo EXIT=$?; exec cat"
@@ -93,18 +91,7 @@ async fn a_person_following_a_run_answers_its_calls_at_the_prompt() {
         report("complete", "Wrote one of two"),
     ])
     .await;
-    let (code, stdout, stderr) = stage
-        .run(&[
-            "agent",
-            "update",
-            "writer",
-            "-w",
-            "demo",
-            "--rule",
-            "ask file.create",
-        ])
-        .await;
-    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    set_rule(&stage, "ask file.create").await;
     let env = stage.env_words();
     let command = format!(
         "env {env} {CHORUS} task run 'Write two files' -w demo --agent writer --no-plan --follow; echo EXIT=$?; exec cat"

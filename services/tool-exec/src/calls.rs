@@ -118,7 +118,9 @@ impl ToolCalls {
         // decide the network grant's.
         let questions = authorized
             .as_ref()
-            .filter(|(_, a)| a.network_asks && grant.allows(chorus_catalog::NETWORK))
+            .filter(|(_, a)| {
+                a.network_asks && starts_processes(&tool) && grant.allows(chorus_catalog::NETWORK)
+            })
             .map(|(gate, _)| crate::gate::network_questions(Arc::clone(gate), token.clone()));
         // A call that starts processes is watched while they run.
         let watch = match (authorized, &self.fences, &call_id) {

@@ -294,11 +294,7 @@ async fn the_network_grant_reaches_what_the_egress_list_names() {
         return;
     }
     let mut h = Harness::new().await;
-    let files = tempfile::tempdir().expect("files");
-    std::fs::write(files.path().join("f.txt"), "outside\n").expect("write");
-    let mut net = chorus_sandbox::testing::TestNet::create();
-    let ip = net.ip;
-    net.serve_files(files.path(), 8080).await;
+    let (_net, ip) = crate::common::outside_server().await;
     let command = format!("curl -sS http://{ip}:8080/f.txt");
     h.egress = vec![format!("{ip}:8080")];
     let with = output(

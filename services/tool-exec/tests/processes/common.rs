@@ -133,6 +133,21 @@ impl Harness {
     }
 }
 
+/// A server in a test network namespace of its own, serving `f.txt`
+/// ("outside\n") over HTTP on port 8080; its namespace (kept while it
+/// serves) and address. Needs root.
+pub async fn outside_server() -> (
+    (chorus_sandbox::testing::TestNet, tempfile::TempDir),
+    std::net::Ipv4Addr,
+) {
+    let files = tempfile::tempdir().expect("files");
+    std::fs::write(files.path().join("f.txt"), "outside\n").expect("write");
+    let mut net = chorus_sandbox::testing::TestNet::create();
+    net.serve_files(files.path(), 8080).await;
+    let ip = net.ip;
+    ((net, files), ip)
+}
+
 pub fn write(root: &Path, rel: &str, content: &str) {
     let path = root.join(rel);
     if let Some(parent) = path.parent() {

@@ -44,11 +44,7 @@ async fn the_network_grant_asks_before_each_connection_and_waits_for_the_answer(
         return;
     }
     let mut h = Harness::new().await;
-    let files = tempfile::tempdir().expect("files");
-    std::fs::write(files.path().join("f.txt"), "outside\n").expect("write");
-    let mut net = chorus_sandbox::testing::TestNet::create();
-    let ip = net.ip;
-    net.serve_files(files.path(), 8080).await;
+    let (_net, ip) = crate::common::outside_server().await;
 
     let say = Arc::new(Mutex::new(Say::Yes));
     let (asked_tx, mut asked) = mpsc::unbounded_channel::<(String, u16)>();
